@@ -1,0 +1,24 @@
+#pragma once
+// One register_<name>() per subcommand file. Each adds its CLI11 subcommand and sets `run`,
+// which main() calls after parsing; run returns the process exit status.
+#include <functional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace dstrain::app {
+
+using Run = std::function<int()>;
+
+void register_train(CLI::App& app, Run& run);
+void register_resume(CLI::App& app, Run& run);
+void register_check_env(CLI::App& app, Run& run);
+void register_inspect_ckpt(CLI::App& app, Run& run);
+void register_worker(CLI::App& app, Run& run);
+
+// Absolute path of this executable (workers are re-executions of it).
+std::string self_executable();
+
+}  // namespace dstrain::app

@@ -1,0 +1,94 @@
+// dstrain: one binary for launcher and workers. Parses the command line, runs the chosen
+// subcommand, and turns every error into a message with a hint and a documented exit status.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fmt/ranges.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "dstrain/core/build_info.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain_cuda.h"
+
+namespace {
+
+std::string version_text() {
+  const auto& b = dstrain::build_info();
+  auto cuda = [](int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); };
+  const int nccl = dstrain_nccl_version();
+  std::string text = fmt::format("dstrain {} (commit {}, {} build)\ncompiler: {}\nlibtorch: {}\n", b.version, b.git_commit, b.build_type, b.compiler,
+                                 b.torch_version);
+  if (dstrain_cuda_built())
+    text += fmt::format("cuda: yes, runtime {}; nccl: {}.{}.{}\n", cuda(dstrain_cuda_runtime_version()), nccl / 10000, (nccl / 100) % 100, nccl % 100);
+  else
+    text += "cuda: no (built without CUDA kernels); nccl: no\n";
+  return text;
+}
+
+void print_error(const char* kind, const std::string& message, const std::string& hint) {
+  const bool tty = ::isatty(STDERR_FILENO);
+  std::fprintf(stderr, "%sdstrain: %s:%s %s\n", tty ? "\033[1;31m" : "", kind, tty ? "\033[0m" : "", message.c_str());
+  if (!hint.empty()) std::fprintf(stderr, "  hint: %s\n", hint.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dstrain: launcher and trainer for DeepSeek-style language models.\n"
+      "One worker per GPU (or per CPU slot), ZeRO sharding, checkpoints and resume.\n\n"
+      "Examples:\n"
+      "  dstrain train recipes/demo.yaml          train, 2 CPU workers (see recipes/)\n"
+      "  dstrain resume runs/demo                 continue a run from its last checkpoint\n"
+      "  dstrain inspect-ckpt runs/demo/ckpt      show and verify the newest checkpoint\n"
+      "  dstrain check-env                        show this node's software and hardware\n",
+      "dstrain"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", version_text(), "Print dstrain, compiler, LibTorch, CUDA and NCCL versions and exit");
+  app.footer("Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 data error, 4 checkpoint error,\n"
+             "5 environment error, 6 communication error, 7 a worker failed, 130 interrupted. See README.md.");
+
+  dstrain::app::Run run;
+  dstrain::app::register_train(app, run);
+  dstrain::app::register_resume(app, run);
+  dstrain::app::register_check_env(app, run);
+  dstrain::app::register_inspect_ckpt(app, run);
+  dstrain::app::register_worker(app, run);
+
+  // CLI11 would call an unknown word "extra arguments"; name it as what the user meant.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); })) names.push_back(sub->get_name());
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker") {
+      print_error("usage error", fmt::format("unknown command '{}'; the commands are {}", argv[1], fmt::join(names, ", ")),
+                  "see `dstrain --help`");
+      return dstrain::exit_status::kUsage;
+    }
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    print_error("usage error", e.what(), "see `dstrain --help` or `dstrain <command> --help`");
+    return dstrain::exit_status::kUsage;
+  }
+
+  try {
+    return run();
+  } catch (const dstrain::Error& e) {
+    print_error(dstrain::error_code_name(e.code()), e.what(), e.hint());
+    return dstrain::exit_status_for(e.code());
+  } catch (const std::exception& e) {
+    print_error("internal error", e.what(), "this is a dstrain bug; please report it with the command line and run_dir/logs/");
+    return dstrain::exit_status::kInternal;
+  }
+}

@@ -1,0 +1,39 @@
+# Every dependency comes from Debian's packages, except LibTorch, which comes from the torch wheel
+# (scripts/setup.sh puts its cmake prefix on CMAKE_PREFIX_PATH). See third_party/README.md.
+find_package(Threads REQUIRED)
+# Torch's CMake appends its own -gencode list (including archs nvcc 13 no longer knows) to
+# CMAKE_CUDA_FLAGS. Our kernels choose their architectures themselves (cmake/DstrainCuda.cmake).
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST)
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0")
+endif()
+set(_dstrain_cuda_flags "${CMAKE_CUDA_FLAGS}")
+find_package(Torch REQUIRED)
+set(CMAKE_CUDA_FLAGS "${_dstrain_cuda_flags}")
+find_package(CLI11 REQUIRED)
+find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(fmt 9 REQUIRED)
+if(DSTRAIN_TESTS)
+  find_package(Catch2 2 REQUIRED)
+endif()
+# gloo's headers: the torch wheel ships ProcessGroupGloo.hpp but not the gloo headers it includes.
+# Debian's libgloo-dev provides them; only c10d translation units see them, nothing links libgloo.
+find_path(DSTRAIN_GLOO_INCLUDE_DIR gloo/algorithm.h REQUIRED)
+
+# The torch wheel bundles fmt 12 headers in its include dir, which comes before /usr/include.
+# Our code uses Debian's fmt (and links libfmt), so give it an include dir that wins over torch's.
+# c10d translation units (lib/dstrain/c10d) keep torch's fmt: the two live in different inline
+# namespaces (fmt::v9, fmt::v12) and never meet.
+set(DSTRAIN_FMT_SHIM "${CMAKE_BINARY_DIR}/fmt-shim")
+get_target_property(_fmt_inc fmt::fmt INTERFACE_INCLUDE_DIRECTORIES)
+file(MAKE_DIRECTORY "${DSTRAIN_FMT_SHIM}")
+file(CREATE_LINK "${_fmt_inc}/fmt" "${DSTRAIN_FMT_SHIM}/fmt" SYMBOLIC)
+
+# Torch's flags (e.g. -D_GLIBCXX_USE_CXX11_ABI) are carried by the imported torch target.
+
+# The torch wheel's libtorch.so exports its own, older copy of libstdc++'s std::filesystem
+# (remove_all, resize_file, ...). Linked first, it would win symbol lookup over the system
+# libstdc++ and its remove_all jumps to a null pointer here. Naming libstdc++ before any other
+# library (link options precede objects and libraries) makes the system copy win.
+add_library(dstrain_stdcxx_first INTERFACE)
+target_link_options(dstrain_stdcxx_first INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")

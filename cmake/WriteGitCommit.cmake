@@ -1,0 +1,21 @@
+# Writes OUT with the current git commit, only when it changed (keeps rebuilds minimal).
+set(commit "unknown")
+if(GIT)
+  execute_process(COMMAND ${GIT} -C ${SRC} rev-parse --short=12 HEAD OUTPUT_VARIABLE c
+                  OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+  if(rc EQUAL 0 AND c)
+    set(commit "${c}")
+    execute_process(COMMAND ${GIT} -C ${SRC} status --porcelain --untracked-files=no
+                    OUTPUT_VARIABLE dirty OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+    if(dirty)
+      set(commit "${commit}-dirty")
+    endif()
+  endif()
+endif()
+set(text "#pragma once\n#define DSTRAIN_GIT_COMMIT \"${commit}\"\n")
+if(EXISTS ${OUT})
+  file(READ ${OUT} old)
+endif()
+if(NOT "${old}" STREQUAL "${text}")
+  file(WRITE ${OUT} "${text}")
+endif()

@@ -1,0 +1,18 @@
+// The C interface of dstrain_cuda.h for builds without CUDA: every query answers "none".
+#include "dstrain_cuda.h"
+
+#include <cstring>
+
+extern "C" {
+int dstrain_cuda_built(void) { return 0; }
+int dstrain_cuda_runtime_version(void) { return 0; }
+int dstrain_cuda_driver_version(void) { return 0; }
+int dstrain_cuda_device_count(void) { return 0; }
+int dstrain_nccl_version(void) { return 0; }
+int dstrain_cuda_device_name(int, char* buf, size_t buf_size) {
+  if (buf_size) buf[0] = '\0';
+  return 100;  // cudaErrorNoDevice
+}
+int dstrain_cuda_sum_squares_f32(const float*, size_t, double*, void*) { return 35; }  // cudaErrorInsufficientDriver
+const char* dstrain_cuda_error_string(int) { return "dstrain was built without CUDA"; }
+}

@@ -1,0 +1,34 @@
+// The launcher's side of the rendezvous: a c10d TCPStore server.
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::comm {
+
+struct StoreServer::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+StoreServer::StoreServer(const std::string& host, int port, const std::string& run_id, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = true;
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    const std::string value = run_id;
+    impl_->store->set("dstrain/run_id", std::vector<uint8_t>(value.begin(), value.end()));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kComm, "cannot host the rendezvous store on " + host + ":" + std::to_string(port) + ": " + e.what(),
+                port == 0 ? "check the address is local to this machine" : "the port may be in use: choose another with --master-port, or 0 for a free one");
+  }
+}
+
+StoreServer::~StoreServer() = default;
+
+int StoreServer::port() const { return impl_->store->getPort(); }
+
+}  // namespace dstrain::comm

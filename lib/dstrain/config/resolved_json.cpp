@@ -1,0 +1,82 @@
+// config.resolved.json: the canonical form of a Recipe that workers read. nlohmann stays here.
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "dstrain/config/schema.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::config {
+namespace {
+
+constexpr int kFormatVersion = 1;
+
+nlohmann::json recipe_json(const Recipe& recipe) {
+  nlohmann::json j = nlohmann::json::object();  // std::map keys: sorted, hence canonical
+  Recipe& r = const_cast<Recipe&>(recipe);      // targets are only read here
+  for (const auto& f : recipe_schema()) {
+    nlohmann::json* slot = &j;
+    const auto dot = f.path.find('.');
+    if (dot != std::string::npos) slot = &j[f.path.substr(0, dot)];
+    const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
+    std::visit([&](auto* p) { (*slot)[key] = *p; }, f.target(r));
+  }
+  j["source_path"] = recipe.source_path;
+  return j;
+}
+
+uint64_t fnv1a64(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+std::string to_canonical_json(const Recipe& recipe) { return recipe_json(recipe).dump(); }
+
+std::string config_hash(const Recipe& recipe) { return fmt::format("{:016x}", fnv1a64(to_canonical_json(recipe))); }
+
+void write_resolved_config(const Recipe& recipe, const std::string& path) {
+  nlohmann::json doc;
+  doc["format_version"] = kFormatVersion;
+  doc["config"] = recipe_json(recipe);
+  doc["config_hash"] = config_hash(recipe);
+  write_file_atomic(path, doc.dump(2) + "\n");
+}
+
+Recipe read_resolved_config(const std::string& path) {
+  const std::string text = read_file(path);
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()),
+                "this file is written by the launcher; start the run again with `dstrain train`");
+  }
+  if (doc.value("format_version", 0) != kFormatVersion)
+    throw Error(ErrorCode::kConfig, fmt::format("{}: format_version {} is not {}", path, doc.value("format_version", 0), kFormatVersion),
+                "it was written by another dstrain version; use the same dstrain binary for launcher and workers");
+  Recipe recipe;
+  try {
+    const auto& c = doc.at("config");
+    for (const auto& f : recipe_schema()) {
+      const auto dot = f.path.find('.');
+      const auto& value = dot == std::string::npos ? c.at(f.path) : c.at(f.path.substr(0, dot)).at(f.path.substr(dot + 1));
+      std::visit([&](auto* p) { value.get_to(*p); }, f.target(recipe));
+    }
+    recipe.source_path = c.at("source_path").get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kConfig, fmt::format("{}: missing or mistyped entry: {}", path, e.what()),
+                "this file is written by the launcher; do not edit it, start the run again instead");
+  }
+  const std::string want = doc.value("config_hash", "");
+  const std::string got = config_hash(recipe);
+  if (want != got)
+    throw Error(ErrorCode::kConfig, fmt::format("{}: config hash {} does not match its content ({})", path, want, got),
+                "the resolved config was edited or corrupted; start the run again with `dstrain train`");
+  return recipe;
+}
+
+}  // namespace dstrain::config

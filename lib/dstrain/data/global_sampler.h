@@ -1,0 +1,30 @@
+#pragma once
+// One global sample order that does not depend on the world size. Sample i of the file is the
+// window tokens[i*seq_len, i*seq_len + seq_len + 1). Each epoch is a seeded permutation of all
+// samples; position p in the global order is epoch p / n, slot p % n. A rank only decides which
+// positions it reads, so resuming on any number of ranks continues with the same next sample.
+#include <cstdint>
+#include <vector>
+
+namespace dstrain::data {
+
+class GlobalSampler {
+ public:
+  GlobalSampler(int64_t num_samples, uint64_t seed);
+  int64_t num_samples() const { return num_samples_; }
+  // The sample index at global position `position`.
+  int64_t sample_at(int64_t position);
+
+ private:
+  int64_t num_samples_;
+  uint64_t seed_;
+  int64_t cached_epoch_ = -1;
+  std::vector<int64_t> permutation_;
+};
+
+// The global positions that rank `rank` reads in micro-step `micro` of optimizer step `step`:
+// the step's global batch is [step*global, (step+1)*global), cut into micro-batches of
+// `micro_batch` samples, dealt out rank-major within each micro-step.
+int64_t first_position(int64_t step, int64_t global_batch, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world);
+
+}  // namespace dstrain::data

@@ -1,0 +1,226 @@
+#include "dstrain/launch/supervisor.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+
+#include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain/core/log.h"
+
+extern char** environ;
+
+namespace dstrain::launch {
+namespace {
+
+volatile std::sig_atomic_t g_signal = 0;
+void on_signal(int sig) { g_signal = sig; }
+
+struct Child {
+  int rank;
+  pid_t pid = -1;
+  int out_fd = -1;  // read end of the worker's stdout+stderr
+  std::string pending;
+  std::ofstream log;
+  std::string log_path;
+  std::deque<std::string> tail;  // last lines, for the failure report
+  bool running = true;
+  int status = 0;
+};
+
+bool is_warning_or_error(const std::string& line) {
+  return line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos ||
+         line.find("error:") != std::string::npos;
+}
+
+void emit_line(Child& c, const std::string& line) {
+  c.log << line << '\n';
+  c.log.flush();
+  c.tail.push_back(line);
+  if (c.tail.size() > 20) c.tail.pop_front();
+  if (c.rank == 0 || is_warning_or_error(line)) {
+    const std::string out = c.rank == 0 || line.find("[rank ") != std::string::npos ? line + "\n" : fmt::format("[rank {}] {}\n", c.rank, line);
+    (void)!::write(STDERR_FILENO, out.data(), out.size());
+  }
+}
+
+// Reads what is available; returns false on EOF.
+bool drain(Child& c) {
+  char buf[65536];
+  const ssize_t n = ::read(c.out_fd, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) {
+    if (!c.pending.empty()) emit_line(c, c.pending), c.pending.clear();
+    ::close(c.out_fd);
+    c.out_fd = -1;
+    return false;
+  }
+  c.pending.append(buf, static_cast<size_t>(n));
+  size_t start = 0, nl;
+  while ((nl = c.pending.find('\n', start)) != std::string::npos) {
+    emit_line(c, c.pending.substr(start, nl - start));
+    start = nl + 1;
+  }
+  c.pending.erase(0, start);
+  return true;
+}
+
+pid_t spawn(const SupervisorOptions& o, const WorkerEnv& env, int& out_fd) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorCode::kEnvironment, fmt::format("pipe failed: {}", std::strerror(errno)), "");
+  // Build argv and envp before fork: only async-signal-safe calls in the child.
+  std::vector<std::string> args{o.executable};
+  args.insert(args.end(), o.worker_args.begin(), o.worker_args.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings;
+  const auto assigned = worker_env_assignments(env);
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const std::string key = kv.substr(0, kv.find('='));
+    bool overridden = false;
+    for (const auto& a : assigned) overridden |= a.compare(0, key.size() + 1, key + "=") == 0;
+    if (!overridden) env_strings.push_back(kv);
+  }
+  env_strings.insert(env_strings.end(), assigned.begin(), assigned.end());
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw Error(ErrorCode::kEnvironment, fmt::format("fork failed: {}", std::strerror(errno)), "the machine may be out of processes or memory");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
+    if (::getppid() != parent) ::_exit(127);
+    ::dup2(fds[1], STDOUT_FILENO);
+    ::dup2(fds[1], STDERR_FILENO);
+    ::execve(argv[0], argv.data(), envp.data());
+    const char msg[] = "dstrain launcher: exec of the worker failed\n";
+    (void)!::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  out_fd = fds[0];
+  return pid;
+}
+
+std::string describe(int status) {
+  if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), sigabbrev_np(WTERMSIG(status)) ? std::string("SIG") + sigabbrev_np(WTERMSIG(status)) : "?");
+  return "ended";
+}
+
+}  // namespace
+
+int supervise(const SupervisorOptions& o) {
+  std::filesystem::create_directories(o.log_dir);
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  struct sigaction old_int{}, old_term{};
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  g_signal = 0;
+
+  std::vector<Child> children(o.workers.size());
+  for (size_t i = 0; i < o.workers.size(); ++i) {
+    Child& c = children[i];
+    c.rank = o.workers[i].rank;
+    c.log_path = fmt::format("{}/rank_{:05d}.log", o.log_dir, c.rank);
+    c.log.open(c.log_path, std::ios::app);
+    c.pid = spawn(o, o.workers[i], c.out_fd);
+  }
+
+  const Child* first_failure = nullptr;
+  int forwarded_signal = 0;
+  auto stop_deadline = std::chrono::steady_clock::time_point::max();
+  auto stop_all = [&](int sig) {
+    for (auto& c : children)
+      if (c.running) ::kill(c.pid, sig);
+  };
+
+  for (;;) {
+    // Output first, so that a failing worker's last words reach its log.
+    std::vector<pollfd> pfds;
+    std::vector<Child*> owners;
+    for (auto& c : children)
+      if (c.out_fd >= 0) pfds.push_back({c.out_fd, POLLIN, 0}), owners.push_back(&c);
+    if (!pfds.empty()) {
+      if (::poll(pfds.data(), pfds.size(), 100) > 0)
+        for (size_t i = 0; i < pfds.size(); ++i)
+          if (pfds[i].revents) drain(*owners[i]);
+    } else {
+      ::usleep(50 * 1000);
+    }
+
+    for (auto& c : children) {
+      if (!c.running) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.running = false;
+      c.status = status;
+      const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!ok && !first_failure && !forwarded_signal) {
+        first_failure = &c;
+        stop_all(SIGTERM);
+        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
+      }
+    }
+    if (g_signal && !forwarded_signal) {
+      forwarded_signal = g_signal;
+      log::warn(fmt::format("received {}; stopping all workers", forwarded_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+      stop_all(SIGTERM);
+      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
+    }
+    if (std::chrono::steady_clock::now() > stop_deadline) {
+      stop_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::time_point::max();
+    }
+    bool any_running = false, any_output = false;
+    for (auto& c : children) any_running |= c.running, any_output |= c.out_fd >= 0;
+    if (!any_running) {
+      // Children are gone; take what is still buffered in the pipes, then stop.
+      for (auto& c : children)
+        while (c.out_fd >= 0 && drain(c)) {
+        }
+      break;
+    }
+    (void)any_output;
+  }
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  if (first_failure) {
+    const Child& c = *first_failure;
+    std::string report = fmt::format("rank {} (pid {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, describe(c.status), c.log_path);
+    for (const auto& line : c.tail) report += "\n    " + line;
+    log::error(report);
+    // A worker that stopped on a dstrain error (bad data, checkpoint, ...) passes its documented
+    // status through, so scripts see the cause; crashes and signals are "a worker failed".
+    if (WIFEXITED(c.status)) {
+      const int s = WEXITSTATUS(c.status);
+      if (s >= exit_status::kUsage && s <= exit_status::kComm) return s;
+    }
+    return exit_status::kWorkerFailed;
+  }
+  if (forwarded_signal) return exit_status::kInterrupted;
+  return exit_status::kOk;
+}
+
+}  // namespace dstrain::launch

@@ -1,0 +1,26 @@
+#pragma once
+// Starts the local workers (the same binary, hidden `worker` subcommand) and watches them:
+// each rank's output goes to run_dir/logs/rank_XXXXX.log; the console shows rank 0's lines and
+// warnings/errors of every rank. When a worker fails, the others get SIGTERM, then SIGKILL after
+// a grace period, and the first failure is reported with the tail of its log. SIGINT/SIGTERM
+// sent to the launcher are forwarded. Workers die with the launcher (PR_SET_PDEATHSIG).
+#include <string>
+#include <vector>
+
+#include "dstrain/launch/worker_env.h"
+
+namespace dstrain::launch {
+
+struct SupervisorOptions {
+  std::string executable;                // path of the dstrain binary
+  std::vector<std::string> worker_args;  // e.g. {"worker"}
+  std::vector<WorkerEnv> workers;        // one per local rank
+  std::string log_dir;
+  int grace_period_s = 10;
+};
+
+// Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
+// dstrain error status (2-6); kWorkerFailed for crashes, signals and other statuses; kInterrupted.
+int supervise(const SupervisorOptions& options);
+
+}  // namespace dstrain::launch

@@ -1,0 +1,29 @@
+#pragma once
+// The worker's environment contract, with torchrun's variable names, so that a worker started
+// by torchrun, srun or mpirun (issue 4) behaves like one that dstrain started itself.
+#include <string>
+#include <vector>
+
+namespace dstrain::launch {
+
+struct WorkerEnv {
+  int rank = 0;
+  int local_rank = 0;
+  int world_size = 1;
+  int local_world_size = 1;
+  int group_rank = 0;  // node index
+  std::string master_addr = "127.0.0.1";
+  int master_port = 0;
+  std::string run_id;
+  std::string run_dir;
+  int restart_count = 0;
+  int threads = 1;      // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
+  bool resume = false;  // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
+};
+
+// Reads the variables; throws Error{kEnvironment} naming a missing or malformed one.
+WorkerEnv worker_env_from_environment();
+// "NAME=value" strings for a child's environment.
+std::vector<std::string> worker_env_assignments(const WorkerEnv& env);
+
+}  // namespace dstrain::launch

@@ -1,0 +1,41 @@
+#include "dstrain/metrics/jsonl_sink.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::metrics {
+namespace {
+
+int64_t step_of(const std::string& line) {
+  const auto at = line.find("\"step\":");
+  return at == std::string::npos ? -1 : std::stoll(line.substr(at + 7));
+}
+
+}  // namespace
+
+JsonlSink::JsonlSink(const std::string& path, int64_t keep_through_step) {
+  if (keep_through_step > 0 && std::filesystem::exists(path)) {
+    std::istringstream in(read_file(path));
+    std::string kept, line;
+    while (std::getline(in, line))
+      if (!line.empty() && step_of(line) >= 0 && step_of(line) <= keep_through_step) kept += line + "\n";
+    write_file_atomic(path, kept);
+    out_.open(path, std::ios::app);
+  } else {
+    out_.open(path, std::ios::trunc);
+  }
+  if (!out_) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}'", path), "check the run directory is writable");
+}
+
+void JsonlSink::write(const StepMetrics& m) {
+  out_ << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"grad_norm\":{:.9g},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f}}}\n",
+                      m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.step_ms, m.tokens_per_s);
+  out_.flush();
+}
+
+}  // namespace dstrain::metrics

@@ -1,0 +1,20 @@
+#include "dstrain/train/run_dir.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "dstrain/core/error.h"
+
+namespace dstrain::train {
+namespace fs = std::filesystem;
+
+void RunDir::prepare_new(const config::Recipe& recipe) const {
+  if (fs::exists(config_path()) || fs::exists(ckpt_dir()))
+    throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' already holds a run", root_),
+                fmt::format("continue it with `dstrain resume {}`, or start a new one elsewhere, e.g. --set run_dir={}-2", root_, root_));
+  fs::create_directories(log_dir());
+  config::write_resolved_config(recipe, config_path());
+}
+
+}  // namespace dstrain::train

@@ -1,0 +1,177 @@
+// THE loop. Everything with depth lives in the modules; this file wires them and reads top to
+// bottom: environment -> config -> comm -> model/optimizer -> data -> resume -> steps -> checkpoint.
+#include "dstrain/train/worker.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/data/global_sampler.h"
+#include "dstrain/data/token_file.h"
+#include "dstrain/launch/worker_env.h"
+#include "dstrain/metrics/jsonl_sink.h"
+#include "dstrain/model/dense_model.h"
+#include "dstrain/optim/adamw.h"
+#include "dstrain/sched/lr_schedule.h"
+#include "dstrain/train/run_dir.h"
+
+namespace dstrain::train {
+namespace {
+
+using model::NamedTensors;
+
+// [micro_batch, seq_len + 1] int64 windows for the given global positions.
+at::Tensor make_batch(data::GlobalSampler& sampler, const data::TokenFile& file, int64_t first_position, int64_t micro_batch, int64_t seq_len) {
+  at::Tensor batch = at::empty({micro_batch, seq_len + 1}, at::kLong);
+  auto* out = batch.data_ptr<int64_t>();
+  for (int64_t i = 0; i < micro_batch; ++i) {
+    const int64_t start = sampler.sample_at(first_position + i) * seq_len;
+    for (int64_t t = 0; t <= seq_len; ++t) out[i * (seq_len + 1) + t] = file.tokens[static_cast<size_t>(start + t)];
+  }
+  return batch;
+}
+
+// Averages gradients over ranks in one collective; the last element carries the loss.
+double average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss) {
+  std::vector<at::Tensor> pieces;
+  for (const auto& p : params) pieces.push_back(p.tensor.grad().reshape({-1}));
+  pieces.push_back(at::full({1}, local_loss, at::kFloat));
+  at::Tensor flat = at::cat(pieces);
+  if (comm.world_size() > 1) {
+    comm.all_reduce_sum(flat);
+    flat.div_(comm.world_size());
+  }
+  int64_t offset = 0;
+  for (const auto& p : params) {
+    const int64_t n = p.tensor.numel();
+    p.tensor.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p.tensor));
+    offset += n;
+  }
+  return flat[offset].item<double>();
+}
+
+std::vector<ckpt::TensorView> views_of(const std::vector<const NamedTensors*>& groups) {
+  std::vector<ckpt::TensorView> views;
+  for (const auto* group : groups)
+    for (const auto& t : *group)
+      views.push_back({t.name, "float32", t.tensor.sizes().vec(), t.tensor.data_ptr(), static_cast<uint64_t>(t.tensor.nbytes())});
+  return views;
+}
+
+void restore(const ckpt::Checkpoint& ck, const std::vector<const NamedTensors*>& groups) {
+  std::map<std::string, const ckpt::TensorData*> by_name;
+  for (const auto& t : ck.tensors) by_name[t.name] = &t;
+  for (const auto* group : groups) {
+    for (const auto& t : *group) {
+      const auto it = by_name.find(t.name);
+      if (it == by_name.end())
+        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} has no tensor '{}'", ck.dir, t.name),
+                    "it was written for another model; resume with the recipe that wrote it");
+      const ckpt::TensorData& d = *it->second;
+      if (d.dtype != "float32" || d.shape != t.tensor.sizes().vec() || d.bytes.size() != static_cast<size_t>(t.tensor.nbytes()))
+        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: tensor '{}' has dtype {} shape [{}], the model needs float32 [{}]", ck.dir,
+                                                        t.name, d.dtype, fmt::join(d.shape, ", "), fmt::join(t.tensor.sizes(), ", ")),
+                    "resume with the recipe that wrote the checkpoint");
+      std::memcpy(t.tensor.data_ptr(), d.bytes.data(), d.bytes.size());
+    }
+  }
+}
+
+}  // namespace
+
+int run_worker() {
+  // --- environment and config ---------------------------------------------------------------
+  const launch::WorkerEnv env = launch::worker_env_from_environment();
+  log::set_rank(env.rank);
+  const RunDir run_dir(env.run_dir);
+  const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
+  const auto& tc = recipe.train;
+  at::set_num_threads(env.threads);
+  const int64_t world = env.world_size;
+  const int64_t accum = config::accumulation_steps(tc, world);
+
+  // --- communication -------------------------------------------------------------------------
+  auto comm = comm::make_gloo_communicator({env.master_addr, env.master_port, env.run_id, std::chrono::seconds(recipe.launch.timeout_s)},
+                                           env.rank, env.world_size);
+
+  // --- model, optimizer, data ----------------------------------------------------------------
+  model::DenseModel model(recipe.model, recipe.seed);
+  const NamedTensors& params = model.parameters();
+  optim::AdamW optimizer(params, {tc.beta1, tc.beta2, tc.eps, tc.weight_decay});
+  const NamedTensors optimizer_state = optimizer.state();
+  const data::TokenFile tokens = data::load_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
+  data::GlobalSampler sampler((static_cast<int64_t>(tokens.tokens.size()) - 1) / recipe.data.seq_len, recipe.seed);
+  const sched::WarmupCosine schedule{tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio};
+
+  // --- resume ----------------------------------------------------------------------------------
+  int64_t start_step = 0;
+  if (env.resume) {
+    const auto dir = ckpt::latest_checkpoint(run_dir.ckpt_dir());
+    if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + run_dir.ckpt_dir(), "start the run with `dstrain train`");
+    const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
+    restore(ck, {&params, &optimizer_state});
+    start_step = ck.state.step;
+    optimizer.set_steps_taken(start_step);
+    if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", ck.dir, start_step, ck.state.samples_consumed));
+  }
+  if (env.rank == 0)
+    log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps of {} samples ({} accumulation x {} ranks x {})",
+                          static_cast<double>(model.num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
+                          tc.global_batch_size, accum, world, tc.micro_batch_size));
+  std::unique_ptr<metrics::JsonlSink> sink;
+  if (env.rank == 0) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), start_step);
+
+  auto save = [&](int64_t steps_done) {
+    if (env.rank == 0) {
+      const std::string dir = ckpt::save_checkpoint(run_dir.ckpt_dir(),
+                                                    {steps_done, steps_done * tc.global_batch_size, world, config::config_hash(recipe)},
+                                                    views_of({&params, &optimizer_state}), recipe.checkpoint.keep_last);
+      log::info(fmt::format("checkpoint saved: {}", dir));
+    }
+    comm->barrier();
+  };
+
+  // --- the steps -------------------------------------------------------------------------------
+  for (int64_t step = start_step; step < tc.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double lr = sched::lr_at(schedule, step);
+    for (const auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
+    double local_loss = 0.0;
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      const at::Tensor batch = make_batch(sampler, tokens, data::first_position(step, tc.global_batch_size, micro, tc.micro_batch_size, env.rank, world),
+                                          tc.micro_batch_size, recipe.data.seq_len);
+      const int64_t T = recipe.data.seq_len;
+      const at::Tensor loss = model.loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
+      loss.backward();
+      local_loss += loss.item<double>();
+    }
+    const double loss = average_gradients(*comm, params, local_loss);
+    const double grad_norm = optim::clip_grad_norm(params, tc.grad_clip);
+    optimizer.step(lr);
+    const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+    const int64_t done = step + 1;
+    if (env.rank == 0) {
+      const int64_t tokens_done = done * tc.global_batch_size * recipe.data.seq_len;
+      const double tps = static_cast<double>(tc.global_batch_size * recipe.data.seq_len) / (step_ms / 1000.0);
+      sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps});
+      if (done == start_step + 1 || done % recipe.logging.steps_per_print == 0 || done == tc.steps)
+        log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
+                              grad_norm, tps, step_ms));
+    }
+    const int64_t interval = recipe.checkpoint.interval_steps;
+    if (done == tc.steps || (interval > 0 && done % interval == 0)) save(done);
+  }
+  return 0;
+}
+
+}  // namespace dstrain::train

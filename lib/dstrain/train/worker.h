@@ -1,0 +1,9 @@
+#pragma once
+// The worker process: `dstrain worker`, started by the launcher with the WorkerEnv variables.
+
+namespace dstrain::train {
+
+// Runs the training loop of one rank; returns its exit status. Throws dstrain::Error.
+int run_worker();
+
+}  // namespace dstrain::train

@@ -1,0 +1,13 @@
+# Shared helpers for scripts/*.sh. Sourced, never run.
+DSTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=versions.sh
+source "$DSTRAIN_ROOT/scripts/versions.sh"
+
+# The virtualenv that holds torch (LibTorch) and the reference packages. It lives in a per-user
+# cache keyed by the torch version, so every clone and every CI run on this machine shares it.
+# Override with DSTRAIN_VENV=/path.
+DSTRAIN_VENV="${DSTRAIN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dstrain/venv-torch-$DSTRAIN_TORCH_VERSION}"
+DSTRAIN_BUILD_DIR="${DSTRAIN_BUILD_DIR:-$DSTRAIN_ROOT/build}"
+
+say() { printf '\033[1m[dstrain]\033[0m %s\n' "$*" >&2; }
+die() { printf '[dstrain] error: %s\n' "$*" >&2; exit 1; }

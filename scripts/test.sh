@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Sets up, builds and runs the test suite (every label but gpu). Extra arguments go to ctest:
+#   scripts/test.sh                 everything CI runs
+#   scripts/test.sh -L unit         only unit tests
+#   scripts/test.sh -R cli          only tests whose name matches 'cli'
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+"$DSTRAIN_ROOT/scripts/setup.sh"
+"$DSTRAIN_ROOT/scripts/build.sh"
+say "running tests"
+cd "$DSTRAIN_BUILD_DIR"
+ctest --output-on-failure -LE gpu --timeout 600 "$@"

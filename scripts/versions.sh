@@ -1,0 +1,6 @@
+# The one place where pinned versions live. Sourced by the other scripts.
+# LibTorch comes from the torch wheel on PyPI. 2.11.0 is also the version on the GPU machines,
+# and its wheel targets CUDA 13.0, the toolkit installed on the build machines.
+DSTRAIN_TORCH_VERSION="2.11.0"
+# Python packages the tests use as independent references (installed into the same venv).
+DSTRAIN_PY_TEST_PACKAGES="numpy"

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Compares the losses of two metrics.jsonl files.
+
+  compare_metrics.py A B --exact          every step's loss identical (bit-exact resume)
+  compare_metrics.py A B --rtol 1e-4      within a relative tolerance (fp32 reduction order)
+  compare_metrics.py A --decreases 1.0    the loss fell by at least this much from first to last
+"""
+import argparse
+import json
+import sys
+
+
+def losses(path):
+    with open(path) as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    steps = [r["step"] for r in rows]
+    if steps != list(range(1, len(rows) + 1)):
+        sys.exit(f"{path}: steps are not 1..{len(rows)}: {steps[:5]}...")
+    return [r["loss"] for r in rows]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("a")
+    ap.add_argument("b", nargs="?")
+    ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--rtol", type=float)
+    ap.add_argument("--decreases", type=float)
+    args = ap.parse_args()
+    a = losses(args.a)
+    if args.decreases is not None:
+        drop = a[0] - a[-1]
+        print(f"loss {a[0]:.4f} -> {a[-1]:.4f} (drop {drop:.4f})")
+        if drop < args.decreases:
+            sys.exit(f"loss fell by {drop:.4f}, expected at least {args.decreases}")
+        return
+    b = losses(args.b)
+    if len(a) != len(b):
+        sys.exit(f"{len(a)} steps vs {len(b)} steps")
+    worst = 0.0
+    for step, (x, y) in enumerate(zip(a, b), start=1):
+        if args.exact and x != y:
+            sys.exit(f"step {step}: loss {x!r} != {y!r}")
+        rel = abs(x - y) / max(abs(x), 1e-12)
+        worst = max(worst, rel)
+        if args.rtol is not None and rel > args.rtol:
+            sys.exit(f"step {step}: loss {x} vs {y}, relative difference {rel:.3g} > {args.rtol}")
+    print(f"{len(a)} steps compared, largest relative difference {worst:.3g}")
+
+
+if __name__ == "__main__":
+    main()

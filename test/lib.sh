@@ -1,0 +1,47 @@
+# Helpers for the shell-driven tests (cli/, dist/). Sourced. Each test gets DSTRAIN (the binary)
+# and SRC (the source tree) as arguments from CTest, and a scratch directory $WORK.
+set -euo pipefail
+DSTRAIN="$1"
+SRC="$2"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/dstrain-$(basename "$0" .sh)-XXXXXX")"
+cleanup() { local rc=$?; [ $rc -eq 0 ] && rm -rf "$WORK" || echo "(scratch kept in $WORK)"; exit $rc; }
+trap cleanup EXIT
+cd "$WORK"
+PASSED=0
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
+
+# expect_status WANT CMD...: runs CMD, stores stdout+stderr in $OUT, checks the exit status.
+expect_status() {
+  local want=$1; shift
+  set +e
+  OUT="$("$@" 2>&1)"
+  local got=$?
+  set -e
+  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want. Output:
+$OUT"
+}
+expect_out() { grep -qF -- "$1" <<<"$OUT" || fail "output lacks '$1'. Output:
+$OUT"; }
+
+# The demo recipe with overrides, in a run dir under $WORK.
+demo_recipe="$SRC/recipes/demo.yaml"
+
+# wait_for FILE SECONDS: waits until FILE exists.
+wait_for() {
+  local deadline=$((SECONDS + $2))
+  while [ ! -e "$1" ]; do
+    [ $SECONDS -lt $deadline ] || fail "timed out waiting for $1"
+    sleep 0.1
+  done
+}
+
+# alive PID...: prints the PIDs among these that are still running (not zombies).
+alive() {
+  for p in "$@"; do
+    if [ -e "/proc/$p" ] && ! grep -q '^State:.*Z' "/proc/$p/status" 2>/dev/null; then echo "$p"; fi
+  done
+}
+
+finish() { echo "$PASSED passed, 0 failed"; }

@@ -1,0 +1,128 @@
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/config/schema.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+#include "test_support.h"
+
+using namespace dstrain;
+
+namespace {
+
+// Writes a recipe next to a small data file; returns the recipe path.
+std::string write_recipe(const test::TempDir& dir, const std::string& yaml) {
+  std::ofstream(dir.path() + "/data.txt") << std::string(4096, 'a');
+  const std::string path = dir.path() + "/recipe.yaml";
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+const char* kMinimal = "run_dir: RUN\ndata:\n  path: data.txt\n  seq_len: 32\nmodel:\n  max_seq_len: 32\n";
+
+std::string config_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
+  try {
+    config::load_recipe(path, overrides);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kConfig);
+    return e.what();
+  }
+  FAIL("no error was raised");
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the bundled demo recipe is valid", "[config]") {
+  const auto r = config::load_recipe(test::source_dir() + "/recipes/demo.yaml");
+  CHECK(r.launch.nproc_per_node == 2);
+  CHECK(r.data.path == test::source_dir() + "/recipes/data/demo_corpus.txt");
+  CHECK(config::accumulation_steps(r.train, 2) == 1);
+  CHECK(config::accumulation_steps(r.train, 1) == 2);
+}
+
+TEST_CASE("defaults, values and --set overrides", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train:\n  steps: 5e3\n  lr: 1.5e-4\n");
+  auto r = config::load_recipe(path);
+  CHECK(r.train.steps == 5000);
+  CHECK(r.train.lr == Approx(1.5e-4));
+  CHECK(r.train.micro_batch_size == 8);  // default
+  CHECK(r.data.path == dir.path() + "/data.txt");  // relative to the recipe
+  r = config::load_recipe(path, {"train.steps=7", "train.warmup_steps=2", "seed=99", "model.family=dense"});
+  CHECK(r.train.steps == 7);
+  CHECK(r.seed == 99);
+}
+
+TEST_CASE("every problem is reported at once with file:line:column", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, std::string(kMinimal) +
+                                          "train:\n"
+                                          "  stepz: 10\n"          // line 8: unknown key
+                                          "  lr: fast\n"           // line 9: not a number
+                                          "  micro_batch_size: 2.5\n"  // line 10: not whole
+                                          "optimiser: {}\n");      // line 11: unknown section
+  const std::string message = config_error(path);
+  CHECK_THAT(message, Catch::Contains("4 problems"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:8:3: train.stepz: unknown key (did you mean 'steps'?)"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:9:7: train.lr: expected a number, found 'fast'"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:10:21: train.micro_batch_size: expected a whole number, found '2.5'"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:11:1: optimiser: unknown key"));
+}
+
+TEST_CASE("range, choice and cross-field checks", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, kMinimal);
+  CHECK_THAT(config_error(path, {"train.steps=0"}), Catch::Contains("train.steps: 0 is out of range"));
+  CHECK_THAT(config_error(path, {"model.family=moe"}), Catch::Contains("model.family: 'moe' is not supported; allowed: dense"));
+  CHECK_THAT(config_error(path, {"model.num_heads=3"}), Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
+  CHECK_THAT(config_error(path, {"data.seq_len=64"}), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
+  CHECK_THAT(config_error(path, {"data.path=nope.bin"}), Catch::Contains("data.path:"));
+  CHECK_THAT(config_error(path, {"train.global_batch_size=12", "train.micro_batch_size=8"}),
+             Catch::Contains("train.global_batch_size: 12 is not a multiple of train.micro_batch_size 8"));
+  CHECK_THAT(config_error(path, {"train.stepz=3"}), Catch::Contains("--set train.stepz: unknown key (did you mean 'train.steps'?)"));
+  CHECK_THAT(config_error(path, {"novalue"}), Catch::Contains("expected key.path=value"));
+}
+
+TEST_CASE("malformed YAML and missing files name the file", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, "model: [unclosed\n");
+  CHECK_THAT(config_error(path), Catch::Contains("recipe.yaml:") && Catch::Contains("not valid YAML"));
+  CHECK_THAT(config_error(dir.path() + "/absent.yaml"), Catch::Contains("absent.yaml' does not exist"));
+}
+
+TEST_CASE("accumulation steps follow the world size or fail with the numbers", "[config]") {
+  config::TrainConfig t;
+  t.micro_batch_size = 4;
+  t.global_batch_size = 32;
+  CHECK(config::accumulation_steps(t, 1) == 8);
+  CHECK(config::accumulation_steps(t, 4) == 2);
+  CHECK(config::accumulation_steps(t, 8) == 1);
+  CHECK_THROWS_WITH(config::accumulation_steps(t, 3),
+                    Catch::Contains("train.global_batch_size 32 is not divisible by micro_batch_size 4 x 3 ranks = 12"));
+}
+
+TEST_CASE("the resolved config round-trips and refuses tampering", "[config]") {
+  test::TempDir dir;
+  const auto recipe = config::load_recipe(write_recipe(dir, kMinimal), {"train.lr=0.00123"});
+  const std::string resolved = dir.path() + "/config.resolved.json";
+  config::write_resolved_config(recipe, resolved);
+  const auto back = config::read_resolved_config(resolved);
+  CHECK(config::to_canonical_json(back) == config::to_canonical_json(recipe));
+  CHECK(back.train.lr == 0.00123);
+
+  std::string text = read_file(resolved);
+  text.replace(text.find("0.00123"), 7, "0.00124");
+  write_file_atomic(resolved, text);
+  CHECK_THROWS_WITH(config::read_resolved_config(resolved), Catch::Contains("does not match its content"));
+}
+
+TEST_CASE("recipes/README.md documents every key of the schema", "[config]") {
+  const std::string doc = read_file(test::source_dir() + "/recipes/README.md");
+  for (const auto& field : config::recipe_schema()) {
+    INFO(field.path);
+    CHECK_THAT(doc, Catch::Contains("`" + field.path + "`"));
+  }
+}

@@ -1,0 +1,46 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <set>
+
+#include "dstrain/data/global_sampler.h"
+
+using dstrain::data::first_position;
+using dstrain::data::GlobalSampler;
+
+TEST_CASE("each epoch is a permutation of all samples, reproducible from the seed", "[data]") {
+  GlobalSampler a(97, 7), b(97, 7), c(97, 8);
+  for (int64_t epoch = 0; epoch < 3; ++epoch) {
+    std::set<int64_t> seen;
+    for (int64_t i = 0; i < 97; ++i) {
+      const int64_t p = epoch * 97 + i;
+      seen.insert(a.sample_at(p));
+      CHECK(a.sample_at(p) == b.sample_at(p));
+    }
+    CHECK(seen.size() == 97);
+  }
+  bool differs = false;
+  for (int64_t i = 0; i < 97; ++i) differs |= a.sample_at(i) != c.sample_at(i);
+  CHECK(differs);
+  bool epochs_differ = false;
+  for (int64_t i = 0; i < 97; ++i) epochs_differ |= a.sample_at(i) != a.sample_at(97 + i);
+  CHECK(epochs_differ);
+}
+
+TEST_CASE("every world size reads the same global batch", "[data]") {
+  const int64_t global = 16, micro = 2;
+  for (int64_t step : {0, 3}) {
+    std::set<int64_t> reference;
+    for (int64_t p = step * global; p < (step + 1) * global; ++p) reference.insert(p);
+    for (int64_t world : {1, 2, 4, 8}) {
+      const int64_t accum = global / (micro * world);
+      std::multiset<int64_t> read;
+      for (int64_t rank = 0; rank < world; ++rank)
+        for (int64_t m = 0; m < accum; ++m)
+          for (int64_t i = 0; i < micro; ++i) read.insert(first_position(step, global, m, micro, rank, world) + i);
+      INFO("world " << world);
+      CHECK(std::set<int64_t>(read.begin(), read.end()) == reference);
+      CHECK(read.size() == reference.size());  // nothing read twice
+    }
+  }
+}
