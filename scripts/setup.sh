@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 # --- Debian packages --------------------------------------------------------------------------
-DEB_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git bc
+DEB_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
               libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev
               python3 iproute2 procps)
 missing=()
