@@ -5,6 +5,8 @@
 
 #include "commands.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/config/describe.h"
+#include "dstrain/train/engine_support.h"
 #include "dstrain/train/launch_run.h"
 
 namespace dstrain::app {
@@ -30,18 +32,26 @@ void register_train(CLI::App& app, Run& run) {
       "Examples:\n"
       "  dstrain train recipes/demo.yaml\n"
       "  dstrain train recipes/demo.yaml --set train.steps=20 --set run_dir=runs/short\n"
-      "  dstrain train recipes/demo.yaml --nproc-per-node 1 --dry-run");
+      "  dstrain train recipes/demo.yaml --nproc-per-node 1 --dry-run\n"
+      "  dstrain train recipes/deepseek-llm-7b.yaml --dry-run      (a ds_config recipe: see the sources)\n\n"
+      "Precedence: built-in defaults < recipe < ds_config (ds_config: or deepspeed:) < --set.");
   cmd->add_option("recipe", args->recipe, "Recipe YAML file (see recipes/README.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set train.lr=1e-3");
   cmd->add_option("--nproc-per-node", args->nproc, "Worker processes on this node (overrides launch.nproc_per_node)")->check(CLI::Range(1, 1024));
-  cmd->add_flag("--dry-run", args->dry_run, "Validate the recipe, print the plan, and exit without starting workers");
+  cmd->add_flag("--dry-run", args->dry_run,
+                "Validate, then print every resolved key with its source (default, recipe file:line:col, ds_config, --set)\n"
+                "and the derived numbers (batch per stage, tokens, parameters, per-rank memory); start nothing");
   cmd->callback([args, &run] {
     run = [args] {
       auto overrides = args->overrides;
       if (args->nproc > 0) overrides.push_back("launch.nproc_per_node=" + std::to_string(args->nproc));
       const config::Recipe recipe = config::load_recipe(args->recipe, overrides);
       if (args->dry_run) {
-        std::printf("%s\nrecipe is valid; --dry-run: no worker started\n", train::describe_plan(recipe).c_str());
+        std::string out = config::describe_resolved(recipe);
+        for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
+        for (const auto& m : train::unsupported_by_engine(recipe)) out += "not runnable yet: " + m + "\n";
+        out += "the configuration is valid; --dry-run: no worker started, nothing written\n";
+        std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
       return train::launch_run(recipe, {self_executable(), false});

@@ -58,12 +58,13 @@ int main(int argc, char** argv) {
   dstrain::app::register_check_env(app, run);
   dstrain::app::register_inspect_ckpt(app, run);
   dstrain::app::register_worker(app, run);
+  dstrain::app::register_schema(app, run);
 
   // CLI11 would call an unknown word "extra arguments"; name it as what the user meant.
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); })) names.push_back(sub->get_name());
-    if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker") {
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker" && std::string(argv[1]) != "schema") {
       print_error("usage error", fmt::format("unknown command '{}'; the commands are {}", argv[1], fmt::join(names, ", ")),
                   "see `dstrain --help`");
       return dstrain::exit_status::kUsage;

@@ -29,22 +29,39 @@ expect_out "missing.yaml"
 ok "unknown commands, flags and missing arguments exit 2 with a message"
 
 expect_status 0 "$DSTRAIN" train "$demo_recipe" --dry-run --set run_dir=dry
-expect_out "batch: global 16 = micro 8 x 2 ranks x 1 accumulation"
+expect_out "global batch            16 samples = 2048 tokens per step"
+expect_out "optimizer.lr"
+expect_out "demo.yaml:29:7"
+expect_out "run_dir                                         $WORK/dry"
+expect_out "--set"
 expect_out "no worker started"
 [ ! -e dry ] || fail "--dry-run created the run directory"
-ok "--dry-run validates and prints the plan without writing anything"
+ok "--dry-run prints every key with its source and the derived numbers, and writes nothing"
 
-printf 'run_dir: r\ndata: {path: %s/recipes/data/demo_corpus.txt}\ntrain:\n  stepz: 3\n  lr: high\nmodel:\n  num_heads: 5\n' "$SRC" > bad.yaml
+for recipe in "$SRC"/recipes/*.yaml; do
+  expect_status 0 "$DSTRAIN" train "$recipe" --dry-run
+  expect_out "the configuration is valid"
+done
+ok "--dry-run succeeds on every recipe in recipes/"
+
+expect_status 2 "$DSTRAIN" train "$SRC/recipes/deepseek-llm-7b.yaml" --set run_dir=big
+expect_out "the training engine cannot run 3 of its settings yet"
+expect_out "zero.stage ($SRC/recipes/ds_config/zero2_bf16.json:13:5)"
+[ ! -e big ] || fail "a refused run created its run directory"
+ok "settings the engine cannot run yet are refused before anything starts"
+
+printf 'run_dir: r\ndata: {path: %s/recipes/data/demo_corpus.txt}\ntrain:\n  stepz: 3\n  micro_batch_size: 2\noptimizer:\n  lr: high\nmodel:\n  num_heads: 0\n' "$SRC" > bad.yaml
 expect_status 2 "$DSTRAIN" train bad.yaml
 expect_out "3 problems"
 expect_out "bad.yaml:4:3: train.stepz: unknown key (did you mean 'steps'?)"
-expect_out "bad.yaml:5:7: train.lr: expected a number, found 'high'"
-expect_out "model.num_heads: 5 does not divide model.hidden_size 64"
+expect_out "bad.yaml:7:7: optimizer.lr: expected a number, found string 'high'"
+expect_out "bad.yaml:9:14: model.num_heads: 0 is out of range [1, 1024]"
 [ ! -e r ] || fail "a rejected recipe created its run directory"
 ok "a recipe with three mistakes prints three errors, exits 2 and writes nothing"
 
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set train.global_batch_size=24 --nproc-per-node 2 --dry-run
-expect_out "train.global_batch_size 24 is not divisible by micro_batch_size 8 x 2 ranks = 16"
+expect_out "train_batch_size 24 != micro 8 x accumulation 1 x 2 ranks = 16"
+expect_out "use 16 or 32"
 ok "an uneven batch split is refused with the numbers"
 
 expect_status 0 "$DSTRAIN" check-env

@@ -73,7 +73,9 @@ std::vector<TensorData> tensors_from(const nlohmann::json& m) {
   return out;
 }
 
-void remove_old(const std::string& root, int64_t keep_last) {
+int64_t step_of(const fs::path& dir) { return std::stoll(dir.filename().string().substr(5)); }
+
+void remove_old(const std::string& root, Retention retention) {
   std::vector<fs::path> committed;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
@@ -82,15 +84,16 @@ void remove_old(const std::string& root, int64_t keep_last) {
     else if (fs::exists(e.path() / kCommitted)) committed.push_back(e.path());
   }
   std::sort(committed.begin(), committed.end());
-  if (keep_last <= 0 || static_cast<int64_t>(committed.size()) <= keep_last) return;
-  for (size_t i = 0; i + static_cast<size_t>(keep_last) < committed.size(); ++i) fs::remove_all(committed[i]);
+  if (retention.keep_last <= 0 || static_cast<int64_t>(committed.size()) <= retention.keep_last) return;
+  for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < committed.size(); ++i)
+    if (retention.keep_every <= 0 || step_of(committed[i]) % retention.keep_every != 0) fs::remove_all(committed[i]);
 }
 
 }  // namespace
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
-std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, int64_t keep_last) {
+std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, Retention retention) {
   fs::create_directories(root);
   const std::string name = step_dir_name(state.step);
   const fs::path final_dir = fs::path(root) / name;
@@ -123,7 +126,7 @@ std::string save_checkpoint(const std::string& root, const TrainState& state, co
   rename_atomic(tmp_dir.string(), final_dir.string());
   write_file_atomic((final_dir / kCommitted).string(), fmt::format("step {}\n", state.step));
   write_file_atomic((fs::path(root) / "latest").string(), name + "\n");
-  remove_old(root, keep_last);
+  remove_old(root, retention);
   return final_dir.string();
 }
 

@@ -44,10 +44,15 @@ struct Checkpoint {
   std::vector<TensorData> tensors;
 };
 
+struct Retention {
+  int64_t keep_last = 0;   // keep the newest N committed checkpoints; 0 keeps all
+  int64_t keep_every = 0;  // also keep those whose step is a multiple of this; 0: none
+};
+
 std::string step_dir_name(int64_t step);
-// Writes and commits a checkpoint under `root`, moves `latest`, then deletes all but the newest
-// `keep_last` committed checkpoints (0 keeps all). Returns the new directory.
-std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, int64_t keep_last);
+// Writes and commits a checkpoint under `root`, moves `latest`, then deletes the committed
+// checkpoints that `retention` does not keep. Returns the new directory.
+std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, Retention retention);
 // The directory `latest` names, if it exists and is committed.
 std::optional<std::string> latest_checkpoint(const std::string& root);
 // Reads a committed checkpoint and verifies every checksum; throws Error{kCheckpoint} naming the

@@ -32,17 +32,4 @@ struct Endpoint {
 // Joins the launcher's store and builds a Gloo group over it.
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& endpoint, int rank, int world_size);
 
-// The rendezvous store, hosted by the launcher of node 0 for the lifetime of the run.
-class StoreServer {
- public:
-  // port 0 picks a free port; port() tells which.
-  StoreServer(const std::string& host, int port, const std::string& run_id, std::chrono::milliseconds timeout);
-  ~StoreServer();
-  int port() const;
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-};
-
 }  // namespace dstrain::comm

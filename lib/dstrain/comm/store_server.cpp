@@ -1,7 +1,7 @@
 // The launcher's side of the rendezvous: a c10d TCPStore server.
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_server.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::comm {

@@ -1,7 +1,10 @@
 #pragma once
-// The validated, immutable description of a training run. Built once by load_recipe() (launcher)
-// or read_resolved_config() (workers); every module then takes only its own section.
+// The validated, immutable description of a training run. Built once by load_recipe() (the
+// launcher) from recipe YAML + ds_config JSON + --set overrides, or read back from
+// run_dir/config.resolved.json by read_resolved_config() (workers). Every module takes only its
+// own section; only train/ sees the whole.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -9,6 +12,7 @@ namespace dstrain::config {
 
 struct ModelConfig {
   std::string family = "dense";  // LLaMA-style DeepSeek dense model
+  std::string hf_config;         // a Hugging Face config.json to take the sizes from ("" = none)
   int64_t vocab_size = 256;
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
@@ -24,61 +28,134 @@ struct DataConfig {
   std::string path;              // absolute after loading (relative paths are to the recipe file)
   std::string format = "bytes";  // one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
+  int64_t seed = -1;                  // data order seed; -1: the run's seed
+  std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
 };
 
-struct TrainConfig {
-  int64_t steps = 100;
-  int64_t micro_batch_size = 8;    // samples per rank per micro-step
-  int64_t global_batch_size = 16;  // samples per optimizer step, over all ranks
+struct OptimizerConfig {
+  std::string type = "adamw";  // adamw (decoupled decay) or adam (L2 decay added to the gradient)
   double lr = 3e-3;
-  double min_lr_ratio = 0.1;
-  int64_t warmup_steps = 10;
-  double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;  // 0 disables clipping
+  double weight_decay = 0.1;
+};
+
+struct ScheduleConfig {
+  // warmup_cosine: linear warmup (step+1)/warmup, cosine to lr*min_lr_ratio at the last step.
+  // ds_warmup_cosine, ds_warmup, ds_warmup_decay: DeepSpeed's WarmupCosineLR, WarmupLR and
+  // WarmupDecayLR, formula for formula. constant: lr throughout.
+  std::string type = "warmup_cosine";
+  int64_t warmup_steps = 10;
+  std::string warmup_type = "linear";  // linear or log (ds_* types)
+  double warmup_min_ratio = 0.0;       // warmup starts at lr*warmup_min_ratio (ds_* types)
+  double min_lr_ratio = 0.1;           // where cosine / decay ends
+};
+
+struct AccumulationStage {
+  int64_t until_step = 0;  // this stage covers steps < until_step; 0: to the end
+  int64_t steps = 1;       // gradient accumulation steps in the stage
+};
+
+struct TrainConfig {
+  int64_t steps = 0;   // optimizer steps; 0: derived from tokens
+  int64_t tokens = 0;  // training length in tokens; 0: given as steps
+  // DeepSpeed's batch triple; 0 = not given, inferred as DeepSpeed infers it.
+  int64_t micro_batch_size = 0;             // train_micro_batch_size_per_gpu
+  int64_t global_batch_size = 0;            // train_batch_size
+  int64_t gradient_accumulation_steps = 0;  // gradient_accumulation_steps
+  std::vector<AccumulationStage> accumulation;  // staged accumulation; empty: one stage
+  double grad_clip = 1.0;                       // gradient_clipping; 0 disables
+};
+
+struct PrecisionConfig {
+  std::string dtype = "fp32";  // fp32, bf16 or fp16
+  // fp16 dynamic loss scaling, DeepSpeed's fp16 section.
+  double loss_scale = 0.0;  // 0: dynamic
+  int64_t initial_scale_power = 16;
+  int64_t loss_scale_window = 1000;
+  int64_t hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  int64_t min_loss_scale = 1;
+};
+
+struct ZeroConfig {
+  int64_t stage = 0;
+  int64_t reduce_bucket_size = 500000000;     // elements
+  int64_t allgather_bucket_size = 500000000;  // elements
+  bool overlap_comm = false;                  // DeepSpeed: true iff stage 3 when not given
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  std::string offload_optimizer = "none";  // none or cpu
+  std::string offload_param = "none";      // none or cpu (stage 3)
+  int64_t stage3_prefetch_bucket_size = 50000000;
+  int64_t stage3_param_persistence_threshold = 100000;
+  int64_t stage3_max_live_parameters = 1000000000;
+  int64_t stage3_max_reuse_distance = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  int64_t sub_group_size = 1000000000;
 };
 
 struct CheckpointConfig {
-  int64_t interval_steps = 0;  // 0: only at the end
-  int64_t keep_last = 2;       // 0 keeps all
+  std::string dir;              // "" = run_dir/ckpt
+  int64_t interval_steps = 0;   // 0: no step-based saves (the end is always saved)
+  double interval_minutes = 0;  // 0: no time-based saves
+  int64_t keep_last = 2;        // 0 keeps all
+  int64_t keep_every = 0;       // also keep every checkpoint whose step is a multiple; 0: none
+  bool async = false;
 };
 
 struct LoggingConfig {
-  int64_t steps_per_print = 10;
+  int64_t steps_per_print = 10;                         // 0: never
+  std::vector<std::string> sinks = {"console", "jsonl"};  // console, jsonl, csv, tensorboard
 };
 
 struct LaunchConfig {
   int64_t nproc_per_node = 1;
+  int64_t nnodes = 1;
+  int64_t node_rank = 0;
   int64_t threads_per_worker = 0;  // 0: the node's cores divided among its workers
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;  // 0: pick a free port
+  int64_t max_restarts = 0;
   int64_t timeout_s = 300;  // rendezvous and collective timeout
 };
 
 struct Recipe {
-  std::string source_path;  // the recipe file it came from
-  std::string run_dir;      // absolute
+  std::string source_path;     // the recipe file it came from
+  std::string ds_config_path;  // absolute; "" when none (or inline `deepspeed:`)
+  std::string run_dir;         // absolute
   uint64_t seed = 1234;
   ModelConfig model;
   DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
   TrainConfig train;
+  PrecisionConfig precision;
+  ZeroConfig zero;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   LaunchConfig launch;
+  // Where each value came from, by key path: "default", "recipe.yaml:12:3",
+  // "ds_config.json:4:5", "--set", or a derivation ("derived: train_batch_size / ...").
+  std::map<std::string, std::string> sources;
+  std::vector<std::string> warnings;  // printed by the launcher; not part of the hash
+
+  int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
 };
 
-// Reads and validates a recipe YAML file. `overrides` are "key.path=value" strings (--set),
-// applied on top of the file. Every problem is collected; one Error{kConfig} lists them all.
+// Reads and validates a recipe. `overrides` are "key.path=value" strings (--set), applied last.
+// Every problem is collected; one Error{kConfig} lists them all, each with file:line:column.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// Gradient accumulation steps for a data-parallel world size; throws Error{kConfig} when the
-// global batch does not split into micro-batches evenly.
-int64_t accumulation_steps(const TrainConfig& train, int64_t world_size);
+// The accumulation steps at optimizer step `step` (0-based), and the global batch then.
+int64_t accumulation_at(const Recipe& recipe, int64_t step);
+int64_t global_batch_at(const Recipe& recipe, int64_t step);
+// Samples consumed by steps [0, step): the global data cursor before `step`.
+int64_t samples_before(const Recipe& recipe, int64_t step);
 
-// Canonical JSON of the whole recipe (sorted keys) and its hash, as written to
-// run_dir/config.resolved.json. Workers read only that file.
+// Canonical JSON of the config values (sorted keys, no sources) and its hash, as written to
+// run_dir/config.resolved.json together with the sources. Workers read only that file.
 std::string to_canonical_json(const Recipe& recipe);
 std::string config_hash(const Recipe& recipe);
 void write_resolved_config(const Recipe& recipe, const std::string& path);

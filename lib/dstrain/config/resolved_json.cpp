@@ -8,13 +8,20 @@
 #include "dstrain/core/error.h"
 
 namespace dstrain::config {
+
+void to_json(nlohmann::json& j, const AccumulationStage& s) { j = {{"until_step", s.until_step}, {"steps", s.steps}}; }
+void from_json(const nlohmann::json& j, AccumulationStage& s) {
+  j.at("until_step").get_to(s.until_step);
+  j.at("steps").get_to(s.steps);
+}
+
 namespace {
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
-nlohmann::json recipe_json(const Recipe& recipe) {
+nlohmann::json values_json(const Recipe& recipe) {
   nlohmann::json j = nlohmann::json::object();  // std::map keys: sorted, hence canonical
-  Recipe& r = const_cast<Recipe&>(recipe);      // targets are only read here
+  Recipe r = recipe;                            // the schema's targets are mutable pointers
   for (const auto& f : recipe_schema()) {
     nlohmann::json* slot = &j;
     const auto dot = f.path.find('.');
@@ -34,15 +41,16 @@ uint64_t fnv1a64(const std::string& s) {
 
 }  // namespace
 
-std::string to_canonical_json(const Recipe& recipe) { return recipe_json(recipe).dump(); }
+std::string to_canonical_json(const Recipe& recipe) { return values_json(recipe).dump(); }
 
 std::string config_hash(const Recipe& recipe) { return fmt::format("{:016x}", fnv1a64(to_canonical_json(recipe))); }
 
 void write_resolved_config(const Recipe& recipe, const std::string& path) {
   nlohmann::json doc;
   doc["format_version"] = kFormatVersion;
-  doc["config"] = recipe_json(recipe);
+  doc["config"] = values_json(recipe);
   doc["config_hash"] = config_hash(recipe);
+  doc["sources"] = recipe.sources;
   write_file_atomic(path, doc.dump(2) + "\n");
 }
 
@@ -55,8 +63,8 @@ Recipe read_resolved_config(const std::string& path) {
     throw Error(ErrorCode::kConfig, fmt::format("{}: not valid JSON: {}", path, e.what()),
                 "this file is written by the launcher; start the run again with `dstrain train`");
   }
-  if (doc.value("format_version", 0) != kFormatVersion)
-    throw Error(ErrorCode::kConfig, fmt::format("{}: format_version {} is not {}", path, doc.value("format_version", 0), kFormatVersion),
+  if (!doc.is_object() || doc.value("format_version", 0) != kFormatVersion)
+    throw Error(ErrorCode::kConfig, fmt::format("{}: format_version {} is not {}", path, doc.is_object() ? doc.value("format_version", 0) : 0, kFormatVersion),
                 "it was written by another dstrain version; use the same dstrain binary for launcher and workers");
   Recipe recipe;
   try {
@@ -67,6 +75,7 @@ Recipe read_resolved_config(const std::string& path) {
       std::visit([&](auto* p) { value.get_to(*p); }, f.target(recipe));
     }
     recipe.source_path = c.at("source_path").get<std::string>();
+    if (doc.contains("sources")) doc.at("sources").get_to(recipe.sources);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kConfig, fmt::format("{}: missing or mistyped entry: {}", path, e.what()),
                 "this file is written by the launcher; do not edit it, start the run again instead");

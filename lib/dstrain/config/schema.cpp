@@ -1,5 +1,9 @@
 #include "dstrain/config/schema.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <limits>
 
 namespace dstrain::config {
@@ -13,8 +17,11 @@ constexpr double kMaxInt = 9.0e15;  // exactly representable in a double
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = {
       {"run_dir", 0, 0, {}, "Run directory (relative to the current directory): config, logs, metrics, checkpoints.", DS_FIELD(run_dir)},
-      {"seed", 0, kMaxInt, {}, "Seed for weight init and data order.", DS_FIELD(seed)},
+      {"seed", 0, kMaxInt, {}, "Seed for weight init (and data order unless data.seed is set).", DS_FIELD(seed)},
+      {"ds_config", 0, 0, {}, "A DeepSpeed ds_config.json (relative to the recipe file).", DS_FIELD(ds_config_path)},
+
       {"model.family", 0, 0, {"dense"}, "Model family: dense (LLaMA-style DeepSeek).", DS_FIELD(model.family)},
+      {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
       {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
       {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
       {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},
@@ -24,27 +31,74 @@ const std::vector<Field>& recipe_schema() {
       {"model.rope_theta", 1, kInf, {}, "RoPE base.", DS_FIELD(model.rope_theta)},
       {"model.rms_norm_eps", 0, 1, {}, "RMSNorm epsilon.", DS_FIELD(model.rms_norm_eps)},
       {"model.init_std", 0, 1, {}, "Std of the normal weight init.", DS_FIELD(model.init_std)},
+
       {"data.path", 0, 0, {}, "Training data file (relative to the recipe file).", DS_FIELD(data.path)},
       {"data.format", 0, 0, {"bytes"}, "bytes: one token per byte (vocab 256).", DS_FIELD(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
-      {"train.steps", 1, kMaxInt, {}, "Optimizer steps.", DS_FIELD(train.steps)},
-      {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step.", DS_FIELD(train.micro_batch_size)},
-      {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (= micro x ranks x accumulation).", DS_FIELD(train.global_batch_size)},
-      {"train.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(train.lr)},
-      {"train.min_lr_ratio", 0, 1, {}, "Cosine decay ends at lr x min_lr_ratio.", DS_FIELD(train.min_lr_ratio)},
-      {"train.warmup_steps", 0, kMaxInt, {}, "Linear warmup steps.", DS_FIELD(train.warmup_steps)},
-      {"train.weight_decay", 0, kInf, {}, "AdamW decoupled weight decay.", DS_FIELD(train.weight_decay)},
-      {"train.beta1", 0, 1, {}, "AdamW beta1.", DS_FIELD(train.beta1)},
-      {"train.beta2", 0, 1, {}, "AdamW beta2.", DS_FIELD(train.beta2)},
-      {"train.eps", 0, 1, {}, "AdamW epsilon.", DS_FIELD(train.eps)},
-      {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this; 0 disables.", DS_FIELD(train.grad_clip)},
-      {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: only at the end).", DS_FIELD(checkpoint.interval_steps)},
+      {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
+      {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch (faster ranks get more); empty: equal.", DS_FIELD(data.shard_weights)},
+
+      {"optimizer.type", 0, 0, {"adamw", "adam"}, "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_FIELD(optimizer.type)},
+      {"optimizer.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(optimizer.lr)},
+      {"optimizer.beta1", 0, 1, {}, "Adam beta1.", DS_FIELD(optimizer.beta1)},
+      {"optimizer.beta2", 0, 1, {}, "Adam beta2.", DS_FIELD(optimizer.beta2)},
+      {"optimizer.eps", 0, 1, {}, "Adam epsilon.", DS_FIELD(optimizer.eps)},
+      {"optimizer.weight_decay", 0, kInf, {}, "Weight decay.", DS_FIELD(optimizer.weight_decay)},
+
+      {"schedule.type", 0, 0, {"warmup_cosine", "ds_warmup_cosine", "ds_warmup", "ds_warmup_decay", "constant"}, "LR schedule.", DS_FIELD(schedule.type)},
+      {"schedule.warmup_steps", 0, kMaxInt, {}, "Warmup steps.", DS_FIELD(schedule.warmup_steps)},
+      {"schedule.warmup_type", 0, 0, {"linear", "log"}, "Warmup shape of the ds_* schedules.", DS_FIELD(schedule.warmup_type)},
+      {"schedule.warmup_min_ratio", 0, 1, {}, "Warmup starts at lr x this (ds_* schedules).", DS_FIELD(schedule.warmup_min_ratio)},
+      {"schedule.min_lr_ratio", 0, 1, {}, "Cosine / linear decay ends at lr x this.", DS_FIELD(schedule.min_lr_ratio)},
+
+      {"train.steps", 0, kMaxInt, {}, "Optimizer steps (set this or train.tokens).", DS_FIELD(train.steps)},
+      {"train.tokens", 0, kMaxInt, {}, "Training length in tokens (set this or train.steps).", DS_FIELD(train.tokens)},
+      {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
+      {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
+      {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},
+      {"train.accumulation", 1, kMaxInt, {}, "Staged accumulation: [{until_step: N, steps: A}, ..., {steps: C}].", DS_FIELD(train.accumulation)},
+      {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
+
+      {"precision.dtype", 0, 0, {"fp32", "bf16", "fp16"}, "Training precision.", DS_FIELD(precision.dtype)},
+      {"precision.loss_scale", 0, kInf, {}, "fp16: static loss scale; 0 = dynamic.", DS_FIELD(precision.loss_scale)},
+      {"precision.initial_scale_power", 0, 64, {}, "fp16: dynamic scaling starts at 2^this.", DS_FIELD(precision.initial_scale_power)},
+      {"precision.loss_scale_window", 1, kMaxInt, {}, "fp16: clean steps before the scale doubles.", DS_FIELD(precision.loss_scale_window)},
+      {"precision.hysteresis", 1, kMaxInt, {}, "fp16: overflows tolerated before the scale halves.", DS_FIELD(precision.hysteresis)},
+      {"precision.consecutive_hysteresis", 0, 0, {}, "fp16: refill hysteresis after every clean step.", DS_FIELD(precision.consecutive_hysteresis)},
+      {"precision.min_loss_scale", 1, kMaxInt, {}, "fp16: the scale never drops below this.", DS_FIELD(precision.min_loss_scale)},
+
+      {"zero.stage", 0, 3, {}, "ZeRO stage 0-3.", DS_FIELD(zero.stage)},
+      {"zero.reduce_bucket_size", 0, kMaxInt, {}, "Elements per gradient-reduction bucket.", DS_FIELD(zero.reduce_bucket_size)},
+      {"zero.allgather_bucket_size", 0, kMaxInt, {}, "Elements per parameter all-gather bucket.", DS_FIELD(zero.allgather_bucket_size)},
+      {"zero.overlap_comm", 0, 0, {}, "Overlap gradient reduction with backward.", DS_FIELD(zero.overlap_comm)},
+      {"zero.contiguous_gradients", 0, 0, {}, "Copy gradients into a contiguous buffer as produced.", DS_FIELD(zero.contiguous_gradients)},
+      {"zero.reduce_scatter", 0, 0, {}, "Reduce-scatter (vs all-reduce) gradients.", DS_FIELD(zero.reduce_scatter)},
+      {"zero.offload_optimizer", 0, 0, {"none", "cpu"}, "Where optimizer states live.", DS_FIELD(zero.offload_optimizer)},
+      {"zero.offload_param", 0, 0, {"none", "cpu"}, "Where stage-3 parameters live.", DS_FIELD(zero.offload_param)},
+      {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
+      {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
+      {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "Stage 3: cap on gathered elements.", DS_FIELD(zero.stage3_max_live_parameters)},
+      {"zero.stage3_max_reuse_distance", 0, kMaxInt, {}, "Stage 3: keep a param reused within this many elements.", DS_FIELD(zero.stage3_max_reuse_distance)},
+      {"zero.stage3_gather_16bit_weights_on_model_save", 0, 0, {}, "Stage 3: consolidate 16-bit weights on save.", DS_FIELD(zero.stage3_gather_16bit_weights_on_model_save)},
+      {"zero.sub_group_size", 0, kMaxInt, {}, "Optimizer-step tile (elements).", DS_FIELD(zero.sub_group_size)},
+
+      {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
+      {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: off; the end is always saved).", DS_FIELD(checkpoint.interval_steps)},
+      {"checkpoint.interval_minutes", 0, kInf, {}, "Checkpoint every N minutes of training (0: off).", DS_FIELD(checkpoint.interval_minutes)},
       {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
-      {"logging.steps_per_print", 1, kMaxInt, {}, "Print a metrics line every N steps.", DS_FIELD(logging.steps_per_print)},
-      {"launch.nproc_per_node", 1, 1024, {}, "Worker processes on this node.", DS_FIELD(launch.nproc_per_node)},
+      {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
+      {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
+
+      {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
+      {"logging.sinks", 0, 0, {"console", "jsonl", "csv", "tensorboard"}, "Where metrics go.", DS_FIELD(logging.sinks)},
+
+      {"launch.nproc_per_node", 1, 1024, {}, "Worker processes per node.", DS_FIELD(launch.nproc_per_node)},
+      {"launch.nnodes", 1, 65536, {}, "Number of nodes.", DS_FIELD(launch.nnodes)},
+      {"launch.node_rank", 0, 65535, {}, "This node's index.", DS_FIELD(launch.node_rank)},
       {"launch.threads_per_worker", 0, 1024, {}, "Intra-op threads per worker (0: cores / workers).", DS_FIELD(launch.threads_per_worker)},
       {"launch.master_addr", 0, 0, {}, "Address of the rendezvous store.", DS_FIELD(launch.master_addr)},
       {"launch.master_port", 0, 65535, {}, "Port of the rendezvous store (0: pick a free one).", DS_FIELD(launch.master_port)},
+      {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},
       {"launch.timeout_s", 1, 86400, {}, "Rendezvous and collective timeout in seconds.", DS_FIELD(launch.timeout_s)},
   };
   return fields;
@@ -52,8 +106,76 @@ const std::vector<Field>& recipe_schema() {
 
 #undef DS_FIELD
 
-std::vector<std::string> recipe_sections() {
-  return {"model", "data", "train", "checkpoint", "logging", "launch"};
+const Field* find_field(const std::string& path) {
+  for (const auto& f : recipe_schema())
+    if (f.path == path) return &f;
+  return nullptr;
+}
+
+const std::vector<std::string>& recipe_sections() {
+  static const std::vector<std::string> sections = {"model",     "data", "optimizer",  "schedule", "train",
+                                                    "precision", "zero", "checkpoint", "logging",  "launch"};
+  return sections;
+}
+
+std::vector<std::string> keys_under(const std::string& section) {
+  std::vector<std::string> keys;
+  for (const auto& f : recipe_schema()) {
+    const auto dot = f.path.find('.');
+    if (section.empty() && dot == std::string::npos) keys.push_back(f.path);
+    if (!section.empty() && dot != std::string::npos && f.path.compare(0, dot, section) == 0 && dot == section.size())
+      keys.push_back(f.path.substr(dot + 1));
+  }
+  if (section.empty()) {
+    keys.insert(keys.end(), recipe_sections().begin(), recipe_sections().end());
+    keys.push_back("deepspeed");
+  }
+  return keys;
+}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_d = std::max<size_t>(3, key.size() / 4);  // close matches only
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(key, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
+}
+
+std::string value_text(const Field& field, Recipe& recipe) {
+  struct Visitor {
+    std::string operator()(int64_t* v) const { return std::to_string(*v); }
+    std::string operator()(uint64_t* v) const { return std::to_string(*v); }
+    std::string operator()(double* v) const { return fmt::format("{:g}", *v); }
+    std::string operator()(bool* v) const { return *v ? "true" : "false"; }
+    std::string operator()(std::string* v) const { return v->empty() ? "\"\"" : *v; }
+    std::string operator()(std::vector<double>* v) const { return fmt::format("[{:g}]", fmt::join(*v, ", ")); }
+    std::string operator()(std::vector<std::string>* v) const { return fmt::format("[{}]", fmt::join(*v, ", ")); }
+    std::string operator()(std::vector<AccumulationStage>* v) const {
+      std::vector<std::string> parts;
+      for (const auto& s : *v) parts.push_back(s.until_step ? fmt::format("{{until_step: {}, steps: {}}}", s.until_step, s.steps) : fmt::format("{{steps: {}}}", s.steps));
+      return fmt::format("[{}]", fmt::join(parts, ", "));
+    }
+  };
+  return std::visit(Visitor{}, field.target(recipe));
 }
 
 }  // namespace dstrain::config

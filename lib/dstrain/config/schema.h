@@ -1,6 +1,6 @@
 #pragma once
-// The recipe schema as data: one row per key. The YAML reader, the canonical JSON writer and
-// reader, and the generated documentation all walk this one table.
+// The recipe schema as data: one row per key. The YAML reader, the --set overrides, the canonical
+// JSON writer and reader, --dry-run and recipes/README.md (checked by a test) all use this table.
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -10,19 +10,28 @@
 
 namespace dstrain::config {
 
-using FieldTarget = std::variant<int64_t*, uint64_t*, double*, std::string*>;
+using FieldTarget = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<double>*,
+                                 std::vector<std::string>*, std::vector<AccumulationStage>*>;
 
 struct Field {
   std::string path;  // "train.steps"; top-level keys have no dot
-  double min;        // inclusive bounds for numbers
+  double min;        // inclusive bounds for numbers (and list elements)
   double max;
-  std::vector<std::string> choices;  // allowed values for strings; empty: any
+  std::vector<std::string> choices;  // allowed values for strings (and string lists); empty: any
   std::string help;
   FieldTarget (*target)(Recipe&);
 };
 
 const std::vector<Field>& recipe_schema();
+const Field* find_field(const std::string& path);
 // The sections that group fields ("model", "data", ...).
-std::vector<std::string> recipe_sections();
+const std::vector<std::string>& recipe_sections();
+// Keys allowed at the top level or under `section`, for "did you mean" suggestions.
+std::vector<std::string> keys_under(const std::string& section);
+// The closest candidate within a small edit distance, as " (did you mean 'x'?)", or "".
+std::string did_you_mean(const std::string& key, const std::vector<std::string>& candidates);
+
+// A value as text for --dry-run and messages: 3e-4, true, [0.9, 0.95], "cpu".
+std::string value_text(const Field& field, Recipe& recipe);
 
 }  // namespace dstrain::config

@@ -35,8 +35,8 @@ int64_t GlobalSampler::sample_at(int64_t position) {
   return permutation_[static_cast<size_t>(position % num_samples_)];
 }
 
-int64_t first_position(int64_t step, int64_t global_batch, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world) {
-  return step * global_batch + (micro_step * world + rank) * micro_batch;
+int64_t first_position(int64_t batch_start, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world) {
+  return batch_start + (micro_step * world + rank) * micro_batch;
 }
 
 }  // namespace dstrain::data

@@ -22,9 +22,10 @@ class GlobalSampler {
   std::vector<int64_t> permutation_;
 };
 
-// The global positions that rank `rank` reads in micro-step `micro` of optimizer step `step`:
-// the step's global batch is [step*global, (step+1)*global), cut into micro-batches of
-// `micro_batch` samples, dealt out rank-major within each micro-step.
-int64_t first_position(int64_t step, int64_t global_batch, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world);
+// The first global position that rank `rank` reads in micro-step `micro_step` of an optimizer
+// step whose global batch starts at position `batch_start` (the samples consumed before it):
+// the batch is cut into micro-batches of `micro_batch` samples, dealt out rank-major within
+// each micro-step.
+int64_t first_position(int64_t batch_start, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world);
 
 }  // namespace dstrain::data

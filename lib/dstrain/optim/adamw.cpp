@@ -21,12 +21,13 @@ void AdamW::step(double lr) {
   const double bias2 = 1.0 - std::pow(config_.beta2, static_cast<double>(steps_));
   for (size_t i = 0; i < params_.size(); ++i) {
     at::Tensor p = params_[i].tensor;
-    const at::Tensor g = p.grad();
+    at::Tensor g = p.grad();
     if (!g.defined()) continue;
+    if (!config_.decoupled && config_.weight_decay != 0) g = g.add(p, config_.weight_decay);
     at::Tensor m = exp_avg_[i].tensor, v = exp_avg_sq_[i].tensor;
     m.mul_(config_.beta1).add_(g, 1.0 - config_.beta1);
     v.mul_(config_.beta2).addcmul_(g, g, 1.0 - config_.beta2);
-    p.mul_(1.0 - lr * config_.weight_decay);
+    if (config_.decoupled) p.mul_(1.0 - lr * config_.weight_decay);
     const at::Tensor denom = (v / bias2).sqrt_().add_(config_.eps);
     p.addcdiv_(m, denom, -lr / bias1);
   }

@@ -1,5 +1,5 @@
 #pragma once
-// AdamW (decoupled weight decay, bias-corrected), over a list of fp32 parameters. Its state is
+// AdamW (decoupled weight decay, bias-corrected), or Adam with L2 decay,, over a list of fp32 parameters. Its state is
 // plain named tensors so that checkpoints store it like any other tensor.
 #include <cstdint>
 
@@ -9,6 +9,7 @@ namespace dstrain::optim {
 
 struct AdamWConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.0;
+  bool decoupled = true;  // AdamW; false: Adam with L2 decay added to the gradient
 };
 
 class AdamW {

@@ -2,17 +2,68 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 namespace dstrain::sched {
+namespace {
 
-double lr_at(const WarmupCosine& s, int64_t step) {
-  if (s.warmup_steps > 0 && step < s.warmup_steps)
-    return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
-  const int64_t decay_steps = s.total_steps - s.warmup_steps;
-  if (decay_steps <= 0) return s.peak_lr;
-  const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay_steps));
-  const double cosine = 0.5 * (1.0 + std::cos(M_PI * progress));
-  return s.peak_lr * (s.min_lr_ratio + (1.0 - s.min_lr_ratio) * cosine);
+// DeepSpeed's warmup fraction for iteration `it` of N warmup steps.
+double ds_warmup_fraction(const Schedule& s, int64_t it, double n) {
+  const double x = static_cast<double>(it);
+  return s.log_warmup ? std::log(x + 1) / std::log(n) : x / n;
+}
+
+}  // namespace
+
+ScheduleType schedule_type_from_name(const std::string& name) {
+  if (name == "warmup_cosine") return ScheduleType::kWarmupCosine;
+  if (name == "ds_warmup_cosine") return ScheduleType::kDsWarmupCosine;
+  if (name == "ds_warmup") return ScheduleType::kDsWarmup;
+  if (name == "ds_warmup_decay") return ScheduleType::kDsWarmupDecay;
+  if (name == "constant") return ScheduleType::kConstant;
+  throw std::invalid_argument("unknown LR schedule '" + name + "'");
+}
+
+double lr_at(const Schedule& s, int64_t step) {
+  switch (s.type) {
+    case ScheduleType::kConstant: return s.peak_lr;
+    case ScheduleType::kWarmupCosine: {
+      if (s.warmup_steps > 0 && step < s.warmup_steps) {
+        const double w = static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+        return s.peak_lr * (s.warmup_min_ratio + (1.0 - s.warmup_min_ratio) * w);
+      }
+      const int64_t decay_steps = s.total_steps - s.warmup_steps;
+      if (decay_steps <= 0) return s.peak_lr;
+      const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay_steps));
+      return s.peak_lr * (s.min_ratio + (1.0 - s.min_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+    }
+    case ScheduleType::kDsWarmup:
+    case ScheduleType::kDsWarmupDecay: {
+      const int64_t it = step - 1;
+      const double min_lr = s.peak_lr * s.warmup_min_ratio;
+      if (it < 0) return min_lr;
+      const double n = std::max<double>(2.0, static_cast<double>(s.warmup_steps));
+      double gamma = 1.0;
+      if (static_cast<double>(it) < n) gamma = ds_warmup_fraction(s, it, n);
+      else if (s.type == ScheduleType::kDsWarmupDecay)
+        gamma = std::max(0.0, static_cast<double>(s.total_steps - it) / std::max(1.0, static_cast<double>(s.total_steps) - n));
+      return min_lr + (s.peak_lr - min_lr) * gamma;
+    }
+    case ScheduleType::kDsWarmupCosine: {
+      const int64_t it = step - 1;
+      if (it < 0) return 0.0;
+      const double n = static_cast<double>(s.warmup_steps);
+      double ratio;
+      if (static_cast<double>(it) < n) {
+        ratio = s.warmup_min_ratio + (1.0 - s.warmup_min_ratio) * ds_warmup_fraction(s, it, std::max(2.0, n));
+      } else {
+        const double p = std::min(1.0, (static_cast<double>(it) - n + 1) / std::max(1.0, static_cast<double>(s.total_steps) - n));
+        ratio = std::max(0.0, s.min_ratio + (1.0 - s.min_ratio) * (1.0 + std::cos(M_PI * p)) / 2.0);
+      }
+      return s.peak_lr * ratio;
+    }
+  }
+  return s.peak_lr;
 }
 
 }  // namespace dstrain::sched

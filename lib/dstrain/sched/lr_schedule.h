@@ -1,19 +1,34 @@
 #pragma once
-// Learning-rate schedules as pure functions of the step, so resume needs no scheduler state
-// beyond the step itself.
+// Learning-rate schedules as pure functions of the optimizer step, so resume needs no scheduler
+// state beyond the step itself.
 #include <cstdint>
+#include <string>
 
 namespace dstrain::sched {
 
-struct WarmupCosine {
-  double peak_lr;
-  int64_t warmup_steps;
-  int64_t total_steps;
-  double min_lr_ratio;  // the cosine ends at peak_lr * min_lr_ratio
+enum class ScheduleType {
+  kWarmupCosine,    // dstrain's: warmup (step+1)/W from warmup_min_ratio, cosine to min_ratio at the end
+  kDsWarmupCosine,  // DeepSpeed WarmupCosineLR, formula for formula
+  kDsWarmup,        // DeepSpeed WarmupLR
+  kDsWarmupDecay,   // DeepSpeed WarmupDecayLR
+  kConstant,
 };
 
-// LR for optimizer step `step` (0-based): linear warmup from peak/warmup to peak over
-// warmup_steps, then cosine decay to peak*min_lr_ratio at total_steps, constant after.
-double lr_at(const WarmupCosine& s, int64_t step);
+struct Schedule {
+  ScheduleType type = ScheduleType::kWarmupCosine;
+  double peak_lr = 0;
+  int64_t warmup_steps = 0;
+  int64_t total_steps = 0;
+  bool log_warmup = false;  // ds_* types: ln(it+1)/ln(N) instead of it/N
+  double warmup_min_ratio = 0;
+  double min_ratio = 0;
+};
+
+// Throws std::invalid_argument for an unknown name (the config validated it already).
+ScheduleType schedule_type_from_name(const std::string& name);
+
+// LR for optimizer step `step` (0-based). The DeepSpeed types use DeepSpeed's iteration counter
+// it = step - 1 (its scheduler sets the first step's LR at construction, with it = -1).
+double lr_at(const Schedule& s, int64_t step);
 
 }  // namespace dstrain::sched

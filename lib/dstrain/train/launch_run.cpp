@@ -1,17 +1,20 @@
 #include "dstrain/train/launch_run.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <filesystem>
 #include <random>
 
 #include "dstrain/ckpt/checkpoint.h"
-#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_server.h"
+#include "dstrain/config/describe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/supervisor.h"
+#include "dstrain/train/engine_support.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -26,20 +29,26 @@ std::string random_run_id() {
 }  // namespace
 
 std::string describe_plan(const config::Recipe& r) {
-  const int64_t world = r.launch.nproc_per_node;
-  const int64_t accum = config::accumulation_steps(r.train, world);
+  const int64_t world = r.world_size();
   return fmt::format(
-      "run_dir {}\n  model: {} H={} layers={} heads={} vocab={}\n  data: {} ({} format, seq_len {})\n"
-      "  batch: global {} = micro {} x {} ranks x {} accumulation; {} tokens/step; {} steps\n"
-      "  lr: {:g} peak, {} warmup steps, cosine to {:g} x peak",
-      r.run_dir, r.model.family, r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size, r.data.path,
-      r.data.format, r.data.seq_len, r.train.global_batch_size, r.train.micro_batch_size, world, accum,
-      r.train.global_batch_size * r.data.seq_len, r.train.steps, r.train.lr, r.train.warmup_steps, r.train.min_lr_ratio);
+      "run_dir {}\n  model: {} H={} layers={} heads={} vocab={} ({:.3f}M parameters)\n  data: {} ({} format, seq_len {})\n"
+      "  batch: global {} = micro {} x {} ranks x {} accumulation{}; {} tokens/step; {} steps\n"
+      "  optimizer: {} lr {:g}; schedule {} ({} warmup steps); {}, ZeRO stage {}",
+      r.run_dir, r.model.family, r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
+      static_cast<double>(config::dense_parameter_count(r.model)) / 1e6, r.data.path, r.data.format, r.data.seq_len, config::global_batch_at(r, 0),
+      r.train.micro_batch_size, world, config::accumulation_at(r, 0), r.train.accumulation.empty() ? "" : " (first stage)",
+      config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps, r.optimizer.type, r.optimizer.lr, r.schedule.type, r.schedule.warmup_steps,
+      r.precision.dtype, r.zero.stage);
 }
 
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   const int world = static_cast<int>(recipe.launch.nproc_per_node);
-  config::accumulation_steps(recipe.train, world);  // refuse an uneven batch before starting anything
+  if (const auto missing = unsupported_by_engine(recipe); !missing.empty())
+    throw Error(ErrorCode::kConfig,
+                fmt::format("the configuration is valid, but the training engine cannot run {} of its settings yet:\n  {}",
+                            missing.size() == 1 ? "one" : std::to_string(missing.size()), fmt::join(missing, "\n  ")),
+                "change these settings, or check the plan without training with --dry-run");
+  for (const auto& warning : recipe.warnings) log::warn(warning);
 
   const RunDir run_dir(recipe.run_dir);
   if (options.resume) {

@@ -15,7 +15,7 @@ struct LaunchOptions {
 // Returns the launcher's exit status.
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options);
 
-// Summary lines of what a run will do (for --dry-run and the launcher's first lines).
+// Summary lines of what a run will do (the launcher's first lines).
 std::string describe_plan(const config::Recipe& recipe);
 
 }  // namespace dstrain::train

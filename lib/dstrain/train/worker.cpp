@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <algorithm>
 #include <map>
 
 #include "dstrain/ckpt/checkpoint.h"
@@ -40,11 +41,17 @@ at::Tensor make_batch(data::GlobalSampler& sampler, const data::TokenFile& file,
   return batch;
 }
 
-// Averages gradients over ranks in one collective; the last element carries the loss.
-double average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss) {
+struct StepScalars {
+  double loss;       // mean over ranks
+  bool save_now;     // rank 0's clock says a time-based checkpoint is due
+};
+
+// Averages gradients over ranks in one collective. Two extra elements ride along: the loss, and
+// rank 0's "checkpoint now" flag, so that every rank takes the same decision at no extra cost.
+StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss, bool save_flag) {
   std::vector<at::Tensor> pieces;
   for (const auto& p : params) pieces.push_back(p.tensor.grad().reshape({-1}));
-  pieces.push_back(at::full({1}, local_loss, at::kFloat));
+  pieces.push_back(at::tensor({static_cast<float>(local_loss), save_flag ? 1.0f : 0.0f}, at::kFloat));
   at::Tensor flat = at::cat(pieces);
   if (comm.world_size() > 1) {
     comm.all_reduce_sum(flat);
@@ -56,7 +63,13 @@ double average_gradients(comm::Communicator& comm, const NamedTensors& params, d
     p.tensor.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p.tensor));
     offset += n;
   }
-  return flat[offset].item<double>();
+  return {flat[offset].item<double>(), flat[offset + 1].item<float>() > 0};
+}
+
+sched::Schedule schedule_of(const config::Recipe& r) {
+  const auto& s = r.schedule;
+  return {sched::schedule_type_from_name(s.type), r.optimizer.lr, s.warmup_steps, r.train.steps, s.warmup_type == "log", s.warmup_min_ratio,
+          s.min_lr_ratio};
 }
 
 std::vector<ckpt::TensorView> views_of(const std::vector<const NamedTensors*>& groups) {
@@ -97,7 +110,12 @@ int run_worker() {
   const auto& tc = recipe.train;
   at::set_num_threads(env.threads);
   const int64_t world = env.world_size;
-  const int64_t accum = config::accumulation_steps(tc, world);
+  if (world != recipe.world_size())
+    throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", world, recipe.world_size()),
+                "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
+  const std::string ckpt_dir = recipe.checkpoint.dir.empty() ? run_dir.ckpt_dir() : recipe.checkpoint.dir;
+  const bool console = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "console") != recipe.logging.sinks.end();
+  const bool jsonl = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "jsonl") != recipe.logging.sinks.end();
 
   // --- communication -------------------------------------------------------------------------
   auto comm = comm::make_gloo_communicator({env.master_addr, env.master_port, env.run_id, std::chrono::seconds(recipe.launch.timeout_s)},
@@ -106,70 +124,86 @@ int run_worker() {
   // --- model, optimizer, data ----------------------------------------------------------------
   model::DenseModel model(recipe.model, recipe.seed);
   const NamedTensors& params = model.parameters();
-  optim::AdamW optimizer(params, {tc.beta1, tc.beta2, tc.eps, tc.weight_decay});
+  const auto& oc = recipe.optimizer;
+  optim::AdamW optimizer(params, {oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == "adamw"});
   const NamedTensors optimizer_state = optimizer.state();
   const data::TokenFile tokens = data::load_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
-  data::GlobalSampler sampler((static_cast<int64_t>(tokens.tokens.size()) - 1) / recipe.data.seq_len, recipe.seed);
-  const sched::WarmupCosine schedule{tc.lr, tc.warmup_steps, tc.steps, tc.min_lr_ratio};
+  const uint64_t data_seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
+  data::GlobalSampler sampler((static_cast<int64_t>(tokens.tokens.size()) - 1) / recipe.data.seq_len, data_seed);
+  const sched::Schedule schedule = schedule_of(recipe);
 
   // --- resume ----------------------------------------------------------------------------------
   int64_t start_step = 0;
+  int64_t cursor = 0;  // samples consumed: the global data position
   if (env.resume) {
-    const auto dir = ckpt::latest_checkpoint(run_dir.ckpt_dir());
-    if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + run_dir.ckpt_dir(), "start the run with `dstrain train`");
+    const auto dir = ckpt::latest_checkpoint(ckpt_dir);
+    if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
     const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
     restore(ck, {&params, &optimizer_state});
     start_step = ck.state.step;
+    cursor = ck.state.samples_consumed;
     optimizer.set_steps_taken(start_step);
     if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", ck.dir, start_step, ck.state.samples_consumed));
   }
   if (env.rank == 0)
-    log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps of {} samples ({} accumulation x {} ranks x {})",
+    log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
                           static_cast<double>(model.num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
-                          tc.global_batch_size, accum, world, tc.micro_batch_size));
+                          config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
   std::unique_ptr<metrics::JsonlSink> sink;
-  if (env.rank == 0) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), start_step);
+  if (env.rank == 0 && jsonl) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), start_step);
 
+  auto last_save = std::chrono::steady_clock::now();
   auto save = [&](int64_t steps_done) {
     if (env.rank == 0) {
-      const std::string dir = ckpt::save_checkpoint(run_dir.ckpt_dir(),
-                                                    {steps_done, steps_done * tc.global_batch_size, world, config::config_hash(recipe)},
-                                                    views_of({&params, &optimizer_state}), recipe.checkpoint.keep_last);
+      const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},
+                                                    views_of({&params, &optimizer_state}),
+                                                    {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
       log::info(fmt::format("checkpoint saved: {}", dir));
     }
     comm->barrier();
+    last_save = std::chrono::steady_clock::now();
+  };
+  auto time_for_save = [&] {
+    const double minutes = recipe.checkpoint.interval_minutes;
+    return env.rank == 0 && minutes > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >= minutes * 60.0;
   };
 
   // --- the steps -------------------------------------------------------------------------------
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const double lr = sched::lr_at(schedule, step);
+    const int64_t accum = config::accumulation_at(recipe, step);
     for (const auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
     double local_loss = 0.0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      const at::Tensor batch = make_batch(sampler, tokens, data::first_position(step, tc.global_batch_size, micro, tc.micro_batch_size, env.rank, world),
+      const at::Tensor batch = make_batch(sampler, tokens, data::first_position(cursor, micro, tc.micro_batch_size, env.rank, world),
                                           tc.micro_batch_size, recipe.data.seq_len);
       const int64_t T = recipe.data.seq_len;
       const at::Tensor loss = model.loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
       loss.backward();
       local_loss += loss.item<double>();
     }
-    const double loss = average_gradients(*comm, params, local_loss);
+    const StepScalars scalars = average_gradients(*comm, params, local_loss, time_for_save());
     const double grad_norm = optim::clip_grad_norm(params, tc.grad_clip);
     optimizer.step(lr);
+    const int64_t batch = config::global_batch_at(recipe, step);
+    cursor += batch;
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
+    const double loss = scalars.loss;
     if (env.rank == 0) {
-      const int64_t tokens_done = done * tc.global_batch_size * recipe.data.seq_len;
-      const double tps = static_cast<double>(tc.global_batch_size * recipe.data.seq_len) / (step_ms / 1000.0);
-      sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps});
-      if (done == start_step + 1 || done % recipe.logging.steps_per_print == 0 || done == tc.steps)
+      const int64_t tokens_done = cursor * recipe.data.seq_len;
+      const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);
+      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps});
+      const int64_t every = recipe.logging.steps_per_print;
+      if (console && every > 0 && (done == start_step + 1 || done % every == 0 || done == tc.steps))
         log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
                               grad_norm, tps, step_ms));
     }
     const int64_t interval = recipe.checkpoint.interval_steps;
-    if (done == tc.steps || (interval > 0 && done % interval == 0)) save(done);
+    if (done == tc.steps || (interval > 0 && done % interval == 0) || scalars.save_now) save(done);
   }
   return 0;
 }

@@ -21,11 +21,11 @@ std::vector<float> values(size_t n, float start) {
   return v;
 }
 
-std::string save_step(const std::string& root, int64_t step, const std::vector<float>& a, const std::vector<float>& b, int64_t keep_last = 0) {
+std::string save_step(const std::string& root, int64_t step, const std::vector<float>& a, const std::vector<float>& b, ckpt::Retention retention = {}) {
   return ckpt::save_checkpoint(root, {step, step * 16, 2, "abc123"},
                                {{"w.a", "float32", {2, 3}, a.data(), a.size() * sizeof(float)},
                                 {"w.b", "float32", {4}, b.data(), b.size() * sizeof(float)}},
-                               keep_last);
+                               retention);
 }
 
 }  // namespace
@@ -52,13 +52,24 @@ TEST_CASE("a saved checkpoint loads back byte for byte", "[ckpt]") {
 TEST_CASE("keep_last removes the oldest committed checkpoints only", "[ckpt]") {
   test::TempDir tmp;
   const auto a = values(6, 1.0f), b = values(4, 2.0f);
-  for (int64_t step : {10, 20, 30, 40}) save_step(tmp.path(), step, a, b, 2);
+  for (int64_t step : {10, 20, 30, 40}) save_step(tmp.path(), step, a, b, {2, 0});
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp.path()))
     if (e.is_directory()) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"step_00000030", "step_00000040"});
   CHECK(fs::path(*ckpt::latest_checkpoint(tmp.path())).filename() == "step_00000040");
+}
+
+TEST_CASE("keep_every keeps milestones beyond keep_last", "[ckpt]") {
+  test::TempDir tmp;
+  const auto a = values(6, 1.0f), b = values(4, 2.0f);
+  for (int64_t step : {10, 20, 30, 40, 50}) save_step(tmp.path(), step, a, b, {1, 20});
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(tmp.path()))
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  CHECK(names == std::vector<std::string>{"step_00000020", "step_00000040", "step_00000050"});
 }
 
 TEST_CASE("a flipped byte is reported as corruption", "[ckpt]") {

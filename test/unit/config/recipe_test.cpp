@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
@@ -21,6 +22,11 @@ std::string write_recipe(const test::TempDir& dir, const std::string& yaml) {
 }
 
 const char* kMinimal = "run_dir: RUN\ndata:\n  path: data.txt\n  seq_len: 32\nmodel:\n  max_seq_len: 32\n";
+const std::vector<std::string> kBatch = {"train.micro_batch_size=8", "train.global_batch_size=16"};
+std::vector<std::string> with_batch(std::vector<std::string> extra) {
+  extra.insert(extra.begin(), kBatch.begin(), kBatch.end());
+  return extra;
+}
 
 std::string config_error(const std::string& path, const std::vector<std::string>& overrides = {}) {
   try {
@@ -39,19 +45,24 @@ TEST_CASE("the bundled demo recipe is valid", "[config]") {
   const auto r = config::load_recipe(test::source_dir() + "/recipes/demo.yaml");
   CHECK(r.launch.nproc_per_node == 2);
   CHECK(r.data.path == test::source_dir() + "/recipes/data/demo_corpus.txt");
-  CHECK(config::accumulation_steps(r.train, 2) == 1);
-  CHECK(config::accumulation_steps(r.train, 1) == 2);
+  CHECK(config::accumulation_at(r, 0) == 1);
+  CHECK(config::global_batch_at(r, 0) == 16);
+  const auto single = config::load_recipe(test::source_dir() + "/recipes/demo.yaml", {"launch.nproc_per_node=1"});
+  CHECK(single.train.gradient_accumulation_steps == 2);  // same global batch on one rank
+  CHECK(single.train.global_batch_size == 16);
 }
 
 TEST_CASE("defaults, values and --set overrides", "[config]") {
   test::TempDir dir;
-  const auto path = write_recipe(dir, std::string(kMinimal) + "train:\n  steps: 5e3\n  lr: 1.5e-4\n");
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train:\n  steps: 5e3\n  micro_batch_size: 4\noptimizer:\n  lr: 1.5e-4\n");
   auto r = config::load_recipe(path);
   CHECK(r.train.steps == 5000);
-  CHECK(r.train.lr == Approx(1.5e-4));
-  CHECK(r.train.micro_batch_size == 8);  // default
+  CHECK(r.optimizer.lr == Approx(1.5e-4));
+  CHECK(r.optimizer.beta1 == 0.9);  // default
+  CHECK(r.sources.at("optimizer.beta1") == "default");
+  CHECK(r.sources.at("optimizer.lr") == path + ":11:7");
   CHECK(r.data.path == dir.path() + "/data.txt");  // relative to the recipe
-  r = config::load_recipe(path, {"train.steps=7", "train.warmup_steps=2", "seed=99", "model.family=dense"});
+  r = config::load_recipe(path, {"train.steps=7", "schedule.warmup_steps=2", "seed=99", "model.family=dense"});
   CHECK(r.train.steps == 7);
   CHECK(r.seed == 99);
 }
@@ -60,28 +71,32 @@ TEST_CASE("every problem is reported at once with file:line:column", "[config]")
   test::TempDir dir;
   const auto path = write_recipe(dir, std::string(kMinimal) +
                                           "train:\n"
-                                          "  stepz: 10\n"          // line 8: unknown key
-                                          "  lr: fast\n"           // line 9: not a number
+                                          "  stepz: 10\n"              // line 8: unknown key
+                                          "  lr: fast\n"               // line 9: right key, wrong section
                                           "  micro_batch_size: 2.5\n"  // line 10: not whole
-                                          "optimiser: {}\n");      // line 11: unknown section
+                                          "optimiser: {}\n"            // line 11: unknown section
+                                          "schedule: {min_lr_ratio: high}\n");  // line 12: not a number
   const std::string message = config_error(path);
-  CHECK_THAT(message, Catch::Contains("4 problems"));
+  CHECK_THAT(message, Catch::Contains("5 problems"));
   CHECK_THAT(message, Catch::Contains("recipe.yaml:8:3: train.stepz: unknown key (did you mean 'steps'?)"));
-  CHECK_THAT(message, Catch::Contains("recipe.yaml:9:7: train.lr: expected a number, found 'fast'"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:9:3: train.lr: unknown key (it belongs in the optimizer section: optimizer.lr)"));
   CHECK_THAT(message, Catch::Contains("recipe.yaml:10:21: train.micro_batch_size: expected a whole number, found '2.5'"));
-  CHECK_THAT(message, Catch::Contains("recipe.yaml:11:1: optimiser: unknown key"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:11:1: optimiser: unknown key (did you mean 'optimizer'?)"));
+  CHECK_THAT(message, Catch::Contains("recipe.yaml:12:26: schedule.min_lr_ratio: expected a number, found string 'high'"));
 }
 
 TEST_CASE("range, choice and cross-field checks", "[config]") {
   test::TempDir dir;
-  const auto path = write_recipe(dir, kMinimal);
-  CHECK_THAT(config_error(path, {"train.steps=0"}), Catch::Contains("train.steps: 0 is out of range"));
-  CHECK_THAT(config_error(path, {"model.family=moe"}), Catch::Contains("model.family: 'moe' is not supported; allowed: dense"));
-  CHECK_THAT(config_error(path, {"model.num_heads=3"}), Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
-  CHECK_THAT(config_error(path, {"data.seq_len=64"}), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
-  CHECK_THAT(config_error(path, {"data.path=nope.bin"}), Catch::Contains("data.path:"));
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 10}\n");
+  CHECK_THAT(config_error(path, with_batch({"launch.nproc_per_node=0"})), Catch::Contains("launch.nproc_per_node: 0 is out of range"));
+  CHECK_THAT(config_error(path, with_batch({"model.family=moe"})), Catch::Contains("model.family: 'moe' is not supported; allowed: dense"));
+  CHECK_THAT(config_error(path, with_batch({"model.num_heads=3"})), Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
+  CHECK_THAT(config_error(path, with_batch({"data.seq_len=64"})), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
+  CHECK_THAT(config_error(path, with_batch({"data.path=nope.bin"})), Catch::Contains("data.path:"));
   CHECK_THAT(config_error(path, {"train.global_batch_size=12", "train.micro_batch_size=8"}),
-             Catch::Contains("train.global_batch_size: 12 is not a multiple of train.micro_batch_size 8"));
+             Catch::Contains("train_batch_size 12 != micro 8 x accumulation 1 x 1 rank = 8"));
+  CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})), Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps"));
+  CHECK_THAT(config_error(path, with_batch({"zero.offload_optimizer=cpu"})), Catch::Contains("needs ZeRO stage 1, 2 or 3"));
   CHECK_THAT(config_error(path, {"train.stepz=3"}), Catch::Contains("--set train.stepz: unknown key (did you mean 'train.steps'?)"));
   CHECK_THAT(config_error(path, {"novalue"}), Catch::Contains("expected key.path=value"));
 }
@@ -94,24 +109,24 @@ TEST_CASE("malformed YAML and missing files name the file", "[config]") {
 }
 
 TEST_CASE("accumulation steps follow the world size or fail with the numbers", "[config]") {
-  config::TrainConfig t;
-  t.micro_batch_size = 4;
-  t.global_batch_size = 32;
-  CHECK(config::accumulation_steps(t, 1) == 8);
-  CHECK(config::accumulation_steps(t, 4) == 2);
-  CHECK(config::accumulation_steps(t, 8) == 1);
-  CHECK_THROWS_WITH(config::accumulation_steps(t, 3),
-                    Catch::Contains("train.global_batch_size 32 is not divisible by micro_batch_size 4 x 3 ranks = 12"));
+  test::TempDir dir;
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 10, micro_batch_size: 4, global_batch_size: 32}\n");
+  for (auto [ranks, accum] : std::vector<std::pair<int, int>>{{1, 8}, {4, 2}, {8, 1}}) {
+    const auto r = config::load_recipe(path, {"launch.nproc_per_node=" + std::to_string(ranks)});
+    CHECK(r.train.gradient_accumulation_steps == accum);
+  }
+  CHECK_THAT(config_error(path, {"launch.nproc_per_node=3"}), Catch::Contains("The global batch must be a multiple of micro x ranks = 12: use 24 or 36"));
 }
 
 TEST_CASE("the resolved config round-trips and refuses tampering", "[config]") {
   test::TempDir dir;
-  const auto recipe = config::load_recipe(write_recipe(dir, kMinimal), {"train.lr=0.00123"});
+  const auto recipe = config::load_recipe(write_recipe(dir, std::string(kMinimal) + "train: {steps: 10, micro_batch_size: 2}\n"), {"optimizer.lr=0.00123"});
   const std::string resolved = dir.path() + "/config.resolved.json";
   config::write_resolved_config(recipe, resolved);
   const auto back = config::read_resolved_config(resolved);
   CHECK(config::to_canonical_json(back) == config::to_canonical_json(recipe));
-  CHECK(back.train.lr == 0.00123);
+  CHECK(back.optimizer.lr == 0.00123);
+  CHECK(back.sources.at("optimizer.lr") == "--set");
 
   std::string text = read_file(resolved);
   text.replace(text.find("0.00123"), 7, "0.00124");
@@ -121,8 +136,18 @@ TEST_CASE("the resolved config round-trips and refuses tampering", "[config]") {
 
 TEST_CASE("recipes/README.md documents every key of the schema", "[config]") {
   const std::string doc = read_file(test::source_dir() + "/recipes/README.md");
-  for (const auto& field : config::recipe_schema()) {
-    INFO(field.path);
-    CHECK_THAT(doc, Catch::Contains("`" + field.path + "`"));
+  const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
+  const auto a = doc.find(begin), b = doc.find(end);
+  REQUIRE(a != std::string::npos);
+  REQUIRE(b != std::string::npos);
+  INFO("regenerate it with scripts/gen-recipe-docs.sh");
+  CHECK(doc.substr(a + begin.size(), b - a - begin.size()) == config::schema_markdown());
+  for (const auto& field : config::recipe_schema()) CHECK_THAT(doc, Catch::Contains("`" + field.path + "`"));
+}
+
+TEST_CASE("every bundled recipe resolves", "[config]") {
+  for (const char* name : {"demo.yaml", "deepseek-llm-7b.yaml", "deepseek-coder-1.3b.yaml"}) {
+    INFO(name);
+    CHECK_NOTHROW(config::load_recipe(test::source_dir() + "/recipes/" + name));
   }
 }

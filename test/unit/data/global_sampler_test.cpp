@@ -37,7 +37,7 @@ TEST_CASE("every world size reads the same global batch", "[data]") {
       std::multiset<int64_t> read;
       for (int64_t rank = 0; rank < world; ++rank)
         for (int64_t m = 0; m < accum; ++m)
-          for (int64_t i = 0; i < micro; ++i) read.insert(first_position(step, global, m, micro, rank, world) + i);
+          for (int64_t i = 0; i < micro; ++i) read.insert(first_position(step * global, m, micro, rank, world) + i);
       INFO("world " << world);
       CHECK(std::set<int64_t>(read.begin(), read.end()) == reference);
       CHECK(read.size() == reference.size());  // nothing read twice

@@ -4,27 +4,57 @@
 
 #include "dstrain/sched/lr_schedule.h"
 
-using dstrain::sched::lr_at;
-using dstrain::sched::WarmupCosine;
+using namespace dstrain::sched;
 
-TEST_CASE("warmup is linear up to the peak", "[sched]") {
-  const WarmupCosine s{1.0, 10, 110, 0.1};
-  CHECK(lr_at(s, 0) == Approx(0.1));
-  CHECK(lr_at(s, 4) == Approx(0.5));
-  CHECK(lr_at(s, 9) == Approx(1.0));
+namespace {
+Schedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0, double min_ratio = 0) {
+  return {type, peak, warmup, total, log_warmup, wmin, min_ratio};
 }
+}  // namespace
 
-TEST_CASE("cosine decays from the peak to min_lr_ratio", "[sched]") {
-  const WarmupCosine s{2.0, 10, 110, 0.1};
+TEST_CASE("warmup_cosine: linear warmup from the first step, cosine to min_lr_ratio", "[sched]") {
+  const auto s = make(ScheduleType::kWarmupCosine, 2.0, 10, 110, false, 0.0, 0.1);
+  CHECK(lr_at(s, 0) == Approx(0.2));  // (0+1)/10: the first step already learns
+  CHECK(lr_at(s, 4) == Approx(1.0));
+  CHECK(lr_at(s, 9) == Approx(2.0));
   CHECK(lr_at(s, 10) == Approx(2.0));
   CHECK(lr_at(s, 60) == Approx(2.0 * (0.1 + 0.9 * 0.5)));  // halfway: cos = 0
   CHECK(lr_at(s, 110) == Approx(0.2));
   CHECK(lr_at(s, 500) == Approx(0.2));  // constant after the end
   for (int64_t step = 10; step < 110; ++step) CHECK(lr_at(s, step + 1) <= lr_at(s, step));
+  CHECK(lr_at(make(ScheduleType::kWarmupCosine, 1.0, 4, 10, false, 0.5, 0), 0) == Approx(0.5 + 0.5 * 0.25));
 }
 
-TEST_CASE("no warmup and no decay", "[sched]") {
-  CHECK(lr_at({0.5, 0, 100, 0.0}, 0) == Approx(0.5));
-  CHECK(lr_at({0.5, 0, 100, 0.0}, 100) == Approx(0.0).margin(1e-12));
-  CHECK(lr_at({0.5, 10, 10, 0.0}, 50) == Approx(0.5));
+TEST_CASE("ds_warmup_cosine follows DeepSpeed's WarmupCosineLR, it = step - 1", "[sched]") {
+  const auto lin = make(ScheduleType::kDsWarmupCosine, 1.0, 10, 100, false, 0.0, 0.1);
+  CHECK(lr_at(lin, 0) == 0.0);  // it = -1
+  CHECK(lr_at(lin, 1) == 0.0);  // it = 0: w = 0/10
+  CHECK(lr_at(lin, 5) == Approx(0.4));
+  CHECK(lr_at(lin, 11) == Approx(0.1 + 0.9 * (1 + std::cos(M_PI / 90)) / 2));  // p = (10-10+1)/90
+  CHECK(lr_at(lin, 101) == Approx(0.1));                                        // p clamped at 1
+  CHECK(lr_at(lin, 500) == Approx(0.1));
+  const auto log = make(ScheduleType::kDsWarmupCosine, 1.0, 10, 100, true, 0.2, 0.0);
+  CHECK(lr_at(log, 5) == Approx(0.2 + 0.8 * std::log(5.0) / std::log(10.0)));
+  const auto equal = make(ScheduleType::kDsWarmupCosine, 1.0, 10, 10, false, 0.0, 0.0);
+  CHECK(std::isfinite(lr_at(equal, 20)));  // total == warmup: no division by zero
+}
+
+TEST_CASE("ds_warmup and ds_warmup_decay follow WarmupLR and WarmupDecayLR", "[sched]") {
+  const auto warm = make(ScheduleType::kDsWarmup, 1.0, 10, 100, true, 0.1, 0.0);
+  CHECK(lr_at(warm, 0) == Approx(0.1));  // it < 0: min lr
+  CHECK(lr_at(warm, 1) == Approx(0.1));  // ln(1) = 0
+  CHECK(lr_at(warm, 5) == Approx(0.1 + 0.9 * std::log(5.0) / std::log(10.0)));
+  CHECK(lr_at(warm, 50) == Approx(1.0));
+  const auto one = make(ScheduleType::kDsWarmup, 1.0, 1, 100, false, 0.0, 0.0);  // N = max(2, 1)
+  CHECK(lr_at(one, 2) == Approx(0.5));
+  const auto decay = make(ScheduleType::kDsWarmupDecay, 1.0, 10, 100, false, 0.0, 0.0);
+  CHECK(lr_at(decay, 56) == Approx(0.5));  // it = 55: (100-55)/(100-10)
+  CHECK(lr_at(decay, 101) == Approx(0.0));
+  CHECK(lr_at(decay, 300) == Approx(0.0));
+}
+
+TEST_CASE("constant and names", "[sched]") {
+  CHECK(lr_at(make(ScheduleType::kConstant, 0.5, 10, 100), 0) == 0.5);
+  CHECK(schedule_type_from_name("ds_warmup_decay") == ScheduleType::kDsWarmupDecay);
+  CHECK_THROWS(schedule_type_from_name("onecycle"));
 }

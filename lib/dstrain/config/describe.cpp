@@ -1,0 +1,97 @@
+#include "dstrain/config/describe.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "dstrain/config/schema.h"
+
+namespace dstrain::config {
+
+int64_t dense_parameter_count(const ModelConfig& m) {
+  const int64_t H = m.hidden_size, I = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
+  return 2 * V * H + L * (4 * H * H + 3 * H * I + 2 * H) + H;
+}
+
+ModelStateMemory model_state_memory(const Recipe& r) {
+  const double psi = static_cast<double>(dense_parameter_count(r.model));
+  const double n = static_cast<double>(r.world_size());
+  const bool mixed = r.precision.dtype != "fp32";
+  const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = mixed ? 12 : 8;  // bytes per parameter
+  double p = param, g = grad, s = states;
+  if (r.zero.stage >= 1) s /= n;
+  if (r.zero.stage >= 2) g /= n;
+  if (r.zero.stage >= 3) p /= n;
+  ModelStateMemory mem{psi * (p + g + s), 0};
+  if (r.zero.offload_optimizer == "cpu") mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
+  return mem;
+}
+
+namespace {
+std::string bytes_text(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) b /= 1024, ++u;
+  return fmt::format("{:.1f} {}", b, units[u]);
+}
+std::string count_text(double v) {
+  if (v >= 1e12) return fmt::format("{:.2f}T", v / 1e12);
+  if (v >= 1e9) return fmt::format("{:.2f}B", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
+  return fmt::format("{:g}", v);
+}
+}  // namespace
+
+std::string describe_resolved(const Recipe& recipe) {
+  Recipe r = recipe;  // value_text reads through the schema's (mutable) targets
+  std::string out = fmt::format("resolved config ({}{}):\n", r.source_path, r.ds_config_path.empty() ? "" : " + " + r.ds_config_path);
+  size_t width = 0, value_width = 0;
+  for (const auto& f : recipe_schema()) width = std::max(width, f.path.size()), value_width = std::max(value_width, value_text(f, r).size());
+  value_width = std::min<size_t>(value_width, 40);
+  for (const auto& f : recipe_schema()) {
+    const auto it = r.sources.find(f.path);
+    out += fmt::format("  {:<{}}  {:<{}}  {}\n", f.path, width, value_text(f, r), value_width, it == r.sources.end() ? "" : it->second);
+  }
+  const int64_t params = dense_parameter_count(r.model);
+  const int64_t tokens_total = samples_before(r, r.train.steps) * r.data.seq_len;
+  out += "derived:\n";
+  out += fmt::format("  ranks                   {} ({} node{} x {} per node)\n", r.world_size(), r.launch.nnodes, r.launch.nnodes == 1 ? "" : "s",
+                     r.launch.nproc_per_node);
+  out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
+  if (r.train.accumulation.empty()) {
+    out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));
+    out += fmt::format("  global batch            {} samples = {} tokens per step\n", global_batch_at(r, 0), global_batch_at(r, 0) * r.data.seq_len);
+  } else {
+    int64_t from = 0;
+    for (const auto& st : r.train.accumulation) {
+      const int64_t until = st.until_step ? st.until_step : r.train.steps;
+      out += fmt::format("  steps {:>6}..{:<6}     accumulation {}, global batch {} samples = {} tokens per step\n", from, until - 1, st.steps,
+                         r.train.micro_batch_size * r.world_size() * st.steps, r.train.micro_batch_size * r.world_size() * st.steps * r.data.seq_len);
+      from = until;
+    }
+  }
+  out += fmt::format("  total                   {} steps, {} tokens\n", r.train.steps, count_text(static_cast<double>(tokens_total)));
+  out += fmt::format("  model                   {} parameters ({})\n", count_text(static_cast<double>(params)), params);
+  out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", r.precision.dtype, r.zero.stage,
+                     r.zero.offload_optimizer == "cpu" ? ", optimizer offloaded to CPU" : "");
+  const auto mem = model_state_memory(r);
+  out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(mem.device_bytes),
+                     mem.host_bytes > 0 ? fmt::format(" + {} in host memory", bytes_text(mem.host_bytes)) : "");
+  return out;
+}
+
+std::string schema_markdown() {
+  Recipe defaults;
+  std::string out = "| key | default | meaning |\n|---|---|---|\n";
+  for (const auto& f : recipe_schema()) {
+    std::string meaning = f.help;
+    if (!f.choices.empty()) meaning += fmt::format(" One of: {}.", fmt::join(f.choices, ", "));
+    std::string deflt = value_text(f, defaults);
+    if (f.path == "run_dir" || f.path == "data.path") deflt = "(required)";
+    if (deflt == "0" && f.path.rfind("train.", 0) == 0) deflt = "(not set)";  // batch triple, steps/tokens: given or inferred
+    out += fmt::format("| `{}` | {} | {} |\n", f.path, deflt, meaning);
+  }
+  return out;
+}
+
+}  // namespace dstrain::config

@@ -1,0 +1,155 @@
+// load_recipe: defaults < recipe YAML < ds_config < --set, each value remembering its source.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "dstrain/config/assign.h"
+#include "dstrain/config/load_context.h"
+#include "dstrain/config/schema.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::config {
+namespace fs = std::filesystem;
+
+bool LoadContext::set(const std::string& path, const Node& value, const Location& where, bool lax, const std::string& origin) {
+  const Field* field = find_field(path);
+  if (!field) {
+    problem(where, fmt::format("{}: no such recipe key", path));
+    return false;
+  }
+  std::string message = assign_node(*field, value, recipe, lax);
+  if (!message.empty()) {
+    if (!origin.empty() && origin != path) message = origin + " (" + message + ")";
+    problem(where, message);
+    return false;
+  }
+  recipe.sources[path] = where.str();
+  return true;
+}
+
+bool LoadContext::explicitly_set(const std::string& path) const {
+  const auto it = recipe.sources.find(path);
+  return it != recipe.sources.end() && it->second.rfind("default", 0) != 0;
+}
+
+namespace {
+
+std::string resolve_relative(const std::string& base_file, const std::string& path) {
+  if (path.empty() || fs::path(path).is_absolute()) return path;
+  return (fs::path(base_file).parent_path() / path).lexically_normal().string();
+}
+
+void read_recipe_mapping(const Node& node, const std::string& section, LoadContext& ctx, const Node** inline_ds, Location* inline_ds_where) {
+  const auto known = keys_under(section);
+  const auto& sections = recipe_sections();
+  for (size_t i = 0; i < node.members.size(); ++i) {
+    const auto& [key, value] = node.members[i];
+    const Location& where = node.key_locations[i];
+    const std::string path = section.empty() ? key : section + "." + key;
+    if (section.empty() && key == "deepspeed") {
+      if (!value.is_object()) ctx.problem(where, "deepspeed: expected an inline ds_config mapping");
+      else *inline_ds = &value, *inline_ds_where = where;
+      continue;
+    }
+    if (section.empty() && std::find(sections.begin(), sections.end(), key) != sections.end()) {
+      if (!value.is_object()) ctx.problem(value.where, fmt::format("{}: expected a mapping of keys, found a {}", key, value.kind_name()));
+      else read_recipe_mapping(value, key, ctx, inline_ds, inline_ds_where);
+      continue;
+    }
+    if (!find_field(path)) {
+      std::string hint = did_you_mean(key, known);
+      for (const auto& other : sections)  // the right key in the wrong section
+        if (hint.empty() && other != section && find_field(other + "." + key)) hint = fmt::format(" (it belongs in the {} section: {}.{})", other, other, key);
+      ctx.problem(where, fmt::format("{}: unknown key{}", path, hint));
+      continue;
+    }
+    ctx.set(path, value, value.where, /*lax=*/false);
+  }
+}
+
+void apply_override(const std::string& spec, LoadContext& ctx) {
+  const Location where{"--set", 0, 0};
+  const auto eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0) {
+    ctx.problems.push_back(fmt::format("--set '{}': expected key.path=value, e.g. --set train.steps=20", spec));
+    return;
+  }
+  const std::string path = spec.substr(0, eq);
+  if (!find_field(path)) {
+    std::vector<std::string> all;
+    for (const auto& f : recipe_schema()) all.push_back(f.path);
+    std::string hint = did_you_mean(path, all);
+    const std::string leaf = path.substr(path.find('.') + 1);
+    for (const auto& f : recipe_schema())  // the right key in the wrong section
+      if (hint.empty() && f.path.size() > leaf.size() && f.path.compare(f.path.size() - leaf.size() - 1, std::string::npos, "." + leaf) == 0)
+        hint = fmt::format(" (did you mean '{}'?)", f.path);
+    ctx.problems.push_back(fmt::format("--set {}: unknown key{}", path, hint));
+    return;
+  }
+  std::vector<std::string> problems;
+  Node value = parse_yaml(spec.substr(eq + 1), "--set " + path, problems);
+  if (value.kind == Node::Kind::kNull && spec.size() == eq + 1) value = Node{Node::Kind::kString, "", {}, {}, {}, where};
+  for (auto& p : problems) ctx.problems.push_back(p);
+  if (problems.empty() && ctx.set(path, value, where, false)) ctx.recipe.sources[path] = "--set";
+}
+
+}  // namespace
+
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+  if (!fs::is_regular_file(path))
+    throw Error(ErrorCode::kConfig, fmt::format("recipe '{}' does not exist or is not a file", path),
+                "pass the path of a recipe YAML file, e.g. recipes/demo.yaml");
+  LoadContext ctx;
+  for (const auto& f : recipe_schema()) ctx.recipe.sources[f.path] = "default";
+  ctx.recipe.source_path = fs::absolute(path).lexically_normal().string();
+
+  // 1. The recipe.
+  const Node root = parse_yaml(read_file(path), path, ctx.problems);
+  const Node* inline_ds = nullptr;
+  Location inline_ds_where;
+  if (root.kind == Node::Kind::kObject) read_recipe_mapping(root, "", ctx, &inline_ds, &inline_ds_where);
+  else if (root.kind != Node::Kind::kNull && ctx.problems.empty()) ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
+  if (!ctx.recipe.model.hf_config.empty()) {
+    ctx.recipe.model.hf_config = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.hf_config);
+    apply_hf_config(ctx.recipe.model.hf_config, Location{path, 0, 0}, ctx);
+  }
+
+  // 2. The ds_config: a file, or inline under `deepspeed:`.
+  if (!ctx.recipe.ds_config_path.empty() && inline_ds) {
+    ctx.problem(inline_ds_where, "give either ds_config (a file) or an inline deepspeed: mapping, not both");
+  } else if (!ctx.recipe.ds_config_path.empty()) {
+    const std::string ds_path = resolve_relative(ctx.recipe.source_path, ctx.recipe.ds_config_path);
+    ctx.recipe.ds_config_path = ds_path;
+    if (!fs::is_regular_file(ds_path)) {
+      ctx.problem(Location{ctx.recipe.sources["ds_config"]}, fmt::format("ds_config: '{}' does not exist or is not a file", ds_path));
+    } else {
+      const Node ds = parse_json_with_comments(read_file(ds_path), ds_path, ctx.problems);
+      apply_ds_config(ds, ctx);
+    }
+  } else if (inline_ds) {
+    apply_ds_config(*inline_ds, ctx);
+  }
+
+  // 3. Command-line overrides, then what depends on all layers.
+  for (const auto& spec : overrides) apply_override(spec, ctx);
+  finish_ds_config(ctx);
+  if (ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: data.path is required", path));
+  else ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
+  if (ctx.recipe.run_dir.empty()) ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
+  else ctx.recipe.run_dir = fs::absolute(ctx.recipe.run_dir).lexically_normal().string();
+  if (ctx.problems.empty()) resolve_and_validate(ctx);
+
+  if (!ctx.problems.empty()) {
+    throw Error(ErrorCode::kConfig,
+                fmt::format("{} problem{} in the configuration:\n  {}", ctx.problems.size(), ctx.problems.size() == 1 ? "" : "s",
+                            fmt::join(ctx.problems, "\n  ")),
+                "fix each one; recipes/README.md lists every key, and `dstrain train RECIPE --dry-run` shows the result");
+  }
+  ctx.recipe.warnings = std::move(ctx.warnings);
+  return std::move(ctx.recipe);
+}
+
+}  // namespace dstrain::config

@@ -1,0 +1,54 @@
+#pragma once
+// State shared by the layers that build a Recipe (recipe YAML, ds_config, --set): the recipe
+// being filled, where each value came from, and every problem and warning found on the way.
+#include <string>
+#include <vector>
+
+#include "dstrain/config/node.h"
+#include "dstrain/config/recipe.h"
+
+namespace dstrain::config {
+
+// A ds_config value of "auto", resolved once all layers are read.
+struct PendingAuto {
+  std::string ds_key;  // "optimizer.params.lr"
+  Location where;
+  std::string target;  // recipe key path it stands for
+};
+
+// What a ds_config leaves to be settled once every layer (--set included) is read.
+struct DsPending {
+  std::vector<PendingAuto> derived_autos;  // "auto" the HF integration derives from the model
+  double warmup_min_lr = -1;               // WarmupLR/WarmupDecayLR absolute minimum LR
+  Location warmup_min_lr_where;
+  bool overlap_comm_given = false;
+  Location fp16_auto, bf16_auto;  // "enabled": "auto"
+};
+
+struct LoadContext {
+  Recipe recipe;
+  DsPending ds;
+  std::vector<std::string> problems;
+  std::vector<std::string> warnings;
+  std::vector<PendingAuto> autos;
+
+  void problem(const Location& where, const std::string& message) { problems.push_back(where.str() + ": " + message); }
+  void warning(const Location& where, const std::string& message) { warnings.push_back(where.str() + ": " + message); }
+  // Assigns through the schema and records the source; reports a failure as a problem.
+  // `origin` names the key as the user wrote it (e.g. the ds_config key) when it differs.
+  bool set(const std::string& path, const Node& value, const Location& where, bool lax, const std::string& origin = "");
+  bool explicitly_set(const std::string& path) const;
+};
+
+// Reads a ds_config document into ctx (DeepSpeed's semantics; see deepspeed-semantics.md).
+void apply_ds_config(const Node& root, LoadContext& ctx);
+// Settles what the ds_config left pending (derived "auto", DeepSpeed's conditional defaults);
+// runs after the --set layer, before resolve_and_validate.
+void finish_ds_config(LoadContext& ctx);
+// Fills model sizes from a Hugging Face config.json.
+void apply_hf_config(const std::string& path, const Location& where, LoadContext& ctx);
+// Batch triple, length in steps, "auto" values and DeepSpeed's conditional defaults, then
+// cross-field validation. Called once every layer has been read.
+void resolve_and_validate(LoadContext& ctx);
+
+}  // namespace dstrain::config

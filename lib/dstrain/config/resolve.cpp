@@ -1,0 +1,179 @@
+// Derived values and cross-field checks, once every layer is read: DeepSpeed's batch triple,
+// the length in steps, and the checks that span sections.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "dstrain/config/load_context.h"
+#include "dstrain/config/schema.h"
+
+namespace dstrain::config {
+namespace {
+
+std::string src(const Recipe& r, const std::string& key) { return r.sources.at(key); }
+
+// DeepSpeed's _set_batch_related_parameters + _batch_assertion, with messages that give the numbers.
+void resolve_batch(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  auto& t = r.train;
+  const int64_t ws = r.world_size();
+  const std::string ranks = fmt::format("{} rank{}", ws, ws == 1 ? "" : "s");
+
+  if (!t.accumulation.empty()) {
+    if (t.gradient_accumulation_steps)
+      ctx.problems.push_back(fmt::format("train.gradient_accumulation_steps ({}) conflicts with train.accumulation ({}): the stages set the "
+                                         "accumulation steps; remove one", src(r, "train.gradient_accumulation_steps"), src(r, "train.accumulation")));
+    if (t.global_batch_size)
+      ctx.problems.push_back(fmt::format("train.global_batch_size ({}) conflicts with train.accumulation ({}): with staged accumulation the global "
+                                         "batch is micro x ranks x the stage's steps; remove train.global_batch_size", src(r, "train.global_batch_size"),
+                                         src(r, "train.accumulation")));
+    if (!t.micro_batch_size)
+      ctx.problems.push_back("train.accumulation needs train.micro_batch_size (train_micro_batch_size_per_gpu)");
+    return;
+  }
+
+  int64_t tb = t.global_batch_size, micro = t.micro_batch_size, gas = t.gradient_accumulation_steps;
+  std::string how;
+  if (tb && micro && gas) {
+  } else if (tb && micro) {
+    gas = tb / micro / ws, how = fmt::format("train_batch_size {} // micro {} // {}", tb, micro, ranks);
+    r.sources["train.gradient_accumulation_steps"] = "derived: " + how;
+  } else if (tb && gas) {
+    micro = tb / ws / gas, how = fmt::format("train_batch_size {} // {} // accumulation {}", tb, ranks, gas);
+    r.sources["train.micro_batch_size"] = "derived: " + how;
+  } else if (micro && gas) {
+    tb = micro * gas * ws;
+    r.sources["train.global_batch_size"] = fmt::format("derived: micro {} x accumulation {} x {}", micro, gas, ranks);
+  } else if (tb) {
+    gas = 1, micro = tb / ws, how = fmt::format("train_batch_size {} // {}", tb, ranks);
+    r.sources["train.gradient_accumulation_steps"] = "derived: 1 (only train_batch_size given)";
+    r.sources["train.micro_batch_size"] = "derived: " + how;
+  } else if (micro) {
+    tb = micro * ws, gas = 1;
+    r.sources["train.global_batch_size"] = fmt::format("derived: micro {} x {}", micro, ranks);
+    r.sources["train.gradient_accumulation_steps"] = "derived: 1 (only the micro batch given)";
+  } else {
+    ctx.problems.push_back("Either train.global_batch_size (train_batch_size) or train.micro_batch_size (train_micro_batch_size_per_gpu) needs to be "
+                           "provided, as in DeepSpeed; e.g. train: {micro_batch_size: 8, global_batch_size: 64}");
+    return;
+  }
+  if (micro <= 0) {
+    ctx.problems.push_back(fmt::format("the micro batch per rank is {} = 0: the global batch {} is smaller than {} x accumulation {}; "
+                                       "raise train.global_batch_size to at least {}", how, tb, ranks, gas, ws * gas));
+    return;
+  }
+  if (gas <= 0) {
+    ctx.problems.push_back(fmt::format("gradient accumulation steps = {} = 0: the global batch {} is smaller than micro {} x {}; "
+                                       "raise train.global_batch_size to a multiple of {}", how, tb, micro, ranks, micro * ws));
+    return;
+  }
+  if (tb != micro * gas * ws) {
+    ctx.problems.push_back(fmt::format("train_batch_size {} != micro {} x accumulation {} x {} = {} (DeepSpeed: 'Check batch related parameters'). "
+                                       "The global batch must be a multiple of micro x ranks = {}: use {} or {}, or change the micro batch or the number of ranks",
+                                       tb, micro, gas, ranks, micro * gas * ws, micro * ws, std::max<int64_t>(1, tb / (micro * ws)) * micro * ws,
+                                       (tb / (micro * ws) + 1) * micro * ws));
+    return;
+  }
+  t.global_batch_size = tb, t.micro_batch_size = micro, t.gradient_accumulation_steps = gas;
+}
+
+void resolve_length(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  auto& t = r.train;
+  if (t.steps && t.tokens) {
+    ctx.problems.push_back(fmt::format("train.steps ({}) and train.tokens ({}) are both set; give the length one way",
+                                       src(r, "train.steps"), src(r, "train.tokens")));
+    return;
+  }
+  if (!t.steps && !t.tokens) {
+    ctx.problems.push_back("the training length is missing: set train.steps or train.tokens");
+    return;
+  }
+  if (t.tokens) {
+    int64_t steps = 0, tokens = 0;
+    while (tokens < t.tokens) tokens += global_batch_at(r, steps) * r.data.seq_len, ++steps;
+    t.steps = steps;
+    r.sources["train.steps"] = fmt::format("derived: ceil(train.tokens {} / tokens per step)", t.tokens);
+  }
+}
+
+void validate(LoadContext& ctx) {
+  const Recipe& r = ctx.recipe;
+  auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
+  auto warn = [&](const std::string& m) { ctx.warnings.push_back(m); };
+  const auto& m = r.model;
+  if (m.hidden_size % m.num_heads != 0)
+    problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
+  else if ((m.hidden_size / m.num_heads) % 2 != 0)
+    problem(fmt::format("model: head dim hidden_size/num_heads = {} must be even for rotary embeddings", m.hidden_size / m.num_heads));
+  if (r.data.seq_len > m.max_seq_len) problem(fmt::format("data.seq_len: {} exceeds model.max_seq_len {}", r.data.seq_len, m.max_seq_len));
+  if (r.data.format == "bytes" && m.vocab_size < 256)
+    problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
+  if (!std::filesystem::is_regular_file(r.data.path)) problem(fmt::format("data.path: '{}' does not exist or is not a file", r.data.path));
+  if (!r.data.shard_weights.empty() && static_cast<int64_t>(r.data.shard_weights.size()) != r.world_size())
+    problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(), r.world_size()));
+  const auto& s = r.schedule;
+  if (s.warmup_steps > r.train.steps) {
+    if (s.type == "warmup_cosine")
+      problem(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps", s.warmup_steps, r.sources.at("schedule.warmup_steps"), r.train.steps));
+    else if (s.type != "constant")
+      warn(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps: the LR never reaches its peak", s.warmup_steps,
+                       r.sources.at("schedule.warmup_steps"), r.train.steps));
+  }
+  for (const auto& stage : r.train.accumulation)
+    if (stage.until_step > r.train.steps)
+      warn(fmt::format("train.accumulation: the stage ending at step {} reaches past the last step {}", stage.until_step, r.train.steps));
+  const auto& z = r.zero;
+  if (z.offload_optimizer != "none" && z.stage == 0)
+    problem(fmt::format("zero.offload_optimizer = {} needs ZeRO stage 1, 2 or 3 (the stage is 0, {})", z.offload_optimizer, r.sources.at("zero.stage")));
+  if (z.offload_param != "none" && z.stage != 3)
+    warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed", z.offload_param, z.stage));
+  if (r.launch.node_rank >= r.launch.nnodes)
+    problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
+  if (r.precision.dtype != "fp16" && (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
+    warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", r.precision.dtype));
+}
+
+}  // namespace
+
+void resolve_and_validate(LoadContext& ctx) {
+  // "auto" values stand for what the recipe sets; anything else would be a silent default.
+  for (const auto& a : ctx.autos) {
+    if (ctx.explicitly_set(a.target)) {
+      ctx.recipe.sources[a.target] += fmt::format(" (filled into \"auto\" at {})", a.where.str());
+    } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" || a.target == "train.gradient_accumulation_steps") {
+      // The batch triple: "auto" means "not given"; DeepSpeed's inference fills it from the others.
+    } else {
+      const Field* f = find_field(a.target);
+      ctx.problem(a.where, fmt::format("{} is \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value in the ds_config",
+                                       a.ds_key, a.target, a.target, f ? value_text(*f, ctx.recipe) : "..."));
+    }
+  }
+  if (!ctx.problems.empty()) return;
+  resolve_batch(ctx);
+  if (!ctx.problems.empty()) return;
+  resolve_length(ctx);
+  validate(ctx);
+}
+
+int64_t accumulation_at(const Recipe& r, int64_t step) {
+  for (const auto& stage : r.train.accumulation)
+    if (stage.until_step == 0 || step < stage.until_step) return stage.steps;
+  return r.train.gradient_accumulation_steps > 0 ? r.train.gradient_accumulation_steps : 1;
+}
+
+int64_t global_batch_at(const Recipe& r, int64_t step) { return r.train.micro_batch_size * r.world_size() * accumulation_at(r, step); }
+
+int64_t samples_before(const Recipe& r, int64_t step) {
+  int64_t samples = 0, from = 0;
+  for (const auto& stage : r.train.accumulation) {
+    const int64_t until = stage.until_step == 0 ? step : std::min(step, stage.until_step);
+    if (until > from) samples += (until - from) * r.train.micro_batch_size * r.world_size() * stage.steps;
+    from = std::max(from, until);
+    if (from >= step) return samples;
+  }
+  return samples + (step - from) * global_batch_at(r, from);
+}
+
+}  // namespace dstrain::config
