@@ -106,7 +106,8 @@ class DsReader {
       return;
     }
     for (size_t i = 0; i < node.members.size(); ++i) {
-      const auto& [key, value] = node.members[i];
+      const std::string& key = node.members[i].first;
+      const Node& value = node.members[i].second;
       const Location& where = node.key_locations[i];
       if (handle(key, value, where)) continue;
       const auto it = std::find_if(ignored.begin(), ignored.end(), [&](const Unimplemented& u) { return key == u.key; });
@@ -131,7 +132,8 @@ class DsReader {
   void top(const Node& root) {
     const Node* bf16 = root.find("bf16");
     for (size_t i = 0; i < root.members.size(); ++i) {
-      const auto& [key, value] = root.members[i];
+      const std::string& key = root.members[i].first;
+      const Node& value = root.members[i].second;
       const Location& where = root.key_locations[i];
       if (key == "train_batch_size") map(key, value, where, "train.global_batch_size");
       else if (key == "train_micro_batch_size_per_gpu") map(key, value, where, "train.micro_batch_size");

@@ -11,14 +11,15 @@ namespace dstrain::config {
 
 void apply_hf_config(const std::string& path, const Location& where, LoadContext& ctx) {
   const Location at{ctx.recipe.sources["model.hf_config"]};
-  if (!std::filesystem::is_regular_file(path)) {
+  const auto text = ctx.read(path);
+  if (!text) {
     ctx.problem(at, fmt::format("model.hf_config: '{}' does not exist or is not a file", path));
     return;
   }
   for (const char* key : {"model.vocab_size", "model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_seq_len"})
     if (ctx.explicitly_set(key))
       ctx.problem(Location{ctx.recipe.sources[key]}, fmt::format("{} is set together with model.hf_config; give the sizes one way", key));
-  const Node root = parse_json_with_comments(read_file(path), path, ctx.problems);
+  const Node root = parse_json_with_comments(*text, path, ctx.problems);
   if (!root.is_object()) return;
   const Node* type = root.find("model_type");
   if (!type || type->text != "llama") {

@@ -37,6 +37,8 @@ bool LoadContext::explicitly_set(const std::string& path) const {
 
 namespace {
 
+constexpr size_t kMaxConfigBytes = 16 << 20;  // configs are small; refuse a mistaken multi-GB file early
+
 std::string resolve_relative(const std::string& base_file, const std::string& path) {
   if (path.empty() || fs::path(path).is_absolute()) return path;
   return (fs::path(base_file).parent_path() / path).lexically_normal().string();
@@ -46,7 +48,8 @@ void read_recipe_mapping(const Node& node, const std::string& section, LoadConte
   const auto known = keys_under(section);
   const auto& sections = recipe_sections();
   for (size_t i = 0; i < node.members.size(); ++i) {
-    const auto& [key, value] = node.members[i];
+    const std::string& key = node.members[i].first;
+      const Node& value = node.members[i].second;
     const Location& where = node.key_locations[i];
     const std::string path = section.empty() ? key : section + "." + key;
     if (section.empty() && key == "deepspeed") {
@@ -99,15 +102,30 @@ void apply_override(const std::string& spec, LoadContext& ctx) {
 }  // namespace
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
-  if (!fs::is_regular_file(path))
+  return load_recipe_with(path, overrides, [](const std::string& file) -> std::optional<std::string> {
+    if (!fs::is_regular_file(file)) return std::nullopt;
+    std::string text = read_file(file);
+    if (text.size() > kMaxConfigBytes)
+      throw Error(ErrorCode::kConfig, fmt::format("'{}' is {} bytes; config files are limited to {} bytes", file, text.size(), kMaxConfigBytes),
+                  "point the recipe at the right file");
+    return text;
+  });
+}
+
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read) {
+  LoadContext ctx;
+  ctx.read = std::move(read);
+  const auto recipe_text = ctx.read(path);
+  if (!recipe_text)
     throw Error(ErrorCode::kConfig, fmt::format("recipe '{}' does not exist or is not a file", path),
                 "pass the path of a recipe YAML file, e.g. recipes/demo.yaml");
-  LoadContext ctx;
   for (const auto& f : recipe_schema()) ctx.recipe.sources[f.path] = "default";
   ctx.recipe.source_path = fs::absolute(path).lexically_normal().string();
 
   // 1. The recipe.
-  const Node root = parse_yaml(read_file(path), path, ctx.problems);
+  const Node root = parse_yaml(*recipe_text, path, ctx.problems);
+  if (root.kind == Node::Kind::kNull && !ctx.problems.empty())  // a syntax error: what would follow is noise
+    throw Error(ErrorCode::kConfig, ctx.problems.front(), "fix the YAML syntax at that position");
   const Node* inline_ds = nullptr;
   Location inline_ds_where;
   if (root.kind == Node::Kind::kObject) read_recipe_mapping(root, "", ctx, &inline_ds, &inline_ds_where);
@@ -123,10 +141,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
   } else if (!ctx.recipe.ds_config_path.empty()) {
     const std::string ds_path = resolve_relative(ctx.recipe.source_path, ctx.recipe.ds_config_path);
     ctx.recipe.ds_config_path = ds_path;
-    if (!fs::is_regular_file(ds_path)) {
+    if (const auto ds_text = ctx.read(ds_path); !ds_text) {
       ctx.problem(Location{ctx.recipe.sources["ds_config"]}, fmt::format("ds_config: '{}' does not exist or is not a file", ds_path));
     } else {
-      const Node ds = parse_json_with_comments(read_file(ds_path), ds_path, ctx.problems);
+      const Node ds = parse_json_with_comments(*ds_text, ds_path, ctx.problems);
       apply_ds_config(ds, ctx);
     }
   } else if (inline_ds) {

@@ -1,6 +1,8 @@
 #pragma once
 // State shared by the layers that build a Recipe (recipe YAML, ds_config, --set): the recipe
 // being filled, where each value came from, and every problem and warning found on the way.
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,7 +27,12 @@ struct DsPending {
   Location fp16_auto, bf16_auto;  // "enabled": "auto"
 };
 
+// Reads a file the config names (recipe, ds_config, hf_config); nullopt when it does not exist.
+// The real one reads the disk; the fuzz target serves documents from memory.
+using FileReader = std::function<std::optional<std::string>(const std::string& path)>;
+
 struct LoadContext {
+  FileReader read;
   Recipe recipe;
   DsPending ds;
   std::vector<std::string> problems;
@@ -39,6 +46,9 @@ struct LoadContext {
   bool set(const std::string& path, const Node& value, const Location& where, bool lax, const std::string& origin = "");
   bool explicitly_set(const std::string& path) const;
 };
+
+// load_recipe with documents from `read` instead of the disk (fuzzing, tests).
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read);
 
 // Reads a ds_config document into ctx (DeepSpeed's semantics; see deepspeed-semantics.md).
 void apply_ds_config(const Node& root, LoadContext& ctx);

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Fuzzes the recipe and ds_config readers with libFuzzer (clang, ASan + UBSan).
+#   scripts/fuzz-config.sh            10 minutes
+#   scripts/fuzz-config.sh 30         30 seconds (CI's smoke run)
+# Crashes land in build-fuzz/crashes/; re-run one with build-fuzz/config_fuzz FILE.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+seconds="${1:-600}"
+build="${DSTRAIN_FUZZ_BUILD_DIR:-$DSTRAIN_ROOT/build-fuzz}"
+command -v clang++ >/dev/null || die "clang++ is missing: run scripts/setup.sh"
+if [ ! -f "$build/build.ninja" ]; then
+  CXX=clang++ cmake -S "$DSTRAIN_ROOT/test/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+cmake --build "$build" | grep -vE "^\[[0-9]+/[0-9]+\]" || true
+mkdir -p "$build/corpus" "$build/crashes"
+say "fuzzing the config readers for $seconds s"
+# -rss_limit_mb: a config reader must never need much memory; -timeout: nor much time.
+"$build/config_fuzz" "$build/corpus" "$DSTRAIN_ROOT/test/fuzz/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  -max_len=65536 -artifact_prefix="$build/crashes/" -print_final_stats=1 2>&1 | tail -n 25
+say "no crash, hang or sanitizer report in $seconds s"
