@@ -49,4 +49,15 @@ set +e; wait $launcher; set -e
 expect_status 0 "$DSTRAIN" resume cut
 python3 "$SRC/test/dist/compare_metrics.py" whole/metrics.jsonl cut/metrics.jsonl --exact || fail "resume with stages is not bit-exact"
 ok "resuming mid-run (inside the second stage) is bit-exact"
+
+expect_status 0 "$DSTRAIN" train ds.yaml --set run_dir=timed --set checkpoint.interval_steps=0 --set checkpoint.interval_minutes=0.0005 \
+  --set checkpoint.dir=timed-ckpt
+saves=$(ls -d timed-ckpt/step_* | wc -l)
+[ "$saves" -ge 3 ] || fail "expected time-based checkpoints besides the final one, found $saves: $(ls timed-ckpt)"
+[ ! -e timed/ckpt ] || fail "checkpoint.dir was ignored"
+expect_status 0 "$DSTRAIN" inspect-ckpt timed-ckpt
+expect_status 0 "$DSTRAIN" resume timed
+expect_out "resumed from $WORK/timed-ckpt/step_00000020"
+expect_out "the run is already complete (20 of 20 steps); nothing to do"
+ok "checkpoint.interval_minutes saves on the clock ($saves checkpoints), into checkpoint.dir, and resume finds them"
 finish

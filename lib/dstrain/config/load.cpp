@@ -158,6 +158,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   else ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
   if (ctx.recipe.run_dir.empty()) ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
   else ctx.recipe.run_dir = fs::absolute(ctx.recipe.run_dir).lexically_normal().string();
+  if (!ctx.recipe.checkpoint.dir.empty()) ctx.recipe.checkpoint.dir = fs::absolute(ctx.recipe.checkpoint.dir).lexically_normal().string();
   if (ctx.problems.empty()) resolve_and_validate(ctx);
 
   if (!ctx.problems.empty()) {

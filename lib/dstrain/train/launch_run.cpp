@@ -52,7 +52,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
 
   const RunDir run_dir(recipe.run_dir);
   if (options.resume) {
-    if (!ckpt::latest_checkpoint(run_dir.ckpt_dir()))
+    if (!ckpt::latest_checkpoint(run_dir.ckpt_dir(recipe)))
       throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
                   "start it with `dstrain train` instead");
   } else {
@@ -86,7 +86,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     sup.workers.push_back(env);
   }
   const int status = launch::supervise(sup);
-  if (status == 0) log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir()));
+  if (status == 0) log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
   return status;
 }
 

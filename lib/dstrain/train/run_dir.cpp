@@ -10,8 +10,8 @@ namespace dstrain::train {
 namespace fs = std::filesystem;
 
 void RunDir::prepare_new(const config::Recipe& recipe) const {
-  if (fs::exists(config_path()) || fs::exists(ckpt_dir()))
-    throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' already holds a run", root_),
+  if (fs::exists(config_path()) || fs::exists(ckpt_dir()) || fs::exists(ckpt_dir(recipe) + "/latest"))
+    throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' (checkpoints in {}) already holds a run", root_, ckpt_dir(recipe)),
                 fmt::format("continue it with `dstrain resume {}`, or start a new one elsewhere, e.g. --set run_dir={}-2", root_, root_));
   fs::create_directories(log_dir());
   config::write_resolved_config(recipe, config_path());

@@ -18,6 +18,8 @@ class RunDir {
   std::string log_dir() const { return root_ + "/logs"; }
   std::string metrics_path() const { return root_ + "/metrics.jsonl"; }
   std::string ckpt_dir() const { return root_ + "/ckpt"; }
+  // checkpoint.dir when the recipe sets one, else ckpt_dir().
+  std::string ckpt_dir(const config::Recipe& recipe) const { return recipe.checkpoint.dir.empty() ? ckpt_dir() : recipe.checkpoint.dir; }
   // Creates the directory for a new run and writes config.resolved.json. Refuses a directory
   // that already holds a run (never overwrites checkpoints): resume it or pick another run_dir.
   void prepare_new(const config::Recipe& recipe) const;

@@ -113,7 +113,7 @@ int run_worker() {
   if (world != recipe.world_size())
     throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", world, recipe.world_size()),
                 "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
-  const std::string ckpt_dir = recipe.checkpoint.dir.empty() ? run_dir.ckpt_dir() : recipe.checkpoint.dir;
+  const std::string ckpt_dir = run_dir.ckpt_dir(recipe);
   const bool console = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "console") != recipe.logging.sinks.end();
   const bool jsonl = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "jsonl") != recipe.logging.sinks.end();
 
@@ -149,6 +149,7 @@ int run_worker() {
     log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
                           static_cast<double>(model.num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
                           config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
+  if (start_step >= tc.steps && env.rank == 0) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", start_step, tc.steps));
   std::unique_ptr<metrics::JsonlSink> sink;
   if (env.rank == 0 && jsonl) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), start_step);
 
