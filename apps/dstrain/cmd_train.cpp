@@ -4,10 +4,11 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dstrain/config/recipe.h"
 #include "dstrain/config/describe.h"
+#include "dstrain/config/recipe.h"
 #include "dstrain/train/engine_support.h"
 #include "dstrain/train/launch_run.h"
+#include "launch_flags.h"
 
 namespace dstrain::app {
 
@@ -22,39 +23,52 @@ void register_train(CLI::App& app, Run& run) {
     std::string recipe;
     std::vector<std::string> overrides;
     bool dry_run = false;
-    int nproc = 0;
+    launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a recipe: starts the workers and supervises them");
   cmd->footer(
       "The run directory (run_dir in the recipe) receives config.resolved.json, logs/rank_XXXXX.log,\n"
       "metrics.jsonl and ckpt/. A run_dir that already holds a run is refused: resume it instead.\n\n"
+      "Topology, first match wins: the flags below; a torchrun environment (this process is that\n"
+      "rank); Slurm (one task per node: a launcher per node; one task per GPU: each task a rank);\n"
+      "OpenMPI (mpirun); PMI; else the recipe's launch section. --dry-run shows the decision.\n\n"
       "Examples:\n"
       "  dstrain train recipes/demo.yaml\n"
       "  dstrain train recipes/demo.yaml --set train.steps=20 --set run_dir=runs/short\n"
       "  dstrain train recipes/demo.yaml --nproc-per-node 1 --dry-run\n"
-      "  dstrain train recipes/deepseek-llm-7b.yaml --dry-run      (a ds_config recipe: see the sources)\n\n"
-      "Precedence: built-in defaults < recipe < ds_config (ds_config: or deepspeed:) < --set.");
+      "  dstrain train recipes/deepseek-llm-7b.yaml --dry-run      (a ds_config recipe: see the sources)\n"
+      "  dstrain train r.yaml --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500   (on node 0)\n"
+      "  dstrain train r.yaml --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500   (on node 1)\n\n"
+      "Precedence: built-in defaults < recipe < ds_config (ds_config: or deepspeed:) < --set < topology.");
   cmd->add_option("recipe", args->recipe, "Recipe YAML file (see recipes/README.md)")->required()->check(CLI::ExistingFile);
-  cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set train.lr=1e-3");
-  cmd->add_option("--nproc-per-node", args->nproc, "Worker processes on this node (overrides launch.nproc_per_node)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set optimizer.lr=1e-3");
+  add_launch_flags(*cmd, args->flags);
   cmd->add_flag("--dry-run", args->dry_run,
-                "Validate, then print every resolved key with its source (default, recipe file:line:col, ds_config, --set)\n"
-                "and the derived numbers (batch per stage, tokens, parameters, per-rank memory); start nothing");
+                "Validate, then print the topology decision, every resolved key with its source (default, recipe\n"
+                "file:line:col, ds_config, --set) and the derived numbers (batch per stage, tokens, parameters,\n"
+                "per-rank memory); start nothing");
   cmd->callback([args, &run] {
     run = [args] {
+      const config::Recipe first = config::load_recipe(args->recipe, args->overrides);
+      const launch::Topology topo =
+          decide_topology(args->flags, static_cast<int>(first.launch.nproc_per_node), first.sources.at("launch.nproc_per_node") != "default",
+                          static_cast<int>(first.launch.nnodes), first.launch.master_addr, static_cast<int>(first.launch.master_port));
       auto overrides = args->overrides;
-      if (args->nproc > 0) overrides.push_back("launch.nproc_per_node=" + std::to_string(args->nproc));
-      const config::Recipe recipe = config::load_recipe(args->recipe, overrides);
+      for (const auto& o : topology_overrides(topo)) overrides.push_back(o);
+      config::Recipe recipe = config::load_recipe(args->recipe, overrides);
+      for (const char* key : {"launch.nproc_per_node", "launch.nnodes", "launch.node_rank", "launch.master_addr", "launch.master_port"})
+        if (first.sources.at(key) != "--set" || topo.source != "recipe") recipe.sources[key] = "topology: " + topo.source;
       if (args->dry_run) {
-        std::string out = config::describe_resolved(recipe);
+        std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
         for (const auto& m : train::unsupported_by_engine(recipe)) out += "not runnable yet: " + m + "\n";
         out += "the configuration is valid; --dry-run: no worker started, nothing written\n";
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
-      return train::launch_run(recipe, {self_executable(), false});
+      const train::LaunchOptions options{self_executable(), false, topo};
+      return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };
   });
 }

@@ -45,7 +45,7 @@ done
 ok "--dry-run succeeds on every recipe in recipes/"
 
 expect_status 2 "$DSTRAIN" train "$SRC/recipes/deepseek-llm-7b.yaml" --set run_dir=big
-expect_out "the training engine cannot run 3 of its settings yet"
+expect_out "the training engine cannot run 2 of its settings yet"
 expect_out "zero.stage ($SRC/recipes/ds_config/zero2_bf16.json:13:5)"
 [ ! -e big ] || fail "a refused run created its run directory"
 ok "settings the engine cannot run yet are refused before anything starts"

@@ -1,25 +1,45 @@
 #pragma once
-// Collectives between the ranks of a run. Small on purpose; issue 4 grows it into async handles,
-// reduce-scatter/all-gather and NCCL. Every call blocks until done or until the timeout, and a
-// failure throws Error{kComm} naming the op, its sequence number and the rank.
+// Collectives between the ranks of a run. Every op is asynchronous and returns a Work handle;
+// wait() blocks until the op is done or its timeout passes, and a failure throws Error{kComm}
+// naming the op, its sequence number and the rank. All ranks must issue the same ops in the same
+// order. Tensors must be contiguous (checked: Gloo silently gives wrong results otherwise).
+// Supported dtypes: float32 and bfloat16 (reduced in fp32).
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dstrain::comm {
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Blocks until done; throws Error{kComm} on failure or timeout. Idempotent.
+  virtual void wait() = 0;
+};
+using WorkHandle = std::unique_ptr<Work>;
 
 class Communicator {
  public:
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // In-place sum over ranks of a contiguous fp32 CPU tensor.
-  virtual void all_reduce_sum(at::Tensor& tensor) = 0;
+  virtual std::string backend() const = 0;  // "gloo" or "nccl"
+
+  // In-place sum over ranks.
+  virtual WorkHandle all_reduce(at::Tensor& tensor) = 0;
+  // input holds world_size equal chunks; output (one chunk) receives the sum over ranks of chunk
+  // `rank`. Moves (N-1)/N of the input per rank: never an all-reduce followed by a slice.
+  virtual WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output) = 0;
+  // output (world_size chunks) receives every rank's input, in rank order.
+  virtual WorkHandle all_gather(const at::Tensor& input, at::Tensor& output) = 0;
   // In-place copy of root's tensor to every rank.
-  virtual void broadcast(at::Tensor& tensor, int root) = 0;
-  virtual void barrier() = 0;
+  virtual WorkHandle broadcast(at::Tensor& tensor, int root) = 0;
+  virtual WorkHandle barrier() = 0;
+  // Every rank's bytes, in rank order (blocking): for facts such as versions and hostnames.
+  virtual std::vector<std::string> all_gather_bytes(const std::string& mine) = 0;
 };
 
 struct Endpoint {
@@ -27,9 +47,11 @@ struct Endpoint {
   int master_port;
   std::string run_id;  // a worker of another run or restart generation is refused
   std::chrono::milliseconds timeout;
+  bool host_store = false;  // this rank hosts the store (no dstrain launcher: mpirun, srun)
 };
 
-// Joins the launcher's store and builds a Gloo group over it.
+// Joins (or hosts) the store, announces this rank, and builds a Gloo group. A timeout names the
+// ranks that never arrived.
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& endpoint, int rank, int world_size);
 
 }  // namespace dstrain::comm

@@ -4,60 +4,156 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <ATen/ATen.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
 #include "dstrain/comm/communicator.h"
+#include "dstrain/comm/rendezvous.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::comm {
 namespace {
 
-class GlooCommunicator final : public Communicator {
+using c10d::ProcessGroupGloo;
+
+// A c10d work plus what to do once it is done (e.g. convert a bf16 result back, sum chunks).
+class GlooWork final : public Work {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::ProcessGroupGloo> group, int rank, int world, std::chrono::milliseconds timeout)
-      : group_(std::move(group)), rank_(rank), world_(world), timeout_(timeout) {}
-
-  int rank() const override { return rank_; }
-  int world_size() const override { return world_; }
-
-  void all_reduce_sum(at::Tensor& tensor) override {
-    require_contiguous(tensor, "all_reduce");
-    std::vector<at::Tensor> tensors{tensor};
-    run("all_reduce", [&] { return group_->allreduce(tensors); });
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, std::chrono::milliseconds timeout)
+      : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)), timeout_(timeout) {}
+  ~GlooWork() override {
+    if (!done_) {
+      try {
+        wait();
+      } catch (...) {  // a destructor must not throw; the error was (or will be) seen elsewhere
+      }
+    }
   }
-
-  void broadcast(at::Tensor& tensor, int root) override {
-    require_contiguous(tensor, "broadcast");
-    std::vector<at::Tensor> tensors{tensor};
-    c10d::BroadcastOptions opts;
-    opts.rootRank = root;
-    run("broadcast", [&] { return group_->broadcast(tensors, opts); });
-  }
-
-  void barrier() override {
-    run("barrier", [&] { return group_->barrier(); });
+  void wait() override {
+    if (done_) return;
+    done_ = true;
+    try {
+      if (work_ && !work_->wait(timeout_)) throw std::runtime_error("wait returned false");
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kComm, what_ + " failed: " + first_line(e.what()),
+                  "another rank probably failed, hung or left; check every rank's log in run_dir/logs/");
+    }
+    if (finish_) finish_();
   }
 
  private:
-  // Gloo silently returns wrong results for non-contiguous tensors: refuse them.
-  static void require_contiguous(const at::Tensor& t, const char* op) {
-    if (!t.is_contiguous())
-      throw Error(ErrorCode::kInternal, std::string(op) + ": tensor is not contiguous", "this is a dstrain bug; please report it");
+  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::function<void()> finish_;
+  std::string what_;
+  std::chrono::milliseconds timeout_;
+  bool done_ = false;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<ProcessGroupGloo> group, int rank, int world,
+                   std::chrono::milliseconds timeout)
+      : store_(std::move(store)), group_(std::move(group)), rank_(rank), world_(world), timeout_(timeout) {}
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_; }
+  std::string backend() const override { return "gloo"; }
+
+  WorkHandle all_reduce(at::Tensor& tensor) override {
+    check(tensor, "all_reduce");
+    // Gloo refuses bf16 reductions: reduce an fp32 copy and convert back.
+    at::Tensor buffer = tensor.scalar_type() == at::kFloat ? tensor : tensor.to(at::kFloat);
+    std::vector<at::Tensor> tensors{buffer};
+    auto work = group_->allreduce(tensors);
+    std::function<void()> finish;
+    if (buffer.data_ptr() != tensor.data_ptr()) finish = [tensor, buffer]() mutable { tensor.copy_(buffer); };
+    return make("all_reduce", std::move(work), std::move(finish));
   }
 
-  template <typename Launch>
-  void run(const char* op, Launch launch) {
+  WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output) override {
+    check(input, "reduce_scatter");
+    check(output, "reduce_scatter");
+    require(input.numel() == output.numel() * world_, "reduce_scatter: input must hold world_size x output elements");
+    require(input.scalar_type() == output.scalar_type(), "reduce_scatter: input and output dtypes differ");
+    // All-to-all, then a local sum: each rank sends the chunks it does not own and receives the
+    // N-1 contributions to its own, i.e. (N-1)/N of the input, as a ring reduce-scatter does.
+    at::Tensor received = at::empty_like(input);
+    at::Tensor send = movable(input), recv = movable(received);
+    std::vector<int64_t> no_splits;  // equal chunks
+    auto work = group_->alltoall_base(recv, send, no_splits, no_splits);
+    at::Tensor out = output;
+    const int world = world_;
+    return make("reduce_scatter", std::move(work), [received, out, world]() mutable {
+      out.copy_(received.view({world, -1}).to(at::kFloat).sum(0).view_as(out));
+    });
+  }
+
+  WorkHandle all_gather(const at::Tensor& input, at::Tensor& output) override {
+    check(input, "all_gather");
+    check(output, "all_gather");
+    require(output.numel() == input.numel() * world_, "all_gather: output must hold world_size x input elements");
+    require(input.scalar_type() == output.scalar_type(), "all_gather: input and output dtypes differ");
+    at::Tensor flat_out = movable(output).view({-1});
+    at::Tensor flat_in = movable(input).view({-1});
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (int r = 0; r < world_; ++r) outputs[0].push_back(flat_out.narrow(0, r * input.numel(), input.numel()));
+    std::vector<at::Tensor> inputs{flat_in};
+    return make("all_gather", group_->allgather(outputs, inputs), {});
+  }
+
+  WorkHandle broadcast(at::Tensor& tensor, int root) override {
+    check(tensor, "broadcast");
+    require(root >= 0 && root < world_, "broadcast: root is not a rank");
+    std::vector<at::Tensor> tensors{movable(tensor)};
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    return make("broadcast", group_->broadcast(tensors, opts), {});
+  }
+
+  WorkHandle barrier() override { return make("barrier", group_->barrier(), {}); }
+
+  std::vector<std::string> all_gather_bytes(const std::string& mine) override {
+    at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
+    at::Tensor lengths = at::empty({world_}, at::kLong);
+    all_gather(length, lengths)->wait();
+    const int64_t longest = lengths.max().item<int64_t>();
+    at::Tensor padded = at::zeros({std::max<int64_t>(longest, 1)}, at::kByte);
+    std::memcpy(padded.data_ptr(), mine.data(), mine.size());
+    at::Tensor all = at::empty({world_, padded.numel()}, at::kByte);
+    all_gather(padded, all)->wait();
+    std::vector<std::string> out;
+    for (int r = 0; r < world_; ++r)
+      out.emplace_back(static_cast<const char*>(all[r].data_ptr()), static_cast<size_t>(lengths[r].item<int64_t>()));
+    return out;
+  }
+
+ private:
+  // Data movement of bf16 travels as int16: Gloo only has to copy the bytes.
+  static at::Tensor movable(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kShort) : t; }
+
+  static void require(bool ok, const std::string& what) {
+    if (!ok) throw Error(ErrorCode::kInternal, what, "this is a dstrain bug; please report it");
+  }
+  void check(const at::Tensor& t, const char* op) const {
+    require(t.defined() && t.is_contiguous(), std::string(op) + ": tensors must be contiguous (Gloo gives wrong results otherwise)");
+    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kLong || t.scalar_type() == at::kByte,
+            std::string(op) + ": dtype must be float32 or bfloat16");
+    require(t.device().is_cpu(), std::string(op) + ": the Gloo communicator works on CPU tensors");
+  }
+
+  WorkHandle make(const char* op, c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish) {
     const uint64_t seq = ++sequence_;
-    try {
-      auto work = launch();
-      if (!work->wait(timeout_)) throw std::runtime_error("wait returned false");
-    } catch (const std::exception& e) {
-      throw Error(ErrorCode::kComm,
-                  std::string(op) + " #" + std::to_string(seq) + " failed on rank " + std::to_string(rank_) + " of " +
-                      std::to_string(world_) + ": " + e.what(),
-                  "another rank probably failed or hung: check its log in run_dir/logs/");
-    }
+    const std::string what = std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
+    return std::make_unique<GlooWork>(std::move(work), std::move(finish), what, timeout_);
   }
 
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<c10d::Store> store_;  // keeps a self-hosted store alive
+  c10::intrusive_ptr<ProcessGroupGloo> group_;
   int rank_, world_;
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
@@ -66,34 +162,22 @@ class GlooCommunicator final : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int rank, int world) {
-  c10::intrusive_ptr<c10d::Store> store;
-  try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(ep.master_port);
-    opts.isServer = false;
-    opts.waitWorkers = false;
-    opts.timeout = ep.timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(ep.master_addr, opts);
-  } catch (const std::exception& e) {
-    throw Error(ErrorCode::kComm,
-                "rank " + std::to_string(rank) + " cannot reach the rendezvous store at " + ep.master_addr + ":" +
-                    std::to_string(ep.master_port) + ": " + e.what(),
-                "check MASTER_ADDR/MASTER_PORT and that the launcher of node 0 is running");
-  }
-  const std::vector<uint8_t> got = store->get("dstrain/run_id");
-  const std::string run_id(got.begin(), got.end());
-  if (run_id != ep.run_id)
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " belongs to run '" + ep.run_id + "' but the store serves run '" + run_id + "'",
-                "this worker is from another job or an old restart; stop it and start the run again");
+  c10::intrusive_ptr<c10d::Store> store = join_store(ep, rank, world);
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dstrain/" + ep.run_id + "/gloo", store);
-    auto options = c10d::ProcessGroupGloo::Options::create_default(ep.timeout);
-    options->devices = {c10d::ProcessGroupGloo::createDeviceForHostname(ep.master_addr == "localhost" ? "127.0.0.1" : ep.master_addr)};
-    auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, world, options);
-    return std::make_unique<GlooCommunicator>(std::move(group), rank, world, ep.timeout);
+    auto options = ProcessGroupGloo::Options::create_default(ep.timeout);
+    // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise bind to the address that
+    // routes to the master, which works on one host, across hosts and across network namespaces.
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    options->devices = {ifname && *ifname ? ProcessGroupGloo::createDeviceForInterface(ifname)
+                                          : ProcessGroupGloo::createDeviceForHostname(local_address_towards(ep.master_addr))};
+    auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, options);
+    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, ep.timeout);
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " could not form the Gloo group of " + std::to_string(world) + " ranks: " + e.what(),
-                "a rank did not arrive in time; check every rank's log in run_dir/logs/");
+                "a rank did not arrive in time or the network between nodes is blocked; check every rank's log in run_dir/logs/");
   }
 }
 

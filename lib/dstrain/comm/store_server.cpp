@@ -20,7 +20,7 @@ StoreServer::StoreServer(const std::string& host, int port, const std::string& r
     opts.timeout = timeout;
     impl_->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
     const std::string value = run_id;
-    impl_->store->set("dstrain/run_id", std::vector<uint8_t>(value.begin(), value.end()));
+    impl_->store->set("dstrain/run", std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm, "cannot host the rendezvous store on " + host + ":" + std::to_string(port) + ": " + e.what(),
                 port == 0 ? "check the address is local to this machine" : "the port may be in use: choose another with --master-port, or 0 for a free one");
@@ -30,5 +30,29 @@ StoreServer::StoreServer(const std::string& host, int port, const std::string& r
 StoreServer::~StoreServer() = default;
 
 int StoreServer::port() const { return impl_->store->getPort(); }
+
+void StoreServer::publish(const std::string& key, const std::string& value) {
+  impl_->store->set("dstrain/published/" + key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::string& key, std::chrono::milliseconds timeout) {
+  const std::string where = host + ":" + std::to_string(port);
+  try {
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(port);
+    opts.isServer = false;
+    opts.waitWorkers = false;
+    opts.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    auto run = store->get("dstrain/run");
+    auto value = store->get("dstrain/published/" + key);
+    return {std::string(run.begin(), run.end()), std::string(value.begin(), value.end())};
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    throw Error(ErrorCode::kComm, "cannot reach node 0's launcher at " + where + " within " + std::to_string(timeout.count() / 1000) + " s: " +
+                                      what.substr(0, what.find('\n')),
+                "start node 0 first (or together), with the same --master-addr/--master-port; check the network between the nodes");
+  }
+}
 
 }  // namespace dstrain::comm

@@ -14,10 +14,20 @@ class StoreServer {
   StoreServer(const std::string& host, int port, const std::string& run_id, std::chrono::milliseconds timeout);
   ~StoreServer();
   int port() const;
+  // Publishes a value for the launchers of the other nodes (e.g. the resolved config).
+  void publish(const std::string& key, const std::string& value);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// What a launcher of node > 0 learns from node 0's store: the run key (run id and generation)
+// and a published value. Waits up to `timeout` for node 0; the error names the address.
+struct NodeZeroInfo {
+  std::string run_key;
+  std::string value;
+};
+NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::string& key, std::chrono::milliseconds timeout);
 
 }  // namespace dstrain::comm

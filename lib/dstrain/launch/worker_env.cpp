@@ -55,6 +55,8 @@ WorkerEnv worker_env_from_environment() {
   return env;
 }
 
+std::string store_run_key(const WorkerEnv& env) { return env.run_id + "/" + std::to_string(env.restart_count); }
+
 std::vector<std::string> worker_env_assignments(const WorkerEnv& e) {
   return {
       fmt::format("RANK={}", e.rank),

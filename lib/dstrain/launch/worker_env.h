@@ -19,7 +19,12 @@ struct WorkerEnv {
   int restart_count = 0;
   int threads = 1;      // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
   bool resume = false;  // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
+  bool host_store = false;  // this rank hosts the rendezvous store (no dstrain launcher)
 };
+
+// The store's run key: the run id and the restart generation, so that a worker of another run
+// or of an older restart is refused at join.
+std::string store_run_key(const WorkerEnv& env);
 
 // Reads the variables; throws Error{kEnvironment} naming a missing or malformed one.
 WorkerEnv worker_env_from_environment();

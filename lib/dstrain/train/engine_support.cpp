@@ -16,7 +16,6 @@ std::vector<std::string> unsupported_by_engine(const config::Recipe& r) {
   if (r.checkpoint.async) add("checkpoint.async", "asynchronous checkpoints come with the checkpoint issue");
   for (const auto& sink : r.logging.sinks)
     if (sink == "csv" || sink == "tensorboard") add("logging.sinks", fmt::format("the {} sink comes with the observability issue (console and jsonl work)", sink));
-  if (r.launch.nnodes > 1) add("launch.nnodes", "multi-node runs come with the launcher issue");
   if (r.launch.max_restarts > 0) add("launch.max_restarts", "automatic restarts come with the fault-tolerance issue; use `dstrain resume`");
   return out;
 }

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/store_server.h"
@@ -14,7 +15,10 @@
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/supervisor.h"
+#include "dstrain/launch/worker_env.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/train/engine_support.h"
+#include "dstrain/train/worker.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -41,44 +45,75 @@ std::string describe_plan(const config::Recipe& r) {
       r.precision.dtype, r.zero.stage);
 }
 
-int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
-  const int world = static_cast<int>(recipe.launch.nproc_per_node);
+namespace {
+
+void refuse_unsupported(const config::Recipe& recipe) {
   if (const auto missing = unsupported_by_engine(recipe); !missing.empty())
     throw Error(ErrorCode::kConfig,
                 fmt::format("the configuration is valid, but the training engine cannot run {} of its settings yet:\n  {}",
                             missing.size() == 1 ? "one" : std::to_string(missing.size()), fmt::join(missing, "\n  ")),
                 "change these settings, or check the plan without training with --dry-run");
-  for (const auto& warning : recipe.warnings) log::warn(warning);
+}
 
-  const RunDir run_dir(recipe.run_dir);
-  if (options.resume) {
+// Node 0 prepares the run directory; a resume needs a committed checkpoint.
+void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool resume) {
+  if (resume) {
     if (!ckpt::latest_checkpoint(run_dir.ckpt_dir(recipe)))
       throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
                   "start it with `dstrain train` instead");
   } else {
     run_dir.prepare_new(recipe);
   }
+}
 
-  const std::string run_id = random_run_id();
+}  // namespace
+
+int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
+  refuse_unsupported(recipe);
+  for (const auto& warning : recipe.warnings) log::warn(warning);
+  const auto& topo = options.topology;
+  const int nproc = topo.nproc_per_node;
+  const RunDir run_dir(recipe.run_dir);
   const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);
-  comm::StoreServer store(recipe.launch.master_addr, static_cast<int>(recipe.launch.master_port), run_id, timeout);
-  const int threads = threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), world, online_cores());
-  log::info(fmt::format("dstrain {} run {}: {} worker{} x {} thread{}, rendezvous at {}:{}", options.resume ? "resuming" : "starting", run_id,
-                        world, world == 1 ? "" : "s", threads, threads == 1 ? "" : "s", recipe.launch.master_addr, store.port()));
-  log::info(describe_plan(recipe));
+
+  // Node 0 hosts the store and publishes the run id and the resolved config; the other nodes'
+  // launchers fetch both, so the nodes need not share a filesystem.
+  std::unique_ptr<comm::StoreServer> store;
+  std::string run_key;
+  int port = topo.master_port;
+  if (topo.node_rank == 0) {
+    prepare_run_dir(recipe, run_dir, options.resume);
+    const int generation = 0;
+    run_key = random_run_id() + "/" + std::to_string(generation);
+    store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
+    store->publish("config", read_file(run_dir.config_path()));
+    port = store->port();
+  } else {
+    log::info(fmt::format("node {} of {}: joining node 0's launcher at {}:{}", topo.node_rank, topo.nnodes, topo.master_addr, topo.master_port));
+    const auto info = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "config", timeout);
+    run_key = info.run_key;
+    std::filesystem::create_directories(run_dir.log_dir());
+    if (!std::filesystem::exists(run_dir.config_path()) || read_file(run_dir.config_path()) != info.value) write_file_atomic(run_dir.config_path(), info.value);
+  }
+  const std::string run_id = run_key.substr(0, run_key.rfind('/'));
+  const int threads = threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), nproc, online_cores());
+  log::info(fmt::format("dstrain {} run {}: node {} of {}, {} worker{} x {} thread{}, rendezvous at {}:{}", options.resume ? "resuming" : "starting",
+                        run_id, topo.node_rank, topo.nnodes, nproc, nproc == 1 ? "" : "s", threads, threads == 1 ? "" : "s", topo.master_addr, port));
+  if (topo.node_rank == 0) log::info(describe_plan(recipe));
 
   launch::SupervisorOptions sup;
   sup.executable = options.executable;
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
-  for (int rank = 0; rank < world; ++rank) {
+  for (int local = 0; local < nproc; ++local) {
     launch::WorkerEnv env;
-    env.rank = rank;
-    env.local_rank = rank;
-    env.world_size = world;
-    env.local_world_size = world;
-    env.master_addr = recipe.launch.master_addr;
-    env.master_port = store.port();
+    env.rank = topo.node_rank * nproc + local;
+    env.local_rank = local;
+    env.world_size = topo.world();
+    env.local_world_size = nproc;
+    env.group_rank = topo.node_rank;
+    env.master_addr = topo.master_addr;
+    env.master_port = port;
     env.run_id = run_id;
     env.run_dir = recipe.run_dir;
     env.threads = threads;
@@ -86,8 +121,48 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     sup.workers.push_back(env);
   }
   const int status = launch::supervise(sup);
-  if (status == 0) log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
+  if (status == 0 && topo.node_rank == 0)
+    log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
   return status;
+}
+
+int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
+  refuse_unsupported(recipe);
+  const auto& topo = options.topology;
+  const RunDir run_dir(recipe.run_dir);
+  const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);
+  const std::string run_id = topo.job_id.empty() ? fmt::format("static-{}-{}", topo.master_addr, topo.master_port) : topo.job_id;
+  // Rank 0 prepares the run directory and marks it with the run id; the others wait for the mark
+  // (the run directory is on a filesystem that every node sees, as torchrun and srun jobs assume).
+  const std::string mark = recipe.run_dir + "/.run_id";
+  if (topo.rank == 0) {
+    for (const auto& warning : recipe.warnings) log::warn(warning);
+    prepare_run_dir(recipe, run_dir, options.resume);
+    write_file_atomic(mark, run_id);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!std::filesystem::exists(mark) || read_file(mark) != run_id) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw Error(ErrorCode::kComm, fmt::format("rank {}: rank 0 did not prepare {} for run {} within {} s", topo.rank, recipe.run_dir, run_id,
+                                                  recipe.launch.timeout_s),
+                    "check rank 0's output; the run directory must be on a filesystem that every node sees");
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  launch::WorkerEnv env;
+  env.rank = topo.rank;
+  env.local_rank = topo.local_rank;
+  env.world_size = topo.world_size;
+  env.local_world_size = topo.local_world_size;
+  env.group_rank = topo.node_rank;
+  env.master_addr = topo.master_addr;
+  env.master_port = topo.master_port;
+  env.run_id = run_id;
+  env.run_dir = recipe.run_dir;
+  env.threads = threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores());
+  env.resume = options.resume;
+  env.host_store = topo.host_store;
+  return run_worker(env);
 }
 
 }  // namespace dstrain::train

@@ -54,7 +54,7 @@ StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& para
   pieces.push_back(at::tensor({static_cast<float>(local_loss), save_flag ? 1.0f : 0.0f}, at::kFloat));
   at::Tensor flat = at::cat(pieces);
   if (comm.world_size() > 1) {
-    comm.all_reduce_sum(flat);
+    comm.all_reduce(flat)->wait();
     flat.div_(comm.world_size());
   }
   int64_t offset = 0;
@@ -101,9 +101,8 @@ void restore(const ckpt::Checkpoint& ck, const std::vector<const NamedTensors*>&
 
 }  // namespace
 
-int run_worker() {
+int run_worker(const launch::WorkerEnv& env) {
   // --- environment and config ---------------------------------------------------------------
-  const launch::WorkerEnv env = launch::worker_env_from_environment();
   log::set_rank(env.rank);
   const RunDir run_dir(env.run_dir);
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
@@ -118,8 +117,9 @@ int run_worker() {
   const bool jsonl = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "jsonl") != recipe.logging.sinks.end();
 
   // --- communication -------------------------------------------------------------------------
-  auto comm = comm::make_gloo_communicator({env.master_addr, env.master_port, env.run_id, std::chrono::seconds(recipe.launch.timeout_s)},
-                                           env.rank, env.world_size);
+  auto comm = comm::make_gloo_communicator(
+      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store}, env.rank,
+      env.world_size);
 
   // --- model, optimizer, data ----------------------------------------------------------------
   model::DenseModel model(recipe.model, recipe.seed);
@@ -161,7 +161,7 @@ int run_worker() {
                                                     {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
       log::info(fmt::format("checkpoint saved: {}", dir));
     }
-    comm->barrier();
+    comm->barrier()->wait();
     last_save = std::chrono::steady_clock::now();
   };
   auto time_for_save = [&] {
