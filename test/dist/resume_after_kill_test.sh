@@ -18,7 +18,7 @@ victim=$(head -n1 <<<"$workers")
 kill -9 "$victim"
 set +e; wait $launcher; status=$?; set -e
 [ $status -eq 7 ] || fail "launcher exited $status after a worker was killed, expected 7: $(cat cut.log)"
-grep -qE "rank [01] \(pid $victim\) was killed by signal 9 \(SIGKILL\)" cut.log || fail "report does not name the rank and SIGKILL: $(cat cut.log)"
+grep -qE "rank [01] \(pid $victim on [^)]+\) was killed by signal 9 \(SIGKILL\)" cut.log || fail "report does not name the rank and SIGKILL: $(cat cut.log)"
 left=$(alive $workers)
 [ -z "$left" ] || fail "workers still running after the launcher exited: $left"
 ok "a SIGKILLed worker stops the run, is named with its signal, and no worker is left"

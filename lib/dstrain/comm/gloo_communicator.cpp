@@ -133,8 +133,8 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  // Data movement of bf16 travels as int16: Gloo only has to copy the bytes.
-  static at::Tensor movable(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kShort) : t; }
+  // Data movement of bf16 travels as 2-byte float16 elements: Gloo only copies the bytes.
+  static at::Tensor movable(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
 
   static void require(bool ok, const std::string& what) {
     if (!ok) throw Error(ErrorCode::kInternal, what, "this is a dstrain bug; please report it");

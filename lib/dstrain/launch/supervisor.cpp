@@ -208,7 +208,10 @@ int supervise(const SupervisorOptions& o) {
 
   if (first_failure) {
     const Child& c = *first_failure;
-    std::string report = fmt::format("rank {} (pid {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, describe(c.status), c.log_path);
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    std::string report = fmt::format("rank {} (pid {} on {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, host,
+                                     describe(c.status), c.log_path);
     for (const auto& line : c.tail) report += "\n    " + line;
     log::error(report);
     // A worker that stopped on a dstrain error (bad data, checkpoint, ...) passes its documented

@@ -20,6 +20,7 @@ struct WorkerEnv {
   int threads = 1;      // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
   bool resume = false;  // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
   bool host_store = false;  // this rank hosts the rendezvous store (no dstrain launcher)
+  std::string device = "cpu";  // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
 };
 
 // The store's run key: the run id and the restart generation, so that a worker of another run

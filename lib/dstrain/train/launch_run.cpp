@@ -19,6 +19,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/train/engine_support.h"
 #include "dstrain/train/worker.h"
+#include "dstrain_cuda.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -118,6 +119,8 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     env.run_dir = recipe.run_dir;
     env.threads = threads;
     env.resume = options.resume;
+    const int gpus = dstrain_cuda_device_count();
+    env.device = gpus > 0 ? fmt::format("cuda:{}", local % gpus) : "cpu";
     sup.workers.push_back(env);
   }
   const int status = launch::supervise(sup);

@@ -21,6 +21,7 @@ TEST_CASE("worker variables round-trip through the environment", "[launch]") {
   env.restart_count = 2;
   env.threads = 3;
   env.resume = true;
+  env.device = "cuda:1";
   for (const auto& kv : launch::worker_env_assignments(env)) {
     const auto eq = kv.find('=');
     ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
@@ -38,6 +39,7 @@ TEST_CASE("worker variables round-trip through the environment", "[launch]") {
   CHECK(back.restart_count == 2);
   CHECK(back.threads == 3);
   CHECK(back.resume);
+  CHECK(back.device == "cuda:1");
   CHECK(std::string(std::getenv("OMP_NUM_THREADS")) == "3");
 
   SECTION("a missing variable is named") {

@@ -1,0 +1,164 @@
+#include "dstrain/comm/collective_tests.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+namespace dstrain::comm {
+namespace {
+
+at::Tensor seeded(int64_t n, uint64_t seed, int rank, at::ScalarType dtype) {
+  at::Generator gen = at::detail::createCPUGenerator(seed * 7919 + static_cast<uint64_t>(rank) * 104729 + static_cast<uint64_t>(n));
+  return at::randn({n}, gen, at::kFloat).to(dtype);
+}
+
+struct Checker {
+  Communicator& comm;
+  uint64_t seed;
+  int failures = 0, total = 0;
+
+  void report(bool ok, const std::string& what, const std::string& detail) {
+    ++total;
+    if (!ok) ++failures;
+    if (comm.rank() == 0 || !ok) fmt::print("{} {}{}\n", ok ? "ok  " : "FAIL", what, ok ? "" : " -- " + detail);
+  }
+
+  static bool close(const at::Tensor& got, const at::Tensor& want, double rtol, std::string& detail) {
+    const at::Tensor g = got.to(at::kFloat), w = want.to(at::kFloat);
+    const at::Tensor err = (g - w).abs() - (w.abs() * rtol + rtol);
+    if (err.numel() == 0 || err.max().item<double>() <= 0) return true;
+    const int64_t i = err.argmax().item<int64_t>();
+    detail = fmt::format("element {}: got {} want {}", i, g[i].item<double>(), w[i].item<double>());
+    return false;
+  }
+
+  void run(at::ScalarType dtype, int64_t n) {
+    const int world = comm.world_size(), rank = comm.rank();
+    const double rtol = dtype == at::kFloat ? 1e-5 : 1e-2;
+    const std::string type = dtype == at::kFloat ? "float32" : "bfloat16";
+    std::string detail;
+    // all_reduce: the sum of every rank's input
+    {
+      at::Tensor mine = seeded(n, seed, rank, dtype), want = at::zeros({n}, at::kFloat);
+      for (int r = 0; r < world; ++r) want += seeded(n, seed, r, dtype).to(at::kFloat);
+      comm.all_reduce(mine)->wait();
+      report(close(mine, want.to(dtype), rtol, detail), fmt::format("all_reduce     {:<8} n={}", type, n), detail);
+    }
+    // reduce_scatter: chunk `rank` of the sum
+    {
+      at::Tensor input = seeded(n * world, seed + 1, rank, dtype), out = at::empty({n}, dtype), want = at::zeros({n}, at::kFloat);
+      for (int r = 0; r < world; ++r) want += seeded(n * world, seed + 1, r, dtype).to(at::kFloat).narrow(0, rank * n, n);
+      comm.reduce_scatter(input, out)->wait();
+      report(close(out, want.to(dtype), rtol, detail), fmt::format("reduce_scatter {:<8} n={}", type, n), detail);
+    }
+    // all_gather: every rank's input in rank order, bit for bit
+    {
+      at::Tensor mine = seeded(n, seed + 2, rank, dtype), out = at::empty({n * world}, dtype);
+      std::vector<at::Tensor> all;
+      for (int r = 0; r < world; ++r) all.push_back(seeded(n, seed + 2, r, dtype));
+      comm.all_gather(mine, out)->wait();
+      report(at::equal(out, at::cat(all)), fmt::format("all_gather     {:<8} n={}", type, n), "not bit-identical");
+    }
+    // broadcast from the last rank, bit for bit
+    {
+      at::Tensor t = seeded(n, seed + 3, rank, dtype);
+      comm.broadcast(t, world - 1)->wait();
+      report(at::equal(t, seeded(n, seed + 3, world - 1, dtype)), fmt::format("broadcast      {:<8} n={}", type, n), "not bit-identical");
+    }
+  }
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::string size_text(int64_t bytes) {
+  if (bytes >= (1 << 20)) return fmt::format("{} MiB", bytes >> 20);
+  if (bytes >= (1 << 10)) return fmt::format("{} KiB", bytes >> 10);
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace
+
+int check_collectives(Communicator& comm, uint64_t seed) {
+  Checker c{comm, seed};
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+    for (int64_t n : {1, 7, 1001, 4097, 65537, (1 << 20) + 3}) c.run(dtype, n);
+  // Non-contiguous tensors are refused (Gloo would silently give wrong results).
+  {
+    at::Tensor strided = at::zeros({8, 2}, at::kFloat).t();
+    bool refused = false;
+    try {
+      comm.all_reduce(strided)->wait();
+    } catch (const std::exception&) {
+      refused = true;
+    }
+    c.report(refused, "non-contiguous input is refused", "it was accepted");
+  }
+  comm.barrier()->wait();
+  c.report(true, "barrier", "");
+  std::string mine(static_cast<size_t>(comm.rank() * 3 + 1), static_cast<char>('a' + comm.rank() % 26));
+  const auto all = comm.all_gather_bytes(mine);
+  bool bytes_ok = static_cast<int>(all.size()) == comm.world_size();
+  for (int r = 0; bytes_ok && r < comm.world_size(); ++r) bytes_ok = all[r] == std::string(static_cast<size_t>(r * 3 + 1), static_cast<char>('a' + r % 26));
+  c.report(bytes_ok, "all_gather_bytes (varying lengths)", "wrong bytes");
+  // Every rank must agree that every rank passed.
+  at::Tensor failures = at::tensor({static_cast<float>(c.failures)}, at::kFloat);
+  comm.all_reduce(failures)->wait();
+  const int total_failures = static_cast<int>(failures.item<float>());
+  if (comm.rank() == 0)
+    fmt::print("collective check on {} ranks ({}): {} passed, {} failed\n", comm.world_size(), comm.backend(), c.total - c.failures, total_failures);
+  std::fflush(stdout);
+  return total_failures;
+}
+
+void bench_collectives(Communicator& comm, const BenchOptions& o) {
+  const int world = comm.world_size();
+  const bool lead = comm.rank() == 0;
+  if (lead) {
+    // memcpy bandwidth of this host, for scale: bytes read + written per second of a 256 MiB copy.
+    const size_t bytes = 256u << 20;
+    std::vector<char> a(bytes, 1), b(bytes, 0);
+    std::memcpy(b.data(), a.data(), bytes);  // warm
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 4; ++i) std::memcpy(b.data(), a.data(), bytes);
+    const double s = seconds_since(t0) / 4;
+    fmt::print("# memcpy 256 MiB: {:.2f} GB/s (copy rate; {:.2f} GB/s read+write)\n", bytes / s / 1e9, 2 * bytes / s / 1e9);
+    fmt::print("# {} ranks, backend {}, float32; busbw as nccl-tests: all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n of the total size\n",
+               world, comm.backend());
+    fmt::print("{:>10}  {:<15}{:>12}{:>14}{:>14}\n", "size", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
+  }
+  for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
+    const int64_t n = std::max<int64_t>(world, bytes / 4 / world * world);  // elements, divisible by world
+    const int iters = static_cast<int>(std::clamp<int64_t>((64ll << 20) / std::max<int64_t>(bytes, 1), 2, o.max_iters));
+    struct Op {
+      const char* name;
+      double factor;
+    };
+    for (const Op op : {Op{"all_reduce", 2.0 * (world - 1) / world}, Op{"reduce_scatter", double(world - 1) / world},
+                        Op{"all_gather", double(world - 1) / world}}) {
+      at::Tensor full = at::ones({n}, at::kFloat), part = at::ones({n / world}, at::kFloat);
+      auto once = [&] {
+        if (op.name[4] == 'r') comm.all_reduce(full)->wait();
+        else if (op.name[0] == 'r') comm.reduce_scatter(full, part)->wait();
+        else comm.all_gather(part, full)->wait();
+      };
+      once();
+      comm.barrier()->wait();
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < iters; ++i) once();
+      comm.barrier()->wait();
+      const double t = seconds_since(t0) / iters;
+      const double algbw = static_cast<double>(n) * 4 / t / 1e9;
+      if (lead) fmt::print("{:>10}  {:<15}{:>12.1f}{:>14.3f}{:>14.3f}\n", size_text(n * 4), op.name, t * 1e6, algbw, algbw * op.factor);
+    }
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace dstrain::comm

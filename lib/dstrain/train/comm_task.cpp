@@ -1,0 +1,94 @@
+#include "dstrain/train/comm_task.h"
+
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_server.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain/core/log.h"
+#include "dstrain/core/threads.h"
+#include "dstrain/launch/supervisor.h"
+#include "dstrain/launch/worker_env.h"
+
+namespace dstrain::train {
+
+std::vector<std::string> comm_task_args(const CommTask& t) {
+  std::vector<std::string> args = {"--task", t.check ? "comm-check" : "comm-bench", "--min-bytes", std::to_string(t.bench.min_bytes), "--max-bytes",
+                                   std::to_string(t.bench.max_bytes), "--iters", std::to_string(t.bench.max_iters), "--timeout",
+                                   std::to_string(t.timeout_s)};
+  return args;
+}
+
+int run_comm_task(const launch::WorkerEnv& env, const CommTask& task) {
+  log::set_rank(env.rank);
+  at::set_num_threads(env.threads);
+  auto comm = comm::make_gloo_communicator(
+      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store}, env.rank, env.world_size);
+  if (task.check) return comm::check_collectives(*comm, 20261129) == 0 ? exit_status::kOk : exit_status::kComm;
+  comm::bench_collectives(*comm, task.bench);
+  return exit_status::kOk;
+}
+
+int launch_comm_task(const launch::Topology& topo, const CommTask& task, const std::string& executable) {
+  const auto timeout = std::chrono::seconds(task.timeout_s);
+  std::unique_ptr<comm::StoreServer> store;
+  std::string run_key;
+  int port = topo.master_port;
+  if (topo.node_rank == 0) {
+    std::random_device rd;
+    run_key = fmt::format("bench{:08x}/0", rd());
+    store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
+    store->publish("task", "comm");
+    port = store->port();
+  } else {
+    run_key = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "task", timeout).run_key;
+  }
+  const int nproc = topo.nproc_per_node;
+  launch::SupervisorOptions sup;
+  sup.executable = executable;
+  sup.worker_args = {"worker"};
+  for (const auto& a : comm_task_args(task)) sup.worker_args.push_back(a);
+  sup.log_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-bench-{}", ::getpid())).string();
+  for (int local = 0; local < nproc; ++local) {
+    launch::WorkerEnv env;
+    env.rank = topo.node_rank * nproc + local;
+    env.local_rank = local;
+    env.world_size = topo.world();
+    env.local_world_size = nproc;
+    env.group_rank = topo.node_rank;
+    env.master_addr = topo.master_addr;
+    env.master_port = port;
+    env.run_id = run_key.substr(0, run_key.rfind('/'));
+    env.run_dir = sup.log_dir;
+    env.threads = threads_per_worker(0, nproc, online_cores());
+    sup.workers.push_back(env);
+  }
+  log::info(fmt::format("{} on {} ranks ({} on this node {}), rendezvous at {}:{}; worker logs in {}", task.check ? "collective check" : "collective benchmark",
+                        topo.world(), nproc, topo.node_rank, topo.master_addr, port, sup.log_dir));
+  const int status = launch::supervise(sup);
+  if (status == 0) std::filesystem::remove_all(sup.log_dir);
+  return status;
+}
+
+int run_comm_task_as_rank(const launch::Topology& topo, const CommTask& task) {
+  launch::WorkerEnv env;
+  env.rank = topo.rank;
+  env.local_rank = topo.local_rank;
+  env.world_size = topo.world_size;
+  env.local_world_size = topo.local_world_size;
+  env.group_rank = topo.node_rank;
+  env.master_addr = topo.master_addr;
+  env.master_port = topo.master_port;
+  env.run_id = topo.job_id.empty() ? fmt::format("static-{}-{}", topo.master_addr, topo.master_port) : topo.job_id;
+  env.threads = threads_per_worker(0, topo.local_world_size, online_cores());
+  env.host_store = topo.host_store;
+  return run_comm_task(env, task);
+}
+
+}  // namespace dstrain::train

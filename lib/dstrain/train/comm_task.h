@@ -1,0 +1,31 @@
+#pragma once
+// `dstrain bench comm`: the collective check and benchmark, as a launcher (spawning local
+// workers like `train`) or as one rank of an mpirun/srun/torchrun job.
+#include <string>
+#include <vector>
+
+#include "dstrain/comm/collective_tests.h"
+#include "dstrain/launch/topology.h"
+
+namespace dstrain::launch {
+struct WorkerEnv;
+}
+
+namespace dstrain::train {
+
+struct CommTask {
+  bool check = false;  // correctness instead of timing
+  comm::BenchOptions bench;
+  int timeout_s = 300;
+};
+
+// Worker-process arguments that carry the task (after "worker").
+std::vector<std::string> comm_task_args(const CommTask& task);
+// Runs the task in this process as the rank described by env; returns the exit status.
+int run_comm_task(const launch::WorkerEnv& env, const CommTask& task);
+// Launcher: starts topology.nproc_per_node workers running the task and supervises them.
+int launch_comm_task(const launch::Topology& topology, const CommTask& task, const std::string& executable);
+// One rank of an mpirun/srun/torchrun job.
+int run_comm_task_as_rank(const launch::Topology& topology, const CommTask& task);
+
+}  // namespace dstrain::train

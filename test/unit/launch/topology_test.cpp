@@ -1,0 +1,134 @@
+#include <catch2/catch.hpp>
+
+#include "dstrain/core/error.h"
+#include "dstrain/launch/topology.h"
+
+using namespace dstrain;
+using launch::Environment;
+using launch::LaunchFlags;
+using launch::Topology;
+
+namespace {
+Topology detect(const Environment& env, const LaunchFlags& flags = {}, int recipe_nproc = 0, int gpus = 0) {
+  return launch::detect_topology(flags, env, recipe_nproc, 1, "127.0.0.1", 0, gpus);
+}
+}  // namespace
+
+TEST_CASE("hostlists expand as Slurm writes them", "[launch]") {
+  using V = std::vector<std::string>;
+  CHECK(launch::expand_hostlist("node1") == V{"node1"});
+  CHECK(launch::expand_hostlist("node[01-04,07]") == V{"node01", "node02", "node03", "node04", "node07"});
+  CHECK(launch::expand_hostlist("a[8-11]") == V{"a8", "a9", "a10", "a11"});
+  CHECK(launch::expand_hostlist("gpu[001-002]x,login,c[3]") == V{"gpu001x", "gpu002x", "login", "c3"});
+  CHECK(launch::expand_hostlist("n[098-101]") == V{"n098", "n099", "n100", "n101"});
+  CHECK(launch::expand_hostlist("rack1-n[1-2],rack2-n[1-2]") == V{"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"});
+  for (const char* bad : {"node[1-", "node[a-b]", "node[4-2]", "n[[1]]", "a,,b", "n[1-2][3-4]", "n[]"}) {
+    INFO(bad);
+    CHECK_THROWS_AS(launch::expand_hostlist(bad), Error);
+  }
+}
+
+TEST_CASE("without flags or a scheduler the recipe decides, else the GPUs, else 1", "[launch]") {
+  Topology t = detect({}, {}, 3);
+  CHECK(t.source == "recipe");
+  CHECK(t.mode == Topology::Mode::kLauncher);
+  CHECK(t.nproc_per_node == 3);
+  CHECK(detect({}, {}, 0, 8).nproc_per_node == 8);
+  CHECK(detect({}, {}, 0, 0).nproc_per_node == 1);
+}
+
+TEST_CASE("flags win over every environment", "[launch]") {
+  LaunchFlags f;
+  f.nnodes = 2;
+  f.node_rank = 1;
+  f.master_addr = "10.0.0.1";
+  f.master_port = 29511;
+  f.nproc_per_node = 4;
+  const Topology t = detect({{"RANK", "3"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "3"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}}, f);
+  CHECK(t.source == "flags");
+  CHECK(t.mode == Topology::Mode::kLauncher);
+  CHECK(t.world() == 8);
+  CHECK(t.node_rank == 1);
+  CHECK(t.master_addr == "10.0.0.1");
+  CHECK(t.master_port == 29511);
+  f.master_port = 0;
+  CHECK_THROWS_WITH(detect({}, f), Catch::Contains("need a fixed rendezvous port"));
+  f.master_port = 1;
+  f.node_rank = 2;
+  CHECK_THROWS_WITH(detect({}, f), Catch::Contains("node rank 2 is not below the number of nodes 2"));
+}
+
+TEST_CASE("a torchrun environment makes this process that rank", "[launch]") {
+  const Topology t = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "host0"},
+                             {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RUN_ID", "job7"}});
+  CHECK(t.source == "torchrun");
+  CHECK(t.mode == Topology::Mode::kRank);
+  CHECK(t.rank == 5);
+  CHECK(t.node_rank == 1);
+  CHECK(t.nnodes == 2);
+  CHECK(t.master_addr == "host0");
+  CHECK(t.master_port == 29400);
+  CHECK_FALSE(t.host_store);  // torchrun's agent hosts it
+  CHECK(t.job_id == "job7");
+  const Topology zero = detect({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}});
+  CHECK(zero.host_store);  // no agent store: rank 0 hosts
+  CHECK(zero.master_port == 29500);
+  CHECK_THROWS_WITH(detect({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}}), Catch::Contains("inconsistent RANK/WORLD_SIZE"));
+  CHECK_THROWS_WITH(detect({{"RANK", "x"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}}), Catch::Contains("RANK='x' is not an integer"));
+}
+
+TEST_CASE("Slurm: one task per node runs a launcher per node", "[launch]") {
+  // Recorded from `srun --nodes=4 --ntasks-per-node=1` (sbatch -N4).
+  const Environment env = {{"SLURM_JOB_ID", "81234"}, {"SLURM_PROCID", "2"},       {"SLURM_NTASKS", "4"},
+                           {"SLURM_NNODES", "4"},     {"SLURM_NODEID", "2"},       {"SLURM_LOCALID", "0"},
+                           {"SLURM_JOB_NODELIST", "gpu[07-09,12]"}, {"SLURM_TASKS_PER_NODE", "1(x4)"}};
+  const Topology t = detect(env, {}, 8);
+  CHECK(t.source == "slurm");
+  CHECK(t.mode == Topology::Mode::kLauncher);
+  CHECK(t.nnodes == 4);
+  CHECK(t.node_rank == 2);
+  CHECK(t.nproc_per_node == 8);
+  CHECK(t.master_addr == "gpu07");
+  CHECK(t.master_port == 29500);
+  CHECK(t.job_id == "slurm-81234");
+}
+
+TEST_CASE("Slurm: one task per GPU makes each task a rank", "[launch]") {
+  // Recorded from `srun --nodes=2 --ntasks-per-node=4`.
+  const Environment env = {{"SLURM_JOB_ID", "555"},  {"SLURM_PROCID", "6"},          {"SLURM_NTASKS", "8"},
+                           {"SLURM_NNODES", "2"},    {"SLURM_NODEID", "1"},          {"SLURM_LOCALID", "2"},
+                           {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"MASTER_PORT", "12345"}};
+  const Topology t = detect(env);
+  CHECK(t.mode == Topology::Mode::kRank);
+  CHECK(t.rank == 6);
+  CHECK(t.world_size == 8);
+  CHECK(t.local_rank == 2);
+  CHECK(t.local_world_size == 4);
+  CHECK(t.node_rank == 1);
+  CHECK(t.master_addr == "node1");
+  CHECK(t.master_port == 12345);
+  CHECK_FALSE(t.host_store);
+}
+
+TEST_CASE("OpenMPI and PMI processes are ranks", "[launch]") {
+  const Topology o = detect({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "10.1.1.1"}});
+  CHECK(o.source == "openmpi");
+  CHECK(o.mode == Topology::Mode::kRank);
+  CHECK(o.world_size == 4);
+  CHECK(o.nnodes == 2);
+  CHECK(o.host_store);
+  CHECK(o.master_addr == "10.1.1.1");
+  const Topology p = detect({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "2"}});
+  CHECK(p.source == "pmi");
+  CHECK(p.rank == 3);
+  CHECK(p.local_rank == 1);
+  CHECK(p.node_rank == 1);
+  CHECK_FALSE(p.host_store);
+}
+
+TEST_CASE("describe explains the decision", "[launch]") {
+  const std::string text = detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).describe();
+  CHECK_THAT(text, Catch::Contains("topology from openmpi: this process is rank 1 of 2"));
+  CHECK_THAT(text, Catch::Contains("because: OMPI_COMM_WORLD_RANK/SIZE are set (mpirun)"));
+}
