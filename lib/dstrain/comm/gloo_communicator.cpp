@@ -82,7 +82,12 @@ class GlooCommunicator final : public Communicator {
     require(input.scalar_type() == output.scalar_type(), "reduce_scatter: input and output dtypes differ");
     // All-to-all, then a local sum: each rank sends the chunks it does not own and receives the
     // N-1 contributions to its own, i.e. (N-1)/N of the input, as a ring reduce-scatter does.
-    at::Tensor received = at::empty_like(input);
+    // Reuse the receive buffer unless an op still in flight holds it: a fresh 256 MiB buffer per
+    // call costs more in page faults than the exchange itself (bench/RESULTS.md).
+    if (!receive_buffer_.defined() || receive_buffer_.numel() < input.numel() || receive_buffer_.scalar_type() != input.scalar_type() ||
+        receive_buffer_.use_count() > 1)
+      receive_buffer_ = at::empty({input.numel()}, input.options());
+    at::Tensor received = receive_buffer_.narrow(0, 0, input.numel());
     at::Tensor send = movable(input), recv = movable(received);
     std::vector<int64_t> no_splits;  // equal chunks
     auto work = group_->alltoall_base(recv, send, no_splits, no_splits);
@@ -157,6 +162,7 @@ class GlooCommunicator final : public Communicator {
   int rank_, world_;
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
+  at::Tensor receive_buffer_;  // reduce_scatter's all-to-all target
 };
 
 }  // namespace
