@@ -27,6 +27,8 @@ void register_bench(CLI::App& app, Run& run) {
       "  mpirun -n 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=29600 dstrain bench comm --check");
   add_launch_flags(*cmd, args->flags);
   cmd->add_flag("--check", args->task.check, "Verify correctness instead of timing");
+  cmd->add_option("--backend", args->task.backend, "gloo (CPU), nccl (GPU), or auto: nccl when the ranks have GPUs")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
   cmd->add_option("--min-bytes", args->task.bench.min_bytes, "Smallest message (default 1 KiB)")->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   cmd->add_option("--max-bytes", args->task.bench.max_bytes, "Largest message (default 256 MiB)")->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   cmd->add_option("--iters", args->task.bench.max_iters, "Most timed iterations per size (fewer for large sizes)")->check(CLI::Range(1, 100000));

@@ -21,6 +21,7 @@ void register_worker(CLI::App& app, Run& run) {
   cmd->add_option("--max-bytes", args->comm.bench.max_bytes);
   cmd->add_option("--iters", args->comm.bench.max_iters);
   cmd->add_option("--timeout", args->comm.timeout_s);
+  cmd->add_option("--backend", args->comm.backend);
   cmd->callback([args, &run] {
     run = [args] {
       const launch::WorkerEnv env = launch::worker_env_from_environment();

@@ -39,36 +39,38 @@ struct Checker {
 
   void run(at::ScalarType dtype, int64_t n) {
     const int world = comm.world_size(), rank = comm.rank();
+    const at::Device dev = comm.device();  // inputs are made on the CPU, moved there, results compared on the CPU
     const double rtol = dtype == at::kFloat ? 1e-5 : 1e-2;
     const std::string type = dtype == at::kFloat ? "float32" : "bfloat16";
     std::string detail;
     // all_reduce: the sum of every rank's input
     {
-      at::Tensor mine = seeded(n, seed, rank, dtype), want = at::zeros({n}, at::kFloat);
+      at::Tensor mine = seeded(n, seed, rank, dtype).to(dev), want = at::zeros({n}, at::kFloat);
       for (int r = 0; r < world; ++r) want += seeded(n, seed, r, dtype).to(at::kFloat);
       comm.all_reduce(mine)->wait();
-      report(close(mine, want.to(dtype), rtol, detail), fmt::format("all_reduce     {:<8} n={}", type, n), detail);
+      report(close(mine.cpu(), want.to(dtype), rtol, detail), fmt::format("all_reduce     {:<8} n={}", type, n), detail);
     }
     // reduce_scatter: chunk `rank` of the sum
     {
-      at::Tensor input = seeded(n * world, seed + 1, rank, dtype), out = at::empty({n}, dtype), want = at::zeros({n}, at::kFloat);
+      at::Tensor input = seeded(n * world, seed + 1, rank, dtype).to(dev), out = at::empty({n}, at::TensorOptions().dtype(dtype).device(dev));
+      at::Tensor want = at::zeros({n}, at::kFloat);
       for (int r = 0; r < world; ++r) want += seeded(n * world, seed + 1, r, dtype).to(at::kFloat).narrow(0, rank * n, n);
       comm.reduce_scatter(input, out)->wait();
-      report(close(out, want.to(dtype), rtol, detail), fmt::format("reduce_scatter {:<8} n={}", type, n), detail);
+      report(close(out.cpu(), want.to(dtype), rtol, detail), fmt::format("reduce_scatter {:<8} n={}", type, n), detail);
     }
     // all_gather: every rank's input in rank order, bit for bit
     {
-      at::Tensor mine = seeded(n, seed + 2, rank, dtype), out = at::empty({n * world}, dtype);
+      at::Tensor mine = seeded(n, seed + 2, rank, dtype).to(dev), out = at::empty({n * world}, at::TensorOptions().dtype(dtype).device(dev));
       std::vector<at::Tensor> all;
       for (int r = 0; r < world; ++r) all.push_back(seeded(n, seed + 2, r, dtype));
       comm.all_gather(mine, out)->wait();
-      report(at::equal(out, at::cat(all)), fmt::format("all_gather     {:<8} n={}", type, n), "not bit-identical");
+      report(at::equal(out.cpu(), at::cat(all)), fmt::format("all_gather     {:<8} n={}", type, n), "not bit-identical");
     }
     // broadcast from the last rank, bit for bit
     {
-      at::Tensor t = seeded(n, seed + 3, rank, dtype);
+      at::Tensor t = seeded(n, seed + 3, rank, dtype).to(dev);
       comm.broadcast(t, world - 1)->wait();
-      report(at::equal(t, seeded(n, seed + 3, world - 1, dtype)), fmt::format("broadcast      {:<8} n={}", type, n), "not bit-identical");
+      report(at::equal(t.cpu(), seeded(n, seed + 3, world - 1, dtype)), fmt::format("broadcast      {:<8} n={}", type, n), "not bit-identical");
     }
   }
 };
@@ -91,7 +93,7 @@ int check_collectives(Communicator& comm, uint64_t seed) {
     for (int64_t n : {1, 7, 1001, 4097, 65537, (1 << 20) + 3}) c.run(dtype, n);
   // Non-contiguous tensors are refused (Gloo would silently give wrong results).
   {
-    at::Tensor strided = at::zeros({8, 2}, at::kFloat).t();
+    at::Tensor strided = at::zeros({8, 2}, at::TensorOptions().dtype(at::kFloat).device(comm.device())).t();
     bool refused = false;
     try {
       comm.all_reduce(strided)->wait();
@@ -108,9 +110,9 @@ int check_collectives(Communicator& comm, uint64_t seed) {
   for (int r = 0; bytes_ok && r < comm.world_size(); ++r) bytes_ok = all[r] == std::string(static_cast<size_t>(r * 3 + 1), static_cast<char>('a' + r % 26));
   c.report(bytes_ok, "all_gather_bytes (varying lengths)", "wrong bytes");
   // Every rank must agree that every rank passed.
-  at::Tensor failures = at::tensor({static_cast<float>(c.failures)}, at::kFloat);
+  at::Tensor failures = at::tensor({static_cast<float>(c.failures)}, at::kFloat).to(comm.device());
   comm.all_reduce(failures)->wait();
-  const int total_failures = static_cast<int>(failures.item<float>());
+  const int total_failures = static_cast<int>(failures.cpu().item<float>());
   if (comm.rank() == 0)
     fmt::print("collective check on {} ranks ({}): {} passed, {} failed\n", comm.world_size(), comm.backend(), c.total - c.failures, total_failures);
   std::fflush(stdout);
@@ -142,7 +144,8 @@ void bench_collectives(Communicator& comm, const BenchOptions& o) {
     };
     for (const Op op : {Op{"all_reduce", 2.0 * (world - 1) / world}, Op{"reduce_scatter", double(world - 1) / world},
                         Op{"all_gather", double(world - 1) / world}}) {
-      at::Tensor full = at::ones({n}, at::kFloat), part = at::ones({n / world}, at::kFloat);
+      const auto opts = at::TensorOptions().dtype(at::kFloat).device(comm.device());
+      at::Tensor full = at::ones({n}, opts), part = at::ones({n / world}, opts);
       auto once = [&] {
         if (op.name[4] == 'r') comm.all_reduce(full)->wait();
         else if (op.name[0] == 'r') comm.reduce_scatter(full, part)->wait();

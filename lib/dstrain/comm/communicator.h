@@ -27,6 +27,7 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string backend() const = 0;  // "gloo" or "nccl"
+  virtual at::Device device() const = 0;    // where its tensors live (CPU for Gloo, a GPU for NCCL)
 
   // In-place sum over ranks.
   virtual WorkHandle all_reduce(at::Tensor& tensor) = 0;
@@ -53,5 +54,11 @@ struct Endpoint {
 // Joins (or hosts) the store, announces this rank, and builds a Gloo group. A timeout names the
 // ranks that never arrived.
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& endpoint, int rank, int world_size);
+
+// The same over NCCL on GPU `device_index` (nccl.h directly: the unique id travels through the
+// store; waits poll for completion and NCCL's async errors, and abort the communicator on
+// timeout). Throws Error{kEnvironment} when dstrain was built without CUDA.
+std::unique_ptr<Communicator> make_nccl_communicator(const Endpoint& endpoint, int rank, int world_size, int device_index);
+bool nccl_available();
 
 }  // namespace dstrain::comm

@@ -63,6 +63,7 @@ class GlooCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string backend() const override { return "gloo"; }
+  at::Device device() const override { return at::Device(at::kCPU); }
 
   WorkHandle all_reduce(at::Tensor& tensor) override {
     check(tensor, "all_reduce");

@@ -15,21 +15,27 @@
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/supervisor.h"
 #include "dstrain/launch/worker_env.h"
+#include "dstrain_cuda.h"
 
 namespace dstrain::train {
 
 std::vector<std::string> comm_task_args(const CommTask& t) {
   std::vector<std::string> args = {"--task", t.check ? "comm-check" : "comm-bench", "--min-bytes", std::to_string(t.bench.min_bytes), "--max-bytes",
                                    std::to_string(t.bench.max_bytes), "--iters", std::to_string(t.bench.max_iters), "--timeout",
-                                   std::to_string(t.timeout_s)};
+                                   std::to_string(t.timeout_s), "--backend", t.backend};
   return args;
 }
 
 int run_comm_task(const launch::WorkerEnv& env, const CommTask& task) {
   log::set_rank(env.rank);
   at::set_num_threads(env.threads);
-  auto comm = comm::make_gloo_communicator(
-      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store}, env.rank, env.world_size);
+  const comm::Endpoint ep{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
+  const bool has_gpu = env.device.rfind("cuda:", 0) == 0;
+  const bool nccl = task.backend == "nccl" || (task.backend == "auto" && has_gpu && comm::nccl_available());
+  if (nccl && !has_gpu)
+    throw Error(ErrorCode::kEnvironment, fmt::format("rank {} has no GPU for the nccl backend", env.rank), "use --backend gloo on machines without GPUs");
+  auto comm = nccl ? comm::make_nccl_communicator(ep, env.rank, env.world_size, std::stoi(env.device.substr(5)))
+                   : comm::make_gloo_communicator(ep, env.rank, env.world_size);
   if (task.check) return comm::check_collectives(*comm, 20261129) == 0 ? exit_status::kOk : exit_status::kComm;
   comm::bench_collectives(*comm, task.bench);
   return exit_status::kOk;
@@ -67,6 +73,8 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
     env.run_id = run_key.substr(0, run_key.rfind('/'));
     env.run_dir = sup.log_dir;
     env.threads = threads_per_worker(0, nproc, online_cores());
+    const int gpus = dstrain_cuda_device_count();
+    env.device = gpus > 0 ? fmt::format("cuda:{}", local % gpus) : "cpu";
     sup.workers.push_back(env);
   }
   log::info(fmt::format("{} on {} ranks ({} on this node {}), rendezvous at {}:{}; worker logs in {}", task.check ? "collective check" : "collective benchmark",
@@ -88,6 +96,8 @@ int run_comm_task_as_rank(const launch::Topology& topo, const CommTask& task) {
   env.run_id = topo.job_id.empty() ? fmt::format("static-{}-{}", topo.master_addr, topo.master_port) : topo.job_id;
   env.threads = threads_per_worker(0, topo.local_world_size, online_cores());
   env.host_store = topo.host_store;
+  const int gpus = dstrain_cuda_device_count();
+  env.device = gpus > 0 ? fmt::format("cuda:{}", topo.local_rank % gpus) : "cpu";
   return run_comm_task(env, task);
 }
 

@@ -15,6 +15,7 @@ namespace dstrain::train {
 
 struct CommTask {
   bool check = false;  // correctness instead of timing
+  std::string backend = "auto";  // gloo, nccl, or auto (nccl when this rank has a GPU)
   comm::BenchOptions bench;
   int timeout_s = 300;
 };
