@@ -15,13 +15,16 @@ wait_for cut/ckpt/step_00000020/COMMITTED 120
 workers=$(pgrep -P $launcher || true)
 [ "$(wc -w <<<"$workers")" -eq 2 ] || fail "expected 2 workers under the launcher, found: $workers"
 victim=$(head -n1 <<<"$workers")
+killed_at=$(date +%s.%N)
 kill -9 "$victim"
 set +e; wait $launcher; status=$?; set -e
+elapsed=$(python3 -c "import time; print(f'{time.time() - $killed_at:.1f}')")
+python3 -c "import sys; sys.exit(0 if $elapsed <= 10 else 1)" || fail "the launcher took ${elapsed} s to stop the others (limit 10 s)"
 [ $status -eq 7 ] || fail "launcher exited $status after a worker was killed, expected 7: $(cat cut.log)"
 grep -qE "rank [01] \(pid $victim on [^)]+\) was killed by signal 9 \(SIGKILL\)" cut.log || fail "report does not name the rank and SIGKILL: $(cat cut.log)"
 left=$(alive $workers)
 [ -z "$left" ] || fail "workers still running after the launcher exited: $left"
-ok "a SIGKILLed worker stops the run, is named with its signal, and no worker is left"
+ok "a SIGKILLed worker stops the run within ${elapsed} s, is named with its host and signal, and no worker is left"
 
 expect_status 0 "$DSTRAIN" resume cut
 expect_out "resumed from"
