@@ -119,6 +119,10 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
   return hosts;
 }
 
+std::string Topology::shared_run_id() const {
+  return job_id.empty() ? fmt::format("static-{}-{}", master_addr, master_port) : job_id;
+}
+
 std::string Topology::describe() const {
   std::string out = fmt::format("topology from {}: ", source);
   if (mode == Mode::kRank)

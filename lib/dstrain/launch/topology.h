@@ -41,6 +41,8 @@ struct Topology {
   std::string job_id;       // from the scheduler, when it gives one
 
   int world() const { return nnodes * nproc_per_node; }
+  // kRank: the run id every rank derives alike (the scheduler's job id, else the master address).
+  std::string shared_run_id() const;
   std::string describe() const;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "dstrain/core/error.h"
+#include "dstrain_cuda.h"
 
 namespace dstrain::launch {
 namespace {
@@ -53,6 +54,50 @@ WorkerEnv worker_env_from_environment() {
   env.device = optional("DSTRAIN_DEVICE", "cpu");
   if (env.rank >= env.world_size)
     throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size), "check the launcher's settings");
+  return env;
+}
+
+namespace {
+std::string device_for(int local_rank) {
+  const int gpus = dstrain_cuda_device_count();
+  return gpus > 0 ? fmt::format("cuda:{}", local_rank % gpus) : "cpu";
+}
+}  // namespace
+
+std::vector<WorkerEnv> local_worker_envs(const Topology& t, int master_port, const std::string& run_id, const std::string& run_dir, int threads) {
+  std::vector<WorkerEnv> envs;
+  for (int local = 0; local < t.nproc_per_node; ++local) {
+    WorkerEnv env;
+    env.rank = t.node_rank * t.nproc_per_node + local;
+    env.local_rank = local;
+    env.world_size = t.world();
+    env.local_world_size = t.nproc_per_node;
+    env.group_rank = t.node_rank;
+    env.master_addr = t.master_addr;
+    env.master_port = master_port;
+    env.run_id = run_id;
+    env.run_dir = run_dir;
+    env.threads = threads;
+    env.device = device_for(local);
+    envs.push_back(env);
+  }
+  return envs;
+}
+
+WorkerEnv rank_env(const Topology& t, const std::string& run_id, const std::string& run_dir, int threads) {
+  WorkerEnv env;
+  env.rank = t.rank;
+  env.local_rank = t.local_rank;
+  env.world_size = t.world_size;
+  env.local_world_size = t.local_world_size;
+  env.group_rank = t.node_rank;
+  env.master_addr = t.master_addr;
+  env.master_port = t.master_port;
+  env.run_id = run_id;
+  env.run_dir = run_dir;
+  env.threads = threads;
+  env.host_store = t.host_store;
+  env.device = device_for(t.local_rank);
   return env;
 }
 

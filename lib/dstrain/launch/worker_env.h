@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/launch/topology.h"
+
 namespace dstrain::launch {
 
 struct WorkerEnv {
@@ -29,6 +31,13 @@ std::string store_run_key(const WorkerEnv& env);
 
 // Reads the variables; throws Error{kEnvironment} naming a missing or malformed one.
 WorkerEnv worker_env_from_environment();
+// The environments of this node's workers (kLauncher topology): global ranks, the device by
+// local rank (cuda:N when GPUs are visible, else cpu), the run's id and directory.
+std::vector<WorkerEnv> local_worker_envs(const Topology& topology, int master_port, const std::string& run_id, const std::string& run_dir,
+                                         int threads);
+// The environment of this process as one rank of a kRank topology (torchrun, srun, mpirun).
+WorkerEnv rank_env(const Topology& topology, const std::string& run_id, const std::string& run_dir, int threads);
+
 // "NAME=value" strings for a child's environment.
 std::vector<std::string> worker_env_assignments(const WorkerEnv& env);
 

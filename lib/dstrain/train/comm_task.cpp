@@ -15,7 +15,6 @@
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/supervisor.h"
 #include "dstrain/launch/worker_env.h"
-#include "dstrain_cuda.h"
 
 namespace dstrain::train {
 
@@ -61,22 +60,7 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
   sup.worker_args = {"worker"};
   for (const auto& a : comm_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-bench-{}", ::getpid())).string();
-  for (int local = 0; local < nproc; ++local) {
-    launch::WorkerEnv env;
-    env.rank = topo.node_rank * nproc + local;
-    env.local_rank = local;
-    env.world_size = topo.world();
-    env.local_world_size = nproc;
-    env.group_rank = topo.node_rank;
-    env.master_addr = topo.master_addr;
-    env.master_port = port;
-    env.run_id = run_key.substr(0, run_key.rfind('/'));
-    env.run_dir = sup.log_dir;
-    env.threads = threads_per_worker(0, nproc, online_cores());
-    const int gpus = dstrain_cuda_device_count();
-    env.device = gpus > 0 ? fmt::format("cuda:{}", local % gpus) : "cpu";
-    sup.workers.push_back(env);
-  }
+  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), sup.log_dir, threads_per_worker(0, nproc, online_cores()));
   log::info(fmt::format("{} on {} ranks ({} on this node {}), rendezvous at {}:{}; worker logs in {}", task.check ? "collective check" : "collective benchmark",
                         topo.world(), nproc, topo.node_rank, topo.master_addr, port, sup.log_dir));
   const int status = launch::supervise(sup);
@@ -85,19 +69,8 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
 }
 
 int run_comm_task_as_rank(const launch::Topology& topo, const CommTask& task) {
-  launch::WorkerEnv env;
-  env.rank = topo.rank;
-  env.local_rank = topo.local_rank;
-  env.world_size = topo.world_size;
-  env.local_world_size = topo.local_world_size;
-  env.group_rank = topo.node_rank;
-  env.master_addr = topo.master_addr;
-  env.master_port = topo.master_port;
-  env.run_id = topo.job_id.empty() ? fmt::format("static-{}-{}", topo.master_addr, topo.master_port) : topo.job_id;
-  env.threads = threads_per_worker(0, topo.local_world_size, online_cores());
-  env.host_store = topo.host_store;
-  const int gpus = dstrain_cuda_device_count();
-  env.device = gpus > 0 ? fmt::format("cuda:{}", topo.local_rank % gpus) : "cpu";
+  const std::string run_id = topo.shared_run_id();
+  const launch::WorkerEnv env = launch::rank_env(topo, run_id, "", threads_per_worker(0, topo.local_world_size, online_cores()));
   return run_comm_task(env, task);
 }
 

@@ -19,7 +19,6 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/train/engine_support.h"
 #include "dstrain/train/worker.h"
-#include "dstrain_cuda.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -106,23 +105,8 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.executable = options.executable;
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
-  for (int local = 0; local < nproc; ++local) {
-    launch::WorkerEnv env;
-    env.rank = topo.node_rank * nproc + local;
-    env.local_rank = local;
-    env.world_size = topo.world();
-    env.local_world_size = nproc;
-    env.group_rank = topo.node_rank;
-    env.master_addr = topo.master_addr;
-    env.master_port = port;
-    env.run_id = run_id;
-    env.run_dir = recipe.run_dir;
-    env.threads = threads;
-    env.resume = options.resume;
-    const int gpus = dstrain_cuda_device_count();
-    env.device = gpus > 0 ? fmt::format("cuda:{}", local % gpus) : "cpu";
-    sup.workers.push_back(env);
-  }
+  sup.workers = launch::local_worker_envs(topo, port, run_id, recipe.run_dir, threads);
+  for (auto& env : sup.workers) env.resume = options.resume;
   const int status = launch::supervise(sup);
   if (status == 0 && topo.node_rank == 0)
     log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
@@ -134,7 +118,7 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   const auto& topo = options.topology;
   const RunDir run_dir(recipe.run_dir);
   const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);
-  const std::string run_id = topo.job_id.empty() ? fmt::format("static-{}-{}", topo.master_addr, topo.master_port) : topo.job_id;
+  const std::string run_id = topo.shared_run_id();
   // Rank 0 prepares the run directory and marks it with the run id; the others wait for the mark
   // (the run directory is on a filesystem that every node sees, as torchrun and srun jobs assume).
   const std::string mark = recipe.run_dir + "/.run_id";
@@ -152,19 +136,9 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  launch::WorkerEnv env;
-  env.rank = topo.rank;
-  env.local_rank = topo.local_rank;
-  env.world_size = topo.world_size;
-  env.local_world_size = topo.local_world_size;
-  env.group_rank = topo.node_rank;
-  env.master_addr = topo.master_addr;
-  env.master_port = topo.master_port;
-  env.run_id = run_id;
-  env.run_dir = recipe.run_dir;
-  env.threads = threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores());
+  launch::WorkerEnv env =
+      launch::rank_env(topo, run_id, recipe.run_dir, threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
   env.resume = options.resume;
-  env.host_store = topo.host_store;
   return run_worker(env);
 }
 
