@@ -13,6 +13,8 @@ function(dstrain_catch_tests target label)
     endforeach()
   endforeach()
   list(REMOVE_DUPLICATES _tags)
+  # [x-reference] cases only export data for a script-driven test (test/model/); not tests alone.
+  list(FILTER _tags EXCLUDE REGEX "-reference$")
   foreach(_tag ${_tags})
     add_test(NAME ${label}.${_tag} COMMAND ${target} "[${_tag}]")
     set_tests_properties(${label}.${_tag} PROPERTIES LABELS ${label})

@@ -74,6 +74,11 @@ int64_t DenseModel::num_parameters() const {
 }
 
 at::Tensor DenseModel::loss(const at::Tensor& inputs, const at::Tensor& targets) const {
+  const at::Tensor out = logits(inputs);
+  return at::cross_entropy_loss(out.reshape({-1, impl_->cfg.vocab_size}), targets.reshape({-1}));
+}
+
+at::Tensor DenseModel::logits(const at::Tensor& inputs) const {
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
@@ -94,8 +99,7 @@ at::Tensor DenseModel::loss(const at::Tensor& inputs, const at::Tensor& targets)
     x = x + at::linear(at::silu(at::linear(h2, m.p(b + 6))) * at::linear(h2, m.p(b + 7)), m.p(b + 8));
   }
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
-  const at::Tensor logits = at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1));
-  return at::cross_entropy_loss(logits.view({B * T, cfg.vocab_size}), targets.reshape({B * T}));
+  return at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1));
 }
 
 }  // namespace dstrain::model

@@ -18,6 +18,8 @@ class DenseModel {
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;
 
+  // Logits [B, T, vocab] for int64 `inputs` [B, T].
+  at::Tensor logits(const at::Tensor& inputs) const;
   // Mean next-token cross-entropy of int64 `inputs` [B, T] against `targets` [B, T].
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;
   // Parameters in a fixed order with HF names (model.layers.{i}.self_attn.q_proj.weight, ...).

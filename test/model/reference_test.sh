@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# The dense model against an independent PyTorch implementation (torch from the test venv).
+source "$(dirname "$0")/../lib.sh"
+UNIT="$3"
+source "$SRC/scripts/common.sh"
+py="$DSTRAIN_VENV/bin/python"
+if ! "$py" -c 'import torch' 2>/dev/null; then echo "SKIPPED: torch is not importable from $py (run scripts/setup.sh)"; exit 77; fi
+DSTRAIN_REFERENCE_DIR="$WORK" "$UNIT" "[model-reference]" >/dev/null || fail "export for the reference failed"
+"$py" "$SRC/test/model/reference_check.py" "$WORK" || fail "logits differ from the reference"
+ok "dstrain's dense logits and loss equal a PyTorch reference within 1e-5 (fp32)"
+finish

@@ -1,0 +1,68 @@
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <iomanip>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "dstrain/core/error.h"
+#include "dstrain/io/safetensors.h"
+#include "dstrain/model/dense_model.h"
+#include "dstrain/model/hf_export.h"
+#include "test_support.h"
+
+using namespace dstrain;
+
+namespace {
+config::ModelConfig tiny() {
+  config::ModelConfig c;
+  c.vocab_size = 300;
+  c.hidden_size = 48;
+  c.num_layers = 2;
+  c.num_heads = 6;
+  c.intermediate_size = 96;
+  c.max_seq_len = 32;
+  c.rope_theta = 10000;
+  return c;
+}
+}  // namespace
+
+TEST_CASE("a model exported to HF safetensors reads back bit-identically", "[model]") {
+  test::TempDir dir;
+  const model::DenseModel a(tiny(), 11), b(tiny(), 12);
+  model::export_hf(tiny(), a.parameters(), dir.path() + "/hf");
+  io::SafetensorsFile file(dir.path() + "/hf/model.safetensors");
+  CHECK(file.tensors().size() == a.parameters().size());
+  for (const auto& p : a.parameters()) {
+    const auto* t = file.find(p.name);
+    REQUIRE(t);
+    CHECK(t->dtype == "F32");
+    CHECK(std::memcmp(t->data, p.tensor.data_ptr(), t->nbytes()) == 0);
+  }
+  model::load_hf_weights(dir.path() + "/hf", b.parameters());
+  for (size_t i = 0; i < a.parameters().size(); ++i) CHECK(at::equal(a.parameters()[i].tensor, b.parameters()[i].tensor));
+
+  config::ModelConfig other = tiny();
+  other.intermediate_size = 64;
+  const model::DenseModel c(other, 1);
+  CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", c.parameters()), Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
+  CHECK_THROWS_WITH(model::load_hf_weights(dir.path(), c.parameters()), Catch::Contains("has neither model.safetensors"));
+}
+
+// Writes the exported model, inputs and our logits for test/model/reference_check.py when
+// DSTRAIN_REFERENCE_DIR is set (run by the model.reference CTest); otherwise nothing to do.
+TEST_CASE("export for the independent PyTorch reference", "[model-reference]") {
+  const char* out = std::getenv("DSTRAIN_REFERENCE_DIR");
+  if (!out) return;
+  const model::DenseModel m(tiny(), 5);
+  model::export_hf(tiny(), m.parameters(), out);
+  const at::Tensor tokens = at::randint(0, 300, {2, 17}, at::detail::createCPUGenerator(3), at::kLong);
+  const at::Tensor logits = m.logits(tokens).contiguous();
+  std::ofstream(std::string(out) + "/tokens.bin", std::ios::binary).write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
+  std::ofstream(std::string(out) + "/logits.bin", std::ios::binary).write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
+  std::ofstream(std::string(out) + "/loss.txt") << std::setprecision(17) << m.loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).item<double>() << "\n";
+}
