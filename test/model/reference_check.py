@@ -38,6 +38,7 @@ def rotate_half(x):
 
 def forward(cfg, w, tokens):
     H, nh, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    nkv = cfg["num_key_value_heads"]
     d = H // nh
     B, T = tokens.shape
     inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, d, 2, dtype=torch.float64) / d))
@@ -48,7 +49,9 @@ def forward(cfg, w, tokens):
     for i in range(L):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], cfg["rms_norm_eps"])
-        q, k, v = (torch.nn.functional.linear(h, w[p + f"self_attn.{n}_proj.weight"]).view(B, T, nh, d).transpose(1, 2) for n in "qkv")
+        q = torch.nn.functional.linear(h, w[p + "self_attn.q_proj.weight"]).view(B, T, nh, d).transpose(1, 2)
+        k, v = (torch.nn.functional.linear(h, w[p + f"self_attn.{n}_proj.weight"]).view(B, T, nkv, d).transpose(1, 2).repeat_interleave(nh // nkv, 1)
+                for n in "kv")
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         scores = (q @ k.transpose(-1, -2)) / d ** 0.5
         scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))

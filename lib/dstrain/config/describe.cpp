@@ -7,13 +7,41 @@
 
 namespace dstrain::config {
 
-int64_t dense_parameter_count(const ModelConfig& m) {
-  const int64_t H = m.hidden_size, I = m.intermediate_size, V = m.vocab_size, L = m.num_layers;
-  return 2 * V * H + L * (4 * H * H + 3 * H * I + 2 * H) + H;
+ParameterCounts parameter_counts(const ModelConfig& m) {
+  const int64_t H = m.hidden_size, I = m.intermediate_size, V = m.vocab_size, L = m.num_layers, nh = m.num_heads;
+  const int64_t embeddings = 2 * V * H + H;  // embed_tokens, lm_head, final norm
+  if (m.family == "dense") {
+    const int64_t d = H / nh, kv = m.num_kv_heads > 0 ? m.num_kv_heads : nh;
+    const int64_t per_layer = H * nh * d + 2 * H * kv * d + nh * d * H + 3 * H * I + 2 * H;
+    const int64_t total = embeddings + L * per_layer;
+    return {total, total, V * H};
+  }
+  const int64_t qr = m.q_lora_rank, kvr = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
+  const int64_t dqk = dn + dr, mi = m.moe_intermediate_size, nr = m.n_routed_experts, ns = m.n_shared_experts, k = m.num_experts_per_tok;
+  const int64_t attn = (qr == 0 ? H * nh * dqk : H * qr + qr + qr * nh * dqk) + H * (kvr + dr) + kvr + kvr * nh * (dn + dv) + nh * dv * H;
+  const int64_t norms = 2 * H, dense = 3 * H * I;
+  const int64_t router = nr * H + (m.topk_method == "noaux_tc" ? nr : 0);
+  const int64_t moe_total = nr * 3 * H * mi + 3 * H * mi * ns + router;
+  const int64_t moe_active = k * 3 * H * mi + 3 * H * mi * ns + router;
+  ParameterCounts c{embeddings, embeddings, V * H};
+  for (int64_t layer = 0; layer < L; ++layer) {
+    const bool moe = m.is_moe_layer(layer);
+    c.total += attn + norms + (moe ? moe_total : dense);
+    c.active += attn + norms + (moe ? moe_active : dense);
+  }
+  return c;
+}
+
+double flops_per_token(const ModelConfig& m, int64_t seq_len) {
+  const ParameterCounts c = parameter_counts(m);
+  const double matmul = 6.0 * static_cast<double>(c.active - c.embedding);
+  const double dqk = m.family == "dense" ? static_cast<double>(m.hidden_size / m.num_heads) : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+  const double dv = m.family == "dense" ? dqk : static_cast<double>(m.v_head_dim);
+  return matmul + 6.0 * static_cast<double>(m.num_layers * m.num_heads * seq_len) * (dqk + dv);
 }
 
 ModelStateMemory model_state_memory(const Recipe& r) {
-  const double psi = static_cast<double>(dense_parameter_count(r.model));
+  const double psi = static_cast<double>(parameter_counts(r.model).total);
   const double n = static_cast<double>(r.world_size());
   const bool mixed = r.precision.dtype != "fp32";
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = mixed ? 12 : 8;  // bytes per parameter
@@ -52,7 +80,7 @@ std::string describe_resolved(const Recipe& recipe) {
     const auto it = r.sources.find(f.path);
     out += fmt::format("  {:<{}}  {:<{}}  {}\n", f.path, width, value_text(f, r), value_width, it == r.sources.end() ? "" : it->second);
   }
-  const int64_t params = dense_parameter_count(r.model);
+  const ParameterCounts params = parameter_counts(r.model);
   const int64_t tokens_total = samples_before(r, r.train.steps) * r.data.seq_len;
   out += "derived:\n";
   out += fmt::format("  ranks                   {} ({} node{} x {} per node)\n", r.world_size(), r.launch.nnodes, r.launch.nnodes == 1 ? "" : "s",
@@ -71,7 +99,10 @@ std::string describe_resolved(const Recipe& recipe) {
     }
   }
   out += fmt::format("  total                   {} steps, {} tokens\n", r.train.steps, count_text(static_cast<double>(tokens_total)));
-  out += fmt::format("  model                   {} parameters ({})\n", count_text(static_cast<double>(params)), params);
+  out += fmt::format("  model                   {} parameters ({}){}\n", count_text(static_cast<double>(params.total)), params.total,
+                     params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
+  out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {})\n",
+                     flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
   out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", r.precision.dtype, r.zero.stage,
                      r.zero.offload_optimizer == "cpu" ? ", optimizer offloaded to CPU" : "");
   const auto mem = model_state_memory(r);

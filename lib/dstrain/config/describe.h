@@ -8,8 +8,18 @@
 
 namespace dstrain::config {
 
-// 2VH + L(4H^2 + 3HI + 2H) + H for the dense model (untied lm_head, no biases).
-int64_t dense_parameter_count(const ModelConfig& model);
+// Parameter counts from the config alone (nothing is allocated), with the formulas of the
+// architecture reference: dense LLaMA-style with grouped KV heads; MLA + DeepSeekMoE.
+struct ParameterCounts {
+  int64_t total;      // every parameter
+  int64_t active;     // those a token uses (MoE: top-k routed + shared experts)
+  int64_t embedding;  // the input embedding (a gather, not a matmul)
+};
+ParameterCounts parameter_counts(const ModelConfig& model);
+
+// Training FLOPs per token: 6 x (active parameters less the input embedding) plus the attention
+// term 6 L n_h T (d_qk + d_v) (PaLM's 12 L H Q T when d_qk = d_v), no causal discount.
+double flops_per_token(const ModelConfig& model, int64_t seq_len);
 
 struct ModelStateMemory {
   double device_bytes;  // per rank, on the training device

@@ -3,6 +3,7 @@
 // launcher) from recipe YAML + ds_config JSON + --set overrides, or read back from
 // run_dir/config.resolved.json by read_resolved_config() (workers). Every module takes only its
 // own section; only train/ sees the whole.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -11,17 +12,45 @@
 namespace dstrain::config {
 
 struct ModelConfig {
-  std::string family = "dense";  // LLaMA-style DeepSeek dense model
-  std::string hf_config;         // a Hugging Face config.json to take the sizes from ("" = none)
+  // dense: LLaMA-style (deepseek-llm, deepseek-coder). mla_moe: DeepSeek-V2/V3 (MLA attention,
+  // DeepSeekMoE feed-forward after first_k_dense_replace dense layers).
+  std::string family = "dense";
+  std::string hf_config;  // a Hugging Face config.json to take the sizes from ("" = none)
   int64_t vocab_size = 256;
   int64_t hidden_size = 64;
   int64_t num_layers = 2;
   int64_t num_heads = 4;
+  int64_t num_kv_heads = 0;  // dense: grouped KV heads; 0 = num_heads
   int64_t intermediate_size = 172;
   int64_t max_seq_len = 64;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
   double init_std = 0.02;
+  // MLA (mla_moe)
+  int64_t q_lora_rank = 0;  // 0: a direct q_proj (V2-Lite)
+  int64_t kv_lora_rank = 512;
+  int64_t qk_nope_head_dim = 128;
+  int64_t qk_rope_head_dim = 64;
+  int64_t v_head_dim = 128;
+  // DeepSeekMoE (mla_moe)
+  int64_t moe_intermediate_size = 1408;
+  int64_t n_routed_experts = 64;
+  int64_t n_shared_experts = 2;
+  int64_t num_experts_per_tok = 6;
+  int64_t first_k_dense_replace = 1;
+  int64_t moe_layer_freq = 1;
+  std::string scoring_func = "softmax";  // softmax (V2) or sigmoid (V3)
+  std::string topk_method = "greedy";    // greedy, group_limited_greedy, noaux_tc (V3)
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+  bool norm_topk_prob = false;
+  double routed_scaling_factor = 1.0;
+  double aux_loss_alpha = 0.001;     // sequence-wise balance loss weight; 0 disables
+  double bias_update_speed = 0.001;  // gamma of V3's aux-loss-free bias (noaux_tc)
+
+  bool is_moe_layer(int64_t layer) const {
+    return family == "mla_moe" && layer >= first_k_dense_replace && layer % std::max<int64_t>(1, moe_layer_freq) == 0;
+  }
 };
 
 struct DataConfig {

@@ -103,7 +103,22 @@ void validate(LoadContext& ctx) {
   auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
   auto warn = [&](const std::string& m) { ctx.warnings.push_back(m); };
   const auto& m = r.model;
-  if (m.hidden_size % m.num_heads != 0)
+  if (m.family == "dense" && m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads != 0)
+    problem(fmt::format("model.num_kv_heads: {} does not divide model.num_heads {}", m.num_kv_heads, m.num_heads));
+  if (m.family == "mla_moe") {
+    if (m.n_routed_experts % m.n_group != 0)
+      problem(fmt::format("model.n_group: {} does not divide model.n_routed_experts {}", m.n_group, m.n_routed_experts));
+    else if (m.topk_group > m.n_group)
+      problem(fmt::format("model.topk_group {} exceeds model.n_group {}", m.topk_group, m.n_group));
+    else if (m.num_experts_per_tok > m.topk_group * (m.n_routed_experts / m.n_group))
+      problem(fmt::format("model.num_experts_per_tok {} exceeds the experts in the {} selected groups ({})", m.num_experts_per_tok, m.topk_group,
+                          m.topk_group * (m.n_routed_experts / m.n_group)));
+    if (m.qk_rope_head_dim % 2 != 0) problem(fmt::format("model.qk_rope_head_dim {} must be even", m.qk_rope_head_dim));
+    if (m.topk_method == "noaux_tc" && m.scoring_func != "sigmoid")
+      problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
+  }
+  if (m.family == "mla_moe") {
+  } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
   else if ((m.hidden_size / m.num_heads) % 2 != 0)
     problem(fmt::format("model: head dim hidden_size/num_heads = {} must be even for rotary embeddings", m.hidden_size / m.num_heads));

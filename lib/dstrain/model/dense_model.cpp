@@ -34,6 +34,7 @@ at::Tensor rotate_half(const at::Tensor& x) {
 DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = cfg;
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const int64_t kv_dim = (cfg.num_kv_heads > 0 ? cfg.num_kv_heads : cfg.num_heads) * (H / cfg.num_heads);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
   auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.set_requires_grad(true)}); };
@@ -43,8 +44,8 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed) : impl_(st
     const std::string prefix = fmt::format("model.layers.{}.", i);
     add(prefix + "input_layernorm.weight", at::ones({H}));
     add(prefix + "self_attn.q_proj.weight", normal({H, H}));
-    add(prefix + "self_attn.k_proj.weight", normal({H, H}));
-    add(prefix + "self_attn.v_proj.weight", normal({H, H}));
+    add(prefix + "self_attn.k_proj.weight", normal({kv_dim, H}));
+    add(prefix + "self_attn.v_proj.weight", normal({kv_dim, H}));
     add(prefix + "self_attn.o_proj.weight", normal({H, H}));
     add(prefix + "post_attention_layernorm.weight", at::ones({H}));
     add(prefix + "mlp.gate_proj.weight", normal({I, H}));
@@ -82,8 +83,14 @@ at::Tensor DenseModel::logits(const at::Tensor& inputs) const {
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
+  const int64_t nkv = cfg.num_kv_heads > 0 ? cfg.num_kv_heads : nh;
   const at::Tensor cos = m.cos.narrow(0, 0, T), sin = m.sin.narrow(0, 0, T);
   auto heads = [&](const at::Tensor& x) { return x.view({B, T, nh, d}).transpose(1, 2); };
+  // Grouped KV heads: each of the nkv heads serves nh/nkv query heads.
+  auto kv_heads = [&](const at::Tensor& x) {
+    const at::Tensor h = x.view({B, T, nkv, d}).transpose(1, 2);
+    return nkv == nh ? h : h.repeat_interleave(nh / nkv, 1);
+  };
   auto rope = [&](const at::Tensor& x) { return x * cos + rotate_half(x) * sin; };
 
   at::Tensor x = at::embedding(m.p(0), inputs);
@@ -91,8 +98,8 @@ at::Tensor DenseModel::logits(const at::Tensor& inputs) const {
     const size_t b = 1 + static_cast<size_t>(layer) * kPerLayer;
     const at::Tensor h = rms_norm(x, m.p(b), cfg.rms_norm_eps);
     const at::Tensor q = rope(heads(at::linear(h, m.p(b + 1))));
-    const at::Tensor k = rope(heads(at::linear(h, m.p(b + 2))));
-    const at::Tensor v = heads(at::linear(h, m.p(b + 3)));
+    const at::Tensor k = rope(kv_heads(at::linear(h, m.p(b + 2))));
+    const at::Tensor v = kv_heads(at::linear(h, m.p(b + 3)));
     const at::Tensor attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
     const at::Tensor h2 = rms_norm(x, m.p(b + 5), cfg.rms_norm_eps);

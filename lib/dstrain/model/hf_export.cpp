@@ -25,7 +25,7 @@ void export_hf(const config::ModelConfig& c, const NamedTensors& params, const s
                         {"intermediate_size", c.intermediate_size},
                         {"num_hidden_layers", c.num_layers},
                         {"num_attention_heads", c.num_heads},
-                        {"num_key_value_heads", c.num_heads},
+                        {"num_key_value_heads", c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads},
                         {"vocab_size", c.vocab_size},
                         {"max_position_embeddings", c.max_seq_len},
                         {"rope_theta", c.rope_theta},

@@ -39,7 +39,7 @@ std::string describe_plan(const config::Recipe& r) {
       "  batch: global {} = micro {} x {} ranks x {} accumulation{}; {} tokens/step; {} steps\n"
       "  optimizer: {} lr {:g}; schedule {} ({} warmup steps); {}, ZeRO stage {}",
       r.run_dir, r.model.family, r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
-      static_cast<double>(config::dense_parameter_count(r.model)) / 1e6, r.data.path, r.data.format, r.data.seq_len, config::global_batch_at(r, 0),
+      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, r.data.format, r.data.seq_len, config::global_batch_at(r, 0),
       r.train.micro_batch_size, world, config::accumulation_at(r, 0), r.train.accumulation.empty() ? "" : " (first stage)",
       config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps, r.optimizer.type, r.optimizer.lr, r.schedule.type, r.schedule.warmup_steps,
       r.precision.dtype, r.zero.stage);

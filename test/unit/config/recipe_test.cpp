@@ -146,8 +146,16 @@ TEST_CASE("recipes/README.md documents every key of the schema", "[config]") {
 }
 
 TEST_CASE("every bundled recipe resolves", "[config]") {
-  for (const char* name : {"demo.yaml", "deepseek-llm-7b.yaml", "deepseek-coder-1.3b.yaml"}) {
+  for (const char* name : {"demo.yaml", "deepseek-llm-7b.yaml", "deepseek-coder-1.3b.yaml", "deepseek-v2-lite.yaml", "tiny-mla-moe.yaml"}) {
     INFO(name);
     CHECK_NOTHROW(config::load_recipe(test::source_dir() + "/recipes/" + name));
   }
+  // The V2-Lite preset takes its sizes from the bundled Hugging Face config.json.
+  const auto lite = config::load_recipe(test::source_dir() + "/recipes/deepseek-v2-lite.yaml");
+  CHECK(lite.model.family == "mla_moe");
+  CHECK(lite.model.q_lora_rank == 0);  // null in config.json: a direct q_proj
+  CHECK(lite.model.n_routed_experts == 64);
+  CHECK(lite.model.init_std == 0.006);  // set in the recipe: wins over config.json's initializer_range
+  CHECK(config::parameter_counts(lite.model).total == 15706484224);
+  CHECK_THAT(lite.sources.at("model.kv_lora_rank"), Catch::Contains("deepseek-v2-lite/config.json:"));
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "dstrain/config/describe.h"
 #include "dstrain/model/dense_model.h"
 
 using namespace dstrain;
@@ -30,8 +31,14 @@ TEST_CASE("parameters have HF names, shapes and the expected count", "[model]") 
   CHECK(p[7].name == "model.layers.0.mlp.gate_proj.weight");
   CHECK(p[9].tensor.sizes() == at::IntArrayRef({32, 64}));  // down_proj [H, I]
   CHECK(p.back().name == "lm_head.weight");
-  // 2VH + L(4H^2 + 3HI + 2H) + H
+  // 2VH + L(4H^2 + 3HI + 2H) + H, and the config-only count agrees with the real one
   CHECK(m.num_parameters() == 2 * 256 * 32 + 2 * (4 * 32 * 32 + 3 * 32 * 64 + 2 * 32) + 32);
+  CHECK(m.num_parameters() == config::parameter_counts(tiny()).total);
+  config::ModelConfig gqa = tiny();
+  gqa.num_kv_heads = 2;
+  const model::DenseModel g(gqa, 1);
+  CHECK(g.parameters()[3].tensor.sizes() == at::IntArrayRef({16, 32}));  // k_proj [n_kv * d, H]
+  CHECK(g.num_parameters() == config::parameter_counts(gqa).total);
 }
 
 TEST_CASE("the same seed builds the same weights", "[model]") {

@@ -58,8 +58,10 @@ TEST_CASE("a model exported to HF safetensors reads back bit-identically", "[mod
 TEST_CASE("export for the independent PyTorch reference", "[model-reference]") {
   const char* out = std::getenv("DSTRAIN_REFERENCE_DIR");
   if (!out) return;
-  const model::DenseModel m(tiny(), 5);
-  model::export_hf(tiny(), m.parameters(), out);
+  config::ModelConfig gqa = tiny();
+  gqa.num_kv_heads = 2;  // grouped KV heads: 6 query heads share 2 key/value heads
+  const model::DenseModel m(gqa, 5);
+  model::export_hf(gqa, m.parameters(), out);
   const at::Tensor tokens = at::randint(0, 300, {2, 17}, at::detail::createCPUGenerator(3), at::kLong);
   const at::Tensor logits = m.logits(tokens).contiguous();
   std::ofstream(std::string(out) + "/tokens.bin", std::ios::binary).write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
