@@ -1,4 +1,5 @@
 #include "dstrain/model/dense_model.h"
+#include "dstrain/model/layers.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -9,7 +10,7 @@ namespace dstrain::model {
 struct DenseModel::Impl {
   config::ModelConfig cfg;
   NamedTensors params;
-  at::Tensor cos, sin;  // [max_seq_len, head_dim]
+  Rope rope;  // [max_seq_len, head_dim] tables
 
   const at::Tensor& p(size_t i) const { return params[i].tensor; }
 };
@@ -18,26 +19,15 @@ namespace {
 
 constexpr size_t kPerLayer = 9;  // tensors per decoder layer, in the order added below
 
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor x32 = x.to(at::kFloat);
-  const at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean({-1}, true) + eps);
-  return normed.to(x.scalar_type()) * weight;
-}
-
-at::Tensor rotate_half(const at::Tensor& x) {
-  const int64_t half = x.size(-1) / 2;
-  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-}
-
 }  // namespace
 
-DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed) : impl_(std::make_unique<Impl>()) {
+DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::ScalarType dtype) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = cfg;
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t kv_dim = (cfg.num_kv_heads > 0 ? cfg.num_kv_heads : cfg.num_heads) * (H / cfg.num_heads);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
-  auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.set_requires_grad(true)}); };
+  auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)}); };
 
   add("model.embed_tokens.weight", normal({V, H}));
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
@@ -55,43 +45,26 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed) : impl_(st
   add("model.norm.weight", at::ones({H}));
   add("lm_head.weight", normal({V, H}));
 
-  // RoPE tables, half-split layout: inv_freq[i] = theta^(-2i/d), cos/sin = cat(freqs, freqs).
-  const int64_t d = H / cfg.num_heads;
-  const at::Tensor inv_freq = at::pow(cfg.rope_theta, at::arange(0, d, 2, at::kDouble) / static_cast<double>(d)).reciprocal();
-  const at::Tensor freqs = at::outer(at::arange(cfg.max_seq_len, at::kDouble), inv_freq);
-  const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  impl_->cos = emb.cos().to(at::kFloat);
-  impl_->sin = emb.sin().to(at::kFloat);
+  impl_->rope = Rope(H / cfg.num_heads, cfg.max_seq_len, cfg.rope_theta, dtype);
 }
 
 DenseModel::~DenseModel() = default;
 
 const NamedTensors& DenseModel::parameters() const { return impl_->params; }
 
-int64_t DenseModel::num_parameters() const {
-  int64_t n = 0;
-  for (const auto& p : impl_->params) n += p.tensor.numel();
-  return n;
-}
-
-at::Tensor DenseModel::loss(const at::Tensor& inputs, const at::Tensor& targets) const {
-  const at::Tensor out = logits(inputs);
-  return at::cross_entropy_loss(out.reshape({-1, impl_->cfg.vocab_size}), targets.reshape({-1}));
-}
-
-at::Tensor DenseModel::logits(const at::Tensor& inputs) const {
+at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux) const {
+  if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
   const int64_t nkv = cfg.num_kv_heads > 0 ? cfg.num_kv_heads : nh;
-  const at::Tensor cos = m.cos.narrow(0, 0, T), sin = m.sin.narrow(0, 0, T);
   auto heads = [&](const at::Tensor& x) { return x.view({B, T, nh, d}).transpose(1, 2); };
   // Grouped KV heads: each of the nkv heads serves nh/nkv query heads.
   auto kv_heads = [&](const at::Tensor& x) {
     const at::Tensor h = x.view({B, T, nkv, d}).transpose(1, 2);
     return nkv == nh ? h : h.repeat_interleave(nh / nkv, 1);
   };
-  auto rope = [&](const at::Tensor& x) { return x * cos + rotate_half(x) * sin; };
+  auto rope = [&](const at::Tensor& x) { return m.rope.apply(x); };
 
   at::Tensor x = at::embedding(m.p(0), inputs);
   for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
@@ -103,7 +76,7 @@ at::Tensor DenseModel::logits(const at::Tensor& inputs) const {
     const at::Tensor attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
     const at::Tensor h2 = rms_norm(x, m.p(b + 5), cfg.rms_norm_eps);
-    x = x + at::linear(at::silu(at::linear(h2, m.p(b + 6))) * at::linear(h2, m.p(b + 7)), m.p(b + 8));
+    x = x + swiglu(h2, m.p(b + 6), m.p(b + 7), m.p(b + 8));
   }
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
   return at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1));

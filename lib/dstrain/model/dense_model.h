@@ -6,25 +6,24 @@
 #include <memory>
 
 #include "dstrain/config/recipe.h"
-#include "dstrain/model/named_tensor.h"
+#include "dstrain/model/causal_lm.h"
 
 namespace dstrain::model {
 
-class DenseModel {
+class DenseModel final : public CausalLM {
  public:
   // Parameters are initialised from `seed` alone: every rank builds the same weights.
-  DenseModel(const config::ModelConfig& config, uint64_t seed);
-  ~DenseModel();
+  DenseModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+  ~DenseModel() override;
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;
 
-  // Logits [B, T, vocab] for int64 `inputs` [B, T].
-  at::Tensor logits(const at::Tensor& inputs) const;
-  // Mean next-token cross-entropy of int64 `inputs` [B, T] against `targets` [B, T].
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const;
+  at::Tensor logits(const at::Tensor& inputs) const override { return forward(inputs, nullptr); }
   // Parameters in a fixed order with HF names (model.layers.{i}.self_attn.q_proj.weight, ...).
-  const NamedTensors& parameters() const;
-  int64_t num_parameters() const;
+  const NamedTensors& parameters() const override;
+
+ protected:
+  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const override;
 
  private:
   struct Impl;

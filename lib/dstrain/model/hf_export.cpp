@@ -18,6 +18,9 @@ namespace dstrain::model {
 namespace fs = std::filesystem;
 
 void export_hf(const config::ModelConfig& c, const NamedTensors& params, const std::string& out_dir) {
+  if (c.family != "dense")
+    throw Error(ErrorCode::kUsage, "Hugging Face export of the mla_moe family is not implemented yet",
+                "V2/V3 checkpoints store RoPE dims interleaved; the export that converts them comes with the rest of the model issue");
   fs::create_directories(out_dir);
   nlohmann::json cfg = {{"architectures", {"LlamaForCausalLM"}},
                         {"model_type", "llama"},

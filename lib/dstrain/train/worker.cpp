@@ -20,7 +20,7 @@
 #include "dstrain/data/token_file.h"
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/metrics/jsonl_sink.h"
-#include "dstrain/model/dense_model.h"
+#include "dstrain/model/causal_lm.h"
 #include "dstrain/optim/adamw.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/run_dir.h"
@@ -122,8 +122,9 @@ int run_worker(const launch::WorkerEnv& env) {
       env.world_size);
 
   // --- model, optimizer, data ----------------------------------------------------------------
-  model::DenseModel model(recipe.model, recipe.seed);
-  const NamedTensors& params = model.parameters();
+  const std::unique_ptr<model::CausalLM> model = model::make_model(recipe.model, recipe.seed);
+  const NamedTensors& params = model->parameters();
+  const NamedTensors& buffers = model->buffers();
   const auto& oc = recipe.optimizer;
   optim::AdamW optimizer(params, {oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == "adamw"});
   const NamedTensors optimizer_state = optimizer.state();
@@ -139,7 +140,7 @@ int run_worker(const launch::WorkerEnv& env) {
     const auto dir = ckpt::latest_checkpoint(ckpt_dir);
     if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
     const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
-    restore(ck, {&params, &optimizer_state});
+    restore(ck, {&params, &optimizer_state, &buffers});
     start_step = ck.state.step;
     cursor = ck.state.samples_consumed;
     optimizer.set_steps_taken(start_step);
@@ -147,7 +148,7 @@ int run_worker(const launch::WorkerEnv& env) {
   }
   if (env.rank == 0)
     log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
-                          static_cast<double>(model.num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
+                          static_cast<double>(model->num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
                           config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
   if (start_step >= tc.steps && env.rank == 0) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", start_step, tc.steps));
   std::unique_ptr<metrics::JsonlSink> sink;
@@ -157,7 +158,7 @@ int run_worker(const launch::WorkerEnv& env) {
   auto save = [&](int64_t steps_done) {
     if (env.rank == 0) {
       const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},
-                                                    views_of({&params, &optimizer_state}),
+                                                    views_of({&params, &optimizer_state, &buffers}),
                                                     {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
       log::info(fmt::format("checkpoint saved: {}", dir));
     }
@@ -181,13 +182,19 @@ int run_worker(const launch::WorkerEnv& env) {
       const at::Tensor batch = make_batch(sampler, tokens, data::first_position(cursor, micro, tc.micro_batch_size, env.rank, world),
                                           tc.micro_batch_size, recipe.data.seq_len);
       const int64_t T = recipe.data.seq_len;
-      const at::Tensor loss = model.loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
+      const at::Tensor loss = model->loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
       loss.backward();
       local_loss += loss.item<double>();
     }
     const StepScalars scalars = average_gradients(*comm, params, local_loss, time_for_save());
     const double grad_norm = optim::clip_grad_norm(params, tc.grad_clip);
     optimizer.step(lr);
+    // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
+    if (at::Tensor load = model->take_expert_load(); load.defined() && load.numel() > 0) {
+      at::Tensor global = load.to(at::kFloat).contiguous();
+      if (world > 1) comm->all_reduce(global)->wait();
+      model->update_expert_bias(global);
+    }
     const int64_t batch = config::global_batch_at(recipe, step);
     cursor += batch;
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

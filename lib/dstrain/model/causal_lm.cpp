@@ -1,0 +1,43 @@
+#include "dstrain/model/causal_lm.h"
+
+#include <ATen/ATen.h>
+
+#include "dstrain/model/dense_model.h"
+#include "dstrain/model/mla_moe_model.h"
+
+namespace dstrain::model {
+
+at::Tensor LossParts::mean() const {
+  at::Tensor m = sum / static_cast<double>(std::max<int64_t>(count, 1));
+  return aux.defined() ? m + aux : m;
+}
+
+LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targets) const {
+  at::Tensor aux;
+  const at::Tensor out = forward(inputs, &aux);
+  const at::Tensor flat_targets = targets.reshape({-1});
+  LossParts parts;
+  // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
+  parts.sum = at::cross_entropy_loss(out.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
+  parts.count = flat_targets.ne(kIgnoreIndex).sum().item<int64_t>();
+  parts.aux = aux;
+  return parts;
+}
+
+const NamedTensors& CausalLM::buffers() const {
+  static const NamedTensors none;
+  return none;
+}
+
+int64_t CausalLM::num_parameters() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.tensor.numel();
+  return n;
+}
+
+std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype) {
+  if (config.family == "mla_moe") return std::make_unique<MlaMoeModel>(config, seed, dtype);
+  return std::make_unique<DenseModel>(config, seed, dtype);
+}
+
+}  // namespace dstrain::model

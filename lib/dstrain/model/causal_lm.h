@@ -1,0 +1,50 @@
+#pragma once
+// The interface every model family offers the trainer: named parameters in a stable order (the
+// global parameter index), logits, a token-summed loss for token-weighted accumulation, and the
+// MoE hooks (expert load, bias update) that are no-ops for dense models.
+#include <cstdint>
+#include <memory>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/model/named_tensor.h"
+
+namespace dstrain::model {
+
+constexpr int64_t kIgnoreIndex = -100;  // targets with this value do not count (HF convention)
+
+struct LossParts {
+  at::Tensor sum;     // summed next-token cross-entropy over counted targets (a scalar with grad)
+  int64_t count = 0;  // counted targets
+  at::Tensor aux;     // auxiliary losses (MoE balance), already weighted; zero for dense models
+  // The mean cross-entropy plus the auxiliary losses.
+  at::Tensor mean() const;
+};
+
+class CausalLM {
+ public:
+  virtual ~CausalLM() = default;
+  // Logits [B, T, vocab] for int64 inputs [B, T].
+  virtual at::Tensor logits(const at::Tensor& inputs) const = 0;
+  // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
+  virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets) const;
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const { return loss_parts(inputs, targets).mean(); }
+  virtual const NamedTensors& parameters() const = 0;
+  // State that is saved but not trained by gradients (V3's expert-selection bias).
+  virtual const NamedTensors& buffers() const;
+  int64_t num_parameters() const;
+
+  // MoE: tokens routed to each expert since the last call, [moe layers, routed experts] (empty
+  // for dense models); then the aux-loss-free bias update with the load summed over all ranks.
+  virtual at::Tensor take_expert_load() { return {}; }
+  virtual void update_expert_bias(const at::Tensor& global_load) {}
+
+ protected:
+  // Logits plus auxiliary losses of the same forward pass.
+  virtual at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const = 0;
+};
+
+// The model of config.family, initialised from `seed` alone (identical on every rank), in
+// `dtype` (float32 for training; float64 for gradient checks).
+std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+
+}  // namespace dstrain::model

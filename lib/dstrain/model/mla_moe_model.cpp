@@ -1,0 +1,218 @@
+#include "dstrain/model/mla_moe_model.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <map>
+
+#include "dstrain/model/layers.h"
+
+namespace dstrain::model {
+
+struct MlaMoeModel::Impl {
+  config::ModelConfig cfg;
+  NamedTensors params, buffers;
+  std::map<std::string, at::Tensor> by_name;
+  Rope rope;              // over qk_rope_head_dim
+  at::Tensor load;        // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
+  std::vector<int64_t> moe_layers;
+
+  const at::Tensor& p(const std::string& name) const { return by_name.at(name); }
+  bool has(const std::string& name) const { return by_name.count(name) > 0; }
+};
+
+MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.cfg = c;
+  const int64_t H = c.hidden_size, V = c.vocab_size, nh = c.num_heads, dqk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  // Init: N(0, init_std) for matrices, ones for norms; residual projections (o_proj, down_proj)
+  // scaled by 1/sqrt(2 * layers), as GPT-2 and Megatron do, so the residual stream's variance
+  // does not grow with depth.
+  const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.num_layers));
+  auto add = [&](const std::string& name, at::Tensor t) {
+    t = t.to(dtype).set_requires_grad(true);
+    m.params.push_back({name, t});
+    m.by_name[name] = t;
+  };
+  auto normal = [&](std::vector<int64_t> shape, double std) { return at::normal(0.0, std, shape, gen); };
+  add("model.embed_tokens.weight", normal({V, H}, c.init_std));
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string l = fmt::format("model.layers.{}.", i);
+    add(l + "input_layernorm.weight", at::ones({H}));
+    if (c.q_lora_rank > 0) {
+      add(l + "self_attn.q_a_proj.weight", normal({c.q_lora_rank, H}, c.init_std));
+      add(l + "self_attn.q_a_layernorm.weight", at::ones({c.q_lora_rank}));
+      add(l + "self_attn.q_b_proj.weight", normal({nh * dqk, c.q_lora_rank}, c.init_std));
+    } else {
+      add(l + "self_attn.q_proj.weight", normal({nh * dqk, H}, c.init_std));
+    }
+    add(l + "self_attn.kv_a_proj_with_mqa.weight", normal({c.kv_lora_rank + c.qk_rope_head_dim, H}, c.init_std));
+    add(l + "self_attn.kv_a_layernorm.weight", at::ones({c.kv_lora_rank}));
+    add(l + "self_attn.kv_b_proj.weight", normal({nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, c.init_std));
+    add(l + "self_attn.o_proj.weight", normal({H, nh * c.v_head_dim}, residual_std));
+    add(l + "post_attention_layernorm.weight", at::ones({H}));
+    if (!c.is_moe_layer(i)) {
+      add(l + "mlp.gate_proj.weight", normal({c.intermediate_size, H}, c.init_std));
+      add(l + "mlp.up_proj.weight", normal({c.intermediate_size, H}, c.init_std));
+      add(l + "mlp.down_proj.weight", normal({H, c.intermediate_size}, residual_std));
+      continue;
+    }
+    m.moe_layers.push_back(i);
+    add(l + "mlp.gate.weight", normal({c.n_routed_experts, H}, c.init_std));
+    for (int64_t e = 0; e < c.n_routed_experts; ++e) {
+      const std::string x = fmt::format("{}mlp.experts.{}.", l, e);
+      add(x + "gate_proj.weight", normal({c.moe_intermediate_size, H}, c.init_std));
+      add(x + "up_proj.weight", normal({c.moe_intermediate_size, H}, c.init_std));
+      add(x + "down_proj.weight", normal({H, c.moe_intermediate_size}, residual_std));
+    }
+    if (c.n_shared_experts > 0) {
+      const int64_t w = c.moe_intermediate_size * c.n_shared_experts;
+      add(l + "mlp.shared_experts.gate_proj.weight", normal({w, H}, c.init_std));
+      add(l + "mlp.shared_experts.up_proj.weight", normal({w, H}, c.init_std));
+      add(l + "mlp.shared_experts.down_proj.weight", normal({H, w}, residual_std));
+    }
+    if (c.topk_method == "noaux_tc") {
+      const std::string name = l + "mlp.gate.e_score_correction_bias";
+      const at::Tensor bias = at::zeros({c.n_routed_experts}, at::kFloat);  // fp32, no gradient, no decay
+      m.buffers.push_back({name, bias});
+      m.by_name[name] = bias;
+    }
+  }
+  add("model.norm.weight", at::ones({H}));
+  add("lm_head.weight", normal({V, H}, c.init_std));
+  m.rope = Rope(c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, dtype);
+  m.load = at::zeros({static_cast<int64_t>(m.moe_layers.size()), c.n_routed_experts}, at::kDouble);
+}
+
+MlaMoeModel::~MlaMoeModel() = default;
+
+const NamedTensors& MlaMoeModel::parameters() const { return impl_->params; }
+const NamedTensors& MlaMoeModel::buffers() const { return impl_->buffers; }
+
+at::Tensor MlaMoeModel::take_expert_load() {
+  at::Tensor out = impl_->load.clone();
+  impl_->load.zero_();
+  return out;
+}
+
+void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
+  const auto& c = impl_->cfg;
+  if (c.topk_method != "noaux_tc" || c.bias_update_speed == 0) return;
+  c10::NoGradGuard no_grad;
+  for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
+    const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(at::kFloat);
+    // b_i += gamma * sign(mean - c_i): underloaded experts become more attractive.
+    impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k])).add_(at::sign(counts.mean() - counts), c.bias_update_speed);
+  }
+}
+
+namespace {
+
+// MLA, the training form: per-head K and V are materialised from the compressed latent.
+at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h) {
+  const auto& c = m.cfg;
+  const int64_t B = h.size(0), T = h.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
+  const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")), m.p(l + "self_attn.q_a_layernorm.weight"),
+                                                                    c.rms_norm_eps),
+                                                           m.p(l + "self_attn.q_b_proj.weight"))
+                                              : at::linear(h, m.p(l + "self_attn.q_proj.weight"));
+  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);  // [B, nh, T, dqk]
+  const at::Tensor ckv = at::linear(h, m.p(l + "self_attn.kv_a_proj_with_mqa.weight"));  // [B, T, kvr + dr]
+  const at::Tensor c_kv = ckv.narrow(-1, 0, c.kv_lora_rank);
+  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
+  const at::Tensor kv = at::linear(rms_norm(c_kv, m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps), m.p(l + "self_attn.kv_b_proj.weight"))
+                            .view({B, T, nh, dn + dv})
+                            .transpose(1, 2);
+  const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
+  const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
+  const at::Tensor value = kv.narrow(-1, dn, dv);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));  // no YaRN: plain (d_nope + d_rope)^-0.5
+  const at::Tensor o = at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
+  return at::linear(o.transpose(1, 2).reshape({B, T, nh * dv}), m.p(l + "self_attn.o_proj.weight"));
+}
+
+// DeepSeekMoE over x [B, T, H]. Adds this layer's balance loss to *aux and its expert load to `load`.
+at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& x, at::Tensor* aux, at::Tensor load_row) {
+  const auto& c = m.cfg;
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), N = B * T, Nr = c.n_routed_experts, K = c.num_experts_per_tok;
+  const at::Tensor flat = x.reshape({N, H});
+  // Router in fp32 (or wider, for gradient checks).
+  const auto wide = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor router_logits = at::linear(flat.to(wide), m.p(l + "mlp.gate.weight").to(wide));
+  const at::Tensor scores = c.scoring_func == "sigmoid" ? at::sigmoid(router_logits) : at::softmax(router_logits, -1);
+  at::Tensor choice = scores.detach();
+  if (c.topk_method == "noaux_tc") choice = choice + m.p(l + "mlp.gate.e_score_correction_bias").to(wide);
+  if (c.topk_method != "greedy" && c.n_group > 1) {
+    const at::Tensor grouped = choice.view({N, c.n_group, Nr / c.n_group});
+    const at::Tensor group_score = c.topk_method == "noaux_tc" ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
+                                                               : std::get<0>(grouped.max(-1));
+    const at::Tensor keep_groups = std::get<1>(group_score.topk(c.topk_group, -1));
+    const at::Tensor group_mask = at::zeros({N, c.n_group}, at::kBool).scatter_(1, keep_groups, true);
+    choice = choice.masked_fill(~group_mask.unsqueeze(-1).expand({N, c.n_group, Nr / c.n_group}).reshape({N, Nr}), -INFINITY);
+  }
+  const at::Tensor idx = std::get<1>(choice.topk(K, -1));  // [N, K]
+  at::Tensor weights = scores.gather(1, idx);             // the unbiased scores
+  if (c.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
+  if (!c.norm_topk_prob || c.scoring_func == "sigmoid") weights = weights * c.routed_scaling_factor;
+
+  // Group tokens by expert: one gather, one expert MLP and one scatter-add per expert.
+  const at::Tensor flat_idx = idx.reshape({-1});
+  const at::Tensor order = flat_idx.argsort();
+  const at::Tensor token_of = at::arange(N, at::kLong).repeat_interleave(K).index_select(0, order);
+  const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(x.scalar_type());
+  const at::Tensor counts = at::bincount(flat_idx, {}, Nr);
+  const auto* count = counts.data_ptr<int64_t>();
+  at::Tensor out = at::zeros_like(flat);
+  int64_t start = 0;
+  for (int64_t e = 0; e < Nr; ++e) {
+    if (count[e] == 0) continue;
+    const at::Tensor rows = token_of.narrow(0, start, count[e]);
+    const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
+    const at::Tensor y = swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"));
+    out = out.index_add(0, rows, y * weight_of.narrow(0, start, count[e]).unsqueeze(1));
+    start += count[e];
+  }
+  if (c.n_shared_experts > 0)
+    out = out + swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
+                       m.p(l + "mlp.shared_experts.down_proj.weight"));
+  if (load_row.defined()) load_row.add_(counts.to(at::kDouble));
+
+  // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
+  // P = mean over the sequence of the (normalised) scores.
+  if (aux && c.aux_loss_alpha > 0) {
+    const at::Tensor per_seq = at::zeros({B, Nr}, wide).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, wide));
+    const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
+    const at::Tensor s = c.scoring_func == "sigmoid" ? scores / scores.sum(-1, true) : scores;
+    const at::Tensor P = s.view({B, T, Nr}).mean(1);
+    const at::Tensor loss = (f * P).sum(-1).mean() * c.aux_loss_alpha;
+    *aux = aux->defined() ? *aux + loss.to(x.scalar_type()) : loss.to(x.scalar_type());
+  }
+  return out.view({B, T, H});
+}
+
+}  // namespace
+
+at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux) const {
+  const Impl& m = *impl_;
+  const auto& c = m.cfg;
+  if (aux) *aux = at::Tensor();
+  at::Tensor x = at::embedding(m.p("model.embed_tokens.weight"), inputs);
+  size_t moe_index = 0;
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    const std::string l = fmt::format("model.layers.{}.", i);
+    x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps));
+    const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps);
+    if (c.is_moe_layer(i)) {
+      x = x + moe(m, l, h, aux, m.load[static_cast<int64_t>(moe_index++)]);
+    } else {
+      x = x + swiglu(h, m.p(l + "mlp.gate_proj.weight"), m.p(l + "mlp.up_proj.weight"), m.p(l + "mlp.down_proj.weight"));
+    }
+  }
+  return at::linear(rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"));
+}
+
+}  // namespace dstrain::model

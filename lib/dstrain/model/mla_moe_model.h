@@ -1,0 +1,33 @@
+#pragma once
+// DeepSeek-V2/V3: Multi-head Latent Attention (low-rank q and kv, decoupled RoPE on a shared key
+// part) and DeepSeekMoE (shared + routed experts; softmax or sigmoid scores; greedy, group-limited
+// or V3's bias-corrected top-k; sequence-wise balance loss; aux-loss-free bias). Parameters carry
+// the Hugging Face names. Routed tokens are grouped by expert with gather/scatter.
+#include <cstdint>
+#include <memory>
+
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::model {
+
+class MlaMoeModel final : public CausalLM {
+ public:
+  MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+  ~MlaMoeModel() override;
+
+  at::Tensor logits(const at::Tensor& inputs) const override { return forward(inputs, nullptr); }
+  const NamedTensors& parameters() const override;
+  const NamedTensors& buffers() const override;  // model.layers.{i}.mlp.gate.e_score_correction_bias (noaux_tc)
+  at::Tensor take_expert_load() override;
+  void update_expert_bias(const at::Tensor& global_load) override;
+
+  struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
+
+ protected:
+  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const override;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dstrain::model

@@ -1,0 +1,124 @@
+#include <catch2/catch.hpp>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "dstrain/config/describe.h"
+#include "dstrain/model/causal_lm.h"
+
+using namespace dstrain;
+
+namespace {
+
+// The reference's suggested tiny V3 shape: hidden 64, 2 layers, 4 experts, q_lora 32, kv_lora 16,
+// rope 8, nope 16, v 16 (here 3 layers so that two are MoE).
+config::ModelConfig tiny_v3() {
+  config::ModelConfig c;
+  c.family = "mla_moe";
+  c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 3, c.num_heads = 4, c.intermediate_size = 96, c.max_seq_len = 16;
+  c.q_lora_rank = 32, c.kv_lora_rank = 16, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
+  c.moe_intermediate_size = 24, c.n_routed_experts = 4, c.n_shared_experts = 1, c.num_experts_per_tok = 2, c.first_k_dense_replace = 1;
+  c.scoring_func = "sigmoid", c.topk_method = "noaux_tc", c.n_group = 2, c.topk_group = 1, c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
+  c.aux_loss_alpha = 0.01;
+  return c;
+}
+
+config::ModelConfig tiny_v2_lite() {
+  config::ModelConfig c = tiny_v3();
+  c.q_lora_rank = 0, c.scoring_func = "softmax", c.topk_method = "greedy", c.n_group = 1, c.topk_group = 1, c.norm_topk_prob = false;
+  c.routed_scaling_factor = 1.0, c.n_shared_experts = 2;
+  return c;
+}
+
+config::ModelConfig tiny_dense_gqa() {
+  config::ModelConfig c;
+  c.vocab_size = 97, c.hidden_size = 32, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.intermediate_size = 48, c.max_seq_len = 16;
+  return c;
+}
+
+// Central differences in float64 for two random elements of every parameter tensor.
+void gradient_check(const config::ModelConfig& cfg) {
+  auto model = model::make_model(cfg, 7, at::kDouble);
+  REQUIRE(!model->parameters().empty());
+  const at::Tensor tokens = at::randint(0, cfg.vocab_size, {2, 9}, at::detail::createCPUGenerator(1), at::kLong);
+  const at::Tensor in = tokens.narrow(1, 0, 8), target = tokens.narrow(1, 1, 8);
+  model->loss(in, target).backward();
+  std::mt19937 rng(3);
+  const double eps = 1e-6;
+  std::string mismatches;
+  int checked = 0;
+  for (const auto& p : model->parameters()) {
+    for (int k = 0; k < 2; ++k) {
+      const int64_t i = std::uniform_int_distribution<int64_t>(0, p.tensor.numel() - 1)(rng);
+      const double analytic = p.tensor.grad().view({-1})[i].item<double>();
+      c10::NoGradGuard no_grad;
+      at::Tensor flat = p.tensor.view({-1});
+      const double orig = flat[i].item<double>();
+      flat[i].fill_(orig + eps);
+      const double up = model->loss(in, target).item<double>();
+      flat[i].fill_(orig - eps);
+      const double down = model->loss(in, target).item<double>();
+      flat[i].fill_(orig);
+      const double numeric = (up - down) / (2 * eps);
+      ++checked;
+      if (std::abs(analytic - numeric) > 1e-4 * std::abs(numeric) + 1e-8)
+        mismatches += p.name + "[" + std::to_string(i) + "]: analytic " + std::to_string(analytic) + " numeric " + std::to_string(numeric) + "\n";
+    }
+  }
+  CHECK(checked == 2 * static_cast<int>(model->parameters().size()));
+  INFO(mismatches);
+  CHECK(mismatches.empty());
+}
+
+}  // namespace
+
+TEST_CASE("MLA + MoE models count what the config formula counts", "[model]") {
+  for (const auto& cfg : {tiny_v3(), tiny_v2_lite()}) {
+    const auto m = model::make_model(cfg, 1);
+    CHECK(m->num_parameters() + (cfg.topk_method == "noaux_tc" ? 2 * cfg.n_routed_experts : 0) == config::parameter_counts(cfg).total);
+  }
+  const auto v3 = model::make_model(tiny_v3(), 1);
+  CHECK(v3->parameters()[2].name == "model.layers.0.self_attn.q_a_proj.weight");
+  CHECK(v3->buffers().size() == 2);  // one e_score_correction_bias per MoE layer
+  CHECK(v3->buffers()[0].name == "model.layers.1.mlp.gate.e_score_correction_bias");
+}
+
+TEST_CASE("finite-difference gradients of every block in float64", "[model]") {
+  SECTION("dense with grouped KV heads") { gradient_check(tiny_dense_gqa()); }
+  SECTION("MLA with q_lora, MoE with sigmoid, group-limited noaux_tc routing and the balance loss") { gradient_check(tiny_v3()); }
+  SECTION("MLA without q_lora (V2-Lite), MoE with softmax greedy routing") { gradient_check(tiny_v2_lite()); }
+}
+
+TEST_CASE("expert load is counted and moves V3's selection bias by gamma", "[model]") {
+  config::ModelConfig cfg = tiny_v3();
+  cfg.bias_update_speed = 0.5;
+  auto m = model::make_model(cfg, 2);
+  const at::Tensor tokens = at::randint(0, cfg.vocab_size, {3, 10}, at::detail::createCPUGenerator(5), at::kLong);
+  m->logits(tokens);
+  const at::Tensor load = m->take_expert_load();
+  REQUIRE(load.sizes() == at::IntArrayRef({2, 4}));
+  CHECK(load.sum(1).eq(30.0 * 2).all().item<bool>());  // every token picks K = 2 experts in each MoE layer
+  CHECK(m->take_expert_load().sum().item<double>() == 0);  // taken: reset
+  m->update_expert_bias(at::tensor({10.0f, 0.0f, 3.0f, 3.0f, 1.0f, 1.0f, 1.0f, 5.0f}).view({2, 4}));
+  const at::Tensor b0 = m->buffers()[0].tensor, b1 = m->buffers()[1].tensor;
+  CHECK(at::equal(b0, at::tensor({-0.5f, 0.5f, 0.5f, 0.5f})));  // mean 4: overloaded down, underloaded up
+  CHECK(at::equal(b1, at::tensor({0.5f, 0.5f, 0.5f, -0.5f})));  // mean 2
+}
+
+TEST_CASE("the loss counts only targets that are not ignored", "[model]") {
+  auto m = model::make_model(tiny_dense_gqa(), 4);
+  const at::Tensor in = at::randint(0, 97, {2, 6}, at::detail::createCPUGenerator(2), at::kLong);
+  at::Tensor target = at::randint(0, 97, {2, 6}, at::detail::createCPUGenerator(3), at::kLong);
+  const auto full = m->loss_parts(in, target);
+  CHECK(full.count == 12);
+  target.select(1, 5).fill_(model::kIgnoreIndex);
+  const auto part = m->loss_parts(in, target);
+  CHECK(part.count == 10);
+  CHECK(part.sum.item<double>() < full.sum.item<double>());
+  CHECK(part.mean().item<double>() == Approx(part.sum.item<double>() / 10));
+}
