@@ -8,4 +8,8 @@ if ! "$py" -c 'import torch' 2>/dev/null; then echo "SKIPPED: torch is not impor
 DSTRAIN_REFERENCE_DIR="$WORK" "$UNIT" "[model-reference]" >/dev/null || fail "export for the reference failed"
 "$py" "$SRC/test/model/reference_check.py" "$WORK" || fail "logits differ from the reference"
 ok "dstrain's dense logits and loss equal a PyTorch reference within 1e-5 (fp32)"
+mkdir -p "$WORK/moe"
+DSTRAIN_REFERENCE_DIR="$WORK/moe" "$UNIT" "[model-moe-reference]" >/dev/null || fail "export of the MLA + MoE models failed"
+"$py" "$SRC/test/model/reference_check_moe.py" "$WORK/moe" || fail "MLA + MoE logits differ from the reference"
+ok "MLA + MoE (V3-style and V2-Lite-style) logits and loss equal a per-token PyTorch reference within 1e-5"
 finish

@@ -5,10 +5,16 @@
 #include <c10/core/GradMode.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
 #include <random>
 #include <string>
 
 #include "dstrain/config/describe.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/io/safetensors.h"
 #include "dstrain/model/causal_lm.h"
 
 using namespace dstrain;
@@ -121,4 +127,33 @@ TEST_CASE("the loss counts only targets that are not ignored", "[model]") {
   CHECK(part.count == 10);
   CHECK(part.sum.item<double>() < full.sum.item<double>());
   CHECK(part.mean().item<double>() == Approx(part.sum.item<double>() / 10));
+}
+
+// Writes a tiny V3-style and a V2-Lite-style model (weights, a non-zero selection bias, our
+// config, inputs, logits and loss) for test/model/reference_check_moe.py when
+// DSTRAIN_REFERENCE_DIR is set (run by the model.reference CTest).
+TEST_CASE("export MLA + MoE for the independent PyTorch reference", "[model-moe-reference]") {
+  const char* out = std::getenv("DSTRAIN_REFERENCE_DIR");
+  if (!out) return;
+  for (const auto& [name, cfg] : {std::pair{std::string("v3"), tiny_v3()}, std::pair{std::string("v2lite"), tiny_v2_lite()}}) {
+    const std::string dir = std::string(out) + "/" + name;
+    std::filesystem::create_directories(dir);
+    auto m = model::make_model(cfg, 9);
+    if (!m->buffers().empty()) {
+      c10::NoGradGuard no_grad;
+      for (const auto& b : m->buffers()) b.tensor.copy_(at::randn({cfg.n_routed_experts}, at::detail::createCPUGenerator(4)) * 0.05);
+    }
+    std::vector<io::TensorToWrite> tensors;
+    for (const auto* group : {&m->parameters(), &m->buffers()})
+      for (const auto& p : *group) tensors.push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
+    io::write_safetensors(dir + "/model.safetensors", tensors);
+    config::Recipe r;
+    r.model = cfg;
+    std::ofstream(dir + "/config.json") << config::to_canonical_json(r);
+    const at::Tensor tokens = at::randint(0, cfg.vocab_size, {2, 12}, at::detail::createCPUGenerator(8), at::kLong);
+    const at::Tensor logits = m->logits(tokens.narrow(1, 0, 11)).contiguous();
+    std::ofstream(dir + "/tokens.bin", std::ios::binary).write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
+    std::ofstream(dir + "/logits.bin", std::ios::binary).write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
+    std::ofstream(dir + "/loss.txt") << std::setprecision(17) << m->loss(tokens.narrow(1, 0, 11), tokens.narrow(1, 1, 11)).item<double>() << "\n";
+  }
 }
