@@ -43,14 +43,14 @@ TEST_CASE("a model exported to HF safetensors reads back bit-identically", "[mod
     CHECK(t->dtype == "F32");
     CHECK(std::memcmp(t->data, p.tensor.data_ptr(), t->nbytes()) == 0);
   }
-  model::load_hf_weights(dir.path() + "/hf", b.parameters());
+  model::load_hf_weights(dir.path() + "/hf", tiny(), b.parameters());
   for (size_t i = 0; i < a.parameters().size(); ++i) CHECK(at::equal(a.parameters()[i].tensor, b.parameters()[i].tensor));
 
   config::ModelConfig other = tiny();
   other.intermediate_size = 64;
   const model::DenseModel c(other, 1);
-  CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", c.parameters()), Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
-  CHECK_THROWS_WITH(model::load_hf_weights(dir.path(), c.parameters()), Catch::Contains("has neither model.safetensors"));
+  CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", other, c.parameters()), Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
+  CHECK_THROWS_WITH(model::load_hf_weights(dir.path(), other, c.parameters()), Catch::Contains("has neither model.safetensors"));
 }
 
 // Writes the exported model, inputs and our logits for test/model/reference_check.py when
