@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   dstrain::app::register_check_env(app, run);
   dstrain::app::register_inspect_ckpt(app, run);
   dstrain::app::register_bench(app, run);
+  dstrain::app::register_export_hf(app, run);
   dstrain::app::register_worker(app, run);
   dstrain::app::register_schema(app, run);
 

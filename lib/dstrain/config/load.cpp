@@ -154,6 +154,11 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   // 3. Command-line overrides, then what depends on all layers.
   for (const auto& spec : overrides) apply_override(spec, ctx);
   finish_ds_config(ctx);
+  if (!ctx.recipe.model.init_from.empty()) {
+    ctx.recipe.model.init_from = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.init_from);
+    if (!fs::is_directory(ctx.recipe.model.init_from))
+      ctx.problems.push_back(fmt::format("{}: model.init_from: '{}' is not a directory", path, ctx.recipe.model.init_from));
+  }
   if (ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: data.path is required", path));
   else ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
   if (ctx.recipe.run_dir.empty()) ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));

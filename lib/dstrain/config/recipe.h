@@ -16,6 +16,7 @@ struct ModelConfig {
   // DeepSeekMoE feed-forward after first_k_dense_replace dense layers).
   std::string family = "dense";
   std::string hf_config;  // a Hugging Face config.json to take the sizes from ("" = none)
+  std::string init_from;  // a Hugging Face model directory to start from ("" = random init)
   int64_t vocab_size = 256;
   int64_t hidden_size = 64;
   int64_t num_layers = 2;

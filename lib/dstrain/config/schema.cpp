@@ -22,6 +22,7 @@ const std::vector<Field>& recipe_schema() {
 
       {"model.family", 0, 0, {"dense", "mla_moe"}, "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_FIELD(model.family)},
       {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
+      {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file).", DS_FIELD(model.init_from)},
       {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
       {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
       {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},

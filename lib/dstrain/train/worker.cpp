@@ -21,6 +21,7 @@
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/metrics/jsonl_sink.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/model/hf_export.h"
 #include "dstrain/optim/adamw.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/run_dir.h"
@@ -136,6 +137,10 @@ int run_worker(const launch::WorkerEnv& env) {
   // --- resume ----------------------------------------------------------------------------------
   int64_t start_step = 0;
   int64_t cursor = 0;  // samples consumed: the global data position
+  if (!env.resume && !recipe.model.init_from.empty()) {
+    model::load_hf_weights(recipe.model.init_from, recipe.model, params, buffers);
+    if (env.rank == 0) log::info(fmt::format("initialised from {}", recipe.model.init_from));
+  }
   if (env.resume) {
     const auto dir = ckpt::latest_checkpoint(ckpt_dir);
     if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
