@@ -1,7 +1,12 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include <fmt/format.h>
+
+#include <tuple>
+
 #include "dstrain/train/comm_task.h"
+#include "dstrain/train/model_bench.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -33,6 +38,23 @@ void register_bench(CLI::App& app, Run& run) {
   cmd->add_option("--max-bytes", args->task.bench.max_bytes, "Largest message (default 256 MiB)")->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
   cmd->add_option("--iters", args->task.bench.max_iters, "Most timed iterations per size (fewer for large sizes)")->check(CLI::Range(1, 100000));
   cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds")->check(CLI::Range(1, 86400));
+  auto margs = std::make_shared<std::tuple<std::string, int, int, int, int>>("", 20, 1, 8, 128);
+  CLI::App* mcmd = bench->add_subcommand("model", "Forward+backward throughput of a recipe's model in this process");
+  mcmd->footer("Prints the median time of one forward+backward over random tokens and tokens/s.\n\nExample:\n  dstrain bench model recipes/demo.yaml --threads 1");
+  mcmd->add_option("recipe", std::get<0>(*margs), "Recipe whose model section to build")->required()->check(CLI::ExistingFile);
+  mcmd->add_option("--iters", std::get<1>(*margs), "Timed iterations (after 3 warm-ups)")->check(CLI::Range(1, 100000));
+  mcmd->add_option("--threads", std::get<2>(*margs), "Intra-op threads")->check(CLI::Range(1, 1024));
+  mcmd->add_option("--micro-batch", std::get<3>(*margs), "Sequences per step")->check(CLI::Range(1, 1 << 20));
+  mcmd->add_option("--seq-len", std::get<4>(*margs), "Tokens per sequence")->check(CLI::Range(1, 1 << 20));
+  mcmd->callback([margs, &run] {
+    run = [margs] {
+      const auto [recipe, iters, threads, micro, seq] = *margs;
+      const auto r = train::bench_model(recipe, iters, threads, micro, seq);
+      fmt::print("dstrain  {:>10} params  batch {}x{}  threads {}: {:8.2f} ms/step  {:10.0f} tokens/s\n", r.parameters, micro, seq, threads,
+                 r.ms_per_step, r.tokens_per_s);
+      return 0;
+    };
+  });
   cmd->callback([args, &run] {
     run = [args] {
       const launch::Topology topo = decide_topology(args->flags, 2, true, 1, "127.0.0.1", 0);

@@ -64,6 +64,8 @@ expect_out "train_batch_size 24 != micro 8 x accumulation 1 x 2 ranks = 16"
 expect_out "use 16 or 32"
 ok "an uneven batch split is refused with the numbers"
 
+expect_status 0 "$DSTRAIN" bench model "$SRC/recipes/tiny-mla-moe.yaml" --iters 1 --seq-len 16
+expect_out "tokens/s"
 expect_status 0 "$DSTRAIN" check-env
 for word in host os cpu memory libtorch "cuda kernels" gpus; do expect_out "$word"; done
 expect_status 0 "$DSTRAIN" check-env --json

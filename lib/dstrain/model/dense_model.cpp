@@ -2,6 +2,8 @@
 #include "dstrain/model/layers.h"
 
 #include <ATen/ATen.h>
+
+#include <cmath>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
@@ -26,7 +28,11 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t kv_dim = (cfg.num_kv_heads > 0 ? cfg.num_kv_heads : cfg.num_heads) * (H / cfg.num_heads);
   at::Generator gen = at::detail::createCPUGenerator(seed);
+  // N(0, init_std) for matrices; residual projections (o_proj, down_proj) N(0, init_std/sqrt(2L))
+  // so that the residual stream's variance does not grow with depth; norms start at 1.
   auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
+  const double residual_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
+  auto residual = [&](std::vector<int64_t> shape) { return at::normal(0.0, residual_std, shape, gen); };
   auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)}); };
 
   add("model.embed_tokens.weight", normal({V, H}));
@@ -36,11 +42,11 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
     add(prefix + "self_attn.q_proj.weight", normal({H, H}));
     add(prefix + "self_attn.k_proj.weight", normal({kv_dim, H}));
     add(prefix + "self_attn.v_proj.weight", normal({kv_dim, H}));
-    add(prefix + "self_attn.o_proj.weight", normal({H, H}));
+    add(prefix + "self_attn.o_proj.weight", residual({H, H}));
     add(prefix + "post_attention_layernorm.weight", at::ones({H}));
     add(prefix + "mlp.gate_proj.weight", normal({I, H}));
     add(prefix + "mlp.up_proj.weight", normal({I, H}));
-    add(prefix + "mlp.down_proj.weight", normal({H, I}));
+    add(prefix + "mlp.down_proj.weight", residual({H, I}));
   }
   add("model.norm.weight", at::ones({H}));
   add("lm_head.weight", normal({V, H}));

@@ -68,3 +68,23 @@ TEST_CASE("export for the independent PyTorch reference", "[model-reference]") {
   std::ofstream(std::string(out) + "/logits.bin", std::ios::binary).write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
   std::ofstream(std::string(out) + "/loss.txt") << std::setprecision(17) << m.loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).item<double>() << "\n";
 }
+
+TEST_CASE("sharded HF checkpoints load through model.safetensors.index.json", "[model]") {
+  test::TempDir dir;
+  const model::DenseModel a(tiny(), 31), b(tiny(), 32);
+  // Two shards: the first half of the tensors in one file, the rest in another, and an index.
+  std::vector<io::TensorToWrite> first, second;
+  std::string map;
+  const auto& params = a.parameters();
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& p = params[i];
+    const bool one = i < params.size() / 2;
+    (one ? first : second).push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
+    map += std::string(map.empty() ? "" : ",") + "\"" + p.name + "\":\"" + (one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
+  }
+  io::write_safetensors(dir.path() + "/model-00001-of-00002.safetensors", first);
+  io::write_safetensors(dir.path() + "/model-00002-of-00002.safetensors", second);
+  std::ofstream(dir.path() + "/model.safetensors.index.json") << "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {" << map << "}}";
+  model::load_hf_weights(dir.path(), tiny(), b.parameters());
+  for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].tensor, b.parameters()[i].tensor));
+}

@@ -1,0 +1,35 @@
+#include "dstrain/train/model_bench.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::train {
+
+ModelBenchResult bench_model(const std::string& recipe_path, int iters, int threads, int micro_batch, int seq_len) {
+  const config::Recipe recipe = config::load_recipe(recipe_path);
+  at::set_num_threads(threads);
+  const auto model = model::make_model(recipe.model, recipe.seed);
+  const at::Tensor tokens = at::randint(0, recipe.model.vocab_size, {micro_batch, seq_len + 1}, at::detail::createCPUGenerator(1), at::kLong);
+  const at::Tensor in = tokens.narrow(1, 0, seq_len), target = tokens.narrow(1, 1, seq_len);
+  std::vector<double> ms;
+  for (int i = 0; i < iters + 3; ++i) {
+    for (const auto& p : model->parameters()) p.tensor.mutable_grad() = at::Tensor();
+    const auto t0 = std::chrono::steady_clock::now();
+    model->loss(in, target).backward();
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= 3) ms.push_back(t);  // 3 warm-up steps
+  }
+  std::sort(ms.begin(), ms.end());
+  const double median = ms[ms.size() / 2];
+  return {median, static_cast<double>(micro_batch) * seq_len / (median / 1000.0), static_cast<long long>(model->num_parameters())};
+}
+
+}  // namespace dstrain::train
