@@ -37,6 +37,14 @@ wait_for() {
   done
 }
 
+# kill_worker_when FILE LAUNCHER_PID: once FILE exists, SIGKILL one of the launcher's workers and
+# wait for the launcher to stop the rest; its exit status is left in LAUNCHER_STATUS.
+kill_worker_when() {
+  wait_for "$1" 120
+  kill -9 "$(pgrep -P "$2" | head -n1)"
+  set +e; wait "$2"; LAUNCHER_STATUS=$?; set -e
+}
+
 # alive PID...: prints the PIDs among these that are still running (not zombies).
 alive() {
   for p in "$@"; do

@@ -42,10 +42,7 @@ PY
 ok "the LR is DeepSpeed's WarmupDecayLR step for step, and the tokens follow the accumulation stages"
 
 "$DSTRAIN" train ds.yaml --set run_dir=cut > cut.log 2>&1 &
-launcher=$!
-wait_for cut/ckpt/step_00000008/COMMITTED 120
-kill -9 $(pgrep -P $launcher | head -n1)
-set +e; wait $launcher; set -e
+kill_worker_when cut/ckpt/step_00000008/COMMITTED $!
 expect_status 0 "$DSTRAIN" resume cut
 python3 "$SRC/test/dist/compare_metrics.py" whole/metrics.jsonl cut/metrics.jsonl --exact || fail "resume with stages is not bit-exact"
 ok "resuming mid-run (inside the second stage) is bit-exact"

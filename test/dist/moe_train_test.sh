@@ -12,10 +12,7 @@ python3 "$SRC/test/dist/compare_metrics.py" one/metrics.jsonl --decreases 1.0 ||
 ok "MLA + MoE trains the same on 1 and 2 ranks, and learns"
 
 "$DSTRAIN" train "$recipe" "${common[@]}" --set run_dir=cut > cut.log 2>&1 &
-launcher=$!
-wait_for cut/ckpt/step_00000010/COMMITTED 120
-kill -9 $(pgrep -P $launcher | head -n1)
-set +e; wait $launcher; set -e
+kill_worker_when cut/ckpt/step_00000010/COMMITTED $!
 expect_status 0 "$DSTRAIN" resume cut
 python3 "$SRC/test/dist/compare_metrics.py" two/metrics.jsonl cut/metrics.jsonl --exact || fail "resume is not bit-exact"
 expect_status 0 "$DSTRAIN" inspect-ckpt cut/ckpt --tensors
