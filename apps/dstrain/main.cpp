@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   dstrain::app::register_inspect_ckpt(app, run);
   dstrain::app::register_bench(app, run);
   dstrain::app::register_export_hf(app, run);
+  dstrain::app::register_prepare_data(app, run);
+  dstrain::app::register_inspect_data(app, run);
   dstrain::app::register_worker(app, run);
   dstrain::app::register_schema(app, run);
 

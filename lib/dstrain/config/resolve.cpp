@@ -125,7 +125,14 @@ void validate(LoadContext& ctx) {
   if (r.data.seq_len > m.max_seq_len) problem(fmt::format("data.seq_len: {} exceeds model.max_seq_len {}", r.data.seq_len, m.max_seq_len));
   if (r.data.format == "bytes" && m.vocab_size < 256)
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
-  if (!std::filesystem::is_regular_file(r.data.path)) problem(fmt::format("data.path: '{}' does not exist or is not a file", r.data.path));
+  const bool megatron = r.data.format == "megatron";
+  const std::string prefix = r.data.path.size() > 4 && (r.data.path.rfind(".bin") == r.data.path.size() - 4 || r.data.path.rfind(".idx") == r.data.path.size() - 4)
+                                 ? r.data.path.substr(0, r.data.path.size() - 4)
+                                 : r.data.path;
+  if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
+    problem(fmt::format("data.path: '{}.idx' and '{}.bin' must both exist for data.format megatron", prefix, prefix));
+  else if (!megatron && !std::filesystem::is_regular_file(r.data.path))
+    problem(fmt::format("data.path: '{}' does not exist or is not a file", r.data.path));
   if (!r.data.shard_weights.empty() && static_cast<int64_t>(r.data.shard_weights.size()) != r.world_size())
     problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(), r.world_size()));
   const auto& s = r.schedule;

@@ -53,8 +53,8 @@ const std::vector<Field>& recipe_schema() {
       {"model.aux_loss_alpha", 0, kInf, {}, "mla_moe: sequence-wise balance loss weight (0: off).", DS_FIELD(model.aux_loss_alpha)},
       {"model.bias_update_speed", 0, kInf, {}, "mla_moe: gamma of the aux-loss-free bias (noaux_tc).", DS_FIELD(model.bias_update_speed)},
 
-      {"data.path", 0, 0, {}, "Training data file (relative to the recipe file).", DS_FIELD(data.path)},
-      {"data.format", 0, 0, {"bytes"}, "bytes: one token per byte (vocab 256).", DS_FIELD(data.format)},
+      {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
+      {"data.format", 0, 0, {"bytes", "megatron", "llmc", "raw_u16"}, "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_FIELD(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
       {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
       {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch (faster ranks get more); empty: equal.", DS_FIELD(data.shard_weights)},

@@ -37,7 +37,7 @@ at::Tensor make_batch(data::GlobalSampler& sampler, const data::TokenFile& file,
   auto* out = batch.data_ptr<int64_t>();
   for (int64_t i = 0; i < micro_batch; ++i) {
     const int64_t start = sampler.sample_at(first_position + i) * seq_len;
-    for (int64_t t = 0; t <= seq_len; ++t) out[i * (seq_len + 1) + t] = file.tokens[static_cast<size_t>(start + t)];
+    for (int64_t t = 0; t <= seq_len; ++t) out[i * (seq_len + 1) + t] = file.at(start + t);
   }
   return batch;
 }
@@ -129,9 +129,10 @@ int run_worker(const launch::WorkerEnv& env) {
   const auto& oc = recipe.optimizer;
   optim::AdamW optimizer(params, {oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == "adamw"});
   const NamedTensors optimizer_state = optimizer.state();
-  const data::TokenFile tokens = data::load_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
+  const std::unique_ptr<data::TokenFile> token_file = data::open_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
+  const data::TokenFile& tokens = *token_file;
   const uint64_t data_seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
-  data::GlobalSampler sampler((static_cast<int64_t>(tokens.tokens.size()) - 1) / recipe.data.seq_len, data_seed);
+  data::GlobalSampler sampler((tokens.size() - 1) / recipe.data.seq_len, data_seed);
   const sched::Schedule schedule = schedule_of(recipe);
 
   // --- resume ----------------------------------------------------------------------------------
