@@ -33,8 +33,9 @@ JsonlSink::JsonlSink(const std::string& path, int64_t keep_through_step) {
 }
 
 void JsonlSink::write(const StepMetrics& m) {
-  out_ << fmt::format("{{\"step\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"grad_norm\":{:.9g},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f}}}\n",
-                      m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.step_ms, m.tokens_per_s);
+  out_ << fmt::format(
+      "{{\"step\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"grad_norm\":{:.9g},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.3f}}}\n",
+      m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.step_ms, m.tokens_per_s, m.data_wait_ms);
   out_.flush();
 }
 

@@ -15,6 +15,7 @@ struct StepMetrics {
   int64_t tokens;  // tokens consumed so far, all ranks
   double step_ms;
   double tokens_per_s;
+  double data_wait_ms;  // time the step waited for its batches (prefetched on a background thread)
 };
 
 class JsonlSink {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <future>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -178,15 +179,28 @@ int run_worker(const launch::WorkerEnv& env) {
   };
 
   // --- the steps -------------------------------------------------------------------------------
+  // Batches are built one step ahead on a background thread (the only user of the sampler), so the
+  // step waits for data only when reading is slower than computing.
+  auto build_step = [&sampler, &tokens, &recipe, &tc, rank = env.rank, world](int64_t step, int64_t first) {
+    std::vector<at::Tensor> batches;
+    for (int64_t micro = 0; micro < config::accumulation_at(recipe, step); ++micro)
+      batches.push_back(make_batch(sampler, tokens, data::first_position(first, micro, tc.micro_batch_size, rank, world), tc.micro_batch_size,
+                                   recipe.data.seq_len));
+    return batches;
+  };
+  std::future<std::vector<at::Tensor>> prefetched;
+  if (start_step < tc.steps) prefetched = std::async(std::launch::async, build_step, start_step, cursor);
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    const std::vector<at::Tensor> step_batches = prefetched.get();
+    const double data_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (step + 1 < tc.steps) prefetched = std::async(std::launch::async, build_step, step + 1, cursor + config::global_batch_at(recipe, step));
     const double lr = sched::lr_at(schedule, step);
-    const int64_t accum = config::accumulation_at(recipe, step);
+    const int64_t accum = static_cast<int64_t>(step_batches.size());
     for (const auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
     double local_loss = 0.0;
     for (int64_t micro = 0; micro < accum; ++micro) {
-      const at::Tensor batch = make_batch(sampler, tokens, data::first_position(cursor, micro, tc.micro_batch_size, env.rank, world),
-                                          tc.micro_batch_size, recipe.data.seq_len);
+      const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
       const int64_t T = recipe.data.seq_len;
       const at::Tensor loss = model->loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
       loss.backward();
@@ -210,7 +224,7 @@ int run_worker(const launch::WorkerEnv& env) {
     if (env.rank == 0) {
       const int64_t tokens_done = cursor * recipe.data.seq_len;
       const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);
-      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps});
+      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms});
       const int64_t every = recipe.logging.steps_per_print;
       if (console && every > 0 && (done == start_step + 1 || done % every == 0 || done == tc.steps))
         log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
