@@ -60,6 +60,8 @@ struct DataConfig {
   int64_t seq_len = 64;
   int64_t seed = -1;                  // data order seed; -1: the run's seed
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
+  bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight
+  int64_t balance_steps = 5;          // steps measured (with equal shares) before auto weights apply
 };
 
 struct OptimizerConfig {

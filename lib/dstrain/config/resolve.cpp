@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <algorithm>
 #include <filesystem>
 
 #include "dstrain/config/load_context.h"
@@ -135,6 +136,10 @@ void validate(LoadContext& ctx) {
     problem(fmt::format("data.path: '{}' does not exist or is not a file", r.data.path));
   if (!r.data.shard_weights.empty() && static_cast<int64_t>(r.data.shard_weights.size()) != r.world_size())
     problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(), r.world_size()));
+  else if (!r.data.shard_weights.empty() && *std::max_element(r.data.shard_weights.begin(), r.data.shard_weights.end()) <= 0)
+    problem("data.shard_weights: at least one weight must be positive");
+  if (r.data.auto_balance && !r.data.shard_weights.empty())
+    problem("data.shard_weights: give weights or auto, not both");
   const auto& s = r.schedule;
   if (s.warmup_steps > r.train.steps) {
     if (s.type == "warmup_cosine")

@@ -57,7 +57,9 @@ const std::vector<Field>& recipe_schema() {
       {"data.format", 0, 0, {"bytes", "megatron", "llmc", "raw_u16"}, "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_FIELD(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
       {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
-      {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch (faster ranks get more); empty: equal.", DS_FIELD(data.shard_weights)},
+      {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch, e.g. [2, 1, 1, 1] (faster ranks get more), or auto; empty: equal. The gradient stays that of the whole batch.", DS_FIELD(data.shard_weights)},
+      {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},
+      {"data.balance_steps", 1, kMaxInt, {}, "Steps measured before auto_balance sets the weights.", DS_FIELD(data.balance_steps)},
 
       {"optimizer.type", 0, 0, {"adamw", "adam"}, "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_FIELD(optimizer.type)},
       {"optimizer.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(optimizer.lr)},

@@ -29,3 +29,14 @@ class GlobalSampler {
 int64_t first_position(int64_t batch_start, int64_t micro_step, int64_t micro_batch, int64_t rank, int64_t world);
 
 }  // namespace dstrain::data
+
+namespace dstrain::data {
+
+// Heterogeneous ranks: how many of a step's `global_batch` samples each rank takes, in
+// proportion to `weights` (largest remainder, ties to the lower rank; every rank gets at least
+// one when the batch allows). Rank r reads the contiguous positions
+// [batch_start + sum of earlier counts, + counts[r]), so the union is the global batch whatever
+// the weights.
+std::vector<int64_t> weighted_shares(int64_t global_batch, const std::vector<double>& weights);
+
+}  // namespace dstrain::data

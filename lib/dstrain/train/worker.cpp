@@ -5,9 +5,12 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <chrono>
 #include <future>
+#include <thread>
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <map>
@@ -50,14 +53,16 @@ struct StepScalars {
 
 // Averages gradients over ranks in one collective. Two extra elements ride along: the loss, and
 // rank 0's "checkpoint now" flag, so that every rank takes the same decision at no extra cost.
-StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss, bool save_flag) {
+StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss, bool save_flag, bool mean = true) {
   std::vector<at::Tensor> pieces;
   for (const auto& p : params) pieces.push_back(p.tensor.grad().reshape({-1}));
   pieces.push_back(at::tensor({static_cast<float>(local_loss), save_flag ? 1.0f : 0.0f}, at::kFloat));
   at::Tensor flat = at::cat(pieces);
   if (comm.world_size() > 1) {
     comm.all_reduce(flat)->wait();
-    flat.div_(comm.world_size());
+    // Equal shares: each rank's gradient is its own batch's mean, so average. Weighted shares:
+    // each rank already divided by the global token count, so the sum is the batch's gradient.
+    if (mean) flat.div_(comm.world_size());
   }
   int64_t offset = 0;
   for (const auto& p : params) {
@@ -66,6 +71,41 @@ StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& para
     offset += n;
   }
   return {flat[offset].item<double>(), flat[offset + 1].item<float>() > 0};
+}
+
+// A contiguous run of global positions one micro-batch reads.
+struct Chunk {
+  int64_t first;
+  int64_t count;
+};
+
+// What this rank reads in a step. Equal shares: accumulation micro-batches dealt rank-major.
+// Weighted shares (data.shard_weights or auto): this rank's contiguous slice of the global batch,
+// cut into micro-batches.
+std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t first, const std::vector<double>& weights, int64_t rank, int64_t world) {
+  const int64_t micro = r.train.micro_batch_size;
+  std::vector<Chunk> chunks;
+  if (weights.empty()) {
+    for (int64_t m = 0; m < config::accumulation_at(r, step); ++m) chunks.push_back({data::first_position(first, m, micro, rank, world), micro});
+    return chunks;
+  }
+  const std::vector<int64_t> counts = data::weighted_shares(config::global_batch_at(r, step), weights);
+  int64_t start = first;
+  for (int64_t q = 0; q < rank; ++q) start += counts[static_cast<size_t>(q)];
+  for (int64_t done = 0; done < counts[static_cast<size_t>(rank)]; done += micro)
+    chunks.push_back({start + done, std::min(micro, counts[static_cast<size_t>(rank)] - done)});
+  return chunks;
+}
+
+// DSTRAIN_BENCH_SLOW_RANK=r:f makes rank r f times slower (it sleeps after each micro-batch), to
+// benchmark weighted sharding on machines whose ranks are all alike. Off unless set.
+double slowdown_for(int rank) {
+  const char* v = std::getenv("DSTRAIN_BENCH_SLOW_RANK");
+  if (!v) return 1.0;
+  const std::string s = v;
+  const auto colon = s.find(':');
+  if (colon == std::string::npos || std::stoi(s.substr(0, colon)) != rank) return 1.0;
+  return std::max(1.0, std::stod(s.substr(colon + 1)));
 }
 
 sched::Schedule schedule_of(const config::Recipe& r) {
@@ -135,6 +175,13 @@ int run_worker(const launch::WorkerEnv& env) {
   const uint64_t data_seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
   data::GlobalSampler sampler((tokens.size() - 1) / recipe.data.seq_len, data_seed);
   const sched::Schedule schedule = schedule_of(recipe);
+  // Shares of each global batch: equal (empty), the recipe's weights, or (auto) equal until the
+  // ranks' measured speeds set them. They are saved with checkpoints so a resume splits alike.
+  const bool weighted = !recipe.data.shard_weights.empty() || recipe.data.auto_balance;
+  std::vector<double> weights = recipe.data.shard_weights;
+  if (recipe.data.auto_balance) weights.assign(static_cast<size_t>(world), 1.0);
+  at::Tensor weights_state = at::tensor(std::vector<float>(weights.begin(), weights.end()), at::kFloat);
+  const NamedTensors data_state = weighted ? NamedTensors{{"data.shard_weights", weights_state}} : NamedTensors{};
 
   // --- resume ----------------------------------------------------------------------------------
   int64_t start_step = 0;
@@ -147,7 +194,8 @@ int run_worker(const launch::WorkerEnv& env) {
     const auto dir = ckpt::latest_checkpoint(ckpt_dir);
     if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
     const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
-    restore(ck, {&params, &optimizer_state, &buffers});
+    restore(ck, {&params, &optimizer_state, &buffers, &data_state});
+    if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
     start_step = ck.state.step;
     cursor = ck.state.samples_consumed;
     optimizer.set_steps_taken(start_step);
@@ -165,7 +213,7 @@ int run_worker(const launch::WorkerEnv& env) {
   auto save = [&](int64_t steps_done) {
     if (env.rank == 0) {
       const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},
-                                                    views_of({&params, &optimizer_state, &buffers}),
+                                                    views_of({&params, &optimizer_state, &buffers, &data_state}),
                                                     {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
       log::info(fmt::format("checkpoint saved: {}", dir));
     }
@@ -181,32 +229,46 @@ int run_worker(const launch::WorkerEnv& env) {
   // --- the steps -------------------------------------------------------------------------------
   // Batches are built one step ahead on a background thread (the only user of the sampler), so the
   // step waits for data only when reading is slower than computing.
-  auto build_step = [&sampler, &tokens, &recipe, &tc, rank = env.rank, world](int64_t step, int64_t first) {
+  auto build_step = [&sampler, &tokens, &recipe, rank = env.rank, world](int64_t step, int64_t first, std::vector<double> w) {
     std::vector<at::Tensor> batches;
-    for (int64_t micro = 0; micro < config::accumulation_at(recipe, step); ++micro)
-      batches.push_back(make_batch(sampler, tokens, data::first_position(first, micro, tc.micro_batch_size, rank, world), tc.micro_batch_size,
-                                   recipe.data.seq_len));
+    for (const Chunk& c : plan_step(recipe, step, first, w, rank, world)) batches.push_back(make_batch(sampler, tokens, c.first, c.count, recipe.data.seq_len));
     return batches;
   };
   std::future<std::vector<at::Tensor>> prefetched;
-  if (start_step < tc.steps) prefetched = std::async(std::launch::async, build_step, start_step, cursor);
+  if (start_step < tc.steps) prefetched = std::async(std::launch::async, build_step, start_step, cursor, weights);
+  const double slowdown = slowdown_for(env.rank);
+  double compute_s = 0;  // this rank's forward+backward time, for auto balancing
+  int64_t computed_samples = 0;
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<at::Tensor> step_batches = prefetched.get();
     const double data_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (step + 1 < tc.steps) prefetched = std::async(std::launch::async, build_step, step + 1, cursor + config::global_batch_at(recipe, step));
+    if (step + 1 < tc.steps) prefetched = std::async(std::launch::async, build_step, step + 1, cursor + config::global_batch_at(recipe, step), weights);
     const double lr = sched::lr_at(schedule, step);
     const int64_t accum = static_cast<int64_t>(step_batches.size());
+    const int64_t T = recipe.data.seq_len;
+    const double global_tokens = static_cast<double>(config::global_batch_at(recipe, step) * T);
     for (const auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
     double local_loss = 0.0;
     for (int64_t micro = 0; micro < accum; ++micro) {
+      const auto c0 = std::chrono::steady_clock::now();
       const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
-      const int64_t T = recipe.data.seq_len;
-      const at::Tensor loss = model->loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
+      at::Tensor loss;
+      if (weighted) {  // token-summed, normalised by the global batch's tokens
+        const model::LossParts parts = model->loss_parts(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
+        loss = parts.sum / global_tokens;
+        if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
+      } else {
+        loss = model->loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
+      }
       loss.backward();
       local_loss += loss.item<double>();
+      const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(spent * (slowdown - 1.0)));
+      compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      computed_samples += batch.size(0);
     }
-    const StepScalars scalars = average_gradients(*comm, params, local_loss, time_for_save());
+    const StepScalars scalars = average_gradients(*comm, params, local_loss, time_for_save(), !weighted);
     const double grad_norm = optim::clip_grad_norm(params, tc.grad_clip);
     optimizer.step(lr);
     // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
@@ -217,6 +279,19 @@ int run_worker(const launch::WorkerEnv& env) {
     }
     const int64_t batch = config::global_batch_at(recipe, step);
     cursor += batch;
+    // Auto balancing: after balance_steps, weight each rank by its measured samples per second.
+    if (recipe.data.auto_balance && step + 1 == recipe.data.balance_steps && step + 1 < tc.steps) {
+      at::Tensor rates = at::zeros({world}, at::kFloat);
+      rates[env.rank] = static_cast<float>(static_cast<double>(computed_samples) / std::max(compute_s, 1e-9));
+      if (world > 1) comm->all_reduce(rates)->wait();
+      weights.assign(rates.data_ptr<float>(), rates.data_ptr<float>() + world);
+      weights_state.copy_(rates);
+      prefetched.get();  // built with the old shares: rebuild with the new ones
+      prefetched = std::async(std::launch::async, build_step, step + 1, cursor, weights);
+      if (env.rank == 0) log::info(fmt::format("auto balance: measured {:.1f} samples/s per rank -> shares of {} samples: [{}]", fmt::join(weights, ", "),
+                                               config::global_batch_at(recipe, step + 1),
+                                               fmt::join(data::weighted_shares(config::global_batch_at(recipe, step + 1), weights), ", ")));
+    }
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
