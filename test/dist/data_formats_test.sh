@@ -32,6 +32,12 @@ expect_status 0 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set
 python3 "$SRC/test/dist/compare_metrics.py" code/metrics.jsonl --decreases 1.0 || fail "no learning on the prepared dataset"
 ok "a tiny model learns from it"
 
+expect_status 0 "$DSTRAIN" prepare-data "$SRC/recipes/data/demo_corpus.txt" --output prose
+expect_status 0 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set data.path= --set "data.paths=[$WORK/pycode, $WORK/prose]" \
+  --set "data.weights=[1, 3]" --set model.vocab_size=257 --set train.steps=20 --set checkpoint.interval_steps=0 --set run_dir=blend
+python3 "$SRC/test/dist/compare_metrics.py" blend/metrics.jsonl --decreases 1.0 || fail "no learning on the blend"
+ok "a weighted blend of two datasets trains"
+
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set data.path="$WORK/nothing" --set run_dir=x
 expect_out "'$WORK/nothing.idx' and '$WORK/nothing.bin' must both exist"
 head -c 100 pycode.bin > cut.bin && cp pycode.idx cut.idx

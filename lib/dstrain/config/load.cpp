@@ -167,8 +167,14 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     if (!fs::is_directory(ctx.recipe.model.init_from))
       ctx.problems.push_back(fmt::format("{}: model.init_from: '{}' is not a directory", path, ctx.recipe.model.init_from));
   }
-  if (ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: data.path is required", path));
-  else ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
+  if (!ctx.recipe.data.paths.empty()) {
+    if (!ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: give data.path or data.paths, not both", path));
+    for (auto& p : ctx.recipe.data.paths) p = resolve_relative(ctx.recipe.source_path, p);
+  } else if (ctx.recipe.data.path.empty()) {
+    ctx.problems.push_back(fmt::format("{}: data.path (or data.paths) is required", path));
+  } else {
+    ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
+  }
   if (ctx.recipe.run_dir.empty()) ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
   else ctx.recipe.run_dir = fs::absolute(ctx.recipe.run_dir).lexically_normal().string();
   if (!ctx.recipe.checkpoint.dir.empty()) ctx.recipe.checkpoint.dir = fs::absolute(ctx.recipe.checkpoint.dir).lexically_normal().string();

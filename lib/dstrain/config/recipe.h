@@ -56,6 +56,8 @@ struct ModelConfig {
 
 struct DataConfig {
   std::string path;              // absolute after loading (relative paths are to the recipe file)
+  std::vector<std::string> paths;    // several sources (absolute after loading); data.path unused then
+  std::vector<double> weights;       // blend weights of `paths`; empty: by size
   std::string format = "bytes";  // one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
   int64_t seed = -1;                  // data order seed; -1: the run's seed

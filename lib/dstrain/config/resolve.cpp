@@ -127,13 +127,20 @@ void validate(LoadContext& ctx) {
   if (r.data.format == "bytes" && m.vocab_size < 256)
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
   const bool megatron = r.data.format == "megatron";
-  const std::string prefix = r.data.path.size() > 4 && (r.data.path.rfind(".bin") == r.data.path.size() - 4 || r.data.path.rfind(".idx") == r.data.path.size() - 4)
-                                 ? r.data.path.substr(0, r.data.path.size() - 4)
-                                 : r.data.path;
-  if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
-    problem(fmt::format("data.path: '{}.idx' and '{}.bin' must both exist for data.format megatron", prefix, prefix));
-  else if (!megatron && !std::filesystem::is_regular_file(r.data.path))
-    problem(fmt::format("data.path: '{}' does not exist or is not a file", r.data.path));
+  const std::vector<std::string> sources = r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
+  for (const auto& path : sources) {
+    const std::string prefix = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4)
+                                   ? path.substr(0, path.size() - 4)
+                                   : path;
+    if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
+      problem(fmt::format("data: '{}.idx' and '{}.bin' must both exist for data.format megatron", prefix, prefix));
+    else if (!megatron && !std::filesystem::is_regular_file(path))
+      problem(fmt::format("data: '{}' does not exist or is not a file", path));
+  }
+  if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
+    problem(fmt::format("data.weights has {} entries for {} data.paths; give one weight per path", r.data.weights.size(), r.data.paths.size()));
+  else if (!r.data.weights.empty() && *std::max_element(r.data.weights.begin(), r.data.weights.end()) <= 0)
+    problem("data.weights: at least one weight must be positive");
   if (!r.data.shard_weights.empty() && static_cast<int64_t>(r.data.shard_weights.size()) != r.world_size())
     problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(), r.world_size()));
   else if (!r.data.shard_weights.empty() && *std::max_element(r.data.shard_weights.begin(), r.data.shard_weights.end()) <= 0)

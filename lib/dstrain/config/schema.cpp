@@ -54,6 +54,8 @@ const std::vector<Field>& recipe_schema() {
       {"model.bias_update_speed", 0, kInf, {}, "mla_moe: gamma of the aux-loss-free bias (noaux_tc).", DS_FIELD(model.bias_update_speed)},
 
       {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
+      {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path.", DS_FIELD(data.paths)},
+      {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
       {"data.format", 0, 0, {"bytes", "megatron", "llmc", "raw_u16"}, "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_FIELD(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
       {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},

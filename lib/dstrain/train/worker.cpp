@@ -21,6 +21,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/data/global_sampler.h"
+#include "dstrain/data/sample_stream.h"
 #include "dstrain/data/token_file.h"
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/metrics/jsonl_sink.h"
@@ -36,13 +37,10 @@ namespace {
 using model::NamedTensors;
 
 // [micro_batch, seq_len + 1] int64 windows for the given global positions.
-at::Tensor make_batch(data::GlobalSampler& sampler, const data::TokenFile& file, int64_t first_position, int64_t micro_batch, int64_t seq_len) {
+at::Tensor make_batch(data::SampleStream& stream, int64_t first_position, int64_t micro_batch, int64_t seq_len) {
   at::Tensor batch = at::empty({micro_batch, seq_len + 1}, at::kLong);
   auto* out = batch.data_ptr<int64_t>();
-  for (int64_t i = 0; i < micro_batch; ++i) {
-    const int64_t start = sampler.sample_at(first_position + i) * seq_len;
-    for (int64_t t = 0; t <= seq_len; ++t) out[i * (seq_len + 1) + t] = file.at(start + t);
-  }
+  for (int64_t i = 0; i < micro_batch; ++i) stream.read(first_position + i, out + i * (seq_len + 1));
   return batch;
 }
 
@@ -170,10 +168,11 @@ int run_worker(const launch::WorkerEnv& env) {
   const auto& oc = recipe.optimizer;
   optim::AdamW optimizer(params, {oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == "adamw"});
   const NamedTensors optimizer_state = optimizer.state();
-  const std::unique_ptr<data::TokenFile> token_file = data::open_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
-  const data::TokenFile& tokens = *token_file;
+  std::vector<std::unique_ptr<data::TokenFile>> files;
+  for (const auto& path : recipe.data.paths.empty() ? std::vector<std::string>{recipe.data.path} : recipe.data.paths)
+    files.push_back(data::open_token_file(path, recipe.data.format, recipe.data.seq_len));
   const uint64_t data_seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
-  data::GlobalSampler sampler((tokens.size() - 1) / recipe.data.seq_len, data_seed);
+  data::SampleStream stream(std::move(files), recipe.data.weights, recipe.data.seq_len, data_seed);
   const sched::Schedule schedule = schedule_of(recipe);
   // Shares of each global batch: equal (empty), the recipe's weights, or (auto) equal until the
   // ranks' measured speeds set them. They are saved with checkpoints so a resume splits alike.
@@ -203,7 +202,7 @@ int run_worker(const launch::WorkerEnv& env) {
   }
   if (env.rank == 0)
     log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
-                          static_cast<double>(model->num_parameters()) / 1e6, sampler.num_samples(), recipe.data.seq_len, tc.steps,
+                          static_cast<double>(model->num_parameters()) / 1e6, stream.num_samples(), recipe.data.seq_len, tc.steps,
                           config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
   if (start_step >= tc.steps && env.rank == 0) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", start_step, tc.steps));
   std::unique_ptr<metrics::JsonlSink> sink;
@@ -229,9 +228,9 @@ int run_worker(const launch::WorkerEnv& env) {
   // --- the steps -------------------------------------------------------------------------------
   // Batches are built one step ahead on a background thread (the only user of the sampler), so the
   // step waits for data only when reading is slower than computing.
-  auto build_step = [&sampler, &tokens, &recipe, rank = env.rank, world](int64_t step, int64_t first, std::vector<double> w) {
+  auto build_step = [&stream, &recipe, rank = env.rank, world](int64_t step, int64_t first, std::vector<double> w) {
     std::vector<at::Tensor> batches;
-    for (const Chunk& c : plan_step(recipe, step, first, w, rank, world)) batches.push_back(make_batch(sampler, tokens, c.first, c.count, recipe.data.seq_len));
+    for (const Chunk& c : plan_step(recipe, step, first, w, rank, world)) batches.push_back(make_batch(stream, c.first, c.count, recipe.data.seq_len));
     return batches;
   };
   std::future<std::vector<at::Tensor>> prefetched;
