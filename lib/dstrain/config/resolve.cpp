@@ -128,14 +128,15 @@ void validate(LoadContext& ctx) {
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
   const bool megatron = r.data.format == "megatron";
   const std::vector<std::string> sources = r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
+  const char* key = r.data.paths.empty() ? "data.path" : "data.paths";
   for (const auto& path : sources) {
     const std::string prefix = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4)
                                    ? path.substr(0, path.size() - 4)
                                    : path;
     if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
-      problem(fmt::format("data: '{}.idx' and '{}.bin' must both exist for data.format megatron", prefix, prefix));
+      problem(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
     else if (!megatron && !std::filesystem::is_regular_file(path))
-      problem(fmt::format("data: '{}' does not exist or is not a file", path));
+      problem(fmt::format("{}: '{}' does not exist or is not a file", key, path));
   }
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
     problem(fmt::format("data.weights has {} entries for {} data.paths; give one weight per path", r.data.weights.size(), r.data.paths.size()));
