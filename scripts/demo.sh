@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the demo: a small DeepSeek-style model trained by 2 worker processes
-# on CPU (Gloo), on the text bundled in recipes/data/. Extra arguments go to `dstrain train`.
+# Sets up, builds and runs the demo: a tiny DeepSeek-coder-style model trained by 2 worker
+# processes on CPU (Gloo) on the Python standard library's source, which `dstrain prepare-data`
+# first turns into a byte-level Megatron dataset (no download). Extra arguments go to
+# `dstrain train`.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh"
 "$DSTRAIN_ROOT/scripts/build.sh"
 cd "$DSTRAIN_ROOT"
+data="$DSTRAIN_ROOT/recipes/data/pycode"
+if [ ! -f "$data.idx" ] || [ ! -f "$data.bin" ]; then
+  stdlib="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')"
+  say "building the demo corpus from $stdlib (Python sources, first 8 MB)"
+  "$DSTRAIN_BUILD_DIR/dstrain" prepare-data "$stdlib" --ext .py --output "$data" --max-bytes 8000000
+fi
 # A fresh run directory each time: dstrain never trains into an existing run.
-exec "$DSTRAIN_BUILD_DIR/dstrain" train recipes/demo.yaml --set run_dir="runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"
+exec "$DSTRAIN_BUILD_DIR/dstrain" train recipes/demo-coder.yaml --set run_dir="runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"

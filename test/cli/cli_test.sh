@@ -38,8 +38,13 @@ expect_out "no worker started"
 [ ! -e dry ] || fail "--dry-run created the run directory"
 ok "--dry-run prints every key with its source and the derived numbers, and writes nothing"
 
+# demo-coder.yaml trains on recipes/data/pycode, which scripts/demo.sh prepares; point it at a
+# dataset prepared here.
+expect_status 0 "$DSTRAIN" prepare-data "$SRC/lib" --ext .cpp --output code
 for recipe in "$SRC"/recipes/*.yaml; do
-  expect_status 0 "$DSTRAIN" train "$recipe" --dry-run
+  extra=()
+  [ "$(basename "$recipe")" = demo-coder.yaml ] && [ ! -f "$SRC/recipes/data/pycode.idx" ] && extra=(--set data.path="$WORK/code")
+  expect_status 0 "$DSTRAIN" train "$recipe" --dry-run "${extra[@]}"
   expect_out "the configuration is valid"
 done
 ok "--dry-run succeeds on every recipe in recipes/"

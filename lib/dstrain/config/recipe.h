@@ -60,6 +60,8 @@ struct DataConfig {
   std::vector<double> weights;       // blend weights of `paths`; empty: by size
   std::string format = "bytes";  // one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
+  bool document_mask = false;  // attention stays within documents (ends marked by eos_token)
+  int64_t eos_token = -1;      // the end-of-document token; -1: none (256 for prepare-data output)
   int64_t seed = -1;                  // data order seed; -1: the run's seed
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight

@@ -58,6 +58,8 @@ const std::vector<Field>& recipe_schema() {
       {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
       {"data.format", 0, 0, {"bytes", "megatron", "llmc", "raw_u16"}, "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_FIELD(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
+      {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
+      {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
       {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
       {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch, e.g. [2, 1, 1, 1] (faster ranks get more), or auto; empty: equal. The gradient stays that of the whole batch.", DS_FIELD(data.shard_weights)},
       {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},

@@ -12,9 +12,9 @@ at::Tensor LossParts::mean() const {
   return aux.defined() ? m + aux : m;
 }
 
-LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targets) const {
+LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask) const {
   at::Tensor aux;
-  const at::Tensor out = forward(inputs, &aux);
+  const at::Tensor out = forward(inputs, &aux, attention_mask);
   const at::Tensor flat_targets = targets.reshape({-1});
   LossParts parts;
   // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
@@ -33,6 +33,14 @@ int64_t CausalLM::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.tensor.numel();
   return n;
+}
+
+at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
+  const at::Tensor is_eos = inputs.eq(eos).to(at::kLong);
+  const at::Tensor doc = is_eos.cumsum(1) - is_eos;  // EOS closes its own document
+  const int64_t T = inputs.size(1);
+  const at::Tensor causal = at::ones({T, T}, at::kBool).tril();
+  return (doc.unsqueeze(2) == doc.unsqueeze(1)).logical_and(causal).unsqueeze(1);
 }
 
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype) {

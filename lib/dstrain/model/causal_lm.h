@@ -23,11 +23,14 @@ struct LossParts {
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
-  // Logits [B, T, vocab] for int64 inputs [B, T].
-  virtual at::Tensor logits(const at::Tensor& inputs) const = 0;
+  // Logits [B, T, vocab] for int64 inputs [B, T]. `attention_mask` (bool [B, 1, T, T], true =
+  // may attend) replaces the causal mask, e.g. to keep attention within documents.
+  at::Tensor logits(const at::Tensor& inputs, const at::Tensor& attention_mask = {}) const { return forward(inputs, nullptr, attention_mask); }
   // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
-  virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets) const;
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets) const { return loss_parts(inputs, targets).mean(); }
+  virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const;
+  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const {
+    return loss_parts(inputs, targets, attention_mask).mean();
+  }
   virtual const NamedTensors& parameters() const = 0;
   // State that is saved but not trained by gradients (V3's expert-selection bias).
   virtual const NamedTensors& buffers() const;
@@ -40,8 +43,13 @@ class CausalLM {
 
  protected:
   // Logits plus auxiliary losses of the same forward pass.
-  virtual at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const = 0;
+  virtual at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
 };
+
+// Causal attention that stays within documents: token t sees token s <= t only when no
+// `eos` token lies in [s, t) (the end-of-document token belongs to the document it ends).
+// Returns bool [B, 1, T, T] for int64 inputs [B, T].
+at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
 
 // The model of config.family, initialised from `seed` alone (identical on every rank), in
 // `dtype` (float32 for training; float64 for gradient checks).

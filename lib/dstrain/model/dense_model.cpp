@@ -58,7 +58,7 @@ DenseModel::~DenseModel() = default;
 
 const NamedTensors& DenseModel::parameters() const { return impl_->params; }
 
-at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux) const {
+at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
@@ -79,7 +79,8 @@ at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux) const 
     const at::Tensor q = rope(heads(at::linear(h, m.p(b + 1))));
     const at::Tensor k = rope(kv_heads(at::linear(h, m.p(b + 2))));
     const at::Tensor v = kv_heads(at::linear(h, m.p(b + 3)));
-    const at::Tensor attn = at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+    const at::Tensor attn = attention_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attention_mask, 0.0, /*is_causal=*/false)
+                                                     : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
     const at::Tensor h2 = rms_norm(x, m.p(b + 5), cfg.rms_norm_eps);
     x = x + swiglu(h2, m.p(b + 6), m.p(b + 7), m.p(b + 8));

@@ -18,12 +18,11 @@ class DenseModel final : public CausalLM {
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;
 
-  at::Tensor logits(const at::Tensor& inputs) const override { return forward(inputs, nullptr); }
   // Parameters in a fixed order with HF names (model.layers.{i}.self_attn.q_proj.weight, ...).
   const NamedTensors& parameters() const override;
 
  protected:
-  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const override;
+  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   struct Impl;

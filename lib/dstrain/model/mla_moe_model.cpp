@@ -113,7 +113,7 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
 namespace {
 
 // MLA, the training form: per-head K and V are materialised from the compressed latent.
-at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h) {
+at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask) {
   const auto& c = m.cfg;
   const int64_t B = h.size(0), T = h.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")), m.p(l + "self_attn.q_a_layernorm.weight"),
@@ -131,7 +131,8 @@ at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
   const at::Tensor value = kv.narrow(-1, dn, dv);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));  // no YaRN: plain (d_nope + d_rope)^-0.5
-  const at::Tensor o = at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
+  const at::Tensor o = attention_mask.defined() ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
+                                                : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
   return at::linear(o.transpose(1, 2).reshape({B, T, nh * dv}), m.p(l + "self_attn.o_proj.weight"));
 }
 
@@ -196,7 +197,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
 
 }  // namespace
 
-at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux) const {
+at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   const Impl& m = *impl_;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
@@ -204,7 +205,7 @@ at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux) const
   size_t moe_index = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string l = fmt::format("model.layers.{}.", i);
-    x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps));
+    x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps), attention_mask);
     const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps);
     if (c.is_moe_layer(i)) {
       x = x + moe(m, l, h, aux, m.load[static_cast<int64_t>(moe_index++)]);

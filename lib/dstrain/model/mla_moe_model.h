@@ -15,7 +15,6 @@ class MlaMoeModel final : public CausalLM {
   MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
   ~MlaMoeModel() override;
 
-  at::Tensor logits(const at::Tensor& inputs) const override { return forward(inputs, nullptr); }
   const NamedTensors& parameters() const override;
   const NamedTensors& buffers() const override;  // model.layers.{i}.mlp.gate.e_score_correction_bias (noaux_tc)
   at::Tensor take_expert_load() override;
@@ -24,7 +23,7 @@ class MlaMoeModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
 
  protected:
-  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux) const override;
+  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

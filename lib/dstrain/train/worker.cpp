@@ -253,12 +253,14 @@ int run_worker(const launch::WorkerEnv& env) {
       const auto c0 = std::chrono::steady_clock::now();
       const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
       at::Tensor loss;
+      const at::Tensor inputs = batch.narrow(1, 0, T);
+      const at::Tensor mask = recipe.data.document_mask ? model::document_causal_mask(inputs, recipe.data.eos_token) : at::Tensor();
       if (weighted) {  // token-summed, normalised by the global batch's tokens
-        const model::LossParts parts = model->loss_parts(batch.narrow(1, 0, T), batch.narrow(1, 1, T));
+        const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
         loss = parts.sum / global_tokens;
         if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
       } else {
-        loss = model->loss(batch.narrow(1, 0, T), batch.narrow(1, 1, T)) / static_cast<double>(accum);
+        loss = model->loss(inputs, batch.narrow(1, 1, T), mask) / static_cast<double>(accum);
       }
       loss.backward();
       local_loss += loss.item<double>();

@@ -193,3 +193,24 @@ TEST_CASE("V3-style models export to HF layout (interleaved RoPE rows) and read 
   CHECK(recipe.model.q_lora_rank == 32);
   CHECK(config::parameter_counts(recipe.model).total == config::parameter_counts(cfg).total);
 }
+
+TEST_CASE("document masking: after an end-of-document token, a sample sees only its own document", "[model]") {
+  // RoPE is relative, so a masked second document must give the same logits as running it alone.
+  for (const auto& cfg : {tiny_dense_gqa(), tiny_v2_lite()}) {
+    auto m = model::make_model(cfg, 12);
+    const int64_t eos = 5;
+    at::Tensor tokens = at::randint(6, cfg.vocab_size, {1, 12}, at::detail::createCPUGenerator(6), at::kLong);
+    tokens[0][4] = eos;  // document 1 = tokens 0..4 (with its EOS), document 2 = tokens 5..11
+    const at::Tensor masked = m->logits(tokens, model::document_causal_mask(tokens, eos));
+    const at::Tensor alone = m->logits(tokens.narrow(1, 5, 7).contiguous());
+    INFO(cfg.family);
+    CHECK(at::allclose(masked.narrow(1, 5, 7), alone, 1e-4, 1e-5));
+    CHECK(at::allclose(masked.narrow(1, 0, 5), m->logits(tokens.narrow(1, 0, 5).contiguous()), 1e-4, 1e-5));
+    CHECK_FALSE(at::allclose(m->logits(tokens).narrow(1, 5, 7), alone, 1e-4, 1e-5));  // unmasked attention crosses the seam
+  }
+  const at::Tensor mask = model::document_causal_mask(at::tensor({1, 9, 2, 3}, at::kLong).view({1, 4}), 9)[0][0];
+  CHECK(mask[1][0].item<bool>());   // the EOS belongs to the first document
+  CHECK_FALSE(mask[2][1].item<bool>());
+  CHECK(mask[3][2].item<bool>());
+  CHECK_FALSE(mask[0][1].item<bool>());  // still causal
+}
