@@ -102,6 +102,24 @@ int check_collectives(Communicator& comm, uint64_t seed) {
     }
     c.report(refused, "non-contiguous input is refused", "it was accepted");
   }
+  // Two reduce-scatters in flight at once must not share a buffer.
+  {
+    const int world = comm.world_size(), rank = comm.rank();
+    const auto opts = at::TensorOptions().dtype(at::kFloat).device(comm.device());
+    at::Tensor in1 = seeded(64 * world, seed + 5, rank, at::kFloat).to(comm.device()), in2 = seeded(64 * world, seed + 6, rank, at::kFloat).to(comm.device());
+    at::Tensor out1 = at::empty({64}, opts), out2 = at::empty({64}, opts), want1 = at::zeros({64}), want2 = at::zeros({64});
+    for (int r = 0; r < world; ++r) {
+      want1 += seeded(64 * world, seed + 5, r, at::kFloat).narrow(0, rank * 64, 64);
+      want2 += seeded(64 * world, seed + 6, r, at::kFloat).narrow(0, rank * 64, 64);
+    }
+    auto w1 = comm.reduce_scatter(in1, out1);
+    auto w2 = comm.reduce_scatter(in2, out2);
+    w2->wait();
+    w1->wait();
+    std::string detail;
+    const bool ok = Checker::close(out1.cpu(), want1, 1e-5, detail) && Checker::close(out2.cpu(), want2, 1e-5, detail);
+    c.report(ok, "two reduce_scatters in flight", detail);
+  }
   comm.barrier()->wait();
   c.report(true, "barrier", "");
   std::string mine(static_cast<size_t>(comm.rank() * 3 + 1), static_cast<char>('a' + comm.rank() % 26));

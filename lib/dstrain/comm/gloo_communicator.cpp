@@ -86,7 +86,7 @@ class GlooCommunicator final : public Communicator {
     // Reuse the receive buffer unless an op still in flight holds it: a fresh 256 MiB buffer per
     // call costs more in page faults than the exchange itself (bench/RESULTS.md).
     if (!receive_buffer_.defined() || receive_buffer_.numel() < input.numel() || receive_buffer_.scalar_type() != input.scalar_type() ||
-        receive_buffer_.use_count() > 1)
+        receive_buffer_.storage().use_count() > 1)  // a view of it is still held by an op in flight
       receive_buffer_ = at::empty({input.numel()}, input.options());
     at::Tensor received = receive_buffer_.narrow(0, 0, input.numel());
     at::Tensor send = movable(input), recv = movable(received);

@@ -93,6 +93,9 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     const auto info = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "config", timeout);
     run_key = info.run_key;
     std::filesystem::create_directories(run_dir.log_dir());
+    if (std::filesystem::exists(run_dir.config_path()) && read_file(run_dir.config_path()) != info.value && !options.resume)
+      throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' on node {} already holds another run", recipe.run_dir, topo.node_rank),
+                  "use a run_dir that is new on every node, or resume the run it holds");
     if (!std::filesystem::exists(run_dir.config_path()) || read_file(run_dir.config_path()) != info.value) write_file_atomic(run_dir.config_path(), info.value);
   }
   const std::string run_id = run_key.substr(0, run_key.rfind('/'));
