@@ -32,13 +32,18 @@ void register_resume(CLI::App& app, Run& run) {
       if (!std::filesystem::exists(dir.config_path()))
         throw Error(ErrorCode::kUsage, "'" + *run_dir + "' is not a dstrain run directory (no config.resolved.json)",
                     "pass the run_dir of an earlier `dstrain train`");
-      const config::Recipe recipe = config::read_resolved_config(dir.config_path());
-      const launch::Topology topo = decide_topology(*flags, static_cast<int>(recipe.launch.nproc_per_node), true, static_cast<int>(recipe.launch.nnodes),
-                                                    recipe.launch.master_addr, static_cast<int>(recipe.launch.master_port));
-      if (topo.world() != recipe.world_size())
-        throw Error(ErrorCode::kUsage,
-                    fmt::format("the run was configured for {} ranks but this resume would start {}", recipe.world_size(), topo.world()),
-                    "resume with the same number of ranks (resharding onto another rank count comes with the checkpoint issue)");
+      const config::Recipe saved = config::read_resolved_config(dir.config_path());
+      const launch::Topology topo = decide_topology(*flags, static_cast<int>(saved.launch.nproc_per_node), true, static_cast<int>(saved.launch.nnodes),
+                                                    saved.launch.master_addr, static_cast<int>(saved.launch.master_port));
+      // Another number of ranks: same global batch and data order, new accumulation steps. The
+      // checkpoints hold full tensors and a global data cursor, so they load on any count.
+      const config::Recipe recipe = config::resized_for(saved, topo.nproc_per_node, topo.nnodes);
+      const bool writer = topo.mode == launch::Topology::Mode::kRank ? topo.rank == 0 : topo.node_rank == 0;
+      if (recipe.world_size() != saved.world_size() && writer) {
+        config::write_resolved_config(recipe, dir.config_path());
+        fmt::print(stderr, "resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}\n", recipe.world_size(),
+                   saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size, recipe.train.global_batch_size);
+      }
       const train::LaunchOptions options{self_executable(), true, topo};
       return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };

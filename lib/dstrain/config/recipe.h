@@ -184,6 +184,12 @@ struct Recipe {
 // Every problem is collected; one Error{kConfig} lists them all, each with file:line:column.
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
 
+// The same run on another number of ranks (resume after losing or gaining nodes): the global
+// batch stays, the accumulation steps follow. Throws Error{kUsage} when the global batch does not
+// split over the new ranks, or when staged accumulation or shard weights tie the math to the
+// old rank count.
+Recipe resized_for(const Recipe& recipe, int64_t nproc_per_node, int64_t nnodes);
+
 // The accumulation steps at optimizer step `step` (0-based), and the global batch then.
 int64_t accumulation_at(const Recipe& recipe, int64_t step);
 int64_t global_batch_at(const Recipe& recipe, int64_t step);

@@ -8,6 +8,9 @@
 
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/schema.h"
+#include "dstrain/core/error.h"
+
+#include <fmt/ranges.h>
 
 namespace dstrain::config {
 namespace {
@@ -193,6 +196,34 @@ void resolve_and_validate(LoadContext& ctx) {
   if (!ctx.problems.empty()) return;
   resolve_length(ctx);
   validate(ctx);
+}
+
+Recipe resized_for(const Recipe& recipe, int64_t nproc_per_node, int64_t nnodes) {
+  Recipe r = recipe;
+  const int64_t world = nproc_per_node * nnodes;
+  if (world == recipe.world_size()) return r;
+  const std::string what = fmt::format("this run was configured for {} ranks; resuming on {}", recipe.world_size(), world);
+  if (!r.train.accumulation.empty())
+    throw Error(ErrorCode::kUsage, what + " would change its global batch: staged accumulation sets it as micro x ranks x stage steps",
+                "resume on the original number of ranks");
+  if (!r.data.shard_weights.empty() || r.data.auto_balance)
+    throw Error(ErrorCode::kUsage, what + " does not fit its per-rank data.shard_weights", "resume on the original number of ranks");
+  const int64_t per_step = r.train.micro_batch_size * world;
+  if (r.train.global_batch_size % per_step != 0) {
+    std::vector<int64_t> fits;
+    for (int64_t n = 1; n <= 4 * recipe.world_size() && fits.size() < 8; ++n)
+      if (r.train.global_batch_size % (r.train.micro_batch_size * n) == 0) fits.push_back(n);
+    throw Error(ErrorCode::kUsage,
+                what + fmt::format(": its global batch {} does not split into micro batches of {} over {} ranks", r.train.global_batch_size,
+                                   r.train.micro_batch_size, world),
+                fmt::format("resume on one of these rank counts: {}", fmt::join(fits, ", ")));
+  }
+  r.launch.nproc_per_node = nproc_per_node;
+  r.launch.nnodes = nnodes;
+  r.train.gradient_accumulation_steps = r.train.global_batch_size / per_step;
+  const std::string source = fmt::format("resume on {} ranks", world);
+  for (const char* key : {"launch.nproc_per_node", "launch.nnodes", "train.gradient_accumulation_steps"}) r.sources[key] = source;
+  return r;
 }
 
 int64_t accumulation_at(const Recipe& r, int64_t step) {
