@@ -41,8 +41,8 @@ std::string read_stages(const Field& f, const Node& node, std::vector<Accumulati
       double v = 0;
       if (key != "until_step" && key != "steps")
         return fmt::format("{}[{}].{}: unknown key{}", f.path, i, key, did_you_mean(key, {"until_step", "steps"}));
-      if (!node_number(value, lax, v) || v != std::floor(v) || v < 1)
-        return fmt::format("{}[{}].{}: expected a whole number >= 1, found '{}'", f.path, i, key, value.text);
+      if (!node_number(value, lax, v) || v != std::floor(v) || v < 1 || v > f.max)
+        return fmt::format("{}[{}].{}: expected a whole number in [1, {:g}], found '{}'", f.path, i, key, f.max, value.text);
       if (key == "steps") stage.steps = static_cast<int64_t>(v), has_steps = true;
       else stage.until_step = static_cast<int64_t>(v);
     }
