@@ -15,6 +15,9 @@ namespace dstrain::config {
 namespace fs = std::filesystem;
 
 bool LoadContext::set(const std::string& path, const Node& value, const Location& where, bool lax, const std::string& origin) {
+  // `data.shard_weights: auto` is spelled as a weights value but means "measure them".
+  if (path == "data.shard_weights" && value.kind == Node::Kind::kString && value.text == "auto")
+    return set("data.auto_balance", Node{Node::Kind::kBool, "true", {}, {}, {}, where}, where, false, path);
   const Field* field = find_field(path);
   if (!field) {
     problem(where, fmt::format("{}: no such recipe key", path));
@@ -62,10 +65,6 @@ void read_recipe_mapping(const Node& node, const std::string& section, LoadConte
       else read_recipe_mapping(value, key, ctx, inline_ds, inline_ds_where);
       continue;
     }
-    if (path == "data.shard_weights" && value.kind == Node::Kind::kString && value.text == "auto") {
-      ctx.set("data.auto_balance", Node{Node::Kind::kBool, "true", {}, {}, {}, value.where}, value.where, false, path);
-      continue;
-    }
     if (!find_field(path)) {
       std::string hint = did_you_mean(key, known);
       for (const auto& other : sections)  // the right key in the wrong section
@@ -94,10 +93,6 @@ void apply_override(const std::string& spec, LoadContext& ctx) {
       if (hint.empty() && f.path.size() > leaf.size() && f.path.compare(f.path.size() - leaf.size() - 1, std::string::npos, "." + leaf) == 0)
         hint = fmt::format(" (did you mean '{}'?)", f.path);
     ctx.problems.push_back(fmt::format("--set {}: unknown key{}", path, hint));
-    return;
-  }
-  if (path == "data.shard_weights" && spec.substr(eq + 1) == "auto") {
-    if (ctx.set("data.auto_balance", Node{Node::Kind::kBool, "true", {}, {}, {}, where}, where, false, path)) ctx.recipe.sources["data.auto_balance"] = "--set";
     return;
   }
   std::vector<std::string> problems;
