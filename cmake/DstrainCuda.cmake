@@ -16,11 +16,22 @@ if(DSTRAIN_CUDA STREQUAL "ON" OR (DSTRAIN_CUDA STREQUAL "AUTO" AND CMAKE_CUDA_CO
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
-  find_path(DSTRAIN_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} $ENV{NCCL_HOME}/include)
-  find_library(DSTRAIN_NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} $ENV{NCCL_HOME}/lib)
+  # NCCL: NCCL_HOME, then the CUDA toolkit, then the nvidia-nccl wheel that the CUDA torch
+  # wheel depends on (site-packages/nvidia/nccl, which ships only libnccl.so.2).
+  get_filename_component(_site_packages "${TORCH_INSTALL_PREFIX}" DIRECTORY)
+  set(_nccl_wheel "${_site_packages}/nvidia/nccl")
+  find_path(DSTRAIN_NCCL_INCLUDE_DIR nccl.h
+    HINTS $ENV{NCCL_HOME}/include ${CUDAToolkit_INCLUDE_DIRS} ${_nccl_wheel}/include)
+  find_library(DSTRAIN_NCCL_LIBRARY NAMES nccl libnccl.so.2
+    HINTS $ENV{NCCL_HOME}/lib ${CUDAToolkit_LIBRARY_DIR} ${_nccl_wheel}/lib)
   if(NOT DSTRAIN_NCCL_INCLUDE_DIR OR NOT DSTRAIN_NCCL_LIBRARY)
-    message(FATAL_ERROR "CUDA build without NCCL: set NCCL_HOME or pass -DDSTRAIN_CUDA=OFF.")
+    if(DSTRAIN_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "CUDA build without NCCL: set NCCL_HOME or pass -DDSTRAIN_CUDA=OFF.")
+    endif()
+    message(WARNING "dstrain: nvcc and a CUDA LibTorch were found but not NCCL (looked in NCCL_HOME, "
+      "${CUDAToolkit_INCLUDE_DIRS}, ${_nccl_wheel}); building without the GPU path. Set NCCL_HOME to enable it.")
+    return()
   endif()
   set(DSTRAIN_WITH_CUDA ON)
 endif()
-message(STATUS "dstrain: CUDA kernels ${DSTRAIN_WITH_CUDA} (DSTRAIN_CUDA=${DSTRAIN_CUDA}, nvcc=${CMAKE_CUDA_COMPILER}, CUDA LibTorch=${_torch_has_cuda})")
+message(STATUS "dstrain: CUDA kernels ${DSTRAIN_WITH_CUDA} (DSTRAIN_CUDA=${DSTRAIN_CUDA}, nvcc=${CMAKE_CUDA_COMPILER}, CUDA LibTorch=${_torch_has_cuda}, NCCL=${DSTRAIN_NCCL_LIBRARY})")
