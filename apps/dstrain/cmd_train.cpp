@@ -50,7 +50,12 @@ void register_train(CLI::App& app, Run& run) {
                 "per-rank memory); start nothing");
   cmd->callback([args, &run] {
     run = [args] {
-      const config::Recipe first = config::load_recipe(args->recipe, args->overrides);
+      // The first read only feeds the topology decision; the flags' sizes already apply to it, so
+      // that a batch valid for --nproc-per-node is not refused for the recipe's own count.
+      auto first_overrides = args->overrides;
+      if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
+      if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));
+      const config::Recipe first = config::load_recipe(args->recipe, first_overrides);
       const launch::Topology topo =
           decide_topology(args->flags, static_cast<int>(first.launch.nproc_per_node), first.sources.at("launch.nproc_per_node") != "default",
                           static_cast<int>(first.launch.nnodes), first.launch.master_addr, static_cast<int>(first.launch.master_port));

@@ -49,11 +49,17 @@ for recipe in "$SRC"/recipes/*.yaml; do
 done
 ok "--dry-run succeeds on every recipe in recipes/"
 
-expect_status 2 "$DSTRAIN" train "$SRC/recipes/deepseek-llm-7b.yaml" --set run_dir=big
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=big --set checkpoint.async=true --set launch.max_restarts=2
 expect_out "the training engine cannot run 2 of its settings yet"
-expect_out "zero.stage ($SRC/recipes/ds_config/zero2_bf16.json:13:5)"
+expect_out "checkpoint.async (--set"
 [ ! -e big ] || fail "a refused run created its run directory"
 ok "settings the engine cannot run yet are refused before anything starts"
+
+expect_status 5 "$DSTRAIN" train "$SRC/recipes/deepseek-llm-7b.yaml" --set run_dir=big --nproc-per-node 2
+expect_out "GiB of host memory on this node"
+expect_out "only"
+[ ! -e big ] || fail "a run refused for memory created its run directory"
+ok "a model whose state cannot fit in this node's memory is refused before anything starts"
 
 printf 'run_dir: r\ndata: {path: %s/recipes/data/demo_corpus.txt}\ntrain:\n  stepz: 3\n  micro_batch_size: 2\noptimizer:\n  lr: high\nmodel:\n  num_heads: 0\n' "$SRC" > bad.yaml
 expect_status 2 "$DSTRAIN" train bad.yaml

@@ -4,7 +4,7 @@
 source "$(dirname "$0")/../lib.sh"
 for n in 1 2 4; do
   expect_status 0 "$DSTRAIN" bench comm --nproc-per-node $n --check
-  expect_out "collective check on $n ranks (gloo): 52 passed, 0 failed"
+  expect_out "collective check on $n ranks (gloo): 76 passed, 0 failed"
 done
 ok "all_reduce, reduce_scatter, all_gather, broadcast, barrier and all_gather_bytes are correct on 1, 2 and 4 ranks"
 

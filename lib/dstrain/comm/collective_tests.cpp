@@ -41,7 +41,7 @@ struct Checker {
     const int world = comm.world_size(), rank = comm.rank();
     const at::Device dev = comm.device();  // inputs are made on the CPU, moved there, results compared on the CPU
     const double rtol = dtype == at::kFloat ? 1e-5 : 1e-2;
-    const std::string type = dtype == at::kFloat ? "float32" : "bfloat16";
+    const std::string type = dtype == at::kFloat ? "float32" : dtype == at::kHalf ? "float16" : "bfloat16";
     std::string detail;
     // all_reduce: the sum of every rank's input
     {
@@ -89,7 +89,7 @@ std::string size_text(int64_t bytes) {
 
 int check_collectives(Communicator& comm, uint64_t seed) {
   Checker c{comm, seed};
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16})
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16, at::kHalf})
     for (int64_t n : {1, 7, 1001, 4097, 65537, (1 << 20) + 3}) c.run(dtype, n);
   // Non-contiguous tensors are refused (Gloo would silently give wrong results).
   {

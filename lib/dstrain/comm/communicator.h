@@ -3,7 +3,7 @@
 // wait() blocks until the op is done or its timeout passes, and a failure throws Error{kComm}
 // naming the op, its sequence number and the rank. All ranks must issue the same ops in the same
 // order. Tensors must be contiguous (checked: Gloo silently gives wrong results otherwise).
-// Supported dtypes: float32 and bfloat16 (reduced in fp32).
+// Supported dtypes: float32, bfloat16 and float16 (the 16-bit ones are reduced in fp32).
 #include <ATen/core/Tensor.h>
 
 #include <chrono>

@@ -67,7 +67,7 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle all_reduce(at::Tensor& tensor) override {
     check(tensor, "all_reduce");
-    // Gloo refuses bf16 reductions: reduce an fp32 copy and convert back.
+    // Gloo refuses bf16 reductions (and fp16 ones would sum in fp16): reduce an fp32 copy.
     at::Tensor buffer = tensor.scalar_type() == at::kFloat ? tensor : tensor.to(at::kFloat);
     std::vector<at::Tensor> tensors{buffer};
     auto work = group_->allreduce(tensors);
@@ -147,8 +147,9 @@ class GlooCommunicator final : public Communicator {
   }
   void check(const at::Tensor& t, const char* op) const {
     require(t.defined() && t.is_contiguous(), std::string(op) + ": tensors must be contiguous (Gloo gives wrong results otherwise)");
-    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kLong || t.scalar_type() == at::kByte,
-            std::string(op) + ": dtype must be float32 or bfloat16");
+    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf || t.scalar_type() == at::kLong ||
+                t.scalar_type() == at::kByte,
+            std::string(op) + ": dtype must be float32, bfloat16 or float16");
     require(t.device().is_cpu(), std::string(op) + ": the Gloo communicator works on CPU tensors");
   }
 

@@ -44,7 +44,8 @@ ModelStateMemory model_state_memory(const Recipe& r) {
   const double psi = static_cast<double>(parameter_counts(r.model).total);
   const double n = static_cast<double>(r.world_size());
   const bool mixed = r.precision.dtype != "fp32";
-  const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = mixed ? 12 : 8;  // bytes per parameter
+  // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
+  const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
   double p = param, g = grad, s = states;
   if (r.zero.stage >= 1) s /= n;
   if (r.zero.stage >= 2) g /= n;

@@ -26,7 +26,7 @@ struct ModelStateMemory {
   double host_bytes;    // per rank, in host memory (optimizer offload)
 };
 // Parameters, gradients and optimizer state per rank (activations and buffers are extra):
-// mixed precision (bf16/fp16): 2 + 2 + 12 bytes per parameter, fp32: 4 + 4 + 8; stage 1
+// mixed precision (bf16/fp16): 2 + 2 + 12 bytes per parameter, fp32: 4 + 4 + 12; stage 1
 // partitions the optimizer state, stage 2 also gradients, stage 3 also parameters.
 ModelStateMemory model_state_memory(const Recipe& recipe);
 

@@ -345,6 +345,27 @@ class DsReader {
     }
   }
 
+  // OneCycle's parameters map one to one onto schedule.* keys (DeepSpeed's defaults are dstrain's).
+  void one_cycle(const Node* params, const std::string& default_source, const Location& type_where) {
+    ctx_.set("schedule.warmup_steps", Node{Node::Kind::kNumber, "0", {}, {}, {}, type_where}, type_where, false);
+    ctx_.recipe.sources["schedule.warmup_steps"] = default_source + ": OneCycle has no separate warmup";
+    if (!params) return;
+    static const std::vector<std::string> kMapped = {"cycle_min_lr",  "cycle_max_lr",    "decay_lr_rate", "cycle_first_step_size",
+                                                     "cycle_second_step_size", "decay_step_size", "cycle_momentum", "cycle_min_mom",
+                                                     "cycle_max_mom", "decay_mom_rate"};
+    std::vector<std::string> known = kMapped;
+    known.insert(known.end(), {"cycle_first_stair_count", "cycle_second_stair_count"});
+    section(*params, "scheduler.params",
+            {{"last_batch_iteration", "-1", Policy::kError, "dstrain resumes the schedule from the checkpoint's step"},
+             {"cycle_first_stair_count", "0", Policy::kError, "dstrain's OneCycle is continuous (staircase cycles are not implemented)"},
+             {"cycle_second_stair_count", "0", Policy::kError, "dstrain's OneCycle is continuous (staircase cycles are not implemented)"}},
+            known, [&](const std::string& key, const Node& value, const Location& where) {
+              if (std::find(kMapped.begin(), kMapped.end(), key) == kMapped.end()) return false;
+              map("scheduler.params." + key, value, where, "schedule." + key);
+              return true;
+            });
+  }
+
   void scheduler(const Node& node) {
     std::string type;
     Location type_where = node.where;
@@ -355,12 +376,12 @@ class DsReader {
       return false;
     });
     static const std::map<std::string, std::string> kTypes = {
-        {"WarmupCosineLR", "ds_warmup_cosine"}, {"WarmupLR", "ds_warmup"}, {"WarmupDecayLR", "ds_warmup_decay"}};
+        {"WarmupCosineLR", "ds_warmup_cosine"}, {"WarmupLR", "ds_warmup"}, {"WarmupDecayLR", "ds_warmup_decay"}, {"OneCycle", "ds_one_cycle"}};
     const auto it = kTypes.find(type);
     if (it == kTypes.end()) {
       if (!type.empty())
-        ctx_.problem(type_where, fmt::format("scheduler.type '{}' is not supported by dstrain; it implements WarmupCosineLR, WarmupLR and WarmupDecayLR "
-                                             "exactly, and its own warmup_cosine (schedule.type in the recipe)", type));
+        ctx_.problem(type_where, fmt::format("scheduler.type '{}' is not supported by dstrain; it implements WarmupCosineLR, WarmupLR, WarmupDecayLR "
+                                             "and OneCycle exactly, and its own warmup_cosine and wsd (schedule.type in the recipe)", type));
       else ctx_.problem(node.where, "scheduler: \"type\" is missing");
       return;
     }
@@ -375,6 +396,10 @@ class DsReader {
       ctx_.set(target, text_node(value, kind), type_where, false);
       ctx_.recipe.sources[target] = default_source;
     };
+    if (type == "OneCycle") {
+      one_cycle(params, default_source, type_where);
+      return;
+    }
     ds_default("schedule.warmup_steps", "1000");
     ds_default("schedule.warmup_type", "log", Node::Kind::kString);
     ds_default("schedule.warmup_min_ratio", "0");

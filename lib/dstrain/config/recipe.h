@@ -80,12 +80,29 @@ struct OptimizerConfig {
 struct ScheduleConfig {
   // warmup_cosine: linear warmup (step+1)/warmup, cosine to lr*min_lr_ratio at the last step.
   // ds_warmup_cosine, ds_warmup, ds_warmup_decay: DeepSpeed's WarmupCosineLR, WarmupLR and
-  // WarmupDecayLR, formula for formula. constant: lr throughout.
+  // WarmupDecayLR, formula for formula. constant: lr throughout. wsd: warmup, stable at the peak,
+  // then a linear decay to lr*min_lr_ratio over the last decay_ratio of the steps. ds_one_cycle:
+  // DeepSpeed's OneCycle (LR and beta1 cycle, then decay).
   std::string type = "warmup_cosine";
   int64_t warmup_steps = 10;
   std::string warmup_type = "linear";  // linear or log (ds_* types)
   double warmup_min_ratio = 0.0;       // warmup starts at lr*warmup_min_ratio (ds_* types)
   double min_lr_ratio = 0.1;           // where cosine / decay ends
+  double decay_ratio = 0.1;            // wsd: the last fraction of the steps decays linearly
+  // How the LR follows the global batch when staged accumulation changes it: none, linear
+  // (lr x batch / first batch) or sqrt (lr x sqrt(batch / first batch)).
+  std::string batch_scaling = "none";
+  // ds_one_cycle (DeepSpeed's OneCycle), absolute LRs; cycle_max_lr 0: optimizer.lr.
+  double cycle_min_lr = 0.0;
+  double cycle_max_lr = 0.0;
+  int64_t cycle_first_step_size = 2000;
+  int64_t cycle_second_step_size = 0;  // 0: the first's
+  double decay_lr_rate = 0.0;
+  int64_t decay_step_size = 0;
+  bool cycle_momentum = true;
+  double cycle_min_mom = 0.8;
+  double cycle_max_mom = 0.9;
+  double decay_mom_rate = 0.0;
 };
 
 struct AccumulationStage {
@@ -101,6 +118,13 @@ struct TrainConfig {
   int64_t global_batch_size = 0;            // train_batch_size
   int64_t gradient_accumulation_steps = 0;  // gradient_accumulation_steps
   std::vector<AccumulationStage> accumulation;  // staged accumulation; empty: one stage
+  // A batch-size ramp (DeepSeek-V3: 3072 -> 15360 over the first 469B tokens): the global batch
+  // starts at batch_ramp_start and grows linearly, one accumulation step at a time, to the
+  // global batch over batch_ramp_steps steps or batch_ramp_tokens tokens. Expanded into
+  // accumulation stages when the config is resolved. 0: no ramp.
+  int64_t batch_ramp_start = 0;
+  int64_t batch_ramp_steps = 0;
+  int64_t batch_ramp_tokens = 0;
   double grad_clip = 1.0;                       // gradient_clipping; 0 disables
 };
 

@@ -82,6 +82,51 @@ void resolve_batch(LoadContext& ctx) {
   t.global_batch_size = tb, t.micro_batch_size = micro, t.gradient_accumulation_steps = gas;
 }
 
+// train.batch_ramp_*: the ramp becomes accumulation stages, one per accumulation level, each
+// covering an equal share of the ramp's steps or tokens; the global batch is the last stage's.
+void expand_batch_ramp(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  auto& t = r.train;
+  if (t.batch_ramp_start == 0) return;
+  const std::string start_src = src(r, "train.batch_ramp_start");
+  if (!t.accumulation.empty()) {
+    ctx.problems.push_back(fmt::format("train.batch_ramp_start ({}) conflicts with train.accumulation ({}): give the ramp or the stages", start_src,
+                                       src(r, "train.accumulation")));
+    return;
+  }
+  if ((t.batch_ramp_steps > 0) == (t.batch_ramp_tokens > 0)) {
+    ctx.problems.push_back(fmt::format("train.batch_ramp_start ({}) needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens", start_src));
+    return;
+  }
+  const int64_t per_level = t.micro_batch_size * r.world_size();
+  const int64_t final_batch = per_level * t.gradient_accumulation_steps;
+  if (t.batch_ramp_start % per_level != 0 || t.batch_ramp_start >= final_batch) {
+    ctx.problems.push_back(fmt::format("train.batch_ramp_start {} ({}) must be a multiple of micro {} x {} ranks = {} and below the global batch {}",
+                                       t.batch_ramp_start, start_src, t.micro_batch_size, r.world_size(), per_level, final_batch));
+    return;
+  }
+  const int64_t first = t.batch_ramp_start / per_level, last = t.gradient_accumulation_steps, levels = last - first;
+  int64_t step = 0, prev_until = 0;
+  double tokens = 0;
+  for (int64_t j = 0; j < levels; ++j) {
+    int64_t until;
+    if (t.batch_ramp_steps > 0) {
+      until = static_cast<int64_t>(std::llround(static_cast<double>(t.batch_ramp_steps) * static_cast<double>(j + 1) / static_cast<double>(levels)));
+    } else {
+      const double target = static_cast<double>(t.batch_ramp_tokens) * static_cast<double>(j + 1) / static_cast<double>(levels);
+      const double per_step = static_cast<double>((first + j) * per_level * r.data.seq_len);
+      while (tokens < target) tokens += per_step, ++step;
+      until = step;
+    }
+    if (until > prev_until) t.accumulation.push_back({until, first + j}), prev_until = until;
+  }
+  t.accumulation.push_back({0, last});
+  r.sources["train.accumulation"] = fmt::format("derived: batch ramp {} -> {} over {} ({} stages)", t.batch_ramp_start, final_batch,
+                                                t.batch_ramp_steps > 0 ? fmt::format("{} steps", t.batch_ramp_steps)
+                                                                       : fmt::format("{} tokens", t.batch_ramp_tokens),
+                                                t.accumulation.size());
+}
+
 void resolve_length(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
   auto& t = r.train;
@@ -193,6 +238,8 @@ void resolve_and_validate(LoadContext& ctx) {
   }
   if (!ctx.problems.empty()) return;
   resolve_batch(ctx);
+  if (!ctx.problems.empty()) return;
+  expand_batch_ramp(ctx);
   if (!ctx.problems.empty()) return;
   resolve_length(ctx);
   validate(ctx);

@@ -15,6 +15,7 @@ const char* error_code_name(ErrorCode code) noexcept {
     case ErrorCode::kComm: return "communication error";
     case ErrorCode::kWorkerFailed: return "worker failed";
     case ErrorCode::kInterrupted: return "interrupted";
+    case ErrorCode::kDiverged: return "training diverged";
     case ErrorCode::kInternal: return "internal error";
   }
   return "error";

@@ -16,6 +16,7 @@ enum class ErrorCode {
   kComm,         // rendezvous or collective failed or timed out
   kWorkerFailed, // the launcher saw a worker fail
   kInterrupted,  // stopped by SIGINT / SIGTERM
+  kDiverged,     // training diverged (fp16 overflow at the minimum loss scale)
   kInternal,     // a bug in dstrain
 };
 

@@ -12,6 +12,7 @@ int exit_status_for(ErrorCode code) noexcept {
     case ErrorCode::kComm: return exit_status::kComm;
     case ErrorCode::kWorkerFailed: return exit_status::kWorkerFailed;
     case ErrorCode::kInterrupted: return exit_status::kInterrupted;
+    case ErrorCode::kDiverged: return exit_status::kDiverged;
     case ErrorCode::kInternal: return exit_status::kInternal;
   }
   return exit_status::kInternal;

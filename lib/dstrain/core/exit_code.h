@@ -14,6 +14,7 @@ constexpr int kCheckpoint = 4;
 constexpr int kEnvironment = 5;
 constexpr int kComm = 6;
 constexpr int kWorkerFailed = 7;
+constexpr int kDiverged = 8;
 constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 }  // namespace exit_status
 

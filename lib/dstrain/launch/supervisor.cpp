@@ -218,7 +218,7 @@ int supervise(const SupervisorOptions& o) {
     // status through, so scripts see the cause; crashes and signals are "a worker failed".
     if (WIFEXITED(c.status)) {
       const int s = WEXITSTATUS(c.status);
-      if (s >= exit_status::kUsage && s <= exit_status::kComm) return s;
+      if ((s >= exit_status::kUsage && s <= exit_status::kComm) || s == exit_status::kDiverged) return s;
     }
     return exit_status::kWorkerFailed;
   }

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include <filesystem>
 #include <sstream>
 
@@ -32,10 +34,17 @@ JsonlSink::JsonlSink(const std::string& path, int64_t keep_through_step) {
   if (!out_) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}'", path), "check the run directory is writable");
 }
 
+namespace {
+// JSON has no inf or nan: a non-finite value (an fp16 overflow's gradient norm) is written null.
+std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
+}  // namespace
+
 void JsonlSink::write(const StepMetrics& m) {
   out_ << fmt::format(
-      "{{\"step\":{},\"loss\":{:.9g},\"lr\":{:.9g},\"grad_norm\":{:.9g},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.3f}}}\n",
-      m.step, m.loss, m.lr, m.grad_norm, m.tokens, m.step_ms, m.tokens_per_s, m.data_wait_ms);
+      "{{\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.3f},"
+      "\"loss_scale\":{},\"skipped\":{},\"comm_wait_ms\":{:.3f}}}\n",
+      m.step, number(m.loss), number(m.lr), number(m.grad_norm), m.tokens, m.step_ms, m.tokens_per_s, m.data_wait_ms, number(m.loss_scale),
+      m.skipped ? "true" : "false", m.comm_wait_ms);
   out_.flush();
 }
 

@@ -16,6 +16,9 @@ struct StepMetrics {
   double step_ms;
   double tokens_per_s;
   double data_wait_ms;  // time the step waited for its batches (prefetched on a background thread)
+  double loss_scale = 1;  // fp16: the loss scale this step used (1 otherwise)
+  bool skipped = false;   // fp16: the gradients overflowed and the update was skipped
+  double comm_wait_ms = 0;  // time the step blocked on gradient/parameter collectives (rank 0)
 };
 
 class JsonlSink {

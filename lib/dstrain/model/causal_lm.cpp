@@ -18,7 +18,9 @@ LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targe
   const at::Tensor flat_targets = targets.reshape({-1});
   LossParts parts;
   // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
-  parts.sum = at::cross_entropy_loss(out.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
+  // bf16/fp16 logits: the softmax and the sum run in fp32.
+  const at::Tensor logits = out.scalar_type() == at::kDouble ? out : out.to(at::kFloat);
+  parts.sum = at::cross_entropy_loss(logits.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
   parts.count = flat_targets.ne(kIgnoreIndex).sum().item<int64_t>();
   parts.aux = aux;
   return parts;

@@ -20,6 +20,17 @@ struct LossParts {
   at::Tensor mean() const;
 };
 
+// Called by a model around each layer group (0 the embeddings, 1..L the decoder layers, L+1 the
+// final norm and head): ZeRO stage 3 gathers a group's parameters before it runs and frees them
+// after, and every stage uses the backward hook on a group's output to start communication early.
+class LayerGate {
+ public:
+  virtual ~LayerGate() = default;
+  virtual void before_group(int group) = 0;
+  // Returns `output` (it may register a backward hook on it).
+  virtual at::Tensor after_group(int group, const at::Tensor& output) = 0;
+};
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -41,7 +52,16 @@ class CausalLM {
   virtual at::Tensor take_expert_load() { return {}; }
   virtual void update_expert_bias(const at::Tensor& global_load) {}
 
+  // The gate stays owned by the caller and must outlive every forward; nullptr removes it.
+  void set_layer_gate(LayerGate* gate) { gate_ = gate; }
+
  protected:
+  void enter_group(int group) const {
+    if (gate_) gate_->before_group(group);
+  }
+  at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
+  LayerGate* gate_ = nullptr;
+
   // Logits plus auxiliary losses of the same forward pass.
   virtual at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
 };

@@ -72,8 +72,11 @@ at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const 
   };
   auto rope = [&](const at::Tensor& x) { return m.rope.apply(x); };
 
-  at::Tensor x = at::embedding(m.p(0), inputs);
+  enter_group(0);
+  at::Tensor x = leave_group(0, at::embedding(m.p(0), inputs));
   for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
+    const int group = static_cast<int>(layer) + 1;
+    enter_group(group);
     const size_t b = 1 + static_cast<size_t>(layer) * kPerLayer;
     const at::Tensor h = rms_norm(x, m.p(b), cfg.rms_norm_eps);
     const at::Tensor q = rope(heads(at::linear(h, m.p(b + 1))));
@@ -83,10 +86,12 @@ at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const 
                                                      : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
     const at::Tensor h2 = rms_norm(x, m.p(b + 5), cfg.rms_norm_eps);
-    x = x + swiglu(h2, m.p(b + 6), m.p(b + 7), m.p(b + 8));
+    x = leave_group(group, x + swiglu(h2, m.p(b + 6), m.p(b + 7), m.p(b + 8)));
   }
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
-  return at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1));
+  const int final_group = static_cast<int>(cfg.num_layers) + 1;
+  enter_group(final_group);
+  return leave_group(final_group, at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1)));
 }
 
 }  // namespace dstrain::model

@@ -201,9 +201,12 @@ at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux, const
   const Impl& m = *impl_;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
-  at::Tensor x = at::embedding(m.p("model.embed_tokens.weight"), inputs);
+  enter_group(0);
+  at::Tensor x = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
   size_t moe_index = 0;
   for (int64_t i = 0; i < c.num_layers; ++i) {
+    const int group = static_cast<int>(i) + 1;
+    enter_group(group);
     const std::string l = fmt::format("model.layers.{}.", i);
     x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps), attention_mask);
     const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps);
@@ -212,8 +215,11 @@ at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux, const
     } else {
       x = x + swiglu(h, m.p(l + "mlp.gate_proj.weight"), m.p(l + "mlp.up_proj.weight"), m.p(l + "mlp.down_proj.weight"));
     }
+    x = leave_group(group, x);
   }
-  return at::linear(rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"));
+  const int final_group = static_cast<int>(c.num_layers) + 1;
+  enter_group(final_group);
+  return leave_group(final_group, at::linear(rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight")));
 }
 
 }  // namespace dstrain::model

@@ -13,7 +13,30 @@ double ds_warmup_fraction(const Schedule& s, int64_t it, double n) {
   return s.log_warmup ? std::log(x + 1) / std::log(n) : x / n;
 }
 
+// OneCycle's position in the cycle for DeepSpeed iteration `it`: 0 at the ends, 1 at the peak.
+double one_cycle_scale(const Schedule::OneCycle& c, int64_t it) {
+  const double total = static_cast<double>(c.first + c.second);
+  const double b = static_cast<double>(it + 1);
+  const double x = 1.0 + b / total - std::floor(1.0 + b / total);
+  const double ratio = static_cast<double>(c.first) / total;
+  return x <= ratio ? x / ratio : (x - 1.0) / (ratio - 1.0);
+}
+
+// Decay intervals after the cycle (0 when decay is off).
+double one_cycle_decay_intervals(const Schedule::OneCycle& c, int64_t it) {
+  if (c.decay_step_size <= 0) return 0;
+  return static_cast<double>(it - (c.first + c.second) + 1) / static_cast<double>(c.decay_step_size);
+}
+
 }  // namespace
+
+Betas betas_at(const Schedule& s, int64_t step) {
+  if (s.type != ScheduleType::kDsOneCycle || !s.cycle.momentum) return {};
+  const auto& c = s.cycle;
+  const int64_t it = step - 1;
+  if (it < c.first + c.second) return {c.max_mom - (c.max_mom - c.min_mom) * one_cycle_scale(c, it), 0.99};
+  return {c.max_mom * (1.0 + c.decay_mom_rate * one_cycle_decay_intervals(c, it)), 0.99};
+}
 
 ScheduleType schedule_type_from_name(const std::string& name) {
   if (name == "warmup_cosine") return ScheduleType::kWarmupCosine;
@@ -21,6 +44,8 @@ ScheduleType schedule_type_from_name(const std::string& name) {
   if (name == "ds_warmup") return ScheduleType::kDsWarmup;
   if (name == "ds_warmup_decay") return ScheduleType::kDsWarmupDecay;
   if (name == "constant") return ScheduleType::kConstant;
+  if (name == "wsd") return ScheduleType::kWsd;
+  if (name == "ds_one_cycle") return ScheduleType::kDsOneCycle;
   throw std::invalid_argument("unknown LR schedule '" + name + "'");
 }
 
@@ -36,6 +61,22 @@ double lr_at(const Schedule& s, int64_t step) {
       if (decay_steps <= 0) return s.peak_lr;
       const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / static_cast<double>(decay_steps));
       return s.peak_lr * (s.min_ratio + (1.0 - s.min_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
+    }
+    case ScheduleType::kWsd: {
+      if (s.warmup_steps > 0 && step < s.warmup_steps) return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+      const int64_t decay_steps = static_cast<int64_t>(std::llround(s.decay_ratio * static_cast<double>(s.total_steps)));
+      const int64_t decay_start = std::max(s.warmup_steps, s.total_steps - decay_steps);
+      if (step < decay_start || decay_steps <= 0) return s.peak_lr;
+      // Linear from the peak at decay_start to peak*min_ratio at the last step.
+      const double span = static_cast<double>(std::max<int64_t>(1, s.total_steps - 1 - decay_start));
+      const double progress = std::min(1.0, static_cast<double>(step - decay_start) / span);
+      return s.peak_lr * (1.0 - (1.0 - s.min_ratio) * progress);
+    }
+    case ScheduleType::kDsOneCycle: {
+      const auto& c = s.cycle;
+      const int64_t it = step - 1;
+      if (it < c.first + c.second) return c.min_lr + (c.max_lr - c.min_lr) * one_cycle_scale(c, it);
+      return c.min_lr / (1.0 + c.decay_lr_rate * one_cycle_decay_intervals(c, it));
     }
     case ScheduleType::kDsWarmup:
     case ScheduleType::kDsWarmupDecay: {

@@ -9,9 +9,6 @@ namespace dstrain::train {
 std::vector<std::string> unsupported_by_engine(const config::Recipe& r) {
   std::vector<std::string> out;
   auto add = [&](const std::string& key, const std::string& what) { out.push_back(fmt::format("{} ({}): {}", key, r.sources.at(key), what)); };
-  if (r.zero.stage != 0) add("zero.stage", fmt::format("ZeRO stage {} is not implemented by the engine yet (stage 0 is); the ZeRO engine issue brings 1-3", r.zero.stage));
-  if (r.precision.dtype != "fp32") add("precision.dtype", fmt::format("{} training is not implemented yet (fp32 is); it comes with the ZeRO engine issue", r.precision.dtype));
-  if (r.zero.offload_optimizer != "none") add("zero.offload_optimizer", "optimizer offload comes with the ZeRO engine issue");
   if (r.checkpoint.async) add("checkpoint.async", "asynchronous checkpoints come with the checkpoint issue");
   for (const auto& sink : r.logging.sinks)
     if (sink == "csv" || sink == "tensorboard") add("logging.sinks", fmt::format("the {} sink comes with the observability issue (console and jsonl work)", sink));

@@ -1,6 +1,9 @@
 #include "dstrain/train/launch_run.h"
 
+#include <ATen/Context.h>
 #include <fmt/format.h>
+
+#include <fstream>
 #include <fmt/ranges.h>
 
 #include <chrono>
@@ -55,6 +58,30 @@ void refuse_unsupported(const config::Recipe& recipe) {
                 "change these settings, or check the plan without training with --dry-run");
 }
 
+// Model state alone (parameters, gradients, master weights, Adam states: the ZeRO formulas) must
+// fit in this node's memory: without a GPU all of it lives in host RAM. A run that cannot fit is
+// refused before any worker starts, instead of dying in the kernel's OOM killer minutes later.
+void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers) {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  double available_kib = -1, value = 0;
+  std::string unit;
+  while (meminfo >> key >> value >> unit)
+    if (key == "MemAvailable:") available_kib = value;
+  if (available_kib <= 0) return;
+  const config::ModelStateMemory per_rank = config::model_state_memory(recipe);
+  const bool on_gpu = at::hasCUDA();
+  const double needed = local_workers * (per_rank.host_bytes + (on_gpu ? 0.0 : per_rank.device_bytes));
+  const double available = available_kib * 1024.0;
+  if (needed > available)
+    throw Error(ErrorCode::kEnvironment,
+                fmt::format("the model state needs {:.1f} GiB of host memory on this node ({} workers x {:.1f} GiB: parameters, gradients and "
+                            "optimizer states at ZeRO stage {}, {}), but only {:.1f} GiB is available",
+                            needed / 1073741824.0, local_workers, needed / local_workers / 1073741824.0, recipe.zero.stage, recipe.precision.dtype,
+                            available / 1073741824.0),
+                "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
+}
+
 // Node 0 prepares the run directory; a resume needs a committed checkpoint.
 void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool resume) {
   if (resume) {
@@ -72,6 +99,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   refuse_unsupported(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);
   const auto& topo = options.topology;
+  refuse_if_host_memory_short(recipe, topo.nproc_per_node);
   const int nproc = topo.nproc_per_node;
   const RunDir run_dir(recipe.run_dir);
   const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);

@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <thread>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/data/global_sampler.h"
@@ -27,7 +29,7 @@
 #include "dstrain/metrics/jsonl_sink.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
-#include "dstrain/optim/adamw.h"
+#include "dstrain/zero/engine.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/run_dir.h"
 
@@ -42,33 +44,6 @@ at::Tensor make_batch(data::SampleStream& stream, int64_t first_position, int64_
   auto* out = batch.data_ptr<int64_t>();
   for (int64_t i = 0; i < micro_batch; ++i) stream.read(first_position + i, out + i * (seq_len + 1));
   return batch;
-}
-
-struct StepScalars {
-  double loss;       // mean over ranks
-  bool save_now;     // rank 0's clock says a time-based checkpoint is due
-};
-
-// Averages gradients over ranks in one collective. Two extra elements ride along: the loss, and
-// rank 0's "checkpoint now" flag, so that every rank takes the same decision at no extra cost.
-StepScalars average_gradients(comm::Communicator& comm, const NamedTensors& params, double local_loss, bool save_flag, bool mean = true) {
-  std::vector<at::Tensor> pieces;
-  for (const auto& p : params) pieces.push_back(p.tensor.grad().reshape({-1}));
-  pieces.push_back(at::tensor({static_cast<float>(local_loss), save_flag ? 1.0f : 0.0f}, at::kFloat));
-  at::Tensor flat = at::cat(pieces);
-  if (comm.world_size() > 1) {
-    comm.all_reduce(flat)->wait();
-    // Equal shares: each rank's gradient is its own batch's mean, so average. Weighted shares:
-    // each rank already divided by the global token count, so the sum is the batch's gradient.
-    if (mean) flat.div_(comm.world_size());
-  }
-  int64_t offset = 0;
-  for (const auto& p : params) {
-    const int64_t n = p.tensor.numel();
-    p.tensor.mutable_grad().copy_(flat.narrow(0, offset, n).view_as(p.tensor));
-    offset += n;
-  }
-  return {flat[offset].item<double>(), flat[offset + 1].item<float>() > 0};
 }
 
 // A contiguous run of global positions one micro-batch reads.
@@ -108,15 +83,36 @@ double slowdown_for(int rank) {
 
 sched::Schedule schedule_of(const config::Recipe& r) {
   const auto& s = r.schedule;
-  return {sched::schedule_type_from_name(s.type), r.optimizer.lr, s.warmup_steps, r.train.steps, s.warmup_type == "log", s.warmup_min_ratio,
-          s.min_lr_ratio};
+  sched::Schedule out;
+  out.type = sched::schedule_type_from_name(s.type);
+  out.peak_lr = r.optimizer.lr;
+  out.warmup_steps = s.warmup_steps;
+  out.total_steps = r.train.steps;
+  out.log_warmup = s.warmup_type == "log";
+  out.warmup_min_ratio = s.warmup_min_ratio;
+  out.min_ratio = s.min_lr_ratio;
+  out.decay_ratio = s.decay_ratio;
+  out.cycle = {s.cycle_min_lr,  s.cycle_max_lr > 0 ? s.cycle_max_lr : r.optimizer.lr,
+               s.cycle_first_step_size, s.cycle_second_step_size > 0 ? s.cycle_second_step_size : s.cycle_first_step_size,
+               s.decay_lr_rate, s.decay_step_size, s.cycle_momentum, s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate};
+  return out;
 }
+
+// schedule.batch_scaling: the LR factor for a step whose global batch differs from the first's.
+double batch_lr_factor(const config::Recipe& r, int64_t step) {
+  const double ratio = static_cast<double>(config::global_batch_at(r, step)) / static_cast<double>(config::global_batch_at(r, 0));
+  if (r.schedule.batch_scaling == "linear") return ratio;
+  if (r.schedule.batch_scaling == "sqrt") return std::sqrt(ratio);
+  return 1.0;
+}
+
+const char* dtype_name(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? "float64" : "float32"; }
 
 std::vector<ckpt::TensorView> views_of(const std::vector<const NamedTensors*>& groups) {
   std::vector<ckpt::TensorView> views;
   for (const auto* group : groups)
     for (const auto& t : *group)
-      views.push_back({t.name, "float32", t.tensor.sizes().vec(), t.tensor.data_ptr(), static_cast<uint64_t>(t.tensor.nbytes())});
+      views.push_back({t.name, dtype_name(t.tensor), t.tensor.sizes().vec(), t.tensor.data_ptr(), static_cast<uint64_t>(t.tensor.nbytes())});
   return views;
 }
 
@@ -130,13 +126,52 @@ void restore(const ckpt::Checkpoint& ck, const std::vector<const NamedTensors*>&
         throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} has no tensor '{}'", ck.dir, t.name),
                     "it was written for another model; resume with the recipe that wrote it");
       const ckpt::TensorData& d = *it->second;
-      if (d.dtype != "float32" || d.shape != t.tensor.sizes().vec() || d.bytes.size() != static_cast<size_t>(t.tensor.nbytes()))
-        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: tensor '{}' has dtype {} shape [{}], the model needs float32 [{}]", ck.dir,
-                                                        t.name, d.dtype, fmt::join(d.shape, ", "), fmt::join(t.tensor.sizes(), ", ")),
+      if (d.dtype != dtype_name(t.tensor) || d.shape != t.tensor.sizes().vec() || d.bytes.size() != static_cast<size_t>(t.tensor.nbytes()))
+        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: tensor '{}' has dtype {} shape [{}], the model needs {} [{}]", ck.dir,
+                                                        t.name, d.dtype, fmt::join(d.shape, ", "), dtype_name(t.tensor), fmt::join(t.tensor.sizes(), ", ")),
                     "resume with the recipe that wrote the checkpoint");
       std::memcpy(t.tensor.data_ptr(), d.bytes.data(), d.bytes.size());
     }
   }
+}
+
+c10::ScalarType precision_dtype(const std::string& name) {
+  if (name == "bf16") return c10::ScalarType::BFloat16;
+  if (name == "fp16") return c10::ScalarType::Half;
+  return c10::ScalarType::Float;
+}
+
+zero::EngineOptions engine_options(const config::Recipe& r, bool weighted) {
+  zero::EngineOptions o;
+  o.stage = static_cast<int>(r.zero.stage);
+  o.reduce_bucket_size = r.zero.reduce_bucket_size;
+  o.overlap_comm = r.zero.overlap_comm;
+  o.offload_optimizer = r.zero.offload_optimizer == "cpu";
+  o.prefetch_bucket_size = r.zero.stage3_prefetch_bucket_size;
+  o.persistence_threshold = r.zero.stage3_param_persistence_threshold;
+  o.dtype = r.precision.dtype;
+  o.adam = {r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay, r.optimizer.type == "adamw", 1};
+  o.grad_clip = r.train.grad_clip;
+  o.average_over_ranks = !weighted;  // weighted shares already divide by the global token count
+  const auto& p = r.precision;
+  o.loss_scaler = {p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis, p.consecutive_hysteresis, static_cast<double>(p.min_loss_scale)};
+  return o;
+}
+
+// run_dir/memory.json: per-rank bytes of model state next to the ZeRO formulas (rank 0's view).
+void write_memory_report(const RunDir& run_dir, const zero::Engine& engine) {
+  const zero::MemoryReport m = engine.memory();
+  const std::string json = fmt::format(
+      "{{\"version\": 1, \"params_bytes\": {}, \"grads_bytes\": {}, \"master_bytes\": {}, \"optimizer_bytes\": {}, "
+      "\"formula_params_bytes\": {}, \"formula_grads_bytes\": {}, \"formula_optimizer_bytes\": {}, \"parameters\": {}}}\n",
+      m.params, m.grads, m.master, m.optimizer, m.formula_params, m.formula_grads, m.formula_optimizer, engine.layout().numel());
+  write_file_atomic(run_dir.root() + "/memory.json", json);
+}
+
+// DSTRAIN_TEST_INJECT_INF_STEP=k puts an inf into step k's gradients (tests of the fp16 skip).
+int64_t inject_inf_step_from_env() {
+  const char* v = std::getenv("DSTRAIN_TEST_INJECT_INF_STEP");
+  return v ? std::atoll(v) : -1;
 }
 
 }  // namespace
@@ -162,12 +197,9 @@ int run_worker(const launch::WorkerEnv& env) {
       env.world_size);
 
   // --- model, optimizer, data ----------------------------------------------------------------
-  const std::unique_ptr<model::CausalLM> model = model::make_model(recipe.model, recipe.seed);
+  const std::unique_ptr<model::CausalLM> model = model::make_model(recipe.model, recipe.seed, precision_dtype(recipe.precision.dtype));
   const NamedTensors& params = model->parameters();
   const NamedTensors& buffers = model->buffers();
-  const auto& oc = recipe.optimizer;
-  optim::AdamW optimizer(params, {oc.beta1, oc.beta2, oc.eps, oc.weight_decay, oc.type == "adamw"});
-  const NamedTensors optimizer_state = optimizer.state();
   std::vector<std::unique_ptr<data::TokenFile>> files;
   for (const auto& path : recipe.data.paths.empty() ? std::vector<std::string>{recipe.data.path} : recipe.data.paths)
     files.push_back(data::open_token_file(path, recipe.data.format, recipe.data.seq_len));
@@ -182,22 +214,28 @@ int run_worker(const launch::WorkerEnv& env) {
   at::Tensor weights_state = at::tensor(std::vector<float>(weights.begin(), weights.end()), at::kFloat);
   const NamedTensors data_state = weighted ? NamedTensors{{"data.shard_weights", weights_state}} : NamedTensors{};
 
-  // --- resume ----------------------------------------------------------------------------------
+  // --- the ZeRO engine takes over the parameters ------------------------------------------------
   int64_t start_step = 0;
   int64_t cursor = 0;  // samples consumed: the global data position
   if (!env.resume && !recipe.model.init_from.empty()) {
     model::load_hf_weights(recipe.model.init_from, recipe.model, params, buffers);
     if (env.rank == 0) log::info(fmt::format("initialised from {}", recipe.model.init_from));
   }
+  zero::Engine engine(*model, *comm, engine_options(recipe, weighted));
+  if (env.rank == 0) log::info(engine.describe());
+  if (env.rank == 0) write_memory_report(run_dir, engine);
+  const NamedTensors engine_state = engine.full_state();  // full fp32 tensors, filled only to save or load
+
+  // --- resume ----------------------------------------------------------------------------------
   if (env.resume) {
     const auto dir = ckpt::latest_checkpoint(ckpt_dir);
     if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
     const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
-    restore(ck, {&params, &optimizer_state, &buffers, &data_state});
+    restore(ck, {&engine_state, &buffers, &data_state});
+    engine.scatter_full_state(engine_state);
     if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
     start_step = ck.state.step;
     cursor = ck.state.samples_consumed;
-    optimizer.set_steps_taken(start_step);
     if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", ck.dir, start_step, ck.state.samples_consumed));
   }
   if (env.rank == 0)
@@ -210,9 +248,10 @@ int run_worker(const launch::WorkerEnv& env) {
 
   auto last_save = std::chrono::steady_clock::now();
   auto save = [&](int64_t steps_done) {
+    engine.gather_full_state(engine_state);
     if (env.rank == 0) {
       const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},
-                                                    views_of({&params, &optimizer_state, &buffers, &data_state}),
+                                                    views_of({&engine_state, &buffers, &data_state}),
                                                     {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
       log::info(fmt::format("checkpoint saved: {}", dir));
     }
@@ -236,6 +275,7 @@ int run_worker(const launch::WorkerEnv& env) {
   std::future<std::vector<at::Tensor>> prefetched;
   if (start_step < tc.steps) prefetched = std::async(std::launch::async, build_step, start_step, cursor, weights);
   const double slowdown = slowdown_for(env.rank);
+  const int64_t inject_inf_step = inject_inf_step_from_env();
   double compute_s = 0;  // this rank's forward+backward time, for auto balancing
   int64_t computed_samples = 0;
   for (int64_t step = start_step; step < tc.steps; ++step) {
@@ -243,13 +283,17 @@ int run_worker(const launch::WorkerEnv& env) {
     const std::vector<at::Tensor> step_batches = prefetched.get();
     const double data_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (step + 1 < tc.steps) prefetched = std::async(std::launch::async, build_step, step + 1, cursor + config::global_batch_at(recipe, step), weights);
-    const double lr = sched::lr_at(schedule, step);
+    // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.
+    const int64_t applied = step - engine.skipped_steps();
+    const double lr = sched::lr_at(schedule, applied) * batch_lr_factor(recipe, step);
+    const sched::Betas betas = sched::betas_at(schedule, applied);
     const int64_t accum = static_cast<int64_t>(step_batches.size());
     const int64_t T = recipe.data.seq_len;
     const double global_tokens = static_cast<double>(config::global_batch_at(recipe, step) * T);
-    for (const auto& p : params) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
     double local_loss = 0.0;
+    if (inject_inf_step == step + 1) engine.inject_overflow();
     for (int64_t micro = 0; micro < accum; ++micro) {
+      engine.begin_micro(micro + 1 == accum);
       const auto c0 = std::chrono::steady_clock::now();
       const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
       at::Tensor loss;
@@ -262,16 +306,19 @@ int run_worker(const launch::WorkerEnv& env) {
       } else {
         loss = model->loss(inputs, batch.narrow(1, 1, T), mask) / static_cast<double>(accum);
       }
-      loss.backward();
       local_loss += loss.item<double>();
+      (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
+      engine.end_micro();
       const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(spent * (slowdown - 1.0)));
       compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       computed_samples += batch.size(0);
     }
-    const StepScalars scalars = average_gradients(*comm, params, local_loss, time_for_save(), !weighted);
-    const double grad_norm = optim::clip_grad_norm(params, tc.grad_clip);
-    optimizer.step(lr);
+    const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0}, betas.beta1, betas.beta2);
+    const double grad_norm = result.grad_norm;
+    if (result.skipped && env.rank == 0)
+      log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", step + 1,
+                            result.loss_scale, engine.skipped_steps(), engine.loss_scale()));
     // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
     if (at::Tensor load = model->take_expert_load(); load.defined() && load.numel() > 0) {
       at::Tensor global = load.to(at::kFloat).contiguous();
@@ -296,18 +343,20 @@ int run_worker(const launch::WorkerEnv& env) {
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
-    const double loss = scalars.loss;
+    // Equal shares: each rank's loss is its batch's mean, so average; weighted: already global.
+    const double loss = result.sums[0] / (weighted ? 1.0 : static_cast<double>(world));
     if (env.rank == 0) {
       const int64_t tokens_done = cursor * recipe.data.seq_len;
       const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);
-      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms});
+      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms, result.loss_scale, result.skipped, result.comm_wait_ms});
       const int64_t every = recipe.logging.steps_per_print;
       if (console && every > 0 && (done == start_step + 1 || done % every == 0 || done == tc.steps))
-        log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
-                              grad_norm, tps, step_ms));
+        log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
+                              grad_norm, recipe.precision.dtype == "fp16" ? fmt::format(" | loss scale {:g}", result.loss_scale) : "", tps,
+                              step_ms));
     }
     const int64_t interval = recipe.checkpoint.interval_steps;
-    if (done == tc.steps || (interval > 0 && done % interval == 0) || scalars.save_now) save(done);
+    if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0) save(done);
   }
   return 0;
 }

@@ -159,3 +159,30 @@ TEST_CASE("every bundled recipe resolves", "[config]") {
   CHECK(config::parameter_counts(lite.model).total == 15706484224);
   CHECK_THAT(lite.sources.at("model.kv_lora_rank"), Catch::Contains("deepseek-v2-lite/config.json:"));
 }
+
+TEST_CASE("a batch-size ramp becomes accumulation stages, by steps or by tokens", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 100, micro_batch_size: 2, global_batch_size: 16}\nlaunch: {nproc_per_node: 2}\n");
+  // 4 -> 16 samples: accumulation 1, 2, 3 during the ramp, then 4.
+  const auto by_steps = config::load_recipe(path, {"train.batch_ramp_start=4", "train.batch_ramp_steps=30"});
+  CHECK(config::global_batch_at(by_steps, 0) == 4);
+  CHECK(config::global_batch_at(by_steps, 9) == 4);
+  CHECK(config::global_batch_at(by_steps, 10) == 8);
+  CHECK(config::global_batch_at(by_steps, 20) == 12);
+  CHECK(config::global_batch_at(by_steps, 29) == 12);
+  CHECK(config::global_batch_at(by_steps, 30) == 16);
+  CHECK(config::global_batch_at(by_steps, 99) == 16);
+  CHECK(config::samples_before(by_steps, 30) == 10 * 4 + 10 * 8 + 10 * 12);
+  CHECK_THAT(by_steps.sources.at("train.accumulation"), Catch::Contains("batch ramp 4 -> 16 over 30 steps"));
+  // By tokens: 3 levels share 3840 tokens = 120 samples of 32: 40 each -> 10, 5 and 4 steps.
+  const auto by_tokens = config::load_recipe(path, {"train.batch_ramp_start=4", "train.batch_ramp_tokens=3840"});
+  CHECK(config::global_batch_at(by_tokens, 9) == 4);
+  CHECK(config::global_batch_at(by_tokens, 10) == 8);
+  CHECK(config::global_batch_at(by_tokens, 14) == 8);
+  CHECK(config::global_batch_at(by_tokens, 15) == 12);
+  CHECK(config::global_batch_at(by_tokens, 18) == 12);
+  CHECK(config::global_batch_at(by_tokens, 19) == 16);
+  CHECK_THAT(config_error(path, {"train.batch_ramp_start=6", "train.batch_ramp_steps=30"}), Catch::Contains("must be a multiple of micro 2 x 2 ranks = 4"));
+  CHECK_THAT(config_error(path, {"train.batch_ramp_start=4"}), Catch::Contains("needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens"));
+  CHECK_THAT(config_error(path, {"train.batch_ramp_start=16", "train.batch_ramp_steps=3"}), Catch::Contains("below the global batch 16"));
+}

@@ -8,7 +8,10 @@ using namespace dstrain::sched;
 
 namespace {
 Schedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0, double min_ratio = 0) {
-  return {type, peak, warmup, total, log_warmup, wmin, min_ratio};
+  Schedule s;
+  s.type = type, s.peak_lr = peak, s.warmup_steps = warmup, s.total_steps = total, s.log_warmup = log_warmup, s.warmup_min_ratio = wmin,
+  s.min_ratio = min_ratio;
+  return s;
 }
 }  // namespace
 
@@ -57,4 +60,37 @@ TEST_CASE("constant and names", "[sched]") {
   CHECK(lr_at(make(ScheduleType::kConstant, 0.5, 10, 100), 0) == 0.5);
   CHECK(schedule_type_from_name("ds_warmup_decay") == ScheduleType::kDsWarmupDecay);
   CHECK_THROWS(schedule_type_from_name("onecycle"));
+}
+
+TEST_CASE("wsd: warmup, stable at the peak, linear decay to min_lr_ratio over the last decay_ratio", "[sched]") {
+  Schedule s = make(ScheduleType::kWsd, 1.0, 10, 100, false, 0, 0.1);
+  s.decay_ratio = 0.2;  // steps 80..99 decay
+  CHECK(lr_at(s, 0) == Approx(0.1));
+  CHECK(lr_at(s, 9) == Approx(1.0));
+  CHECK(lr_at(s, 50) == 1.0);
+  CHECK(lr_at(s, 79) == 1.0);
+  CHECK(lr_at(s, 80) == 1.0);
+  CHECK(lr_at(s, 99) == Approx(0.1));
+  CHECK(lr_at(s, 90) == Approx(1.0 - 0.9 * 10.0 / 19.0));
+  for (int64_t k = 80; k < 99; ++k) CHECK(lr_at(s, k + 1) < lr_at(s, k));
+  CHECK(betas_at(s, 5).beta1 < 0);  // no momentum cycling
+}
+
+TEST_CASE("ds_one_cycle follows DeepSpeed's OneCycle: LR up, down, then decay; beta1 inversely", "[sched]") {
+  Schedule s = make(ScheduleType::kDsOneCycle, 0, 0, 100);
+  s.cycle = {0.1, 1.0, 10, 10, 0.5, 5, true, 0.8, 0.9, 0.1};
+  // step k uses it = k - 1; b = it + 1 = k; x = k/20 within the cycle; ratio 0.5.
+  CHECK(lr_at(s, 0) == Approx(0.1));              // x = 0
+  CHECK(lr_at(s, 5) == Approx(0.1 + 0.9 * 0.5));  // x = 0.25 -> s = 0.5
+  CHECK(lr_at(s, 10) == Approx(1.0));             // x = 0.5 -> the peak
+  CHECK(lr_at(s, 15) == Approx(0.1 + 0.9 * 0.5));
+  CHECK(betas_at(s, 10).beta1 == Approx(0.8));
+  CHECK(betas_at(s, 0).beta1 == Approx(0.9));
+  CHECK(betas_at(s, 0).beta2 == 0.99);
+  // After the cycle (it >= 20): lr = min / (1 + rate * (it - 20 + 1) / decay_step_size).
+  CHECK(lr_at(s, 21) == Approx(0.1 / (1 + 0.5 * 1 / 5.0)));
+  CHECK(lr_at(s, 30) == Approx(0.1 / (1 + 0.5 * 10 / 5.0)));
+  CHECK(betas_at(s, 30).beta1 == Approx(0.9 * (1 + 0.1 * 10 / 5.0)));
+  s.cycle.decay_step_size = 0;
+  CHECK(lr_at(s, 50) == Approx(0.1));
 }

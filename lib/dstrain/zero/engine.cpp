@@ -1,0 +1,478 @@
+#include "dstrain/zero/engine.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::zero {
+namespace {
+
+at::ScalarType dtype_of(const std::string& name) {
+  if (name == "bf16") return at::kBFloat16;
+  if (name == "fp16") return at::kHalf;
+  return at::kFloat;
+}
+
+// Stage 3 frees a unit's storage between uses; the parameters stay views of it (their sizes and
+// autograd state untouched), and autograd's saved references see the data again once regathered.
+void free_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+void allocate_storage(const at::Tensor& t) {
+  c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == bytes) return;
+  s->set_data_ptr_noswap(s->allocator()->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+bool storage_present(const at::Tensor& t) { return t.storage().nbytes() > 0; }
+
+// Blocks on a collective and adds the time spent blocked to `waited_ms`: communication that
+// overlap_comm hid behind backward costs (almost) nothing here.
+void timed_wait(comm::Work& work, double& waited_ms) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work.wait();
+  waited_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+struct Engine::Impl final : model::LayerGate {
+  model::CausalLM& model;
+  comm::Communicator& comm;
+  EngineOptions opt;
+  int rank = 0, world = 1;
+  int shard_world = 1;  // 1 at stage 0 (nothing is sharded), else world
+  at::ScalarType dtype = at::kFloat;
+  Layout layout;
+  std::vector<ShardSegment> segments;
+  std::vector<at::Tensor> params;      // the model's parameter handles
+  std::vector<at::Tensor> unit_full;   // per unit, model dtype, padded
+  std::vector<bool> resident;          // stage 3: kept gathered
+  std::vector<comm::WorkHandle> gathering;  // stage 3: an all-gather in flight per unit
+  std::vector<std::vector<int>> units_of_group;
+  at::Tensor param_shard;              // stage 3: this rank's chunks of every unit (model dtype)
+  at::Tensor master, exp_avg, exp_avg_sq;  // fp32, this rank's shard
+  std::vector<at::Tensor> unit_grad;   // stage 0/1: full per-unit gradient buffers (p.grad are views);
+                                       // stage 1 reduce-scatters each into its own chunk
+  at::Tensor grad_shard;               // stage 2/3: this rank's gradient chunks, model dtype
+  struct Pending {
+    comm::WorkHandle work;
+    at::Tensor received;  // stage 1-3: the reduce-scatter's output
+    int unit = 0;
+  };
+  std::vector<Pending> pending;
+  std::vector<bool> group_flushed;
+  bool last_micro = true;
+  bool grads_fresh = true;  // the shard accumulator holds nothing yet this step
+  double waited_ms = 0;     // blocked on communication since the last step() returned
+  LossScaler scaler;
+
+  Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
+      : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
+        dtype(dtype_of(o.dtype)), layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
+        segments(layout.segments(o.stage == 0 ? 0 : c.rank())), scaler(o.dtype == "fp16" ? o.loss_scaler : LossScalerConfig{1.0}) {}
+
+  static std::vector<Layout::Param> layout_params(const model::CausalLM& m) {
+    std::vector<Layout::Param> out;
+    for (const auto& p : m.parameters()) out.push_back({p.name, p.tensor.numel(), p.tensor.dim()});
+    return out;
+  }
+
+  int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : rank) * u.chunk(); }
+  int last_group() const { return layout.num_groups() - 1; }
+
+  void build() {
+    c10::NoGradGuard no_grad;
+    for (const auto& p : model.parameters()) params.push_back(p.tensor);
+    const auto& units = layout.units();
+    units_of_group.assign(static_cast<size_t>(layout.num_groups()), {});
+    group_flushed.assign(static_cast<size_t>(layout.num_groups()), false);
+    master = at::zeros({layout.shard_numel()}, at::kFloat);
+    exp_avg = at::zeros_like(master);
+    exp_avg_sq = at::zeros_like(master);
+    if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, dtype);
+    if (opt.stage == 3) param_shard = at::zeros({layout.shard_numel()}, dtype);
+    for (size_t ui = 0; ui < units.size(); ++ui) {
+      const Unit& u = units[ui];
+      units_of_group[static_cast<size_t>(u.group)].push_back(static_cast<int>(ui));
+      at::Tensor full = at::zeros({u.padded}, dtype);
+      for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
+        const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
+        at::Tensor& p = params[static_cast<size_t>(i)];
+        full.narrow(0, slot.offset, slot.numel).copy_(p.reshape({-1}));
+        p.set_data(full.narrow(0, slot.offset, slot.numel).view(p.sizes()));
+      }
+      // The fp32 master starts from the model-dtype values, as DeepSpeed's does.
+      master.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
+      if (opt.stage == 3) param_shard.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
+      if (opt.stage <= 1) {
+        at::Tensor grad = at::zeros({u.padded}, dtype);
+        for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
+          const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
+          at::Tensor& p = params[static_cast<size_t>(i)];
+          p.mutable_grad() = grad.narrow(0, slot.offset, slot.numel).view(p.sizes());
+        }
+        unit_grad.push_back(grad);
+      }
+      // Stage 3: a unit whose parameters are all small stays resident (persistence threshold).
+      bool small = opt.stage == 3;
+      for (int i = u.first_param; i < u.first_param + u.num_params; ++i)
+        small = small && layout.params()[static_cast<size_t>(i)].numel < opt.persistence_threshold;
+      resident.push_back(opt.stage != 3 || small);
+      unit_full.push_back(full);
+      gathering.emplace_back();
+    }
+    if (opt.stage == 3)
+      for (size_t ui = 0; ui < units.size(); ++ui)
+        if (!resident[ui]) free_storage(unit_full[ui]);
+  }
+
+  // --- stage 3 parameter gathering ------------------------------------------------------------
+  void start_gather(int group) {
+    for (int ui : units_of_group[static_cast<size_t>(group)]) {
+      const auto u = static_cast<size_t>(ui);
+      if (resident[u] || gathering[u] || storage_present(unit_full[u])) continue;
+      const Unit& unit = layout.units()[u];
+      allocate_storage(unit_full[u]);
+      gathering[u] = comm.all_gather(param_shard.narrow(0, unit.shard_offset, unit.chunk()), unit_full[u]);
+    }
+  }
+  void finish_gather(int group) {
+    start_gather(group);
+    for (int ui : units_of_group[static_cast<size_t>(group)]) {
+      auto& work = gathering[static_cast<size_t>(ui)];
+      if (work) {
+        timed_wait(*work, waited_ms);
+        work.reset();
+      }
+    }
+  }
+  void release(int group) {
+    for (int ui : units_of_group[static_cast<size_t>(group)])
+      if (!resident[static_cast<size_t>(ui)] && !gathering[static_cast<size_t>(ui)]) free_storage(unit_full[static_cast<size_t>(ui)]);
+  }
+  int64_t group_numel(int group) const {
+    int64_t n = 0;
+    for (int ui : units_of_group[static_cast<size_t>(group)]) n += layout.units()[static_cast<size_t>(ui)].padded;
+    return n;
+  }
+  void prefetch(int group) {
+    if (opt.overlap_comm && group >= 0 && group < layout.num_groups() && group_numel(group) <= opt.prefetch_bucket_size) start_gather(group);
+  }
+
+  // --- gradient reduction ---------------------------------------------------------------------
+  // Launches the reduction of a group's gradients (stage 0/1: at the boundary only; 2/3: every
+  // micro-batch) and, at stage 3, frees its parameters.
+  void flush(int group) {
+    if (group_flushed[static_cast<size_t>(group)]) return;
+    group_flushed[static_cast<size_t>(group)] = true;
+    if (opt.stage <= 1 && !last_micro) return;
+    for (int ui : units_of_group[static_cast<size_t>(group)]) {
+      const auto u = static_cast<size_t>(ui);
+      const Unit& unit = layout.units()[u];
+      if (opt.stage == 0) {
+        if (world > 1) pending.push_back({comm.all_reduce(unit_grad[u]), {}, ui});
+        continue;
+      }
+      if (opt.stage == 1) {  // in place: this rank's chunk of the full buffer receives the sum
+        at::Tensor mine = unit_grad[u].narrow(0, my_chunk_start(unit), unit.chunk());
+        if (world > 1) pending.push_back({comm.reduce_scatter(unit_grad[u], mine), {}, ui});
+        continue;
+      }
+      at::Tensor input;
+      {  // copy the micro-batch's gradients into one contiguous bucket and drop them
+        input = at::zeros({unit.padded}, dtype);
+        for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+          const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
+          at::Tensor& p = params[static_cast<size_t>(i)];
+          if (p.grad().defined()) {
+            input.narrow(0, slot.offset, slot.numel).copy_(p.grad().reshape({-1}));
+            p.mutable_grad().reset();
+          }
+        }
+      }
+      at::Tensor received = at::empty({unit.chunk()}, dtype);
+      if (world > 1) {
+        pending.push_back({comm.reduce_scatter(input, received), received, ui});
+      } else {
+        received.copy_(input);
+        pending.push_back({nullptr, received, ui});
+      }
+    }
+    if (opt.stage == 3 && group != last_group()) release(group);
+  }
+
+  void drain() {
+    for (Pending& p : pending) {
+      if (p.work) timed_wait(*p.work, waited_ms);
+      if (!p.received.defined()) continue;
+      const Unit& unit = layout.units()[static_cast<size_t>(p.unit)];
+      at::Tensor slot = grad_shard.narrow(0, unit.shard_offset, unit.chunk());
+      if (grads_fresh) slot.copy_(p.received);
+      else slot.add_(p.received);
+    }
+    if (!pending.empty() && opt.stage >= 1) grads_fresh = false;
+    pending.clear();
+  }
+
+  // --- model::LayerGate -----------------------------------------------------------------------
+  void before_group(int group) override {
+    if (opt.stage == 3) {
+      finish_gather(group);
+      if (c10::GradMode::is_enabled()) prefetch(group + 1);
+    }
+  }
+
+  at::Tensor after_group(int group, const at::Tensor& output) override {
+    const bool training = c10::GradMode::is_enabled() && output.requires_grad();
+    if (!training) {
+      if (opt.stage == 3) release(group);
+      return output;
+    }
+    if (opt.stage == 3 && group != last_group()) release(group);
+    if (group == last_group()) return output;
+    // Backward reaches this output only after the next group's backward (and its parameters'
+    // gradient accumulation) is complete: reduce that group now, and bring this one back.
+    output.register_hook([this, group](const at::Tensor&) {
+      if (opt.overlap_comm) flush(group + 1);
+      if (opt.stage == 3) {
+        finish_gather(group);
+        prefetch(group - 1);
+      }
+    });
+    return output;
+  }
+};
+
+Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(model, comm, options)) {
+  if (options.stage < 0 || options.stage > 3) throw Error(ErrorCode::kConfig, fmt::format("zero.stage {} is not 0-3", options.stage));
+  impl_->build();
+  model.set_layer_gate(impl_.get());
+}
+
+Engine::~Engine() { impl_->model.set_layer_gate(nullptr); }
+
+const Layout& Engine::layout() const { return impl_->layout; }
+
+double Engine::loss_scale() const { return impl_->opt.dtype == "fp16" ? impl_->scaler.scale() : 1.0; }
+
+void Engine::begin_micro(bool last) {
+  Impl& m = *impl_;
+  m.last_micro = last;
+  std::fill(m.group_flushed.begin(), m.group_flushed.end(), false);
+}
+
+void Engine::end_micro() {
+  Impl& m = *impl_;
+  // Whatever backward did not flush yet (everything without overlap_comm), in group order from
+  // the last: the same order on every rank.
+  for (int g = m.layout.num_groups() - 1; g >= 0; --g) m.flush(g);
+  if (m.opt.stage >= 2) m.drain();
+  if (m.opt.stage == 3) m.release(m.last_group());
+}
+
+StepResult Engine::step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1, double beta2) {
+  Impl& m = *impl_;
+  c10::NoGradGuard no_grad;
+  m.drain();
+  StepResult result;
+  result.loss_scale = loss_scale();
+  // The gradient shard in fp32: stage 0 reads the whole (all-reduced) flat buffer.
+  at::Tensor grads;
+  if (m.opt.stage <= 1) {
+    std::vector<at::Tensor> pieces;
+    for (size_t u = 0; u < m.unit_grad.size(); ++u) {
+      const Unit& unit = m.layout.units()[u];
+      pieces.push_back(m.unit_grad[u].narrow(0, m.my_chunk_start(unit), unit.chunk()));
+    }
+    grads = at::cat(pieces).to(at::kFloat);
+  } else {
+    grads = m.grad_shard.to(at::kFloat);
+  }
+  if (inject_overflow_) {
+    grads[0] = std::numeric_limits<float>::infinity();
+    inject_overflow_ = false;
+  }
+  // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
+  // inf/nan also signals an fp16 overflow on any rank.
+  const double local_sq = grads.to(at::kDouble).pow(2).sum().item<double>();
+  std::vector<float> scalars(sums.begin(), sums.end());
+  scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
+  at::Tensor packed = at::tensor(scalars, at::kFloat);
+  if (m.world > 1) timed_wait(*m.comm.all_reduce(packed), m.waited_ms);
+  for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(packed[static_cast<int64_t>(i)].item<double>());
+  const double total_sq = m.opt.stage == 0 ? local_sq : packed[static_cast<int64_t>(sums.size())].item<double>();
+  const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
+  result.grad_norm = std::sqrt(total_sq) / divisor;
+  result.skipped = !std::isfinite(total_sq);
+  if (m.opt.dtype == "fp16") m.scaler.update(result.skipped);
+  if (result.skipped) {
+    ++skipped_;
+  } else {
+    double scale = 1.0 / divisor;
+    if (m.opt.grad_clip > 0 && result.grad_norm > m.opt.grad_clip) scale *= m.opt.grad_clip / (result.grad_norm + 1e-6);
+    optim::AdamHyper h = m.opt.adam;
+    h.lr = lr;
+    h.step = applied_step;
+    if (beta1 >= 0) h.beta1 = beta1;
+    if (beta2 >= 0) h.beta2 = beta2;
+    float* p = m.master.data_ptr<float>();
+    float* g = grads.data_ptr<float>();
+    float* mm = m.exp_avg.data_ptr<float>();
+    float* vv = m.exp_avg_sq.data_ptr<float>();
+    for (const ShardSegment& s : m.segments) {
+      optim::AdamHyper seg = h;
+      if (!s.decay) seg.weight_decay = 0;
+      optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, static_cast<float>(scale));
+    }
+    // New parameters: this rank's chunks from the master, then everyone's chunks.
+    const auto& units = m.layout.units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      const Unit& unit = units[u];
+      const at::Tensor mine = m.master.narrow(0, unit.shard_offset, unit.chunk());
+      if (m.opt.stage == 3) {
+        m.param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);
+        if (!m.resident[u]) continue;
+      }
+      if (m.opt.stage == 0 || m.world == 1) {
+        m.unit_full[u].narrow(0, m.my_chunk_start(unit), unit.chunk()).copy_(mine);
+        continue;
+      }
+      const at::Tensor chunk = mine.to(m.dtype).contiguous();
+      m.pending.push_back({m.comm.all_gather(chunk, m.unit_full[u]), {}, -1});
+    }
+    for (auto& pend : m.pending) timed_wait(*pend.work, m.waited_ms);
+    m.pending.clear();
+  }
+  // Zero the gradients for the next step.
+  for (auto& g : m.unit_grad) g.zero_();
+  m.grads_fresh = true;
+  result.comm_wait_ms = m.waited_ms;
+  m.waited_ms = 0;
+  return result;
+}
+
+MemoryReport Engine::memory() const {
+  const Impl& m = *impl_;
+  MemoryReport r;
+  const int64_t elem = at::elementSize(m.dtype);
+  for (size_t u = 0; u < m.unit_full.size(); ++u)
+    if (m.resident[u]) r.params += m.layout.units()[u].padded * elem;
+  if (m.param_shard.defined()) r.params += m.param_shard.numel() * elem;
+  for (const auto& g : m.unit_grad) r.grads += g.numel() * elem;
+  if (m.grad_shard.defined()) r.grads += m.grad_shard.numel() * elem;
+  r.master = m.master.numel() * 4;
+  r.optimizer = (m.exp_avg.numel() + m.exp_avg_sq.numel()) * 4;
+  const int64_t psi = m.layout.numel(), n = m.world;
+  const int stage = m.opt.stage;
+  r.formula_params = stage == 3 ? psi * elem / n : psi * elem;
+  r.formula_grads = stage >= 2 ? psi * elem / n : psi * elem;
+  r.formula_optimizer = stage >= 1 ? 12 * psi / n : 12 * psi;  // fp32 master + exp_avg + exp_avg_sq
+  return r;
+}
+
+std::string Engine::describe() const {
+  const Impl& m = *impl_;
+  const MemoryReport r = memory();
+  auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  return fmt::format("ZeRO stage {} on {} rank(s), {} {} units, overlap_comm {}, optimizer {} (fused Adam, {}); per rank: params {:.2f} MiB, "
+                     "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
+                     m.opt.stage, m.world, m.layout.units().size(), m.opt.dtype, m.opt.overlap_comm ? "on" : "off",
+                     m.opt.offload_optimizer ? "offloaded to CPU" : "on CPU", optim::fused_adam_isa(), mb(r.params), mb(r.grads),
+                     mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
+}
+
+model::NamedTensors Engine::full_state() const {
+  const Impl& m = *impl_;
+  model::NamedTensors out;
+  for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
+    for (const auto& p : m.model.parameters()) out.push_back({prefix + p.name, at::zeros(p.tensor.sizes(), at::kFloat)});
+  out.push_back({"engine.state", at::zeros({5}, at::kDouble)});
+  return out;
+}
+
+namespace {
+// For each shard tensor, the full-state tensors it maps to, in full_state() order.
+struct StateMap {
+  const at::Tensor* shard;
+  size_t first;  // index of the first parameter's tensor in the full state
+};
+}  // namespace
+
+void Engine::gather_full_state(const model::NamedTensors& full) {
+  Impl& m = *impl_;
+  c10::NoGradGuard no_grad;
+  const size_t np = m.params.size();
+  const StateMap maps[] = {{&m.master, 0}, {&m.exp_avg, np}, {&m.exp_avg_sq, 2 * np}};
+  for (const auto& map : maps) {
+    for (const Unit& unit : m.layout.units()) {
+      at::Tensor whole = at::empty({unit.padded}, at::kFloat);
+      const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).contiguous();
+      if (m.opt.stage == 0 || m.world == 1) whole.copy_(mine);
+      else m.comm.all_gather(mine, whole)->wait();
+      for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+        const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
+        full[map.first + static_cast<size_t>(i)].tensor.view({-1}).copy_(whole.narrow(0, slot.offset, slot.numel));
+      }
+    }
+  }
+  const LossScalerState& s = m.scaler.state();
+  const at::Tensor state = full[3 * np].tensor;
+  const double values[] = {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),
+                           static_cast<double>(skipped_)};
+  for (int i = 0; i < 5; ++i) state[i] = values[i];
+}
+
+void Engine::scatter_full_state(const model::NamedTensors& full) {
+  Impl& m = *impl_;
+  c10::NoGradGuard no_grad;
+  const size_t np = m.params.size();
+  const StateMap maps[] = {{&m.master, 0}, {&m.exp_avg, np}, {&m.exp_avg_sq, 2 * np}};
+  for (const auto& map : maps) {
+    for (const Unit& unit : m.layout.units()) {
+      at::Tensor whole = at::zeros({unit.padded}, at::kFloat);
+      for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+        const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
+        whole.narrow(0, slot.offset, slot.numel).copy_(full[map.first + static_cast<size_t>(i)].tensor.reshape({-1}));
+      }
+      map.shard->narrow(0, unit.shard_offset, unit.chunk()).copy_(whole.narrow(0, m.my_chunk_start(unit), unit.chunk()));
+    }
+  }
+  // Model parameters from the full master (every rank has it here: no communication).
+  for (size_t u = 0; u < m.unit_full.size(); ++u) {
+    const Unit& unit = m.layout.units()[u];
+    at::Tensor whole = at::zeros({unit.padded}, at::kFloat);
+    for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+      const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
+      whole.narrow(0, slot.offset, slot.numel).copy_(full[static_cast<size_t>(i)].tensor.reshape({-1}));
+    }
+    if (m.opt.stage == 3) m.param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(whole.narrow(0, m.my_chunk_start(unit), unit.chunk()));
+    if (storage_present(m.unit_full[u])) m.unit_full[u].copy_(whole);
+  }
+  const at::Tensor state = full[3 * np].tensor.to(at::kDouble);
+  LossScalerState s;
+  s.scale = state[0].item<double>();
+  s.iter = static_cast<int64_t>(state[1].item<double>());
+  s.last_overflow_iter = static_cast<int64_t>(state[2].item<double>());
+  s.hysteresis_left = static_cast<int64_t>(state[3].item<double>());
+  if (m.opt.dtype == "fp16") m.scaler.set_state(s);
+  skipped_ = static_cast<int64_t>(state[4].item<double>());
+}
+
+}  // namespace dstrain::zero

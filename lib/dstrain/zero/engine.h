@@ -1,0 +1,108 @@
+#pragma once
+// ZeRO stages 0-3 over a Communicator, DeepSpeed's semantics:
+//   0  gradients all-reduced; every rank updates everything
+//   1  gradients reduce-scattered at the accumulation boundary; fp32 master weights and Adam
+//      states sharded; updated parameters all-gathered
+//   2  + gradients reduce-scattered every micro-batch into the owner's shard (buckets of
+//      reduce_bucket_size elements, copied into one contiguous bucket): no rank keeps full grads
+//   3  + parameters sharded: a layer group's parameters are gathered before its forward and again
+//      before its backward, and freed after; small ones (persistence threshold) stay resident
+// Communication is issued in the model's group order (see model::LayerGate), identically on
+// every rank. With overlap_comm a group's gradients are reduced as soon as backward leaves the
+// group, while backward goes on, and stage 3 prefetches the next group's parameters.
+// The optimizer is the fused CPU Adam on the rank's fp32 shard; fp16 uses the dynamic loss scaler.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dstrain/model/named_tensor.h"
+#include "dstrain/optim/cpu_adam.h"
+#include "dstrain/zero/layout.h"
+#include "dstrain/zero/loss_scaler.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::model {
+class CausalLM;
+}
+
+namespace dstrain::zero {
+
+struct EngineOptions {
+  int stage = 0;
+  int64_t reduce_bucket_size = 500000000;  // elements per unit of communication
+  bool overlap_comm = false;
+  bool offload_optimizer = false;          // the step runs on the CPU (it always does on CPU)
+  int64_t prefetch_bucket_size = 50000000;  // stage 3: prefetch the next group when it is at most this
+  int64_t persistence_threshold = 100000;   // stage 3: parameters below this stay resident
+  std::string dtype = "fp32";               // fp32, bf16 or fp16 (parameters, activations, gradients)
+  optim::AdamHyper adam;                    // lr and step are set per step
+  double grad_clip = 0;                     // 0: off
+  bool average_over_ranks = true;           // divide summed gradients by the world size
+  LossScalerConfig loss_scaler;             // fp16 only
+};
+
+struct MemoryReport {
+  int64_t params = 0;     // model-dtype parameters resident on this rank
+  int64_t grads = 0;      // gradient storage kept across micro-batches
+  int64_t master = 0;     // fp32 master weights (the shard)
+  int64_t optimizer = 0;  // Adam exp_avg + exp_avg_sq (the shard)
+  // The ZeRO paper's formula for the same numbers (Psi parameters, N ranks).
+  int64_t formula_params = 0, formula_grads = 0, formula_optimizer = 0;
+};
+
+struct StepResult {
+  double grad_norm = 0;   // of the averaged, unscaled gradients, before clipping
+  bool skipped = false;   // fp16 overflow: no update
+  double loss_scale = 1;  // the scale this step used
+  std::vector<double> sums;  // the caller's extra values, summed over ranks
+  double comm_wait_ms = 0;   // time this step blocked on collectives (what overlap did not hide)
+};
+
+class Engine {
+ public:
+  // Takes over the model's parameters: they become views of the engine's flat buffers, in the
+  // configured dtype. Collective: every rank constructs it at the same point.
+  Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // The factor the loss is multiplied by before backward (the fp16 loss scale, else 1).
+  double loss_scale() const;
+  // Around each micro-batch's backward; `last` marks the accumulation boundary.
+  void begin_micro(bool last);
+  void end_micro();
+  // Reduces what is left, sums `sums` over ranks, checks overflow, clips, updates and re-gathers.
+  // `applied_step` is the 1-based count of applied updates including this one (bias correction).
+  // beta1/beta2 >= 0 replace the configured ones for this step (schedules that cycle momentum).
+  StepResult step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1 = -1, double beta2 = -1);
+  int64_t skipped_steps() const { return skipped_; }
+
+  MemoryReport memory() const;
+  const Layout& layout() const;
+  std::string describe() const;  // one line for the log
+
+  // Checkpoints, in the same names at every stage and world size: the parameters (fp32 master),
+  // exp_avg.<name>, exp_avg_sq.<name>, and engine.state (loss scaler and skipped steps).
+  // full_state() allocates them; gather_full_state() fills them (collective); scatter_full_state()
+  // takes this rank's shard back from them (local).
+  model::NamedTensors full_state() const;
+  void gather_full_state(const model::NamedTensors& full);
+  void scatter_full_state(const model::NamedTensors& full);
+
+  // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
+  void inject_overflow() { inject_overflow_ = true; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t skipped_ = 0;
+  bool inject_overflow_ = false;
+};
+
+}  // namespace dstrain::zero

@@ -1,0 +1,74 @@
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "dstrain/zero/layout.h"
+
+using namespace dstrain::zero;
+
+namespace {
+std::vector<Layout::Param> tiny_model() {
+  return {{"model.embed_tokens.weight", 100, 2},       {"model.layers.0.input_layernorm.weight", 10, 1},
+          {"model.layers.0.self_attn.q_proj.weight", 37, 2}, {"model.layers.0.mlp.down_proj.bias", 5, 1},
+          {"model.layers.1.self_attn.q_proj.weight", 300, 2}, {"model.norm.weight", 10, 1},
+          {"lm_head.weight", 100, 2}};
+}
+}  // namespace
+
+TEST_CASE("layout: units follow layer groups, are padded and split into equal chunks", "[zero]") {
+  for (int world : {1, 2, 3, 4}) {
+    const Layout l(tiny_model(), world, 1000);
+    CHECK(l.numel() == 562);
+    CHECK(l.num_groups() == 4);
+    REQUIRE(l.units().size() == 4);  // embeddings, layer 0, layer 1, norm + head
+    int64_t flat = 0;
+    for (const Unit& u : l.units()) {
+      CHECK(u.padded % (world * kAlignment) == 0);
+      CHECK(u.padded >= u.numel);
+      CHECK(u.padded - u.numel < world * kAlignment);  // the tail is at most one quantum
+      CHECK(u.flat_offset == flat);
+      CHECK(u.shard_offset == flat / world);
+      flat += u.padded;
+    }
+    CHECK(l.flat_numel() == flat);
+    CHECK(l.shard_numel() * world == flat);
+    // Every real element is owned by exactly one rank, once.
+    std::vector<int> owned(562, 0);
+    std::vector<int64_t> param_start(l.params().size(), 0);
+    for (size_t i = 1; i < param_start.size(); ++i) param_start[i] = param_start[i - 1] + l.params()[i - 1].numel;
+    for (int r = 0; r < world; ++r) {
+      int64_t last_end = 0;
+      for (const ShardSegment& s : l.segments(r)) {
+        CHECK(s.shard_offset >= last_end);  // in shard order, not overlapping
+        CHECK(s.shard_offset + s.numel <= l.shard_numel());
+        last_end = s.shard_offset + s.numel;
+        for (int64_t e = 0; e < s.numel; ++e) ++owned[static_cast<size_t>(param_start[static_cast<size_t>(s.param)] + s.param_offset + e)];
+      }
+    }
+    CHECK(std::all_of(owned.begin(), owned.end(), [](int n) { return n == 1; }));
+  }
+}
+
+TEST_CASE("layout: a bucket size splits a group; a bigger parameter gets a unit of its own", "[zero]") {
+  const Layout l(tiny_model(), 2, 40);
+  // embed(100) | norm(10)+q(37)? no: 47 > 40 -> norm | q | bias | q1(300) | norm(10) | head(100)
+  REQUIRE(l.units().size() == 7);
+  CHECK(l.units()[1].num_params == 1);
+  CHECK(l.units()[2].num_params == 1);
+  CHECK(l.units()[3].numel == 5);
+  for (const Unit& u : l.units()) CHECK((u.num_params == 1 || u.numel <= 40));
+}
+
+TEST_CASE("layout: no weight decay on norms, biases and the routing bias", "[zero]") {
+  CHECK(decays("model.layers.0.mlp.gate_proj.weight", 2));
+  CHECK_FALSE(decays("model.layers.0.input_layernorm.weight", 1));
+  CHECK_FALSE(decays("model.layers.0.self_attn.o_proj.bias", 1));
+  CHECK_FALSE(decays("model.layers.1.mlp.gate.e_score_correction_bias", 1));
+  CHECK(layer_index_of("model.layers.12.mlp.up_proj.weight") == 12);
+  CHECK(layer_index_of("model.norm.weight") == -1);
+  CHECK(layer_index_of("model.layers.x.weight") == -1);
+  const Layout l(tiny_model(), 2, 1000);
+  for (const ShardSegment& s : l.segments(1)) CHECK(s.decay == (l.params()[static_cast<size_t>(s.param)].name.find("proj.weight") != std::string::npos ||
+                                                                  l.params()[static_cast<size_t>(s.param)].name.find("embed") != std::string::npos ||
+                                                                  l.params()[static_cast<size_t>(s.param)].name == "lm_head.weight"));
+}
