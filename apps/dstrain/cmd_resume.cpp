@@ -37,8 +37,20 @@ void register_resume(CLI::App& app, Run& run) {
                                                     saved.launch.master_addr, static_cast<int>(saved.launch.master_port));
       // Another number of ranks: same global batch and data order, new accumulation steps. The
       // checkpoints hold full tensors and a global data cursor, so they load on any count.
-      const config::Recipe recipe = config::resized_for(saved, topo.nproc_per_node, topo.nnodes);
+      config::Recipe recipe = config::resized_for(saved, topo.nproc_per_node, topo.nnodes);
+      // A run directory that was copied or moved resumes where it now is: writing into the
+      // original (its config still names it) would overwrite another run's checkpoints.
+      const bool moved = std::filesystem::absolute(saved.run_dir).lexically_normal() != std::filesystem::path(dir.root());
+      if (moved) {
+        recipe.run_dir = dir.root();
+        recipe.sources["run_dir"] = "dstrain resume " + dir.root() + " (the config named " + saved.run_dir + ")";
+      }
       const bool writer = topo.mode == launch::Topology::Mode::kRank ? topo.rank == 0 : topo.node_rank == 0;
+      if (moved && writer) {
+        config::write_resolved_config(recipe, dir.config_path());
+        fmt::print(stderr, "the run directory was moved or copied from {}: resuming in {}{}\n", saved.run_dir, dir.root(),
+                   recipe.checkpoint.dir.empty() ? "" : fmt::format(" (checkpoints stay in checkpoint.dir {})", recipe.checkpoint.dir));
+      }
       if (recipe.world_size() != saved.world_size() && writer) {
         config::write_resolved_config(recipe, dir.config_path());
         fmt::print(stderr, "resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}\n", recipe.world_size(),

@@ -67,6 +67,41 @@ assert len(a) == len(b) == 30 and worst < 0.05 and tail < 0.02
 PY
 ok "bf16 (stage 3) tracks the fp32 run: every step within 5%, the last 10 steps' mean within 2%"
 
+# Resume: cut a finished run back to its step-10 checkpoint and resume it; the sharded optimizer
+# state (and fp16's loss-scaler state) round-trips, so the steps after it are bit-identical.
+cut_back() {  # cut_back RUN_DIR: keep the step-10 checkpoint only
+  rm -rf "$1"/ckpt/step_000000[2-9]0 "$1"/ckpt/step_00000030
+  printf 'step_00000010' > "$1/ckpt/latest"
+}
+run whole3 2 8 --set zero.stage=3 --set zero.overlap_comm=true --set checkpoint.interval_steps=10 --set checkpoint.keep_last=0
+cp -r whole3 cut3 && cut_back cut3
+expect_status 0 "$DSTRAIN" resume cut3
+expect_out "resumed from"
+expect_out "the run directory was moved or copied from $PWD/whole3: resuming in $PWD/cut3"
+[ -e whole3/ckpt/step_00000030/COMMITTED ] && [ -e cut3/ckpt/step_00000030/COMMITTED ] || fail "the copy's resume wrote outside its directory"
+python3 "$cmp" whole3/metrics.jsonl cut3/metrics.jsonl --exact || fail "stage 3: the resumed run differs"
+cmp whole3/ckpt/step_00000030/tensors.bin cut3/ckpt/step_00000030/tensors.bin || fail "stage 3: final state differs"
+ok "stage 3 resumes bit-exactly from a checkpoint (losses and final weights and Adam states)"
+
+run whole2 4 2 --set zero.stage=2 --set checkpoint.interval_steps=10 --set checkpoint.keep_last=0
+cp -r whole2 cut2 && cut_back cut2
+expect_status 0 "$DSTRAIN" resume cut2 --nproc-per-node 2
+expect_out "resumed from"
+python3 "$cmp" whole2/metrics.jsonl cut2/metrics.jsonl --rtol 1e-5 || fail "stage 2 resumed on 2 ranks diverges from the 4-rank run"
+ok "a stage-2 run on 4 ranks resumes on 2 (shards re-cut) and continues within fp32 rounding"
+
+# LR batch scaling: the LR follows the global batch when the accumulation stages double it.
+grep -v global_batch_size "$demo_recipe" > staged.yaml
+expect_status 0 "$DSTRAIN" train staged.yaml --nproc-per-node 2 --set launch.threads_per_worker=1 --set data.path="$SRC/recipes/data/demo_corpus.txt" \
+  --set run_dir=scaled --set train.steps=8 --set train.micro_batch_size=4 --set 'train.accumulation=[{until_step: 4, steps: 1}, {steps: 2}]' \
+  --set schedule.type=constant --set schedule.batch_scaling=linear
+python3 - scaled/metrics.jsonl <<'PY' || fail "schedule.batch_scaling: linear did not double the LR with the batch"
+import json, sys
+lr = [json.loads(l)["lr"] for l in open(sys.argv[1])]
+assert lr[:4] == [0.003] * 4 and all(abs(x - 0.006) < 1e-12 for x in lr[4:]), lr
+PY
+ok "schedule.batch_scaling: linear doubles the LR when the accumulation stages double the batch"
+
 DSTRAIN_TEST_INJECT_INF_STEP=3 run fp16 2 8 --set zero.stage=2 --set precision.dtype=fp16 --set train.steps=6 --set schedule.warmup_steps=2 --set precision.hysteresis=1
 expect_out "step 3: fp16 gradients overflowed at loss scale 65536: update skipped"
 python3 - fp16/metrics.jsonl <<'PY' || fail "the overflowing step was not skipped as DeepSpeed does"

@@ -224,13 +224,13 @@ int run_worker(const launch::WorkerEnv& env) {
   zero::Engine engine(*model, *comm, engine_options(recipe, weighted));
   if (env.rank == 0) log::info(engine.describe());
   if (env.rank == 0) write_memory_report(run_dir, engine);
-  const NamedTensors engine_state = engine.full_state();  // full fp32 tensors, filled only to save or load
 
   // --- resume ----------------------------------------------------------------------------------
   if (env.resume) {
     const auto dir = ckpt::latest_checkpoint(ckpt_dir);
     if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
     const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
+    const NamedTensors engine_state = engine.full_state();  // transient: each rank keeps only its shard
     restore(ck, {&engine_state, &buffers, &data_state});
     engine.scatter_full_state(engine_state);
     if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
@@ -248,6 +248,8 @@ int run_worker(const launch::WorkerEnv& env) {
 
   auto last_save = std::chrono::steady_clock::now();
   auto save = [&](int64_t steps_done) {
+    // Rank 0 assembles the full state (the others only take part in the gathers) and writes it.
+    const NamedTensors engine_state = env.rank == 0 ? engine.full_state() : NamedTensors{};
     engine.gather_full_state(engine_state);
     if (env.rank == 0) {
       const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},

@@ -426,12 +426,14 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
       const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).contiguous();
       if (m.opt.stage == 0 || m.world == 1) whole.copy_(mine);
       else m.comm.all_gather(mine, whole)->wait();
+      if (full.empty()) continue;
       for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
         const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
         full[map.first + static_cast<size_t>(i)].tensor.view({-1}).copy_(whole.narrow(0, slot.offset, slot.numel));
       }
     }
   }
+  if (full.empty()) return;
   const LossScalerState& s = m.scaler.state();
   const at::Tensor state = full[3 * np].tensor;
   const double values[] = {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),

@@ -89,8 +89,8 @@ class Engine {
 
   // Checkpoints, in the same names at every stage and world size: the parameters (fp32 master),
   // exp_avg.<name>, exp_avg_sq.<name>, and engine.state (loss scaler and skipped steps).
-  // full_state() allocates them; gather_full_state() fills them (collective); scatter_full_state()
-  // takes this rank's shard back from them (local).
+  // full_state() allocates them; gather_full_state() fills them (collective; a rank that passes
+  // an empty list only takes part); scatter_full_state() takes this rank's shard back (local).
   model::NamedTensors full_state() const;
   void gather_full_state(const model::NamedTensors& full);
   void scatter_full_state(const model::NamedTensors& full);
