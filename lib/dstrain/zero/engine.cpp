@@ -311,7 +311,8 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   }
   // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
   // inf/nan also signals an fp16 overflow on any rank.
-  const double local_sq = grads.to(at::kDouble).pow(2).sum().item<double>();
+  const double norm = grads.norm().item<double>();  // ATen cascades the sum: no double copy needed
+  const double local_sq = norm * norm;
   std::vector<float> scalars(sums.begin(), sums.end());
   scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
   at::Tensor packed = at::tensor(scalars, at::kFloat);
