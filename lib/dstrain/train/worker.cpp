@@ -141,7 +141,7 @@ c10::ScalarType precision_dtype(const std::string& name) {
   return c10::ScalarType::Float;
 }
 
-zero::EngineOptions engine_options(const config::Recipe& r, bool weighted) {
+zero::EngineOptions engine_options(const config::Recipe& r) {
   zero::EngineOptions o;
   o.stage = static_cast<int>(r.zero.stage);
   o.reduce_bucket_size = r.zero.reduce_bucket_size;
@@ -152,7 +152,7 @@ zero::EngineOptions engine_options(const config::Recipe& r, bool weighted) {
   o.dtype = r.precision.dtype;
   o.adam = {r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay, r.optimizer.type == "adamw", 1};
   o.grad_clip = r.train.grad_clip;
-  o.average_over_ranks = !weighted;  // weighted shares already divide by the global token count
+  o.average_over_ranks = false;  // each rank's loss is already divided by the global token count
   const auto& p = r.precision;
   o.loss_scaler = {p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis, p.consecutive_hysteresis, static_cast<double>(p.min_loss_scale)};
   return o;
@@ -221,7 +221,7 @@ int run_worker(const launch::WorkerEnv& env) {
     model::load_hf_weights(recipe.model.init_from, recipe.model, params, buffers);
     if (env.rank == 0) log::info(fmt::format("initialised from {}", recipe.model.init_from));
   }
-  zero::Engine engine(*model, *comm, engine_options(recipe, weighted));
+  zero::Engine engine(*model, *comm, engine_options(recipe));
   if (env.rank == 0) log::info(engine.describe());
   if (env.rank == 0) write_memory_report(run_dir, engine);
 
@@ -301,13 +301,12 @@ int run_worker(const launch::WorkerEnv& env) {
       at::Tensor loss;
       const at::Tensor inputs = batch.narrow(1, 0, T);
       const at::Tensor mask = recipe.data.document_mask ? model::document_causal_mask(inputs, recipe.data.eos_token) : at::Tensor();
-      if (weighted) {  // token-summed, normalised by the global batch's tokens
-        const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
-        loss = parts.sum / global_tokens;
-        if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
-      } else {
-        loss = model->loss(inputs, batch.narrow(1, 1, T), mask) / static_cast<double>(accum);
-      }
+      // Token-summed and divided by the whole global batch's tokens: every micro-batch of every
+      // rank then weighs by its tokens, and the summed gradients are the global batch's mean
+      // gradient whatever the shares, accumulation steps or world size.
+      const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
+      loss = parts.sum / global_tokens;
+      if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
       local_loss += loss.item<double>();
       (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
       engine.end_micro();
@@ -345,8 +344,7 @@ int run_worker(const launch::WorkerEnv& env) {
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
-    // Equal shares: each rank's loss is its batch's mean, so average; weighted: already global.
-    const double loss = result.sums[0] / (weighted ? 1.0 : static_cast<double>(world));
+    const double loss = result.sums[0];  // the ranks' parts of the global mean
     if (env.rank == 0) {
       const int64_t tokens_done = cursor * recipe.data.seq_len;
       const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);

@@ -311,8 +311,12 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   }
   // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
   // inf/nan also signals an fp16 overflow on any rank.
-  const double norm = grads.norm().item<double>();  // ATen cascades the sum: no double copy needed
-  const double local_sq = norm * norm;
+  // Squares summed in double, 1M elements at a time (no double copy of the whole shard): the norm
+  // decides clipping, and fp32 accumulation here lets ranks and the single process drift apart.
+  double local_sq = 0;
+  constexpr int64_t kChunk = 1 << 20;
+  for (int64_t at = 0; at < grads.numel(); at += kChunk)
+    local_sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum().item<double>();
   std::vector<float> scalars(sums.begin(), sums.end());
   scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
   at::Tensor packed = at::tensor(scalars, at::kFloat);

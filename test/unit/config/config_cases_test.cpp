@@ -186,6 +186,21 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.schedule.warmup_min_ratio == Approx(0.25));
          CHECK(o.recipe.schedule.type == "ds_warmup");
        }},
+      {"OneCycle maps onto ds_one_cycle", "train: {steps: 100, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.01, "cycle_first_step_size": 30,
+           "decay_lr_rate": 0.5, "decay_step_size": 10, "cycle_momentum": false}}})", {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.schedule.type == "ds_one_cycle");
+         CHECK(o.recipe.schedule.cycle_min_lr == 0.0001);
+         CHECK(o.recipe.schedule.cycle_max_lr == 0.01);
+         CHECK(o.recipe.schedule.cycle_first_step_size == 30);
+         CHECK(o.recipe.schedule.cycle_second_step_size == 0);  // DeepSpeed: None -> the first's
+         CHECK(o.recipe.schedule.decay_lr_rate == 0.5);
+         CHECK_FALSE(o.recipe.schedule.cycle_momentum);
+         CHECK(o.recipe.schedule.warmup_steps == 0);
+         CHECK_THAT(o.recipe.sources.at("schedule.cycle_max_lr"), Catch::Contains("ds.json:1:"));
+       }},
       {"unknown top-level keys warn instead of vanishing", "train: {steps: 10, micro_batch_size: 2}\n", R"({"comms_config": {"x": 1}})", {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
@@ -318,8 +333,10 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
       {"alias given twice", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})", {"'prefetch_bucket_size' and its alias"}},
       {"stage 4", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 4}})", {"zero_optimization.stage: 4 is not 0, 1, 2 or 3"}},
-      {"OneCycle", "train: {steps: 10, micro_batch_size: 2}\n", R"({"scheduler": {"type": "OneCycle", "params": {}}})",
-       {"scheduler.type 'OneCycle' is not supported"}},
+      {"LRRangeTest", "train: {steps: 10, micro_batch_size: 2}\n", R"({"scheduler": {"type": "LRRangeTest", "params": {}}})",
+       {"scheduler.type 'LRRangeTest' is not supported", "OneCycle"}},
+      {"OneCycle stairs", "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_stair_count": 2}}})", {"cycle_first_stair_count", "continuous"}},
       {"JSON syntax", "train: {steps: 10, micro_batch_size: 2}\n", "{\n  \"fp16\": {\"enabled\": true\n  \"bf16\": {}\n}", {"ds.json:3:3: expected ',' or '}'"}},
       {"fractional min_loss_scale", "train: {steps: 10, micro_batch_size: 2}\n", R"({"fp16": {"enabled": true, "min_loss_scale": 0.5}})",
        {"min_loss_scale", "expected a whole number, found '0.5'"}},
