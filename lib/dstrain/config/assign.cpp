@@ -39,18 +39,27 @@ std::string read_stages(const Field& f, const Node& node, std::vector<Accumulati
     bool has_steps = false;
     for (const auto& [key, value] : item.members) {
       double v = 0;
-      if (key != "until_step" && key != "steps")
-        return fmt::format("{}[{}].{}: unknown key{}", f.path, i, key, did_you_mean(key, {"until_step", "steps"}));
-      if (!node_number(value, lax, v) || v != std::floor(v) || v < 1 || v > f.max)
-        return fmt::format("{}[{}].{}: expected a whole number in [1, {:g}], found '{}'", f.path, i, key, f.max, value.text);
+      if (key != "until_step" && key != "until_tokens" && key != "steps")
+        return fmt::format("{}[{}].{}: unknown key{}", f.path, i, key, did_you_mean(key, {"until_step", "until_tokens", "steps"}));
+      const double max = key == "until_tokens" ? 9e15 : f.max;
+      if (!node_number(value, lax, v) || v != std::floor(v) || v < 1 || v > max)
+        return fmt::format("{}[{}].{}: expected a whole number in [1, {:g}], found '{}'", f.path, i, key, max, value.text);
       if (key == "steps") stage.steps = static_cast<int64_t>(v), has_steps = true;
+      else if (key == "until_tokens") stage.until_tokens = static_cast<int64_t>(v);
       else stage.until_step = static_cast<int64_t>(v);
+    }
+    if (stage.until_step && stage.until_tokens) return fmt::format("{}[{}]: give until_step or until_tokens, not both", f.path, i);
+    if (stage.until_tokens) {  // checked again in steps once the batch is known
+      const bool last = i + 1 == node.items.size();
+      if (last) return fmt::format("{}[{}]: the last stage runs to the end; remove its until_tokens", f.path, i);
+      stages.push_back(stage);
+      continue;
     }
     if (!has_steps) return fmt::format("{}[{}]: 'steps' (the accumulation steps of the stage) is missing", f.path, i);
     const bool last = i + 1 == node.items.size();
-    if (!last && stage.until_step == 0) return fmt::format("{}[{}]: every stage but the last needs until_step", f.path, i);
+    if (!last && stage.until_step == 0) return fmt::format("{}[{}]: every stage but the last needs until_step (or until_tokens)", f.path, i);
     if (last && stage.until_step != 0) return fmt::format("{}[{}]: the last stage runs to the end; remove its until_step", f.path, i);
-    if (!stages.empty() && stage.until_step != 0 && stage.until_step <= stages.back().until_step)
+    if (!stages.empty() && stage.until_step != 0 && stages.back().until_tokens == 0 && stage.until_step <= stages.back().until_step)
       return fmt::format("{}[{}]: until_step {} must be greater than the previous stage's {}", f.path, i, stage.until_step, stages.back().until_step);
     stages.push_back(stage);
   }

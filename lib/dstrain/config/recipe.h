@@ -106,8 +106,10 @@ struct ScheduleConfig {
 };
 
 struct AccumulationStage {
-  int64_t until_step = 0;  // this stage covers steps < until_step; 0: to the end
-  int64_t steps = 1;       // gradient accumulation steps in the stage
+  int64_t until_step = 0;    // this stage covers steps < until_step; 0: to the end
+  int64_t steps = 1;         // gradient accumulation steps in the stage
+  int64_t until_tokens = 0;  // or: the stage ends once this many tokens were consumed (made into
+                             // until_step when the config is resolved; 0: not given)
 };
 
 struct TrainConfig {

@@ -82,6 +82,31 @@ void resolve_batch(LoadContext& ctx) {
   t.global_batch_size = tb, t.micro_batch_size = micro, t.gradient_accumulation_steps = gas;
 }
 
+// Stages that end at a token count end at the first step by which that many tokens were consumed
+// (tokens per step = micro x ranks x the stage's steps x seq_len).
+void resolve_token_stages(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  auto& stages = r.train.accumulation;
+  int64_t step = 0, tokens = 0, prev_until = 0;
+  for (size_t i = 0; i < stages.size(); ++i) {
+    AccumulationStage& s = stages[i];
+    const int64_t per_step = r.train.micro_batch_size * r.world_size() * s.steps * r.data.seq_len;
+    if (s.until_tokens) {
+      const int64_t more = s.until_tokens > tokens ? (s.until_tokens - tokens + per_step - 1) / per_step : 0;
+      s.until_step = step + more;
+      r.sources["train.accumulation"] += fmt::format("; stage {} until_tokens {} -> until_step {}", i, s.until_tokens, s.until_step);
+    }
+    if (s.until_step == 0) break;  // the last stage
+    if (s.until_step <= prev_until) {
+      ctx.problems.push_back(fmt::format("train.accumulation[{}] ends at step {} ({} tokens), not after the previous stage's step {}: the stages "
+                                         "must grow", i, s.until_step, s.until_tokens ? s.until_tokens : s.until_step * per_step, prev_until));
+      return;
+    }
+    tokens += (s.until_step - step) * per_step;
+    step = prev_until = s.until_step;
+  }
+}
+
 // train.batch_ramp_*: the ramp becomes accumulation stages, one per accumulation level, each
 // covering an equal share of the ramp's steps or tokens; the global batch is the last stage's.
 void expand_batch_ramp(LoadContext& ctx) {
@@ -239,6 +264,7 @@ void resolve_and_validate(LoadContext& ctx) {
   if (!ctx.problems.empty()) return;
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
+  resolve_token_stages(ctx);
   expand_batch_ramp(ctx);
   if (!ctx.problems.empty()) return;
   resolve_length(ctx);

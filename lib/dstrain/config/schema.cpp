@@ -97,7 +97,7 @@ const std::vector<Field>& recipe_schema() {
       {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
       {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
       {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},
-      {"train.accumulation", 1, kMaxInt, {}, "Staged accumulation: [{until_step: N, steps: A}, ..., {steps: C}].", DS_FIELD(train.accumulation)},
+      {"train.accumulation", 1, kMaxInt, {}, "Staged accumulation: [{until_step: N, steps: A}, ..., {steps: C}]; a stage may end at a token count instead (until_tokens: T).", DS_FIELD(train.accumulation)},
       {"train.batch_ramp_start", 0, kMaxInt, {}, "Batch-size ramp: the global batch at step 0 (a multiple of micro x ranks); it grows linearly to the global batch. 0: no ramp.", DS_FIELD(train.batch_ramp_start)},
       {"train.batch_ramp_steps", 0, kMaxInt, {}, "Batch-size ramp: its length in steps (or give batch_ramp_tokens).", DS_FIELD(train.batch_ramp_steps)},
       {"train.batch_ramp_tokens", 0, kMaxInt, {}, "Batch-size ramp: its length in tokens, as DeepSeek-V3 gives it (or give batch_ramp_steps).", DS_FIELD(train.batch_ramp_tokens)},

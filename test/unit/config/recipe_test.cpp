@@ -186,3 +186,24 @@ TEST_CASE("a batch-size ramp becomes accumulation stages, by steps or by tokens"
   CHECK_THAT(config_error(path, {"train.batch_ramp_start=4"}), Catch::Contains("needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens"));
   CHECK_THAT(config_error(path, {"train.batch_ramp_start=16", "train.batch_ramp_steps=3"}), Catch::Contains("below the global batch 16"));
 }
+
+TEST_CASE("accumulation stages may end at a token count", "[config]") {
+  test::TempDir dir;
+  const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 100, micro_batch_size: 2}\nlaunch: {nproc_per_node: 2}\n");
+  // Stage 0: 4 samples x 32 tokens = 128 tokens per step; 1000 tokens -> 8 steps (1024 tokens).
+  // Stage 1: 256 tokens per step from 1024 to 3000 -> 8 more steps (to 3072 tokens), until step 16.
+  const auto r = config::load_recipe(path, {"train.accumulation=[{until_tokens: 1000, steps: 1}, {until_tokens: 3000, steps: 2}, {steps: 4}]"});
+  REQUIRE(r.train.accumulation.size() == 3);
+  CHECK(r.train.accumulation[0].until_step == 8);
+  CHECK(r.train.accumulation[1].until_step == 16);
+  CHECK(config::global_batch_at(r, 7) == 4);
+  CHECK(config::global_batch_at(r, 8) == 8);
+  CHECK(config::global_batch_at(r, 16) == 16);
+  CHECK_THAT(r.sources.at("train.accumulation"), Catch::Contains("until_tokens 3000 -> until_step 16"));
+  // Mixed with until_step, and refused when a stage would not grow.
+  const auto mixed = config::load_recipe(path, {"train.accumulation=[{until_step: 5, steps: 1}, {until_tokens: 2000, steps: 2}, {steps: 4}]"});
+  CHECK(mixed.train.accumulation[1].until_step == 5 + 6);  // 640 tokens by step 5; (2000-640)/256 -> 6 steps
+  CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 20, steps: 1}, {until_tokens: 1000, steps: 2}, {steps: 4}]"}),
+             Catch::Contains("must grow"));
+  CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 2, until_tokens: 5, steps: 1}, {steps: 4}]"}), Catch::Contains("not both"));
+}
