@@ -53,3 +53,10 @@ alive() {
 }
 
 finish() { echo "$PASSED passed, 0 failed"; }
+
+# same_checkpoint_data A B: the two checkpoint directories hold the same shard files, byte for byte.
+same_checkpoint_data() {
+  local a=$1 b=$2 f
+  [ "$(cd "$a" && ls rank_*.bin)" = "$(cd "$b" && ls rank_*.bin)" ] || return 1
+  for f in "$a"/rank_*.bin; do cmp -s "$f" "$b/$(basename "$f")" || return 1; done
+}

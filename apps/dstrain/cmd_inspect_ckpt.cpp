@@ -1,48 +1,176 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "commands.h"
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/core/crc32c.h"
+#include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/train/export.h"
 
 namespace dstrain::app {
+namespace {
+
+struct Options {
+  std::string path;
+  bool tensors = false, verify = false, json = false;
+  std::string diff, export_dir;
+};
+
+// A tensor's values as doubles, read from whichever pieces hold it.
+std::vector<double> values_of(const ckpt::Reader& reader, const ckpt::TensorMeta& t) {
+  std::vector<double> out(static_cast<size_t>(t.numel()));
+  if (t.dtype == "float64") {
+    reader.read(t.name, 0, t.numel(), out.data(), t.dtype);
+  } else {
+    std::vector<float> f(out.size());
+    reader.read(t.name, 0, t.numel(), f.data(), t.dtype);
+    std::copy(f.begin(), f.end(), out.begin());
+  }
+  return out;
+}
+
+struct Stats {
+  double norm = 0, min = 0, max = 0;
+  uint32_t crc = 0;
+};
+Stats stats_of(const std::vector<double>& v) {
+  Stats s{0, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), crc32c(v.data(), v.size() * sizeof(double))};
+  for (double x : v) s.norm += x * x, s.min = std::min(s.min, x), s.max = std::max(s.max, x);
+  s.norm = std::sqrt(s.norm);
+  if (v.empty()) s.min = s.max = 0;
+  return s;
+}
+
+std::string resolve_dir(const std::string& path) {
+  if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
+    const auto latest = ckpt::latest_checkpoint(path);
+    if (latest) return *latest;
+  }
+  return path;
+}
+
+int inspect(const Options& o) {
+  const std::string dir = resolve_dir(o.path);
+  const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
+  bool ok = in.committed;
+  uint64_t bytes = 0;
+  for (const auto& f : in.files) ok &= f.ok, bytes += f.bytes;
+  int64_t elements = 0;
+  for (const auto& t : in.tensors) elements += t.numel();
+  nlohmann::json j;
+  if (o.json) {
+    j = {{"dir", in.dir},       {"committed", in.committed},       {"step", in.state.step},          {"samples_consumed", in.state.samples_consumed},
+         {"tokens_consumed", in.state.tokens_consumed}, {"world_size", in.state.world_size}, {"zero_stage", in.state.zero_stage},
+         {"precision", in.state.precision}, {"config_hash", in.state.config_hash}, {"model", in.state.model}, {"created", in.state.created},
+         {"bytes", bytes}, {"elements", elements}, {"ok", ok}, {"files", nlohmann::json::array()}, {"tensors", nlohmann::json::array()}};
+    for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
+  } else {
+    fmt::print("checkpoint   {}\ncommitted    {}\nstep         {}\ntokens       {} ({} samples)\nworld size   {} (ZeRO stage {}, {})\nmodel        {}\n"
+               "created      {}\nconfig hash  {}\ntensors      {} ({} elements, {:.1f} MiB in {} files)\n",
+               in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.tokens_consumed, in.state.samples_consumed,
+               in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash, in.tensors.size(),
+               elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
+  }
+  if (o.tensors && ok) {
+    const ckpt::Reader reader(dir);
+    if (!o.json) fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12} {:>12} {:>12} {:>8}\n", "tensor", "dtype", "shape", "files", "norm", "min", "max", "crc32c");
+    for (const auto& t : in.tensors) {
+      const Stats s = stats_of(values_of(reader, t));
+      const auto& files = in.files_of_tensor.at(t.name);
+      if (o.json) {
+        j["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"files", files}, {"norm", s.norm}, {"min", s.min},
+                                {"max", s.max}, {"crc32c", s.crc}});
+      } else {
+        fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12.6g} {:>12.6g} {:>12.6g} {:08x}\n", t.name, t.dtype, fmt::format("[{}]", fmt::join(t.shape, ",")),
+                   files.size(), s.norm, s.min, s.max, s.crc);
+      }
+    }
+  }
+  if (o.json) {
+    fmt::print("{}\n", j.dump(1));
+  } else {
+    for (const auto& f : in.files)
+      if (!f.ok || o.verify || in.files.size() <= 8) fmt::print("file         {} {} bytes: {}\n", f.name, f.bytes, f.ok ? "OK (crc32c)" : "CORRUPT: " + f.problem);
+    if (o.verify || in.files.size() > 8) fmt::print("{}\n", ok ? fmt::format("verified: all {} files OK (crc32c)", in.files.size()) : "verification FAILED");
+  }
+  return ok ? exit_status::kOk : exit_status::kCheckpoint;
+}
+
+int diff(const Options& o) {
+  const ckpt::Reader a(resolve_dir(o.path)), b(resolve_dir(o.diff));
+  int differing = 0;
+  for (const auto& t : a.tensors()) {
+    const ckpt::TensorMeta* u = b.find(t.name);
+    if (!u) {
+      fmt::print("only in {}: {}\n", a.dir(), t.name);
+      ++differing;
+      continue;
+    }
+    if (u->shape != t.shape) {
+      fmt::print("{}: shape [{}] vs [{}]\n", t.name, fmt::join(t.shape, ","), fmt::join(u->shape, ","));
+      ++differing;
+      continue;
+    }
+    const auto x = values_of(a, t), y = values_of(b, *u);
+    double max_abs = 0, diff_sq = 0, ref_sq = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double d = x[i] - y[i];
+      max_abs = std::max(max_abs, std::abs(d)), diff_sq += d * d, ref_sq += x[i] * x[i];
+    }
+    if (max_abs > 0) {
+      fmt::print("{:<56} max |a-b| {:.3g}, relative L2 {:.3g}\n", t.name, max_abs, std::sqrt(diff_sq / std::max(ref_sq, 1e-300)));
+      ++differing;
+    }
+  }
+  for (const auto& t : b.tensors())
+    if (!a.find(t.name)) fmt::print("only in {}: {}\n", b.dir(), t.name), ++differing;
+  fmt::print("{} of {} tensors differ\n", differing, a.tensors().size());
+  return exit_status::kOk;
+}
+
+}  // namespace
 
 void register_inspect_ckpt(CLI::App& app, Run& run) {
-  auto path = std::make_shared<std::string>();
-  auto list_tensors = std::make_shared<bool>(false);
+  auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("inspect-ckpt", "Show what a checkpoint holds and verify its checksums");
   cmd->footer(
       "PATH is a checkpoint directory (ckpt/step_XXXXXXXX) or a ckpt/ directory, whose `latest` is used.\n"
-      "Exit status 0 when every file checks out, 4 when one is missing or corrupt.\n\n"
+      "The summary checks every file's size and CRC-32C. Exit status 0 when every file checks out,\n"
+      "4 when one is missing, truncated or corrupt (the message names the file and its tensors).\n\n"
       "Examples:\n"
       "  dstrain inspect-ckpt runs/demo/ckpt\n"
-      "  dstrain inspect-ckpt runs/demo/ckpt/step_00000030 --tensors");
-  cmd->add_option("path", *path, "Checkpoint directory, or a run's ckpt/ directory")->required();
-  cmd->add_flag("--tensors", *list_tensors, "List every tensor with its shape");
-  cmd->callback([path, list_tensors, &run] {
-    run = [path, list_tensors] {
-      std::string dir = *path;
-      if (std::filesystem::exists(std::filesystem::path(dir) / "latest")) dir = *ckpt::latest_checkpoint(dir);
-      const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
-      int64_t elements = 0;
-      for (const auto& t : in.tensors) {
-        int64_t n = 1;
-        for (auto d : t.shape) n *= d;
-        elements += n;
+      "  dstrain inspect-ckpt runs/demo/ckpt/step_00000030 --tensors\n"
+      "  dstrain inspect-ckpt runs/demo/ckpt --verify --json\n"
+      "  dstrain inspect-ckpt runs/a/ckpt --diff runs/b/ckpt\n"
+      "  dstrain inspect-ckpt runs/demo/ckpt --export exported/demo");
+  cmd->add_option("path", o->path, "Checkpoint directory, or a run's ckpt/ directory")->required();
+  cmd->add_flag("--tensors", o->tensors, "Every tensor: dtype, shape, files holding it, norm, min, max, CRC-32C of its values");
+  cmd->add_flag("--verify", o->verify, "Report every file's check (the summary verifies too)");
+  cmd->add_flag("--json", o->json, "Machine-readable output");
+  cmd->add_option("--diff", o->diff, "Another checkpoint: which tensors differ, and by how much");
+  cmd->add_option("--export", o->export_dir, "Write the weights as a Hugging Face model (config.json + safetensors) into this directory");
+  cmd->callback([o, &run] {
+    run = [o] {
+      if (!o->diff.empty()) return diff(*o);
+      if (!o->export_dir.empty()) {
+        const std::string dir = resolve_dir(o->path);
+        const auto run_dir = std::filesystem::path(dir).parent_path().parent_path();
+        if (!std::filesystem::exists(run_dir / "config.resolved.json"))
+          throw Error(ErrorCode::kUsage, fmt::format("--export needs the run directory around {} (its config.resolved.json)", dir),
+                      "use `dstrain export-hf RUN_DIR OUT --checkpoint DIR` when the checkpoint lives elsewhere");
+        train::export_run_to_hf(run_dir.string(), dir, o->export_dir);
+        fmt::print("exported {} to {}\n", dir, o->export_dir);
+        return 0;
       }
-      fmt::print("checkpoint   {}\ncommitted    {}\nstep         {}\nsamples      {}\nworld size   {}\nconfig hash  {}\ntensors      {} ({} elements)\n",
-                 in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.samples_consumed, in.state.world_size,
-                 in.state.config_hash, in.tensors.size(), elements);
-      if (*list_tensors)
-        for (const auto& t : in.tensors) fmt::print("  {:<56} {:<8} [{}]\n", t.name, t.dtype, fmt::join(t.shape, ", "));
-      bool ok = in.committed;
-      for (const auto& f : in.files) {
-        fmt::print("file         {} {} bytes: {}\n", f.name, f.bytes, f.ok ? "OK (crc32c)" : "CORRUPT: " + f.problem);
-        ok &= f.ok;
-      }
-      return ok ? exit_status::kOk : exit_status::kCheckpoint;
+      return inspect(*o);
     };
   });
 }

@@ -23,23 +23,27 @@ expect_out "dstrain resume"
 [ -f r/ckpt/step_00000020/COMMITTED ] || fail "the refused run touched the existing checkpoints"
 ok "training into an existing run directory is refused and changes nothing"
 
-cp r/ckpt/step_00000020/tensors.bin good.bin
-printf '\x01' | dd of=r/ckpt/step_00000020/tensors.bin bs=1 seek=1000 conv=notrunc status=none
+printf '\x01' | dd of=r/ckpt/step_00000020/rank_00000.bin bs=1 seek=1000 conv=notrunc status=none
 expect_status 4 "$DSTRAIN" inspect-ckpt r/ckpt
-expect_out "CORRUPT: crc32c mismatch"
-expect_status 0 "$DSTRAIN" inspect-ckpt r/ckpt/step_00000010
-expect_out "OK (crc32c)"
-ok "inspect-ckpt verifies checksums: exit 4 for a flipped byte, 0 for a good checkpoint"
+expect_out "CORRUPT: crc32c mismatch (corrupt); holds"
+expect_status 0 "$DSTRAIN" inspect-ckpt r/ckpt/step_00000010 --verify
+expect_out "verified: all 1 files OK (crc32c)"
+ok "inspect-ckpt verifies checksums: exit 4 for a flipped byte (naming the file and its tensors), 0 for a good checkpoint"
 
-expect_status 4 "$DSTRAIN" resume r
-expect_out "checksum mismatch"
-ok "resume refuses a corrupt checkpoint with exit 4"
-cp good.bin r/ckpt/step_00000020/tensors.bin
+expect_status 0 "$DSTRAIN" resume r
+expect_out "skipping a checkpoint that does not verify"
+expect_out "step_00000020/rank_00000.bin: checksum mismatch"
+expect_out "resumed from $PWD/r/ckpt/step_00000010"
+expect_out "step 20/20"
+expect_status 0 "$DSTRAIN" inspect-ckpt r/ckpt
+ok "resume falls back past a corrupt checkpoint to the previous one, says why, and finishes the run"
 
 rm r/ckpt/step_00000020/COMMITTED
+printf '\x01' | dd of=r/ckpt/step_00000010/rank_00000.bin bs=1 seek=1000 conv=notrunc status=none
 expect_status 4 "$DSTRAIN" resume r
 expect_out "not a committed checkpoint"
-ok "resume refuses a checkpoint whose save never committed"
+expect_out "no committed checkpoint in $PWD/r/ckpt verifies"
+ok "with no checkpoint that verifies, resume refuses with exit 4 and says why for each"
 
 printf 'short' > tiny.txt
 expect_status 3 "$DSTRAIN" train "$demo_recipe" --set data.path="$WORK/tiny.txt" --set run_dir=tiny

@@ -1,48 +1,72 @@
 #pragma once
-// dstrain's checkpoint format (version 1), free of torch so that inspect-ckpt and tests read it
+// dstrain's checkpoint format (version 2), free of torch so that inspect-ckpt and tests read it
 // cheaply. A checkpoint is a directory:
-//   step_XXXXXXXX/manifest.json   format, version, step, config hash, world size, data cursor,
-//                                 tensors (name, dtype, shape, file, offset, bytes), files (bytes, crc32c)
-//   step_XXXXXXXX/tensors.bin     the raw little-endian tensor bytes, back to back
-//   step_XXXXXXXX/COMMITTED       written last: a directory without it is never loaded
-//   latest                        names the newest committed step directory; updated after COMMITTED
-// Nothing here runs code on load (no pickle); every file is checksummed.
+//   step_XXXXXXXX/manifest.json    format, version, step, samples and tokens consumed, world size,
+//                                  ZeRO stage, precision, config hash, model, creation time;
+//                                  every tensor's global name, dtype and shape with its pieces
+//                                  (file, byte offset, element range of the flattened tensor);
+//                                  every file's size and CRC-32C
+//   step_XXXXXXXX/rank_NNNNN.bin   raw little-endian bytes: one file per writing rank (its ZeRO
+//                                  shard: ranges of the master weights and Adam moments)
+//   step_XXXXXXXX/COMMITTED        written last: a directory without it is never loaded
+//   latest                         names the newest committed step directory; updated after COMMITTED
+// The ranks write their files into step_XXXXXXXX.partial/; rank 0, once all have finished,
+// writes the manifest, renames the directory, then writes COMMITTED and `latest`. Loading reads
+// any element range of any tensor from whichever pieces hold it, so a checkpoint loads at any
+// world size and ZeRO stage. Nothing here runs code on load (no pickle); every file is checksummed.
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace dstrain::ckpt {
 
-constexpr int kFormatVersion = 1;
+constexpr int kFormatVersion = 2;
 
 struct TrainState {
   int64_t step = 0;              // optimizer steps completed
   int64_t samples_consumed = 0;  // global data cursor (positions in the global sample order)
-  int64_t world_size = 0;        // of the run that wrote it
+  int64_t tokens_consumed = 0;
+  int64_t world_size = 0;  // of the run that wrote it
+  int64_t zero_stage = 0;
+  std::string precision;  // fp32, bf16, fp16
   std::string config_hash;
+  std::string model;    // one line: family and sizes
+  std::string created;  // UTC, ISO 8601 (set by the writer)
 };
 
-struct TensorView {  // what save_checkpoint writes: borrowed bytes
+struct TensorMeta {
   std::string name;
-  std::string dtype;  // "float32"
+  std::string dtype;  // float32, float64
   std::vector<int64_t> shape;
-  const void* data;
-  uint64_t nbytes;
+  int64_t numel() const;
+};
+int64_t dtype_size(const std::string& dtype);  // throws Error{kCheckpoint} for an unknown one
+
+// What a rank writes: `count` elements of `tensor`, from element `start` of its flattened form.
+struct PieceView {
+  std::string tensor;
+  int64_t start = 0, count = 0;
+  const void* data = nullptr;
 };
 
-struct TensorData {  // what load_checkpoint returns: owned bytes
-  std::string name;
-  std::string dtype;
-  std::vector<int64_t> shape;
-  std::string bytes;
+struct Piece {
+  std::string tensor;
+  int64_t start = 0, count = 0;
+  uint64_t offset = 0;  // bytes into the file
 };
 
-struct Checkpoint {
-  std::string dir;
-  TrainState state;
-  std::vector<TensorData> tensors;
+struct ShardFile {
+  std::string name;  // rank_NNNNN.bin
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+  std::vector<Piece> pieces;
 };
+// ShardFile <-> one line of JSON (ranks send theirs to rank 0 through the store).
+std::string to_json(const ShardFile& f);
+ShardFile shard_file_from_json(const std::string& json);
 
 struct Retention {
   int64_t keep_last = 0;   // keep the newest N committed checkpoints; 0 keeps all
@@ -50,26 +74,82 @@ struct Retention {
 };
 
 std::string step_dir_name(int64_t step);
-// Writes and commits a checkpoint under `root`, moves `latest`, then deletes the committed
-// checkpoints that `retention` does not keep. Returns the new directory.
+
+// The multi-writer protocol. Rank 0: prepare_staging (a fresh, empty step_X.partial). Then every
+// writing rank: write_shard (fsynced). Then rank 0, with every rank's ShardFile: commit.
+std::string prepare_staging(const std::string& root, int64_t step);
+std::string staging_dir(const std::string& root, int64_t step);
+ShardFile write_shard(const std::string& staging, int rank, const std::vector<TensorMeta>& tensors, const std::vector<PieceView>& pieces);
+// Checks that the pieces cover every tensor exactly, writes the manifest, renames, marks
+// COMMITTED, moves `latest`, then prunes by `retention` (only older, committed checkpoints).
+std::string commit(const std::string& root, TrainState state, const std::vector<TensorMeta>& tensors, const std::vector<ShardFile>& files,
+                   Retention retention);
+
+// One writer, whole tensors (tests, tools): prepare_staging + write_shard + commit.
+struct TensorView {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data;
+  uint64_t nbytes;
+};
 std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, Retention retention);
-// The directory `latest` names, if it exists and is committed.
+
+// Reads a committed checkpoint: the manifest at once (validated), files on demand. Each file's
+// size and CRC-32C are checked the first time it is read from.
+class Reader {
+ public:
+  explicit Reader(const std::string& dir);
+  ~Reader();
+  const std::string& dir() const { return dir_; }
+  const TrainState& state() const { return state_; }
+  const std::vector<TensorMeta>& tensors() const { return tensors_; }
+  const TensorMeta* find(const std::string& name) const;
+  // Elements [start, start+count) of the flattened tensor into dst (dtype must match).
+  void read(const std::string& name, int64_t start, int64_t count, void* dst, const std::string& dtype) const;
+  // Checks every file (size and CRC-32C); throws Error{kCheckpoint} naming the file and its tensors.
+  void verify() const;
+
+ private:
+  struct Impl;
+  std::string dir_;
+  TrainState state_;
+  std::vector<TensorMeta> tensors_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The directory `latest` names, if it exists and is committed (throws when `latest` is broken).
 std::optional<std::string> latest_checkpoint(const std::string& root);
-// Reads a committed checkpoint and verifies every checksum; throws Error{kCheckpoint} naming the
-// file and what is wrong.
+// The newest committed checkpoint that verifies, starting at `latest` and falling back to older
+// ones (each skipped one is reported in `skipped`, with why). nullopt when there is none.
+std::optional<std::string> usable_checkpoint(const std::string& root, std::vector<std::string>* skipped = nullptr);
+
+// Whole tensors (export, inspect): every tensor assembled from its pieces.
+struct TensorData {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  std::string bytes;
+};
+struct Checkpoint {
+  std::string dir;
+  TrainState state;
+  std::vector<TensorData> tensors;
+};
 Checkpoint load_checkpoint(const std::string& dir);
 
 struct FileCheck {
   std::string name;
   uint64_t bytes;
   bool ok;
-  std::string problem;
+  std::string problem;  // missing, truncated, corrupt: with the tensors it holds
 };
 struct Inspection {
   std::string dir;
   bool committed;
   TrainState state;
-  std::vector<TensorData> tensors;  // shapes and names only: bytes left empty
+  std::vector<TensorMeta> tensors;
+  std::map<std::string, std::vector<std::string>> files_of_tensor;  // which files hold each tensor
   std::vector<FileCheck> files;
 };
 // Reads the manifest and checks every file without throwing on corrupt data (for inspect-ckpt).

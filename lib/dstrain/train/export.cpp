@@ -10,6 +10,7 @@
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/train/run_dir.h"
@@ -21,22 +22,23 @@ std::string export_run_to_hf(const std::string& run_path, const std::string& che
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
   std::string dir = checkpoint_dir;
   if (dir.empty()) {
-    const auto latest = ckpt::latest_checkpoint(run_dir.ckpt_dir(recipe));
-    if (!latest) throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint", run_path), "train it first");
-    dir = *latest;
+    std::vector<std::string> skipped;
+    const auto usable = ckpt::usable_checkpoint(run_dir.ckpt_dir(recipe), &skipped);
+    for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
+    if (!usable) throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_path), "train it first");
+    dir = *usable;
   }
-  const ckpt::Checkpoint ck = ckpt::load_checkpoint(dir);
-  std::map<std::string, const ckpt::TensorData*> by_name;
-  for (const auto& t : ck.tensors) by_name[t.name] = &t;
+  // Only the parameters (the fp32 master weights) and buffers are read, whatever the shards.
+  const ckpt::Reader reader(dir);
   const auto model = model::make_model(recipe.model, recipe.seed);
   c10::NoGradGuard no_grad;
   for (const auto* group : {&model->parameters(), &model->buffers()})
     for (const auto& p : *group) {
-      const auto it = by_name.find(p.name);
-      if (it == by_name.end() || it->second->bytes.size() != static_cast<size_t>(p.tensor.nbytes()))
+      const ckpt::TensorMeta* meta = reader.find(p.name);
+      if (!meta || meta->shape != p.tensor.sizes().vec())
         throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} lacks '{}' or holds it with another shape", dir, p.name),
                     "export with the run directory that wrote the checkpoint");
-      std::memcpy(p.tensor.data_ptr(), it->second->bytes.data(), it->second->bytes.size());
+      reader.read(p.name, 0, p.tensor.numel(), p.tensor.data_ptr(), "float32");
     }
   model::export_hf(recipe.model, model->parameters(), model->buffers(), out_dir);
   return dir;

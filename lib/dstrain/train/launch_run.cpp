@@ -85,7 +85,12 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
 // Node 0 prepares the run directory; a resume needs a committed checkpoint.
 void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool resume) {
   if (resume) {
-    if (!ckpt::latest_checkpoint(run_dir.ckpt_dir(recipe)))
+    // Existence only: the workers' rank 0 verifies and, if it must, falls back to an older one.
+    bool any = false;
+    const std::string root = run_dir.ckpt_dir(recipe);
+    if (std::filesystem::is_directory(root))
+      for (const auto& e : std::filesystem::directory_iterator(root)) any = any || std::filesystem::exists(e.path() / "COMMITTED");
+    if (!any)
       throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
                   "start it with `dstrain train` instead");
   } else {

@@ -31,6 +31,7 @@
 #include "dstrain/model/hf_export.h"
 #include "dstrain/zero/engine.h"
 #include "dstrain/sched/lr_schedule.h"
+#include "dstrain/train/checkpointer.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -104,35 +105,6 @@ double batch_lr_factor(const config::Recipe& r, int64_t step) {
   if (r.schedule.batch_scaling == "linear") return ratio;
   if (r.schedule.batch_scaling == "sqrt") return std::sqrt(ratio);
   return 1.0;
-}
-
-const char* dtype_name(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? "float64" : "float32"; }
-
-std::vector<ckpt::TensorView> views_of(const std::vector<const NamedTensors*>& groups) {
-  std::vector<ckpt::TensorView> views;
-  for (const auto* group : groups)
-    for (const auto& t : *group)
-      views.push_back({t.name, dtype_name(t.tensor), t.tensor.sizes().vec(), t.tensor.data_ptr(), static_cast<uint64_t>(t.tensor.nbytes())});
-  return views;
-}
-
-void restore(const ckpt::Checkpoint& ck, const std::vector<const NamedTensors*>& groups) {
-  std::map<std::string, const ckpt::TensorData*> by_name;
-  for (const auto& t : ck.tensors) by_name[t.name] = &t;
-  for (const auto* group : groups) {
-    for (const auto& t : *group) {
-      const auto it = by_name.find(t.name);
-      if (it == by_name.end())
-        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} has no tensor '{}'", ck.dir, t.name),
-                    "it was written for another model; resume with the recipe that wrote it");
-      const ckpt::TensorData& d = *it->second;
-      if (d.dtype != dtype_name(t.tensor) || d.shape != t.tensor.sizes().vec() || d.bytes.size() != static_cast<size_t>(t.tensor.nbytes()))
-        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: tensor '{}' has dtype {} shape [{}], the model needs {} [{}]", ck.dir,
-                                                        t.name, d.dtype, fmt::join(d.shape, ", "), dtype_name(t.tensor), fmt::join(t.tensor.sizes(), ", ")),
-                    "resume with the recipe that wrote the checkpoint");
-      std::memcpy(t.tensor.data_ptr(), d.bytes.data(), d.bytes.size());
-    }
-  }
 }
 
 c10::ScalarType precision_dtype(const std::string& name) {
@@ -226,17 +198,15 @@ int run_worker(const launch::WorkerEnv& env) {
   if (env.rank == 0) write_memory_report(run_dir, engine);
 
   // --- resume ----------------------------------------------------------------------------------
+  NamedTensors replicated = buffers;
+  replicated.insert(replicated.end(), data_state.begin(), data_state.end());
+  Checkpointer checkpointer(recipe, ckpt_dir, *comm, engine, replicated, env.run_id);
   if (env.resume) {
-    const auto dir = ckpt::latest_checkpoint(ckpt_dir);
-    if (!dir) throw Error(ErrorCode::kCheckpoint, "no committed checkpoint in " + ckpt_dir, "start the run with `dstrain train`");
-    const ckpt::Checkpoint ck = ckpt::load_checkpoint(*dir);
-    const NamedTensors engine_state = engine.full_state();  // transient: each rank keeps only its shard
-    restore(ck, {&engine_state, &buffers, &data_state});
-    engine.scatter_full_state(engine_state);
+    const Checkpointer::Resumed r = checkpointer.resume();
     if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
-    start_step = ck.state.step;
-    cursor = ck.state.samples_consumed;
-    if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", ck.dir, start_step, ck.state.samples_consumed));
+    start_step = r.step;
+    cursor = r.samples_consumed;
+    if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", r.dir, start_step, cursor));
   }
   if (env.rank == 0)
     log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
@@ -248,16 +218,10 @@ int run_worker(const launch::WorkerEnv& env) {
 
   auto last_save = std::chrono::steady_clock::now();
   auto save = [&](int64_t steps_done) {
-    // Rank 0 assembles the full state (the others only take part in the gathers) and writes it.
-    const NamedTensors engine_state = env.rank == 0 ? engine.full_state() : NamedTensors{};
-    engine.gather_full_state(engine_state);
-    if (env.rank == 0) {
-      const std::string dir = ckpt::save_checkpoint(ckpt_dir, {steps_done, cursor, world, config::config_hash(recipe)},
-                                                    views_of({&engine_state, &buffers, &data_state}),
-                                                    {recipe.checkpoint.keep_last, recipe.checkpoint.keep_every});
-      log::info(fmt::format("checkpoint saved: {}", dir));
-    }
-    comm->barrier()->wait();
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::string dir = checkpointer.save(steps_done, cursor);
+    if (env.rank == 0)
+      log::info(fmt::format("checkpoint saved: {} ({:.2f} s)", dir, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     last_save = std::chrono::steady_clock::now();
   };
   auto time_for_save = [&] {

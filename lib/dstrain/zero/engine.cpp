@@ -230,6 +230,28 @@ struct Engine::Impl final : model::LayerGate {
     pending.clear();
   }
 
+  // New parameters from the master shard: this rank's chunks, then everyone's (all-gathered;
+  // stage 3 gathers non-resident units on demand instead).
+  void publish_params() {
+    const auto& units = layout.units();
+    for (size_t u = 0; u < units.size(); ++u) {
+      const Unit& unit = units[u];
+      const at::Tensor mine = master.narrow(0, unit.shard_offset, unit.chunk());
+      if (opt.stage == 3) {
+        param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);
+        if (!resident[u]) continue;
+      }
+      if (opt.stage == 0 || world == 1) {
+        unit_full[u].narrow(0, my_chunk_start(unit), unit.chunk()).copy_(mine);
+        continue;
+      }
+      const at::Tensor chunk = mine.to(dtype).contiguous();
+      pending.push_back({comm.all_gather(chunk, unit_full[u]), {}, -1});
+    }
+    for (auto& pend : pending) timed_wait(*pend.work, waited_ms);
+    pending.clear();
+  }
+
   // --- model::LayerGate -----------------------------------------------------------------------
   void before_group(int group) override {
     if (opt.stage == 3) {
@@ -346,24 +368,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
       if (!s.decay) seg.weight_decay = 0;
       optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, static_cast<float>(scale));
     }
-    // New parameters: this rank's chunks from the master, then everyone's chunks.
-    const auto& units = m.layout.units();
-    for (size_t u = 0; u < units.size(); ++u) {
-      const Unit& unit = units[u];
-      const at::Tensor mine = m.master.narrow(0, unit.shard_offset, unit.chunk());
-      if (m.opt.stage == 3) {
-        m.param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);
-        if (!m.resident[u]) continue;
-      }
-      if (m.opt.stage == 0 || m.world == 1) {
-        m.unit_full[u].narrow(0, m.my_chunk_start(unit), unit.chunk()).copy_(mine);
-        continue;
-      }
-      const at::Tensor chunk = mine.to(m.dtype).contiguous();
-      m.pending.push_back({m.comm.all_gather(chunk, m.unit_full[u]), {}, -1});
-    }
-    for (auto& pend : m.pending) timed_wait(*pend.work, m.waited_ms);
-    m.pending.clear();
+    m.publish_params();
   }
   // Zero the gradients for the next step.
   for (auto& g : m.unit_grad) g.zero_();
@@ -401,6 +406,48 @@ std::string Engine::describe() const {
                      m.opt.stage, m.world, m.layout.units().size(), m.opt.dtype, m.opt.overlap_comm ? "on" : "off",
                      m.opt.offload_optimizer ? "offloaded to CPU" : "on CPU", optim::fused_adam_isa(), mb(r.params), mb(r.grads),
                      mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
+}
+
+std::vector<Engine::ShardRun> Engine::shard_runs() const {
+  const Impl& m = *impl_;
+  std::vector<ShardRun> out;
+  const std::pair<const char*, const at::Tensor*> kinds[] = {{"", &m.master}, {"exp_avg.", &m.exp_avg}, {"exp_avg_sq.", &m.exp_avg_sq}};
+  for (const auto& [prefix, shard] : kinds)
+    for (const ShardSegment& s : m.segments)
+      out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel, shard->data_ptr<float>() + s.shard_offset});
+  return out;
+}
+
+std::vector<Engine::StateTensor> Engine::state_tensors() const {
+  std::vector<StateTensor> out;
+  for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
+    for (const auto& p : impl_->model.parameters()) out.push_back({prefix + p.name, "float32", p.tensor.sizes().vec()});
+  out.push_back({"engine.state", "float64", {5}});
+  return out;
+}
+
+bool Engine::shard_replicated() const { return impl_->opt.stage == 0 || impl_->world == 1; }
+
+std::vector<double> Engine::state_values() const {
+  const LossScalerState& s = impl_->scaler.state();
+  return {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),
+          static_cast<double>(skipped_)};
+}
+
+void Engine::set_state_values(const std::vector<double>& v) {
+  if (v.size() != 5) throw Error(ErrorCode::kCheckpoint, "engine.state must hold 5 values", "the checkpoint was written by another dstrain");
+  LossScalerState s;
+  s.scale = v[0];
+  s.iter = static_cast<int64_t>(v[1]);
+  s.last_overflow_iter = static_cast<int64_t>(v[2]);
+  s.hysteresis_left = static_cast<int64_t>(v[3]);
+  if (impl_->opt.dtype == "fp16") impl_->scaler.set_state(s);
+  skipped_ = static_cast<int64_t>(v[4]);
+}
+
+void Engine::publish_loaded_shard() {
+  c10::NoGradGuard no_grad;
+  impl_->publish_params();
 }
 
 model::NamedTensors Engine::full_state() const {
@@ -444,42 +491,6 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
   const double values[] = {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),
                            static_cast<double>(skipped_)};
   for (int i = 0; i < 5; ++i) state[i] = values[i];
-}
-
-void Engine::scatter_full_state(const model::NamedTensors& full) {
-  Impl& m = *impl_;
-  c10::NoGradGuard no_grad;
-  const size_t np = m.params.size();
-  const StateMap maps[] = {{&m.master, 0}, {&m.exp_avg, np}, {&m.exp_avg_sq, 2 * np}};
-  for (const auto& map : maps) {
-    for (const Unit& unit : m.layout.units()) {
-      at::Tensor whole = at::zeros({unit.padded}, at::kFloat);
-      for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
-        const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
-        whole.narrow(0, slot.offset, slot.numel).copy_(full[map.first + static_cast<size_t>(i)].tensor.reshape({-1}));
-      }
-      map.shard->narrow(0, unit.shard_offset, unit.chunk()).copy_(whole.narrow(0, m.my_chunk_start(unit), unit.chunk()));
-    }
-  }
-  // Model parameters from the full master (every rank has it here: no communication).
-  for (size_t u = 0; u < m.unit_full.size(); ++u) {
-    const Unit& unit = m.layout.units()[u];
-    at::Tensor whole = at::zeros({unit.padded}, at::kFloat);
-    for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
-      const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
-      whole.narrow(0, slot.offset, slot.numel).copy_(full[static_cast<size_t>(i)].tensor.reshape({-1}));
-    }
-    if (m.opt.stage == 3) m.param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(whole.narrow(0, m.my_chunk_start(unit), unit.chunk()));
-    if (storage_present(m.unit_full[u])) m.unit_full[u].copy_(whole);
-  }
-  const at::Tensor state = full[3 * np].tensor.to(at::kDouble);
-  LossScalerState s;
-  s.scale = state[0].item<double>();
-  s.iter = static_cast<int64_t>(state[1].item<double>());
-  s.last_overflow_iter = static_cast<int64_t>(state[2].item<double>());
-  s.hysteresis_left = static_cast<int64_t>(state[3].item<double>());
-  if (m.opt.dtype == "fp16") m.scaler.set_state(s);
-  skipped_ = static_cast<int64_t>(state[4].item<double>());
 }
 
 }  // namespace dstrain::zero

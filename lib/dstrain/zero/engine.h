@@ -89,11 +89,32 @@ class Engine {
 
   // Checkpoints, in the same names at every stage and world size: the parameters (fp32 master),
   // exp_avg.<name>, exp_avg_sq.<name>, and engine.state (loss scaler and skipped steps).
-  // full_state() allocates them; gather_full_state() fills them (collective; a rank that passes
-  // an empty list only takes part); scatter_full_state() takes this rank's shard back (local).
+  // full_state() allocates them whole; gather_full_state() fills them (collective; a rank that
+  // passes an empty list only takes part): for writers without a shared filesystem.
   model::NamedTensors full_state() const;
   void gather_full_state(const model::NamedTensors& full);
-  void scatter_full_state(const model::NamedTensors& full);
+
+  // Sharded checkpoints: this rank's runs of the master weights (under the parameters' names),
+  // exp_avg.<name> and exp_avg_sq.<name>, as (tensor, element start, count, data). At stage 0
+  // every rank holds everything: only rank 0's runs are unique (shard_replicated()).
+  struct ShardRun {
+    std::string tensor;
+    int64_t start = 0, count = 0;
+    float* data = nullptr;
+  };
+  std::vector<ShardRun> shard_runs() const;
+  // Name, dtype and shape of every tensor the engine saves (no allocation).
+  struct StateTensor {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+  };
+  std::vector<StateTensor> state_tensors() const;
+  bool shard_replicated() const;
+  // The loss scaler and skipped steps as 5 doubles (engine.state in checkpoints), and back.
+  std::vector<double> state_values() const;
+  void set_state_values(const std::vector<double>& values);
+  // After shard_runs()' memory was filled from a checkpoint: rebuild the parameters (collective).
+  void publish_loaded_shard();
 
   // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
   void inject_overflow() { inject_overflow_ = true; }

@@ -1,0 +1,279 @@
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/ckpt/format.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/crc32c.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::ckpt {
+namespace fs = std::filesystem;
+using namespace detail;
+
+namespace {
+
+nlohmann::json read_manifest(const std::string& dir) {
+  const std::string path = (fs::path(dir) / kManifest).string();
+  if (!fs::exists(path)) corrupt(dir, "manifest.json is missing");
+  nlohmann::json m;
+  try {
+    m = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    corrupt(path, fmt::format("not valid JSON ({})", e.what()));
+  }
+  if (!m.is_object() || m.value("format", "") != kFormatName) corrupt(path, "not a dstrain checkpoint manifest");
+  const int version = m.value("format_version", 0);
+  if (version != kFormatVersion)
+    corrupt(path, fmt::format("format_version {} is not supported (this dstrain reads version {}){}", version, kFormatVersion,
+                              version == 1 ? "; version 1 came before sharded checkpoints: export it with the dstrain that wrote it" : ""));
+  return m;
+}
+
+TrainState state_from(const nlohmann::json& m) {
+  TrainState s;
+  s.step = m.at("step").get<int64_t>();
+  s.samples_consumed = m.at("samples_consumed").get<int64_t>();
+  s.tokens_consumed = m.at("tokens_consumed").get<int64_t>();
+  s.world_size = m.at("world_size").get<int64_t>();
+  s.zero_stage = m.at("zero_stage").get<int64_t>();
+  s.precision = m.at("precision").get<std::string>();
+  s.config_hash = m.at("config_hash").get<std::string>();
+  s.model = m.at("model").get<std::string>();
+  s.created = m.at("created").get<std::string>();
+  return s;
+}
+
+// "a, b, c, d and 7 more": the tensors a damaged file held, for the message.
+std::string name_list(const std::vector<std::string>& names) {
+  const size_t shown = std::min<size_t>(names.size(), 4);
+  std::string out = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+  if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
+  return out;
+}
+
+uint32_t crc32c_of_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) corrupt(path, "cannot be opened");
+  std::vector<char> buf(1 << 22);
+  uint32_t crc = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0) {
+      ::close(fd);
+      corrupt(path, "cannot be read");
+    }
+    if (n == 0) break;
+    crc = crc32c(buf.data(), static_cast<size_t>(n), crc);
+  }
+  ::close(fd);
+  return crc;
+}
+
+struct FileEntry {
+  uint64_t bytes = 0;
+  uint32_t crc = 0;
+  std::set<std::string> tensors;  // for messages
+};
+
+}  // namespace
+
+struct Reader::Impl {
+  std::map<std::string, FileEntry> files;
+  std::map<std::string, std::vector<std::pair<std::string, Piece>>> pieces;  // tensor -> (file, piece), by start
+  mutable std::mutex mu;
+  mutable std::set<std::string> verified;
+
+  void check_file(const std::string& dir, const std::string& name) const {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (verified.count(name)) return;
+    }
+    const FileEntry& f = files.at(name);
+    const std::string path = (fs::path(dir) / name).string();
+    const std::string holds = " (it holds " + name_list(std::vector<std::string>(f.tensors.begin(), f.tensors.end())) + ")";
+    if (!fs::exists(path)) corrupt(path, "is missing" + holds);
+    const uint64_t size = fs::file_size(path);
+    if (size != f.bytes) corrupt(path, fmt::format("has {} bytes, the manifest says {}: truncated or overwritten{}", size, f.bytes, holds));
+    if (crc32c_of_file(path) != f.crc) corrupt(path, "checksum mismatch: the file is corrupt" + holds);
+    std::lock_guard<std::mutex> lock(mu);
+    verified.insert(name);
+  }
+
+};
+
+Reader::Reader(const std::string& dir) : dir_(dir), impl_(std::make_unique<Impl>()) {
+  if (!fs::exists(fs::path(dir) / kCommitted)) corrupt(dir, "has no COMMITTED marker (the save did not finish)");
+  const nlohmann::json m = read_manifest(dir);
+  const std::string manifest = (fs::path(dir) / kManifest).string();
+  try {
+    state_ = state_from(m);
+    for (const auto& f : m.at("files")) impl_->files[f.at("name").get<std::string>()] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}};
+    for (const auto& t : m.at("tensors")) {
+      TensorMeta meta{t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()};
+      const int64_t esize = dtype_size(meta.dtype);
+      auto& list = impl_->pieces[meta.name];
+      for (const auto& p : t.at("pieces")) {
+        const std::string file = p.at("file");
+        const auto fit = impl_->files.find(file);
+        if (fit == impl_->files.end()) corrupt(manifest, fmt::format("tensor {} names file {}, which the manifest does not list", meta.name, file));
+        Piece piece{meta.name, p.at("start").get<int64_t>(), p.at("count").get<int64_t>(), p.at("offset").get<uint64_t>()};
+        if (piece.start < 0 || piece.count < 0 || piece.start + piece.count > meta.numel() ||
+            piece.offset + static_cast<uint64_t>(piece.count * esize) > fit->second.bytes)
+          corrupt(manifest, fmt::format("tensor {}: a piece lies outside the tensor or its file {}", meta.name, file));
+        fit->second.tensors.insert(meta.name);
+        list.push_back({file, piece});
+      }
+      std::sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return a.second.start < b.second.start; });
+      int64_t next = 0;
+      for (const auto& [file, piece] : list) {
+        if (piece.start != next) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
+        next += piece.count;
+      }
+      if (next != meta.numel()) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
+      tensors_.push_back(std::move(meta));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    corrupt(manifest, fmt::format("missing or mistyped entry ({})", e.what()));
+  }
+}
+
+Reader::~Reader() = default;
+
+const TensorMeta* Reader::find(const std::string& name) const {
+  for (const auto& t : tensors_)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+void Reader::read(const std::string& name, int64_t start, int64_t count, void* dst, const std::string& dtype) const {
+  const TensorMeta* meta = find(name);
+  if (!meta) corrupt(dir_, fmt::format("has no tensor '{}' (it was written for another model?)", name));
+  if (meta->dtype != dtype) corrupt(dir_, fmt::format("tensor {} is {}, expected {}", name, meta->dtype, dtype));
+  if (start < 0 || start + count > meta->numel()) corrupt(dir_, fmt::format("tensor {}: elements [{}, {}) requested of {}", name, start, start + count, meta->numel()));
+  const int64_t esize = dtype_size(dtype);
+  for (const auto& [file, p] : impl_->pieces.at(name)) {
+    const int64_t a = std::max(start, p.start), b = std::min(start + count, p.start + p.count);
+    if (a >= b) continue;
+    impl_->check_file(dir_, file);
+    const std::string path = (fs::path(dir_) / file).string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) corrupt(path, "cannot be opened");
+    char* out = static_cast<char*>(dst) + (a - start) * esize;
+    size_t left = static_cast<size_t>((b - a) * esize);
+    off_t at = static_cast<off_t>(p.offset + static_cast<uint64_t>((a - p.start) * esize));
+    while (left > 0) {
+      const ssize_t n = ::pread(fd, out, left, at);
+      if (n <= 0) {
+        ::close(fd);
+        corrupt(path, fmt::format("cannot read tensor {} (short file)", name));
+      }
+      out += n, left -= static_cast<size_t>(n), at += n;
+    }
+    ::close(fd);
+  }
+}
+
+void Reader::verify() const {
+  for (const auto& [name, f] : impl_->files) impl_->check_file(dir_, name);
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& root) {
+  const fs::path latest = fs::path(root) / "latest";
+  if (!fs::exists(latest)) return std::nullopt;
+  std::string name = read_file(latest.string());
+  name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c == '\n' || c == '\r' || c == ' '; }), name.end());
+  const fs::path dir = fs::path(root) / name;
+  if (name.empty() || !fs::exists(dir / kCommitted))
+    corrupt(latest.string(), fmt::format("names '{}', which is not a committed checkpoint", name));
+  return dir.string();
+}
+
+std::optional<std::string> usable_checkpoint(const std::string& root, std::vector<std::string>* skipped) {
+  if (!fs::is_directory(root)) return std::nullopt;
+  std::vector<fs::path> candidates;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos && fs::exists(e.path() / kCommitted))
+      candidates.push_back(e.path());
+  }
+  std::sort(candidates.rbegin(), candidates.rend());
+  // `latest` first (it may name an older one on purpose), then the rest from the newest.
+  try {
+    if (const auto latest = latest_checkpoint(root)) {
+      const auto it = std::find(candidates.begin(), candidates.end(), fs::path(*latest));
+      if (it != candidates.end()) std::rotate(candidates.begin(), it, std::next(it));
+    }
+  } catch (const Error& e) {
+    if (skipped) skipped->push_back(e.what());
+  }
+  for (const auto& dir : candidates) {
+    try {
+      Reader(dir.string()).verify();
+      return dir.string();
+    } catch (const Error& e) {
+      if (skipped) skipped->push_back(e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  const Reader reader(dir);
+  reader.verify();
+  Checkpoint ck{dir, reader.state(), {}};
+  for (const auto& t : reader.tensors()) {
+    TensorData d{t.name, t.dtype, t.shape, std::string(static_cast<size_t>(t.numel() * dtype_size(t.dtype)), '\0')};
+    reader.read(t.name, 0, t.numel(), d.bytes.data(), t.dtype);
+    ck.tensors.push_back(std::move(d));
+  }
+  return ck;
+}
+
+Inspection inspect_checkpoint(const std::string& dir) {
+  if (!fs::is_directory(dir))
+    throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' is not a directory", dir), "pass a checkpoint directory (run_dir/ckpt/step_XXXXXXXX) or a run's ckpt/ directory");
+  Inspection in;
+  in.dir = dir;
+  in.committed = fs::exists(fs::path(dir) / kCommitted);
+  const nlohmann::json m = read_manifest(dir);
+  try {
+    in.state = state_from(m);
+    for (const auto& t : m.at("tensors")) {
+      in.tensors.push_back({t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()});
+      for (const auto& p : t.at("pieces")) {
+        auto& files = in.files_of_tensor[in.tensors.back().name];
+        const std::string f = p.at("file");
+        if (std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+      }
+    }
+    for (const auto& f : m.at("files")) {
+      FileCheck fc{f.at("name"), f.at("bytes"), true, ""};
+      const std::string path = (fs::path(dir) / fc.name).string();
+      if (!fs::exists(path)) fc.ok = false, fc.problem = "missing";
+      else if (fs::file_size(path) != fc.bytes) fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path), fc.bytes);
+      else if (crc32c_of_file(path) != f.at("crc32c").get<uint32_t>()) fc.ok = false, fc.problem = "crc32c mismatch (corrupt)";
+      if (!fc.ok) {
+        std::vector<std::string> held;
+        for (const auto& [tensor, files] : in.files_of_tensor)
+          if (std::find(files.begin(), files.end(), fc.name) != files.end()) held.push_back(tensor);
+        fc.problem += "; holds " + name_list(held);
+      }
+      in.files.push_back(fc);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    corrupt((fs::path(dir) / kManifest).string(), fmt::format("missing or mistyped entry ({})", e.what()));
+  }
+  return in;
+}
+
+}  // namespace dstrain::ckpt

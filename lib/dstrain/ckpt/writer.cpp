@@ -1,0 +1,191 @@
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/ckpt/format.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/crc32c.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::ckpt {
+namespace fs = std::filesystem;
+using namespace detail;
+
+namespace detail {
+void corrupt(const std::string& where, const std::string& what) {
+  throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: {}", where, what),
+              "run `dstrain inspect-ckpt --verify` on it; `dstrain resume` falls back to the previous checkpoint that verifies");
+}
+}  // namespace detail
+
+namespace {
+
+nlohmann::json piece_json(const Piece& p) { return {{"tensor", p.tensor}, {"start", p.start}, {"count", p.count}, {"offset", p.offset}}; }
+Piece piece_from(const nlohmann::json& j) {
+  return {j.at("tensor").get<std::string>(), j.at("start").get<int64_t>(), j.at("count").get<int64_t>(), j.at("offset").get<uint64_t>()};
+}
+
+int64_t step_of(const fs::path& dir) { return std::stoll(dir.filename().string().substr(5)); }
+
+std::string utc_now() {
+  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// Deletes committed checkpoints older than `newest` that the policy does not keep, and the
+// leftovers of crashed saves. Never touches `newest` or anything newer.
+void prune(const std::string& root, int64_t newest, Retention retention) {
+  std::vector<fs::path> committed;
+  for (const auto& e : fs::directory_iterator(root)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
+    if (name.find('.') != std::string::npos) {  // step_X.partial of a crashed save (not ours: ours was renamed)
+      fs::remove_all(e.path());
+      continue;
+    }
+    if (fs::exists(e.path() / kCommitted) && step_of(e.path()) <= newest) committed.push_back(e.path());
+  }
+  std::sort(committed.begin(), committed.end());
+  if (retention.keep_last <= 0 || static_cast<int64_t>(committed.size()) <= retention.keep_last) return;
+  for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < committed.size(); ++i)
+    if (retention.keep_every <= 0 || step_of(committed[i]) % retention.keep_every != 0) fs::remove_all(committed[i]);
+}
+
+}  // namespace
+
+int64_t TensorMeta::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t dtype_size(const std::string& dtype) {
+  if (dtype == "float32") return 4;
+  if (dtype == "float64") return 8;
+  if (dtype == "bfloat16" || dtype == "float16") return 2;
+  if (dtype == "int64") return 8;
+  corrupt(dtype, "unknown dtype");
+}
+
+std::string to_json(const ShardFile& f) {
+  nlohmann::json j{{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}, {"pieces", nlohmann::json::array()}};
+  for (const auto& p : f.pieces) j["pieces"].push_back(piece_json(p));
+  return j.dump();
+}
+
+ShardFile shard_file_from_json(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  ShardFile f{j.at("name"), j.at("bytes"), j.at("crc32c"), {}};
+  for (const auto& p : j.at("pieces")) f.pieces.push_back(piece_from(p));
+  return f;
+}
+
+std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
+
+std::string staging_dir(const std::string& root, int64_t step) { return (fs::path(root) / (step_dir_name(step) + kPartialSuffix)).string(); }
+
+std::string prepare_staging(const std::string& root, int64_t step) {
+  const std::string dir = staging_dir(root, step);
+  fs::create_directories(root);
+  fs::remove_all(dir);  // a crashed save of the same step
+  fs::create_directories(dir);
+  return dir;
+}
+
+ShardFile write_shard(const std::string& staging, int rank, const std::vector<TensorMeta>& tensors, const std::vector<PieceView>& pieces) {
+  std::map<std::string, const TensorMeta*> meta;
+  for (const auto& t : tensors) meta[t.name] = &t;
+  ShardFile f;
+  f.name = fmt::format("rank_{:05d}.bin", rank);
+  const std::string path = (fs::path(staging) / f.name).string();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot create '{}'", path), "check the checkpoint directory is writable");
+  for (const auto& p : pieces) {
+    const auto it = meta.find(p.tensor);
+    if (it == meta.end()) throw Error(ErrorCode::kInternal, "checkpoint piece of unknown tensor " + p.tensor, "this is a dstrain bug");
+    const uint64_t bytes = static_cast<uint64_t>(p.count * dtype_size(it->second->dtype));
+    out.write(static_cast<const char*>(p.data), static_cast<std::streamsize>(bytes));
+    f.crc32c = crc32c(p.data, bytes, f.crc32c);
+    f.pieces.push_back({p.tensor, p.start, p.count, f.bytes});
+    f.bytes += bytes;
+  }
+  out.flush();
+  if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}'", path), "check free disk space");
+  out.close();
+  fsync_path(path);
+  return f;
+}
+
+std::string commit(const std::string& root, TrainState state, const std::vector<TensorMeta>& tensors, const std::vector<ShardFile>& files,
+                   Retention retention) {
+  // Every tensor must be covered exactly once: a gap or an overlap is a bug, caught before commit.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
+  for (const auto& f : files)
+    for (const auto& p : f.pieces) ranges[p.tensor].push_back({p.start, p.count});
+  for (const auto& t : tensors) {
+    auto& r = ranges[t.name];
+    std::sort(r.begin(), r.end());
+    int64_t next = 0;
+    for (const auto& [start, count] : r) {
+      if (start != next) throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} pieces leave a gap or overlap at {}", t.name, next), "this is a dstrain bug");
+      next += count;
+    }
+    if (next != t.numel()) throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} covered to {} of {}", t.name, next, t.numel()), "this is a dstrain bug");
+  }
+  state.created = utc_now();
+  nlohmann::json m;
+  m["format"] = kFormatName;
+  m["format_version"] = kFormatVersion;
+  m["step"] = state.step;
+  m["samples_consumed"] = state.samples_consumed;
+  m["tokens_consumed"] = state.tokens_consumed;
+  m["world_size"] = state.world_size;
+  m["zero_stage"] = state.zero_stage;
+  m["precision"] = state.precision;
+  m["config_hash"] = state.config_hash;
+  m["model"] = state.model;
+  m["created"] = state.created;
+  std::map<std::string, nlohmann::json> pieces_of;
+  for (const auto& f : files)
+    for (const auto& p : f.pieces) pieces_of[p.tensor].push_back({{"file", f.name}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
+  m["tensors"] = nlohmann::json::array();
+  for (const auto& t : tensors) m["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces_of[t.name]}});
+  m["files"] = nlohmann::json::array();
+  for (const auto& f : files) m["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
+  const std::string staging = staging_dir(root, state.step);
+  write_file_atomic((fs::path(staging) / kManifest).string(), m.dump(1) + "\n");
+  fsync_path(staging);
+
+  // Commit: the directory appears whole under its final name, then the marker, then `latest`.
+  const fs::path final_dir = fs::path(root) / step_dir_name(state.step);
+  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an uncommitted or superseded copy of this step
+  rename_atomic(staging, final_dir.string());
+  write_file_atomic((final_dir / kCommitted).string(), fmt::format("step {}\n", state.step));
+  write_file_atomic((fs::path(root) / "latest").string(), step_dir_name(state.step) + "\n");
+  prune(root, state.step, retention);
+  return final_dir.string();
+}
+
+std::string save_checkpoint(const std::string& root, const TrainState& state, const std::vector<TensorView>& tensors, Retention retention) {
+  const std::string staging = prepare_staging(root, state.step);
+  std::vector<TensorMeta> metas;
+  std::vector<PieceView> pieces;
+  for (const auto& t : tensors) {
+    metas.push_back({t.name, t.dtype, t.shape});
+    pieces.push_back({t.name, 0, metas.back().numel(), t.data});
+  }
+  return commit(root, state, metas, {write_shard(staging, 0, metas, pieces)}, retention);
+}
+
+}  // namespace dstrain::ckpt

@@ -1,0 +1,140 @@
+#include "dstrain/train/checkpointer.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/zero/engine.h"
+
+namespace dstrain::train {
+namespace fs = std::filesystem;
+namespace {
+
+const char* dtype_name(const at::Tensor& t) { return t.scalar_type() == at::kDouble ? "float64" : "float32"; }
+
+ckpt::TensorMeta meta_of(const model::NamedTensor& t) { return {t.name, dtype_name(t.tensor), t.tensor.sizes().vec()}; }
+
+std::string model_line(const config::Recipe& r) {
+  const auto& m = r.model;
+  return fmt::format("{} hidden {} layers {} heads {} vocab {}", m.family, m.hidden_size, m.num_layers, m.num_heads, m.vocab_size);
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine,
+                           model::NamedTensors replicated, std::string run_id)
+    : recipe_(recipe), dir_(std::move(ckpt_dir)), comm_(comm), engine_(engine), replicated_(std::move(replicated)) {
+  // Does every rank see rank 0's checkpoint directory? Rank 0 drops a probe named after the run;
+  // each rank looks for it.
+  const std::string probe = (fs::path(dir_) / (".probe-" + run_id)).string();
+  if (comm_.rank() == 0) {
+    fs::create_directories(dir_);
+    std::ofstream(probe) << "dstrain\n";
+  }
+  comm_.barrier()->wait();
+  const bool seen = fs::exists(probe);
+  const auto all = comm_.all_gather_bytes(seen ? "1" : "0");
+  shared_ = std::all_of(all.begin(), all.end(), [](const std::string& s) { return s == "1"; });
+  comm_.barrier()->wait();
+  if (comm_.rank() == 0) {
+    fs::remove(probe);
+    log::info(shared_ ? fmt::format("checkpoints: every rank writes its own shard into {}", dir_)
+                      : fmt::format("checkpoints: some ranks cannot see {} (no shared filesystem): rank 0 gathers and writes them", dir_));
+  }
+}
+
+Checkpointer::~Checkpointer() = default;
+
+std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
+  const int rank = comm_.rank();
+  // The global tensors: the engine's (master weights, moments, state), then the replicated ones.
+  std::vector<ckpt::TensorMeta> metas;
+  for (const auto& t : engine_.state_tensors()) metas.push_back({t.name, t.dtype, t.shape});
+  for (const auto& t : replicated_) metas.push_back(meta_of(t));
+
+  if (rank == 0) ckpt::prepare_staging(dir_, step);
+  comm_.barrier()->wait();
+  const std::string staging = ckpt::staging_dir(dir_, step);
+
+  std::vector<ckpt::PieceView> mine;
+  std::vector<double> state = engine_.state_values();
+  model::NamedTensors gathered;  // no shared filesystem: rank 0's full copy
+  if (shared_) {
+    if (!engine_.shard_replicated() || rank == 0)
+      for (const auto& run : engine_.shard_runs()) mine.push_back({run.tensor, run.start, run.count, run.data});
+  } else {
+    gathered = rank == 0 ? engine_.full_state() : model::NamedTensors{};
+    engine_.gather_full_state(gathered);
+    for (const auto& t : gathered)
+      if (t.name != "engine.state") mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+  }
+  if (rank == 0) {
+    mine.push_back({"engine.state", 0, static_cast<int64_t>(state.size()), state.data()});
+    for (const auto& t : replicated_) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+  }
+  std::string summary;
+  if (!mine.empty()) summary = ckpt::to_json(ckpt::write_shard(staging, rank, metas, mine));
+  const auto summaries = comm_.all_gather_bytes(summary);
+  std::string committed;
+  if (rank == 0) {
+    std::vector<ckpt::ShardFile> files;
+    for (const auto& s : summaries)
+      if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
+    ckpt::TrainState ts;
+    ts.step = step;
+    ts.samples_consumed = samples_consumed;
+    ts.tokens_consumed = samples_consumed * recipe_.data.seq_len;
+    ts.world_size = comm_.world_size();
+    ts.zero_stage = recipe_.zero.stage;
+    ts.precision = recipe_.precision.dtype;
+    ts.config_hash = config::config_hash(recipe_);
+    ts.model = model_line(recipe_);
+    committed = ckpt::commit(dir_, ts, metas, files, {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
+  }
+  comm_.barrier()->wait();
+  return committed;
+}
+
+Checkpointer::Resumed Checkpointer::resume() {
+  // Rank 0 picks the checkpoint (verifying it whole) and tells the others.
+  std::string chosen;
+  if (comm_.rank() == 0) {
+    std::vector<std::string> skipped;
+    const auto dir = ckpt::usable_checkpoint(dir_, &skipped);
+    for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
+    if (dir && !skipped.empty()) log::warn(fmt::format("falling back to {}", *dir));
+    chosen = dir.value_or("");
+  }
+  chosen = comm_.all_gather_bytes(chosen).at(0);
+  if (chosen.empty())
+    throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", dir_),
+                "see the warnings above for each one; start the run again with `dstrain train`");
+  const ckpt::Reader reader(chosen);
+  // This rank's shard, from whichever files hold its global ranges: any world size or stage.
+  for (const auto& run : engine_.shard_runs()) reader.read(run.tensor, run.start, run.count, run.data, "float32");
+  std::vector<double> state(5);
+  reader.read("engine.state", 0, 5, state.data(), "float64");
+  engine_.set_state_values(state);
+  for (const auto& t : replicated_) {
+    const ckpt::TensorMeta* meta = reader.find(t.name);
+    if (!meta || meta->shape != t.tensor.sizes().vec())
+      throw Error(ErrorCode::kCheckpoint,
+                  fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,
+                              meta ? fmt::format("[{}]", fmt::join(meta->shape, ", ")) : "missing", fmt::join(t.tensor.sizes(), ", ")),
+                  "resume with the recipe that wrote the checkpoint");
+    reader.read(t.name, 0, t.tensor.numel(), t.tensor.data_ptr(), dtype_name(t.tensor));
+  }
+  engine_.publish_loaded_shard();
+  return {chosen, reader.state().step, reader.state().samples_consumed};
+}
+
+}  // namespace dstrain::train
