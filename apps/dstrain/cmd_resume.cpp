@@ -56,7 +56,7 @@ void register_resume(CLI::App& app, Run& run) {
         fmt::print(stderr, "resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}\n", recipe.world_size(),
                    saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size, recipe.train.global_batch_size);
       }
-      const train::LaunchOptions options{self_executable(), true, topo};
+      const train::LaunchOptions options{self_executable(), true, "", topo};
       return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };
   });

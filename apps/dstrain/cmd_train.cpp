@@ -1,5 +1,7 @@
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
+
 #include <cstdio>
 #include <unistd.h>
 
@@ -23,6 +25,7 @@ void register_train(CLI::App& app, Run& run) {
     std::string recipe;
     std::vector<std::string> overrides;
     bool dry_run = false;
+    std::string resume_from;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -38,12 +41,18 @@ void register_train(CLI::App& app, Run& run) {
       "  dstrain train recipes/demo.yaml --set train.steps=20 --set run_dir=runs/short\n"
       "  dstrain train recipes/demo.yaml --nproc-per-node 1 --dry-run\n"
       "  dstrain train recipes/deepseek-llm-7b.yaml --dry-run      (a ds_config recipe: see the sources)\n"
+      "  dstrain train recipes/demo.yaml --set run_dir=runs/z3 --set zero.stage=3 --resume runs/demo/ckpt\n"
+      "      (a new run from another run's checkpoint: any ZeRO stage, world size or precision)\n"
       "  dstrain train r.yaml --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500   (on node 0)\n"
       "  dstrain train r.yaml --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500   (on node 1)\n\n"
       "Precedence: built-in defaults < recipe < ds_config (ds_config: or deepspeed:) < --set < topology.");
   cmd->add_option("recipe", args->recipe, "Recipe YAML file (see recipes/README.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set optimizer.lr=1e-3");
   add_launch_flags(*cmd, args->flags);
+  cmd->add_option("--resume", args->resume_from,
+                  "Start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "
+                  "verifying checkpoint is used): weights, optimizer state, step and data position carry over")
+      ->check(CLI::ExistingDirectory);
   cmd->add_flag("--dry-run", args->dry_run,
                 "Validate, then print the topology decision, every resolved key with its source (default, recipe\n"
                 "file:line:col, ds_config, --set) and the derived numbers (batch per stage, tokens, parameters,\n"
@@ -72,7 +81,11 @@ void register_train(CLI::App& app, Run& run) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
-      const train::LaunchOptions options{self_executable(), false, topo};
+      train::LaunchOptions options{self_executable(), false, "", topo};
+      if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint
+        options.resume = true;
+        options.resume_from = std::filesystem::absolute(args->resume_from).lexically_normal().string();
+      }
       return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };
   });

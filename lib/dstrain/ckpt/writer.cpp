@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,14 @@ namespace detail {
 void corrupt(const std::string& where, const std::string& what) {
   throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: {}", where, what),
               "run `dstrain inspect-ckpt --verify` on it; `dstrain resume` falls back to the previous checkpoint that verifies");
+}
+void crash_point() {
+  static const long target = [] {
+    const char* v = std::getenv("DSTRAIN_TEST_CRASH_AT_SAVE_POINT");
+    return v ? std::atol(v) : 0L;
+  }();
+  static long reached = 0;
+  if (target > 0 && ++reached == target) std::_Exit(99);
 }
 }  // namespace detail
 
@@ -54,12 +63,21 @@ void prune(const std::string& root, int64_t newest, Retention retention) {
       fs::remove_all(e.path());
       continue;
     }
-    if (fs::exists(e.path() / kCommitted) && step_of(e.path()) <= newest) committed.push_back(e.path());
+    if (!fs::exists(e.path() / kCommitted)) {
+      if (step_of(e.path()) < newest) fs::remove_all(e.path());  // renamed by a save that crashed before committing
+      continue;
+    }
+    if (step_of(e.path()) <= newest) committed.push_back(e.path());
   }
   std::sort(committed.begin(), committed.end());
   if (retention.keep_last <= 0 || static_cast<int64_t>(committed.size()) <= retention.keep_last) return;
   for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < committed.size(); ++i)
-    if (retention.keep_every <= 0 || step_of(committed[i]) % retention.keep_every != 0) fs::remove_all(committed[i]);
+    if (retention.keep_every <= 0 || step_of(committed[i]) % retention.keep_every != 0) {
+      // Uncommit first: a crash halfway through removing leaves no half checkpoint that claims to be whole.
+      fs::remove(committed[i] / kCommitted);
+      crash_point();
+      fs::remove_all(committed[i]);
+    }
 }
 
 }  // namespace
@@ -111,7 +129,9 @@ ShardFile write_shard(const std::string& staging, int rank, const std::vector<Te
   const std::string path = (fs::path(staging) / f.name).string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot create '{}'", path), "check the checkpoint directory is writable");
-  for (const auto& p : pieces) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    const PieceView& p = pieces[i];
+    if (i == pieces.size() / 2) crash_point();  // half written, nothing flushed
     const auto it = meta.find(p.tensor);
     if (it == meta.end()) throw Error(ErrorCode::kInternal, "checkpoint piece of unknown tensor " + p.tensor, "this is a dstrain bug");
     const uint64_t bytes = static_cast<uint64_t>(p.count * dtype_size(it->second->dtype));
@@ -120,10 +140,12 @@ ShardFile write_shard(const std::string& staging, int rank, const std::vector<Te
     f.pieces.push_back({p.tensor, p.start, p.count, f.bytes});
     f.bytes += bytes;
   }
+  crash_point();  // all written, not flushed
   out.flush();
   if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}'", path), "check free disk space");
   out.close();
   fsync_path(path);
+  crash_point();  // on disk, not yet in any manifest
   return f;
 }
 
@@ -166,13 +188,17 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   const std::string staging = staging_dir(root, state.step);
   write_file_atomic((fs::path(staging) / kManifest).string(), m.dump(1) + "\n");
   fsync_path(staging);
+  crash_point();  // complete but uncommitted, under the staging name
 
   // Commit: the directory appears whole under its final name, then the marker, then `latest`.
   const fs::path final_dir = fs::path(root) / step_dir_name(state.step);
   if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an uncommitted or superseded copy of this step
   rename_atomic(staging, final_dir.string());
+  crash_point();  // renamed, not COMMITTED
   write_file_atomic((final_dir / kCommitted).string(), fmt::format("step {}\n", state.step));
+  crash_point();  // COMMITTED, `latest` still names the previous one
   write_file_atomic((fs::path(root) / "latest").string(), step_dir_name(state.step) + "\n");
+  crash_point();  // `latest` moved, nothing pruned
   prune(root, state.step, retention);
   return final_dir.string();
 }

@@ -165,6 +165,7 @@ struct CheckpointConfig {
   int64_t keep_last = 2;        // 0 keeps all
   int64_t keep_every = 0;       // also keep every checkpoint whose step is a multiple; 0: none
   bool async = false;
+  double mtbf_hours = 24;  // expected hours between failures: for the Young/Daly interval suggestion
 };
 
 struct LoggingConfig {

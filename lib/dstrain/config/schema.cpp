@@ -132,6 +132,7 @@ const std::vector<Field>& recipe_schema() {
       {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
       {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
       {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
+      {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
 
       {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
       {"logging.sinks", 0, 0, {"console", "jsonl", "csv", "tensorboard"}, "Where metrics go.", DS_FIELD(logging.sinks)},

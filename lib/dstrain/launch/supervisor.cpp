@@ -29,6 +29,8 @@ namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
 void on_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_save_request = 0;
+void on_save_request(int) { g_save_request = 1; }
 
 struct Child {
   int rank;
@@ -133,10 +135,15 @@ int supervise(const SupervisorOptions& o) {
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{};
+  struct sigaction old_int{}, old_term{}, old_usr1{};
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  struct sigaction usr1{};
+  usr1.sa_handler = on_save_request;
+  sigemptyset(&usr1.sa_mask);
+  sigaction(SIGUSR1, &usr1, &old_usr1);
   g_signal = 0;
+  g_save_request = 0;
 
   std::vector<Child> children(o.workers.size());
   for (size_t i = 0; i < o.workers.size(); ++i) {
@@ -150,7 +157,7 @@ int supervise(const SupervisorOptions& o) {
   const Child* first_failure = nullptr;
   int forwarded_signal = 0;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  auto stop_all = [&](int sig) {
+  auto stop_all = [&](int sig) {  // also forwards SIGUSR1
     for (auto& c : children)
       if (c.running) ::kill(c.pid, sig);
   };
@@ -182,6 +189,11 @@ int supervise(const SupervisorOptions& o) {
         stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
       }
     }
+    if (g_save_request) {  // SIGUSR1: the workers checkpoint at the end of the current step
+      g_save_request = 0;
+      log::info("received SIGUSR1; asking the workers for a checkpoint after this step");
+      stop_all(SIGUSR1);
+    }
     if (g_signal && !forwarded_signal) {
       forwarded_signal = g_signal;
       log::warn(fmt::format("received {}; stopping all workers", forwarded_signal == SIGINT ? "SIGINT" : "SIGTERM"));
@@ -205,6 +217,7 @@ int supervise(const SupervisorOptions& o) {
   }
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
 
   if (first_failure) {
     const Child& c = *first_failure;

@@ -51,6 +51,7 @@ WorkerEnv worker_env_from_environment() {
   env.restart_count = std::getenv("DSTRAIN_RESTART_COUNT") ? required_int("DSTRAIN_RESTART_COUNT", 0) : 0;
   env.threads = std::getenv("DSTRAIN_THREADS") ? required_int("DSTRAIN_THREADS", 1) : 1;
   env.resume = optional("DSTRAIN_RESUME", "0") == "1";
+  env.resume_from = optional("DSTRAIN_RESUME_FROM", "");
   env.device = optional("DSTRAIN_DEVICE", "cpu");
   if (env.rank >= env.world_size)
     throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size), "check the launcher's settings");
@@ -118,6 +119,7 @@ std::vector<std::string> worker_env_assignments(const WorkerEnv& e) {
       fmt::format("DSTRAIN_THREADS={}", e.threads),
       fmt::format("OMP_NUM_THREADS={}", e.threads),
       fmt::format("DSTRAIN_RESUME={}", e.resume ? 1 : 0),
+      fmt::format("DSTRAIN_RESUME_FROM={}", e.resume_from),
       fmt::format("DSTRAIN_DEVICE={}", e.device),
   };
 }

@@ -21,6 +21,7 @@ struct WorkerEnv {
   int restart_count = 0;
   int threads = 1;      // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
   bool resume = false;  // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
+  std::string resume_from;  // DSTRAIN_RESUME_FROM: start from another run's checkpoint (train --resume PATH)
   bool host_store = false;  // this rank hosts the rendezvous store (no dstrain launcher)
   std::string device = "cpu";  // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
 };

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
@@ -104,19 +105,26 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   return committed;
 }
 
-Checkpointer::Resumed Checkpointer::resume() {
+Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   // Rank 0 picks the checkpoint (verifying it whole) and tells the others.
   std::string chosen;
+  const std::string root = from.empty() ? dir_ : from;
   if (comm_.rank() == 0) {
     std::vector<std::string> skipped;
-    const auto dir = ckpt::usable_checkpoint(dir_, &skipped);
+    std::optional<std::string> dir;
+    if (fs::exists(fs::path(root) / "manifest.json")) {  // one checkpoint, named: it must verify
+      ckpt::Reader(root).verify();
+      dir = root;
+    } else {
+      dir = ckpt::usable_checkpoint(root, &skipped);
+    }
     for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
     if (dir && !skipped.empty()) log::warn(fmt::format("falling back to {}", *dir));
     chosen = dir.value_or("");
   }
   chosen = comm_.all_gather_bytes(chosen).at(0);
   if (chosen.empty())
-    throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", dir_),
+    throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", root),
                 "see the warnings above for each one; start the run again with `dstrain train`");
   const ckpt::Reader reader(chosen);
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.

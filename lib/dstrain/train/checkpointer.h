@@ -38,7 +38,8 @@ class Checkpointer {
   };
   // Collective: loads the newest checkpoint that verifies (rank 0 chooses and says which it
   // skipped and why) into the engine and the replicated tensors.
-  Resumed resume();
+  // `from`: another run's checkpoint directory or ckpt/ root (train --resume PATH); empty: ours.
+  Resumed resume(const std::string& from = "");
   bool shared_filesystem() const { return shared_; }
 
  private:

@@ -115,7 +115,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   std::string run_key;
   int port = topo.master_port;
   if (topo.node_rank == 0) {
-    prepare_run_dir(recipe, run_dir, options.resume);
+    prepare_run_dir(recipe, run_dir, options.resume && options.resume_from.empty());
     const int generation = 0;
     run_key = random_run_id() + "/" + std::to_string(generation);
     store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
@@ -126,7 +126,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     const auto info = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "config", timeout);
     run_key = info.run_key;
     std::filesystem::create_directories(run_dir.log_dir());
-    if (std::filesystem::exists(run_dir.config_path()) && read_file(run_dir.config_path()) != info.value && !options.resume)
+    if (std::filesystem::exists(run_dir.config_path()) && read_file(run_dir.config_path()) != info.value && !(options.resume && options.resume_from.empty()))
       throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' on node {} already holds another run", recipe.run_dir, topo.node_rank),
                   "use a run_dir that is new on every node, or resume the run it holds");
     if (!std::filesystem::exists(run_dir.config_path()) || read_file(run_dir.config_path()) != info.value) write_file_atomic(run_dir.config_path(), info.value);
@@ -142,7 +142,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
   sup.workers = launch::local_worker_envs(topo, port, run_id, recipe.run_dir, threads);
-  for (auto& env : sup.workers) env.resume = options.resume;
+  for (auto& env : sup.workers) env.resume = options.resume, env.resume_from = options.resume_from;
   const int status = launch::supervise(sup);
   if (status == 0 && topo.node_rank == 0)
     log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
@@ -160,7 +160,7 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   const std::string mark = recipe.run_dir + "/.run_id";
   if (topo.rank == 0) {
     for (const auto& warning : recipe.warnings) log::warn(warning);
-    prepare_run_dir(recipe, run_dir, options.resume);
+    prepare_run_dir(recipe, run_dir, options.resume && options.resume_from.empty());
     write_file_atomic(mark, run_id);
   } else {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -175,6 +175,7 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   launch::WorkerEnv env =
       launch::rank_env(topo, run_id, recipe.run_dir, threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
   env.resume = options.resume;
+  env.resume_from = options.resume_from;
   return run_worker(env);
 }
 

@@ -11,6 +11,7 @@ namespace dstrain::train {
 struct LaunchOptions {
   std::string executable;  // this binary, re-executed as `dstrain worker`
   bool resume = false;     // continue from the newest committed checkpoint
+  std::string resume_from;  // train --resume PATH: a new run starting from this checkpoint
   launch::Topology topology;
 };
 

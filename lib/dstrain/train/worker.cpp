@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <csignal>
+#include <filesystem>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -140,6 +142,17 @@ void write_memory_report(const RunDir& run_dir, const zero::Engine& engine) {
   write_file_atomic(run_dir.root() + "/memory.json", json);
 }
 
+// SIGUSR1 (from the launcher, or sent to a worker directly) asks for a checkpoint after the
+// current step; so does a file named SAVE_NOW in the run directory.
+volatile std::sig_atomic_t g_save_requested = 0;
+void on_save_request(int) { g_save_requested = 1; }
+void install_save_request_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_save_request;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR1, &sa, nullptr);
+}
+
 // DSTRAIN_TEST_INJECT_INF_STEP=k puts an inf into step k's gradients (tests of the fp16 skip).
 int64_t inject_inf_step_from_env() {
   const char* v = std::getenv("DSTRAIN_TEST_INJECT_INF_STEP");
@@ -150,6 +163,7 @@ int64_t inject_inf_step_from_env() {
 
 int run_worker(const launch::WorkerEnv& env) {
   // --- environment and config ---------------------------------------------------------------
+  install_save_request_handler();  // first: a SIGUSR1 must never kill a worker
   log::set_rank(env.rank);
   const RunDir run_dir(env.run_dir);
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
@@ -202,7 +216,7 @@ int run_worker(const launch::WorkerEnv& env) {
   replicated.insert(replicated.end(), data_state.begin(), data_state.end());
   Checkpointer checkpointer(recipe, ckpt_dir, *comm, engine, replicated, env.run_id);
   if (env.resume) {
-    const Checkpointer::Resumed r = checkpointer.resume();
+    const Checkpointer::Resumed r = checkpointer.resume(env.resume_from);
     if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
     start_step = r.step;
     cursor = r.samples_consumed;
@@ -220,14 +234,27 @@ int run_worker(const launch::WorkerEnv& env) {
   auto save = [&](int64_t steps_done) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string dir = checkpointer.save(steps_done, cursor);
-    if (env.rank == 0)
-      log::info(fmt::format("checkpoint saved: {} ({:.2f} s)", dir, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (env.rank == 0) {
+      // Young/Daly: the interval that minimises lost work plus save time is sqrt(2 x save x MTBF).
+      const double mtbf_s = recipe.checkpoint.mtbf_hours * 3600.0;
+      log::info(fmt::format("checkpoint saved: {} ({:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)", dir,
+                            seconds, recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
+    }
     last_save = std::chrono::steady_clock::now();
   };
+  // Rank 0's clock, SIGUSR1 on any rank, or run_dir/SAVE_NOW: the flag rides in the step's
+  // scalar all-reduce, so every rank takes the same decision.
+  const std::string save_now_file = run_dir.root() + "/SAVE_NOW";
   auto time_for_save = [&] {
     const double minutes = recipe.checkpoint.interval_minutes;
-    return env.rank == 0 && minutes > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >= minutes * 60.0;
+    bool due = env.rank == 0 && minutes > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - last_save).count() >= minutes * 60.0;
+    if (g_save_requested) g_save_requested = 0, due = true;
+    if (env.rank == 0 && std::filesystem::exists(save_now_file)) {
+      std::filesystem::remove(save_now_file);
+      due = true;
+    }
+    return due;
   };
 
   // --- the steps -------------------------------------------------------------------------------
