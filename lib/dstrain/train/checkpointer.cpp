@@ -5,6 +5,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -12,6 +14,7 @@
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/zero/engine.h"
@@ -50,12 +53,22 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, c
     fs::remove(probe);
     log::info(shared_ ? fmt::format("checkpoints: every rank writes its own shard into {}", dir_)
                       : fmt::format("checkpoints: some ranks cannot see {} (no shared filesystem): rank 0 gathers and writes them", dir_));
+    if (recipe_.checkpoint.async && !shared_) log::warn("checkpoint.async needs a filesystem every rank shares: saving synchronously instead");
   }
+  async_ = recipe_.checkpoint.async && shared_;
 }
 
-Checkpointer::~Checkpointer() = default;
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();  // errors were for finish(); here only wait
+}
+
+void Checkpointer::finish() {
+  if (writer_.joinable()) writer_.join();
+  if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
+}
 
 std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
+  finish();  // at most one save pending
   const int rank = comm_.rank();
   // The global tensors: the engine's (master weights, moments, state), then the replicated ones.
   std::vector<ckpt::TensorMeta> metas;
@@ -82,6 +95,7 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     mine.push_back({"engine.state", 0, static_cast<int64_t>(state.size()), state.data()});
     for (const auto& t : replicated_) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
   }
+  if (async_) return save_in_background(step, samples_consumed, staging, metas, mine);
   std::string summary;
   if (!mine.empty()) summary = ckpt::to_json(ckpt::write_shard(staging, rank, metas, mine));
   const auto summaries = comm_.all_gather_bytes(summary);
@@ -90,19 +104,75 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     std::vector<ckpt::ShardFile> files;
     for (const auto& s : summaries)
       if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
-    ckpt::TrainState ts;
-    ts.step = step;
-    ts.samples_consumed = samples_consumed;
-    ts.tokens_consumed = samples_consumed * recipe_.data.seq_len;
-    ts.world_size = comm_.world_size();
-    ts.zero_stage = recipe_.zero.stage;
-    ts.precision = recipe_.precision.dtype;
-    ts.config_hash = config::config_hash(recipe_);
-    ts.model = model_line(recipe_);
-    committed = ckpt::commit(dir_, ts, metas, files, {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
+    committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files, {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
   }
   comm_.barrier()->wait();
   return committed;
+}
+
+ckpt::TrainState Checkpointer::train_state(int64_t step, int64_t samples_consumed) const {
+  ckpt::TrainState ts;
+  ts.step = step;
+  ts.samples_consumed = samples_consumed;
+  ts.tokens_consumed = samples_consumed * recipe_.data.seq_len;
+  ts.world_size = comm_.world_size();
+  ts.zero_stage = recipe_.zero.stage;
+  ts.precision = recipe_.precision.dtype;
+  ts.config_hash = config::config_hash(recipe_);
+  ts.model = model_line(recipe_);
+  return ts;
+}
+
+std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging,
+                                             const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces) {
+  // The only time training waits: copying this rank's pieces into host memory.
+  auto snapshot = std::make_shared<std::vector<std::vector<char>>>();
+  std::vector<ckpt::PieceView> owned;
+  std::map<std::string, int64_t> esize;
+  for (const auto& m : metas) esize[m.name] = ckpt::dtype_size(m.dtype);
+  for (const auto& p : pieces) {
+    const auto* bytes = static_cast<const char*>(p.data);
+    snapshot->emplace_back(bytes, bytes + p.count * esize.at(p.tensor));
+    owned.push_back({p.tensor, p.start, p.count, snapshot->back().data()});
+  }
+  const int rank = comm_.rank();
+  const int writers = engine_.shard_replicated() ? 1 : comm_.world_size();
+  const ckpt::TrainState ts = train_state(step, samples_consumed);
+  const ckpt::Retention retention{recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every};
+  const auto timeout = std::chrono::seconds(recipe_.launch.timeout_s);
+  const std::string root = dir_;
+  // `snapshot` is captured explicitly: `owned` points into it, and the thread outlives this call.
+  writer_ = std::thread([=, snapshot = snapshot]() {
+    (void)snapshot;
+    try {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (!owned.empty()) {
+        const ckpt::ShardFile f = ckpt::write_shard(staging, rank, metas, owned);
+        write_file_atomic((fs::path(staging) / fmt::format("rank_{:05d}.json", rank)).string(), ckpt::to_json(f));
+      }
+      if (rank != 0) return;
+      // Rank 0 commits once every writer's summary is on the shared filesystem.
+      std::vector<ckpt::ShardFile> files;
+      for (int r = 0; r < writers; ++r) {
+        const fs::path summary = fs::path(staging) / fmt::format("rank_{:05d}.json", r);
+        while (!fs::exists(summary)) {
+          if (std::chrono::steady_clock::now() - t0 > timeout)
+            throw Error(ErrorCode::kCheckpoint, fmt::format("asynchronous checkpoint of step {}: rank {} did not finish its shard within {} s", ts.step, r,
+                                                            timeout.count()),
+                        "check that every rank's filesystem is the same and has space; the previous checkpoint is intact");
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        files.push_back(ckpt::shard_file_from_json(read_file(summary.string())));
+        fs::remove(summary);
+      }
+      const std::string dir = ckpt::commit(root, ts, metas, files, retention);
+      log::info(fmt::format("checkpoint saved in the background: {} ({:.2f} s)", dir,
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+    } catch (...) {
+      writer_error_ = std::current_exception();
+    }
+  });
+  return (fs::path(root) / ckpt::step_dir_name(step)).string();
 }
 
 Checkpointer::Resumed Checkpointer::resume(const std::string& from) {

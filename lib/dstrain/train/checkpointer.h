@@ -5,9 +5,15 @@
 //     writes its ZeRO shard (master weights and Adam moments by global element ranges) into
 //     rank_NNNNN.bin; rank 0 also the replicated state; rank 0 commits when all are done
 //   otherwise (nodes with separate disks): rank 0 gathers the full state and writes it alone
+// checkpoint.async (shared filesystem only): each rank copies its pieces into host memory and a
+// background thread writes them; rank 0's thread commits once every rank's summary file is there.
+// At most one save is pending: the next one, and finish(), wait for it.
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "dstrain/model/named_tensor.h"
 
@@ -20,6 +26,11 @@ struct Recipe;
 namespace dstrain::zero {
 class Engine;
 }
+namespace dstrain::ckpt {
+struct TrainState;
+struct TensorMeta;
+struct PieceView;
+}
 
 namespace dstrain::train {
 
@@ -29,8 +40,12 @@ class Checkpointer {
   Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine, model::NamedTensors replicated,
                std::string run_id);
   ~Checkpointer();
-  // Collective: saves step `step` with the data cursor; returns the directory (on every rank).
+  // Collective: saves step `step` with the data cursor; returns the directory (async: where it
+  // will be once committed).
   std::string save(int64_t step, int64_t samples_consumed);
+  // Waits for a pending asynchronous save; rethrows its error.
+  void finish();
+  bool async() const { return async_; }
   struct Resumed {
     std::string dir;
     int64_t step = 0;
@@ -48,7 +63,13 @@ class Checkpointer {
   comm::Communicator& comm_;
   zero::Engine& engine_;
   model::NamedTensors replicated_;
+  ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;
+  std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging, const std::vector<ckpt::TensorMeta>& metas,
+                                 const std::vector<ckpt::PieceView>& pieces);
   bool shared_ = true;
+  bool async_ = false;
+  std::thread writer_;
+  std::exception_ptr writer_error_;
 };
 
 }  // namespace dstrain::train

@@ -9,7 +9,6 @@ namespace dstrain::train {
 std::vector<std::string> unsupported_by_engine(const config::Recipe& r) {
   std::vector<std::string> out;
   auto add = [&](const std::string& key, const std::string& what) { out.push_back(fmt::format("{} ({}): {}", key, r.sources.at(key), what)); };
-  if (r.checkpoint.async) add("checkpoint.async", "asynchronous checkpoints come with the checkpoint issue");
   for (const auto& sink : r.logging.sinks)
     if (sink == "csv" || sink == "tensorboard") add("logging.sinks", fmt::format("the {} sink comes with the observability issue (console and jsonl work)", sink));
   if (r.launch.max_restarts > 0) add("launch.max_restarts", "automatic restarts come with the fault-tolerance issue; use `dstrain resume`");

@@ -238,8 +238,9 @@ int run_worker(const launch::WorkerEnv& env) {
     if (env.rank == 0) {
       // Young/Daly: the interval that minimises lost work plus save time is sqrt(2 x save x MTBF).
       const double mtbf_s = recipe.checkpoint.mtbf_hours * 3600.0;
-      log::info(fmt::format("checkpoint saved: {} ({:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)", dir,
-                            seconds, recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
+      log::info(fmt::format("{}: {} (training blocked {:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)",
+                            checkpointer.async() ? "checkpoint being written in the background" : "checkpoint saved", dir, seconds,
+                            recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
     }
     last_save = std::chrono::steady_clock::now();
   };
@@ -349,6 +350,7 @@ int run_worker(const launch::WorkerEnv& env) {
     const int64_t interval = recipe.checkpoint.interval_steps;
     if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0) save(done);
   }
+  checkpointer.finish();  // an asynchronous save must be committed before the run ends
   return 0;
 }
 
