@@ -2,6 +2,8 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <unistd.h>
 
@@ -10,6 +12,8 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/train/engine_support.h"
 #include "dstrain/train/launch_run.h"
+#include "dstrain/core/error.h"
+#include "dstrain/train/run_dir.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -19,6 +23,31 @@ std::string self_executable() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "dstrain";
 }
+
+namespace {
+
+// --resume auto: true when run_dir holds this very run (same config hash) with a committed
+// checkpoint; false when run_dir is new. Anything else is refused rather than guessed.
+bool resume_auto(const config::Recipe& recipe) {
+  const train::RunDir dir(recipe.run_dir);
+  if (!std::filesystem::exists(dir.config_path())) return false;
+  const config::Recipe saved = config::read_resolved_config(dir.config_path());
+  if (config::config_hash(saved) != config::config_hash(recipe))
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--resume auto: run_dir '{}' holds a run with another configuration (hash {} vs {})", recipe.run_dir,
+                            config::config_hash(saved), config::config_hash(recipe)),
+                "use `dstrain resume RUN_DIR` to continue it as it was configured, or another run_dir");
+  bool committed = false;
+  const std::string root = dir.ckpt_dir(saved);
+  if (std::filesystem::is_directory(root))
+    for (const auto& e : std::filesystem::directory_iterator(root)) committed = committed || std::filesystem::exists(e.path() / "COMMITTED");
+  if (!committed)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
+                "it stopped before its first save: remove the directory to start over");
+  return true;
+}
+
+}  // namespace
 
 void register_train(CLI::App& app, Run& run) {
   struct Args {
@@ -50,9 +79,10 @@ void register_train(CLI::App& app, Run& run) {
   cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set optimizer.lr=1e-3");
   add_launch_flags(*cmd, args->flags);
   cmd->add_option("--resume", args->resume_from,
-                  "Start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "
-                  "verifying checkpoint is used): weights, optimizer state, step and data position carry over")
-      ->check(CLI::ExistingDirectory);
+                  "PATH: start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "
+                  "verifying checkpoint is used): weights, optimizer state, step and data position carry over. auto: continue "
+                  "run_dir if it holds this same run with a committed checkpoint, else start it (for job scripts that rerun one command)")
+      ->check(CLI::IsMember({"auto"}) | CLI::ExistingDirectory);
   cmd->add_flag("--dry-run", args->dry_run,
                 "Validate, then print the topology decision, every resolved key with its source (default, recipe\n"
                 "file:line:col, ds_config, --set) and the derived numbers (batch per stage, tokens, parameters,\n"
@@ -82,7 +112,9 @@ void register_train(CLI::App& app, Run& run) {
         return 0;
       }
       train::LaunchOptions options{self_executable(), false, "", topo};
-      if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint
+      if (args->resume_from == "auto") {
+        options.resume = resume_auto(recipe);
+      } else if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint
         options.resume = true;
         options.resume_from = std::filesystem::absolute(args->resume_from).lexically_normal().string();
       }

@@ -55,4 +55,14 @@ grep -q "received SIGUSR1" od.log || fail "the launcher did not report SIGUSR1"
 expect_status 0 "$DSTRAIN" inspect-ckpt od/ckpt/$first --verify
 expect_status 0 "$DSTRAIN" inspect-ckpt od/ckpt/$second --verify
 ok "run_dir/SAVE_NOW and SIGUSR1 each save a checkpoint at the end of the current step ($first, $second)"
+auto=(--set launch.threads_per_worker=1 --set train.steps=12 --set checkpoint.interval_steps=5 --set run_dir=ra --resume auto)
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${auto[@]}"
+expect_out "dstrain starting run"
+rm -r ra/ckpt/step_00000012 && printf 'step_00000010\n' > ra/ckpt/latest   # as if killed after step 10's save
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${auto[@]}"
+expect_out "resumed from $PWD/ra/ckpt/step_00000010 at step 10"
+expect_out "step 12/12"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${auto[@]}" --set train.steps=13
+expect_out "holds a run with another configuration"
+ok "train --resume auto starts a new run_dir, continues the same run from its checkpoint, and refuses another run's directory"
 finish

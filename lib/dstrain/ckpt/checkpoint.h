@@ -99,7 +99,8 @@ std::string save_checkpoint(const std::string& root, const TrainState& state, co
 // size and CRC-32C are checked the first time it is read from.
 class Reader {
  public:
-  explicit Reader(const std::string& dir);
+  // `verified`: the caller (rank 0) already checked every file's CRC; only sizes are checked.
+  explicit Reader(const std::string& dir, bool verified = false);
   ~Reader();
   const std::string& dir() const { return dir_; }
   const TrainState& state() const { return state_; }

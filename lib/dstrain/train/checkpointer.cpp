@@ -196,7 +196,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   if (chosen.empty())
     throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", root),
                 "see the warnings above for each one; start the run again with `dstrain train`");
-  const ckpt::Reader reader(chosen);
+  const ckpt::Reader reader(chosen, /*verified=*/true);  // rank 0 just checked every CRC
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader.read(run.tensor, run.start, run.count, run.data, "float32");
   std::vector<double> state(5);

@@ -216,11 +216,13 @@ int run_worker(const launch::WorkerEnv& env) {
   replicated.insert(replicated.end(), data_state.begin(), data_state.end());
   Checkpointer checkpointer(recipe, ckpt_dir, *comm, engine, replicated, env.run_id);
   if (env.resume) {
+    const auto load_start = std::chrono::steady_clock::now();
     const Checkpointer::Resumed r = checkpointer.resume(env.resume_from);
+    const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
     if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
     start_step = r.step;
     cursor = r.samples_consumed;
-    if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed)", r.dir, start_step, cursor));
+    if (env.rank == 0) log::info(fmt::format("resumed from {} at step {} ({} samples consumed; loaded in {:.2f} s)", r.dir, start_step, cursor, load_s));
   }
   if (env.rank == 0)
     log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
