@@ -36,6 +36,17 @@ for s in 10 20 30; do same_checkpoint_data sync/ckpt/step_000000$s async/ckpt/st
 expect_status 0 "$DSTRAIN" inspect-ckpt async/ckpt --verify
 ok "asynchronous saves commit the same bytes as synchronous ones, and verify"
 
+expect_status 0 "$DSTRAIN" inspect-ckpt sync/ckpt --diff async/ckpt
+expect_out "0 of 64 tensors differ"
+expect_status 0 "$DSTRAIN" inspect-ckpt sync/ckpt/step_00000010 --diff sync/ckpt/step_00000030
+expect_out "relative L2"
+expect_status 0 "$DSTRAIN" inspect-ckpt sync/ckpt --json --tensors
+python3 -c "import json, sys; d = json.loads(sys.stdin.read()); assert d['step'] == 30 and d['zero_stage'] == 2 and d['ok'] and len(d['tensors']) == 64 and d['tensors'][0]['norm'] > 0, d" <<<"$OUT" \
+  || fail "inspect-ckpt --json is not the expected document"
+expect_status 0 "$DSTRAIN" inspect-ckpt sync/ckpt --export exported
+[ -s exported/config.json ] && [ -s exported/model.safetensors ] || fail "--export wrote no Hugging Face layout: $(ls exported)"
+ok "inspect-ckpt --diff names what differs, --json is one document with every tensor's statistics, --export writes config.json + safetensors"
+
 # On demand: a long run with no interval; SAVE_NOW, then SIGUSR1 to the launcher, each give a checkpoint.
 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 --set launch.threads_per_worker=1 --set train.steps=100000 --set run_dir=od > od.log 2>&1 &
 launcher=$!
