@@ -16,6 +16,7 @@ namespace dstrain::app {
 void register_resume(CLI::App& app, Run& run) {
   auto run_dir = std::make_shared<std::string>();
   auto flags = std::make_shared<launch::LaunchFlags>();
+  auto max_restarts = std::make_shared<int>(-1);
   CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its newest committed checkpoint");
   cmd->footer(
       "Reads RUN_DIR/config.resolved.json (the config the run started with) and ckpt/latest, then\n"
@@ -26,8 +27,10 @@ void register_resume(CLI::App& app, Run& run) {
       "  dstrain resume runs/big --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500");
   cmd->add_option("run_dir", *run_dir, "Run directory of an earlier `dstrain train`")->required();
   add_launch_flags(*cmd, *flags);
-  cmd->callback([run_dir, flags, &run] {
-    run = [run_dir, flags] {
+  cmd->add_option("--max-restarts", *max_restarts, "Restart the whole group this many times after a worker failure (default: the run's launch.max_restarts)")
+      ->check(CLI::Range(0, 1000000));
+  cmd->callback([run_dir, flags, max_restarts, &run] {
+    run = [run_dir, flags, max_restarts] {
       const train::RunDir dir(std::filesystem::absolute(*run_dir).lexically_normal().string());
       if (!std::filesystem::exists(dir.config_path()))
         throw Error(ErrorCode::kUsage, "'" + *run_dir + "' is not a dstrain run directory (no config.resolved.json)",
@@ -38,6 +41,8 @@ void register_resume(CLI::App& app, Run& run) {
       // Another number of ranks: same global batch and data order, new accumulation steps. The
       // checkpoints hold full tensors and a global data cursor, so they load on any count.
       config::Recipe recipe = config::resized_for(saved, topo.nproc_per_node, topo.nnodes);
+      // The launcher alone reads max_restarts: the workers keep the saved config untouched.
+      if (*max_restarts >= 0) recipe.launch.max_restarts = *max_restarts;
       // A run directory that was copied or moved resumes where it now is: writing into the
       // original (its config still names it) would overwrite another run's checkpoints.
       const bool moved = std::filesystem::absolute(saved.run_dir).lexically_normal() != std::filesystem::path(dir.root());

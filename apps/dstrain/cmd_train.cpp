@@ -55,6 +55,7 @@ void register_train(CLI::App& app, Run& run) {
     std::vector<std::string> overrides;
     bool dry_run = false;
     std::string resume_from;
+    int max_restarts = -1;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -78,6 +79,9 @@ void register_train(CLI::App& app, Run& run) {
   cmd->add_option("recipe", args->recipe, "Recipe YAML file (see recipes/README.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set optimizer.lr=1e-3");
   add_launch_flags(*cmd, args->flags);
+  cmd->add_option("--max-restarts", args->max_restarts,
+                  "Restart the whole group this many times after a worker failure, from the latest checkpoint (= --set launch.max_restarts)")
+      ->check(CLI::Range(0, 1000000));
   cmd->add_option("--resume", args->resume_from,
                   "PATH: start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "
                   "verifying checkpoint is used): weights, optimizer state, step and data position carry over. auto: continue "
@@ -91,6 +95,7 @@ void register_train(CLI::App& app, Run& run) {
     run = [args] {
       // The first read only feeds the topology decision; the flags' sizes already apply to it, so
       // that a batch valid for --nproc-per-node is not refused for the recipe's own count.
+      if (args->max_restarts >= 0) args->overrides.push_back("launch.max_restarts=" + std::to_string(args->max_restarts));
       auto first_overrides = args->overrides;
       if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
       if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));

@@ -49,7 +49,7 @@ for recipe in "$SRC"/recipes/*.yaml; do
 done
 ok "--dry-run succeeds on every recipe in recipes/"
 
-expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=big --set 'logging.sinks=[console, tensorboard]' --set launch.max_restarts=2
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=big --set 'logging.sinks=[console, tensorboard]' --set launch.max_restarts=2 --set launch.nnodes=2 --set train.micro_batch_size=4 --set launch.master_port=29999
 expect_out "the training engine cannot run 2 of its settings yet"
 expect_out "launch.max_restarts (--set"
 [ ! -e big ] || fail "a refused run created its run directory"

@@ -130,7 +130,7 @@ std::string describe(int status) {
 
 }  // namespace
 
-int supervise(const SupervisorOptions& o) {
+int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   std::filesystem::create_directories(o.log_dir);
   struct sigaction sa{};
   sa.sa_handler = on_signal;
@@ -227,6 +227,17 @@ int supervise(const SupervisorOptions& o) {
                                      describe(c.status), c.log_path);
     for (const auto& line : c.tail) report += "\n    " + line;
     log::error(report);
+    if (failure) {
+      failure->happened = true;
+      failure->rank = c.rank;
+      failure->pid = c.pid;
+      failure->host = host;
+      failure->exit_code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
+      failure->signal = WIFSIGNALED(c.status) ? WTERMSIG(c.status) : 0;
+      failure->description = describe(c.status);
+      failure->tail.assign(c.tail.begin(), c.tail.end());
+      failure->unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    }
     // A worker that stopped on a dstrain error (bad data, checkpoint, ...) passes its documented
     // status through, so scripts see the cause; crashes and signals are "a worker failed".
     if (WIFEXITED(c.status)) {

@@ -19,8 +19,22 @@ struct SupervisorOptions {
   int grace_period_s = 10;
 };
 
+// The first worker failure of a supervise() call, for restarts and failures.jsonl.
+struct WorkerFailure {
+  bool happened = false;
+  int rank = -1;
+  int pid = -1;
+  std::string host;
+  int exit_code = -1;  // when it exited
+  int signal = 0;      // when a signal killed it
+  std::string description;         // "was killed by signal 9 (SIGKILL)"
+  std::vector<std::string> tail;   // the last lines of its log
+  double unix_time = 0;            // when the launcher saw it
+};
+
 // Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
-// dstrain error status (2-6); kWorkerFailed for crashes, signals and other statuses; kInterrupted.
-int supervise(const SupervisorOptions& options);
+// dstrain error status (2-6, 8); kWorkerFailed for crashes, signals and other statuses;
+// kInterrupted. `failure` (optional) receives the first failure.
+int supervise(const SupervisorOptions& options, WorkerFailure* failure = nullptr);
 
 }  // namespace dstrain::launch

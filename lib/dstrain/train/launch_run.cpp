@@ -21,7 +21,9 @@
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/train/engine_support.h"
+#include "dstrain/train/failures.h"
 #include "dstrain/train/worker.h"
+#include "dstrain/train/failures.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -82,15 +84,18 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
                 "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
 }
 
+bool any_committed_checkpoint(const std::string& root) {
+  bool any = false;
+  if (std::filesystem::is_directory(root))
+    for (const auto& e : std::filesystem::directory_iterator(root)) any = any || std::filesystem::exists(e.path() / "COMMITTED");
+  return any;
+}
+
 // Node 0 prepares the run directory; a resume needs a committed checkpoint.
 void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool resume) {
   if (resume) {
     // Existence only: the workers' rank 0 verifies and, if it must, falls back to an older one.
-    bool any = false;
-    const std::string root = run_dir.ckpt_dir(recipe);
-    if (std::filesystem::is_directory(root))
-      for (const auto& e : std::filesystem::directory_iterator(root)) any = any || std::filesystem::exists(e.path() / "COMMITTED");
-    if (!any)
+    if (!any_committed_checkpoint(run_dir.ckpt_dir(recipe)))
       throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
                   "start it with `dstrain train` instead");
   } else {
@@ -141,9 +146,36 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.executable = options.executable;
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
-  sup.workers = launch::local_worker_envs(topo, port, run_id, recipe.run_dir, threads);
-  for (auto& env : sup.workers) env.resume = options.resume, env.resume_from = options.resume_from;
-  const int status = launch::supervise(sup);
+  // Each generation is a whole group: on a failure all workers stop, the failure is recorded,
+  // and (launch.max_restarts) a new generation with a fresh store resumes from the latest
+  // committed checkpoint after a backoff.
+  bool resume = options.resume;
+  std::string resume_from = options.resume_from;
+  std::vector<FailureRecord> failures;
+  int status = 0;
+  for (int generation = 0;; ++generation) {
+    if (generation > 0) {  // nothing of the failed generation's rendezvous survives
+      store.reset();
+      run_key = run_id + "/" + std::to_string(generation);
+      store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
+      store->publish("config", read_file(run_dir.config_path()));
+      port = store->port();
+    }
+    sup.workers = launch::local_worker_envs(topo, port, run_id, recipe.run_dir, threads);
+    for (auto& env : sup.workers) env.resume = resume, env.resume_from = resume_from, env.restart_count = generation;
+    launch::WorkerFailure failure;
+    status = launch::supervise(sup, &failure);
+    if (!failure.happened) break;
+    failures.push_back({failure, generation, last_logged_step(run_dir.metrics_path())});
+    if (topo.node_rank == 0) append_failure(run_dir.root() + "/failures.jsonl", failures.back());
+    if (generation >= recipe.launch.max_restarts || !restartable(failure) || topo.nnodes > 1) break;
+    if (any_committed_checkpoint(run_dir.ckpt_dir(recipe))) resume = true, resume_from.clear();
+    const int wait = restart_backoff_s(generation + 1);
+    log::warn(fmt::format("restart {} of {} in {} s, from {}", generation + 1, recipe.launch.max_restarts, wait,
+                          !resume ? "the start" : resume_from.empty() ? "the latest committed checkpoint" : resume_from));
+    std::this_thread::sleep_for(std::chrono::seconds(wait));
+  }
+  if (!failures.empty() && topo.node_rank == 0) log::warn(root_cause_report(failures));
   if (status == 0 && topo.node_rank == 0)
     log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir.metrics_path(), run_dir.ckpt_dir(recipe)));
   return status;

@@ -1,0 +1,53 @@
+#include "dstrain/train/failures.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+
+#include "dstrain/core/exit_code.h"
+
+namespace dstrain::train {
+
+int64_t last_logged_step(const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  if (last.empty()) return 0;
+  try {
+    return nlohmann::json::parse(last).value("step", int64_t{0});
+  } catch (const nlohmann::json::exception&) {
+    return 0;  // a line cut by the crash
+  }
+}
+
+void append_failure(const std::string& path, const FailureRecord& r) {
+  const auto& f = r.failure;
+  nlohmann::json j{{"time", f.unix_time}, {"generation", r.generation}, {"rank", f.rank}, {"host", f.host}, {"pid", f.pid},
+                   {"what", f.description}, {"step_reached", r.step_reached}, {"log_tail", f.tail}};
+  if (f.exit_code >= 0) j["exit_code"] = f.exit_code;
+  if (f.signal) j["signal"] = f.signal;
+  std::ofstream out(path, std::ios::app);
+  out << j.dump() << "\n";
+}
+
+std::string root_cause_report(const std::vector<FailureRecord>& records) {
+  if (records.empty()) return "";
+  const auto first = std::min_element(records.begin(), records.end(),
+                                      [](const FailureRecord& a, const FailureRecord& b) { return a.failure.unix_time < b.failure.unix_time; });
+  const auto& f = first->failure;
+  return fmt::format("{} worker failure{} in this run (run_dir/failures.jsonl); the first: rank {} on {} {} at step {} (restart generation {})",
+                     records.size(), records.size() == 1 ? "" : "s", f.rank, f.host, f.description, first->step_reached, first->generation);
+}
+
+int restart_backoff_s(int restart) { return std::min(30, 1 << std::min(restart - 1, 5)); }
+
+bool restartable(const launch::WorkerFailure& f) {
+  if (f.signal) return true;
+  const int code = f.exit_code;
+  return !(code == exit_status::kUsage || code == exit_status::kData || code == exit_status::kEnvironment || code == exit_status::kDiverged);
+}
+
+}  // namespace dstrain::train
