@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text(), "Print dstrain, compiler, LibTorch, CUDA and NCCL versions and exit");
   app.footer("Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 data error, 4 checkpoint error,\n"
-             "5 environment error, 6 communication error, 7 a worker failed, 8 training diverged, 130 interrupted. See README.md.");
+             "5 environment error, 6 communication error, 7 a worker failed, 8 training diverged, 75 stopped with a checkpoint (resumable), 130 interrupted. See README.md.");
 
   dstrain::app::Run run;
   dstrain::app::register_train(app, run);

@@ -181,6 +181,7 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;  // 0: pick a free port
   int64_t max_restarts = 0;
+  int64_t stop_grace_s = 60;  // after SIGTERM/SIGINT: time to reach a step boundary and save before SIGKILL
   int64_t timeout_s = 300;  // rendezvous and collective timeout
 };
 

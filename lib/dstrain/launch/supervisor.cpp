@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstring>
@@ -28,7 +29,11 @@ namespace dstrain::launch {
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
-void on_signal(int sig) { g_signal = sig; }
+volatile std::sig_atomic_t g_signal_count = 0;
+void on_signal(int sig) {
+  g_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
 volatile std::sig_atomic_t g_save_request = 0;
 void on_save_request(int) { g_save_request = 1; }
 
@@ -143,6 +148,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   sigemptyset(&usr1.sa_mask);
   sigaction(SIGUSR1, &usr1, &old_usr1);
   g_signal = 0;
+  g_signal_count = 0;
   g_save_request = 0;
 
   std::vector<Child> children(o.workers.size());
@@ -183,10 +189,10 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       c.running = false;
       c.status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!ok && !first_failure && !forwarded_signal) {
+      const bool stopped_as_asked = forwarded_signal && WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
+      if (!ok && !stopped_as_asked && !first_failure && !forwarded_signal) {
         first_failure = &c;
-        stop_all(SIGTERM);
-        stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
+        stop_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
       }
     }
     if (g_save_request) {  // SIGUSR1: the workers checkpoint at the end of the current step
@@ -196,11 +202,16 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     }
     if (g_signal && !forwarded_signal) {
       forwarded_signal = g_signal;
-      log::warn(fmt::format("received {}; stopping all workers", forwarded_signal == SIGINT ? "SIGINT" : "SIGTERM"));
+      log::warn(fmt::format("received {}: the workers stop at the next step boundary after a checkpoint ({} s at most; a second signal kills them)",
+                            forwarded_signal == SIGINT ? "SIGINT" : "SIGTERM", o.grace_period_s));
       stop_all(SIGTERM);
       stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
+    } else if (forwarded_signal && g_signal_count > 1 && stop_deadline != std::chrono::steady_clock::time_point::min()) {
+      log::warn("second signal: killing the workers");
+      stop_all(SIGKILL);
+      stop_deadline = std::chrono::steady_clock::time_point::min();
     }
-    if (std::chrono::steady_clock::now() > stop_deadline) {
+    if (stop_deadline != std::chrono::steady_clock::time_point::min() && std::chrono::steady_clock::now() > stop_deadline) {
       stop_all(SIGKILL);
       stop_deadline = std::chrono::steady_clock::time_point::max();
     }
@@ -246,7 +257,12 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     }
     return exit_status::kWorkerFailed;
   }
-  if (forwarded_signal) return exit_status::kInterrupted;
+  if (forwarded_signal) {
+    const bool all_stopped = std::all_of(children.begin(), children.end(), [](const Child& c) {
+      return WIFEXITED(c.status) && (WEXITSTATUS(c.status) == exit_status::kStopped || WEXITSTATUS(c.status) == 0);
+    });
+    return all_stopped ? exit_status::kStopped : exit_status::kInterrupted;
+  }
   return exit_status::kOk;
 }
 

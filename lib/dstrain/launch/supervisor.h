@@ -1,9 +1,12 @@
 #pragma once
 // Starts the local workers (the same binary, hidden `worker` subcommand) and watches them:
 // each rank's output goes to run_dir/logs/rank_XXXXX.log; the console shows rank 0's lines and
-// warnings/errors of every rank. When a worker fails, the others get SIGTERM, then SIGKILL after
-// a grace period, and the first failure is reported with the tail of its log. SIGINT/SIGTERM
-// sent to the launcher are forwarded. Workers die with the launcher (PR_SET_PDEATHSIG).
+// warnings/errors of every rank. When a worker fails, the others are killed (the group is broken:
+// nothing left to save) and the first failure is reported with the tail of its log. A SIGINT or
+// SIGTERM to the launcher is forwarded as SIGTERM: the workers stop together at the next step
+// boundary after a checkpoint (exit 75); after the grace period, or at a second signal, whatever
+// is left is killed. SIGUSR1 is forwarded (a checkpoint on demand). Workers die with the
+// launcher (PR_SET_PDEATHSIG).
 #include <string>
 #include <vector>
 
@@ -16,7 +19,7 @@ struct SupervisorOptions {
   std::vector<std::string> worker_args;  // e.g. {"worker"}
   std::vector<WorkerEnv> workers;        // one per local rank
   std::string log_dir;
-  int grace_period_s = 10;
+  int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
 };
 
 // The first worker failure of a supervise() call, for restarts and failures.jsonl.

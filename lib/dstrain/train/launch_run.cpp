@@ -146,6 +146,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.executable = options.executable;
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
+  sup.grace_period_s = static_cast<int>(recipe.launch.stop_grace_s);
   // Each generation is a whole group: on a failure all workers stop, the failure is recorded,
   // and (launch.max_restarts) a new generation with a fresh store resumes from the latest
   // committed checkpoint after a backoff.

@@ -23,6 +23,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
 #include "dstrain/data/global_sampler.h"
 #include "dstrain/data/sample_stream.h"
@@ -146,11 +147,22 @@ void write_memory_report(const RunDir& run_dir, const zero::Engine& engine) {
 // current step; so does a file named SAVE_NOW in the run directory.
 volatile std::sig_atomic_t g_save_requested = 0;
 void on_save_request(int) { g_save_requested = 1; }
-void install_save_request_handler() {
+// SIGTERM/SIGINT (from the launcher, Slurm's pre-emption or a terminal) ask for a coordinated
+// stop: every rank finishes the current step, all save one checkpoint, and exit 75.
+volatile std::sig_atomic_t g_stop_requested = 0;
+void on_stop_request(int) { g_stop_requested = 1; }
+void install_signal_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_save_request;
+  sa.sa_flags = SA_RESTART;  // blocking calls in Gloo resume instead of failing with EINTR
   sigemptyset(&sa.sa_mask);
   sigaction(SIGUSR1, &sa, nullptr);
+  struct sigaction stop {};
+  stop.sa_handler = on_stop_request;
+  stop.sa_flags = SA_RESTART;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
 }
 
 // DSTRAIN_TEST_INJECT_INF_STEP=k puts an inf into step k's gradients (tests of the fp16 skip).
@@ -163,7 +175,7 @@ int64_t inject_inf_step_from_env() {
 
 int run_worker(const launch::WorkerEnv& env) {
   // --- environment and config ---------------------------------------------------------------
-  install_save_request_handler();  // first: a SIGUSR1 must never kill a worker
+  install_signal_handlers();  // first: SIGUSR1 must never kill a worker, SIGTERM must stop it cleanly
   log::set_rank(env.rank);
   const RunDir run_dir(env.run_dir);
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
@@ -309,7 +321,8 @@ int run_worker(const launch::WorkerEnv& env) {
       compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       computed_samples += batch.size(0);
     }
-    const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0}, betas.beta1, betas.beta2);
+    const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0, g_stop_requested ? 1.0 : 0.0}, betas.beta1,
+                                                     betas.beta2);
     const double grad_norm = result.grad_norm;
     if (result.skipped && env.rank == 0)
       log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", step + 1,
@@ -350,7 +363,14 @@ int run_worker(const launch::WorkerEnv& env) {
                               step_ms));
     }
     const int64_t interval = recipe.checkpoint.interval_steps;
-    if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0) save(done);
+    const bool stop = result.sums[2] > 0;  // any rank was asked: all stop at this same boundary
+    if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0 || stop) save(done);
+    if (stop && done < tc.steps) {
+      checkpointer.finish();
+      if (env.rank == 0)
+        log::warn(fmt::format("stopped as asked at step {} of {} with a checkpoint; continue with `dstrain resume {}`", done, tc.steps, run_dir.root()));
+      return exit_status::kStopped;
+    }
   }
   checkpointer.finish();  // an asynchronous save must be committed before the run ends
   return 0;

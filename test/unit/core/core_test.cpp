@@ -60,4 +60,8 @@ TEST_CASE("the README's exit code table matches the code", "[core]") {
     INFO("README row for exit status " << status);
     CHECK(std::regex_search(readme, std::regex("\\|\\s*" + std::to_string(status) + "\\s*\\|")));
   }
+  for (int status : {exit_status::kDiverged, exit_status::kStopped}) {
+    INFO("README row for exit status " << status);
+    CHECK(std::regex_search(readme, std::regex("\\|\\s*" + std::to_string(status) + "\\s*\\|")));
+  }
 }
