@@ -122,6 +122,14 @@ void register_train(CLI::App& app, Run& run) {
       } else if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint
         options.resume = true;
         options.resume_from = std::filesystem::absolute(args->resume_from).lexically_normal().string();
+        // Checked before the new run directory is made: a step directory, or a ckpt/ root with one.
+        bool usable = std::filesystem::exists(std::filesystem::path(options.resume_from) / "manifest.json");
+        for (const auto& e : std::filesystem::directory_iterator(options.resume_from))
+          usable = usable || std::filesystem::exists(e.path() / "COMMITTED");
+        if (!usable)
+          throw Error(ErrorCode::kUsage, fmt::format("--resume {}: neither a checkpoint (no manifest.json) nor a directory of committed checkpoints",
+                                                     args->resume_from),
+                      "pass RUN_DIR/ckpt or RUN_DIR/ckpt/step_XXXXXXXX");
       }
       return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };

@@ -41,4 +41,8 @@ expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 
   --set run_dir=s3to1 --resume s3/ckpt/step_00000010
 continues s3 s3to1 || fail "stage 3 -> stage 1 does not continue"
 ok "a ZeRO-3 checkpoint continues at ZeRO-1"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=nowhere --resume w4
+expect_out "neither a checkpoint (no manifest.json) nor a directory of committed checkpoints"
+[ ! -e nowhere ] || fail "a refused --resume created its run directory"
+ok "--resume with a run directory instead of its ckpt/ is refused before anything is created"
 finish
