@@ -56,6 +56,7 @@ void register_train(CLI::App& app, Run& run) {
     bool dry_run = false;
     std::string resume_from;
     int max_restarts = -1;
+    double max_time = -1;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -82,6 +83,9 @@ void register_train(CLI::App& app, Run& run) {
   cmd->add_option("--max-restarts", args->max_restarts,
                   "Restart the whole group this many times after a worker failure, from the latest checkpoint (= --set launch.max_restarts)")
       ->check(CLI::Range(0, 1000000));
+  cmd->add_option("--max-time", args->max_time,
+                  "Wall-time budget in minutes: then every rank stops at one step boundary with a checkpoint, exit 75 (= --set launch.max_time_minutes)")
+      ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--resume", args->resume_from,
                   "PATH: start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "
                   "verifying checkpoint is used): weights, optimizer state, step and data position carry over. auto: continue "
@@ -96,6 +100,7 @@ void register_train(CLI::App& app, Run& run) {
       // The first read only feeds the topology decision; the flags' sizes already apply to it, so
       // that a batch valid for --nproc-per-node is not refused for the recipe's own count.
       if (args->max_restarts >= 0) args->overrides.push_back("launch.max_restarts=" + std::to_string(args->max_restarts));
+      if (args->max_time >= 0) args->overrides.push_back(fmt::format("launch.max_time_minutes={}", args->max_time));
       auto first_overrides = args->overrides;
       if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
       if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));

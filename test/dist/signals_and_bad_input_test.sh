@@ -15,7 +15,7 @@ workers=$(pgrep -P $launcher || true)
 kill -TERM $launcher
 set +e; wait $launcher; status=$?; set -e
 [ $status -eq 75 ] || fail "launcher exited $status on SIGTERM, expected 75 (stopped with a checkpoint): $(tail -5 long.log)"
-grep -q "stopped as asked at step" long.log || fail "no stop report: $(tail -5 long.log)"
+grep -q "stopped as asked (signal) at step" long.log || fail "no stop report: $(tail -5 long.log)"
 at=$(cat long/ckpt/latest)
 [ "$at" != "step_00000060" ] || fail "the run finished before the signal; make it longer"
 sleep 0.5
@@ -24,6 +24,12 @@ left=$(alive $workers)
 expect_status 0 "$DSTRAIN" resume long
 python3 "$SRC/test/dist/compare_metrics.py" whole/metrics.jsonl long/metrics.jsonl --exact || fail "the run resumed after a stop differs"
 ok "SIGTERM stops every rank at one step boundary ($at) with a checkpoint, exit 75, no process left, and resume continues bit-exactly"
+
+expect_status 75 "$DSTRAIN" train "$demo_recipe" --set train.steps=100000 --max-time 0.05 --set run_dir=budget
+expect_out "stopped as asked (wall-time budget of 0.05 min)"
+[ -e budget/ckpt/latest ] || fail "the wall-time stop left no checkpoint"
+expect_status 0 "$DSTRAIN" inspect-ckpt budget/ckpt --verify
+ok "--max-time stops every rank at one step boundary with a checkpoint (exit 75)"
 
 expect_status 0 "$DSTRAIN" train "$demo_recipe" --set train.steps=20 --set checkpoint.interval_steps=10 --set checkpoint.keep_last=0 --set run_dir=r
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=r

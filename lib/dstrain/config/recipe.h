@@ -182,6 +182,7 @@ struct LaunchConfig {
   int64_t master_port = 0;  // 0: pick a free port
   int64_t max_restarts = 0;
   int64_t stop_grace_s = 60;  // after SIGTERM/SIGINT: time to reach a step boundary and save before SIGKILL
+  double max_time_minutes = 0;  // wall-time budget of each launch: then a coordinated stop (0: none)
   int64_t timeout_s = 300;  // rendezvous and collective timeout
 };
 

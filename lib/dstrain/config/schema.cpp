@@ -144,6 +144,7 @@ const std::vector<Field>& recipe_schema() {
       {"launch.master_addr", 0, 0, {}, "Address of the rendezvous store.", DS_FIELD(launch.master_addr)},
       {"launch.master_port", 0, 65535, {}, "Port of the rendezvous store (0: pick a free one).", DS_FIELD(launch.master_port)},
       {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},
+      {"launch.max_time_minutes", 0, kInf, {}, "Wall-time budget of each launch (--max-time): when it is spent, a coordinated stop with a checkpoint (exit 75); 0: none.", DS_FIELD(launch.max_time_minutes)},
       {"launch.stop_grace_s", 1, 86400, {}, "After SIGTERM/SIGINT the workers finish the step and save a checkpoint; whatever is left after this many seconds is killed.", DS_FIELD(launch.stop_grace_s)},
       {"launch.timeout_s", 1, 86400, {}, "Rendezvous and collective timeout in seconds.", DS_FIELD(launch.timeout_s)},
   };

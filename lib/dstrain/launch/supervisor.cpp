@@ -189,7 +189,8 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       c.running = false;
       c.status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      const bool stopped_as_asked = forwarded_signal && WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
+      // 75: a coordinated stop (a signal, or the wall-time budget) that every rank takes together.
+      const bool stopped_as_asked = WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
       if (!ok && !stopped_as_asked && !first_failure && !forwarded_signal) {
         first_failure = &c;
         stop_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
@@ -257,7 +258,9 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     }
     return exit_status::kWorkerFailed;
   }
-  if (forwarded_signal) {
+  const bool any_stopped = std::any_of(children.begin(), children.end(),
+                                       [](const Child& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == exit_status::kStopped; });
+  if (forwarded_signal || any_stopped) {
     const bool all_stopped = std::all_of(children.begin(), children.end(), [](const Child& c) {
       return WIFEXITED(c.status) && (WEXITSTATUS(c.status) == exit_status::kStopped || WEXITSTATUS(c.status) == 0);
     });

@@ -258,6 +258,13 @@ int run_worker(const launch::WorkerEnv& env) {
     }
     last_save = std::chrono::steady_clock::now();
   };
+  // A coordinated stop: SIGTERM/SIGINT on any rank, or rank 0's clock past launch.max_time_minutes.
+  const auto launch_start = std::chrono::steady_clock::now();
+  auto time_to_stop = [&] {
+    const double budget = recipe.launch.max_time_minutes;
+    return g_stop_requested ||
+           (env.rank == 0 && budget > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - launch_start).count() >= budget * 60.0);
+  };
   // Rank 0's clock, SIGUSR1 on any rank, or run_dir/SAVE_NOW: the flag rides in the step's
   // scalar all-reduce, so every rank takes the same decision.
   const std::string save_now_file = run_dir.root() + "/SAVE_NOW";
@@ -321,7 +328,7 @@ int run_worker(const launch::WorkerEnv& env) {
       compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       computed_samples += batch.size(0);
     }
-    const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0, g_stop_requested ? 1.0 : 0.0}, betas.beta1,
+    const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0, time_to_stop() ? 1.0 : 0.0}, betas.beta1,
                                                      betas.beta2);
     const double grad_norm = result.grad_norm;
     if (result.skipped && env.rank == 0)
@@ -368,7 +375,9 @@ int run_worker(const launch::WorkerEnv& env) {
     if (stop && done < tc.steps) {
       checkpointer.finish();
       if (env.rank == 0)
-        log::warn(fmt::format("stopped as asked at step {} of {} with a checkpoint; continue with `dstrain resume {}`", done, tc.steps, run_dir.root()));
+        log::warn(fmt::format("stopped as asked ({}) at step {} of {} with a checkpoint; continue with `dstrain resume {}`",
+                              g_stop_requested ? "signal" : fmt::format("wall-time budget of {:g} min", recipe.launch.max_time_minutes), done, tc.steps,
+                              run_dir.root()));
       return exit_status::kStopped;
     }
   }
