@@ -13,6 +13,7 @@ int dstrain_cuda_device_name(int, char* buf, size_t buf_size) {
   if (buf_size) buf[0] = '\0';
   return 100;  // cudaErrorNoDevice
 }
+int dstrain_cuda_device_props(int, int*, int*, size_t*) { return 100; }  // cudaErrorNoDevice
 int dstrain_cuda_sum_squares_f32(const float*, size_t, double*, void*) { return 35; }  // cudaErrorInsufficientDriver
 const char* dstrain_cuda_error_string(int) { return "dstrain was built without CUDA"; }
 }

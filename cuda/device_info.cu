@@ -40,6 +40,16 @@ int dstrain_cuda_device_name(int index, char* buf, size_t buf_size) {
   return 0;
 }
 
+int dstrain_cuda_device_props(int index, int* cc_major, int* cc_minor, size_t* total_bytes) {
+  cudaDeviceProp prop;
+  const cudaError_t rc = cudaGetDeviceProperties(&prop, index);
+  if (rc != cudaSuccess) return static_cast<int>(rc);
+  *cc_major = prop.major;
+  *cc_minor = prop.minor;
+  *total_bytes = prop.totalGlobalMem;
+  return 0;
+}
+
 const char* dstrain_cuda_error_string(int code) { return cudaGetErrorString(static_cast<cudaError_t>(code)); }
 
 }  // extern "C"

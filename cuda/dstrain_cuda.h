@@ -20,6 +20,8 @@ int dstrain_cuda_device_count(void);
 int dstrain_nccl_version(void);
 /* Name of device `index` into buf (NUL-terminated); returns 0 on success, else a CUDA error code. */
 int dstrain_cuda_device_name(int index, char* buf, size_t buf_size);
+/* Compute capability and total memory of device `index`; returns 0 or a CUDA error code. */
+int dstrain_cuda_device_props(int index, int* cc_major, int* cc_minor, size_t* total_bytes);
 
 /* Sum of squares of n floats at device pointer x, accumulated in double into *out (a device
  * pointer to one double, overwritten). Launched on `stream` (cudaStream_t, NULL = default).

@@ -1,38 +1,98 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "commands.h"
-#include "dstrain/envcheck/facts.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/train/env_task.h"
+#include "launch_flags.h"
 
 namespace dstrain::app {
 
 void register_check_env(CLI::App& app, Run& run) {
-  auto json = std::make_shared<bool>(false);
-  CLI::App* cmd = app.add_subcommand("check-env", "Show this node's software stack and hardware as dstrain sees them");
+  struct Args {
+    std::string recipe;
+    std::vector<std::string> overrides;
+    bool json = false;
+    bool local = false;
+    std::vector<std::string> skip;
+    train::EnvCheckTask task;
+    launch::LaunchFlags flags;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("check-env", "Check that every rank's software, hardware, config and data agree, and probe network, devices and disk");
   cmd->footer(
-      "Prints host, OS, kernel, CPU, memory, dstrain build, LibTorch, CUDA, NCCL and GPUs.\n"
-      "This version checks the local node only; comparing every rank of a job comes next.\n\n"
+      "Starts the workers as `train` would (the same flags, torchrun, Slurm and mpirun environments),\n"
+      "gathers every rank's facts and compares them: versions and hashes must be equal on every rank,\n"
+      "hardware and limits within a node; the clock offset from rank 0 and the checkpoint directory's\n"
+      "free space have limits; measurements (GEMM, disk, links) flag ranks under half the median.\n"
+      "For each mismatch the report shows the groups of ranks holding each value.\n"
+      "With a recipe, its resolved config, recipe file, ds_config and dataset files are hashed too\n"
+      "(checksums are cached by file identity in ~/.cache/dstrain), and its checkpoint dir is checked.\n"
+      "`train` runs the same check (without probes) before training unless --skip-env-check.\n\n"
+      "Exit codes: 0 consistent, 1 mismatch, 2 usage; 5/6/7 when the check itself could not run.\n\n"
       "Examples:\n"
-      "  dstrain check-env\n"
-      "  dstrain check-env --json > facts.json");
-  cmd->add_flag("--json", *json, "Print one JSON object instead of a table");
-  cmd->callback([json, &run] {
-    run = [json] {
-      const auto facts = envcheck::collect_local_facts();
-      if (*json) {
-        std::string out = "{";
-        for (size_t i = 0; i < facts.size(); ++i) {
-          std::string v;
-          for (char c : facts[i].second) v += (c == '"' || c == '\\') ? std::string("\\") + c : std::string(1, c);
-          out += fmt::format("{}\"{}\": \"{}\"", i ? ", " : "", facts[i].first, v);
-        }
-        fmt::print("{}}}\n", out);
-      } else {
-        size_t width = 0;
-        for (const auto& f : facts) width = std::max(width, f.first.size());
-        for (const auto& f : facts) fmt::print("{:<{}}  {}\n", f.first, width, f.second);
+      "  dstrain check-env --local                      (this machine's facts, no workers)\n"
+      "  dstrain check-env --nproc-per-node 4\n"
+      "  dstrain check-env recipes/demo.yaml --nproc-per-node 2 --json\n"
+      "  dstrain check-env r.yaml --nnodes 2 --node-rank 0 --master-addr 10.0.0.1 --master-port 29500   (on node 0)\n"
+      "  srun --ntasks-per-node=1 dstrain check-env r.yaml --nproc-per-node 8 --skip pairwise");
+  cmd->add_option("recipe", args->recipe, "Recipe whose config, data and checkpoint dir to check as well")->check(CLI::ExistingFile);
+  cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable)");
+  add_launch_flags(*cmd, args->flags);
+  cmd->add_flag("--local", args->local, "This process only: no workers, no rendezvous; prints this machine's facts");
+  cmd->add_flag("--json", args->json, "Print the report as one JSON object (schema: docs/check-env.schema.json)");
+  cmd->add_option("--skip", args->skip, "Probes to skip: allreduce, pairwise, gemm, disk, or probes (all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"allreduce", "pairwise", "gemm", "disk", "probes"}));
+  cmd->add_option("--max-clock-skew", args->task.max_clock_skew_s, "Largest clock offset from rank 0 that passes, in seconds (default 1)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds (default 120)")->check(CLI::Range(1, 86400));
+  cmd->callback([args, &run] {
+    run = [args] {
+      for (const auto& s : args->skip) {
+        const bool all = s == "probes";
+        if (all || s == "allreduce") args->task.allreduce = false;
+        if (all || s == "pairwise") args->task.pairwise = false;
+        if (all || s == "gemm") args->task.gemm = false;
+        if (all || s == "disk") args->task.disk = false;
       }
-      return 0;
+      int recipe_nproc = 1, recipe_nnodes = 1, recipe_port = 0;
+      bool recipe_nproc_given = false;
+      std::string recipe_addr = "127.0.0.1";
+      std::string temp_dir;
+      if (!args->recipe.empty()) {
+        auto first_overrides = args->overrides;
+        if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
+        if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));
+        const config::Recipe first = config::load_recipe(args->recipe, first_overrides);
+        recipe_nproc = static_cast<int>(first.launch.nproc_per_node);
+        recipe_nproc_given = first.sources.at("launch.nproc_per_node") != "default";
+        recipe_nnodes = static_cast<int>(first.launch.nnodes);
+        recipe_addr = first.launch.master_addr;
+        recipe_port = static_cast<int>(first.launch.master_port);
+      }
+      const launch::Topology topo = args->local ? launch::Topology{}
+                                                : decide_topology(args->flags, recipe_nproc, recipe_nproc_given, recipe_nnodes, recipe_addr, recipe_port);
+      if (!args->recipe.empty()) {
+        auto overrides = args->overrides;
+        if (!args->local)
+          for (const auto& o : topology_overrides(topo)) overrides.push_back(o);
+        config::Recipe recipe = config::load_recipe(args->recipe, overrides);
+        recipe.launch.node_rank = 0;  // the one value that differs by node: not part of what must agree
+        temp_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-check-env-config-{}", ::getpid())).string();
+        std::filesystem::create_directories(temp_dir);
+        args->task.config_path = temp_dir + "/config.resolved.json";
+        config::write_resolved_config(recipe, args->task.config_path);
+      }
+      int status = 0;
+      if (args->local) status = train::run_env_local(args->task, args->json);
+      else if (topo.mode == launch::Topology::Mode::kRank) status = train::run_env_task_as_rank(topo, args->task);
+      else status = train::launch_env_task(topo, args->task, args->json, self_executable());
+      if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
+      return status;
     };
   });
 }

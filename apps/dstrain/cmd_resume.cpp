@@ -17,6 +17,7 @@ void register_resume(CLI::App& app, Run& run) {
   auto run_dir = std::make_shared<std::string>();
   auto flags = std::make_shared<launch::LaunchFlags>();
   auto max_restarts = std::make_shared<int>(-1);
+  auto skip_env_check = std::make_shared<bool>(false);
   CLI::App* cmd = app.add_subcommand("resume", "Continue a run from its newest committed checkpoint");
   cmd->footer(
       "Reads RUN_DIR/config.resolved.json (the config the run started with) and ckpt/latest, then\n"
@@ -29,8 +30,9 @@ void register_resume(CLI::App& app, Run& run) {
   add_launch_flags(*cmd, *flags);
   cmd->add_option("--max-restarts", *max_restarts, "Restart the whole group this many times after a worker failure (default: the run's launch.max_restarts)")
       ->check(CLI::Range(0, 1000000));
-  cmd->callback([run_dir, flags, max_restarts, &run] {
-    run = [run_dir, flags, max_restarts] {
+  cmd->add_flag("--skip-env-check", *skip_env_check, "Do not compare the ranks' software, hardware, config and data files before training");
+  cmd->callback([run_dir, flags, max_restarts, skip_env_check, &run] {
+    run = [run_dir, flags, max_restarts, skip_env_check] {
       const train::RunDir dir(std::filesystem::absolute(*run_dir).lexically_normal().string());
       if (!std::filesystem::exists(dir.config_path()))
         throw Error(ErrorCode::kUsage, "'" + *run_dir + "' is not a dstrain run directory (no config.resolved.json)",
@@ -61,7 +63,7 @@ void register_resume(CLI::App& app, Run& run) {
         fmt::print(stderr, "resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}\n", recipe.world_size(),
                    saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size, recipe.train.global_batch_size);
       }
-      const train::LaunchOptions options{self_executable(), true, "", topo};
+      const train::LaunchOptions options{self_executable(), true, "", topo, !*skip_env_check};
       return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
     };
   });

@@ -57,6 +57,7 @@ void register_train(CLI::App& app, Run& run) {
     std::string resume_from;
     int max_restarts = -1;
     double max_time = -1;
+    bool skip_env_check = false;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -91,6 +92,8 @@ void register_train(CLI::App& app, Run& run) {
                   "verifying checkpoint is used): weights, optimizer state, step and data position carry over. auto: continue "
                   "run_dir if it holds this same run with a committed checkpoint, else start it (for job scripts that rerun one command)")
       ->check(CLI::IsMember({"auto"}) | CLI::ExistingDirectory);
+  cmd->add_flag("--skip-env-check", args->skip_env_check,
+                "Do not compare the ranks' software, hardware, config and data files before training (launch.env_check)");
   cmd->add_flag("--dry-run", args->dry_run,
                 "Validate, then print the topology decision, every resolved key with its source (default, recipe\n"
                 "file:line:col, ds_config, --set) and the derived numbers (batch per stage, tokens, parameters,\n"
@@ -121,7 +124,7 @@ void register_train(CLI::App& app, Run& run) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
-      train::LaunchOptions options{self_executable(), false, "", topo};
+      train::LaunchOptions options{self_executable(), false, "", topo, !args->skip_env_check};
       if (args->resume_from == "auto") {
         options.resume = resume_auto(recipe);
       } else if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint

@@ -3,6 +3,7 @@
 #include "commands.h"
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/train/comm_task.h"
+#include "dstrain/train/env_task.h"
 #include "dstrain/train/worker.h"
 
 namespace dstrain::app {
@@ -12,11 +13,17 @@ void register_worker(CLI::App& app, Run& run) {
   struct Args {
     std::string task = "train";
     train::CommTask comm;
+    train::EnvCheckTask env_check;
+    std::string skip;
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("worker", "Run one rank (started by the launcher)");
   cmd->group("");  // hidden from --help
-  cmd->add_option("--task", args->task)->check(CLI::IsMember({"train", "comm-check", "comm-bench"}));
+  cmd->add_option("--task", args->task)->check(CLI::IsMember({"train", "comm-check", "comm-bench", "check-env"}));
+  cmd->add_option("--report", args->env_check.report_path);
+  cmd->add_option("--config", args->env_check.config_path);
+  cmd->add_option("--max-clock-skew", args->env_check.max_clock_skew_s);
+  cmd->add_option("--skip", args->skip);
   cmd->add_option("--min-bytes", args->comm.bench.min_bytes);
   cmd->add_option("--max-bytes", args->comm.bench.max_bytes);
   cmd->add_option("--iters", args->comm.bench.max_iters);
@@ -26,6 +33,13 @@ void register_worker(CLI::App& app, Run& run) {
     run = [args] {
       const launch::WorkerEnv env = launch::worker_env_from_environment();
       if (args->task == "train") return train::run_worker(env);
+      if (args->task == "check-env") {
+        args->env_check.timeout_s = args->comm.timeout_s;
+        for (const auto& [flag, name] : {std::pair{&args->env_check.allreduce, "allreduce"}, {&args->env_check.pairwise, "pairwise"},
+                                         {&args->env_check.gemm, "gemm"}, {&args->env_check.disk, "disk"}})
+          if (args->skip.find(name) != std::string::npos) *flag = false;
+        return train::run_env_task(env, args->env_check, /*print=*/false);
+      }
       args->comm.check = args->task == "comm-check";
       return train::run_comm_task(env, args->comm);
     };

@@ -49,9 +49,9 @@ for recipe in "$SRC"/recipes/*.yaml; do
 done
 ok "--dry-run succeeds on every recipe in recipes/"
 
-expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=big --set 'logging.sinks=[console, tensorboard]' --set launch.max_restarts=2 --set launch.nnodes=2 --set train.micro_batch_size=4 --set launch.master_port=29999
-expect_out "the training engine cannot run 2 of its settings yet"
-expect_out "launch.max_restarts (--set"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=big --set 'logging.sinks=[console, tensorboard]' --set train.micro_batch_size=4
+expect_out "the training engine cannot run one of its settings yet"
+expect_out "logging.sinks (--set"
 [ ! -e big ] || fail "a refused run created its run directory"
 ok "settings the engine cannot run yet are refused before anything starts"
 
@@ -79,8 +79,8 @@ expect_status 0 "$DSTRAIN" bench model "$SRC/recipes/tiny-mla-moe.yaml" --iters 
 expect_out "tokens/s"
 expect_status 0 "$DSTRAIN" check-env
 for word in host os cpu memory libtorch "cuda kernels" gpus; do expect_out "$word"; done
-expect_status 0 "$DSTRAIN" check-env --json
-python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert "libtorch" in d and "gpus" in d' "$OUT" || fail "check-env --json is not valid JSON"
+expect_status 0 "$DSTRAIN" check-env --local --json
+python3 -c 'import json,sys; d=json.loads(sys.argv[1]); names=[f["name"] for f in d["facts"]]; assert "libtorch" in names and "gpus" in names' "$OUT" || fail "check-env --json is not valid JSON"
 ok "check-env prints the node's facts as a table and as JSON"
 
 expect_status 2 "$DSTRAIN" resume nowhere

@@ -17,7 +17,7 @@ for seed in $(seq 1 "$seeds"); do
   launcher=$!
   # Once metrics.jsonl reaches the step, SIGKILL a random worker of the launcher.
   for _ in $(seq 1 600); do
-    [ "$(wc -l < r$seed/metrics.jsonl 2>/dev/null || echo 0)" -ge "$kill_at" ] && break
+    [ "$(wc -l 2>/dev/null < r$seed/metrics.jsonl || echo 0)" -ge "$kill_at" ] && break
     sleep 0.05
   done
   victim=$(pgrep -P $launcher | python3 -c "import random, sys; random.seed($seed); print(random.choice(sys.stdin.read().split()))")
@@ -25,7 +25,7 @@ for seed in $(seq 1 "$seeds"); do
   set +e; wait $launcher; status=$?; set -e
   [ $status -eq 0 ] || fail "seed $seed (kill at step $kill_at): the run did not complete after the restart (exit $status): $(tail -5 r$seed.log)"
   grep -q "restart 1 of 2" r$seed.log || fail "seed $seed: no restart was announced"
-  grep -q "1 worker failure in this run" r$seed.log || fail "seed $seed: no root-cause report"
+  grep -q "1 failure in this run" r$seed.log || fail "seed $seed: no root-cause report"
   python3 - r$seed/failures.jsonl "$victim" <<'PY' || fail "seed $seed: failures.jsonl does not record the kill"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

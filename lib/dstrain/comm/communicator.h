@@ -39,6 +39,9 @@ class Communicator {
   // In-place copy of root's tensor to every rank.
   virtual WorkHandle broadcast(at::Tensor& tensor, int root) = 0;
   virtual WorkHandle barrier() = 0;
+  // Point to point (the pairwise link probe of check-env): the whole tensor to/from one rank.
+  virtual WorkHandle send(const at::Tensor& tensor, int dst) = 0;
+  virtual WorkHandle recv(at::Tensor& tensor, int src) = 0;
   // Every rank's bytes, in rank order (blocking): for facts such as versions and hostnames.
   virtual std::vector<std::string> all_gather_bytes(const std::string& mine) = 0;
 };
@@ -49,6 +52,7 @@ struct Endpoint {
   std::string run_id;  // a worker of another run or restart generation is refused
   std::chrono::milliseconds timeout;
   bool host_store = false;  // this rank hosts the store (no dstrain launcher: mpirun, srun)
+  std::chrono::milliseconds collective_timeout{0};  // a collective's wait; 0: `timeout`
 };
 
 // Joins (or hosts) the store, announces this rank, and builds a Gloo group. A timeout names the

@@ -14,6 +14,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/progress.h"
 
 namespace dstrain::comm {
 namespace {
@@ -23,8 +24,9 @@ using c10d::ProcessGroupGloo;
 // A c10d work plus what to do once it is done (e.g. convert a bf16 result back, sum chunks).
 class GlooWork final : public Work {
  public:
-  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, std::string what, std::chrono::milliseconds timeout)
-      : work_(std::move(work)), finish_(std::move(finish)), what_(std::move(what)), timeout_(timeout) {}
+  GlooWork(c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish, const char* op, uint64_t seq, std::string what,
+           std::chrono::milliseconds timeout)
+      : work_(std::move(work)), finish_(std::move(finish)), op_(op), seq_(seq), what_(std::move(what)), timeout_(timeout) {}
   ~GlooWork() override {
     if (!done_) {
       try {
@@ -36,6 +38,7 @@ class GlooWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
+    const progress::CollectiveWait waiting(op_, seq_);  // the heartbeat shows where a hang is
     try {
       if (work_ && !work_->wait(timeout_)) throw std::runtime_error("wait returned false");
     } catch (const std::exception& e) {
@@ -49,6 +52,8 @@ class GlooWork final : public Work {
   static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
+  const char* op_;
+  uint64_t seq_;
   std::string what_;
   std::chrono::milliseconds timeout_;
   bool done_ = false;
@@ -123,6 +128,20 @@ class GlooCommunicator final : public Communicator {
 
   WorkHandle barrier() override { return make("barrier", group_->barrier(), {}); }
 
+  WorkHandle send(const at::Tensor& tensor, int dst) override {
+    check(tensor, "send");
+    require(dst >= 0 && dst < world_ && dst != rank_, "send: dst is not another rank");
+    std::vector<at::Tensor> tensors{movable(tensor)};
+    return make("send", group_->send(tensors, dst, /*tag=*/0), {});
+  }
+
+  WorkHandle recv(at::Tensor& tensor, int src) override {
+    check(tensor, "recv");
+    require(src >= 0 && src < world_ && src != rank_, "recv: src is not another rank");
+    std::vector<at::Tensor> tensors{movable(tensor)};
+    return make("recv", group_->recv(tensors, src, /*tag=*/0), {});
+  }
+
   std::vector<std::string> all_gather_bytes(const std::string& mine) override {
     at::Tensor length = at::tensor({static_cast<int64_t>(mine.size())}, at::kLong);
     at::Tensor lengths = at::empty({world_}, at::kLong);
@@ -156,7 +175,7 @@ class GlooCommunicator final : public Communicator {
   WorkHandle make(const char* op, c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish) {
     const uint64_t seq = ++sequence_;
     const std::string what = std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
-    return std::make_unique<GlooWork>(std::move(work), std::move(finish), what, timeout_);
+    return std::make_unique<GlooWork>(std::move(work), std::move(finish), op, seq, what, timeout_);
   }
 
   c10::intrusive_ptr<c10d::Store> store_;  // keeps a self-hosted store alive
@@ -173,14 +192,15 @@ std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int ran
   c10::intrusive_ptr<c10d::Store> store = join_store(ep, rank, world);
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dstrain/" + ep.run_id + "/gloo", store);
-    auto options = ProcessGroupGloo::Options::create_default(ep.timeout);
+    const std::chrono::milliseconds op_timeout = ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout;
+    auto options = ProcessGroupGloo::Options::create_default(op_timeout);
     // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise bind to the address that
     // routes to the master, which works on one host, across hosts and across network namespaces.
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
     options->devices = {ifname && *ifname ? ProcessGroupGloo::createDeviceForInterface(ifname)
                                           : ProcessGroupGloo::createDeviceForHostname(local_address_towards(ep.master_addr))};
     auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, options);
-    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, ep.timeout);
+    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, op_timeout);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

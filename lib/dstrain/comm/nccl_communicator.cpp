@@ -15,6 +15,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/progress.h"
 
 namespace dstrain::comm {
 namespace {
@@ -44,8 +45,9 @@ struct Shared {
 
 class NcclWork final : public Work {
  public:
-  NcclWork(std::shared_ptr<Shared> shared, cudaEvent_t event, cudaStream_t caller, std::string what, std::chrono::milliseconds timeout)
-      : shared_(std::move(shared)), event_(event), caller_(caller), what_(std::move(what)), timeout_(timeout) {}
+  NcclWork(std::shared_ptr<Shared> shared, cudaEvent_t event, cudaStream_t caller, const char* op, uint64_t seq, std::string what,
+           std::chrono::milliseconds timeout)
+      : shared_(std::move(shared)), event_(event), caller_(caller), op_(op), seq_(seq), what_(std::move(what)), timeout_(timeout) {}
   ~NcclWork() override {
     if (!done_) {
       try {
@@ -58,6 +60,7 @@ class NcclWork final : public Work {
   void wait() override {
     if (done_) return;
     done_ = true;
+    const progress::CollectiveWait waiting(op_, seq_);  // the heartbeat shows where a hang is
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
       const cudaError_t q = cudaEventQuery(event_);
@@ -80,6 +83,8 @@ class NcclWork final : public Work {
   std::shared_ptr<Shared> shared_;
   cudaEvent_t event_;
   cudaStream_t caller_;
+  const char* op_;
+  uint64_t seq_;
   std::string what_;
   std::chrono::milliseconds timeout_;
   bool done_ = false;
@@ -130,6 +135,16 @@ class NcclCommunicator final : public Communicator {
       return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), root, shared_->comm, s);
     });
   }
+  WorkHandle send(const at::Tensor& t, int dst) override {
+    check(t, "send");
+    require(dst >= 0 && dst < world_ && dst != rank_, "send: dst is not another rank");
+    return launch("send", [&](cudaStream_t s) { return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), dst, shared_->comm, s); });
+  }
+  WorkHandle recv(at::Tensor& t, int src) override {
+    check(t, "recv");
+    require(src >= 0 && src < world_ && src != rank_, "recv: src is not another rank");
+    return launch("recv", [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), src, shared_->comm, s); });
+  }
   WorkHandle barrier() override {
     at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(device()));
     auto work = all_reduce(one);
@@ -170,7 +185,7 @@ class NcclCommunicator final : public Communicator {
     nccl_check(body(stream_), what);
     cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
     cuda_check(cudaEventRecord(done, stream_), what);
-    return std::make_unique<NcclWork>(shared_, done, caller, what, timeout_);
+    return std::make_unique<NcclWork>(shared_, done, caller, op, seq, what, timeout_);
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
@@ -201,7 +216,7 @@ std::unique_ptr<Communicator> make_nccl_communicator(const Endpoint& ep, int ran
   }
   auto shared = std::make_shared<Shared>();
   nccl_check(ncclCommInitRank(&shared->comm, world, id, rank), "rank " + std::to_string(rank) + ": ncclCommInitRank");
-  return std::make_unique<NcclCommunicator>(store, shared, rank, world, device, ep.run_id, ep.timeout);
+  return std::make_unique<NcclCommunicator>(store, shared, rank, world, device, ep.run_id, ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout);
 }
 
 }  // namespace dstrain::comm

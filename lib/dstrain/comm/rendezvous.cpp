@@ -11,6 +11,7 @@
 #include <chrono>
 #include <thread>
 
+#include "dstrain/comm/store_client_impl.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::comm {
@@ -52,12 +53,7 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
   const std::string where = ep.master_addr + ":" + std::to_string(ep.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(ep.master_port);
-    opts.isServer = ep.host_store;
-    opts.waitWorkers = false;
-    opts.timeout = ep.timeout;
-    store = c10::make_intrusive<c10d::TCPStore>(ep.master_addr, opts);
+    store = open_tcp_store(ep.master_addr, ep.master_port, ep.timeout, ep.host_store);
     if (ep.host_store) store->set("dstrain/run", bytes(ep.run_id));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " cannot " + (ep.host_store ? "host" : "reach") + " the rendezvous store at " + where + ": " +

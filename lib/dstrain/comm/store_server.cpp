@@ -2,6 +2,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dstrain/comm/store_server.h"
+#include "dstrain/comm/store_client_impl.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::comm {
@@ -13,12 +14,7 @@ struct StoreServer::Impl {
 StoreServer::StoreServer(const std::string& host, int port, const std::string& run_id, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(port);
-    opts.isServer = true;
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    impl_->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    impl_->store = open_tcp_store(host, port, timeout, /*is_server=*/true);
     const std::string value = run_id;
     impl_->store->set("dstrain/run", std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
@@ -31,6 +27,13 @@ StoreServer::~StoreServer() = default;
 
 int StoreServer::port() const { return impl_->store->getPort(); }
 
+StoreClient StoreServer::client() const {
+  auto impl = std::make_unique<StoreClient::Impl>();
+  impl->store = impl_->store;
+  impl->where = "hosted here";
+  return StoreClient(std::move(impl));
+}
+
 void StoreServer::publish(const std::string& key, const std::string& value) {
   impl_->store->set("dstrain/published/" + key, std::vector<uint8_t>(value.begin(), value.end()));
 }
@@ -38,12 +41,7 @@ void StoreServer::publish(const std::string& key, const std::string& value) {
 NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::string& key, std::chrono::milliseconds timeout) {
   const std::string where = host + ":" + std::to_string(port);
   try {
-    c10d::TCPStoreOptions opts;
-    opts.port = static_cast<uint16_t>(port);
-    opts.isServer = false;
-    opts.waitWorkers = false;
-    opts.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    auto store = open_tcp_store(host, port, timeout, /*is_server=*/false);
     auto run = store->get("dstrain/run");
     auto value = store->get("dstrain/published/" + key);
     return {std::string(run.begin(), run.end()), std::string(value.begin(), value.end())};

@@ -5,6 +5,8 @@
 #include <memory>
 #include <string>
 
+#include "dstrain/comm/store_client.h"
+
 namespace dstrain::comm {
 
 // The rendezvous store, hosted by the launcher of node 0 for the lifetime of the run.
@@ -16,6 +18,8 @@ class StoreServer {
   int port() const;
   // Publishes a value for the launchers of the other nodes (e.g. the resolved config).
   void publish(const std::string& key, const std::string& value);
+  // A client of this store, in this process (heartbeats, node liveness, the abort flag).
+  StoreClient client() const;
 
  private:
   struct Impl;

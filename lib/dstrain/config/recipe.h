@@ -128,6 +128,10 @@ struct TrainConfig {
   int64_t batch_ramp_steps = 0;
   int64_t batch_ramp_tokens = 0;
   double grad_clip = 1.0;                       // gradient_clipping; 0 disables
+  // A NaN/Inf loss or gradient norm outside fp16's loss scaling: "stop" (exit 8), "skip" the
+  // update (at most max_bad_steps in a run), or "rollback" to the latest checkpoint in-process.
+  std::string on_bad_step = "stop";
+  int64_t max_bad_steps = 10;
 };
 
 struct PrecisionConfig {
@@ -183,7 +187,10 @@ struct LaunchConfig {
   int64_t max_restarts = 0;
   int64_t stop_grace_s = 60;  // after SIGTERM/SIGINT: time to reach a step boundary and save before SIGKILL
   double max_time_minutes = 0;  // wall-time budget of each launch: then a coordinated stop (0: none)
-  int64_t timeout_s = 300;  // rendezvous and collective timeout
+  int64_t timeout_s = 300;  // rendezvous timeout
+  int64_t collective_timeout_s = 600;  // a collective waiting longer is a hang
+  int64_t heartbeat_timeout_s = 60;    // a worker or launcher silent this long is frozen or gone
+  bool env_check = true;               // the workers compare their facts before training (check-env)
 };
 
 struct Recipe {

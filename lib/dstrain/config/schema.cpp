@@ -102,6 +102,8 @@ const std::vector<Field>& recipe_schema() {
       {"train.batch_ramp_steps", 0, kMaxInt, {}, "Batch-size ramp: its length in steps (or give batch_ramp_tokens).", DS_FIELD(train.batch_ramp_steps)},
       {"train.batch_ramp_tokens", 0, kMaxInt, {}, "Batch-size ramp: its length in tokens, as DeepSeek-V3 gives it (or give batch_ramp_steps).", DS_FIELD(train.batch_ramp_tokens)},
       {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
+      {"train.on_bad_step", 0, 0, {"stop", "skip", "rollback"}, "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_FIELD(train.on_bad_step)},
+      {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
 
       {"precision.dtype", 0, 0, {"fp32", "bf16", "fp16"}, "Training precision.", DS_FIELD(precision.dtype)},
       {"precision.loss_scale", 0, kInf, {}, "fp16: static loss scale; 0 = dynamic.", DS_FIELD(precision.loss_scale)},
@@ -146,7 +148,10 @@ const std::vector<Field>& recipe_schema() {
       {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},
       {"launch.max_time_minutes", 0, kInf, {}, "Wall-time budget of each launch (--max-time): when it is spent, a coordinated stop with a checkpoint (exit 75); 0: none.", DS_FIELD(launch.max_time_minutes)},
       {"launch.stop_grace_s", 1, 86400, {}, "After SIGTERM/SIGINT the workers finish the step and save a checkpoint; whatever is left after this many seconds is killed.", DS_FIELD(launch.stop_grace_s)},
-      {"launch.timeout_s", 1, 86400, {}, "Rendezvous and collective timeout in seconds.", DS_FIELD(launch.timeout_s)},
+      {"launch.timeout_s", 1, 86400, {}, "Rendezvous timeout in seconds: every rank must arrive within it.", DS_FIELD(launch.timeout_s)},
+      {"launch.collective_timeout_s", 1, 86400, {}, "A collective that waits longer is a hang: the launcher names the stuck rank and its op, stops the group and (launch.max_restarts) restarts.", DS_FIELD(launch.collective_timeout_s)},
+      {"launch.env_check", 0, 0, {}, "Before training, the workers compare software, hardware, config and data files across ranks (as `dstrain check-env`, without its probes); a mismatch stops the job (exit 5). --skip-env-check turns it off for one launch.", DS_FIELD(launch.env_check)},
+      {"launch.heartbeat_timeout_s", 1, 86400, {}, "A worker (or another node's launcher) not heard from for this long is frozen or gone: reported by rank, host and phase, then handled as a failure.", DS_FIELD(launch.heartbeat_timeout_s)},
   };
   return fields;
 }

@@ -161,6 +161,8 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   }
 
   const Child* first_failure = nullptr;
+  std::optional<WorkerFailure> watched_failure;  // from the watchdog
+  auto next_watch = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.watch_period_ms);
   int forwarded_signal = 0;
   auto stop_deadline = std::chrono::steady_clock::time_point::max();
   auto stop_all = [&](int sig) {  // also forwards SIGUSR1
@@ -191,9 +193,16 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       // 75: a coordinated stop (a signal, or the wall-time budget) that every rank takes together.
       const bool stopped_as_asked = WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
-      if (!ok && !stopped_as_asked && !first_failure && !forwarded_signal) {
+      if (!ok && !stopped_as_asked && !first_failure && !watched_failure && !forwarded_signal) {
         first_failure = &c;
         stop_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
+      }
+    }
+    if (o.watchdog && !first_failure && !watched_failure && !forwarded_signal && std::chrono::steady_clock::now() >= next_watch) {
+      next_watch = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.watch_period_ms);
+      if (auto f = o.watchdog()) {
+        watched_failure = std::move(f);
+        stop_all(SIGKILL);  // SIGKILL also ends a SIGSTOPped process
       }
     }
     if (g_save_request) {  // SIGUSR1: the workers checkpoint at the end of the current step
@@ -231,6 +240,14 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);
 
+  if (watched_failure) {
+    log::error(watched_failure->description + "; the workers on this node were stopped.");
+    watched_failure->happened = true;
+    for (const auto& c : children)  // the blamed rank runs here: its pid and last words
+      if (c.rank == watched_failure->rank) watched_failure->pid = c.pid, watched_failure->tail.assign(c.tail.begin(), c.tail.end());
+    if (failure) *failure = *watched_failure;
+    return watched_failure->kind == "hang" ? exit_status::kComm : exit_status::kWorkerFailed;
+  }
   if (first_failure) {
     const Child& c = *first_failure;
     char host[256] = {0};
@@ -246,6 +263,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       failure->host = host;
       failure->exit_code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
       failure->signal = WIFSIGNALED(c.status) ? WTERMSIG(c.status) : 0;
+      failure->kind = failure->signal ? "signal" : "exit";
       failure->description = describe(c.status);
       failure->tail.assign(c.tail.begin(), c.tail.end());
       failure->unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();

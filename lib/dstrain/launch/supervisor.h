@@ -7,6 +7,8 @@
 // boundary after a checkpoint (exit 75); after the grace period, or at a second signal, whatever
 // is left is killed. SIGUSR1 is forwarded (a checkpoint on demand). Workers die with the
 // launcher (PR_SET_PDEATHSIG).
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -14,18 +16,14 @@
 
 namespace dstrain::launch {
 
-struct SupervisorOptions {
-  std::string executable;                // path of the dstrain binary
-  std::vector<std::string> worker_args;  // e.g. {"worker"}
-  std::vector<WorkerEnv> workers;        // one per local rank
-  std::string log_dir;
-  int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
-};
-
 // The first worker failure of a supervise() call, for restarts and failures.jsonl.
 struct WorkerFailure {
   bool happened = false;
+  // "exit" or "signal" (a local worker), "hang" (HangWatch), "node_lost" (a launcher went
+  // silent), "remote" (another node's launcher reported its worker's failure).
+  std::string kind = "exit";
   int rank = -1;
+  int node = 0;  // the node whose launcher saw it
   int pid = -1;
   std::string host;
   int exit_code = -1;  // when it exited
@@ -35,9 +33,22 @@ struct WorkerFailure {
   double unix_time = 0;            // when the launcher saw it
 };
 
+struct SupervisorOptions {
+  std::string executable;                // path of the dstrain binary
+  std::vector<std::string> worker_args;  // e.g. {"worker"}
+  std::vector<WorkerEnv> workers;        // one per local rank
+  std::string log_dir;
+  int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
+  // Called every `watch_period_ms` while workers run. A failure it returns (a hang, a lost node,
+  // another node's failure) ends the group like a local worker failure: every worker is killed.
+  std::function<std::optional<WorkerFailure>()> watchdog;
+  int watch_period_ms = 500;
+};
+
+
 // Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
 // dstrain error status (2-6, 8); kWorkerFailed for crashes, signals and other statuses;
-// kInterrupted. `failure` (optional) receives the first failure.
+// kInterrupted; kComm after a hang the watchdog found. `failure` (optional) receives the first failure.
 int supervise(const SupervisorOptions& options, WorkerFailure* failure = nullptr);
 
 }  // namespace dstrain::launch

@@ -52,6 +52,7 @@ WorkerEnv worker_env_from_environment() {
   env.threads = std::getenv("DSTRAIN_THREADS") ? required_int("DSTRAIN_THREADS", 1) : 1;
   env.resume = optional("DSTRAIN_RESUME", "0") == "1";
   env.resume_from = optional("DSTRAIN_RESUME_FROM", "");
+  env.env_check = optional("DSTRAIN_ENV_CHECK", "1") != "0";
   env.device = optional("DSTRAIN_DEVICE", "cpu");
   if (env.rank >= env.world_size)
     throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size), "check the launcher's settings");
@@ -121,6 +122,7 @@ std::vector<std::string> worker_env_assignments(const WorkerEnv& e) {
       fmt::format("DSTRAIN_RESUME={}", e.resume ? 1 : 0),
       fmt::format("DSTRAIN_RESUME_FROM={}", e.resume_from),
       fmt::format("DSTRAIN_DEVICE={}", e.device),
+      fmt::format("DSTRAIN_ENV_CHECK={}", e.env_check ? 1 : 0),
   };
 }
 

@@ -24,6 +24,7 @@ struct WorkerEnv {
   std::string resume_from;  // DSTRAIN_RESUME_FROM: start from another run's checkpoint (train --resume PATH)
   bool host_store = false;  // this rank hosts the rendezvous store (no dstrain launcher)
   std::string device = "cpu";  // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
+  bool env_check = true;  // DSTRAIN_ENV_CHECK=0 (--skip-env-check): no cross-rank preflight
 };
 
 // The store's run key: the run id and the restart generation, so that a worker of another run

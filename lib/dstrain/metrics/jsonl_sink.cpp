@@ -42,9 +42,9 @@ std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v
 void JsonlSink::write(const StepMetrics& m) {
   out_ << fmt::format(
       "{{\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.3f},"
-      "\"loss_scale\":{},\"skipped\":{},\"comm_wait_ms\":{:.3f}}}\n",
+      "\"loss_scale\":{},\"skipped\":{},\"comm_wait_ms\":{:.3f},\"bad_steps\":{}}}\n",
       m.step, number(m.loss), number(m.lr), number(m.grad_norm), m.tokens, m.step_ms, m.tokens_per_s, m.data_wait_ms, number(m.loss_scale),
-      m.skipped ? "true" : "false", m.comm_wait_ms);
+      m.skipped ? "true" : "false", m.comm_wait_ms, m.bad_steps);
   out_.flush();
 }
 

@@ -19,6 +19,7 @@ struct StepMetrics {
   double loss_scale = 1;  // fp16: the loss scale this step used (1 otherwise)
   bool skipped = false;   // fp16: the gradients overflowed and the update was skipped
   double comm_wait_ms = 0;  // time the step blocked on gradient/parameter collectives (rank 0)
+  int64_t bad_steps = 0;    // NaN/Inf steps so far in this launch (train.on_bad_step)
 };
 
 class JsonlSink {

@@ -40,20 +40,29 @@ int run_comm_task(const launch::WorkerEnv& env, const CommTask& task) {
   return exit_status::kOk;
 }
 
-int launch_comm_task(const launch::Topology& topo, const CommTask& task, const std::string& executable) {
-  const auto timeout = std::chrono::seconds(task.timeout_s);
-  std::unique_ptr<comm::StoreServer> store;
-  std::string run_key;
-  int port = topo.master_port;
+TaskRendezvous::TaskRendezvous() = default;
+TaskRendezvous::TaskRendezvous(TaskRendezvous&&) noexcept = default;
+TaskRendezvous::~TaskRendezvous() = default;
+
+TaskRendezvous task_rendezvous(const launch::Topology& topo, const std::string& kind, std::chrono::seconds timeout) {
+  TaskRendezvous r;
+  r.port = topo.master_port;
   if (topo.node_rank == 0) {
     std::random_device rd;
-    run_key = fmt::format("bench{:08x}/0", rd());
-    store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
-    store->publish("task", "comm");
-    port = store->port();
+    r.run_key = fmt::format("{}{:08x}/0", kind, rd());
+    r.store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, r.run_key, timeout);
+    r.store->publish("task", kind);
+    r.port = r.store->port();
   } else {
-    run_key = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "task", timeout).run_key;
+    r.run_key = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "task", timeout).run_key;
   }
+  return r;
+}
+
+int launch_comm_task(const launch::Topology& topo, const CommTask& task, const std::string& executable) {
+  const TaskRendezvous rendezvous = task_rendezvous(topo, "bench", std::chrono::seconds(task.timeout_s));
+  const std::string& run_key = rendezvous.run_key;
+  const int port = rendezvous.port;
   const int nproc = topo.nproc_per_node;
   launch::SupervisorOptions sup;
   sup.executable = executable;

@@ -1,6 +1,8 @@
 #pragma once
 // `dstrain bench comm`: the collective check and benchmark, as a launcher (spawning local
 // workers like `train`) or as one rank of an mpirun/srun/torchrun job.
+#include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -9,6 +11,9 @@
 
 namespace dstrain::launch {
 struct WorkerEnv;
+}
+namespace dstrain::comm {
+class StoreServer;
 }
 
 namespace dstrain::train {
@@ -19,6 +24,18 @@ struct CommTask {
   comm::BenchOptions bench;
   int timeout_s = 300;
 };
+
+// The rendezvous of a one-off task (bench comm, check-env): node 0 hosts a store under a fresh
+// run key "<kind><random>/0"; the other nodes' launchers fetch that key from it.
+struct TaskRendezvous {
+  std::unique_ptr<comm::StoreServer> store;  // node 0 only
+  std::string run_key;
+  int port = 0;
+  TaskRendezvous();
+  TaskRendezvous(TaskRendezvous&&) noexcept;
+  ~TaskRendezvous();
+};
+TaskRendezvous task_rendezvous(const launch::Topology& topology, const std::string& kind, std::chrono::seconds timeout);
 
 // Worker-process arguments that carry the task (after "worker").
 std::vector<std::string> comm_task_args(const CommTask& task);

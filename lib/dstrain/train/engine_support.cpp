@@ -11,8 +11,6 @@ std::vector<std::string> unsupported_by_engine(const config::Recipe& r) {
   auto add = [&](const std::string& key, const std::string& what) { out.push_back(fmt::format("{} ({}): {}", key, r.sources.at(key), what)); };
   for (const auto& sink : r.logging.sinks)
     if (sink == "csv" || sink == "tensorboard") add("logging.sinks", fmt::format("the {} sink comes with the observability issue (console and jsonl work)", sink));
-  if (r.launch.max_restarts > 0 && r.launch.nnodes > 1)
-    add("launch.max_restarts", "automatic restarts work on one node so far (every node's launcher would have to restart together); use `dstrain resume`");
   return out;
 }
 

@@ -19,6 +19,8 @@ struct FailureRecord {
 // The last step metrics.jsonl records (0 when there is none).
 int64_t last_logged_step(const std::string& metrics_path);
 void append_failure(const std::string& path, const FailureRecord& record);
+// "rank 2 on host-b (node 1) was killed by signal 9 (SIGKILL)", or the description of a hang.
+std::string describe_failure(const launch::WorkerFailure& failure);
 // "3 worker failures in this run; the first: rank 1 on host was killed by signal 9 (SIGKILL) at step 17 (generation 0) ..."
 std::string root_cause_report(const std::vector<FailureRecord>& records);
 

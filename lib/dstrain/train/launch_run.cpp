@@ -6,12 +6,14 @@
 #include <fstream>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <random>
 #include <thread>
 
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/comm/store_client.h"
 #include "dstrain/comm/store_server.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/core/error.h"
@@ -23,7 +25,8 @@
 #include "dstrain/train/engine_support.h"
 #include "dstrain/train/failures.h"
 #include "dstrain/train/worker.h"
-#include "dstrain/train/failures.h"
+#include "dstrain/train/group_watch.h"
+#include "dstrain/train/heartbeat.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -103,6 +106,25 @@ void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool r
   }
 }
 
+// Node > 0 after a restart decision: node 0's store comes back with the next generation's key.
+std::string await_generation(const launch::Topology& topo, int generation, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string suffix = "/" + std::to_string(generation);
+  for (;;) {
+    try {
+      const auto info = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "config", std::chrono::seconds(5));
+      if (info.run_key.size() > suffix.size() && info.run_key.compare(info.run_key.size() - suffix.size(), suffix.size(), suffix) == 0) return info.run_key;
+    } catch (const Error&) {
+      // node 0's store is being replaced
+    }
+    if (std::chrono::steady_clock::now() > deadline)
+      throw Error(ErrorCode::kComm, fmt::format("node 0 at {}:{} did not start restart generation {} within {} s", topo.master_addr, topo.master_port,
+                                                generation, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()),
+                  "check node 0's log; continue with `dstrain resume` on every node");
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 }  // namespace
 
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
@@ -147,30 +169,85 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
   sup.grace_period_s = static_cast<int>(recipe.launch.stop_grace_s);
-  // Each generation is a whole group: on a failure all workers stop, the failure is recorded,
-  // and (launch.max_restarts) a new generation with a fresh store resumes from the latest
-  // committed checkpoint after a backoff.
+  sup.watch_period_ms = static_cast<int>(heartbeat_period(static_cast<double>(recipe.launch.heartbeat_timeout_s)).count());
+  GroupWatchOptions watch_options;
+  watch_options.node_rank = topo.node_rank;
+  watch_options.nnodes = topo.nnodes;
+  watch_options.world_size = topo.world();
+  watch_options.master = fmt::format("{}:{}", topo.master_addr, port);
+  watch_options.heartbeat_timeout_s = static_cast<double>(recipe.launch.heartbeat_timeout_s);
+  watch_options.collective_timeout_s = static_cast<double>(recipe.launch.collective_timeout_s);
+  const auto hb_timeout = std::chrono::milliseconds(recipe.launch.heartbeat_timeout_s * 1000);
+  // Each generation is a whole group, on every node: on a failure all workers stop, node 0
+  // records it and decides; with launch.max_restarts, a new generation with a fresh store
+  // resumes from the latest committed checkpoint after a backoff, and the other nodes rejoin it.
   bool resume = options.resume;
   std::string resume_from = options.resume_from;
   std::vector<FailureRecord> failures;
   int status = 0;
   for (int generation = 0;; ++generation) {
-    if (generation > 0) {  // nothing of the failed generation's rendezvous survives
+    if (generation > 0 && topo.node_rank == 0) {  // nothing of the failed generation's rendezvous survives
       store.reset();
       run_key = run_id + "/" + std::to_string(generation);
       store = std::make_unique<comm::StoreServer>(topo.master_addr, topo.master_port, run_key, timeout);
       store->publish("config", read_file(run_dir.config_path()));
       port = store->port();
+    } else if (generation > 0) {  // wait for node 0's next generation
+      run_key = await_generation(topo, generation, timeout + std::chrono::seconds(60));
     }
+    watch_options.store_run_key = run_key;
+    GroupWatch watch(topo.node_rank == 0 ? std::make_unique<comm::StoreClient>(store->client())
+                                         : std::make_unique<comm::StoreClient>(topo.master_addr, topo.master_port, hb_timeout),
+                     watch_options);
+    sup.watchdog = [&watch] { return watch.poll(); };
     sup.workers = launch::local_worker_envs(topo, port, run_id, recipe.run_dir, threads);
-    for (auto& env : sup.workers) env.resume = resume, env.resume_from = resume_from, env.restart_count = generation;
+    for (auto& env : sup.workers) env.resume = resume, env.resume_from = resume_from, env.restart_count = generation, env.env_check = options.env_check;
     launch::WorkerFailure failure;
     status = launch::supervise(sup, &failure);
     if (!failure.happened) break;
-    failures.push_back({failure, generation, last_logged_step(run_dir.metrics_path())});
-    if (topo.node_rank == 0) append_failure(run_dir.root() + "/failures.jsonl", failures.back());
-    if (generation >= recipe.launch.max_restarts || !restartable(failure) || topo.nnodes > 1) break;
-    if (any_committed_checkpoint(run_dir.ckpt_dir(recipe))) resume = true, resume_from.clear();
+    if (const std::string where = watch.positions(); !where.empty() && failure.kind != "hang") log::warn("where each rank was: " + where);
+    if (topo.node_rank > 0) {
+      // Node 0 decides for the group; this node reports its own failure and follows.
+      if (failure.kind != "remote" && failure.kind != "node_lost") watch.report_failure(failure);
+      if (failure.kind == "node_lost") break;
+      const std::optional<Decision> decision = watch.await_decision();
+      if (!decision) {
+        log::error(fmt::format("node 0 at {} did not say how to go on within {} s; stopping", watch_options.master, recipe.launch.heartbeat_timeout_s));
+        break;
+      }
+      if (!decision->restart) break;
+      resume = decision->resume, resume_from.clear();
+      log::warn(fmt::format("node 0 restarts the group (generation {}); rejoining", generation + 1));
+      continue;
+    }
+    // Every node's failures of this generation, in time order: the first is the root cause.
+    std::vector<launch::WorkerFailure> seen{failure};
+    if (failure.kind != "remote" && topo.nnodes > 1)
+      for (auto& remote : watch.gather_reports(std::min(5.0, watch_options.heartbeat_timeout_s))) {
+        log::warn("also failed: " + describe_failure(remote));
+        seen.push_back(std::move(remote));
+      }
+    std::sort(seen.begin(), seen.end(), [](const auto& x, const auto& y) { return x.unix_time < y.unix_time; });
+    const int64_t step_reached = last_logged_step(run_dir.metrics_path());
+    for (const auto& f : seen) {
+      failures.push_back({f, generation, step_reached});
+      append_failure(run_dir.root() + "/failures.jsonl", failures.back());
+    }
+    failure = seen.front();
+    bool again = generation < recipe.launch.max_restarts && restartable(failure);
+    if (const std::vector<int> lost = topo.nnodes > 1 ? watch.lost_nodes() : std::vector<int>{}; !lost.empty()) {
+      log::error(fmt::format("node{} {} lost: the group cannot be formed again; continue on the remaining nodes with `dstrain resume {}` (any world size "
+                             "that divides the global batch)",
+                             lost.size() == 1 ? "" : "s", fmt::join(lost, ", "), run_dir.root()));
+      again = false;
+    }
+    Decision decision;
+    decision.restart = again;
+    if (again && any_committed_checkpoint(run_dir.ckpt_dir(recipe))) resume = true, resume_from.clear();
+    decision.resume = resume && resume_from.empty();
+    decision.reason = describe_failure(failure);
+    watch.decide(decision);
+    if (!again) break;
     const int wait = restart_backoff_s(generation + 1);
     log::warn(fmt::format("restart {} of {} in {} s, from {}", generation + 1, recipe.launch.max_restarts, wait,
                           !resume ? "the start" : resume_from.empty() ? "the latest committed checkpoint" : resume_from));
@@ -209,6 +286,7 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
       launch::rank_env(topo, run_id, recipe.run_dir, threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
   env.resume = options.resume;
   env.resume_from = options.resume_from;
+  env.env_check = options.env_check;
   return run_worker(env);
 }
 

@@ -13,6 +13,7 @@ struct LaunchOptions {
   bool resume = false;     // continue from the newest committed checkpoint
   std::string resume_from;  // train --resume PATH: a new run starting from this checkpoint
   launch::Topology topology;
+  bool env_check = true;  // the workers' cross-rank preflight (--skip-env-check: false)
 };
 
 // Returns the launcher's exit status.

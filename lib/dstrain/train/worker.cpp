@@ -11,8 +11,10 @@
 #include <filesystem>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <future>
 #include <thread>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
@@ -25,6 +27,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
+#include "dstrain/core/progress.h"
 #include "dstrain/data/global_sampler.h"
 #include "dstrain/data/sample_stream.h"
 #include "dstrain/data/token_file.h"
@@ -35,6 +38,8 @@
 #include "dstrain/zero/engine.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/checkpointer.h"
+#include "dstrain/train/env_task.h"
+#include "dstrain/train/heartbeat.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
@@ -171,6 +176,43 @@ int64_t inject_inf_step_from_env() {
   return v ? std::atoll(v) : -1;
 }
 
+// DSTRAIN_TEST_NAN_LOSS=r:k[:always] makes rank r's loss NaN at step k: once per process (a
+// transient fault, which a rollback cures), or every time the step is computed (a bad batch).
+struct NanLossInjection {
+  int rank = -1;
+  int64_t step = -1;
+  bool always = false;
+  bool fired = false;
+  bool due(int my_rank, int64_t this_step) {
+    if (my_rank != rank || this_step != step || (fired && !always)) return false;
+    fired = true;
+    return true;
+  }
+};
+// DSTRAIN_TEST_STALL=r:k:s makes rank r sleep s seconds in the forward of step k, alive (its
+// heartbeat goes on) while the other ranks wait for it in a collective (tests of hang reports).
+struct StallInjection {
+  int rank = -1;
+  int64_t step = -1;
+  double seconds = 0;
+};
+StallInjection stall_injection_from_env() {
+  StallInjection s;
+  if (const char* v = std::getenv("DSTRAIN_TEST_STALL"); v && std::sscanf(v, "%d:%ld:%lf", &s.rank, &s.step, &s.seconds) != 3) s = {};
+  return s;
+}
+
+NanLossInjection nan_loss_injection_from_env() {
+  NanLossInjection n;
+  if (const char* v = std::getenv("DSTRAIN_TEST_NAN_LOSS")) {
+    const std::string s = v;
+    n.rank = std::atoi(s.c_str());
+    n.step = std::atoll(s.c_str() + s.find(':') + 1);
+    n.always = s.find(":always") != std::string::npos;
+  }
+  return n;
+}
+
 }  // namespace
 
 int run_worker(const launch::WorkerEnv& env) {
@@ -191,8 +233,14 @@ int run_worker(const launch::WorkerEnv& env) {
 
   // --- communication -------------------------------------------------------------------------
   auto comm = comm::make_gloo_communicator(
-      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store}, env.rank,
-      env.world_size);
+      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
+       std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)},
+      env.rank, env.world_size);
+  // The launcher watches these: a rank gone silent or a collective past launch.collective_timeout_s
+  // is reported by rank and op. The worker's own collective timeout above is the backstop.
+  const HeartbeatSender heartbeat(env, static_cast<double>(recipe.launch.heartbeat_timeout_s));
+  // Every rank's software, hardware, config and data files alike (check-env without its probes).
+  if (recipe.launch.env_check && env.env_check) preflight_env_check(*comm, env.group_rank, recipe);
 
   // --- model, optimizer, data ----------------------------------------------------------------
   const std::unique_ptr<model::CausalLM> model = model::make_model(recipe.model, recipe.seed, precision_dtype(recipe.precision.dtype));
@@ -227,6 +275,7 @@ int run_worker(const launch::WorkerEnv& env) {
   NamedTensors replicated = buffers;
   replicated.insert(replicated.end(), data_state.begin(), data_state.end());
   Checkpointer checkpointer(recipe, ckpt_dir, *comm, engine, replicated, env.run_id);
+  progress::enter(progress::Phase::kCheckpoint);
   if (env.resume) {
     const auto load_start = std::chrono::steady_clock::now();
     const Checkpointer::Resumed r = checkpointer.resume(env.resume_from);
@@ -246,6 +295,7 @@ int run_worker(const launch::WorkerEnv& env) {
 
   auto last_save = std::chrono::steady_clock::now();
   auto save = [&](int64_t steps_done) {
+    progress::enter(progress::Phase::kCheckpoint);
     const auto t0 = std::chrono::steady_clock::now();
     const std::string dir = checkpointer.save(steps_done, cursor);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -293,8 +343,14 @@ int run_worker(const launch::WorkerEnv& env) {
   const int64_t inject_inf_step = inject_inf_step_from_env();
   double compute_s = 0;  // this rank's forward+backward time, for auto balancing
   int64_t computed_samples = 0;
+  NanLossInjection nan_loss = nan_loss_injection_from_env();
+  const StallInjection stall = stall_injection_from_env();
+  int64_t bad_steps = 0;       // NaN/Inf steps in this launch (train.on_bad_step)
+  int64_t rolled_back_at = -1; // the step whose badness caused the last rollback
   for (int64_t step = start_step; step < tc.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
+    progress::set_step(step + 1);
+    progress::enter(progress::Phase::kData);
     const std::vector<at::Tensor> step_batches = prefetched.get();
     const double data_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (step + 1 < tc.steps) prefetched = std::async(std::launch::async, build_step, step + 1, cursor + config::global_batch_at(recipe, step), weights);
@@ -310,6 +366,8 @@ int run_worker(const launch::WorkerEnv& env) {
     for (int64_t micro = 0; micro < accum; ++micro) {
       engine.begin_micro(micro + 1 == accum);
       const auto c0 = std::chrono::steady_clock::now();
+      progress::enter(progress::Phase::kForward);
+      if (stall.rank == env.rank && stall.step == step + 1 && micro == 0) std::this_thread::sleep_for(std::chrono::duration<double>(stall.seconds));
       const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
       at::Tensor loss;
       const at::Tensor inputs = batch.narrow(1, 0, T);
@@ -320,7 +378,9 @@ int run_worker(const launch::WorkerEnv& env) {
       const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
       loss = parts.sum / global_tokens;
       if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
+      if (nan_loss.due(env.rank, step + 1) && micro == 0) loss = loss * std::numeric_limits<double>::quiet_NaN();
       local_loss += loss.item<double>();
+      progress::enter(progress::Phase::kBackward);
       (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
       engine.end_micro();
       const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -328,10 +388,48 @@ int run_worker(const launch::WorkerEnv& env) {
       compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       computed_samples += batch.size(0);
     }
+    progress::enter(progress::Phase::kOptimizer);
+    // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
+    // the engine applies no update from it.
+    if (!std::isfinite(local_loss)) engine.inject_overflow();
     const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0, time_to_stop() ? 1.0 : 0.0}, betas.beta1,
                                                      betas.beta2);
     const double grad_norm = result.grad_norm;
-    if (result.skipped && env.rank == 0)
+    // Bad steps (NaN/Inf outside fp16's loss scaling): train.on_bad_step.
+    const bool bad = recipe.precision.dtype != "fp16" && (result.skipped || !std::isfinite(result.sums[0]));
+    if (bad) {
+      ++bad_steps;
+      const std::string what = fmt::format("step {}: the {} is {} (train.on_bad_step = {})", step + 1,
+                                           std::isfinite(result.sums[0]) ? "gradient norm" : "loss",
+                                           std::isfinite(result.sums[0]) ? fmt::format("{}", result.grad_norm) : fmt::format("{}", result.sums[0]),
+                                           tc.on_bad_step);
+      if (tc.on_bad_step == "stop" || bad_steps > tc.max_bad_steps) {
+        checkpointer.finish();
+        throw Error(ErrorCode::kDiverged,
+                    tc.on_bad_step == "stop" ? what + ": stopped; no update was applied and the last checkpoint is intact"
+                                             : fmt::format("{}: {} bad steps in this launch, more than train.max_bad_steps = {}", what, bad_steps, tc.max_bad_steps),
+                    "resume from the last checkpoint with `dstrain resume` (a transient fault will not recur), or set train.on_bad_step: skip / rollback; "
+                    "lower the learning rate if the loss diverged");
+      }
+      if (tc.on_bad_step == "rollback") {
+        if (rolled_back_at == step + 1)
+          throw Error(ErrorCode::kDiverged, what + ": bad again after rolling back, so the cause is in the data or the model, not a transient fault",
+                      "set train.on_bad_step: skip to pass over this step, or lower the learning rate");
+        rolled_back_at = step + 1;
+        checkpointer.finish();
+        if (step + 1 < tc.steps) prefetched.get();  // the next step's batches: not needed now
+        const Checkpointer::Resumed r = checkpointer.resume("");
+        if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
+        if (env.rank == 0) log::warn(fmt::format("{}: rolled back to {} (step {}); bad step {} of at most {}", what, r.dir, r.step, bad_steps, tc.max_bad_steps));
+        cursor = r.samples_consumed;
+        if (sink) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), r.step);
+        prefetched = std::async(std::launch::async, build_step, r.step, cursor, weights);
+        step = r.step - 1;  // the loop's ++step continues at the checkpoint's step
+        continue;
+      }
+      if (env.rank == 0) log::warn(fmt::format("{}: update skipped (bad step {} of at most {})", what, bad_steps, tc.max_bad_steps));
+    }
+    if (result.skipped && !bad && env.rank == 0)
       log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", step + 1,
                             result.loss_scale, engine.skipped_steps(), engine.loss_scale()));
     // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
@@ -362,7 +460,8 @@ int run_worker(const launch::WorkerEnv& env) {
     if (env.rank == 0) {
       const int64_t tokens_done = cursor * recipe.data.seq_len;
       const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);
-      if (sink) sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms, result.loss_scale, result.skipped, result.comm_wait_ms});
+      if (sink)
+        sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms, result.loss_scale, result.skipped, result.comm_wait_ms, bad_steps});
       const int64_t every = recipe.logging.steps_per_print;
       if (console && every > 0 && (done == start_step + 1 || done % every == 0 || done == tc.steps))
         log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
@@ -378,10 +477,12 @@ int run_worker(const launch::WorkerEnv& env) {
         log::warn(fmt::format("stopped as asked ({}) at step {} of {} with a checkpoint; continue with `dstrain resume {}`",
                               g_stop_requested ? "signal" : fmt::format("wall-time budget of {:g} min", recipe.launch.max_time_minutes), done, tc.steps,
                               run_dir.root()));
+      progress::enter(progress::Phase::kFinished);
       return exit_status::kStopped;
     }
   }
   checkpointer.finish();  // an asynchronous save must be committed before the run ends
+  progress::enter(progress::Phase::kFinished);
   return 0;
 }
 

@@ -1,0 +1,29 @@
+#pragma once
+// A plain connection to the run's rendezvous store (c10d TCPStore) for small control values:
+// heartbeats, node liveness, the abort flag. Torch-free header; c10d stays in the .cpp.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace dstrain::comm {
+
+class StoreClient {
+ public:
+  // Connects to host:port, retrying up to `timeout`; throws Error{kComm} naming the address.
+  StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout);
+  ~StoreClient();
+  StoreClient(StoreClient&&) noexcept;
+  // Each throws Error{kComm} when the store cannot be reached (its host is gone).
+  void set(const std::string& key, const std::string& value);
+  std::optional<std::string> try_get(const std::string& key);  // nullopt: not set
+  int64_t add(const std::string& key, int64_t delta);
+
+  struct Impl;
+  explicit StoreClient(std::unique_ptr<Impl> impl);  // wraps a store this process already holds
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dstrain::comm

@@ -1,0 +1,20 @@
+#pragma once
+// CRC-32C of a whole file, cached by the file's identity (device, inode, size, modification
+// time) in ~/.cache/dstrain/checksums.tsv, so that a check before every job reads a large
+// dataset once. Concurrent ranks on a node take turns (flock), so the file is read once.
+#include <cstdint>
+#include <string>
+
+namespace dstrain::envcheck {
+
+struct FileSum {
+  bool exists = false;
+  uint64_t size = 0;
+  uint32_t crc32c = 0;
+  bool cached = false;  // came from the cache
+};
+
+// Throws Error{kData} when the file exists but cannot be read.
+FileSum file_checksum(const std::string& path);
+
+}  // namespace dstrain::envcheck

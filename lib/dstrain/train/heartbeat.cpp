@@ -1,0 +1,59 @@
+#include "dstrain/train/heartbeat.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "dstrain/comm/store_client.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/core/progress.h"
+
+namespace dstrain::train {
+
+std::string heartbeat_key(const std::string& store_run_key, int rank) { return "dstrain/" + store_run_key + "/hb/" + std::to_string(rank); }
+
+std::chrono::milliseconds heartbeat_period(double heartbeat_timeout_s) {
+  return std::chrono::milliseconds(static_cast<int64_t>(std::clamp(heartbeat_timeout_s / 6.0, 0.1, 10.0) * 1000));
+}
+
+HeartbeatSender::HeartbeatSender(const launch::WorkerEnv& env, double heartbeat_timeout_s)
+    : key_(heartbeat_key(launch::store_run_key(env), env.rank)), period_(heartbeat_period(heartbeat_timeout_s)) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  host_ = host;
+  store_ = std::make_unique<comm::StoreClient>(env.master_addr, env.master_port, std::chrono::milliseconds(static_cast<int64_t>(heartbeat_timeout_s * 1000)));
+  beat();
+  thread_ = std::thread([this] { loop(); });
+}
+
+HeartbeatSender::~HeartbeatSender() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  beat();
+}
+
+void HeartbeatSender::beat() {
+  if (broken_) return;
+  try {
+    store_->set(key_, progress::encode(progress::snapshot(), ++count_, host_));
+  } catch (const Error& e) {
+    broken_ = true;
+    log::warn(std::string("heartbeats stopped: ") + e.what());
+  }
+}
+
+void HeartbeatSender::loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
+    lock.unlock();
+    beat();
+    lock.lock();
+  }
+}
+
+}  // namespace dstrain::train

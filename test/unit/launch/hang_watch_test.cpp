@@ -1,0 +1,135 @@
+#include <catch2/catch.hpp>
+
+#include "dstrain/core/progress.h"
+#include "dstrain/core/rank_list.h"
+#include "dstrain/launch/hang_watch.h"
+#include "dstrain/train/group_watch.h"
+
+using namespace dstrain;
+
+namespace {
+
+std::string beat(uint64_t n, int64_t step, progress::Phase phase, const std::string& op = "", uint64_t seq = 0, double phase_s = 0,
+                 const std::string& host = "h") {
+  progress::Snapshot s;
+  s.step = step;
+  s.phase = phase;
+  s.op = op;
+  s.seq = seq;
+  s.phase_s = phase_s;
+  return progress::encode(s, n, host);
+}
+
+}  // namespace
+
+TEST_CASE("rank lists read as ranges", "[launch]") {
+  CHECK(format_ranks({3}) == "rank 3");
+  CHECK(format_ranks({2, 0, 1, 5, 7, 8}) == "ranks 0\u20132, 5, 7\u20138");
+  CHECK(format_ranks({4, 4}) == "rank 4");
+}
+
+TEST_CASE("heartbeat values round-trip", "[launch]") {
+  progress::Beat b;
+  REQUIRE(progress::decode(beat(7, 12, progress::Phase::kCollective, "reduce_scatter", 1742, 1.5, "node-a"), b));
+  CHECK(b.beat == 7);
+  CHECK(b.where.step == 12);
+  CHECK(b.where.phase == progress::Phase::kCollective);
+  CHECK(b.where.op == "reduce_scatter");
+  CHECK(b.where.seq == 1742);
+  CHECK(b.where.phase_s == Approx(1.5));
+  CHECK(b.host == "node-a");
+  CHECK(progress::describe(b.where) == "reduce_scatter #1742 (step 12)");
+  CHECK_FALSE(progress::decode("v2 1 2 3", b));
+  CHECK_FALSE(progress::decode("garbage", b));
+  CHECK_FALSE(progress::decode("v1 1 2 99 - 0 0 h", b));  // no such phase
+}
+
+TEST_CASE("the progress of this process shows a collective wait and returns after it", "[launch]") {
+  progress::set_step(5);
+  progress::enter(progress::Phase::kBackward);
+  {
+    const progress::CollectiveWait wait("all_gather", 9);
+    const progress::Snapshot s = progress::snapshot();
+    CHECK(s.phase == progress::Phase::kCollective);
+    CHECK(s.op == "all_gather");
+    CHECK(s.seq == 9);
+  }
+  CHECK(progress::snapshot().phase == progress::Phase::kBackward);
+  CHECK(progress::describe(progress::snapshot()) == "backward of step 5");
+}
+
+TEST_CASE("a frozen rank is named with where it was last heard", "[launch]") {
+  launch::HangWatch w(4, /*heartbeat*/ 10, /*collective*/ 60);
+  for (int r = 0; r < 4; ++r) w.observe(r, beat(1, 12, progress::Phase::kForward), 0);
+  CHECK_FALSE(w.check(5).hung);
+  // Ranks 0-2 keep beating while waiting; rank 3 is silent from t=0.
+  for (int t = 1; t <= 12; ++t)
+    for (int r = 0; r < 3; ++r) w.observe(r, beat(1 + t, 12, progress::Phase::kCollective, "reduce_scatter", 1742, t), t);
+  CHECK_FALSE(w.check(9.5).hung);
+  const auto v = w.check(12);
+  REQUIRE(v.hung);
+  CHECK(v.stuck == std::vector<int>{3});
+  CHECK(v.report.find("rank 3 (h) stopped responding: no heartbeat for 12 s") != std::string::npos);
+  CHECK(v.report.find("last heard in forward of step 12") != std::string::npos);
+  CHECK(v.report.find("ranks 0\u20132: reduce_scatter #1742 (step 12)") != std::string::npos);
+}
+
+TEST_CASE("a collective past its timeout blames the ranks that are not in it", "[launch]") {
+  launch::HangWatch w(4, 10, 60);
+  for (int t = 0; t <= 70; t += 5) {
+    for (int r = 0; r < 4; ++r) {
+      if (r == 2)
+        w.observe(r, beat(100 + t, 12, progress::Phase::kBackward, "", 0, t), t);  // alive, but never arrives
+      else
+        w.observe(r, beat(100 + t, 12, progress::Phase::kCollective, "all_reduce", 88, t), t);
+    }
+    if (t <= 60) CHECK_FALSE(w.check(t).hung);
+  }
+  const auto v = w.check(70);
+  REQUIRE(v.hung);
+  CHECK(v.stuck == std::vector<int>{2});
+  CHECK(v.report.find("rank 2 (h) stuck in backward of step 12 for 70 s while others wait in all_reduce #88 (step 12)") != std::string::npos);
+}
+
+TEST_CASE("every rank in the same collective past its timeout blames the network", "[launch]") {
+  launch::HangWatch w(2, 10, 30);
+  for (int r = 0; r < 2; ++r) w.observe(r, beat(1, 3, progress::Phase::kCollective, "all_gather", 7, 31), 0);
+  const auto v = w.check(0.5);
+  REQUIRE(v.hung);
+  CHECK(v.stuck.empty());
+  CHECK(v.report.find("every rank has waited in all_gather #7") != std::string::npos);
+}
+
+TEST_CASE("finished ranks and ranks never heard from are not hangs", "[launch]") {
+  launch::HangWatch w(3, 10, 60);
+  w.observe(0, beat(1, 30, progress::Phase::kFinished), 0);
+  w.observe(1, beat(1, 30, progress::Phase::kCheckpoint), 0);
+  CHECK_FALSE(w.check(5).hung);
+  for (int t = 1; t < 100; ++t) w.observe(1, beat(1 + t, 30, progress::Phase::kCheckpoint, "", 0, t), t);
+  CHECK_FALSE(w.check(99).hung);  // a long save is not a hang while its heartbeat goes on
+  CHECK(w.positions(99).find("rank 2: no heartbeat yet") != std::string::npos);
+}
+
+TEST_CASE("a node's failure report round-trips through the store value", "[launch]") {
+  launch::WorkerFailure f;
+  f.happened = true;
+  f.kind = "signal";
+  f.rank = 3;
+  f.pid = 4242;
+  f.host = "node-b";
+  f.signal = 9;
+  f.unix_time = 1795999781.5;
+  f.description = "was killed by signal 9 (SIGKILL)";
+  f.tail = {"line one", "line two"};
+  const launch::WorkerFailure g = train::decode_failure(train::encode_failure(f));
+  CHECK(g.kind == f.kind);
+  CHECK(g.rank == 3);
+  CHECK(g.pid == 4242);
+  CHECK(g.host == "node-b");
+  CHECK(g.signal == 9);
+  CHECK(g.exit_code == -1);
+  CHECK(g.unix_time == Approx(f.unix_time));
+  CHECK(g.description == f.description);
+  CHECK(g.tail == f.tail);
+  CHECK(train::decode_failure("exit\nnot a number").description == "(an unreadable failure report)");
+}
