@@ -28,6 +28,22 @@ int dstrain_cuda_device_props(int index, int* cc_major, int* cc_minor, size_t* t
  * Returns 0 or a CUDA error code. Used for global gradient norms. */
 int dstrain_cuda_sum_squares_f32(const float* x, size_t n, double* out, void* stream);
 
+/* Adam/AdamW hyperparameters of one step (the step is 1-based, for bias correction). */
+typedef struct DstrainAdamParams {
+  double lr, beta1, beta2, eps, weight_decay;
+  int adamw; /* 1: decoupled weight decay (AdamW); 0: L2 decay added to the gradient (Adam) */
+  long long step;
+} DstrainAdamParams;
+
+/* The fused Adam step on device pointers, n elements each: g is scaled by grad_scale (loss-scale
+ * removal and clipping), then m, v and p are updated in one pass, with lib/dstrain/optim/
+ * cpu_adam.cpp's math. Returns 0 or a CUDA error code. */
+int dstrain_cuda_adam_f32(float* p, const float* g, float* m, float* v, size_t n, const DstrainAdamParams* params, float grad_scale, void* stream);
+
+/* g *= inv_scale in place; sets *found_inf (a device int) to 1 when any result is inf or nan,
+ * and leaves it alone otherwise (clear it before the first buffer of a step). */
+int dstrain_cuda_unscale_found_inf_f32(float* g, size_t n, float inv_scale, int* found_inf, void* stream);
+
 /* Last CUDA error as text (for error messages). */
 const char* dstrain_cuda_error_string(int code);
 

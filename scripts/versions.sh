@@ -3,4 +3,4 @@
 # and its wheel targets CUDA 13.0, the toolkit installed on the build machines.
 DSTRAIN_TORCH_VERSION="2.11.0"
 # Python packages the tests use as independent references (installed into the same venv).
-DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema"
+DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema tensorboard"

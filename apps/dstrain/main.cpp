@@ -61,6 +61,7 @@ int main(int argc, char** argv) {
   dstrain::app::register_export_hf(app, run);
   dstrain::app::register_prepare_data(app, run);
   dstrain::app::register_inspect_data(app, run);
+  dstrain::app::register_report(app, run);
   dstrain::app::register_worker(app, run);
   dstrain::app::register_schema(app, run);
 

@@ -150,6 +150,7 @@ class DsReader {
         if (bf16) ctx_.warning(where, "bfloat16 is the deprecated name of bf16, and bf16 is also given: bfloat16 is ignored, as DeepSpeed does");
         else bf16_section(value, "bfloat16");
       } else if (key == "zero_optimization") zero(value, where, root);
+      else if (key == "wall_clock_breakdown") map(key, value, where, "logging.wall_clock_breakdown");
       else if (key == "tensorboard") monitor(value, key, "tensorboard");
       else if (key == "csv_monitor") monitor(value, key, "csv");
       else if (key == "wandb" || key == "comet") {
@@ -181,7 +182,6 @@ class DsReader {
   static const std::vector<Unimplemented>& top_ignored() {
     static const std::vector<Unimplemented> keys = {
         {"managed_gradient_accumulation", "true", Policy::kError, "dstrain always decides the accumulation boundary itself (train.gradient_accumulation_steps / train.accumulation)"},
-        {"wall_clock_breakdown", "false", Policy::kWarn, "dstrain records the step time breakdown in its metrics"},
         {"memory_breakdown", "false", Policy::kWarn, "dstrain reports memory in its metrics"},
         {"dump_state", "false", Policy::kWarn, "use `dstrain train --dry-run` to see the resolved config"},
         {"prescale_gradients", "false", Policy::kWarn, "dstrain averages gradients in fp32, which is the same math"},
@@ -275,9 +275,21 @@ class DsReader {
 
   void monitor(const Node& node, const std::string& name, const std::string& sink) {
     if (!node.is_object()) return ctx_.problem(node.where, fmt::format("{}: expected a JSON object", name));
-    section(node, name, {{"output_path", "\"\"", Policy::kWarn, "dstrain writes metrics into the run directory"},
-                         {"job_name", "\"DeepSpeedJobName\"", Policy::kSilent, ""}},
-            {"enabled"}, [&](const std::string& key, const Node& value, const Location& where) {
+    // DeepSpeed writes to output_path/job_name; without an output_path dstrain keeps the run
+    // directory's default (run_dir/tensorboard, run_dir/csv).
+    std::string output_path, job_name = "DeepSpeedJobName";
+    Location path_where = node.where;
+    section(node, name, {}, {"enabled", "output_path", "job_name"}, [&](const std::string& key, const Node& value, const Location& where) {
+              if (key == "output_path" || key == "job_name") {
+                if (value.kind != Node::Kind::kString) {
+                  ctx_.problem(where, fmt::format("{}.{}: expected a string", name, key));
+                } else if (key == "output_path") {
+                  output_path = value.text, path_where = where;
+                } else {
+                  job_name = value.text;
+                }
+                return true;
+              }
               if (key != "enabled") return false;
               bool on = false;
               if (!node_bool(value, true, on)) ctx_.problem(where, fmt::format("{}.enabled: expected true or false", name));
@@ -288,6 +300,9 @@ class DsReader {
               }
               return true;
             });
+    if (!output_path.empty())
+      ctx_.set(fmt::format("logging.{}_dir", sink), Node{Node::Kind::kString, output_path + "/" + job_name, {}, {}, {}, path_where}, path_where, true,
+               name + ".output_path");
   }
 
   // --- optimizer and scheduler ---------------------------------------------------------------------

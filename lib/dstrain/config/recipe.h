@@ -175,6 +175,11 @@ struct CheckpointConfig {
 struct LoggingConfig {
   int64_t steps_per_print = 10;                         // 0: never
   std::vector<std::string> sinks = {"console", "jsonl"};  // console, jsonl, csv, tensorboard
+  std::string tensorboard_dir;  // "" = run_dir/tensorboard (ds_config: tensorboard.output_path/job_name)
+  std::string csv_dir;          // "" = run_dir/csv (ds_config: csv_monitor.output_path/job_name)
+  bool wall_clock_breakdown = false;  // forward/backward/reduce/gather/optimizer/checkpoint times per step
+  int64_t straggler_interval = 20;    // steps between straggler checks (0: never)
+  double straggler_threshold = 0.2;   // slower than the median compute time by this fraction
 };
 
 struct LaunchConfig {

@@ -137,7 +137,12 @@ const std::vector<Field>& recipe_schema() {
       {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
 
       {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
-      {"logging.sinks", 0, 0, {"console", "jsonl", "csv", "tensorboard"}, "Where metrics go.", DS_FIELD(logging.sinks)},
+      {"logging.sinks", 0, 0, {"console", "jsonl", "csv", "tensorboard"}, "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_FIELD(logging.sinks)},
+      {"logging.tensorboard_dir", 0, 0, {}, "TensorBoard event files (ds_config: tensorboard.output_path/job_name); empty: run_dir/tensorboard.", DS_FIELD(logging.tensorboard_dir)},
+      {"logging.csv_dir", 0, 0, {}, "CSV files, one per metric (ds_config: csv_monitor.output_path/job_name); empty: run_dir/csv.", DS_FIELD(logging.csv_dir)},
+      {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
+      {"logging.straggler_interval", 0, kMaxInt, {}, "Every N steps the ranks' compute and wait times are compared; slow ranks are reported (0: never).", DS_FIELD(logging.straggler_interval)},
+      {"logging.straggler_threshold", 0, kInf, {}, "A rank whose compute time exceeds the median by more than this fraction is a straggler.", DS_FIELD(logging.straggler_threshold)},
 
       {"launch.nproc_per_node", 1, 1024, {}, "Worker processes per node.", DS_FIELD(launch.nproc_per_node)},
       {"launch.nnodes", 1, 65536, {}, "Number of nodes.", DS_FIELD(launch.nnodes)},

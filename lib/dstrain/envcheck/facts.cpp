@@ -63,7 +63,7 @@ std::string limit_text(int resource) {
 bool is_contract_variable(const std::string& name) {
   // Set per worker by the launcher (or by torchrun/mpirun): they differ by design.
   static const char* kPerWorker[] = {"DSTRAIN_RUN_ID", "DSTRAIN_RUN_DIR", "DSTRAIN_RESTART_COUNT", "DSTRAIN_THREADS", "DSTRAIN_RESUME",
-                                     "DSTRAIN_RESUME_FROM", "DSTRAIN_DEVICE", "DSTRAIN_HOST_STORE", "DSTRAIN_ENV_CHECK", "OMP_NUM_THREADS"};
+                                     "DSTRAIN_RESUME_FROM", "DSTRAIN_DEVICE", "DSTRAIN_HOST_STORE", "DSTRAIN_ENV_CHECK", "DSTRAIN_PROGRESS", "OMP_NUM_THREADS"};
   return std::find(std::begin(kPerWorker), std::end(kPerWorker), name) != std::end(kPerWorker) || name.rfind("DSTRAIN_TEST_", 0) == 0;
 }
 

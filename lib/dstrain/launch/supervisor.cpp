@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -49,19 +50,51 @@ struct Child {
   int status = 0;
 };
 
+// The progress bar: rank 0's "@@progress step first total loss tokens_per_s elapsed_s" lines,
+// drawn on the launcher's terminal (only when it is one) and never written to the logs.
+struct ProgressBar {
+  bool shown = false;
+  std::string text;
+  void clear() {
+    if (shown) (void)!::write(STDERR_FILENO, "\r\033[K", 4);
+  }
+  void draw() {
+    if (!text.empty()) (void)!::write(STDERR_FILENO, text.data(), text.size()), shown = true;
+  }
+  void update(const std::string& line) {
+    long long step = 0, first = 0, total = 0;
+    double loss = 0, tps = 0, elapsed = 0;
+    if (std::sscanf(line.c_str(), "@@progress %lld %lld %lld %lf %lf %lf", &step, &first, &total, &loss, &tps, &elapsed) != 6 || total <= 0) return;
+    const double frac = static_cast<double>(step) / static_cast<double>(total);
+    const int width = 24, filled = static_cast<int>(frac * width);
+    std::string bar;
+    for (int i = 0; i < width; ++i) bar += i < filled ? "\u2588" : "\u2591";
+    const double per_step = step > first ? elapsed / static_cast<double>(step - first) : 0.0;
+    const long long eta = static_cast<long long>(per_step * static_cast<double>(total - step));
+    clear();
+    text = fmt::format("\r{} {}/{} {:3.0f}% | ETA {}:{:02d}:{:02d} | {:.0f} tok/s | loss {:.4f}", bar, step, total, 100.0 * frac, eta / 3600,
+                       (eta / 60) % 60, eta % 60, tps, loss);
+    draw();
+  }
+};
+ProgressBar g_bar;
+
 bool is_warning_or_error(const std::string& line) {
   return line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos ||
          line.find("error:") != std::string::npos;
 }
 
 void emit_line(Child& c, const std::string& line) {
+  if (c.rank == 0 && line.rfind("@@progress ", 0) == 0) return g_bar.update(line);
   c.log << line << '\n';
   c.log.flush();
   c.tail.push_back(line);
   if (c.tail.size() > 20) c.tail.pop_front();
   if (c.rank == 0 || is_warning_or_error(line)) {
     const std::string out = c.rank == 0 || line.find("[rank ") != std::string::npos ? line + "\n" : fmt::format("[rank {}] {}\n", c.rank, line);
+    g_bar.clear();  // log lines scroll above the bar
     (void)!::write(STDERR_FILENO, out.data(), out.size());
+    g_bar.draw();
   }
 }
 
@@ -105,6 +138,7 @@ pid_t spawn(const SupervisorOptions& o, const WorkerEnv& env, int& out_fd) {
     if (!overridden) env_strings.push_back(kv);
   }
   env_strings.insert(env_strings.end(), assigned.begin(), assigned.end());
+  env_strings.push_back(o.progress_bar ? "DSTRAIN_PROGRESS=1" : "DSTRAIN_PROGRESS=0");
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -236,6 +270,8 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     }
     (void)any_output;
   }
+  if (g_bar.shown) (void)!::write(STDERR_FILENO, "\n", 1);
+  g_bar = ProgressBar{};
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
   sigaction(SIGUSR1, &old_usr1, nullptr);

@@ -43,6 +43,8 @@ struct SupervisorOptions {
   // another node's failure) ends the group like a local worker failure: every worker is killed.
   std::function<std::optional<WorkerFailure>()> watchdog;
   int watch_period_ms = 500;
+  // Rank 0's progress lines drawn as a bar on stderr (set when stderr is a terminal).
+  bool progress_bar = false;
 };
 
 

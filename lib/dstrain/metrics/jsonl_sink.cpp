@@ -39,12 +39,20 @@ namespace {
 std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v) : "null"; }
 }  // namespace
 
+std::string jsonl_line(const StepMetrics& m) {
+  std::string out = fmt::format("{{\"step\":{},\"time\":{:.3f}", m.step, m.wall_time);
+  for (const auto& [name, value] : scalar_fields(m)) {
+    if (name == "skipped") out += fmt::format(",\"skipped\":{}", m.skipped ? "true" : "false");
+    else if (name == "bad_steps" || name == "tokens" || name == "accumulation") out += fmt::format(",\"{}\":{}", name, static_cast<int64_t>(value));
+    else out += fmt::format(",\"{}\":{}", name, number(value));
+  }
+  out += ",\"stragglers\":[";
+  for (size_t i = 0; i < m.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", m.stragglers[i]);
+  return out + "]}";
+}
+
 void JsonlSink::write(const StepMetrics& m) {
-  out_ << fmt::format(
-      "{{\"step\":{},\"loss\":{},\"lr\":{},\"grad_norm\":{},\"tokens\":{},\"step_ms\":{:.3f},\"tokens_per_s\":{:.1f},\"data_wait_ms\":{:.3f},"
-      "\"loss_scale\":{},\"skipped\":{},\"comm_wait_ms\":{:.3f},\"bad_steps\":{}}}\n",
-      m.step, number(m.loss), number(m.lr), number(m.grad_norm), m.tokens, m.step_ms, m.tokens_per_s, m.data_wait_ms, number(m.loss_scale),
-      m.skipped ? "true" : "false", m.comm_wait_ms, m.bad_steps);
+  out_ << jsonl_line(m) << '\n';
   out_.flush();
 }
 

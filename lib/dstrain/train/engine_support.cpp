@@ -9,8 +9,7 @@ namespace dstrain::train {
 std::vector<std::string> unsupported_by_engine(const config::Recipe& r) {
   std::vector<std::string> out;
   auto add = [&](const std::string& key, const std::string& what) { out.push_back(fmt::format("{} ({}): {}", key, r.sources.at(key), what)); };
-  for (const auto& sink : r.logging.sinks)
-    if (sink == "csv" || sink == "tensorboard") add("logging.sinks", fmt::format("the {} sink comes with the observability issue (console and jsonl work)", sink));
+  (void)add;
   return out;
 }
 

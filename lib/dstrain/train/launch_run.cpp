@@ -1,6 +1,7 @@
 #include "dstrain/train/launch_run.h"
 
 #include <ATen/Context.h>
+#include <unistd.h>
 #include <fmt/format.h>
 
 #include <fstream>
@@ -169,6 +170,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   sup.worker_args = {"worker"};
   sup.log_dir = run_dir.log_dir();
   sup.grace_period_s = static_cast<int>(recipe.launch.stop_grace_s);
+  sup.progress_bar = ::isatty(STDERR_FILENO) == 1 && std::getenv("TERM") && std::string(std::getenv("TERM")) != "dumb";
   sup.watch_period_ms = static_cast<int>(heartbeat_period(static_cast<double>(recipe.launch.heartbeat_timeout_s)).count());
   GroupWatchOptions watch_options;
   watch_options.node_rank = topo.node_rank;

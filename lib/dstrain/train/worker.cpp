@@ -32,7 +32,6 @@
 #include "dstrain/data/sample_stream.h"
 #include "dstrain/data/token_file.h"
 #include "dstrain/launch/worker_env.h"
-#include "dstrain/metrics/jsonl_sink.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/zero/engine.h"
@@ -41,6 +40,7 @@
 #include "dstrain/train/env_task.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/train/run_dir.h"
+#include "dstrain/train/telemetry.h"
 
 namespace dstrain::train {
 namespace {
@@ -228,8 +228,6 @@ int run_worker(const launch::WorkerEnv& env) {
     throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", world, recipe.world_size()),
                 "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
   const std::string ckpt_dir = run_dir.ckpt_dir(recipe);
-  const bool console = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "console") != recipe.logging.sinks.end();
-  const bool jsonl = std::find(recipe.logging.sinks.begin(), recipe.logging.sinks.end(), "jsonl") != recipe.logging.sinks.end();
 
   // --- communication -------------------------------------------------------------------------
   auto comm = comm::make_gloo_communicator(
@@ -290,10 +288,10 @@ int run_worker(const launch::WorkerEnv& env) {
                           static_cast<double>(model->num_parameters()) / 1e6, stream.num_samples(), recipe.data.seq_len, tc.steps,
                           config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
   if (start_step >= tc.steps && env.rank == 0) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", start_step, tc.steps));
-  std::unique_ptr<metrics::JsonlSink> sink;
-  if (env.rank == 0 && jsonl) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), start_step);
+  Telemetry telemetry(recipe, run_dir, *comm, start_step, env.threads);
 
   auto last_save = std::chrono::steady_clock::now();
+  double save_ms = 0;  // this step's checkpoint time (wall_clock_breakdown)
   auto save = [&](int64_t steps_done) {
     progress::enter(progress::Phase::kCheckpoint);
     const auto t0 = std::chrono::steady_clock::now();
@@ -307,6 +305,7 @@ int run_worker(const launch::WorkerEnv& env) {
                             recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
     }
     last_save = std::chrono::steady_clock::now();
+    save_ms += seconds * 1000.0;
   };
   // A coordinated stop: SIGTERM/SIGINT on any rank, or rank 0's clock past launch.max_time_minutes.
   const auto launch_start = std::chrono::steady_clock::now();
@@ -377,6 +376,8 @@ int run_worker(const launch::WorkerEnv& env) {
       // gradient whatever the shares, accumulation steps or world size.
       const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
       loss = parts.sum / global_tokens;
+      const auto f1 = std::chrono::steady_clock::now();
+      telemetry.add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
       if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
       if (nan_loss.due(env.rank, step + 1) && micro == 0) loss = loss * std::numeric_limits<double>::quiet_NaN();
       local_loss += loss.item<double>();
@@ -385,6 +386,7 @@ int run_worker(const launch::WorkerEnv& env) {
       engine.end_micro();
       const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(spent * (slowdown - 1.0)));
+      telemetry.add_backward(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f1).count());  // a slowed rank's sleep counts as compute
       compute_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       computed_samples += batch.size(0);
     }
@@ -392,9 +394,11 @@ int run_worker(const launch::WorkerEnv& env) {
     // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
     // the engine applies no update from it.
     if (!std::isfinite(local_loss)) engine.inject_overflow();
+    const auto o0 = std::chrono::steady_clock::now();
     const zero::StepResult result = engine.step(lr, applied + 1, {local_loss, time_for_save() ? 1.0 : 0.0, time_to_stop() ? 1.0 : 0.0}, betas.beta1,
                                                      betas.beta2);
     const double grad_norm = result.grad_norm;
+    const double optimizer_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - o0).count();
     // Bad steps (NaN/Inf outside fp16's loss scaling): train.on_bad_step.
     const bool bad = recipe.precision.dtype != "fp16" && (result.skipped || !std::isfinite(result.sums[0]));
     if (bad) {
@@ -422,7 +426,7 @@ int run_worker(const launch::WorkerEnv& env) {
         if (weighted) weights.assign(weights_state.data_ptr<float>(), weights_state.data_ptr<float>() + weights_state.numel());
         if (env.rank == 0) log::warn(fmt::format("{}: rolled back to {} (step {}); bad step {} of at most {}", what, r.dir, r.step, bad_steps, tc.max_bad_steps));
         cursor = r.samples_consumed;
-        if (sink) sink = std::make_unique<metrics::JsonlSink>(run_dir.metrics_path(), r.step);
+        telemetry.restart_at(r.step);
         prefetched = std::async(std::launch::async, build_step, r.step, cursor, weights);
         step = r.step - 1;  // the loop's ++step continues at the checkpoint's step
         continue;
@@ -433,10 +437,11 @@ int run_worker(const launch::WorkerEnv& env) {
       log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", step + 1,
                             result.loss_scale, engine.skipped_steps(), engine.loss_scale()));
     // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
+    at::Tensor expert_load;
     if (at::Tensor load = model->take_expert_load(); load.defined() && load.numel() > 0) {
-      at::Tensor global = load.to(at::kFloat).contiguous();
-      if (world > 1) comm->all_reduce(global)->wait();
-      model->update_expert_bias(global);
+      expert_load = load.to(at::kFloat).contiguous();
+      if (world > 1) comm->all_reduce(expert_load)->wait();
+      model->update_expert_bias(expert_load);
     }
     const int64_t batch = config::global_batch_at(recipe, step);
     cursor += batch;
@@ -456,21 +461,31 @@ int run_worker(const launch::WorkerEnv& env) {
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
-    const double loss = result.sums[0];  // the ranks' parts of the global mean
-    if (env.rank == 0) {
-      const int64_t tokens_done = cursor * recipe.data.seq_len;
-      const double tps = static_cast<double>(batch * recipe.data.seq_len) / (step_ms / 1000.0);
-      if (sink)
-        sink->write({done, loss, lr, grad_norm, tokens_done, step_ms, tps, data_wait_ms, result.loss_scale, result.skipped, result.comm_wait_ms, bad_steps});
-      const int64_t every = recipe.logging.steps_per_print;
-      if (console && every > 0 && (done == start_step + 1 || done % every == 0 || done == tc.steps))
-        log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step", done, tc.steps, loss, lr,
-                              grad_norm, recipe.precision.dtype == "fp16" ? fmt::format(" | loss scale {:g}", result.loss_scale) : "", tps,
-                              step_ms));
-    }
     const int64_t interval = recipe.checkpoint.interval_steps;
     const bool stop = result.sums[2] > 0;  // any rank was asked: all stop at this same boundary
     if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0 || stop) save(done);
+    // Metrics after the save, so the breakdown can hold its time; step_ms and throughput exclude it.
+    StepOutcome outcome;
+    outcome.step = done;
+    outcome.loss = result.sums[0];  // the ranks' parts of the global mean
+    outcome.lr = lr;
+    outcome.grad_norm = grad_norm;
+    outcome.loss_scale = result.loss_scale;
+    outcome.skipped = result.skipped;
+    outcome.bad_steps = bad_steps;
+    outcome.cursor = cursor;
+    outcome.global_batch = batch;
+    outcome.accumulation = accum;
+    outcome.step_ms = step_ms;
+    outcome.data_wait_ms = data_wait_ms;
+    outcome.comm_wait_ms = result.comm_wait_ms;
+    outcome.reduce_ms = result.reduce_wait_ms;
+    outcome.gather_ms = result.gather_wait_ms;
+    outcome.optimizer_ms = optimizer_ms;
+    outcome.checkpoint_ms = save_ms;
+    outcome.expert_load = expert_load;
+    telemetry.finish_step(outcome);
+    save_ms = 0;
     if (stop && done < tc.steps) {
       checkpointer.finish();
       if (env.rank == 0)

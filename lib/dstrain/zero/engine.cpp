@@ -79,7 +79,8 @@ struct Engine::Impl final : model::LayerGate {
   std::vector<bool> group_flushed;
   bool last_micro = true;
   bool grads_fresh = true;  // the shard accumulator holds nothing yet this step
-  double waited_ms = 0;     // blocked on communication since the last step() returned
+  double waited_ms = 0;         // blocked on gradient reductions since the last step() returned
+  double waited_gather_ms = 0;  // blocked on parameter all-gathers since then
   LossScaler scaler;
 
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
@@ -157,7 +158,7 @@ struct Engine::Impl final : model::LayerGate {
     for (int ui : units_of_group[static_cast<size_t>(group)]) {
       auto& work = gathering[static_cast<size_t>(ui)];
       if (work) {
-        timed_wait(*work, waited_ms);
+        timed_wait(*work, waited_gather_ms);
         work.reset();
       }
     }
@@ -248,7 +249,7 @@ struct Engine::Impl final : model::LayerGate {
       const at::Tensor chunk = mine.to(dtype).contiguous();
       pending.push_back({comm.all_gather(chunk, unit_full[u]), {}, -1});
     }
-    for (auto& pend : pending) timed_wait(*pend.work, waited_ms);
+    for (auto& pend : pending) timed_wait(*pend.work, waited_gather_ms);
     pending.clear();
   }
 
@@ -373,8 +374,10 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   // Zero the gradients for the next step.
   for (auto& g : m.unit_grad) g.zero_();
   m.grads_fresh = true;
-  result.comm_wait_ms = m.waited_ms;
-  m.waited_ms = 0;
+  result.reduce_wait_ms = m.waited_ms;
+  result.gather_wait_ms = m.waited_gather_ms;
+  result.comm_wait_ms = m.waited_ms + m.waited_gather_ms;
+  m.waited_ms = m.waited_gather_ms = 0;
   return result;
 }
 

@@ -61,6 +61,8 @@ struct StepResult {
   double loss_scale = 1;  // the scale this step used
   std::vector<double> sums;  // the caller's extra values, summed over ranks
   double comm_wait_ms = 0;   // time this step blocked on collectives (what overlap did not hide)
+  double reduce_wait_ms = 0;  // ... of it on gradient reductions
+  double gather_wait_ms = 0;  // ... and on parameter all-gathers (stage 3, and after the update)
 };
 
 class Engine {

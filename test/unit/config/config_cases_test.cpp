@@ -207,10 +207,12 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK_THAT(o.warnings, Catch::Contains("comms_config: unknown top-level key"));
        }},
       {"harmless unimplemented keys warn when set", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"wall_clock_breakdown": true, "prescale_gradients": false})", {}, [](const Outcome& o) {
+       R"({"memory_breakdown": true, "prescale_gradients": false, "wall_clock_breakdown": true})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK_THAT(o.warnings, Catch::Contains("wall_clock_breakdown = true has no effect"));
+         CHECK_THAT(o.warnings, Catch::Contains("memory_breakdown = true has no effect"));
          CHECK_THAT(o.warnings, !Catch::Contains("prescale_gradients"));  // at its default: silent
+         CHECK(o.recipe.logging.wall_clock_breakdown);                   // implemented
+         CHECK_THAT(o.recipe.sources.at("logging.wall_clock_breakdown"), Catch::Contains("ds.json:1:"));
        }},
       {"steps_per_print null means never", "train: {steps: 10, micro_batch_size: 2}\n", R"({"steps_per_print": null})", {},
        [](const Outcome& o) {
@@ -278,6 +280,15 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
        R"({"tensorboard": {"enabled": true, "job_name": "x"}, "csv_monitor": {"enabled": false}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.logging.sinks == std::vector<std::string>{"console", "jsonl", "tensorboard"});
+         CHECK(o.recipe.logging.tensorboard_dir.empty());  // no output_path: the run directory's
+       }},
+      {"monitor output paths are DeepSpeed's output_path/job_name", "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"tensorboard": {"enabled": true, "output_path": "/tmp/tb", "job_name": "exp1"}, "csv_monitor": {"enabled": true, "output_path": "/tmp/csv"}})",
+       {}, [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.logging.tensorboard_dir == "/tmp/tb/exp1");
+         CHECK(o.recipe.logging.csv_dir == "/tmp/csv/DeepSpeedJobName");
+         CHECK(o.recipe.logging.sinks == std::vector<std::string>{"console", "jsonl", "tensorboard", "csv"});
        }},
       {"pydantic's lax coercions", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": "3", "contiguous_gradients": "no", "reduce_bucket_size": 2.0}})", {}, [](const Outcome& o) {

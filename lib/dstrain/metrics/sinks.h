@@ -1,0 +1,39 @@
+#pragma once
+// Rank 0's metric sinks, chosen by logging.sinks: jsonl (metrics.jsonl), csv (one file per
+// metric: <csv_dir>/<name>.csv with "step,value" rows, as DeepSpeed's csv_monitor), tensorboard
+// (event files under <tensorboard_dir>, tags "train/<name>"). Each write is flushed, so a crash
+// loses at most the step being written. The console line is the trainer's.
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "dstrain/metrics/step_metrics.h"
+
+namespace dstrain::metrics {
+
+class JsonlSink;
+class TensorBoardWriter;
+
+struct SinkOptions {
+  std::string jsonl_path;       // "" = off
+  std::string csv_dir;          // "" = off
+  std::string tensorboard_dir;  // "" = off
+  int64_t keep_through_step = 0;  // a resume: earlier launches' records after this step are dropped
+};
+
+class MetricSinks {
+ public:
+  explicit MetricSinks(const SinkOptions& options);
+  ~MetricSinks();
+  void write(const StepMetrics& m);
+
+ private:
+  SinkOptions o_;
+  std::unique_ptr<JsonlSink> jsonl_;
+  std::unique_ptr<TensorBoardWriter> tensorboard_;
+  std::map<std::string, std::FILE*> csv_;  // per metric
+};
+
+}  // namespace dstrain::metrics

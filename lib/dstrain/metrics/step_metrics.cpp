@@ -1,0 +1,35 @@
+#include "dstrain/metrics/step_metrics.h"
+
+namespace dstrain::metrics {
+
+std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) {
+  return {{"loss", m.loss},
+          {"lr", m.lr},
+          {"grad_norm", m.grad_norm},
+          {"loss_scale", m.loss_scale},
+          {"skipped", m.skipped ? 1.0 : 0.0},
+          {"bad_steps", static_cast<double>(m.bad_steps)},
+          {"tokens", static_cast<double>(m.tokens)},
+          {"accumulation", static_cast<double>(m.accumulation)},
+          {"step_ms", m.step_ms},
+          {"tokens_per_s", m.tokens_per_s},
+          {"samples_per_s", m.samples_per_s},
+          {"tflops_per_rank", m.tflops_per_rank},
+          {"mfu", m.mfu},
+          {"peak_tflops", m.peak_tflops},
+          {"data_wait_ms", m.data_wait_ms},
+          {"comm_wait_ms", m.comm_wait_ms},
+          {"host_rss_mb", m.host_rss_mb},
+          {"host_peak_rss_mb", m.host_peak_rss_mb},
+          {"device_alloc_peak_mb", m.device_alloc_peak_mb},
+          {"device_reserved_peak_mb", m.device_reserved_peak_mb},
+          {"expert_imbalance", m.expert_imbalance},
+          {"forward_ms", m.forward_ms},
+          {"backward_ms", m.backward_ms},
+          {"reduce_ms", m.reduce_ms},
+          {"gather_ms", m.gather_ms},
+          {"optimizer_ms", m.optimizer_ms},
+          {"checkpoint_ms", m.checkpoint_ms}};
+}
+
+}  // namespace dstrain::metrics

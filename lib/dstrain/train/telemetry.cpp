@@ -1,0 +1,195 @@
+#include "dstrain/train/telemetry.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/describe.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/log.h"
+#include "dstrain/metrics/sinks.h"
+#include "dstrain/train/run_dir.h"
+
+namespace dstrain::train {
+namespace {
+
+double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+bool has_sink(const config::Recipe& r, const char* name) { return std::find(r.logging.sinks.begin(), r.logging.sinks.end(), name) != r.logging.sinks.end(); }
+
+metrics::SinkOptions sink_options(const config::Recipe& r, const RunDir& run_dir, int64_t keep_through_step) {
+  metrics::SinkOptions o;
+  o.keep_through_step = keep_through_step;
+  if (has_sink(r, "jsonl")) o.jsonl_path = run_dir.metrics_path();
+  if (has_sink(r, "csv")) o.csv_dir = r.logging.csv_dir.empty() ? run_dir.root() + "/csv" : r.logging.csv_dir;
+  if (has_sink(r, "tensorboard")) o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;
+  return o;
+}
+
+}  // namespace
+
+double measured_cpu_peak_tflops() {
+  const int64_t n = 1024;
+  at::Tensor a = at::randn({n, n}, at::kFloat), b = at::randn({n, n}, at::kFloat);
+  at::mm(a, b);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    at::mm(a, b);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e12);
+  }
+  return best;
+}
+
+double resident_mb() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<double>(resident) * static_cast<double>(::sysconf(_SC_PAGESIZE)) / 1048576.0;
+}
+
+double peak_resident_mb() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
+}
+
+Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads)
+    : recipe_(recipe), run_dir_(run_dir), comm_(comm), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
+  console_ = has_sink(recipe, "console");
+  const char* progress = std::getenv("DSTRAIN_PROGRESS");
+  progress_ = comm.rank() == 0 && progress && std::string(progress) == "1";
+  flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
+  if (comm.rank() == 0) {
+    sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe, run_dir, start_step));
+    // The GPU path will use the device's datasheet peak; on CPU the best fp32 GEMM this rank's
+    // threads reach is the honest denominator.
+    peak_tflops_ = measured_cpu_peak_tflops();
+    log::info(fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, "
+                          "measured (fp32 1024x1024 GEMM, {} thread{}: no GPU)",
+                          flops_per_token_, peak_tflops_, threads, threads == 1 ? "" : "s"));
+  }
+  if (recipe.logging.straggler_interval > 0 && comm.world_size() > 1) {
+    char host[256] = {0};
+    ::gethostname(host, sizeof(host) - 1);
+    hosts_ = comm.all_gather_bytes(host);
+  }
+}
+
+Telemetry::~Telemetry() = default;
+
+void Telemetry::restart_at(int64_t step) {
+  if (comm_.rank() == 0) {
+    sinks_.reset();
+    sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe_, run_dir_, step));
+  }
+  first_step_ = step;
+  forward_ms_ = backward_ms_ = interval_compute_ms_ = interval_wait_ms_ = 0;
+  interval_steps_ = 0;
+}
+
+void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m) {
+  // Per-step means over the interval: compute (forward + backward) and time blocked in collectives.
+  at::Tensor mine = at::tensor({interval_compute_ms_ / interval_steps_, interval_wait_ms_ / interval_steps_}, at::kFloat);
+  at::Tensor all = at::empty({comm_.world_size() * 2}, at::kFloat);
+  comm_.all_gather(mine, all)->wait();
+  interval_compute_ms_ = interval_wait_ms_ = 0;
+  const int64_t steps = interval_steps_;
+  interval_steps_ = 0;
+  if (comm_.rank() != 0) return;
+  const int world = comm_.world_size();
+  std::vector<double> compute(static_cast<size_t>(world)), wait(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) compute[static_cast<size_t>(r)] = all[2 * r].item<double>(), wait[static_cast<size_t>(r)] = all[2 * r + 1].item<double>();
+  std::vector<double> sorted = compute;
+  std::sort(sorted.begin(), sorted.end());
+  // The lower median: with two ranks, the faster one is the reference for the slower.
+  const double median = sorted[(sorted.size() - 1) / 2];
+  std::string table, slow_text;
+  for (int r = 0; r < world; ++r) {
+    const double c = compute[static_cast<size_t>(r)];
+    const bool slow = median > 0 && c > median * (1.0 + recipe_.logging.straggler_threshold);
+    if (slow) {
+      m.stragglers.push_back(r);
+      slow_text += fmt::format("{}rank {} on {}: compute {:.1f} ms/step vs median {:.1f} ms (+{:.0f}%), waited {:.1f} ms", slow_text.empty() ? "" : "; ",
+                               r, hosts_.at(static_cast<size_t>(r)), c, median, 100.0 * (c / median - 1.0), wait[static_cast<size_t>(r)]);
+    }
+    table += fmt::format("{}{{\"rank\":{},\"host\":\"{}\",\"compute_ms\":{:.3f},\"wait_ms\":{:.3f},\"slow\":{}}}", r ? "," : "", r,
+                         hosts_.at(static_cast<size_t>(r)), c, wait[static_cast<size_t>(r)], slow ? "true" : "false");
+  }
+  std::ofstream(run_dir_.root() + "/stragglers.jsonl", std::ios::app)
+      << fmt::format("{{\"step\":{},\"steps\":{},\"median_compute_ms\":{:.3f},\"threshold\":{:g},\"ranks\":[{}]}}\n", step, steps, median,
+                     recipe_.logging.straggler_threshold, table);
+  if (!m.stragglers.empty())
+    log::warn(fmt::format("straggler{} over steps {}-{}: {}", m.stragglers.size() == 1 ? "" : "s", step - steps + 1, step, slow_text));
+}
+
+void Telemetry::finish_step(const StepOutcome& o) {
+  metrics::StepMetrics m;
+  m.step = o.step;
+  m.wall_time = unix_now();
+  m.loss = o.loss;
+  m.lr = o.lr;
+  m.grad_norm = o.grad_norm;
+  m.loss_scale = o.loss_scale;
+  m.skipped = o.skipped;
+  m.bad_steps = o.bad_steps;
+  m.tokens = o.cursor * recipe_.data.seq_len;
+  m.accumulation = o.accumulation;
+  m.step_ms = o.step_ms;
+  const double seconds = o.step_ms / 1000.0;
+  const double step_tokens = static_cast<double>(o.global_batch * recipe_.data.seq_len);
+  m.tokens_per_s = step_tokens / seconds;
+  m.samples_per_s = static_cast<double>(o.global_batch) / seconds;
+  m.data_wait_ms = o.data_wait_ms;
+  m.comm_wait_ms = o.comm_wait_ms;
+  if (comm_.rank() == 0) {
+    m.tflops_per_rank = m.tokens_per_s * flops_per_token_ / comm_.world_size() / 1e12;
+    m.peak_tflops = peak_tflops_;
+    m.mfu = peak_tflops_ > 0 ? m.tflops_per_rank / peak_tflops_ : metrics::kNone;
+    m.host_rss_mb = resident_mb();
+    m.host_peak_rss_mb = peak_resident_mb();
+  }
+  if (o.expert_load.defined() && o.expert_load.numel() > 0) {
+    const at::Tensor load = o.expert_load.to(at::kDouble).reshape({o.expert_load.size(0), -1});
+    const at::Tensor mean = load.mean(1).clamp_min(1e-12);
+    m.expert_imbalance = (std::get<0>(load.max(1)) / mean).max().item<double>();  // the worst layer
+  }
+  if (recipe_.logging.wall_clock_breakdown) {
+    m.forward_ms = forward_ms_;
+    m.backward_ms = backward_ms_;
+    m.reduce_ms = o.reduce_ms;
+    m.gather_ms = o.gather_ms;
+    m.optimizer_ms = o.optimizer_ms;
+    m.checkpoint_ms = o.checkpoint_ms;
+  }
+  interval_compute_ms_ += forward_ms_ + backward_ms_;
+  interval_wait_ms_ += o.comm_wait_ms;
+  ++interval_steps_;
+  forward_ms_ = backward_ms_ = 0;
+  const int64_t every = recipe_.logging.straggler_interval;
+  if (every > 0 && comm_.world_size() > 1 && o.step % every == 0) check_stragglers(o.step, m);
+  if (comm_.rank() != 0) return;
+  sinks_->write(m);
+  const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
+  if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
+    log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%", o.step, total,
+                          o.loss, o.lr, o.grad_norm, recipe_.precision.dtype == "fp16" ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
+                          m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
+  if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    std::printf("@@progress %lld %lld %lld %.6g %.6g %.3f\n", static_cast<long long>(o.step), static_cast<long long>(first_step_),
+                static_cast<long long>(total), o.loss, m.tokens_per_s, elapsed);
+    std::fflush(stdout);
+  }
+}
+
+}  // namespace dstrain::train

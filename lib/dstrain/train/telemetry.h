@@ -1,0 +1,79 @@
+#pragma once
+// The trainer's metrics for each step: rank 0 assembles them (throughput, MFU, memory, MoE
+// balance, the wall-clock breakdown), writes them to the sinks (metrics/sinks.h), prints the
+// console line and, when the launcher's terminal is a TTY, a progress line it draws as a bar.
+// Every logging.straggler_interval steps all ranks exchange their compute and wait times and
+// rank 0 reports the slow ones (log, metrics, run_dir/stragglers.jsonl).
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dstrain/metrics/step_metrics.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::config {
+struct Recipe;
+}
+namespace dstrain::metrics {
+class MetricSinks;
+}
+
+namespace dstrain::train {
+
+class RunDir;
+
+// What the loop knows at the end of a step.
+struct StepOutcome {
+  int64_t step = 0;  // 1-based, done
+  double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
+  bool skipped = false;
+  int64_t bad_steps = 0;
+  int64_t cursor = 0;  // samples consumed after this step
+  int64_t global_batch = 0;
+  int64_t accumulation = 0;
+  double step_ms = 0, data_wait_ms = 0, comm_wait_ms = 0, reduce_ms = 0, gather_ms = 0, optimizer_ms = 0, checkpoint_ms = 0;
+  at::Tensor expert_load;  // global, [layers, experts] (MoE), else undefined
+};
+
+class Telemetry {
+ public:
+  Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads);
+  ~Telemetry();
+  // A rollback or resume at `step`: the sinks drop what came after it.
+  void restart_at(int64_t step);
+  // Phase timers of this rank's current step (forward/backward sums over micro-batches).
+  void add_forward(double ms) { forward_ms_ += ms; }
+  void add_backward(double ms) { backward_ms_ += ms; }
+  // Collective on straggler-check steps: every rank must call it for every step.
+  void finish_step(const StepOutcome& outcome);
+
+ private:
+  void check_stragglers(int64_t step, metrics::StepMetrics& m);
+  const config::Recipe& recipe_;
+  const RunDir& run_dir_;
+  comm::Communicator& comm_;
+  std::unique_ptr<metrics::MetricSinks> sinks_;
+  double flops_per_token_ = 0;
+  double peak_tflops_ = 0;
+  double forward_ms_ = 0, backward_ms_ = 0;
+  double interval_compute_ms_ = 0, interval_wait_ms_ = 0;  // since the last straggler check
+  int64_t interval_steps_ = 0;
+  int64_t first_step_ = 0;
+  std::vector<std::string> hosts_;  // by rank, for straggler reports
+  bool console_ = true, progress_ = false;
+  std::chrono::steady_clock::time_point started_;
+};
+
+// Peak fp32 GEMM throughput of this process (TFLOP/s): MFU's denominator on CPUs.
+double measured_cpu_peak_tflops();
+// Resident memory of this process now and at its peak, MiB.
+double resident_mb();
+double peak_resident_mb();
+
+}  // namespace dstrain::train

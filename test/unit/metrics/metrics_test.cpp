@@ -1,0 +1,62 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "dstrain/metrics/jsonl_sink.h"
+#include "dstrain/metrics/tensorboard_writer.h"
+#include "dstrain/report/png.h"
+
+using namespace dstrain;
+
+namespace {
+
+std::string hex(const std::string& bytes) {
+  static const char* digits = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) out += std::string{digits[c >> 4], digits[c & 15], ' '};
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+// The worked bytes of ../shared/docs/reference/file-formats.md §1.6.
+TEST_CASE("TensorBoard records match the reference bytes", "[metrics]") {
+  CHECK(hex(metrics::tfrecord(metrics::encode_file_version_event(1700000000.0))) ==
+        "18 00 00 00 00 00 00 00 a3 7f 4b 22 09 00 00 00 40 fc 54 d9 41 1a 0d 62 72 61 69 6e 2e 45 76 65 6e 74 3a 32 ec ed 8f 9d");
+  CHECK(hex(metrics::tfrecord(metrics::encode_scalars_event(1700000001.5, 100, {{"loss", 2.5f}}))) ==
+        "1a 00 00 00 00 00 00 00 12 9b d8 2d 09 00 00 60 40 fc 54 d9 41 10 64 2a 0d 0a 0b 0a 04 6c 6f 73 73 15 00 00 20 40 c7 c3 57 82");
+}
+
+TEST_CASE("a SessionLog START event encodes status 1 at its step", "[metrics]") {
+  // wall_time, step 11, then field 7 (SessionLog) holding field 1 = 1.
+  CHECK(hex(metrics::encode_session_start_event(1700000000.0, 11)) == "09 00 00 00 40 fc 54 d9 41 10 0b 3a 02 08 01");
+}
+
+TEST_CASE("JSONL lines write non-finite values as null and keep every key", "[metrics]") {
+  metrics::StepMetrics m;
+  m.step = 3;
+  m.wall_time = 1.5;
+  m.loss = 2.0;
+  m.grad_norm = std::numeric_limits<double>::infinity();
+  m.stragglers = {1, 3};
+  const std::string line = metrics::jsonl_line(m);
+  CHECK(line.rfind("{\"step\":3,\"time\":1.500,\"loss\":2,\"lr\":null,\"grad_norm\":null,", 0) == 0);
+  CHECK(line.find("\"skipped\":false,\"bad_steps\":0,\"tokens\":0,\"accumulation\":0,") != std::string::npos);
+  CHECK(line.find(",\"stragglers\":[1,3]}") != std::string::npos);
+}
+
+TEST_CASE("PNG: chunk CRCs are CRC-32 (IEEE) and the image is stored as written", "[report]") {
+  CHECK(report::crc32_ieee("123456789", 9) == 0xCBF43926u);  // the CRC-32 check value
+  report::Image img(3, 2);
+  img.set(1, 1, 0xFF0000);
+  const std::string png = report::encode_png(img);
+  CHECK(png.substr(0, 8) == std::string("\x89PNG\r\n\x1a\n", 8));
+  CHECK(png.substr(12, 4) == "IHDR");
+  CHECK(png.substr(png.size() - 8, 4) == "IEND");
+  // The stored deflate block holds the raw scanlines: filter byte 0, then RGB.
+  const std::string scanline2 = std::string("\0\xff\xff\xff\xff\x00\x00\xff\xff\xff", 10);
+  CHECK(png.find(scanline2) != std::string::npos);
+}
