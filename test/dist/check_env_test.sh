@@ -55,6 +55,13 @@ ok "rank 2 with a different copy of the dataset: exit 1, the data fact and the r
 validate ok.json || fail "the consistent report does not follow the schema"
 ok "a consistent run with a recipe, as JSON, valid against the schema"
 
+# A node without the dataset (the launcher's own node is checked when the recipe loads).
+DSTRAIN_TEST_DATA_PATH="1:$WORK/gone.bin" expect_status 1 "$DSTRAIN" check-env "$demo_recipe" --nproc-per-node 2 --set run_dir=envgone --skip probes
+expect_out "✗ data "
+expect_out "missing: $WORK/gone.bin: rank 1"
+expect_out "[rank 1: not found on this rank's node: copy it there or fix the path]"
+ok "a dataset missing on a rank is named with what to do"
+
 expect_status 0 "$DSTRAIN" check-env --local
 expect_out "check-env: 1 rank on 1 node"
 "$DSTRAIN" check-env --local --json > local.json || fail "--local --json failed"

@@ -72,6 +72,11 @@ Report compare(const std::vector<RankFacts>& input) {
       if (it == by_rank.end() && only_present) continue;
       add_to_group(it == by_rank.end() ? "(not set)" : it->second->value, r.rank);
     }
+    // A fact a rank itself marks as failed (a missing file) fails whatever its rule.
+    std::vector<int> failed_ranks;
+    std::string failed_why;
+    for (const auto& [rank, f] : by_rank)
+      if (!f->ok && row.rule != Rule::kLimit) failed_ranks.push_back(rank), failed_why = failed_why.empty() ? f->why : failed_why;
     switch (row.rule) {
       case Rule::kSame:
         row.ok = row.groups.size() <= 1;
@@ -122,6 +127,10 @@ Report compare(const std::vector<RankFacts>& input) {
         // Measurements rarely repeat exactly: show each rank's, grouped only when equal.
         break;
       }
+    }
+    if (!failed_ranks.empty()) {
+      row.ok = false;
+      row.note = fmt::format("{}{}: {}", row.note.empty() ? "" : row.note + "; ", format_ranks(failed_ranks), failed_why);
     }
     report.rows.push_back(std::move(row));
   }

@@ -150,7 +150,8 @@ Facts collect_local_facts(const FactOptions& o) {
   // Config and data: byte for byte alike.
   for (const auto& [name, path] : o.files) {
     const FileSum s = file_checksum(path);
-    add(name, s.exists ? fmt::format("size {}, crc32c {:08x}", s.size, s.crc32c) : "missing: " + path, Rule::kSame);
+    if (s.exists) add(name, fmt::format("size {}, crc32c {:08x}", s.size, s.crc32c), Rule::kSame);
+    else f.push_back({name, sanitize("missing: " + path), Rule::kSame, false, "not found on this rank's node: copy it there or fix the path"});
   }
   // The checkpoint directory: writable, with room for the next checkpoint.
   if (!o.ckpt_dir.empty()) {

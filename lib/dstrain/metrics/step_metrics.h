@@ -45,7 +45,7 @@ struct StepMetrics {
   double reduce_ms = kNone;   // blocked on gradient reductions
   double gather_ms = kNone;   // blocked on parameter all-gathers
   double optimizer_ms = kNone;
-  double checkpoint_ms = kNone;
+  double checkpoint_ms = kNone;  // saves since the previous line (a step's line precedes its save)
   std::vector<int> stragglers;  // ranks found slow at this step's straggler check
 };
 

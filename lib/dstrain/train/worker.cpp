@@ -463,8 +463,8 @@ int run_worker(const launch::WorkerEnv& env) {
     const int64_t done = step + 1;
     const int64_t interval = recipe.checkpoint.interval_steps;
     const bool stop = result.sums[2] > 0;  // any rank was asked: all stop at this same boundary
-    if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0 || stop) save(done);
-    // Metrics after the save, so the breakdown can hold its time; step_ms and throughput exclude it.
+    // Metrics before the save: a committed checkpoint of step N always has step N's line, which a
+    // resume keeps. The save's time is reported on the next line (checkpoint_ms).
     StepOutcome outcome;
     outcome.step = done;
     outcome.loss = result.sums[0];  // the ranks' parts of the global mean
@@ -486,6 +486,7 @@ int run_worker(const launch::WorkerEnv& env) {
     outcome.expert_load = expert_load;
     telemetry.finish_step(outcome);
     save_ms = 0;
+    if (done == tc.steps || (interval > 0 && done % interval == 0) || result.sums[1] > 0 || stop) save(done);
     if (stop && done < tc.steps) {
       checkpointer.finish();
       if (env.rank == 0)

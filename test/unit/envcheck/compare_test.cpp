@@ -82,6 +82,14 @@ TEST_CASE("limits fail with the rank and the reason; slow measurements are flagg
   CHECK(report.mismatches() == std::vector<std::string>{"clock offset from rank 0", "gemm throughput"});
 }
 
+TEST_CASE("a fact a rank marks as failed fails its row even when every rank agrees", "[envcheck]") {
+  std::vector<envcheck::RankFacts> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(rank_with(r, 0, {{"data", "missing: /x.bin", Rule::kSame, false, "not found"}}));
+  const auto report = envcheck::compare(ranks);
+  CHECK(report.mismatches() == std::vector<std::string>{"data"});
+  CHECK(row(report, "data").note == "ranks 0\u20131: not found");
+}
+
 TEST_CASE("facts survive the trip between ranks", "[envcheck]") {
   const envcheck::Facts in{{"a", "x\ty", Rule::kSameInNode, true, ""}, {"b", "1", Rule::kLimit, false, "too\nlow"}};
   const envcheck::Facts out = envcheck::decode_facts(envcheck::encode_facts(in));
