@@ -47,6 +47,9 @@ step "gpu benchmarks"
 bench_status=0
 if [ -x "$build/dstrain" ]; then
   "$build/dstrain" bench comm --backend nccl --nproc-per-node 1 --max-bytes 268435456 > "$out/bench-nccl.log" 2>&1 || bench_status=$?
+  # Fused AdamW against a device-to-device copy moving the same bytes, in the same process.
+  "$build/dstrain" bench optimizer --device cuda --params 200000000 --iters 20 > "$out/bench-adam.log" 2>&1 || bench_status=$?
+  cat "$out/bench-adam.log"
 fi
 
 step "summary"
@@ -57,6 +60,7 @@ step "summary"
   echo "| build | sm_$arch, $(grep -c . "$out/build.log") log lines |"
   echo "| gpu tests | $(grep -E "tests passed|tests failed" "$out/ctest-gpu.log" | tail -1) |"
   echo "| nccl bench | $( [ $bench_status -eq 0 ] && grep -E "^ *268435456" "$out/bench-nccl.log" | head -1 || echo "failed ($bench_status)") |"
+  echo "| fused AdamW (200M fp32 params) | $(tail -1 "$out/bench-adam.log" 2>/dev/null) |"
   echo "| wall time | $((SECONDS - start)) s |"
 } | tee "$out/summary.md"
 exit $gpu_tests

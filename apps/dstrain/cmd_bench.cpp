@@ -57,6 +57,7 @@ void register_bench(CLI::App& app, Run& run) {
     };
   });
   auto oargs = std::make_shared<std::tuple<int64_t, int, int>>(50000000, 1, 10);
+  auto odevice = std::make_shared<std::string>("cpu");
   CLI::App* ocmd = bench->add_subcommand("optimizer", "The fused CPU Adam against torch::optim::AdamW and a memory-bandwidth reference");
   ocmd->footer(
       "Times one optimizer step over --params fp32 parameters (median of --iters): dstrain's fused\n"
@@ -66,14 +67,17 @@ void register_bench(CLI::App& app, Run& run) {
   ocmd->add_option("--params", std::get<0>(*oargs), "Parameters (fp32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   ocmd->add_option("--threads", std::get<1>(*oargs), "Threads")->check(CLI::Range(1, 1024));
   ocmd->add_option("--iters", std::get<2>(*oargs), "Timed steps (after one warm-up)")->check(CLI::Range(1, 100000));
-  ocmd->callback([oargs, &run] {
-    run = [oargs] {
+  ocmd->add_option("--device", *odevice, "cpu, or cuda: the fused CUDA kernel against torch's AdamW and a device-to-device copy of the same bytes")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  ocmd->callback([oargs, odevice, &run] {
+    run = [oargs, odevice] {
       const auto [params, threads, iters] = *oargs;
-      const auto r = optim::bench_adam(params, threads, iters);
+      const auto r = *odevice == "cuda" ? optim::bench_adam_cuda(params, iters) : optim::bench_adam(params, threads, iters);
       fmt::print("{:<24} {:>10} {:>14} {:>9}\n", "kernel", "ms/step", "params/s", "GB/s");
       fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "dstrain fused (" + r.isa + ")", r.fused_ms, r.fused_params_per_s(), r.fused_gb_per_s());
       fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "torch::optim::AdamW", r.torch_ms, r.torch_params_per_s(), r.bytes() / (r.torch_ms / 1e3) / 1e9);
-      fmt::print("{:<24} {:>10.2f} {:>14} {:>9.1f}\n", "bandwidth reference", r.bandwidth_ms, "-", r.bandwidth_gb_per_s());
+      fmt::print("{:<24} {:>10.2f} {:>14} {:>9.1f}\n", *odevice == "cuda" ? "device-to-device copy" : "bandwidth reference", r.bandwidth_ms, "-",
+                 r.bandwidth_gb_per_s());
       fmt::print("{} params, {} threads: fused is {:.2f}x torch::optim::AdamW and {:.2f}x the bandwidth reference\n", params, threads,
                  r.torch_ms / r.fused_ms, r.bandwidth_ms / r.fused_ms);
       return 0;

@@ -9,7 +9,16 @@ expect_status 0 "$DSTRAIN" train "$recipe" "${common[@]}" --nproc-per-node 1 --s
 expect_status 0 "$DSTRAIN" train "$recipe" "${common[@]}" --set run_dir=two
 python3 "$SRC/test/dist/compare_metrics.py" one/metrics.jsonl two/metrics.jsonl --rtol 1e-5 || fail "1 and 2 ranks differ"
 python3 "$SRC/test/dist/compare_metrics.py" one/metrics.jsonl --decreases 1.0 || fail "the MoE model does not learn"
-ok "MLA + MoE trains the same on 1 and 2 ranks, and learns"
+python3 - one/metrics.jsonl two/metrics.jsonl <<'PY' || fail "metrics.jsonl lacks the expert balance"
+import json, sys
+one, two = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+# The busiest expert over the mean, from the globally summed load: at least 1, and about the same
+# whatever the world size (the load is summed over ranks first; fp32 rounding between the two runs
+# may send a token to another expert, hence 5%).
+assert all(r["expert_imbalance"] is not None and r["expert_imbalance"] >= 1.0 for r in one), [r["expert_imbalance"] for r in one]
+assert all(abs(a["expert_imbalance"] - b["expert_imbalance"]) <= 0.05 * a["expert_imbalance"] for a, b in zip(one, two))
+PY
+ok "MLA + MoE trains the same on 1 and 2 ranks, and learns; the expert balance is logged alike"
 
 "$DSTRAIN" train "$recipe" "${common[@]}" --set run_dir=cut > cut.log 2>&1 &
 kill_worker_when cut/ckpt/step_00000010/COMMITTED $!

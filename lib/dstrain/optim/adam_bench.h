@@ -21,5 +21,9 @@ struct AdamBenchResult {
 };
 
 AdamBenchResult bench_adam(int64_t params, int threads, int iters);
+// The same on the GPU: the fused CUDA kernel, torch::optim::AdamW on CUDA tensors, and a
+// device-to-device copy moving the same bytes as the bandwidth reference. Throws
+// Error{kEnvironment} without a GPU.
+AdamBenchResult bench_adam_cuda(int64_t params, int iters);
 
 }  // namespace dstrain::optim
