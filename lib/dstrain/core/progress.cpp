@@ -3,6 +3,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 
 namespace dstrain::progress {
@@ -59,10 +60,10 @@ Snapshot snapshot() {
   return s;
 }
 
-std::string encode(const Snapshot& s, uint64_t beat, const std::string& host) {
+std::string encode(const Snapshot& s, uint64_t beat, const std::string& host, double unix_time) {
   std::ostringstream out;
   out << "v1 " << beat << ' ' << s.step << ' ' << static_cast<int>(s.phase) << ' ' << (s.op.empty() ? "-" : s.op) << ' ' << s.seq << ' '
-      << static_cast<int64_t>(s.phase_s * 1000) << ' ' << (host.empty() ? "-" : host);
+      << static_cast<int64_t>(s.phase_s * 1000) << ' ' << (host.empty() ? "-" : host) << ' ' << std::fixed << std::setprecision(3) << unix_time;
   return out.str();
 }
 
@@ -71,7 +72,8 @@ bool decode(const std::string& text, Beat& out) {
   std::string version, op;
   int phase = 0;
   int64_t phase_ms = 0;
-  if (!(in >> version >> out.beat >> out.where.step >> phase >> op >> out.where.seq >> phase_ms >> out.host) || version != "v1") return false;
+  if (!(in >> version >> out.beat >> out.where.step >> phase >> op >> out.where.seq >> phase_ms >> out.host >> out.unix_time) || version != "v1")
+    return false;
   if (phase < 0 || phase > static_cast<int>(Phase::kFinished)) return false;
   out.where.phase = static_cast<Phase>(phase);
   out.where.op = op == "-" ? "" : op;

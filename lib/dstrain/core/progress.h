@@ -36,12 +36,14 @@ struct Snapshot {
 };
 Snapshot snapshot();
 
-// The heartbeat value: "v1 <beat> <step> <phase> <op|-> <seq> <phase_ms> <host>", and back.
-std::string encode(const Snapshot& s, uint64_t beat, const std::string& host);
+// The heartbeat value: "v1 <beat> <step> <phase> <op|-> <seq> <phase_ms> <host> <unix_time>",
+// and back. The launcher judges staleness on its own clock; the sender's time is for reports.
+std::string encode(const Snapshot& s, uint64_t beat, const std::string& host, double unix_time);
 struct Beat {
   uint64_t beat = 0;
   Snapshot where;
   std::string host;
+  double unix_time = 0;  // when the rank sent it (its clock)
 };
 bool decode(const std::string& text, Beat& out);
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "dstrain/comm/store_client.h"
 #include "dstrain/core/error.h"
@@ -40,7 +41,8 @@ HeartbeatSender::~HeartbeatSender() {
 void HeartbeatSender::beat() {
   if (broken_) return;
   try {
-    store_->set(key_, progress::encode(progress::snapshot(), ++count_, host_));
+    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    store_->set(key_, progress::encode(progress::snapshot(), ++count_, host_, now));
   } catch (const Error& e) {
     broken_ = true;
     log::warn(std::string("heartbeats stopped: ") + e.what());

@@ -17,7 +17,7 @@ std::string beat(uint64_t n, int64_t step, progress::Phase phase, const std::str
   s.op = op;
   s.seq = seq;
   s.phase_s = phase_s;
-  return progress::encode(s, n, host);
+  return progress::encode(s, n, host, 1796000000.25 + static_cast<double>(n));
 }
 
 }  // namespace
@@ -38,10 +38,12 @@ TEST_CASE("heartbeat values round-trip", "[launch]") {
   CHECK(b.where.seq == 1742);
   CHECK(b.where.phase_s == Approx(1.5));
   CHECK(b.host == "node-a");
+  CHECK(b.unix_time == Approx(1796000007.25));
   CHECK(progress::describe(b.where) == "reduce_scatter #1742 (step 12)");
   CHECK_FALSE(progress::decode("v2 1 2 3", b));
   CHECK_FALSE(progress::decode("garbage", b));
-  CHECK_FALSE(progress::decode("v1 1 2 99 - 0 0 h", b));  // no such phase
+  CHECK_FALSE(progress::decode("v1 1 2 99 - 0 0 h 1.0", b));  // no such phase
+  CHECK_FALSE(progress::decode("v1 1 2 3 - 0 0 h", b));       // no time
 }
 
 TEST_CASE("the progress of this process shows a collective wait and returns after it", "[launch]") {
