@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "dstrain/comm/store_client_impl.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::comm {
@@ -19,12 +20,6 @@ namespace {
 
 std::string text(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
-
-std::string hostname() {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  return host;
-}
 
 std::string seconds(std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000) + " s"; }
 
@@ -74,7 +69,7 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
 
   // Announce, then wait for everyone, so that a missing rank is named instead of hanging in Gloo.
   const std::string prefix = "dstrain/" + ep.run_id + "/arrived/";
-  store->set(prefix + std::to_string(rank), bytes(hostname()));
+  store->set(prefix + std::to_string(rank), bytes(host_name()));
   store->add(prefix + "count", 1);
   const auto deadline = std::chrono::steady_clock::now() + ep.timeout;
   while (store->add(prefix + "count", 0) < world) {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "dstrain/core/build_info.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/envcheck/file_checksum.h"
 #include "dstrain_cuda.h"
@@ -103,12 +104,10 @@ std::vector<std::pair<std::string, std::string>> relevant_environment() {
 Facts collect_local_facts(const FactOptions& o) {
   Facts f;
   auto add = [&f](std::string name, std::string value, Rule rule) { f.push_back({std::move(name), sanitize(std::move(value)), rule, true, ""}); };
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
   utsname u{};
   ::uname(&u);
   const auto& b = build_info();
-  add("host", host, Rule::kMayDiffer);
+  add("host", host_name(), Rule::kMayDiffer);
   // Software: the same everywhere.
   add("dstrain", fmt::format("{} ({})", b.version, b.git_commit), Rule::kSame);
   add("compiler", b.compiler, Rule::kSame);

@@ -22,6 +22,7 @@
 
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 
 extern char** environ;
@@ -286,8 +287,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   }
   if (first_failure) {
     const Child& c = *first_failure;
-    char host[256] = {0};
-    ::gethostname(host, sizeof(host) - 1);
+    const std::string host = host_name();
     std::string report = fmt::format("rank {} (pid {} on {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, host,
                                      describe(c.status), c.log_path);
     for (const auto& line : c.tail) report += "\n    " + line;
@@ -302,7 +302,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       failure->kind = failure->signal ? "signal" : "exit";
       failure->description = describe(c.status);
       failure->tail.assign(c.tail.begin(), c.tail.end());
-      failure->unix_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      failure->unix_time = unix_seconds();
     }
     // A worker that stopped on a dstrain error (bad data, checkpoint, ...) passes its documented
     // status through, so scripts see the cause; crashes and signals are "a worker failed".

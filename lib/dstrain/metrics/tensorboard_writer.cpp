@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "dstrain/core/crc32c.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/error.h"
 
 namespace dstrain::metrics {
@@ -96,10 +97,8 @@ std::string encode_session_start_event(double wall_time, int64_t step) {
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  path_ = fmt::format("{}/events.out.tfevents.{:010d}.{}.{}.0", dir, static_cast<int64_t>(now), host, ::getpid());
+  const double now = unix_seconds();
+  path_ = fmt::format("{}/events.out.tfevents.{:010d}.{}.{}.0", dir, static_cast<int64_t>(now), host_name(), ::getpid());
   file_ = std::fopen(path_.c_str(), "wb");
   if (!file_)
     throw Error(ErrorCode::kEnvironment, fmt::format("cannot write the TensorBoard event file {}: {}", path_, std::strerror(errno)),

@@ -23,6 +23,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/envcheck/compare.h"
@@ -94,7 +95,7 @@ envcheck::FactOptions fact_options(const config::Recipe* recipe, int rank) {
 // is the resolution).
 Fact clock_fact(comm::Communicator& comm, double limit_s) {
   comm.barrier()->wait();
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = unix_seconds();
   at::Tensor mine = at::tensor({now}, at::kDouble).view(at::kLong);  // Gloo moves the bytes
   at::Tensor all = at::empty({comm.world_size()}, at::kLong);
   comm.all_gather(mine, all)->wait();

@@ -10,15 +10,11 @@
 
 #include "dstrain/comm/store_client.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/train/heartbeat.h"
 
 namespace dstrain::train {
-namespace {
-
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
-
-}  // namespace
 
 std::string encode_failure(const launch::WorkerFailure& f) {
   std::ostringstream out;
@@ -57,9 +53,7 @@ GroupWatch::GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptio
       hangs_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
       nodes_(static_cast<size_t>(o_.nnodes)),
       taken_(static_cast<size_t>(o_.nnodes), false) {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  host_ = host;
+  host_ = host_name();
   last_contact_s_ = now();
   beat("running");
 }
@@ -84,7 +78,7 @@ std::optional<launch::WorkerFailure> GroupWatch::poll() {
   const double t = now();
   launch::WorkerFailure f;
   f.happened = true;
-  f.unix_time = unix_now();
+  f.unix_time = unix_seconds();
   if (o_.node_rank > 0) {
     if (t - last_contact_s_ > o_.heartbeat_timeout_s) {
       f.kind = "node_lost";

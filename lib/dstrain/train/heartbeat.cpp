@@ -7,6 +7,7 @@
 
 #include "dstrain/comm/store_client.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
 
@@ -20,9 +21,7 @@ std::chrono::milliseconds heartbeat_period(double heartbeat_timeout_s) {
 
 HeartbeatSender::HeartbeatSender(const launch::WorkerEnv& env, double heartbeat_timeout_s)
     : key_(heartbeat_key(launch::store_run_key(env), env.rank)), period_(heartbeat_period(heartbeat_timeout_s)) {
-  char host[256] = {0};
-  ::gethostname(host, sizeof(host) - 1);
-  host_ = host;
+  host_ = host_name();
   store_ = std::make_unique<comm::StoreClient>(env.master_addr, env.master_port, std::chrono::milliseconds(static_cast<int64_t>(heartbeat_timeout_s * 1000)));
   beat();
   thread_ = std::thread([this] { loop(); });
@@ -41,8 +40,7 @@ HeartbeatSender::~HeartbeatSender() {
 void HeartbeatSender::beat() {
   if (broken_) return;
   try {
-    const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-    store_->set(key_, progress::encode(progress::snapshot(), ++count_, host_, now));
+    store_->set(key_, progress::encode(progress::snapshot(), ++count_, host_, unix_seconds()));
   } catch (const Error& e) {
     broken_ = true;
     log::warn(std::string("heartbeats stopped: ") + e.what());

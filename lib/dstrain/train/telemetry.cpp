@@ -12,14 +12,13 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/metrics/sinks.h"
 #include "dstrain/train/run_dir.h"
 
 namespace dstrain::train {
 namespace {
-
-double unix_now() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
 
 bool has_sink(const config::Recipe& r, const char* name) { return std::find(r.logging.sinks.begin(), r.logging.sinks.end(), name) != r.logging.sinks.end(); }
 
@@ -79,9 +78,7 @@ Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::
                           flops_per_token_, peak_tflops_, threads, threads == 1 ? "" : "s"));
   }
   if (recipe.logging.straggler_interval > 0 && comm.world_size() > 1) {
-    char host[256] = {0};
-    ::gethostname(host, sizeof(host) - 1);
-    hosts_ = comm.all_gather_bytes(host);
+    hosts_ = comm.all_gather_bytes(host_name());
   }
 }
 
@@ -135,7 +132,7 @@ void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m) {
 void Telemetry::finish_step(const StepOutcome& o) {
   metrics::StepMetrics m;
   m.step = o.step;
-  m.wall_time = unix_now();
+  m.wall_time = unix_seconds();
   m.loss = o.loss;
   m.lr = o.lr;
   m.grad_norm = o.grad_norm;
