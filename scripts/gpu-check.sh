@@ -50,6 +50,9 @@ if [ -x "$build/dstrain" ]; then
   # Fused AdamW against a device-to-device copy moving the same bytes, in the same process.
   "$build/dstrain" bench optimizer --device cuda --params 200000000 --iters 20 > "$out/bench-adam.log" 2>&1 || bench_status=$?
   cat "$out/bench-adam.log"
+  # Training tokens/s and MFU: deepseek-coder-1.3b and a small MoE, bf16 ZeRO-0 on one GPU.
+  timeout 300 bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 25 > "$out/bench-train.md" 2>&1 || bench_status=$?
+  cat "$out/bench-train.md"
 fi
 
 step "summary"
@@ -62,5 +65,7 @@ step "summary"
   echo "| nccl bench | $( [ $bench_status -eq 0 ] && grep -E "^ *268435456" "$out/bench-nccl.log" | head -1 || echo "failed ($bench_status)") |"
   echo "| fused AdamW (200M fp32 params) | $(tail -1 "$out/bench-adam.log" 2>/dev/null) |"
   echo "| wall time | $((SECONDS - start)) s |"
+  echo
+  grep "^|" "$out/bench-train.md" 2>/dev/null
 } | tee "$out/summary.md"
 exit $gpu_tests

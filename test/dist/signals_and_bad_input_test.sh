@@ -64,4 +64,14 @@ printf 'short' > tiny.txt
 expect_status 3 "$DSTRAIN" train "$demo_recipe" --set data.path="$WORK/tiny.txt" --set run_dir=tiny
 expect_out "has 5 tokens, fewer than one sample"
 ok "a data file too short for one sample is a data error (exit 3)"
+
+# Out of memory (the host's here: a 4.5 GiB address-space limit, ~1.5 GiB above a worker's start,
+# against ~15 GiB of activations): exit 5, not retried, with where, the estimate and what to change.
+expect_status 5 prlimit --as=4831838208 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 --max-restarts 2 --set train.steps=20 \
+  --set train.micro_batch_size=4096 --set train.global_batch_size=4096 --set run_dir=oom
+expect_out "rank 0: out of memory on cpu in forward of step 1: DefaultCPUAllocator: can't allocate memory"
+expect_out "GiB of activations for a micro-batch of 4096 x 128 tokens"
+expect_out "hint: lower train.micro_batch_size (now 4096; more gradient accumulation keeps the global batch)"
+[ "$(wc -l 2>/dev/null < oom/failures.jsonl)" -eq 1 ] || fail "an out-of-memory failure was retried"
+ok "out of memory exits 5 with the per-rank estimate and what to change, and is not retried"
 finish

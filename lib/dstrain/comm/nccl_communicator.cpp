@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
@@ -46,8 +47,9 @@ struct Shared {
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<Shared> shared, cudaEvent_t event, cudaStream_t caller, const char* op, uint64_t seq, std::string what,
-           std::chrono::milliseconds timeout)
-      : shared_(std::move(shared)), event_(event), caller_(caller), op_(op), seq_(seq), what_(std::move(what)), timeout_(timeout) {}
+           std::chrono::milliseconds timeout, std::vector<at::Tensor> tensors)
+      : shared_(std::move(shared)), event_(event), caller_(caller), op_(op), seq_(seq), what_(std::move(what)), timeout_(timeout),
+        tensors_(std::move(tensors)) {}
   ~NcclWork() override {
     if (!done_) {
       try {
@@ -73,6 +75,9 @@ class NcclWork final : public Work {
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     cuda_check(cudaStreamWaitEvent(caller_, event_, 0), what_);  // later work on the caller's stream sees the result
+    // The caching allocator may now hand the memory out again: whatever the caller's stream does
+    // with it next is ordered after the op (ProcessGroupNCCL's recordStream, done by waiting).
+    tensors_.clear();
   }
 
  private:
@@ -87,6 +92,7 @@ class NcclWork final : public Work {
   uint64_t seq_;
   std::string what_;
   std::chrono::milliseconds timeout_;
+  std::vector<at::Tensor> tensors_;  // alive until the op is done: a temporary input must not be reused while NCCL reads it
   bool done_ = false;
 };
 
@@ -108,7 +114,7 @@ class NcclCommunicator final : public Communicator {
 
   WorkHandle all_reduce(at::Tensor& t) override {
     check(t, "all_reduce");
-    return launch("all_reduce", [&](cudaStream_t s) {
+    return launch("all_reduce", {t}, [&](cudaStream_t s) {
       return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), ncclSum, shared_->comm, s);
     });
   }
@@ -116,7 +122,7 @@ class NcclCommunicator final : public Communicator {
     check(input, "reduce_scatter");
     check(output, "reduce_scatter");
     require(input.numel() == output.numel() * world_ && input.scalar_type() == output.scalar_type(), "reduce_scatter: shapes or dtypes do not match");
-    return launch("reduce_scatter", [&](cudaStream_t s) {
+    return launch("reduce_scatter", {input, output}, [&](cudaStream_t s) {
       return ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), nccl_type(output), ncclSum, shared_->comm, s);
     });
   }
@@ -124,26 +130,26 @@ class NcclCommunicator final : public Communicator {
     check(input, "all_gather");
     check(output, "all_gather");
     require(output.numel() == input.numel() * world_ && input.scalar_type() == output.scalar_type(), "all_gather: shapes or dtypes do not match");
-    return launch("all_gather", [&](cudaStream_t s) {
+    return launch("all_gather", {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()), nccl_type(input), shared_->comm, s);
     });
   }
   WorkHandle broadcast(at::Tensor& t, int root) override {
     check(t, "broadcast");
     require(root >= 0 && root < world_, "broadcast: root is not a rank");
-    return launch("broadcast", [&](cudaStream_t s) {
+    return launch("broadcast", {t}, [&](cudaStream_t s) {
       return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), root, shared_->comm, s);
     });
   }
   WorkHandle send(const at::Tensor& t, int dst) override {
     check(t, "send");
     require(dst >= 0 && dst < world_ && dst != rank_, "send: dst is not another rank");
-    return launch("send", [&](cudaStream_t s) { return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), dst, shared_->comm, s); });
+    return launch("send", {t}, [&](cudaStream_t s) { return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), dst, shared_->comm, s); });
   }
   WorkHandle recv(at::Tensor& t, int src) override {
     check(t, "recv");
     require(src >= 0 && src < world_ && src != rank_, "recv: src is not another rank");
-    return launch("recv", [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), src, shared_->comm, s); });
+    return launch("recv", {t}, [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), src, shared_->comm, s); });
   }
   WorkHandle barrier() override {
     at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(device()));
@@ -173,7 +179,7 @@ class NcclCommunicator final : public Communicator {
     if (shared_->aborted) throw Error(ErrorCode::kComm, std::string(op) + " on rank " + std::to_string(rank_) + ": the NCCL communicator was aborted after an earlier failure", "");
   }
   template <typename Launch>
-  WorkHandle launch(const char* op, Launch body) {
+  WorkHandle launch(const char* op, std::vector<at::Tensor> tensors, Launch body) {
     const uint64_t seq = ++sequence_;
     const std::string what = std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (nccl)";
     const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
@@ -185,7 +191,7 @@ class NcclCommunicator final : public Communicator {
     nccl_check(body(stream_), what);
     cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), what);
     cuda_check(cudaEventRecord(done, stream_), what);
-    return std::make_unique<NcclWork>(shared_, done, caller, op, seq, what, timeout_);
+    return std::make_unique<NcclWork>(shared_, done, caller, op, seq, what, timeout_, std::move(tensors));
   }
 
   c10::intrusive_ptr<c10d::Store> store_;

@@ -55,6 +55,17 @@ ModelStateMemory model_state_memory(const Recipe& r) {
   return mem;
 }
 
+double activation_bytes_estimate(const Recipe& r) {
+  const auto& m = r.model;
+  const double B = static_cast<double>(r.train.micro_batch_size), T = static_cast<double>(r.data.seq_len);
+  const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads), L = static_cast<double>(m.num_layers);
+  const double elem = r.precision.dtype == "fp32" ? 4.0 : 2.0;
+  // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
+  const double per_layer = B * T * (34.0 * H + (r.data.document_mask ? 5.0 * heads * T : 0.0)) * elem / 2.0;
+  const double logits = B * T * static_cast<double>(m.vocab_size) * (4.0 + 4.0 + elem);
+  return L * per_layer + logits;
+}
+
 namespace {
 std::string bytes_text(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -109,6 +120,8 @@ std::string describe_resolved(const Recipe& recipe) {
   const auto mem = model_state_memory(r);
   out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(mem.device_bytes),
                      mem.host_bytes > 0 ? fmt::format(" + {} in host memory", bytes_text(mem.host_bytes)) : "");
+  out += fmt::format("  activations per rank    ~{} per micro-batch of {} x {} tokens (rough estimate, no recomputation)\n",
+                     bytes_text(activation_bytes_estimate(r)), r.train.micro_batch_size, r.data.seq_len);
   return out;
 }
 

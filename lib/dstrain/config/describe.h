@@ -30,6 +30,12 @@ struct ModelStateMemory {
 // partitions the optimizer state, stage 2 also gradients, stage 3 also parameters.
 ModelStateMemory model_state_memory(const Recipe& recipe);
 
+// Activation memory per rank for one micro-batch (bytes), a rough estimate: what a decoder layer
+// keeps for backward (34 H bytes per token at 16 bits, Korthikanti et al., without recomputation;
+// + 5 heads T for the attention scores when data.document_mask rules out fused attention) in
+// the training dtype, plus the fp32 logits, their gradient and the dtype copy.
+double activation_bytes_estimate(const Recipe& recipe);
+
 // Every key with its value and source, then the derived numbers.
 std::string describe_resolved(const Recipe& recipe);
 

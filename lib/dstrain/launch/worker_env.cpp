@@ -60,9 +60,10 @@ WorkerEnv worker_env_from_environment() {
 }
 
 namespace {
+// One GPU per local rank (NCCL cannot put two ranks of a group on one GPU): a local rank past the
+// visible GPUs gets a device the worker refuses by name. No GPU visible: the CPU.
 std::string device_for(int local_rank) {
-  const int gpus = dstrain_cuda_device_count();
-  return gpus > 0 ? fmt::format("cuda:{}", local_rank % gpus) : "cpu";
+  return dstrain_cuda_device_count() > 0 ? fmt::format("cuda:{}", local_rank) : "cpu";
 }
 }  // namespace
 

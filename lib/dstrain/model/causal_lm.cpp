@@ -41,7 +41,7 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
   const at::Tensor is_eos = inputs.eq(eos).to(at::kLong);
   const at::Tensor doc = is_eos.cumsum(1) - is_eos;  // EOS closes its own document
   const int64_t T = inputs.size(1);
-  const at::Tensor causal = at::ones({T, T}, at::kBool).tril();
+  const at::Tensor causal = at::ones({T, T}, inputs.options().dtype(at::kBool)).tril();
   return (doc.unsqueeze(2) == doc.unsqueeze(1)).logical_and(causal).unsqueeze(1);
 }
 

@@ -45,6 +45,9 @@ class CausalLM {
   virtual const NamedTensors& parameters() const = 0;
   // State that is saved but not trained by gradients (V3's expert-selection bias).
   virtual const NamedTensors& buffers() const;
+  // Moves what a forward reads besides the parameters (RoPE tables, MoE load counters and
+  // buffers) to `device`. The ZeRO engine moves the parameters themselves.
+  virtual void move_buffers_to(const c10::Device& device) = 0;
   int64_t num_parameters() const;
 
   // MoE: tokens routed to each expert since the last call, [moe layers, routed experts] (empty

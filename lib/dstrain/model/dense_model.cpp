@@ -58,6 +58,8 @@ DenseModel::~DenseModel() = default;
 
 const NamedTensors& DenseModel::parameters() const { return impl_->params; }
 
+void DenseModel::move_buffers_to(const c10::Device& device) { impl_->rope.move_to(device); }
+
 at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;

@@ -20,6 +20,7 @@ class DenseModel final : public CausalLM {
 
   // Parameters in a fixed order with HF names (model.layers.{i}.self_attn.q_proj.weight, ...).
   const NamedTensors& parameters() const override;
+  void move_buffers_to(const c10::Device& device) override;
 
  protected:
   at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;

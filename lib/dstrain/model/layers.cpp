@@ -23,6 +23,11 @@ Rope::Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype) {
   sin = emb.sin().to(dtype);
 }
 
+void Rope::move_to(const c10::Device& device) {
+  cos = cos.to(device);
+  sin = sin.to(device);
+}
+
 at::Tensor Rope::apply(const at::Tensor& x) const {
   const int64_t T = x.size(-2), half = x.size(-1) / 2;
   const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);

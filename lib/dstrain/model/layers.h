@@ -18,6 +18,7 @@ struct Rope {
   Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype);
   // x: [..., T, dim]
   at::Tensor apply(const at::Tensor& x) const;
+  void move_to(const c10::Device& device);
 };
 
 }  // namespace dstrain::model

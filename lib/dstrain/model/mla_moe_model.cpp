@@ -93,6 +93,13 @@ MlaMoeModel::~MlaMoeModel() = default;
 const NamedTensors& MlaMoeModel::parameters() const { return impl_->params; }
 const NamedTensors& MlaMoeModel::buffers() const { return impl_->buffers; }
 
+void MlaMoeModel::move_buffers_to(const c10::Device& device) {
+  impl_->rope.move_to(device);
+  impl_->load = impl_->load.to(device);
+  // set_data keeps every handle (buffers(), by_name, the checkpointer's list) pointing at it.
+  for (auto& b : impl_->buffers) b.tensor.set_data(b.tensor.to(device));
+}
+
 at::Tensor MlaMoeModel::take_expert_load() {
   at::Tensor out = impl_->load.clone();
   impl_->load.zero_();
@@ -104,7 +111,7 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
   if (c.topk_method != "noaux_tc" || c.bias_update_speed == 0) return;
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
-    const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(at::kFloat);
+    const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(impl_->load.device(), at::kFloat);
     // b_i += gamma * sign(mean - c_i): underloaded experts become more attractive.
     impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k])).add_(at::sign(counts.mean() - counts), c.bias_update_speed);
   }
@@ -152,7 +159,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
     const at::Tensor group_score = c.topk_method == "noaux_tc" ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
                                                                : std::get<0>(grouped.max(-1));
     const at::Tensor keep_groups = std::get<1>(group_score.topk(c.topk_group, -1));
-    const at::Tensor group_mask = at::zeros({N, c.n_group}, at::kBool).scatter_(1, keep_groups, true);
+    const at::Tensor group_mask = at::zeros({N, c.n_group}, x.options().dtype(at::kBool)).scatter_(1, keep_groups, true);
     choice = choice.masked_fill(~group_mask.unsqueeze(-1).expand({N, c.n_group, Nr / c.n_group}).reshape({N, Nr}), -INFINITY);
   }
   const at::Tensor idx = std::get<1>(choice.topk(K, -1));  // [N, K]
@@ -163,10 +170,11 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   // Group tokens by expert: one gather, one expert MLP and one scatter-add per expert.
   const at::Tensor flat_idx = idx.reshape({-1});
   const at::Tensor order = flat_idx.argsort();
-  const at::Tensor token_of = at::arange(N, at::kLong).repeat_interleave(K).index_select(0, order);
+  const at::Tensor token_of = at::arange(N, x.options().dtype(at::kLong)).repeat_interleave(K).index_select(0, order);
   const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(x.scalar_type());
   const at::Tensor counts = at::bincount(flat_idx, {}, Nr);
-  const auto* count = counts.data_ptr<int64_t>();
+  const at::Tensor host_counts = counts.cpu();  // the per-expert loop runs on the host (one sync per MoE layer on a GPU)
+  const auto* count = host_counts.data_ptr<int64_t>();
   at::Tensor out = at::zeros_like(flat);
   int64_t start = 0;
   for (int64_t e = 0; e < Nr; ++e) {
@@ -185,7 +193,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
   // P = mean over the sequence of the (normalised) scores.
   if (aux && c.aux_loss_alpha > 0) {
-    const at::Tensor per_seq = at::zeros({B, Nr}, wide).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, wide));
+    const at::Tensor per_seq = at::zeros({B, Nr}, x.options().dtype(wide)).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, x.options().dtype(wide)));
     const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
     const at::Tensor s = c.scoring_func == "sigmoid" ? scores / scores.sum(-1, true) : scores;
     const at::Tensor P = s.view({B, T, Nr}).mean(1);

@@ -16,6 +16,7 @@ class MlaMoeModel final : public CausalLM {
   ~MlaMoeModel() override;
 
   const NamedTensors& parameters() const override;
+  void move_buffers_to(const c10::Device& device) override;
   const NamedTensors& buffers() const override;  // model.layers.{i}.mlp.gate.e_score_correction_bias (noaux_tc)
   at::Tensor take_expert_load() override;
   void update_expert_bias(const at::Tensor& global_load) override;

@@ -91,13 +91,22 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     for (const auto& t : gathered)
       if (t.name != "engine.state") mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
   }
+  std::vector<at::Tensor> host_copies;  // replicated tensors that live on a GPU, read through the host
   if (rank == 0) {
     mine.push_back({"engine.state", 0, static_cast<int64_t>(state.size()), state.data()});
-    for (const auto& t : replicated_) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+    for (const auto& t : replicated_) {
+      host_copies.push_back(t.tensor.to(at::kCPU).contiguous());
+      mine.push_back({t.name, 0, t.tensor.numel(), host_copies.back().data_ptr()});
+    }
   }
-  if (async_) return save_in_background(step, samples_consumed, staging, metas, mine);
+  if (async_) {
+    std::string dir = save_in_background(step, samples_consumed, staging, metas, mine);  // copies the pieces first
+    engine_.drop_host_copies();
+    return dir;
+  }
   std::string summary;
   if (!mine.empty()) summary = ckpt::to_json(ckpt::write_shard(staging, rank, metas, mine));
+  engine_.drop_host_copies();
   const auto summaries = comm_.all_gather_bytes(summary);
   std::string committed;
   if (rank == 0) {
@@ -209,7 +218,9 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
                   fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,
                               meta ? fmt::format("[{}]", fmt::join(meta->shape, ", ")) : "missing", fmt::join(t.tensor.sizes(), ", ")),
                   "resume with the recipe that wrote the checkpoint");
-    reader.read(t.name, 0, t.tensor.numel(), t.tensor.data_ptr(), dtype_name(t.tensor));
+    at::Tensor host = t.tensor.is_cpu() && t.tensor.is_contiguous() ? t.tensor : at::empty(t.tensor.sizes(), t.tensor.options().device(at::kCPU));
+    reader.read(t.name, 0, t.tensor.numel(), host.data_ptr(), dtype_name(t.tensor));
+    if (!host.is_same(t.tensor)) t.tensor.copy_(host);
   }
   engine_.publish_loaded_shard();
   return {chosen, reader.state().step, reader.state().samples_consumed};

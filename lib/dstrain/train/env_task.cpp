@@ -32,6 +32,8 @@
 #include "dstrain/launch/worker_env.h"
 #include "dstrain/train/comm_task.h"
 #include "dstrain/train/run_dir.h"
+#include "dstrain/train/training_device.h"
+#include "dstrain_cuda.h"
 
 namespace dstrain::train {
 namespace fs = std::filesystem;
@@ -163,8 +165,14 @@ std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_n
   return {{"inter-node link (slowest from this node)", fmt::format("{:.2f} GB/s to node {}", slowest, slowest_peer), Rule::kNotSlow, true, ""}};
 }
 
-// Matrix multiply throughput on this rank's device and threads.
-Fact gemm_fact() {
+// Matrix multiply throughput on this rank's device: a bf16 4096^2 GEMM on a GPU (what training
+// runs), an fp32 512^2 one on the CPU's threads.
+Fact gemm_fact(const std::string& device) {
+  if (device.rfind("cuda:", 0) == 0) {
+    const c10::Device gpu(device);
+    const double tflops = measured_gpu_peak_tflops(gpu, "bf16");
+    return {"gemm throughput (bf16 4096, gpu)", fmt::format("{:.1f} GFLOP/s", tflops * 1e3), Rule::kNotSlow, true, ""};
+  }
   const int64_t n = 512;
   at::Tensor a = at::randn({n, n}, at::kFloat), b = at::randn({n, n}, at::kFloat);
   at::mm(a, b);  // warm-up
@@ -234,7 +242,7 @@ envcheck::Report check_ranks(comm::Communicator& comm, int node, const config::R
   // device and threads rather than its neighbours' contention.
   if (task.gemm)
     for (int turn = 0; turn < per_node_max; ++turn) {
-      if (turn == local_index) facts.push_back(gemm_fact());
+      if (turn == local_index) facts.push_back(gemm_fact(task.device));
       comm.barrier()->wait();
     }
   if (task.disk) {  // one rank per node, the nodes in turns (a shared filesystem would split its speed)
@@ -260,7 +268,9 @@ int run_env_task(const launch::WorkerEnv& env, const EnvCheckTask& task, bool pr
   auto comm = comm::make_gloo_communicator(ep, env.rank, env.world_size);
   std::optional<config::Recipe> recipe;
   if (!task.config_path.empty()) recipe = config::read_resolved_config(task.config_path);
-  const envcheck::Report report = check_ranks(*comm, env.group_rank, recipe ? &*recipe : nullptr, task);
+  EnvCheckTask on_device = task;
+  on_device.device = env.device;
+  const envcheck::Report report = check_ranks(*comm, env.group_rank, recipe ? &*recipe : nullptr, on_device);
   comm->barrier()->wait();  // nobody leaves while another still measures
   if (env.rank != 0) return 0;
   if (print) {
@@ -311,7 +321,7 @@ int run_env_local(const EnvCheckTask& task, bool json) {
   std::optional<config::Recipe> recipe;
   if (!task.config_path.empty()) recipe = config::read_resolved_config(task.config_path);
   envcheck::Facts facts = envcheck::collect_local_facts(fact_options(recipe ? &*recipe : nullptr, 0));
-  if (task.gemm) facts.push_back(gemm_fact());
+  if (task.gemm) facts.push_back(gemm_fact(dstrain_cuda_device_count() > 0 ? "cuda:0" : "cpu"));
   if (task.disk)
     if (auto f = disk_fact(recipe ? RunDir(recipe->run_dir).ckpt_dir(*recipe) : fs::current_path().string())) facts.push_back(*f);
   const envcheck::Report report = envcheck::compare({{0, 0, facts}});

@@ -33,6 +33,7 @@ struct EnvCheckTask {
   double max_clock_skew_s = 1.0;
   int timeout_s = 120;
   std::string report_path;  // rank 0 writes PATH.txt and PATH.json
+  std::string device = "cpu";  // this rank's device (DSTRAIN_DEVICE): the GEMM probe runs there
 };
 
 // Worker-process arguments that carry the task (after "worker").

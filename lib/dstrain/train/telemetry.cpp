@@ -62,20 +62,31 @@ double peak_resident_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads)
-    : recipe_(recipe), run_dir_(run_dir), comm_(comm), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
+Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
+                     const TrainingDevice& device)
+    : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
   console_ = has_sink(recipe, "console");
   const char* progress = std::getenv("DSTRAIN_PROGRESS");
   progress_ = comm.rank() == 0 && progress && std::string(progress) == "1";
   flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
   if (comm.rank() == 0) {
     sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe, run_dir, start_step));
-    // The GPU path will use the device's datasheet peak; on CPU the best fp32 GEMM this rank's
-    // threads reach is the honest denominator.
-    peak_tflops_ = measured_cpu_peak_tflops();
-    log::info(fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, "
-                          "measured (fp32 1024x1024 GEMM, {} thread{}: no GPU)",
-                          flops_per_token_, peak_tflops_, threads, threads == 1 ? "" : "s"));
+    // A GPU's datasheet peak for the training dtype (dense), else one measured on the GPU; on CPU
+    // the best fp32 GEMM this rank's threads reach is the honest denominator. The log says which.
+    std::string source;
+    if (device.device.is_cuda()) {
+      peak_tflops_ = datasheet_peak_tflops(device.name, recipe.precision.dtype);
+      source = fmt::format("the {} datasheet's dense {} peak", device.name, recipe.precision.dtype == "fp32" ? "fp32" : "bf16/fp16 tensor-core");
+      if (peak_tflops_ <= 0) {
+        peak_tflops_ = measured_gpu_peak_tflops(device.device, recipe.precision.dtype);
+        source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", recipe.precision.dtype, device.name);
+      }
+    } else {
+      peak_tflops_ = measured_cpu_peak_tflops();
+      source = fmt::format("measured (fp32 1024x1024 GEMM, {} thread{}: no GPU)", threads, threads == 1 ? "" : "s");
+    }
+    log::info(fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, {}",
+                          flops_per_token_, peak_tflops_, source));
   }
   if (recipe.logging.straggler_interval > 0 && comm.world_size() > 1) {
     hosts_ = comm.all_gather_bytes(host_name());
@@ -154,6 +165,10 @@ void Telemetry::finish_step(const StepOutcome& o) {
     m.mfu = peak_tflops_ > 0 ? m.tflops_per_rank / peak_tflops_ : metrics::kNone;
     m.host_rss_mb = resident_mb();
     m.host_peak_rss_mb = peak_resident_mb();
+    if (const DeviceMemoryPeaks peaks = device_memory_peaks(device_); peaks.allocated_mb >= 0) {
+      m.device_alloc_peak_mb = peaks.allocated_mb;
+      m.device_reserved_peak_mb = peaks.reserved_mb;
+    }
   }
   if (o.expert_load.defined() && o.expert_load.numel() > 0) {
     const at::Tensor load = o.expert_load.to(at::kDouble).reshape({o.expert_load.size(0), -1});

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dstrain/metrics/step_metrics.h"
+#include "dstrain/train/training_device.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -43,7 +44,8 @@ struct StepOutcome {
 
 class Telemetry {
  public:
-  Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads);
+  Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
+            const TrainingDevice& device = {});
   ~Telemetry();
   // A rollback or resume at `step`: the sinks drop what came after it.
   void restart_at(int64_t step);
@@ -61,6 +63,7 @@ class Telemetry {
   std::unique_ptr<metrics::MetricSinks> sinks_;
   double flops_per_token_ = 0;
   double peak_tflops_ = 0;
+  c10::Device device_ = c10::Device(c10::kCPU);
   double forward_ms_ = 0, backward_ms_ = 0;
   double interval_compute_ms_ = 0, interval_wait_ms_ = 0;  // since the last straggler check
   int64_t interval_steps_ = 0;

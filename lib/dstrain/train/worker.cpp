@@ -41,6 +41,7 @@
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/train/run_dir.h"
 #include "dstrain/train/telemetry.h"
+#include "dstrain/train/training_device.h"
 
 namespace dstrain::train {
 namespace {
@@ -121,8 +122,11 @@ c10::ScalarType precision_dtype(const std::string& name) {
   return c10::ScalarType::Float;
 }
 
-zero::EngineOptions engine_options(const config::Recipe& r) {
+zero::EngineOptions engine_options(const config::Recipe& r, const c10::Device& device) {
   zero::EngineOptions o;
+  o.device = device;
+  // DSTRAIN_TEST_OFFLOAD_CHUNK=n: offload's chunk size in elements (tests use many small chunks).
+  if (const char* chunk = std::getenv("DSTRAIN_TEST_OFFLOAD_CHUNK")) o.offload_chunk = std::atoll(chunk);
   o.stage = static_cast<int>(r.zero.stage);
   o.reduce_bucket_size = r.zero.reduce_bucket_size;
   o.overlap_comm = r.zero.overlap_comm;
@@ -213,12 +217,46 @@ NanLossInjection nan_loss_injection_from_env() {
   return n;
 }
 
+// The first line of an exception's text (LibTorch appends a backtrace).
+std::string first_line(const char* what) {
+  const std::string s = what;
+  return s.substr(0, s.find('\n'));
+}
+
+int train_on(const launch::WorkerEnv& env, const TrainingDevice& device);
+
 }  // namespace
 
 int run_worker(const launch::WorkerEnv& env) {
-  // --- environment and config ---------------------------------------------------------------
   install_signal_handlers();  // first: SIGUSR1 must never kill a worker, SIGTERM must stop it cleanly
   log::set_rank(env.rank);
+  const TrainingDevice device = open_training_device(env.device, env.rank);
+  // Out of memory (CUDA's caching allocator, or the host's when RAM or `ulimit -v` runs out):
+  // say where, what this run needs per rank and what to change, instead of an allocator trace.
+  auto out_of_memory = [&](const std::string& detail) {
+    const config::Recipe recipe = config::read_resolved_config(RunDir(env.run_dir).config_path());
+    const progress::Snapshot at = progress::snapshot();
+    return Error(ErrorCode::kEnvironment,
+                 fmt::format("rank {}: {}", env.rank,
+                             out_of_memory_message(recipe, device, fmt::format("{} of step {}", progress::phase_name(at.phase), at.step), detail)),
+                 out_of_memory_hint(recipe));
+  };
+  try {
+    return train_on(env, device);
+  } catch (const c10::OutOfMemoryError& e) {
+    throw out_of_memory(first_line(e.what_without_backtrace()));
+  } catch (const c10::Error& e) {
+    const std::string what = first_line(e.what_without_backtrace());
+    const auto host = what.find("DefaultCPUAllocator: ");  // LibTorch's host allocator reports ENOMEM as a plain c10::Error
+    if (host == std::string::npos) throw;
+    throw out_of_memory(what.substr(host));
+  }
+}
+
+namespace {
+
+int train_on(const launch::WorkerEnv& env, const TrainingDevice& device) {
+  // --- environment and config ---------------------------------------------------------------
   const RunDir run_dir(env.run_dir);
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
   const auto& tc = recipe.train;
@@ -230,10 +268,22 @@ int run_worker(const launch::WorkerEnv& env) {
   const std::string ckpt_dir = run_dir.ckpt_dir(recipe);
 
   // --- communication -------------------------------------------------------------------------
-  auto comm = comm::make_gloo_communicator(
-      {env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
-       std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)},
-      env.rank, env.world_size);
+  const comm::Endpoint endpoint{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
+                                std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
+  // Gloo carries the control traffic on CPU (step flags, metrics, checkpoint summaries, the
+  // environment check); on GPUs the engine's gradients and parameters go over NCCL.
+  auto comm = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
+  std::unique_ptr<comm::Communicator> nccl;
+  if (device.device.is_cuda()) {
+    comm::Endpoint client = endpoint;
+    client.host_store = false;  // a rank that hosts the store (mpirun, srun) already does, through the Gloo communicator
+    nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
+  }
+  comm::Communicator& engine_comm = nccl ? *nccl : *comm;
+  if (env.rank == 0)
+    log::info(device.device.is_cuda() ? fmt::format("training on GPUs: rank 0 on {} ({}, {:.1f} GiB); gradients and parameters over NCCL",
+                                                    device.device.str(), device.name, device.memory_gib)
+                                      : std::string("training on CPU (no GPU visible); collectives over Gloo"));
   // The launcher watches these: a rank gone silent or a collective past launch.collective_timeout_s
   // is reported by rank and op. The worker's own collective timeout above is the backstop.
   const HeartbeatSender heartbeat(env, static_cast<double>(recipe.launch.heartbeat_timeout_s));
@@ -242,6 +292,7 @@ int run_worker(const launch::WorkerEnv& env) {
 
   // --- model, optimizer, data ----------------------------------------------------------------
   const std::unique_ptr<model::CausalLM> model = model::make_model(recipe.model, recipe.seed, precision_dtype(recipe.precision.dtype));
+  model->move_buffers_to(device.device);  // initialised on the CPU (the same values everywhere); the engine moves the parameters
   const NamedTensors& params = model->parameters();
   const NamedTensors& buffers = model->buffers();
   std::vector<std::unique_ptr<data::TokenFile>> files;
@@ -265,7 +316,7 @@ int run_worker(const launch::WorkerEnv& env) {
     model::load_hf_weights(recipe.model.init_from, recipe.model, params, buffers);
     if (env.rank == 0) log::info(fmt::format("initialised from {}", recipe.model.init_from));
   }
-  zero::Engine engine(*model, *comm, engine_options(recipe));
+  zero::Engine engine(*model, engine_comm, engine_options(recipe, device.device));
   if (env.rank == 0) log::info(engine.describe());
   if (env.rank == 0) write_memory_report(run_dir, engine);
 
@@ -288,7 +339,7 @@ int run_worker(const launch::WorkerEnv& env) {
                           static_cast<double>(model->num_parameters()) / 1e6, stream.num_samples(), recipe.data.seq_len, tc.steps,
                           config::global_batch_at(recipe, start_step), config::accumulation_at(recipe, start_step), world, tc.micro_batch_size));
   if (start_step >= tc.steps && env.rank == 0) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", start_step, tc.steps));
-  Telemetry telemetry(recipe, run_dir, *comm, start_step, env.threads);
+  Telemetry telemetry(recipe, run_dir, *comm, start_step, env.threads, device);
 
   auto last_save = std::chrono::steady_clock::now();
   double save_ms = 0;  // this step's checkpoint time (wall_clock_breakdown)
@@ -339,6 +390,7 @@ int run_worker(const launch::WorkerEnv& env) {
   std::future<std::vector<at::Tensor>> prefetched;
   if (start_step < tc.steps) prefetched = std::async(std::launch::async, build_step, start_step, cursor, weights);
   const double slowdown = slowdown_for(env.rank);
+  const bool timed_phases = device.device.is_cuda() && recipe.logging.wall_clock_breakdown;
   const int64_t inject_inf_step = inject_inf_step_from_env();
   double compute_s = 0;  // this rank's forward+backward time, for auto balancing
   int64_t computed_samples = 0;
@@ -367,7 +419,7 @@ int run_worker(const launch::WorkerEnv& env) {
       const auto c0 = std::chrono::steady_clock::now();
       progress::enter(progress::Phase::kForward);
       if (stall.rank == env.rank && stall.step == step + 1 && micro == 0) std::this_thread::sleep_for(std::chrono::duration<double>(stall.seconds));
-      const at::Tensor& batch = step_batches[static_cast<size_t>(micro)];
+      const at::Tensor batch = step_batches[static_cast<size_t>(micro)].to(device.device);
       at::Tensor loss;
       const at::Tensor inputs = batch.narrow(1, 0, T);
       const at::Tensor mask = recipe.data.document_mask ? model::document_causal_mask(inputs, recipe.data.eos_token) : at::Tensor();
@@ -376,6 +428,7 @@ int run_worker(const launch::WorkerEnv& env) {
       // gradient whatever the shares, accumulation steps or world size.
       const model::LossParts parts = model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
       loss = parts.sum / global_tokens;
+      if (timed_phases) synchronize(device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
       const auto f1 = std::chrono::steady_clock::now();
       telemetry.add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
       if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
@@ -384,6 +437,7 @@ int run_worker(const launch::WorkerEnv& env) {
       progress::enter(progress::Phase::kBackward);
       (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
       engine.end_micro();
+      if (timed_phases) synchronize(device.device);
       const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
       if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(spent * (slowdown - 1.0)));
       telemetry.add_backward(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f1).count());  // a slowed rank's sleep counts as compute
@@ -439,7 +493,7 @@ int run_worker(const launch::WorkerEnv& env) {
     // MoE: every rank moves V3's selection bias by the same, globally summed expert load.
     at::Tensor expert_load;
     if (at::Tensor load = model->take_expert_load(); load.defined() && load.numel() > 0) {
-      expert_load = load.to(at::kFloat).contiguous();
+      expert_load = load.to(at::kCPU, at::kFloat).contiguous();
       if (world > 1) comm->all_reduce(expert_load)->wait();
       model->update_expert_bias(expert_load);
     }
@@ -458,6 +512,7 @@ int run_worker(const launch::WorkerEnv& env) {
                                                config::global_batch_at(recipe, step + 1),
                                                fmt::join(data::weighted_shares(config::global_batch_at(recipe, step + 1), weights), ", ")));
     }
+    synchronize(device.device);  // the step's queued GPU work belongs to its time
     const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
     const int64_t done = step + 1;
@@ -502,4 +557,5 @@ int run_worker(const launch::WorkerEnv& env) {
   return 0;
 }
 
+}  // namespace
 }  // namespace dstrain::train

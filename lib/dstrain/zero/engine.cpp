@@ -1,7 +1,9 @@
 #include "dstrain/zero/engine.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/optim/device_adam.h"
 
 namespace dstrain::zero {
 namespace {
@@ -41,6 +44,9 @@ void allocate_storage(const at::Tensor& t) {
 
 bool storage_present(const at::Tensor& t) { return t.storage().nbytes() > 0; }
 
+// The stream PyTorch orders work on for a GPU (the current one); events on it mark copies done.
+c10::Stream current_stream(const at::Device& device) { return c10::impl::getDeviceGuardImpl(device.type())->getStream(device); }
+
 // Blocks on a collective and adds the time spent blocked to `waited_ms`: communication that
 // overlap_comm hid behind backward costs (almost) nothing here.
 void timed_wait(comm::Work& work, double& waited_ms) {
@@ -58,6 +64,9 @@ struct Engine::Impl final : model::LayerGate {
   int rank = 0, world = 1;
   int shard_world = 1;  // 1 at stage 0 (nothing is sharded), else world
   at::ScalarType dtype = at::kFloat;
+  at::Device device;        // model, gradients, collectives
+  at::Device optim_device;  // master weights and Adam states: the device, or the CPU when offloaded
+  bool offload = false;
   Layout layout;
   std::vector<ShardSegment> segments;
   std::vector<at::Tensor> params;      // the model's parameter handles
@@ -66,7 +75,14 @@ struct Engine::Impl final : model::LayerGate {
   std::vector<comm::WorkHandle> gathering;  // stage 3: an all-gather in flight per unit
   std::vector<std::vector<int>> units_of_group;
   at::Tensor param_shard;              // stage 3: this rank's chunks of every unit (model dtype)
-  at::Tensor master, exp_avg, exp_avg_sq;  // fp32, this rank's shard
+  at::Tensor master, exp_avg, exp_avg_sq;  // fp32, this rank's shard, on optim_device
+  // Offload: this rank's updated chunks in the model dtype on the device (stage 3: param_shard),
+  // the pinned staging of the gradient shard (GPU only), and the chunks as segment index ranges.
+  at::Tensor published, host_grads;
+  std::vector<std::pair<size_t, size_t>> offload_chunks;
+  // Host copies of the optimizer shard for checkpoints when it lives on a GPU.
+  mutable at::Tensor mirror[3];
+  mutable bool mirrored = false;
   std::vector<at::Tensor> unit_grad;   // stage 0/1: full per-unit gradient buffers (p.grad are views);
                                        // stage 1 reduce-scatters each into its own chunk
   at::Tensor grad_shard;               // stage 2/3: this rank's gradient chunks, model dtype
@@ -85,8 +101,22 @@ struct Engine::Impl final : model::LayerGate {
 
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
       : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
-        dtype(dtype_of(o.dtype)), layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
-        segments(layout.segments(o.stage == 0 ? 0 : c.rank())), scaler(o.dtype == "fp16" ? o.loss_scaler : LossScalerConfig{1.0}) {}
+        dtype(dtype_of(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device), offload(o.offload_optimizer),
+        layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)), segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
+        scaler(o.dtype == "fp16" ? o.loss_scaler : LossScalerConfig{1.0}) {
+    if (c.device() != o.device)
+      throw Error(ErrorCode::kInternal, fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), c.backend(), c.device().str()),
+                  "this is a dstrain bug; please report it");
+  }
+
+  at::TensorOptions on_device(at::ScalarType t) const { return at::TensorOptions().dtype(t).device(device); }
+  // fp32 optimizer state on optim_device. `copied`: offloaded from a GPU, it is the source or
+  // target of the per-step copies (master weights, gradient staging), so it is pinned for DMA;
+  // the Adam moments never move and stay pageable.
+  at::Tensor state_buffer(int64_t n, bool copied = false) const {
+    const bool pin = copied && offload && device.is_cuda();
+    return at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(optim_device).pinned_memory(pin)).zero_();
+  }
 
   static std::vector<Layout::Param> layout_params(const model::CausalLM& m) {
     std::vector<Layout::Param> out;
@@ -103,15 +133,15 @@ struct Engine::Impl final : model::LayerGate {
     const auto& units = layout.units();
     units_of_group.assign(static_cast<size_t>(layout.num_groups()), {});
     group_flushed.assign(static_cast<size_t>(layout.num_groups()), false);
-    master = at::zeros({layout.shard_numel()}, at::kFloat);
-    exp_avg = at::zeros_like(master);
-    exp_avg_sq = at::zeros_like(master);
-    if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, dtype);
-    if (opt.stage == 3) param_shard = at::zeros({layout.shard_numel()}, dtype);
+    master = state_buffer(layout.shard_numel(), /*copied=*/true);
+    exp_avg = state_buffer(layout.shard_numel());
+    exp_avg_sq = state_buffer(layout.shard_numel());
+    if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
+    if (opt.stage == 3) param_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
       units_of_group[static_cast<size_t>(u.group)].push_back(static_cast<int>(ui));
-      at::Tensor full = at::zeros({u.padded}, dtype);
+      at::Tensor full = at::zeros({u.padded}, on_device(dtype));
       for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
         const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
         at::Tensor& p = params[static_cast<size_t>(i)];
@@ -122,7 +152,7 @@ struct Engine::Impl final : model::LayerGate {
       master.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
       if (opt.stage == 3) param_shard.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
       if (opt.stage <= 1) {
-        at::Tensor grad = at::zeros({u.padded}, dtype);
+        at::Tensor grad = at::zeros({u.padded}, on_device(dtype));
         for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
           const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
           at::Tensor& p = params[static_cast<size_t>(i)];
@@ -141,6 +171,67 @@ struct Engine::Impl final : model::LayerGate {
     if (opt.stage == 3)
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (!resident[ui]) free_storage(unit_full[ui]);
+    if (offload) {
+      published = opt.stage == 3 ? param_shard : master.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
+      if (device.is_cuda()) host_grads = state_buffer(layout.shard_numel(), /*copied=*/true);
+      // Whole segments: the CPU kernel sees exactly the calls it would without offload
+      // (bit-identical results), and the copy of chunk k+1 overlaps the update of chunk k.
+      int64_t elements = 0;
+      for (size_t first = 0, i = 0; i < segments.size(); ++i) {
+        elements += segments[i].numel;
+        if (elements >= std::max<int64_t>(1, opt.offload_chunk) || i + 1 == segments.size()) {
+          offload_chunks.emplace_back(first, i + 1);
+          first = i + 1;
+          elements = 0;
+        }
+      }
+    }
+  }
+
+  // The shard range [begin, end) that segments [first, last) span.
+  std::pair<int64_t, int64_t> span_of(const std::pair<size_t, size_t>& chunk) const {
+    const ShardSegment& a = segments[chunk.first];
+    const ShardSegment& b = segments[chunk.second - 1];
+    return {a.shard_offset, b.shard_offset + b.numel};
+  }
+
+  // Offloaded update: gradient chunks go down to pinned memory (all queued at once, an event
+  // after each); the CPU kernel updates chunk k as soon as it has arrived, while later chunks are
+  // still in flight; each updated chunk goes straight back up in the model dtype.
+  void offload_update(const at::Tensor& grads, const optim::AdamHyper& h, float scale) {
+    const bool gpu = device.is_cuda();
+    std::vector<c10::Event> arrived;
+    const float* g = grads.data_ptr<float>();
+    if (gpu) {
+      const c10::Stream stream = current_stream(device);
+      for (const auto& chunk : offload_chunks) {
+        const auto [begin, end] = span_of(chunk);
+        host_grads.narrow(0, begin, end - begin).copy_(grads.narrow(0, begin, end - begin), /*non_blocking=*/true);
+        arrived.emplace_back(device.type());
+        arrived.back().record(stream);
+      }
+      g = host_grads.data_ptr<float>();
+    }
+    float* p = master.data_ptr<float>();
+    float* mm = exp_avg.data_ptr<float>();
+    float* vv = exp_avg_sq.data_ptr<float>();
+    for (size_t c = 0; c < offload_chunks.size(); ++c) {
+      if (gpu) arrived[c].synchronize();
+      for (size_t i = offload_chunks[c].first; i < offload_chunks[c].second; ++i) {
+        const ShardSegment& s = segments[i];
+        optim::AdamHyper seg = h;
+        if (!s.decay) seg.weight_decay = 0;
+        optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
+      }
+      const auto [begin, end] = span_of(offload_chunks[c]);
+      // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered).
+      published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin).to(device, /*non_blocking=*/true));
+    }
+    if (gpu) {  // the host must not touch master again (a checkpoint load) while a copy reads it
+      c10::Event uploaded(device.type());
+      uploaded.record(current_stream(device));
+      uploaded.synchronize();
+    }
   }
 
   // --- stage 3 parameter gathering ------------------------------------------------------------
@@ -197,7 +288,7 @@ struct Engine::Impl final : model::LayerGate {
       }
       at::Tensor input;
       {  // copy the micro-batch's gradients into one contiguous bucket and drop them
-        input = at::zeros({unit.padded}, dtype);
+        input = at::zeros({unit.padded}, on_device(dtype));
         for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
           const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
           at::Tensor& p = params[static_cast<size_t>(i)];
@@ -207,7 +298,7 @@ struct Engine::Impl final : model::LayerGate {
           }
         }
       }
-      at::Tensor received = at::empty({unit.chunk()}, dtype);
+      at::Tensor received = at::empty({unit.chunk()}, on_device(dtype));
       if (world > 1) {
         pending.push_back({comm.reduce_scatter(input, received), received, ui});
       } else {
@@ -231,15 +322,17 @@ struct Engine::Impl final : model::LayerGate {
     pending.clear();
   }
 
-  // New parameters from the master shard: this rank's chunks, then everyone's (all-gathered;
-  // stage 3 gathers non-resident units on demand instead).
+  // New parameters from the master shard (offloaded: from its device copy in the model dtype):
+  // this rank's chunks, then everyone's (all-gathered; stage 3 gathers non-resident units on
+  // demand instead).
   void publish_params() {
     const auto& units = layout.units();
+    const at::Tensor& source = offload ? published : master;
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& unit = units[u];
-      const at::Tensor mine = master.narrow(0, unit.shard_offset, unit.chunk());
+      const at::Tensor mine = source.narrow(0, unit.shard_offset, unit.chunk());
       if (opt.stage == 3) {
-        param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);
+        if (!offload) param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);  // offloaded: published is param_shard
         if (!resident[u]) continue;
       }
       if (opt.stage == 0 || world == 1) {
@@ -336,16 +429,19 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   // inf/nan also signals an fp16 overflow on any rank.
   // Squares summed in double, 1M elements at a time (no double copy of the whole shard): the norm
   // decides clipping, and fp32 accumulation here lets ranks and the single process drift apart.
-  double local_sq = 0;
+  // Accumulated on the device in one double (one synchronisation, the same additions as on CPU).
+  at::Tensor sq = at::zeros({}, m.on_device(at::kDouble));
   constexpr int64_t kChunk = 1 << 20;
-  for (int64_t at = 0; at < grads.numel(); at += kChunk)
-    local_sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum().item<double>();
+  for (int64_t at = 0; at < grads.numel(); at += kChunk) sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum();
+  const double local_sq = sq.item<double>();
   std::vector<float> scalars(sums.begin(), sums.end());
   scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
-  at::Tensor packed = at::tensor(scalars, at::kFloat);
+  at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
   if (m.world > 1) timed_wait(*m.comm.all_reduce(packed), m.waited_ms);
-  for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(packed[static_cast<int64_t>(i)].item<double>());
-  const double total_sq = m.opt.stage == 0 ? local_sq : packed[static_cast<int64_t>(sums.size())].item<double>();
+  const at::Tensor reduced = packed.cpu();
+  const float* reduced_values = reduced.data_ptr<float>();
+  for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(reduced_values[i]);
+  const double total_sq = m.opt.stage == 0 ? local_sq : reduced_values[sums.size()];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
   result.skipped = !std::isfinite(total_sq);
@@ -360,14 +456,19 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     h.step = applied_step;
     if (beta1 >= 0) h.beta1 = beta1;
     if (beta2 >= 0) h.beta2 = beta2;
-    float* p = m.master.data_ptr<float>();
-    float* g = grads.data_ptr<float>();
-    float* mm = m.exp_avg.data_ptr<float>();
-    float* vv = m.exp_avg_sq.data_ptr<float>();
-    for (const ShardSegment& s : m.segments) {
-      optim::AdamHyper seg = h;
-      if (!s.decay) seg.weight_decay = 0;
-      optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, static_cast<float>(scale));
+    if (m.offload) {
+      m.offload_update(grads, h, static_cast<float>(scale));
+    } else {
+      float* p = m.master.data_ptr<float>();
+      float* g = grads.data_ptr<float>();
+      float* mm = m.exp_avg.data_ptr<float>();
+      float* vv = m.exp_avg_sq.data_ptr<float>();
+      for (const ShardSegment& s : m.segments) {
+        optim::AdamHyper seg = h;
+        if (!s.decay) seg.weight_decay = 0;
+        optim::fused_adam_on(m.device, p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg,
+                             static_cast<float>(scale));
+      }
     }
     m.publish_params();
   }
@@ -404,17 +505,27 @@ std::string Engine::describe() const {
   const Impl& m = *impl_;
   const MemoryReport r = memory();
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  return fmt::format("ZeRO stage {} on {} rank(s), {} {} units, overlap_comm {}, optimizer {} (fused Adam, {}); per rank: params {:.2f} MiB, "
+  const std::string where = m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{})", optim::fused_adam_isa(), m.offload_chunks.size(),
+                                                    m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "")
+                                      : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
+  return fmt::format("ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
                      "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
-                     m.opt.stage, m.world, m.layout.units().size(), m.opt.dtype, m.opt.overlap_comm ? "on" : "off",
-                     m.opt.offload_optimizer ? "offloaded to CPU" : "on CPU", optim::fused_adam_isa(), mb(r.params), mb(r.grads),
+                     m.opt.stage, m.world, m.layout.units().size(), m.opt.dtype, m.device.str(), m.opt.overlap_comm ? "on" : "off", where, mb(r.params), mb(r.grads),
                      mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
 }
 
 std::vector<Engine::ShardRun> Engine::shard_runs() const {
   const Impl& m = *impl_;
   std::vector<ShardRun> out;
-  const std::pair<const char*, const at::Tensor*> kinds[] = {{"", &m.master}, {"exp_avg.", &m.exp_avg}, {"exp_avg_sq.", &m.exp_avg_sq}};
+  // The checkpointer reads and writes host memory: a shard on a GPU goes through host copies,
+  // refreshed here and uploaded again by publish_loaded_shard().
+  const at::Tensor* states[] = {&m.master, &m.exp_avg, &m.exp_avg_sq};
+  if (!m.master.is_cpu()) {
+    for (int i = 0; i < 3; ++i) m.mirror[i] = states[i]->to(at::kCPU);
+    m.mirrored = true;
+    for (int i = 0; i < 3; ++i) states[i] = &m.mirror[i];
+  }
+  const std::pair<const char*, const at::Tensor*> kinds[] = {{"", states[0]}, {"exp_avg.", states[1]}, {"exp_avg_sq.", states[2]}};
   for (const auto& [prefix, shard] : kinds)
     for (const ShardSegment& s : m.segments)
       out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel, shard->data_ptr<float>() + s.shard_offset});
@@ -450,7 +561,21 @@ void Engine::set_state_values(const std::vector<double>& v) {
 
 void Engine::publish_loaded_shard() {
   c10::NoGradGuard no_grad;
-  impl_->publish_params();
+  Impl& m = *impl_;
+  if (m.mirrored) {
+    at::Tensor* states[] = {&m.master, &m.exp_avg, &m.exp_avg_sq};
+    for (int i = 0; i < 3; ++i) states[i]->copy_(m.mirror[i]), m.mirror[i] = at::Tensor();
+    m.mirrored = false;
+  }
+  if (m.offload) m.published.copy_(m.master);
+  m.publish_params();
+}
+
+at::Device Engine::optimizer_device() const { return impl_->optim_device; }
+
+void Engine::drop_host_copies() {
+  for (auto& m : impl_->mirror) m = at::Tensor();
+  impl_->mirrored = false;
 }
 
 model::NamedTensors Engine::full_state() const {
@@ -477,8 +602,8 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
   const StateMap maps[] = {{&m.master, 0}, {&m.exp_avg, np}, {&m.exp_avg_sq, 2 * np}};
   for (const auto& map : maps) {
     for (const Unit& unit : m.layout.units()) {
-      at::Tensor whole = at::empty({unit.padded}, at::kFloat);
-      const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).contiguous();
+      at::Tensor whole = at::empty({unit.padded}, m.on_device(at::kFloat));
+      const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).to(m.device).contiguous();
       if (m.opt.stage == 0 || m.world == 1) whole.copy_(mine);
       else m.comm.all_gather(mine, whole)->wait();
       if (full.empty()) continue;

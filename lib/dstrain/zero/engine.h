@@ -10,7 +10,11 @@
 // Communication is issued in the model's group order (see model::LayerGate), identically on
 // every rank. With overlap_comm a group's gradients are reduced as soon as backward leaves the
 // group, while backward goes on, and stage 3 prefetches the next group's parameters.
-// The optimizer is the fused CPU Adam on the rank's fp32 shard; fp16 uses the dynamic loss scaler.
+// The optimizer is the fused Adam on the rank's fp32 shard, on the training device (the CPU
+// kernel, or the CUDA kernel on a GPU). With offload_optimizer the shard and its Adam states live
+// in pinned host memory: the gradient shard is copied down in chunks of whole parameters while
+// the CPU kernel works on the previous chunk, and each updated chunk goes back up at once (in
+// the model dtype). fp16 uses the dynamic loss scaler.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -36,7 +40,9 @@ struct EngineOptions {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;  // elements per unit of communication
   bool overlap_comm = false;
-  bool offload_optimizer = false;          // the step runs on the CPU (it always does on CPU)
+  bool offload_optimizer = false;          // master weights + Adam states in (pinned) host memory, the step on the CPU
+  at::Device device = at::kCPU;            // the model, gradients and collectives: the communicator's device
+  int64_t offload_chunk = int64_t{16} << 20;  // offload: elements per copy/update chunk (whole parameter segments)
   int64_t prefetch_bucket_size = 50000000;  // stage 3: prefetch the next group when it is at most this
   int64_t persistence_threshold = 100000;   // stage 3: parameters below this stay resident
   std::string dtype = "fp32";               // fp32, bf16 or fp16 (parameters, activations, gradients)
@@ -117,6 +123,12 @@ class Engine {
   void set_state_values(const std::vector<double>& values);
   // After shard_runs()' memory was filled from a checkpoint: rebuild the parameters (collective).
   void publish_loaded_shard();
+  // A shard on a GPU is read and written through host copies that shard_runs() makes; after a
+  // save they are no longer needed (12 bytes per shard element of host memory).
+  void drop_host_copies();
+
+  // Where the optimizer state lives: the training device, or the CPU when offloaded.
+  at::Device optimizer_device() const;
 
   // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
   void inject_overflow() { inject_overflow_ = true; }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Training throughput and MFU on one GPU (issue 12): `dstrain train` on the deepseek-coder-1.3b
+# preset (bf16, ZeRO 0, 1 rank, sequence 2048 x micro batch 4, no accumulation) and on a small MoE
+# preset (DeepSeek-V2-Lite with 4 of its 27 layers: 2.25B parameters, 0.75B active; micro batch 2
+# x 2048). Median tokens/s and MFU over the steps after the first 5; MFU against the peak the run
+# logs (the datasheet's dense bf16 peak for known GPUs). Run by scripts/gpu-check.sh.
+#   scripts/bench-gpu-train.sh [DSTRAIN_BINARY] [STEPS]
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+dstrain="${1:-$root/build/dstrain}"
+steps="${2:-25}"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if ! "$dstrain" --version 2>/dev/null | grep -q "^cuda: yes"; then echo "skipped: this dstrain was built without CUDA"; exit 0; fi
+if ! nvidia-smi -L > /dev/null 2>&1; then echo "skipped: no GPU visible"; exit 0; fi
+common=(--nproc-per-node 1 --nnodes 1 --set zero.stage=0 --set zero.offload_optimizer=none --set data.seq_len=2048 --set train.steps="$steps"
+        --set schedule.warmup_steps=5 --set checkpoint.interval_steps=0 --set checkpoint.interval_minutes=0 --set launch.env_check=false)
+declare -a rows
+bench() {  # bench LABEL RECIPE [--set ...]
+  local label=$1 recipe=$2; shift 2
+  local dir="$work/$label" status=0
+  "$dstrain" train "$recipe" "${common[@]}" --set run_dir="$dir" "$@" > "$work/$label.out" 2>&1 || status=$?
+  if [ $status -ne 0 ]; then
+    rows+=("| $label | failed (exit $status): $(grep -m1 -E "error" "$work/$label.out" | cut -c1-160) | | | | |")
+    tail -5 "$work/$label.out"
+    return
+  fi
+  local peak
+  peak=$(grep -o "against a peak of [0-9.]* TFLOP/s per rank, [^)]*" "$dir/logs/rank_00000.log" | head -1 | sed 's/against a peak of //')
+  rows+=("$(python3 - "$dir/metrics.jsonl" "$label" "$peak" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][5:]
+med = lambda k: statistics.median(r[k] for r in rows)
+last = rows[-1]
+print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | "
+      f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f} | {sys.argv[3]} |")
+PY
+)")
+}
+bench "deepseek-coder-1.3b bf16 ZeRO-0, 4x2048" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]'
+bench "V2-Lite 4 layers (MoE) bf16 ZeRO-0, 2x2048" "$root/recipes/deepseek-v2-lite.yaml" --set model.num_layers=4 --set train.tokens=0 \
+  --set train.micro_batch_size=2 --set train.global_batch_size=2
+echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | GPU GiB alloc / reserved peak | MFU peak used |"
+echo "|---|---|---|---|---|---|---|"
+printf '%s\n' "${rows[@]}"
