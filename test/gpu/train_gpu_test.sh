@@ -95,6 +95,12 @@ if [ "$dry" != 1 ]; then
   expect_status 5 "$DSTRAIN" train "$demo_recipe" --nproc-per-node $((gpus + 1)) "${dense[@]}" --set run_dir=toomany
   expect_out "only $gpus GPU(s) are visible"
   ok "more ranks per node than GPUs is refused with exit 5"
+  # DeepSeek-V2-Lite (15.7B) at ZeRO-0 in bf16 needs ~234 GiB of model state on one GPU.
+  expect_status 5 "$DSTRAIN" train "$SRC/recipes/deepseek-v2-lite.yaml" --nproc-per-node 1 --nnodes 1 --set zero.stage=0 --set run_dir=toobig
+  expect_out "more than GPU 0's"
+  expect_out "raise zero.stage (now 0)"
+  [ ! -d toobig/logs ] || fail "workers were started for a model state that cannot fit"
+  ok "a model state larger than the GPU is refused before any worker starts, with what to change"
 fi
 if [ "$gpus" -ge 2 ]; then
   expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 "${dense[@]}" --set precision.dtype=fp32 --set zero.stage=2 --set run_dir=nccl2

@@ -29,6 +29,8 @@
 #include "dstrain/train/group_watch.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/train/run_dir.h"
+#include "dstrain/train/training_device.h"
+#include "dstrain_cuda.h"
 
 namespace dstrain::train {
 namespace fs = std::filesystem;
@@ -88,6 +90,24 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
                 "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
 }
 
+// On GPUs, the model state per rank (the ZeRO formulas) must fit in each GPU this node's ranks
+// use: refused before any worker starts, with what to change, instead of a CUDA OOM later.
+void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers) {
+  const int gpus = dstrain_cuda_device_count();
+  const double needed = config::model_state_memory(recipe).device_bytes;
+  for (int g = 0; g < std::min(gpus, local_workers); ++g) {
+    int major = 0, minor = 0;
+    size_t total = 0;
+    if (dstrain_cuda_device_props(g, &major, &minor, &total) != 0 || total == 0) continue;
+    if (needed > static_cast<double>(total))
+      throw Error(ErrorCode::kEnvironment,
+                  fmt::format("the model state alone needs {:.1f} GiB per rank (parameters, gradients and optimizer states at ZeRO stage {}, {}), "
+                              "more than GPU {}'s {:.1f} GiB, before any activations",
+                              needed / 1073741824.0, recipe.zero.stage, recipe.precision.dtype, g, static_cast<double>(total) / 1073741824.0),
+                  train::out_of_memory_hint(recipe));
+  }
+}
+
 bool any_committed_checkpoint(const std::string& root) {
   bool any = false;
   if (std::filesystem::is_directory(root))
@@ -133,6 +153,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   for (const auto& warning : recipe.warnings) log::warn(warning);
   const auto& topo = options.topology;
   refuse_if_host_memory_short(recipe, topo.nproc_per_node);
+  refuse_if_gpu_memory_short(recipe, topo.nproc_per_node);
   const int nproc = topo.nproc_per_node;
   const RunDir run_dir(recipe.run_dir);
   const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);
