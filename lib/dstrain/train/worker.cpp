@@ -270,8 +270,9 @@ int train_on(const launch::WorkerEnv& env, const TrainingDevice& device) {
   // --- communication -------------------------------------------------------------------------
   const comm::Endpoint endpoint{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
                                 std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
-  // Gloo carries the control traffic on CPU (step flags, metrics, checkpoint summaries, the
-  // environment check); on GPUs the engine's gradients and parameters go over NCCL.
+  // On GPUs the engine's collectives (gradients, parameters, the step's scalars and flags) go
+  // over NCCL; Gloo carries the rest on CPU (metrics, straggler times, expert load, checkpoint
+  // summaries and barriers, the environment check).
   auto comm = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
   std::unique_ptr<comm::Communicator> nccl;
   if (device.device.is_cuda()) {
