@@ -49,7 +49,6 @@ class GlooWork final : public Work {
   }
 
  private:
-  static std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
   c10::intrusive_ptr<c10d::Work> work_;
   std::function<void()> finish_;
   const char* op_;

@@ -52,7 +52,7 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
     if (ep.host_store) store->set("dstrain/run", bytes(ep.run_id));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " cannot " + (ep.host_store ? "host" : "reach") + " the rendezvous store at " + where + ": " +
-                                      std::string(e.what()).substr(0, std::string(e.what()).find('\n')),
+                                      first_line(e.what()),
                 ep.host_store ? "the port may be in use: choose another MASTER_PORT"
                               : "check MASTER_ADDR/MASTER_PORT, that node 0's launcher runs, and that no firewall blocks the port");
   }

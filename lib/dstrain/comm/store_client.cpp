@@ -9,8 +9,7 @@ namespace dstrain::comm {
 namespace {
 
 [[noreturn]] void unreachable(const std::string& where, const std::exception& e) {
-  const std::string what = e.what();
-  throw Error(ErrorCode::kComm, "the rendezvous store " + where + " cannot be reached: " + what.substr(0, what.find('\n')),
+  throw Error(ErrorCode::kComm, "the rendezvous store " + where + " cannot be reached: " + first_line(e.what()),
               "node 0's launcher may be gone; check its log and the network");
 }
 

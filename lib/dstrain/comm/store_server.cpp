@@ -46,9 +46,8 @@ NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::
     auto value = store->get("dstrain/published/" + key);
     return {std::string(run.begin(), run.end()), std::string(value.begin(), value.end())};
   } catch (const std::exception& e) {
-    const std::string what = e.what();
     throw Error(ErrorCode::kComm, "cannot reach node 0's launcher at " + where + " within " + std::to_string(timeout.count() / 1000) + " s: " +
-                                      what.substr(0, what.find('\n')),
+                                      first_line(e.what()),
                 "start node 0 first (or together), with the same --master-addr/--master-port; check the network between the nodes");
   }
 }

@@ -5,6 +5,8 @@ namespace dstrain {
 Error::Error(ErrorCode code, std::string message, std::string hint)
     : std::runtime_error(std::move(message)), code_(code), hint_(std::move(hint)) {}
 
+std::string first_line(const std::string& text) { return text.substr(0, text.find('\n')); }
+
 const char* error_code_name(ErrorCode code) noexcept {
   switch (code) {
     case ErrorCode::kUsage: return "usage error";

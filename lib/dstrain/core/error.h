@@ -34,4 +34,8 @@ class Error : public std::runtime_error {
 
 const char* error_code_name(ErrorCode code) noexcept;
 
+// The first line of a library's exception text (LibTorch and c10d append backtraces and notes):
+// what a message quotes.
+std::string first_line(const std::string& text);
+
 }  // namespace dstrain

@@ -217,12 +217,6 @@ NanLossInjection nan_loss_injection_from_env() {
   return n;
 }
 
-// The first line of an exception's text (LibTorch appends a backtrace).
-std::string first_line(const char* what) {
-  const std::string s = what;
-  return s.substr(0, s.find('\n'));
-}
-
 int train_on(const launch::WorkerEnv& env, const TrainingDevice& device);
 
 }  // namespace

@@ -65,3 +65,9 @@ TEST_CASE("the README's exit code table matches the code", "[core]") {
     CHECK(std::regex_search(readme, std::regex("\\|\\s*" + std::to_string(status) + "\\s*\\|")));
   }
 }
+
+TEST_CASE("first_line keeps what a message quotes of a library's exception text", "[core]") {
+  CHECK(dstrain::first_line("DefaultCPUAllocator: can't allocate memory\nException raised from ...\nframe #0") == "DefaultCPUAllocator: can't allocate memory");
+  CHECK(dstrain::first_line("one line") == "one line");
+  CHECK(dstrain::first_line("") == "");
+}
