@@ -33,20 +33,6 @@ metrics::SinkOptions sink_options(const config::Recipe& r, const RunDir& run_dir
 
 }  // namespace
 
-double measured_cpu_peak_tflops() {
-  const int64_t n = 1024;
-  at::Tensor a = at::randn({n, n}, at::kFloat), b = at::randn({n, n}, at::kFloat);
-  at::mm(a, b);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    at::mm(a, b);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * n * n * n / s / 1e12);
-  }
-  return best;
-}
-
 double resident_mb() {
   long pages = 0, resident = 0;
   if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {

@@ -73,8 +73,6 @@ class Telemetry {
   std::chrono::steady_clock::time_point started_;
 };
 
-// Peak fp32 GEMM throughput of this process (TFLOP/s): MFU's denominator on CPUs.
-double measured_cpu_peak_tflops();
 // Resident memory of this process now and at its peak, MiB.
 double resident_mb();
 double peak_resident_mb();

@@ -70,23 +70,27 @@ double datasheet_peak_tflops(const std::string& gpu_name, const std::string& dty
   return 0;
 }
 
-double measured_gpu_peak_tflops(const c10::Device& device, const std::string& dtype) {
-  if (!device.is_cuda()) return 0;
-  const int64_t n = 4096;
+double best_gemm_tflops(const c10::Device& device, const std::string& dtype, int64_t n, int rounds, int per_round) {
   const auto type = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
   const at::Tensor a = at::randn({n, n}, at::TensorOptions().device(device).dtype(type)), b = at::randn({n, n}, a.options());
   at::mm(a, b);
   synchronize(device);
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int round = 0; round < rounds; ++round) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < 4; ++i) at::mm(a, b);
+    for (int i = 0; i < per_round; ++i) at::mm(a, b);
     synchronize(device);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 4 * 2.0 * n * n * n / s / 1e12);
+    best = std::max(best, per_round * 2.0 * n * n * n / s / 1e12);
   }
   return best;
 }
+
+double measured_gpu_peak_tflops(const c10::Device& device, const std::string& dtype) {
+  return device.is_cuda() ? best_gemm_tflops(device, dtype, 4096, 5, 4) : 0;
+}
+
+double measured_cpu_peak_tflops() { return best_gemm_tflops(c10::Device(c10::kCPU), "fp32", 1024, 3, 1); }
 
 DeviceMemoryPeaks device_memory_peaks(const c10::Device& device) {
   DeviceMemoryPeaks out;
