@@ -21,11 +21,13 @@ void register_inspect_data(CLI::App& app, Run& run) {
       "  dstrain inspect-data data/pycode --format megatron\n"
       "  dstrain inspect-data fineweb_train_000001.bin --format llmc --head 32");
   cmd->add_option("path", *path, "Data file (for megatron: the prefix or either file)")->required();
-  cmd->add_option("--format", *format, "bytes, megatron, llmc or raw_u16")->check(CLI::IsMember({"bytes", "megatron", "llmc", "raw_u16"}));
+  cmd->add_option("--format", *format, "bytes, megatron, llmc or raw_u16")->check(CLI::IsMember(config::enum_names<config::DataFormat>()));
   cmd->add_option("--head", *head, "How many tokens to print")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
   cmd->callback([path, format, head, &run] {
     run = [path, format, head] {
-      const auto file = data::open_token_file(*path, *format, 0);
+      config::DataFormat data_format{};
+      config::parse_enum(*format, data_format);  // CLI11 checked the name
+      const auto file = data::open_token_file(*path, data_format, 0);
       std::vector<int64_t> first;
       for (int64_t i = 0; i < std::min(*head, file->size()); ++i) first.push_back(file->at(i));
       fmt::print("file       {}\nformat     {}\ntokens     {}\ndocuments  {}\nfirst      [{}]\n", file->path(), *format, file->size(),

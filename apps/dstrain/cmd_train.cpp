@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/train/engine_support.h"
@@ -37,11 +38,7 @@ bool resume_auto(const config::Recipe& recipe) {
                 fmt::format("--resume auto: run_dir '{}' holds a run with another configuration (hash {} vs {})", recipe.run_dir,
                             config::config_hash(saved), config::config_hash(recipe)),
                 "use `dstrain resume RUN_DIR` to continue it as it was configured, or another run_dir");
-  bool committed = false;
-  const std::string root = dir.ckpt_dir(saved);
-  if (std::filesystem::is_directory(root))
-    for (const auto& e : std::filesystem::directory_iterator(root)) committed = committed || std::filesystem::exists(e.path() / "COMMITTED");
-  if (!committed)
+  if (!ckpt::has_committed_checkpoint(dir.ckpt_dir(saved)))
     throw Error(ErrorCode::kCheckpoint, fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
                 "it stopped before its first save: remove the directory to start over");
   return true;
@@ -131,9 +128,8 @@ void register_train(CLI::App& app, Run& run) {
         options.resume = true;
         options.resume_from = std::filesystem::absolute(args->resume_from).lexically_normal().string();
         // Checked before the new run directory is made: a step directory, or a ckpt/ root with one.
-        bool usable = std::filesystem::exists(std::filesystem::path(options.resume_from) / "manifest.json");
-        for (const auto& e : std::filesystem::directory_iterator(options.resume_from))
-          usable = usable || std::filesystem::exists(e.path() / "COMMITTED");
+        const bool usable = std::filesystem::exists(std::filesystem::path(options.resume_from) / "manifest.json") ||
+                            ckpt::has_committed_checkpoint(options.resume_from);
         if (!usable)
           throw Error(ErrorCode::kUsage, fmt::format("--resume {}: neither a checkpoint (no manifest.json) nor a directory of committed checkpoints",
                                                      args->resume_from),

@@ -23,13 +23,13 @@ for fact in "libtorch" "libtorch build" "nccl" "glibc" "cpu isa" "/dev/shm" "uli
 done
 ok "4 local ranks: every fact agrees, probes pass"
 
-DSTRAIN_TEST_FACT="2:libtorch=2.10.0" expect_status 1 "$DSTRAIN" check-env --nproc-per-node 4 --skip probes
+DSTRAIN_TEST_FAULTS="fact=2:libtorch=2.10.0" expect_status 1 "$DSTRAIN" check-env --nproc-per-node 4 --skip probes
 expect_out "✗ libtorch"
 expect_out "2.11.0: ranks 0–1, 3; 2.10.0: rank 2"
 expect_out "1 mismatch: libtorch"
 ok "rank 2 with another LibTorch version: exit 1, the fact and the rank groups named"
 
-DSTRAIN_TEST_FACT="2:libtorch=2.10.0" "$DSTRAIN" check-env --nproc-per-node 4 --skip probes --json > mismatch.json && fail "--json: a mismatch must exit 1"
+DSTRAIN_TEST_FAULTS="fact=2:libtorch=2.10.0" "$DSTRAIN" check-env --nproc-per-node 4 --skip probes --json > mismatch.json && fail "--json: a mismatch must exit 1"
 validate mismatch.json || fail "the mismatch report does not follow the schema: $(cat mismatch.json)"
 python3 - mismatch.json <<'PY' || fail "the JSON report does not name the mismatch"
 import json, sys
@@ -43,7 +43,7 @@ ok "--json: the same report, valid against docs/check-env.schema.json"
 # A recipe: its config, recipe file and dataset are hashed on every rank.
 cp "$SRC/recipes/data/demo_corpus.txt" other.txt
 printf 'X' | dd of=other.txt bs=1 seek=100 conv=notrunc status=none
-DSTRAIN_TEST_DATA_PATH="2:$WORK/other.txt" expect_status 1 "$DSTRAIN" check-env "$demo_recipe" --nproc-per-node 4 --set train.micro_batch_size=4 --set run_dir=envrun --skip probes
+DSTRAIN_TEST_FAULTS="data_path=2:$WORK/other.txt" expect_status 1 "$DSTRAIN" check-env "$demo_recipe" --nproc-per-node 4 --set train.micro_batch_size=4 --set run_dir=envrun --skip probes
 expect_out "✗ data "
 grep -q "✗ data .*: ranks 0–1, 3; .*: rank 2" <<<"$OUT" || fail "the data row does not group the ranks: $OUT"
 expect_out "✓ config hash"
@@ -56,7 +56,7 @@ validate ok.json || fail "the consistent report does not follow the schema"
 ok "a consistent run with a recipe, as JSON, valid against the schema"
 
 # A node without the dataset (the launcher's own node is checked when the recipe loads).
-DSTRAIN_TEST_DATA_PATH="1:$WORK/gone.bin" expect_status 1 "$DSTRAIN" check-env "$demo_recipe" --nproc-per-node 2 --set run_dir=envgone --skip probes
+DSTRAIN_TEST_FAULTS="data_path=1:$WORK/gone.bin" expect_status 1 "$DSTRAIN" check-env "$demo_recipe" --nproc-per-node 2 --set run_dir=envgone --skip probes
 expect_out "✗ data "
 expect_out "missing: $WORK/gone.bin: rank 1"
 expect_out "[rank 1: not found on this rank's node: copy it there or fix the path]"
@@ -71,7 +71,7 @@ ok "--local: this machine's facts, no workers (text and JSON)"
 # torchrun-style ranks: each process is a rank; rank 0 prints the report.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for r in 0 1; do
-  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_RUN_ID=env1 DSTRAIN_TEST_FACT="1:nccl=2.19.3" \
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_RUN_ID=env1 DSTRAIN_TEST_FAULTS="fact=1:nccl=2.19.3" \
     "$DSTRAIN" check-env --skip probes > direct$r.log 2>&1 &
   pids[$r]=$!
 done
@@ -82,12 +82,12 @@ ok "torchrun-style ranks: the same check, reported by rank 0"
 
 # train's preflight.
 common=(--nproc-per-node 2 --set train.steps=3 --set schedule.warmup_steps=1 --set checkpoint.interval_steps=0 --set launch.threads_per_worker=1)
-DSTRAIN_TEST_FACT="1:libtorch=2.10.0" expect_status 5 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=pre1
+DSTRAIN_TEST_FAULTS="fact=1:libtorch=2.10.0" expect_status 5 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=pre1
 expect_out "environment check failed"
 expect_out "2.11.0: rank 0; 2.10.0: rank 1"
 expect_out "the ranks' environments differ: libtorch"
 [ ! -e pre1/ckpt/latest ] || fail "the job trained despite the mismatch"
-DSTRAIN_TEST_FACT="1:libtorch=2.10.0" expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=pre2 --skip-env-check
+DSTRAIN_TEST_FAULTS="fact=1:libtorch=2.10.0" expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=pre2 --skip-env-check
 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=pre3
 expect_out "environment check: "
 ok "train's preflight stops a mismatched job before training (exit 5); --skip-env-check trains anyway"

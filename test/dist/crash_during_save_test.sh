@@ -7,7 +7,7 @@ common=(--set train.steps=30 --set checkpoint.interval_steps=10 --set checkpoint
         --set launch.threads_per_worker=1 --set train.micro_batch_size=4 --set train.global_batch_size=8)
 for k in $(seq 1 20); do
   set +e
-  DSTRAIN_TEST_CRASH_AT_SAVE_POINT=$k "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=r$k > r$k.log 2>&1
+  DSTRAIN_TEST_FAULTS=crash_at_save_point=$k "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=r$k > r$k.log 2>&1
   status=$?
   set -e
   [ $status -eq 7 ] || fail "crash point $k: the run exited $status, expected 7 (a worker died): $(tail -5 r$k.log)"

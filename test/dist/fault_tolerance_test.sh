@@ -43,7 +43,7 @@ same_checkpoint_data whole/ckpt/step_00000030 stopped/ckpt/step_00000030 || fail
 ok "SIGSTOP of rank 1 found in $delay s (timeout 3 s), reported by rank and phase; restarted and bit-identical at the end"
 
 # --- a late rank, alive: the collective timeout --------------------------------------------
-DSTRAIN_TEST_STALL=1:4:30 expect_status 6 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set launch.collective_timeout_s=2 --set run_dir=late
+DSTRAIN_TEST_FAULTS=stall=1:4:30 expect_status 6 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set launch.collective_timeout_s=2 --set run_dir=late
 expect_out "hang: rank 1 ("
 expect_out "stuck in forward of step 4 for"
 expect_out "while others wait in "
@@ -53,12 +53,12 @@ ok "a rank late in forward is named, with its phase and the collective the other
 # --- bad steps --------------------------------------------------------------------------------
 bad=(--set precision.dtype=bf16 --set zero.stage=2)
 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set run_dir=bf16
-DSTRAIN_TEST_NAN_LOSS=1:12 expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set run_dir=badstop
+DSTRAIN_TEST_FAULTS=nan_loss=1:12 expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set run_dir=badstop
 expect_out "step 12: the loss is nan (train.on_bad_step = stop): stopped"
 [ -d badstop/ckpt/step_00000010 ] || fail "the last checkpoint before the bad step is gone"
 ok "on_bad_step stop: a NaN loss on rank 1 stops the run at step 12 (exit 8); step 10's checkpoint is intact"
 
-DSTRAIN_TEST_NAN_LOSS=1:12 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=skip --set run_dir=badskip
+DSTRAIN_TEST_FAULTS=nan_loss=1:12 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=skip --set run_dir=badskip
 expect_out "step 12: the loss is nan (train.on_bad_step = skip): update skipped (bad step 1 of at most 10)"
 python3 - badskip/metrics.jsonl <<'PY' || fail "metrics.jsonl does not count the bad step"
 import json, sys
@@ -67,18 +67,18 @@ assert rows[11]["bad_steps"] == 0 and rows[12]["bad_steps"] == 1 and rows[12]["l
 PY
 ok "on_bad_step skip: the update is skipped, the run completes, metrics count it"
 
-DSTRAIN_TEST_NAN_LOSS=0:3 expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=skip --set train.max_bad_steps=0 --set run_dir=badmax
+DSTRAIN_TEST_FAULTS=nan_loss=0:3 expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=skip --set train.max_bad_steps=0 --set run_dir=badmax
 expect_out "1 bad steps in this launch, more than train.max_bad_steps = 0"
 ok "on_bad_step skip stops after train.max_bad_steps"
 
-DSTRAIN_TEST_NAN_LOSS=1:12 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=rollback --set run_dir=badroll
+DSTRAIN_TEST_FAULTS=nan_loss=1:12 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=rollback --set run_dir=badroll
 expect_out "step 12: the loss is nan (train.on_bad_step = rollback): rolled back to"
 expect_out "(step 10); bad step 1 of at most 10"
 python3 "$cmp" bf16/metrics.jsonl badroll/metrics.jsonl --exact || fail "the rolled-back run's losses differ from the uninterrupted run"
 same_checkpoint_data bf16/ckpt/step_00000030 badroll/ckpt/step_00000030 || fail "the rolled-back run's final weights differ"
 ok "on_bad_step rollback: a transient NaN rolls back to step 10 and the run ends bit-identical to the uninterrupted one"
 
-DSTRAIN_TEST_NAN_LOSS=1:12:always expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=rollback --set run_dir=badagain
+DSTRAIN_TEST_FAULTS=nan_loss=1:12:always expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=rollback --set run_dir=badagain
 expect_out "bad again after rolling back"
 ok "on_bad_step rollback: a NaN that repeats after the rollback stops the run (exit 8)"
 finish

@@ -12,7 +12,7 @@ py="${DSTRAIN_VENV:-$HOME/.cache/dstrain/venv-torch-2.11.0}/bin/python"
 run=(--nproc-per-node 2 --set launch.threads_per_worker=1 --set train.steps=30 --set checkpoint.interval_steps=10
      --set train.micro_batch_size=4 --set train.global_batch_size=16 --set 'logging.sinks=[console, jsonl, csv, tensorboard]'
      --set logging.wall_clock_breakdown=true --set logging.straggler_interval=5 --set logging.steps_per_print=5)
-DSTRAIN_BENCH_SLOW_RANK=1:4 "$DSTRAIN" train "$demo_recipe" "${run[@]}" --max-restarts 1 --set run_dir=obs > obs.log 2>&1 &
+DSTRAIN_TEST_FAULTS=slow_rank=1:4 "$DSTRAIN" train "$demo_recipe" "${run[@]}" --max-restarts 1 --set run_dir=obs > obs.log 2>&1 &
 launcher=$!
 for _ in $(seq 1 1200); do [ "$(wc -l 2>/dev/null < obs/metrics.jsonl || echo 0)" -ge 17 ] && break; sleep 0.05; done
 kill -9 "$(pgrep -P $launcher -f worker | head -n1)"

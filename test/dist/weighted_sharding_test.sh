@@ -10,14 +10,14 @@ expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=wei
 python3 "$cmp" equal/metrics.jsonl weighted/metrics.jsonl --rtol 1e-5 || fail "weighted shares change the training"
 ok "shard_weights [3, 1] (12 and 4 of each 16 samples) trains like equal shares (rtol 1e-5)"
 
-DSTRAIN_BENCH_SLOW_RANK=1:3 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=auto --set data.shard_weights=auto --set data.balance_steps=3
+DSTRAIN_TEST_FAULTS=slow_rank=1:3 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=auto --set data.shard_weights=auto --set data.balance_steps=3
 expect_out "auto balance: measured"
 shares=$(grep -o 'shares of 16 samples: \[[0-9]*, [0-9]*\]' <<<"$OUT" | grep -o '\[.*\]')
 python3 -c "import sys; a, b = eval(sys.argv[1]); sys.exit(0 if a > b and a + b == 16 else 1)" "$shares" || fail "the slow rank did not get fewer samples: $shares"
 python3 "$cmp" equal/metrics.jsonl auto/metrics.jsonl --rtol 1e-5 || fail "auto balancing changes the training"
 ok "auto balancing gives the 3x slower rank fewer samples ($shares) and trains like equal shares"
 
-DSTRAIN_BENCH_SLOW_RANK=1:3 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=cut --set data.shard_weights=auto --set data.balance_steps=3 > cut.log 2>&1 &
+DSTRAIN_TEST_FAULTS=slow_rank=1:3 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=cut --set data.shard_weights=auto --set data.balance_steps=3 > cut.log 2>&1 &
 kill_worker_when cut/ckpt/step_00000010/COMMITTED $!
 expect_status 0 "$DSTRAIN" resume cut
 python3 - auto/ckpt/step_00000020 cut/ckpt/step_00000010 <<'PY' || fail "the measured shares were not checkpointed"

@@ -37,7 +37,7 @@ ok "stage 3 with prefetch and stage 2 with offload_optimizer: cpu match too"
 for cfg in "2 zero.stage=2 fp32" "3 zero.stage=3 bf16"; do
   set -- $cfg
   run off$1plain 2 8 --set $2 --set precision.dtype=$3
-  DSTRAIN_TEST_OFFLOAD_CHUNK=5000 run off$1chunked 2 8 --set $2 --set precision.dtype=$3 --set zero.offload_optimizer=cpu
+  DSTRAIN_TEST_FAULTS=offload_chunk=5000 run off$1chunked 2 8 --set $2 --set precision.dtype=$3 --set zero.offload_optimizer=cpu
   python3 "$cmp" off$1plain/metrics.jsonl off$1chunked/metrics.jsonl --exact || fail "offload at stage $1 ($3) is not bit-identical"
   chunks=$(grep -o "[0-9]* chunks" off$1chunked/logs/rank_00000.log | head -1 | cut -d' ' -f1)
   [ "${chunks:-0}" -ge 5 ] || fail "offload at stage $1 used ${chunks:-no} chunks; the test hook asked for many"
@@ -119,7 +119,7 @@ assert lr[:4] == [0.003] * 4 and all(abs(x - 0.006) < 1e-12 for x in lr[4:]), lr
 PY
 ok "schedule.batch_scaling: linear doubles the LR when the accumulation stages double the batch"
 
-DSTRAIN_TEST_INJECT_INF_STEP=3 run fp16 2 8 --set zero.stage=2 --set precision.dtype=fp16 --set train.steps=6 --set schedule.warmup_steps=2 --set precision.hysteresis=1
+DSTRAIN_TEST_FAULTS=inf_step=3 run fp16 2 8 --set zero.stage=2 --set precision.dtype=fp16 --set train.steps=6 --set schedule.warmup_steps=2 --set precision.hysteresis=1
 expect_out "step 3: fp16 gradients overflowed at loss scale 65536: update skipped"
 python3 - fp16/metrics.jsonl <<'PY' || fail "the overflowing step was not skipped as DeepSpeed does"
 import json, sys

@@ -53,7 +53,7 @@ gpu_train gpuplain16 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp16 --s
 python3 "$cmp" cpu32/metrics.jsonl gpuplain16/metrics.jsonl --rtol 0.01 || fail "fp16 on the GPU diverges from the fp32 CPU curve"
 ok "fp16 on the GPU follows the fp32 CPU curve (rtol 1%)"
 
-DSTRAIN_TEST_INJECT_INF_STEP=5 gpu_train gpufp16 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp16
+DSTRAIN_TEST_FAULTS=inf_step=5 gpu_train gpufp16 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp16
 grep -q "step 5: fp16 gradients overflowed" gpufp16/logs/rank_00000.log || fail "the injected inf did not skip step 5"
 python3 - gpufp16/metrics.jsonl <<'PY' || fail "fp16 skip"
 import json, sys
@@ -61,7 +61,7 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 assert [r["step"] for r in rows if r["skipped"]] == [5], [r["skipped"] for r in rows]
 assert rows[5]["loss_scale"] <= rows[4]["loss_scale"], (rows[4]["loss_scale"], rows[5]["loss_scale"])  # hysteresis 2: not halved yet
 PY
-CUDA_VISIBLE_DEVICES= DSTRAIN_TEST_INJECT_INF_STEP=5 expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 "${dense[@]}" --set precision.dtype=fp16 --set run_dir=cpufp16
+CUDA_VISIBLE_DEVICES= DSTRAIN_TEST_FAULTS=inf_step=5 expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 "${dense[@]}" --set precision.dtype=fp16 --set run_dir=cpufp16
 python3 "$cmp" cpufp16/metrics.jsonl gpufp16/metrics.jsonl --rtol 0.01 || fail "fp16 on the GPU diverges from fp16 on the CPU"
 ok "fp16 on the GPU: the injected inf skips step 5 (and only it); the curve follows the CPU's (rtol 1%)"
 
@@ -73,7 +73,7 @@ python3 "$cmp" moecpu32/metrics.jsonl moegpu16/metrics.jsonl --rtol 0.01 || fail
 ok "the MLA + MoE model in fp16 on the GPU follows the fp32 CPU curve (rtol 1%)"
 
 # Offload: master weights and Adam states in pinned host memory, chunked and overlapped.
-DSTRAIN_TEST_OFFLOAD_CHUNK=20000 gpu_train gpuoff "$demo_recipe" "${dense[@]}" --set precision.dtype=bf16 --set zero.stage=1 --set zero.offload_optimizer=cpu
+DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff "$demo_recipe" "${dense[@]}" --set precision.dtype=bf16 --set zero.stage=1 --set zero.offload_optimizer=cpu
 gpu_check grep -q "pinned, copies overlapped with the update" gpuoff/logs/rank_00000.log || fail "offload is not pinned and overlapped"
 python3 "$cmp" gpu16/metrics.jsonl gpuoff/metrics.jsonl --rtol 1e-2 || fail "offloaded bf16 diverges from bf16 on the GPU"
 ok "offload_optimizer: cpu on the GPU (pinned, chunked) follows the on-device optimizer"

@@ -2,7 +2,19 @@
 // Helpers shared by the unit tests.
 #include <cstdlib>
 #include <filesystem>
+#include <ostream>
 #include <string>
+#include <type_traits>
+
+#include "dstrain/config/enums.h"
+
+// Catch prints the recipe's enums by their names.
+namespace dstrain::config {
+template <typename E, typename = std::enable_if_t<std::is_enum_v<E>>>
+std::ostream& operator<<(std::ostream& out, E value) {
+  return out << name(value);
+}
+}  // namespace dstrain::config
 
 namespace dstrain::test {
 

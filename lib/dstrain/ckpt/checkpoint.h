@@ -119,6 +119,8 @@ class Reader {
   std::unique_ptr<Impl> impl_;
 };
 
+// Whether any directory under `root` is a committed checkpoint (no verification: cheap).
+bool has_committed_checkpoint(const std::string& root);
 // The directory `latest` names, if it exists and is committed (throws when `latest` is broken).
 std::optional<std::string> latest_checkpoint(const std::string& root);
 // The newest committed checkpoint that verifies, starting at `latest` and falling back to older

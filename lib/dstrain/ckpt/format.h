@@ -12,8 +12,8 @@ constexpr const char* kFormatName = "dstrain-checkpoint";
 constexpr const char* kPartialSuffix = ".partial";
 
 [[noreturn]] void corrupt(const std::string& where, const std::string& what);
-// Tests of crash safety: DSTRAIN_TEST_CRASH_AT_SAVE_POINT=k ends the process abruptly (no
-// flushing, like SIGKILL) at the k-th of these points in this process's saves.
+// Tests of crash safety: the fault injector's crash_at_save_point=k ends the process abruptly
+// (no flushing, like SIGKILL) at the k-th of these points in this process's saves.
 void crash_point();
 
 }  // namespace dstrain::ckpt::detail

@@ -189,6 +189,14 @@ void Reader::verify() const {
   for (const auto& [name, f] : impl_->files) impl_->check_file(dir_, name);
 }
 
+bool has_committed_checkpoint(const std::string& root) {
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return false;
+  for (const auto& e : fs::directory_iterator(root, ec))
+    if (fs::exists(e.path() / kCommitted, ec)) return true;
+  return false;
+}
+
 std::optional<std::string> latest_checkpoint(const std::string& root) {
   const fs::path latest = fs::path(root) / "latest";
   if (!fs::exists(latest)) return std::nullopt;

@@ -14,6 +14,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/fault_injector.h"
 
 namespace dstrain::ckpt {
 namespace fs = std::filesystem;
@@ -24,14 +25,7 @@ void corrupt(const std::string& where, const std::string& what) {
   throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {}: {}", where, what),
               "run `dstrain inspect-ckpt --verify` on it; `dstrain resume` falls back to the previous checkpoint that verifies");
 }
-void crash_point() {
-  static const long target = [] {
-    const char* v = std::getenv("DSTRAIN_TEST_CRASH_AT_SAVE_POINT");
-    return v ? std::atol(v) : 0L;
-  }();
-  static long reached = 0;
-  if (target > 0 && ++reached == target) std::_Exit(99);
-}
+void crash_point() { FaultInjector::get().save_point(); }
 }  // namespace detail
 
 namespace {

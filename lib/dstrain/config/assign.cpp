@@ -147,6 +147,23 @@ struct AssignVisitor {
     return "";
   }
   std::string operator()(std::vector<AccumulationStage>* p) const { return read_stages(f, node, *p, lax); }
+  std::string operator()(const EnumTarget& t) const {
+    std::string name;
+    if (const std::string problem = operator()(&name); !problem.empty()) return problem;
+    t.set(choice_index(name));
+    return "";
+  }
+  std::string operator()(const EnumListTarget& t) const {
+    std::vector<std::string> names;
+    if (const std::string problem = operator()(&names); !problem.empty()) return problem;
+    std::vector<size_t> values;
+    for (const auto& name : names) values.push_back(choice_index(name));
+    t.set(values);
+    return "";
+  }
+  size_t choice_index(const std::string& name) const {
+    return static_cast<size_t>(std::find(f.choices.begin(), f.choices.end(), name) - f.choices.begin());
+  }
 };
 }  // namespace
 

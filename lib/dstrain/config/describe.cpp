@@ -10,7 +10,7 @@ namespace dstrain::config {
 ParameterCounts parameter_counts(const ModelConfig& m) {
   const int64_t H = m.hidden_size, I = m.intermediate_size, V = m.vocab_size, L = m.num_layers, nh = m.num_heads;
   const int64_t embeddings = 2 * V * H + H;  // embed_tokens, lm_head, final norm
-  if (m.family == "dense") {
+  if (m.family == ModelFamily::kDense) {
     const int64_t d = H / nh, kv = m.num_kv_heads > 0 ? m.num_kv_heads : nh;
     const int64_t per_layer = H * nh * d + 2 * H * kv * d + nh * d * H + 3 * H * I + 2 * H;
     const int64_t total = embeddings + L * per_layer;
@@ -20,7 +20,7 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
   const int64_t dqk = dn + dr, mi = m.moe_intermediate_size, nr = m.n_routed_experts, ns = m.n_shared_experts, k = m.num_experts_per_tok;
   const int64_t attn = (qr == 0 ? H * nh * dqk : H * qr + qr + qr * nh * dqk) + H * (kvr + dr) + kvr + kvr * nh * (dn + dv) + nh * dv * H;
   const int64_t norms = 2 * H, dense = 3 * H * I;
-  const int64_t router = nr * H + (m.topk_method == "noaux_tc" ? nr : 0);
+  const int64_t router = nr * H + (m.topk_method == TopkMethod::kNoauxTc ? nr : 0);
   const int64_t moe_total = nr * 3 * H * mi + 3 * H * mi * ns + router;
   const int64_t moe_active = k * 3 * H * mi + 3 * H * mi * ns + router;
   ParameterCounts c{embeddings, embeddings, V * H};
@@ -35,15 +35,15 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
 double flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const ParameterCounts c = parameter_counts(m);
   const double matmul = 6.0 * static_cast<double>(c.active - c.embedding);
-  const double dqk = m.family == "dense" ? static_cast<double>(m.hidden_size / m.num_heads) : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
-  const double dv = m.family == "dense" ? dqk : static_cast<double>(m.v_head_dim);
+  const double dqk = m.family == ModelFamily::kDense ? static_cast<double>(m.hidden_size / m.num_heads) : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+  const double dv = m.family == ModelFamily::kDense ? dqk : static_cast<double>(m.v_head_dim);
   return matmul + 6.0 * static_cast<double>(m.num_layers * m.num_heads * seq_len) * (dqk + dv);
 }
 
 ModelStateMemory model_state_memory(const Recipe& r) {
   const double psi = static_cast<double>(parameter_counts(r.model).total);
   const double n = static_cast<double>(r.world_size());
-  const bool mixed = r.precision.dtype != "fp32";
+  const bool mixed = r.precision.dtype != Dtype::kFp32;
   // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
   double p = param, g = grad, s = states;
@@ -51,7 +51,7 @@ ModelStateMemory model_state_memory(const Recipe& r) {
   if (r.zero.stage >= 2) g /= n;
   if (r.zero.stage >= 3) p /= n;
   ModelStateMemory mem{psi * (p + g + s), 0};
-  if (r.zero.offload_optimizer == "cpu") mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
+  if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
   return mem;
 }
 
@@ -59,7 +59,7 @@ double activation_bytes_estimate(const Recipe& r) {
   const auto& m = r.model;
   const double B = static_cast<double>(r.train.micro_batch_size), T = static_cast<double>(r.data.seq_len);
   const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads), L = static_cast<double>(m.num_layers);
-  const double elem = r.precision.dtype == "fp32" ? 4.0 : 2.0;
+  const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
   // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
   const double per_layer = B * T * (34.0 * H + (r.data.document_mask ? 5.0 * heads * T : 0.0)) * elem / 2.0;
   const double logits = B * T * static_cast<double>(m.vocab_size) * (4.0 + 4.0 + elem);
@@ -115,8 +115,8 @@ std::string describe_resolved(const Recipe& recipe) {
                      params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
   out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {})\n",
                      flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
-  out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", r.precision.dtype, r.zero.stage,
-                     r.zero.offload_optimizer == "cpu" ? ", optimizer offloaded to CPU" : "");
+  out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", name(r.precision.dtype), r.zero.stage,
+                     r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU" : "");
   const auto mem = model_state_memory(r);
   out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(mem.device_bytes),
                      mem.host_bytes > 0 ? fmt::format(" + {} in host memory", bytes_text(mem.host_bytes)) : "");

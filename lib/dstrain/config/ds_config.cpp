@@ -293,9 +293,10 @@ class DsReader {
               if (key != "enabled") return false;
               bool on = false;
               if (!node_bool(value, true, on)) ctx_.problem(where, fmt::format("{}.enabled: expected true or false", name));
-              auto& sinks = ctx_.recipe.logging.sinks;
-              if (on && std::find(sinks.begin(), sinks.end(), sink) == sinks.end()) {
-                sinks.push_back(sink);
+              Sink kind{};
+              parse_enum(sink, kind);
+              if (on && !ctx_.recipe.logging.has_sink(kind)) {
+                ctx_.recipe.logging.sinks.push_back(kind);
                 ctx_.recipe.sources["logging.sinks"] = where.str();
               }
               return true;

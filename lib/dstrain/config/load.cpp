@@ -1,4 +1,4 @@
-// load_recipe: defaults < recipe YAML < ds_config < --set, each value remembering its source.
+// load_recipe: defaults < recipe YAML < ds_config < --set < a last layer (the topology), each value remembering its source.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -76,8 +76,9 @@ void read_recipe_mapping(const Node& node, const std::string& section, LoadConte
   }
 }
 
-void apply_override(const std::string& spec, LoadContext& ctx) {
-  const Location where{"--set", 0, 0};
+// One "key.path=value" of --set (or of a last layer, recorded under its own source).
+void apply_override(const std::string& spec, LoadContext& ctx, const std::string& source = "--set") {
+  const Location where{source, 0, 0};
   const auto eq = spec.find('=');
   if (eq == std::string::npos || eq == 0) {
     ctx.problems.push_back(fmt::format("--set '{}': expected key.path=value, e.g. --set train.steps=20", spec));
@@ -99,12 +100,12 @@ void apply_override(const std::string& spec, LoadContext& ctx) {
   Node value = parse_yaml(spec.substr(eq + 1), "--set " + path, problems);
   if (value.kind == Node::Kind::kNull && spec.size() == eq + 1) value = Node{Node::Kind::kString, "", {}, {}, {}, where};
   for (auto& p : problems) ctx.problems.push_back(p);
-  if (problems.empty() && ctx.set(path, value, where, false)) ctx.recipe.sources[path] = "--set";
+  if (problems.empty() && ctx.set(path, value, where, false)) ctx.recipe.sources[path] = source;
 }
 
 }  // namespace
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides) {
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const LastLayer& last) {
   return load_recipe_with(path, overrides, [](const std::string& file) -> std::optional<std::string> {
     if (!fs::is_regular_file(file)) return std::nullopt;
     std::string text = read_file(file);
@@ -112,10 +113,10 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
       throw Error(ErrorCode::kConfig, fmt::format("'{}' is {} bytes; config files are limited to {} bytes", file, text.size(), kMaxConfigBytes),
                   "point the recipe at the right file");
     return text;
-  });
+  }, last);
 }
 
-Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read) {
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last) {
   LoadContext ctx;
   ctx.read = std::move(read);
   const auto recipe_text = ctx.read(path);
@@ -156,6 +157,8 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
 
   // 3. Command-line overrides, then what depends on all layers.
   for (const auto& spec : overrides) apply_override(spec, ctx);
+  if (last && ctx.problems.empty())
+    for (const auto& v : last(ctx.recipe)) apply_override(v.assignment, ctx, v.source);
   finish_ds_config(ctx);
   if (!ctx.recipe.model.init_from.empty()) {
     ctx.recipe.model.init_from = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.init_from);

@@ -48,7 +48,7 @@ struct LoadContext {
 };
 
 // load_recipe with documents from `read` instead of the disk (fuzzing, tests).
-Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read);
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last = {});
 
 // Reads a ds_config document into ctx (DeepSpeed's semantics; see deepspeed-semantics.md).
 void apply_ds_config(const Node& root, LoadContext& ctx);

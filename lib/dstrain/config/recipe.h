@@ -5,16 +5,19 @@
 // own section; only train/ sees the whole.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "dstrain/config/enums.h"
 
 namespace dstrain::config {
 
 struct ModelConfig {
   // dense: LLaMA-style (deepseek-llm, deepseek-coder). mla_moe: DeepSeek-V2/V3 (MLA attention,
   // DeepSeekMoE feed-forward after first_k_dense_replace dense layers).
-  std::string family = "dense";
+  ModelFamily family = ModelFamily::kDense;
   std::string hf_config;  // a Hugging Face config.json to take the sizes from ("" = none)
   std::string init_from;  // a Hugging Face model directory to start from ("" = random init)
   int64_t vocab_size = 256;
@@ -40,8 +43,8 @@ struct ModelConfig {
   int64_t num_experts_per_tok = 6;
   int64_t first_k_dense_replace = 1;
   int64_t moe_layer_freq = 1;
-  std::string scoring_func = "softmax";  // softmax (V2) or sigmoid (V3)
-  std::string topk_method = "greedy";    // greedy, group_limited_greedy, noaux_tc (V3)
+  ScoringFunc scoring_func = ScoringFunc::kSoftmax;  // softmax (V2) or sigmoid (V3)
+  TopkMethod topk_method = TopkMethod::kGreedy;      // greedy, group_limited_greedy, noaux_tc (V3)
   int64_t n_group = 1;
   int64_t topk_group = 1;
   bool norm_topk_prob = false;
@@ -50,7 +53,7 @@ struct ModelConfig {
   double bias_update_speed = 0.001;  // gamma of V3's aux-loss-free bias (noaux_tc)
 
   bool is_moe_layer(int64_t layer) const {
-    return family == "mla_moe" && layer >= first_k_dense_replace && layer % std::max<int64_t>(1, moe_layer_freq) == 0;
+    return family == ModelFamily::kMlaMoe && layer >= first_k_dense_replace && layer % std::max<int64_t>(1, moe_layer_freq) == 0;
   }
 };
 
@@ -58,7 +61,7 @@ struct DataConfig {
   std::string path;              // absolute after loading (relative paths are to the recipe file)
   std::vector<std::string> paths;    // several sources (absolute after loading); data.path unused then
   std::vector<double> weights;       // blend weights of `paths`; empty: by size
-  std::string format = "bytes";  // one token per byte of the file (vocab 256)
+  DataFormat format = DataFormat::kBytes;  // bytes: one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
   bool document_mask = false;  // attention stays within documents (ends marked by eos_token)
   int64_t eos_token = -1;      // the end-of-document token; -1: none (256 for prepare-data output)
@@ -69,7 +72,7 @@ struct DataConfig {
 };
 
 struct OptimizerConfig {
-  std::string type = "adamw";  // adamw (decoupled decay) or adam (L2 decay added to the gradient)
+  OptimizerType type = OptimizerType::kAdamW;  // adamw (decoupled decay) or adam (L2 decay added to the gradient)
   double lr = 3e-3;
   double beta1 = 0.9;
   double beta2 = 0.95;
@@ -83,15 +86,15 @@ struct ScheduleConfig {
   // WarmupDecayLR, formula for formula. constant: lr throughout. wsd: warmup, stable at the peak,
   // then a linear decay to lr*min_lr_ratio over the last decay_ratio of the steps. ds_one_cycle:
   // DeepSpeed's OneCycle (LR and beta1 cycle, then decay).
-  std::string type = "warmup_cosine";
+  ScheduleType type = ScheduleType::kWarmupCosine;
   int64_t warmup_steps = 10;
-  std::string warmup_type = "linear";  // linear or log (ds_* types)
+  WarmupType warmup_type = WarmupType::kLinear;  // linear or log (ds_* types)
   double warmup_min_ratio = 0.0;       // warmup starts at lr*warmup_min_ratio (ds_* types)
   double min_lr_ratio = 0.1;           // where cosine / decay ends
   double decay_ratio = 0.1;            // wsd: the last fraction of the steps decays linearly
   // How the LR follows the global batch when staged accumulation changes it: none, linear
   // (lr x batch / first batch) or sqrt (lr x sqrt(batch / first batch)).
-  std::string batch_scaling = "none";
+  BatchScaling batch_scaling = BatchScaling::kNone;
   // ds_one_cycle (DeepSpeed's OneCycle), absolute LRs; cycle_max_lr 0: optimizer.lr.
   double cycle_min_lr = 0.0;
   double cycle_max_lr = 0.0;
@@ -130,12 +133,12 @@ struct TrainConfig {
   double grad_clip = 1.0;                       // gradient_clipping; 0 disables
   // A NaN/Inf loss or gradient norm outside fp16's loss scaling: "stop" (exit 8), "skip" the
   // update (at most max_bad_steps in a run), or "rollback" to the latest checkpoint in-process.
-  std::string on_bad_step = "stop";
+  BadStepAction on_bad_step = BadStepAction::kStop;
   int64_t max_bad_steps = 10;
 };
 
 struct PrecisionConfig {
-  std::string dtype = "fp32";  // fp32, bf16 or fp16
+  Dtype dtype = Dtype::kFp32;  // fp32, bf16 or fp16
   // fp16 dynamic loss scaling, DeepSpeed's fp16 section.
   double loss_scale = 0.0;  // 0: dynamic
   int64_t initial_scale_power = 16;
@@ -152,8 +155,8 @@ struct ZeroConfig {
   bool overlap_comm = false;                  // DeepSpeed: true iff stage 3 when not given
   bool contiguous_gradients = true;
   bool reduce_scatter = true;
-  std::string offload_optimizer = "none";  // none or cpu
-  std::string offload_param = "none";      // none or cpu (stage 3)
+  OffloadDevice offload_optimizer = OffloadDevice::kNone;
+  OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;
@@ -174,7 +177,8 @@ struct CheckpointConfig {
 
 struct LoggingConfig {
   int64_t steps_per_print = 10;                         // 0: never
-  std::vector<std::string> sinks = {"console", "jsonl"};  // console, jsonl, csv, tensorboard
+  std::vector<Sink> sinks = {Sink::kConsole, Sink::kJsonl};
+  bool has_sink(Sink sink) const { return std::find(sinks.begin(), sinks.end(), sink) != sinks.end(); }
   std::string tensorboard_dir;  // "" = run_dir/tensorboard (ds_config: tensorboard.output_path/job_name)
   std::string csv_dir;          // "" = run_dir/csv (ds_config: csv_monitor.output_path/job_name)
   bool wall_clock_breakdown = false;  // forward/backward/reduce/gather/optimizer/checkpoint times per step
@@ -221,9 +225,19 @@ struct Recipe {
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
 };
 
-// Reads and validates a recipe. `overrides` are "key.path=value" strings (--set), applied last.
-// Every problem is collected; one Error{kConfig} lists them all, each with file:line:column.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {});
+// A last layer, after --set and before the config is resolved: a function of the layered recipe
+// that returns more "key.path=value" assignments, each with the source to record for it (the
+// launcher's topology decision, which reads the launch section, is one).
+struct LayerValue {
+  std::string assignment;
+  std::string source;
+};
+using LastLayer = std::function<std::vector<LayerValue>(const Recipe& layered)>;
+
+// Reads and validates a recipe. `overrides` are "key.path=value" strings (--set), then `last`
+// (called only when the layers so far have no problem). Every problem is collected; one
+// Error{kConfig} lists them all, each with file:line:column.
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, const LastLayer& last = {});
 
 // The same run on another number of ranks (resume after losing or gaining nodes): the global
 // batch stays, the accumulation steps follow. Throws Error{kUsage} when the global batch does not

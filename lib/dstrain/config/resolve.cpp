@@ -177,9 +177,9 @@ void validate(LoadContext& ctx) {
   auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
   auto warn = [&](const std::string& m) { ctx.warnings.push_back(m); };
   const auto& m = r.model;
-  if (m.family == "dense" && m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads != 0)
+  if (m.family == ModelFamily::kDense && m.num_kv_heads > 0 && m.num_heads % m.num_kv_heads != 0)
     problem(fmt::format("model.num_kv_heads: {} does not divide model.num_heads {}", m.num_kv_heads, m.num_heads));
-  if (m.family == "mla_moe") {
+  if (m.family == ModelFamily::kMlaMoe) {
     if (m.n_routed_experts % m.n_group != 0)
       problem(fmt::format("model.n_group: {} does not divide model.n_routed_experts {}", m.n_group, m.n_routed_experts));
     else if (m.topk_group > m.n_group)
@@ -188,18 +188,18 @@ void validate(LoadContext& ctx) {
       problem(fmt::format("model.num_experts_per_tok {} exceeds the experts in the {} selected groups ({})", m.num_experts_per_tok, m.topk_group,
                           m.topk_group * (m.n_routed_experts / m.n_group)));
     if (m.qk_rope_head_dim % 2 != 0) problem(fmt::format("model.qk_rope_head_dim {} must be even", m.qk_rope_head_dim));
-    if (m.topk_method == "noaux_tc" && m.scoring_func != "sigmoid")
+    if (m.topk_method == TopkMethod::kNoauxTc && m.scoring_func != ScoringFunc::kSigmoid)
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
   }
-  if (m.family == "mla_moe") {
+  if (m.family == ModelFamily::kMlaMoe) {
   } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
   else if ((m.hidden_size / m.num_heads) % 2 != 0)
     problem(fmt::format("model: head dim hidden_size/num_heads = {} must be even for rotary embeddings", m.hidden_size / m.num_heads));
   if (r.data.seq_len > m.max_seq_len) problem(fmt::format("data.seq_len: {} exceeds model.max_seq_len {}", r.data.seq_len, m.max_seq_len));
-  if (r.data.format == "bytes" && m.vocab_size < 256)
+  if (r.data.format == DataFormat::kBytes && m.vocab_size < 256)
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
-  const bool megatron = r.data.format == "megatron";
+  const bool megatron = r.data.format == DataFormat::kMegatron;
   const std::vector<std::string> sources = r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
   const char* key = r.data.paths.empty() ? "data.path" : "data.paths";
   for (const auto& path : sources) {
@@ -226,9 +226,9 @@ void validate(LoadContext& ctx) {
     problem("data.shard_weights: give weights or auto, not both");
   const auto& s = r.schedule;
   if (s.warmup_steps > r.train.steps) {
-    if (s.type == "warmup_cosine")
+    if (s.type == ScheduleType::kWarmupCosine)
       problem(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps", s.warmup_steps, r.sources.at("schedule.warmup_steps"), r.train.steps));
-    else if (s.type != "constant")
+    else if (s.type != ScheduleType::kConstant)
       warn(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps: the LR never reaches its peak", s.warmup_steps,
                        r.sources.at("schedule.warmup_steps"), r.train.steps));
   }
@@ -236,14 +236,14 @@ void validate(LoadContext& ctx) {
     if (stage.until_step > r.train.steps)
       warn(fmt::format("train.accumulation: the stage ending at step {} reaches past the last step {}", stage.until_step, r.train.steps));
   const auto& z = r.zero;
-  if (z.offload_optimizer != "none" && z.stage == 0)
-    problem(fmt::format("zero.offload_optimizer = {} needs ZeRO stage 1, 2 or 3 (the stage is 0, {})", z.offload_optimizer, r.sources.at("zero.stage")));
-  if (z.offload_param != "none" && z.stage != 3)
-    warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed", z.offload_param, z.stage));
+  if (z.offload_optimizer != OffloadDevice::kNone && z.stage == 0)
+    problem(fmt::format("zero.offload_optimizer = {} needs ZeRO stage 1, 2 or 3 (the stage is 0, {})", name(z.offload_optimizer), r.sources.at("zero.stage")));
+  if (z.offload_param != OffloadDevice::kNone && z.stage != 3)
+    warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed", name(z.offload_param), z.stage));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
-  if (r.precision.dtype != "fp16" && (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
-    warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", r.precision.dtype));
+  if (r.precision.dtype != Dtype::kFp16 && (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
+    warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", name(r.precision.dtype)));
 }
 
 }  // namespace

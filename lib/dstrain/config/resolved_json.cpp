@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
@@ -19,6 +21,41 @@ namespace {
 
 constexpr int kFormatVersion = 2;
 
+// nlohmann's conversions for plain targets; enum fields are written and read as their names.
+template <typename... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <typename... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+nlohmann::json field_json(const Field& f, Recipe& r) {
+  return std::visit(Overloaded{[](auto* p) { return nlohmann::json(*p); },
+                               [&](const EnumTarget& e) { return nlohmann::json(f.choices.at(e.get())); },
+                               [&](const EnumListTarget& e) {
+                                 nlohmann::json names = nlohmann::json::array();
+                                 for (size_t i : e.get()) names.push_back(f.choices.at(i));
+                                 return names;
+                               }},
+                    f.target(r));
+}
+
+size_t choice_of(const Field& f, const std::string& name) {
+  const auto it = std::find(f.choices.begin(), f.choices.end(), name);
+  if (it == f.choices.end()) throw nlohmann::json::other_error::create(501, f.path + ": unknown value '" + name + "'", nullptr);
+  return static_cast<size_t>(it - f.choices.begin());
+}
+
+void read_field(const Field& f, const nlohmann::json& value, Recipe& r) {
+  std::visit(Overloaded{[&](auto* p) { value.get_to(*p); }, [&](const EnumTarget& e) { e.set(choice_of(f, value.get<std::string>())); },
+                        [&](const EnumListTarget& e) {
+                          std::vector<size_t> values;
+                          for (const auto& name : value.get<std::vector<std::string>>()) values.push_back(choice_of(f, name));
+                          e.set(values);
+                        }},
+             f.target(r));
+}
+
 nlohmann::json values_json(const Recipe& recipe) {
   nlohmann::json j = nlohmann::json::object();  // std::map keys: sorted, hence canonical
   Recipe r = recipe;                            // the schema's targets are mutable pointers
@@ -27,7 +64,7 @@ nlohmann::json values_json(const Recipe& recipe) {
     const auto dot = f.path.find('.');
     if (dot != std::string::npos) slot = &j[f.path.substr(0, dot)];
     const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
-    std::visit([&](auto* p) { (*slot)[key] = *p; }, f.target(r));
+    (*slot)[key] = field_json(f, r);
   }
   j["source_path"] = recipe.source_path;
   return j;
@@ -72,7 +109,7 @@ Recipe read_resolved_config(const std::string& path) {
     for (const auto& f : recipe_schema()) {
       const auto dot = f.path.find('.');
       const auto& value = dot == std::string::npos ? c.at(f.path) : c.at(f.path.substr(0, dot)).at(f.path.substr(dot + 1));
-      std::visit([&](auto* p) { value.get_to(*p); }, f.target(recipe));
+      read_field(f, value, recipe);
     }
     recipe.source_path = c.at("source_path").get<std::string>();
     if (doc.contains("sources")) doc.at("sources").get_to(recipe.sources);

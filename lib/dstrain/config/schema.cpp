@@ -13,6 +13,17 @@ constexpr double kMaxInt = 9.0e15;  // exactly representable in a double
 }  // namespace
 
 #define DS_FIELD(member) [](Recipe& r) -> FieldTarget { return &r.member; }
+// An enum field's choices (its names) and target, in the row's places for them.
+template <typename E>
+const std::vector<std::string>& names_of(const E&) {
+  return enum_names<E>();
+}
+template <typename E>
+const std::vector<std::string>& names_of(const std::vector<E>&) {
+  return enum_names<E>();
+}
+#define DS_CHOICES(member) names_of(Recipe{}.member)
+#define DS_ENUM(member) [](Recipe& r) -> FieldTarget { return enum_target(r.member); }
 
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = {
@@ -20,7 +31,7 @@ const std::vector<Field>& recipe_schema() {
       {"seed", 0, kMaxInt, {}, "Seed for weight init (and data order unless data.seed is set).", DS_FIELD(seed)},
       {"ds_config", 0, 0, {}, "A DeepSpeed ds_config.json (relative to the recipe file).", DS_FIELD(ds_config_path)},
 
-      {"model.family", 0, 0, {"dense", "mla_moe"}, "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_FIELD(model.family)},
+      {"model.family", 0, 0, DS_CHOICES(model.family), "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_ENUM(model.family)},
       {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
       {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file).", DS_FIELD(model.init_from)},
       {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
@@ -44,8 +55,8 @@ const std::vector<Field>& recipe_schema() {
       {"model.num_experts_per_tok", 1, 1024, {}, "mla_moe: routed experts per token (top-k).", DS_FIELD(model.num_experts_per_tok)},
       {"model.first_k_dense_replace", 0, 1024, {}, "mla_moe: the first k layers keep a dense FFN.", DS_FIELD(model.first_k_dense_replace)},
       {"model.moe_layer_freq", 1, 1024, {}, "mla_moe: every n-th later layer is MoE.", DS_FIELD(model.moe_layer_freq)},
-      {"model.scoring_func", 0, 0, {"softmax", "sigmoid"}, "mla_moe: router scores (V2 softmax, V3 sigmoid).", DS_FIELD(model.scoring_func)},
-      {"model.topk_method", 0, 0, {"greedy", "group_limited_greedy", "noaux_tc"}, "mla_moe: expert selection.", DS_FIELD(model.topk_method)},
+      {"model.scoring_func", 0, 0, DS_CHOICES(model.scoring_func), "mla_moe: router scores (V2 softmax, V3 sigmoid).", DS_ENUM(model.scoring_func)},
+      {"model.topk_method", 0, 0, DS_CHOICES(model.topk_method), "mla_moe: expert selection.", DS_ENUM(model.topk_method)},
       {"model.n_group", 1, 65536, {}, "mla_moe: expert groups for group-limited routing.", DS_FIELD(model.n_group)},
       {"model.topk_group", 1, 65536, {}, "mla_moe: groups a token may use.", DS_FIELD(model.topk_group)},
       {"model.norm_topk_prob", 0, 0, {}, "mla_moe: renormalise the top-k weights.", DS_FIELD(model.norm_topk_prob)},
@@ -56,7 +67,7 @@ const std::vector<Field>& recipe_schema() {
       {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
       {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path.", DS_FIELD(data.paths)},
       {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
-      {"data.format", 0, 0, {"bytes", "megatron", "llmc", "raw_u16"}, "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_FIELD(data.format)},
+      {"data.format", 0, 0, DS_CHOICES(data.format), "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_ENUM(data.format)},
       {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
       {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
       {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
@@ -65,22 +76,22 @@ const std::vector<Field>& recipe_schema() {
       {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},
       {"data.balance_steps", 1, kMaxInt, {}, "Steps measured before auto_balance sets the weights.", DS_FIELD(data.balance_steps)},
 
-      {"optimizer.type", 0, 0, {"adamw", "adam"}, "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_FIELD(optimizer.type)},
+      {"optimizer.type", 0, 0, DS_CHOICES(optimizer.type), "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_ENUM(optimizer.type)},
       {"optimizer.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(optimizer.lr)},
       {"optimizer.beta1", 0, 1, {}, "Adam beta1.", DS_FIELD(optimizer.beta1)},
       {"optimizer.beta2", 0, 1, {}, "Adam beta2.", DS_FIELD(optimizer.beta2)},
       {"optimizer.eps", 0, 1, {}, "Adam epsilon.", DS_FIELD(optimizer.eps)},
       {"optimizer.weight_decay", 0, kInf, {}, "Weight decay.", DS_FIELD(optimizer.weight_decay)},
 
-      {"schedule.type", 0, 0, {"warmup_cosine", "wsd", "ds_warmup_cosine", "ds_warmup", "ds_warmup_decay", "ds_one_cycle", "constant"},
+      {"schedule.type", 0, 0, DS_CHOICES(schedule.type),
        "LR schedule: warmup_cosine (linear warmup, cosine to min_lr_ratio), wsd (warmup, stable, linear decay over decay_ratio), DeepSpeed's WarmupCosineLR / WarmupLR / WarmupDecayLR / OneCycle, or constant.",
-       DS_FIELD(schedule.type)},
+       DS_ENUM(schedule.type)},
       {"schedule.warmup_steps", 0, kMaxInt, {}, "Warmup steps.", DS_FIELD(schedule.warmup_steps)},
-      {"schedule.warmup_type", 0, 0, {"linear", "log"}, "Warmup shape of the ds_* schedules.", DS_FIELD(schedule.warmup_type)},
+      {"schedule.warmup_type", 0, 0, DS_CHOICES(schedule.warmup_type), "Warmup shape of the ds_* schedules.", DS_ENUM(schedule.warmup_type)},
       {"schedule.warmup_min_ratio", 0, 1, {}, "Warmup starts at lr x this (ds_* schedules).", DS_FIELD(schedule.warmup_min_ratio)},
       {"schedule.min_lr_ratio", 0, 1, {}, "Cosine / linear decay ends at lr x this.", DS_FIELD(schedule.min_lr_ratio)},
       {"schedule.decay_ratio", 0, 1, {}, "wsd: the fraction of the steps, at the end, that decays.", DS_FIELD(schedule.decay_ratio)},
-      {"schedule.batch_scaling", 0, 0, {"none", "linear", "sqrt"}, "Scale the LR with the global batch when accumulation stages change it (relative to the first stage's batch).", DS_FIELD(schedule.batch_scaling)},
+      {"schedule.batch_scaling", 0, 0, DS_CHOICES(schedule.batch_scaling), "Scale the LR with the global batch when accumulation stages change it (relative to the first stage's batch).", DS_ENUM(schedule.batch_scaling)},
       {"schedule.cycle_min_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's ends.", DS_FIELD(schedule.cycle_min_lr)},
       {"schedule.cycle_max_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's peak; 0: optimizer.lr.", DS_FIELD(schedule.cycle_max_lr)},
       {"schedule.cycle_first_step_size", 1, kMaxInt, {}, "ds_one_cycle: steps of the rising half.", DS_FIELD(schedule.cycle_first_step_size)},
@@ -102,10 +113,10 @@ const std::vector<Field>& recipe_schema() {
       {"train.batch_ramp_steps", 0, kMaxInt, {}, "Batch-size ramp: its length in steps (or give batch_ramp_tokens).", DS_FIELD(train.batch_ramp_steps)},
       {"train.batch_ramp_tokens", 0, kMaxInt, {}, "Batch-size ramp: its length in tokens, as DeepSeek-V3 gives it (or give batch_ramp_steps).", DS_FIELD(train.batch_ramp_tokens)},
       {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
-      {"train.on_bad_step", 0, 0, {"stop", "skip", "rollback"}, "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_FIELD(train.on_bad_step)},
+      {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
       {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
 
-      {"precision.dtype", 0, 0, {"fp32", "bf16", "fp16"}, "Training precision.", DS_FIELD(precision.dtype)},
+      {"precision.dtype", 0, 0, DS_CHOICES(precision.dtype), "Training precision.", DS_ENUM(precision.dtype)},
       {"precision.loss_scale", 0, kInf, {}, "fp16: static loss scale; 0 = dynamic.", DS_FIELD(precision.loss_scale)},
       {"precision.initial_scale_power", 0, 64, {}, "fp16: dynamic scaling starts at 2^this.", DS_FIELD(precision.initial_scale_power)},
       {"precision.loss_scale_window", 1, kMaxInt, {}, "fp16: clean steps before the scale doubles.", DS_FIELD(precision.loss_scale_window)},
@@ -119,8 +130,8 @@ const std::vector<Field>& recipe_schema() {
       {"zero.overlap_comm", 0, 0, {}, "Overlap gradient reduction with backward.", DS_FIELD(zero.overlap_comm)},
       {"zero.contiguous_gradients", 0, 0, {}, "Copy gradients into a contiguous buffer as produced.", DS_FIELD(zero.contiguous_gradients)},
       {"zero.reduce_scatter", 0, 0, {}, "Reduce-scatter (vs all-reduce) gradients.", DS_FIELD(zero.reduce_scatter)},
-      {"zero.offload_optimizer", 0, 0, {"none", "cpu"}, "Where optimizer states live.", DS_FIELD(zero.offload_optimizer)},
-      {"zero.offload_param", 0, 0, {"none", "cpu"}, "Where stage-3 parameters live.", DS_FIELD(zero.offload_param)},
+      {"zero.offload_optimizer", 0, 0, DS_CHOICES(zero.offload_optimizer), "Where optimizer states live.", DS_ENUM(zero.offload_optimizer)},
+      {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Where stage-3 parameters live.", DS_ENUM(zero.offload_param)},
       {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
       {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
       {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "Stage 3: cap on gathered elements.", DS_FIELD(zero.stage3_max_live_parameters)},
@@ -137,7 +148,7 @@ const std::vector<Field>& recipe_schema() {
       {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
 
       {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
-      {"logging.sinks", 0, 0, {"console", "jsonl", "csv", "tensorboard"}, "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_FIELD(logging.sinks)},
+      {"logging.sinks", 0, 0, DS_CHOICES(logging.sinks), "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_ENUM(logging.sinks)},
       {"logging.tensorboard_dir", 0, 0, {}, "TensorBoard event files (ds_config: tensorboard.output_path/job_name); empty: run_dir/tensorboard.", DS_FIELD(logging.tensorboard_dir)},
       {"logging.csv_dir", 0, 0, {}, "CSV files, one per metric (ds_config: csv_monitor.output_path/job_name); empty: run_dir/csv.", DS_FIELD(logging.csv_dir)},
       {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
@@ -162,6 +173,8 @@ const std::vector<Field>& recipe_schema() {
 }
 
 #undef DS_FIELD
+#undef DS_CHOICES
+#undef DS_ENUM
 
 const Field* find_field(const std::string& path) {
   for (const auto& f : recipe_schema())
@@ -226,13 +239,20 @@ std::string value_text(const Field& field, Recipe& recipe) {
     std::string operator()(std::string* v) const { return v->empty() ? "\"\"" : *v; }
     std::string operator()(std::vector<double>* v) const { return fmt::format("[{:g}]", fmt::join(*v, ", ")); }
     std::string operator()(std::vector<std::string>* v) const { return fmt::format("[{}]", fmt::join(*v, ", ")); }
+    const Field& field;
+    std::string operator()(const EnumTarget& e) const { return field.choices.at(e.get()); }
+    std::string operator()(const EnumListTarget& e) const {
+      std::vector<std::string> names;
+      for (size_t i : e.get()) names.push_back(field.choices.at(i));
+      return fmt::format("[{}]", fmt::join(names, ", "));
+    }
     std::string operator()(std::vector<AccumulationStage>* v) const {
       std::vector<std::string> parts;
       for (const auto& s : *v) parts.push_back(s.until_step ? fmt::format("{{until_step: {}, steps: {}}}", s.until_step, s.steps) : fmt::format("{{steps: {}}}", s.steps));
       return fmt::format("[{}]", fmt::join(parts, ", "));
     }
   };
-  return std::visit(Visitor{}, field.target(recipe));
+  return std::visit(Visitor{field}, field.target(recipe));
 }
 
 }  // namespace dstrain::config

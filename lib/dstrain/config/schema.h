@@ -2,6 +2,7 @@
 // The recipe schema as data: one row per key. The YAML reader, the --set overrides, the canonical
 // JSON writer and reader, --dry-run and recipes/README.md (checked by a test) all use this table.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -10,8 +11,35 @@
 
 namespace dstrain::config {
 
-using FieldTarget = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<double>*,
-                                 std::vector<std::string>*, std::vector<AccumulationStage>*>;
+// An enum field (config/enums.h) and a list of them, seen through their names: a value is its
+// index in the field's choices, which are enum_names<E>().
+struct EnumTarget {
+  std::function<size_t()> get;
+  std::function<void(size_t)> set;
+};
+struct EnumListTarget {
+  std::function<std::vector<size_t>()> get;
+  std::function<void(const std::vector<size_t>&)> set;
+};
+template <typename E>
+EnumTarget enum_target(E& field) {
+  return {[&field] { return static_cast<size_t>(field); }, [&field](size_t i) { field = static_cast<E>(i); }};
+}
+template <typename E>
+EnumListTarget enum_target(std::vector<E>& field) {
+  return {[&field] {
+            std::vector<size_t> out;
+            for (E e : field) out.push_back(static_cast<size_t>(e));
+            return out;
+          },
+          [&field](const std::vector<size_t>& values) {
+            field.clear();
+            for (size_t i : values) field.push_back(static_cast<E>(i));
+          }};
+}
+
+using FieldTarget = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<double>*, std::vector<std::string>*,
+                                 std::vector<AccumulationStage>*, EnumTarget, EnumListTarget>;
 
 struct Field {
   std::string path;  // "train.steps"; top-level keys have no dot

@@ -184,19 +184,19 @@ void append_le(std::string& out, const void* v, size_t n) { out.append(static_ca
 
 }  // namespace
 
-std::unique_ptr<TokenFile> open_token_file(const std::string& path, const std::string& format, int64_t seq_len) {
+std::unique_ptr<TokenFile> open_token_file(const std::string& path, config::DataFormat format, int64_t seq_len) {
   std::unique_ptr<TokenFile> file;
-  if (format == "megatron") {
+  if (format == config::DataFormat::kMegatron) {
     const std::string prefix = strip(strip(path, ".bin"), ".idx");
     for (const char* ext : {".idx", ".bin"})
       if (!std::filesystem::is_regular_file(prefix + ext)) bad(prefix + ext, "does not exist (a Megatron dataset is PREFIX.idx + PREFIX.bin)");
     file = std::make_unique<MegatronFile>(prefix + ".idx", prefix + ".bin");
   } else {
     if (!std::filesystem::is_regular_file(path)) bad(path, "does not exist or is not a file");
-    if (format == "bytes") file = std::make_unique<BytesFile>(path);
-    else if (format == "llmc") file = std::make_unique<LlmcFile>(path);
-    else if (format == "raw_u16") file = std::make_unique<RawU16File>(path);
-    else throw Error(ErrorCode::kData, fmt::format("data format '{}' is not supported", format), "use bytes, megatron, llmc or raw_u16");
+    if (format == config::DataFormat::kBytes) file = std::make_unique<BytesFile>(path);
+    else if (format == config::DataFormat::kLlmc) file = std::make_unique<LlmcFile>(path);
+    else if (format == config::DataFormat::kRawU16) file = std::make_unique<RawU16File>(path);
+    else throw Error(ErrorCode::kData, fmt::format("data format '{}' is not supported", config::name(format)), "use bytes, megatron, llmc or raw_u16");
   }
   if (file->size() < seq_len + 1)
     throw Error(ErrorCode::kData, fmt::format("data file '{}' has {} tokens, fewer than one sample of seq_len + 1 = {}", file->path(), file->size(), seq_len + 1),

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/config/enums.h"
+
 namespace dstrain::data {
 
 class TokenFile {
@@ -32,7 +34,7 @@ class TokenFile {
 // Opens `path` in `format`; for megatron, `path` is the prefix or either file. Throws
 // Error{kData} naming the file when it is missing, malformed, or too short for one sample of
 // seq_len + 1 tokens.
-std::unique_ptr<TokenFile> open_token_file(const std::string& path, const std::string& format, int64_t seq_len);
+std::unique_ptr<TokenFile> open_token_file(const std::string& path, config::DataFormat format, int64_t seq_len);
 
 // Writers (tests, prepare-data): a Megatron dataset with one sequence per document, and an
 // llm.c file. Atomic; uint16 when every token fits, else int32 (Megatron's choice at 65500).

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "dstrain/core/build_info.h"
+#include "dstrain/core/fault_injector.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/envcheck/file_checksum.h"
@@ -170,23 +171,11 @@ Facts collect_local_facts(const FactOptions& o) {
   return f;
 }
 
-void apply_test_fact_override(Facts& facts, int rank) {
-  const char* v = std::getenv("DSTRAIN_TEST_FACT");
-  if (!v) return;
-  const std::string s = v;
-  const auto colon = s.find(':'), eq = s.find('=');
-  if (colon == std::string::npos || eq == std::string::npos || std::atoi(s.c_str()) != rank) return;
-  const std::string name = s.substr(colon + 1, eq - colon - 1), value = s.substr(eq + 1);
-  for (auto& fact : facts)
-    if (fact.name == name) fact.value = value;
-}
-
-std::string test_data_path_for(int rank) {
-  const char* v = std::getenv("DSTRAIN_TEST_DATA_PATH");
-  if (!v) return "";
-  const std::string s = v;
-  const auto colon = s.find(':');
-  return colon != std::string::npos && std::atoi(s.c_str()) == rank ? s.substr(colon + 1) : "";
+void apply_injected_fact(Facts& facts, int rank) {
+  const auto fact = FaultInjector::get().fact_override(rank);
+  if (!fact) return;
+  for (auto& f : facts)
+    if (f.name == fact->first) f.value = fact->second;
 }
 
 std::string encode_facts(const Facts& facts) {

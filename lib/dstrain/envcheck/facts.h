@@ -37,11 +37,9 @@ struct FactOptions {
 
 Facts collect_local_facts(const FactOptions& options = {});
 
-// Test hooks, applied by the caller for its rank: DSTRAIN_TEST_FACT="2:libtorch=2.10.0" makes
-// rank 2 report that value; DSTRAIN_TEST_DATA_PATH="2:/other.bin" makes rank 2 hash another
-// file for its dataset facts (as a node with a different copy of the data would).
-void apply_test_fact_override(Facts& facts, int rank);
-std::string test_data_path_for(int rank);
+// The fault injector's fact for `rank` (fact=2:libtorch=2.10.0 makes rank 2 report that value),
+// as a node with other software would.
+void apply_injected_fact(Facts& facts, int rank);
 
 // One fact per line, tab-separated (values are sanitized), for the all-gather.
 std::string encode_facts(const Facts& facts);

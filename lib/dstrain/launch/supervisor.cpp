@@ -24,10 +24,28 @@
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
+#include "dstrain/core/progress_line.h"
 
 extern char** environ;
 
 namespace dstrain::launch {
+
+const char* failure_kind_name(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kSignal: return "signal";
+    case FailureKind::kHang: return "hang";
+    case FailureKind::kNodeLost: return "node_lost";
+    case FailureKind::kRemote: return "remote";
+    case FailureKind::kExit: break;
+  }
+  return "exit";
+}
+
+bool parse_failure_kind(const std::string& name, FailureKind& out) {
+  for (FailureKind k : {FailureKind::kExit, FailureKind::kSignal, FailureKind::kHang, FailureKind::kNodeLost, FailureKind::kRemote})
+    if (name == failure_kind_name(k)) return out = k, true;
+  return false;
+}
 namespace {
 
 volatile std::sig_atomic_t g_signal = 0;
@@ -63,9 +81,10 @@ struct ProgressBar {
     if (!text.empty()) (void)!::write(STDERR_FILENO, text.data(), text.size()), shown = true;
   }
   void update(const std::string& line) {
-    long long step = 0, first = 0, total = 0;
-    double loss = 0, tps = 0, elapsed = 0;
-    if (std::sscanf(line.c_str(), "@@progress %lld %lld %lld %lf %lf %lf", &step, &first, &total, &loss, &tps, &elapsed) != 6 || total <= 0) return;
+    const std::optional<progress::ProgressLine> p = progress::decode_line(line);
+    if (!p) return;
+    const int64_t step = p->step, first = p->first_step, total = p->total_steps;
+    const double elapsed = p->elapsed_s;
     const double frac = static_cast<double>(step) / static_cast<double>(total);
     const int width = 24, filled = static_cast<int>(frac * width);
     std::string bar;
@@ -74,7 +93,7 @@ struct ProgressBar {
     const long long eta = static_cast<long long>(per_step * static_cast<double>(total - step));
     clear();
     text = fmt::format("\r{} {}/{} {:3.0f}% | ETA {}:{:02d}:{:02d} | {:.0f} tok/s | loss {:.4f}", bar, step, total, 100.0 * frac, eta / 3600,
-                       (eta / 60) % 60, eta % 60, tps, loss);
+                       (eta / 60) % 60, eta % 60, p->tokens_per_s, p->loss);
     draw();
   }
 };
@@ -86,7 +105,7 @@ bool is_warning_or_error(const std::string& line) {
 }
 
 void emit_line(Child& c, const std::string& line) {
-  if (c.rank == 0 && line.rfind("@@progress ", 0) == 0) return g_bar.update(line);
+  if (c.rank == 0 && progress::is_progress_line(line)) return g_bar.update(line);
   c.log << line << '\n';
   c.log.flush();
   c.tail.push_back(line);
@@ -283,7 +302,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     for (const auto& c : children)  // the blamed rank runs here: its pid and last words
       if (c.rank == watched_failure->rank) watched_failure->pid = c.pid, watched_failure->tail.assign(c.tail.begin(), c.tail.end());
     if (failure) *failure = *watched_failure;
-    return watched_failure->kind == "hang" ? exit_status::kComm : exit_status::kWorkerFailed;
+    return watched_failure->kind == FailureKind::kHang ? exit_status::kComm : exit_status::kWorkerFailed;
   }
   if (first_failure) {
     const Child& c = *first_failure;
@@ -299,7 +318,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
       failure->host = host;
       failure->exit_code = WIFEXITED(c.status) ? WEXITSTATUS(c.status) : -1;
       failure->signal = WIFSIGNALED(c.status) ? WTERMSIG(c.status) : 0;
-      failure->kind = failure->signal ? "signal" : "exit";
+      failure->kind = failure->signal ? FailureKind::kSignal : FailureKind::kExit;
       failure->description = describe(c.status);
       failure->tail.assign(c.tail.begin(), c.tail.end());
       failure->unix_time = unix_seconds();

@@ -16,12 +16,17 @@
 
 namespace dstrain::launch {
 
+// What failed: a local worker that exited or was killed by a signal, a hang (HangWatch), a
+// launcher that went silent (node lost), or another node's worker, reported by its launcher.
+enum class FailureKind { kExit, kSignal, kHang, kNodeLost, kRemote };
+// "exit", "signal", "hang", "node_lost", "remote": failures.jsonl and the nodes' reports.
+const char* failure_kind_name(FailureKind kind);
+bool parse_failure_kind(const std::string& name, FailureKind& out);
+
 // The first worker failure of a supervise() call, for restarts and failures.jsonl.
 struct WorkerFailure {
   bool happened = false;
-  // "exit" or "signal" (a local worker), "hang" (HangWatch), "node_lost" (a launcher went
-  // silent), "remote" (another node's launcher reported its worker's failure).
-  std::string kind = "exit";
+  FailureKind kind = FailureKind::kExit;
   int rank = -1;
   int node = 0;  // the node whose launcher saw it
   int pid = -1;

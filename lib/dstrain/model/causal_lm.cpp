@@ -45,8 +45,17 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
   return (doc.unsqueeze(2) == doc.unsqueeze(1)).logical_and(causal).unsqueeze(1);
 }
 
+c10::ScalarType scalar_type(config::Dtype dtype) {
+  switch (dtype) {
+    case config::Dtype::kBf16: return c10::ScalarType::BFloat16;
+    case config::Dtype::kFp16: return c10::ScalarType::Half;
+    case config::Dtype::kFp32: break;
+  }
+  return c10::ScalarType::Float;
+}
+
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype) {
-  if (config.family == "mla_moe") return std::make_unique<MlaMoeModel>(config, seed, dtype);
+  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype);
   return std::make_unique<DenseModel>(config, seed, dtype);
 }
 

@@ -74,6 +74,9 @@ class CausalLM {
 // Returns bool [B, 1, T, T] for int64 inputs [B, T].
 at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
 
+// The type of parameters, activations and gradients for a training precision.
+c10::ScalarType scalar_type(config::Dtype dtype);
+
 // The model of config.family, initialised from `seed` alone (identical on every rank), in
 // `dtype` (float32 for training; float64 for gradient checks).
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);

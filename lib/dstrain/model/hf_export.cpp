@@ -24,7 +24,7 @@ namespace {
 // kv_a_proj_with_mqa. Empty for other tensors.
 std::vector<int64_t> rope_row_starts(const config::ModelConfig& c, const std::string& name) {
   std::vector<int64_t> starts;
-  if (c.family != "mla_moe") return starts;
+  if (c.family != config::ModelFamily::kMlaMoe) return starts;
   const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
   auto ends_with = [&](const std::string& suffix) { return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0; };
   if (ends_with("self_attn.q_proj.weight") || ends_with("self_attn.q_b_proj.weight"))
@@ -64,13 +64,13 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
                         {"attention_bias", false},
                         {"rope_scaling", nullptr},
                         {"torch_dtype", "float32"}};
-  if (c.family == "dense") {
+  if (c.family == config::ModelFamily::kDense) {
     cfg["architectures"] = {"LlamaForCausalLM"};
     cfg["model_type"] = "llama";
     cfg["num_key_value_heads"] = c.num_kv_heads > 0 ? c.num_kv_heads : c.num_heads;
     return cfg;
   }
-  const bool v3 = c.topk_method == "noaux_tc";
+  const bool v3 = c.topk_method == config::TopkMethod::kNoauxTc;
   cfg["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
   cfg["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
   cfg["num_key_value_heads"] = c.num_heads;
@@ -88,8 +88,8 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
                                                                           {"n_group", c.n_group},
                                                                           {"topk_group", c.topk_group}})
     cfg[k] = v;
-  cfg["scoring_func"] = c.scoring_func;
-  cfg["topk_method"] = c.topk_method;
+  cfg["scoring_func"] = config::name(c.scoring_func);
+  cfg["topk_method"] = config::name(c.topk_method);
   cfg["norm_topk_prob"] = c.norm_topk_prob;
   cfg["routed_scaling_factor"] = c.routed_scaling_factor;
   cfg["aux_loss_alpha"] = c.aux_loss_alpha;

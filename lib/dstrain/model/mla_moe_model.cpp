@@ -75,7 +75,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       add(l + "mlp.shared_experts.up_proj.weight", normal({w, H}, c.init_std));
       add(l + "mlp.shared_experts.down_proj.weight", normal({H, w}, residual_std));
     }
-    if (c.topk_method == "noaux_tc") {
+    if (c.topk_method == config::TopkMethod::kNoauxTc) {
       const std::string name = l + "mlp.gate.e_score_correction_bias";
       const at::Tensor bias = at::zeros({c.n_routed_experts}, at::kFloat);  // fp32, no gradient, no decay
       m.buffers.push_back({name, bias});
@@ -108,7 +108,7 @@ at::Tensor MlaMoeModel::take_expert_load() {
 
 void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
   const auto& c = impl_->cfg;
-  if (c.topk_method != "noaux_tc" || c.bias_update_speed == 0) return;
+  if (c.topk_method != config::TopkMethod::kNoauxTc || c.bias_update_speed == 0) return;
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
     const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(impl_->load.device(), at::kFloat);
@@ -151,12 +151,12 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   // Router in fp32 (or wider, for gradient checks).
   const auto wide = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const at::Tensor router_logits = at::linear(flat.to(wide), m.p(l + "mlp.gate.weight").to(wide));
-  const at::Tensor scores = c.scoring_func == "sigmoid" ? at::sigmoid(router_logits) : at::softmax(router_logits, -1);
+  const at::Tensor scores = c.scoring_func == config::ScoringFunc::kSigmoid ? at::sigmoid(router_logits) : at::softmax(router_logits, -1);
   at::Tensor choice = scores.detach();
-  if (c.topk_method == "noaux_tc") choice = choice + m.p(l + "mlp.gate.e_score_correction_bias").to(wide);
-  if (c.topk_method != "greedy" && c.n_group > 1) {
+  if (c.topk_method == config::TopkMethod::kNoauxTc) choice = choice + m.p(l + "mlp.gate.e_score_correction_bias").to(wide);
+  if (c.topk_method != config::TopkMethod::kGreedy && c.n_group > 1) {
     const at::Tensor grouped = choice.view({N, c.n_group, Nr / c.n_group});
-    const at::Tensor group_score = c.topk_method == "noaux_tc" ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
+    const at::Tensor group_score = c.topk_method == config::TopkMethod::kNoauxTc ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
                                                                : std::get<0>(grouped.max(-1));
     const at::Tensor keep_groups = std::get<1>(group_score.topk(c.topk_group, -1));
     const at::Tensor group_mask = at::zeros({N, c.n_group}, x.options().dtype(at::kBool)).scatter_(1, keep_groups, true);
@@ -165,7 +165,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   const at::Tensor idx = std::get<1>(choice.topk(K, -1));  // [N, K]
   at::Tensor weights = scores.gather(1, idx);             // the unbiased scores
   if (c.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
-  if (!c.norm_topk_prob || c.scoring_func == "sigmoid") weights = weights * c.routed_scaling_factor;
+  if (!c.norm_topk_prob || c.scoring_func == config::ScoringFunc::kSigmoid) weights = weights * c.routed_scaling_factor;
 
   // Group tokens by expert: one gather, one expert MLP and one scatter-add per expert.
   const at::Tensor flat_idx = idx.reshape({-1});
@@ -195,7 +195,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   if (aux && c.aux_loss_alpha > 0) {
     const at::Tensor per_seq = at::zeros({B, Nr}, x.options().dtype(wide)).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, x.options().dtype(wide)));
     const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
-    const at::Tensor s = c.scoring_func == "sigmoid" ? scores / scores.sum(-1, true) : scores;
+    const at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? scores / scores.sum(-1, true) : scores;
     const at::Tensor P = s.view({B, T, Nr}).mean(1);
     const at::Tensor loss = (f * P).sum(-1).mean() * c.aux_loss_alpha;
     *aux = aux->defined() ? *aux + loss.to(x.scalar_type()) : loss.to(x.scalar_type());

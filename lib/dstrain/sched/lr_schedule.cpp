@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "dstrain/config/recipe.h"
+
 namespace dstrain::sched {
 namespace {
 
@@ -38,15 +40,28 @@ Betas betas_at(const Schedule& s, int64_t step) {
   return {c.max_mom * (1.0 + c.decay_mom_rate * one_cycle_decay_intervals(c, it)), 0.99};
 }
 
-ScheduleType schedule_type_from_name(const std::string& name) {
-  if (name == "warmup_cosine") return ScheduleType::kWarmupCosine;
-  if (name == "ds_warmup_cosine") return ScheduleType::kDsWarmupCosine;
-  if (name == "ds_warmup") return ScheduleType::kDsWarmup;
-  if (name == "ds_warmup_decay") return ScheduleType::kDsWarmupDecay;
-  if (name == "constant") return ScheduleType::kConstant;
-  if (name == "wsd") return ScheduleType::kWsd;
-  if (name == "ds_one_cycle") return ScheduleType::kDsOneCycle;
-  throw std::invalid_argument("unknown LR schedule '" + name + "'");
+Schedule schedule_from(const config::Recipe& r) {
+  const auto& s = r.schedule;
+  Schedule out;
+  out.type = s.type;
+  out.peak_lr = r.optimizer.lr;
+  out.warmup_steps = s.warmup_steps;
+  out.total_steps = r.train.steps;
+  out.log_warmup = s.warmup_type == config::WarmupType::kLog;
+  out.warmup_min_ratio = s.warmup_min_ratio;
+  out.min_ratio = s.min_lr_ratio;
+  out.decay_ratio = s.decay_ratio;
+  out.cycle = {s.cycle_min_lr,  s.cycle_max_lr > 0 ? s.cycle_max_lr : r.optimizer.lr,
+               s.cycle_first_step_size, s.cycle_second_step_size > 0 ? s.cycle_second_step_size : s.cycle_first_step_size,
+               s.decay_lr_rate, s.decay_step_size, s.cycle_momentum, s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate};
+  return out;
+}
+
+double batch_lr_factor(const config::Recipe& r, int64_t step) {
+  const double ratio = static_cast<double>(config::global_batch_at(r, step)) / static_cast<double>(config::global_batch_at(r, 0));
+  if (r.schedule.batch_scaling == config::BatchScaling::kLinear) return ratio;
+  if (r.schedule.batch_scaling == config::BatchScaling::kSqrt) return std::sqrt(ratio);
+  return 1.0;
 }
 
 double lr_at(const Schedule& s, int64_t step) {

@@ -4,17 +4,16 @@
 #include <cstdint>
 #include <string>
 
+#include "dstrain/config/enums.h"
+
+namespace dstrain::config {
+struct Recipe;
+}
+
 namespace dstrain::sched {
 
-enum class ScheduleType {
-  kWarmupCosine,    // dstrain's: warmup (step+1)/W from warmup_min_ratio, cosine to min_ratio at the end
-  kDsWarmupCosine,  // DeepSpeed WarmupCosineLR, formula for formula
-  kDsWarmup,        // DeepSpeed WarmupLR
-  kDsWarmupDecay,   // DeepSpeed WarmupDecayLR
-  kConstant,
-  kWsd,             // warmup (step+1)/W, stable at the peak, linear decay over the last decay_ratio
-  kDsOneCycle,      // DeepSpeed OneCycle
-};
+using config::ScheduleType;
+
 
 struct Schedule {
   ScheduleType type = ScheduleType::kWarmupCosine;
@@ -35,8 +34,11 @@ struct Schedule {
   } cycle;
 };
 
-// Throws std::invalid_argument for an unknown name (the config validated it already).
-ScheduleType schedule_type_from_name(const std::string& name);
+// The recipe's schedule (its schedule section, optimizer.lr and train.steps).
+Schedule schedule_from(const config::Recipe& recipe);
+// schedule.batch_scaling: the LR factor at `step` (0-based) when staged accumulation makes its
+// global batch differ from the first step's (1 without scaling).
+double batch_lr_factor(const config::Recipe& recipe, int64_t step);
 
 // LR for optimizer step `step` (0-based). The DeepSpeed types use DeepSpeed's iteration counter
 // it = step - 1 (its scheduler sets the first step's LR at construction, with it = -1).

@@ -29,14 +29,16 @@ ckpt::TensorMeta meta_of(const model::NamedTensor& t) { return {t.name, dtype_na
 
 std::string model_line(const config::Recipe& r) {
   const auto& m = r.model;
-  return fmt::format("{} hidden {} layers {} heads {} vocab {}", m.family, m.hidden_size, m.num_layers, m.num_heads, m.vocab_size);
+  return fmt::format("{} hidden {} layers {} heads {} vocab {}", config::name(m.family), m.hidden_size, m.num_layers, m.num_heads, m.vocab_size);
 }
 
 }  // namespace
 
 Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine,
-                           model::NamedTensors replicated, std::string run_id)
-    : recipe_(recipe), dir_(std::move(ckpt_dir)), comm_(comm), engine_(engine), replicated_(std::move(replicated)) {
+                           std::vector<model::Stateful*> replicated, std::string run_id)
+    : recipe_(recipe), dir_(std::move(ckpt_dir)), comm_(comm), engine_(engine) {
+  replicated_.push_back(&engine_);
+  replicated_.insert(replicated_.end(), replicated.begin(), replicated.end());
   // Does every rank see rank 0's checkpoint directory? Rank 0 drops a probe named after the run;
   // each rank looks for it.
   const std::string probe = (fs::path(dir_) / (".probe-" + run_id)).string();
@@ -70,17 +72,19 @@ void Checkpointer::finish() {
 std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   finish();  // at most one save pending
   const int rank = comm_.rank();
-  // The global tensors: the engine's (master weights, moments, state), then the replicated ones.
+  // The global tensors: the engine's sharded ones (master weights, moments), then the replicated state.
   std::vector<ckpt::TensorMeta> metas;
   for (const auto& t : engine_.state_tensors()) metas.push_back({t.name, t.dtype, t.shape});
-  for (const auto& t : replicated_) metas.push_back(meta_of(t));
+  model::NamedTensors replicated;
+  for (const model::Stateful* s : replicated_)
+    for (auto& t : s->state()) replicated.push_back(std::move(t));
+  for (const auto& t : replicated) metas.push_back(meta_of(t));
 
   if (rank == 0) ckpt::prepare_staging(dir_, step);
   comm_.barrier()->wait();
   const std::string staging = ckpt::staging_dir(dir_, step);
 
   std::vector<ckpt::PieceView> mine;
-  std::vector<double> state = engine_.state_values();
   model::NamedTensors gathered;  // no shared filesystem: rank 0's full copy
   if (shared_) {
     if (!engine_.shard_replicated() || rank == 0)
@@ -88,13 +92,11 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   } else {
     gathered = rank == 0 ? engine_.full_state() : model::NamedTensors{};
     engine_.gather_full_state(gathered);
-    for (const auto& t : gathered)
-      if (t.name != "engine.state") mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+    for (const auto& t : gathered) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
   }
   std::vector<at::Tensor> host_copies;  // replicated tensors that live on a GPU, read through the host
   if (rank == 0) {
-    mine.push_back({"engine.state", 0, static_cast<int64_t>(state.size()), state.data()});
-    for (const auto& t : replicated_) {
+    for (const auto& t : replicated) {
       host_copies.push_back(t.tensor.to(at::kCPU).contiguous());
       mine.push_back({t.name, 0, t.tensor.numel(), host_copies.back().data_ptr()});
     }
@@ -126,7 +128,7 @@ ckpt::TrainState Checkpointer::train_state(int64_t step, int64_t samples_consume
   ts.tokens_consumed = samples_consumed * recipe_.data.seq_len;
   ts.world_size = comm_.world_size();
   ts.zero_stage = recipe_.zero.stage;
-  ts.precision = recipe_.precision.dtype;
+  ts.precision = config::name(recipe_.precision.dtype);
   ts.config_hash = config::config_hash(recipe_);
   ts.model = model_line(recipe_);
   return ts;
@@ -208,19 +210,20 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   const ckpt::Reader reader(chosen, /*verified=*/true);  // rank 0 just checked every CRC
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader.read(run.tensor, run.start, run.count, run.data, "float32");
-  std::vector<double> state(5);
-  reader.read("engine.state", 0, 5, state.data(), "float64");
-  engine_.set_state_values(state);
-  for (const auto& t : replicated_) {
-    const ckpt::TensorMeta* meta = reader.find(t.name);
-    if (!meta || meta->shape != t.tensor.sizes().vec())
-      throw Error(ErrorCode::kCheckpoint,
-                  fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,
-                              meta ? fmt::format("[{}]", fmt::join(meta->shape, ", ")) : "missing", fmt::join(t.tensor.sizes(), ", ")),
-                  "resume with the recipe that wrote the checkpoint");
-    at::Tensor host = t.tensor.is_cpu() && t.tensor.is_contiguous() ? t.tensor : at::empty(t.tensor.sizes(), t.tensor.options().device(at::kCPU));
-    reader.read(t.name, 0, t.tensor.numel(), host.data_ptr(), dtype_name(t.tensor));
-    if (!host.is_same(t.tensor)) t.tensor.copy_(host);
+  for (model::Stateful* s : replicated_) {
+    model::NamedTensors loaded;
+    for (const auto& t : s->state()) {
+      const ckpt::TensorMeta* meta = reader.find(t.name);
+      if (!meta || meta->shape != t.tensor.sizes().vec())
+        throw Error(ErrorCode::kCheckpoint,
+                    fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,
+                                meta ? fmt::format("[{}]", fmt::join(meta->shape, ", ")) : "missing", fmt::join(t.tensor.sizes(), ", ")),
+                    "resume with the recipe that wrote the checkpoint");
+      at::Tensor host = at::empty(t.tensor.sizes(), t.tensor.options().device(at::kCPU));
+      reader.read(t.name, 0, t.tensor.numel(), host.data_ptr(), dtype_name(t.tensor));
+      loaded.push_back({t.name, host});
+    }
+    s->load_state(loaded);
   }
   engine_.publish_loaded_shard();
   return {chosen, reader.state().step, reader.state().samples_consumed};

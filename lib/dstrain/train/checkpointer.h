@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dstrain/model/named_tensor.h"
+#include "dstrain/model/stateful.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -36,9 +37,11 @@ namespace dstrain::train {
 
 class Checkpointer {
  public:
-  // `replicated`: state every rank holds alike (model buffers, data shares), saved by rank 0.
-  Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine, model::NamedTensors replicated,
-               std::string run_id);
+  // The engine's sharded tensors, and the replicated state of the engine (engine.state) and of
+  // `replicated` (model buffers, data shares): every rank holds it alike; rank 0 saves it. The
+  // Stateful objects must outlive the Checkpointer.
+  Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine,
+               std::vector<model::Stateful*> replicated, std::string run_id);
   ~Checkpointer();
   // Collective: saves step `step` with the data cursor; returns the directory (async: where it
   // will be once committed).
@@ -55,14 +58,13 @@ class Checkpointer {
   // skipped and why) into the engine and the replicated tensors.
   // `from`: another run's checkpoint directory or ckpt/ root (train --resume PATH); empty: ours.
   Resumed resume(const std::string& from = "");
-  bool shared_filesystem() const { return shared_; }
 
  private:
   const config::Recipe& recipe_;
   std::string dir_;
   comm::Communicator& comm_;
   zero::Engine& engine_;
-  model::NamedTensors replicated_;
+  std::vector<model::Stateful*> replicated_;  // the engine first
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;
   std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging, const std::vector<ckpt::TensorMeta>& metas,
                                  const std::vector<ckpt::PieceView>& pieces);

@@ -23,6 +23,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/fault_injector.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
@@ -73,11 +74,11 @@ envcheck::FactOptions fact_options(const config::Recipe* recipe, int rank) {
   if (!recipe->source_path.empty()) o.files.emplace_back("recipe file", recipe->source_path);
   if (!recipe->ds_config_path.empty()) o.files.emplace_back("ds_config file", recipe->ds_config_path);
   const std::vector<std::string> paths = recipe->data.paths.empty() ? std::vector<std::string>{recipe->data.path} : recipe->data.paths;
-  const std::string substitute = envcheck::test_data_path_for(rank);
+  const std::string substitute = FaultInjector::get().data_path_override(rank);  // a node with another copy of the data
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string name = paths.size() == 1 ? "data" : fmt::format("data {}", i);
     std::string path = substitute.empty() ? paths[i] : substitute;
-    if (recipe->data.format == "megatron") {
+    if (recipe->data.format == config::DataFormat::kMegatron) {
       for (const char* ext : {".idx", ".bin"}) {
         std::string prefix = path;
         for (const char* strip : {".bin", ".idx"})
@@ -170,7 +171,7 @@ std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_n
 Fact gemm_fact(const std::string& device) {
   if (device.rfind("cuda:", 0) == 0) {
     const c10::Device gpu(device);
-    const double tflops = measured_gpu_peak_tflops(gpu, "bf16");
+    const double tflops = measured_gpu_peak_tflops(gpu, config::Dtype::kBf16);
     return {"gemm throughput (bf16 4096, gpu)", fmt::format("{:.1f} GFLOP/s", tflops * 1e3), Rule::kNotSlow, true, ""};
   }
   const int64_t n = 512;
@@ -222,7 +223,7 @@ std::vector<std::string> env_task_args(const EnvCheckTask& t) {
 envcheck::Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* recipe, const EnvCheckTask& task) {
   const int rank = comm.rank(), world = comm.world_size();
   envcheck::Facts facts = envcheck::collect_local_facts(fact_options(recipe, rank));
-  envcheck::apply_test_fact_override(facts, rank);
+  envcheck::apply_injected_fact(facts, rank);
   facts.push_back(clock_fact(comm, task.max_clock_skew_s));
   // The ranks of a node, and the number of nodes, from everyone's node index.
   at::Tensor mine = at::tensor({static_cast<int64_t>(node)}, at::kLong), nodes = at::empty({world}, at::kLong);

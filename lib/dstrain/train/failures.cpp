@@ -25,7 +25,7 @@ int64_t last_logged_step(const std::string& metrics_path) {
 
 void append_failure(const std::string& path, const FailureRecord& r) {
   const auto& f = r.failure;
-  nlohmann::json j{{"time", f.unix_time}, {"generation", r.generation}, {"kind", f.kind}, {"node", f.node}, {"rank", f.rank}, {"host", f.host}, {"pid", f.pid},
+  nlohmann::json j{{"time", f.unix_time}, {"generation", r.generation}, {"kind", launch::failure_kind_name(f.kind)}, {"node", f.node}, {"rank", f.rank}, {"host", f.host}, {"pid", f.pid},
                    {"what", f.description}, {"step_reached", r.step_reached}, {"log_tail", f.tail}};
   if (f.exit_code >= 0) j["exit_code"] = f.exit_code;
   if (f.signal) j["signal"] = f.signal;
@@ -35,7 +35,7 @@ void append_failure(const std::string& path, const FailureRecord& r) {
 
 std::string describe_failure(const launch::WorkerFailure& f) {
   const std::string node = f.node > 0 ? fmt::format(" (node {})", f.node) : "";
-  if (f.kind == "exit" || f.kind == "signal") return fmt::format("rank {} on {}{} {}", f.rank, f.host, node, f.description);
+  if (f.kind == launch::FailureKind::kExit || f.kind == launch::FailureKind::kSignal) return fmt::format("rank {} on {}{} {}", f.rank, f.host, node, f.description);
   return f.node > 0 ? fmt::format("on node {}: {}", f.node, f.description) : f.description;
 }
 
@@ -52,8 +52,8 @@ std::string root_cause_report(const std::vector<FailureRecord>& records) {
 int restart_backoff_s(int restart) { return std::min(30, 1 << std::min(restart - 1, 5)); }
 
 bool restartable(const launch::WorkerFailure& f) {
-  if (f.kind == "node_lost") return false;  // the group cannot be formed again without that node
-  if (f.kind == "hang") return true;
+  if (f.kind == launch::FailureKind::kNodeLost) return false;  // the group cannot be formed again without that node
+  if (f.kind == launch::FailureKind::kHang) return true;
   if (f.signal) return true;
   const int code = f.exit_code;
   return !(code == exit_status::kUsage || code == exit_status::kData || code == exit_status::kEnvironment || code == exit_status::kDiverged);

@@ -19,7 +19,7 @@ namespace dstrain::train {
 std::string encode_failure(const launch::WorkerFailure& f) {
   std::ostringstream out;
   out.precision(17);
-  out << f.kind << '\n' << f.rank << '\n' << f.pid << '\n' << f.host << '\n' << f.exit_code << '\n' << f.signal << '\n' << f.unix_time << '\n' << f.description;
+  out << launch::failure_kind_name(f.kind) << '\n' << f.rank << '\n' << f.pid << '\n' << f.host << '\n' << f.exit_code << '\n' << f.signal << '\n' << f.unix_time << '\n' << f.description;
   for (const auto& line : f.tail) out << '\n' << line;
   return out.str();
 }
@@ -30,8 +30,8 @@ launch::WorkerFailure decode_failure(const std::string& text) {
   std::string line;
   auto next = [&] { return std::getline(in, line) ? line : std::string(); };
   f.happened = true;
-  f.kind = next();
   try {
+    if (!launch::parse_failure_kind(next(), f.kind)) throw std::invalid_argument("kind");
     f.rank = std::stoi(next());
     f.pid = std::stoi(next());
     f.host = next();
@@ -47,6 +47,30 @@ launch::WorkerFailure decode_failure(const std::string& text) {
   return f;
 }
 
+std::string encode_node_beat(const NodeBeat& b) {
+  return fmt::format("{} {} {}", b.count, b.host, b.state == NodeState::kStopped ? "stopped" : "running");
+}
+
+std::optional<NodeBeat> decode_node_beat(const std::string& text) {
+  std::istringstream in(text);
+  NodeBeat b;
+  std::string state;
+  if (!(in >> b.count >> b.host >> state) || (state != "running" && state != "stopped")) return std::nullopt;
+  b.state = state == "stopped" ? NodeState::kStopped : NodeState::kRunning;
+  return b;
+}
+
+std::string encode_decision(const Decision& d) { return fmt::format("{} {}\n{}", d.restart ? "restart" : "final", d.resume ? "resume" : "fresh", d.reason); }
+
+std::optional<Decision> decode_decision(const std::string& text) {
+  const auto newline = text.find('\n');
+  std::istringstream head(text.substr(0, newline));
+  std::string what, from;
+  if (newline == std::string::npos || !(head >> what >> from) || (what != "restart" && what != "final") || (from != "resume" && from != "fresh"))
+    return std::nullopt;
+  return Decision{what == "restart", from == "resume", text.substr(newline + 1)};
+}
+
 GroupWatch::GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptions options)
     : store_(std::move(store)),
       o_(std::move(options)),
@@ -55,7 +79,7 @@ GroupWatch::GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptio
       taken_(static_cast<size_t>(o_.nnodes), false) {
   host_ = host_name();
   last_contact_s_ = now();
-  beat("running");
+  beat(NodeState::kRunning);
 }
 
 GroupWatch::~GroupWatch() = default;
@@ -64,9 +88,9 @@ double GroupWatch::now() const { return std::chrono::duration<double>(std::chron
 
 std::string GroupWatch::key(const std::string& name) const { return "dstrain/" + o_.store_run_key + "/" + name; }
 
-void GroupWatch::beat(const char* state) {
+void GroupWatch::beat(NodeState state) {
   try {
-    store_->set(key("node/" + std::to_string(o_.node_rank)), fmt::format("{} {} {}", ++beats_, host_, state));
+    store_->set(key("node/" + std::to_string(o_.node_rank)), encode_node_beat({++beats_, host_, state}));
     last_contact_s_ = now();
   } catch (const Error&) {
     // Counted below: only a silence longer than the heartbeat timeout means node 0 is gone.
@@ -74,22 +98,22 @@ void GroupWatch::beat(const char* state) {
 }
 
 std::optional<launch::WorkerFailure> GroupWatch::poll() {
-  beat("running");
+  beat(NodeState::kRunning);
   const double t = now();
   launch::WorkerFailure f;
   f.happened = true;
   f.unix_time = unix_seconds();
   if (o_.node_rank > 0) {
     if (t - last_contact_s_ > o_.heartbeat_timeout_s) {
-      f.kind = "node_lost";
+      f.kind = launch::FailureKind::kNodeLost;
       f.description = fmt::format("lost node 0: its launcher's store at {} has not answered for {:.0f} s (launch.heartbeat_timeout_s = {:g})", o_.master,
                                   t - last_contact_s_, o_.heartbeat_timeout_s);
       return f;
     }
     try {
-      if (auto d = store_->try_get(key("decision"))) {
-        const std::string reason = d->substr(d->find('\n') + 1);
-        f.kind = "remote";
+      if (const auto value = store_->try_get(key("decision"))) {
+        const std::string reason = decode_decision(*value).value_or(Decision{false, false, "(an unreadable decision)"}).reason;
+        f.kind = launch::FailureKind::kRemote;
         f.description = "node 0 stopped the group: " + reason.substr(0, reason.find('\n'));
         return f;
       }
@@ -112,12 +136,9 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
     if (auto remote = report_of(k)) return remote;
     const Node& n = refresh_node(k, t);
     if (n.seen && t - n.last_change_s > o_.heartbeat_timeout_s) {
-      std::istringstream in(n.last);
-      std::string count, host;
-      in >> count >> host;
-      f.kind = "node_lost";
-      f.host = host;
-      f.description = fmt::format("lost node {} ({}): its launcher has not been heard from for {:.0f} s (launch.heartbeat_timeout_s = {:g}); {}", k, host,
+      f.kind = launch::FailureKind::kNodeLost;
+      f.host = n.beat.host;
+      f.description = fmt::format("lost node {} ({}): its launcher has not been heard from for {:.0f} s (launch.heartbeat_timeout_s = {:g}); {}", k, f.host,
                                   t - n.last_change_s, o_.heartbeat_timeout_s, hangs_.positions(t));
       return f;
     }
@@ -125,7 +146,7 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
   for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, store_->try_get(heartbeat_key(o_.store_run_key, r)), t);
   const launch::HangWatch::Verdict v = hangs_.check(t);
   if (!v.hung) return std::nullopt;
-  f.kind = "hang";
+  f.kind = launch::FailureKind::kHang;
   f.rank = v.stuck.empty() ? -1 : v.stuck[0];
   f.host = v.host;
   f.description = "hang: " + v.report;
@@ -135,8 +156,15 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
 const GroupWatch::Node& GroupWatch::refresh_node(int k, double t) {
   Node& n = nodes_[static_cast<size_t>(k)];
   const std::optional<std::string> value = store_->try_get(key("node/" + std::to_string(k)));
-  if (value && *value != n.last) n.last = *value, n.last_change_s = t, n.seen = true;
+  if (value && *value != n.last) n.last = *value, n.beat = decode_node_beat(*value).value_or(NodeBeat{}), n.last_change_s = t, n.seen = true;
   return n;
+}
+
+bool GroupWatch::stopped_or_gone(int k) {
+  const auto value = store_->try_get(key("node/" + std::to_string(k)));
+  if (!value) return true;
+  const auto b = decode_node_beat(*value);
+  return (b && b->state == NodeState::kStopped) || node_silent(k, now());
 }
 
 bool GroupWatch::node_silent(int k, double t) {
@@ -182,7 +210,7 @@ std::vector<launch::WorkerFailure> GroupWatch::gather_reports(double wait_s) {
         } else if (auto r = report_of(k)) {
           out.push_back(*r);
           done[static_cast<size_t>(k)] = true;
-        } else if (const auto v = store_->try_get(key("node/" + std::to_string(k))); !v || v->find(" stopped") != std::string::npos || node_silent(k, now())) {
+        } else if (stopped_or_gone(k)) {
           done[static_cast<size_t>(k)] = true;  // never joined, stopped without a failure of its own, or gone
         }
       }
@@ -206,32 +234,24 @@ void GroupWatch::report_failure(const launch::WorkerFailure& failure) {
 }
 
 void GroupWatch::decide(const Decision& d) {
-  store_->set(key("decision"), fmt::format("{} {}\n{}", d.restart ? "restart" : "final", d.resume ? "resume" : "fresh", d.reason));
+  store_->set(key("decision"), encode_decision(d));
   if (o_.nnodes == 1) return;
   // Wait until every node's launcher has seen it and stopped its workers, so that none of them
   // mistakes the store's restart for node 0's loss.
   const double deadline = now() + o_.heartbeat_timeout_s;
   for (int k = 1; k < o_.nnodes; ++k) {
-    while (now() < deadline) {
-      const auto v = store_->try_get(key("node/" + std::to_string(k)));
-      if (!v || v->find(" stopped") != std::string::npos || node_silent(k, now())) break;  // never joined, stopped, or gone
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    while (now() < deadline && !stopped_or_gone(k)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
 
 std::optional<Decision> GroupWatch::await_decision() {
-  beat("stopped");
+  beat(NodeState::kStopped);
   const double deadline = now() + o_.heartbeat_timeout_s;
   while (now() < deadline) {
     try {
-      if (auto d = store_->try_get(key("decision"))) {
-        beat("stopped");
-        Decision out;
-        out.restart = d->rfind("restart", 0) == 0;
-        out.resume = d->find(" resume\n") != std::string::npos;
-        out.reason = d->substr(d->find('\n') + 1);
-        return out;
+      if (const auto value = store_->try_get(key("decision"))) {
+        beat(NodeState::kStopped);
+        return decode_decision(*value);  // unreadable: treated as node 0 gone
       }
     } catch (const Error&) {
       return std::nullopt;  // node 0 is gone

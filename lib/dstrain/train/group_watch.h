@@ -37,6 +37,15 @@ struct Decision {
   std::string reason;
 };
 
+// A node launcher's beat: a counter that changes with every beat, its host, and whether its
+// workers still run.
+enum class NodeState { kRunning, kStopped };
+struct NodeBeat {
+  uint64_t count = 0;
+  std::string host;
+  NodeState state = NodeState::kRunning;
+};
+
 class GroupWatch {
  public:
   GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptions options);
@@ -63,7 +72,8 @@ class GroupWatch {
 
  private:
   std::string key(const std::string& name) const;
-  void beat(const char* state);
+  void beat(NodeState state);
+  bool stopped_or_gone(int k);  // never joined, stopped its workers, or silent
   std::optional<launch::WorkerFailure> poll_as_node_zero(double now_s, launch::WorkerFailure f);
   std::optional<launch::WorkerFailure> report_of(int node);
   struct Node;
@@ -76,7 +86,8 @@ class GroupWatch {
   uint64_t beats_ = 0;
   double last_contact_s_;
   struct Node {
-    std::string last;
+    std::string last;  // the raw value: any change is a sign of life
+    NodeBeat beat;
     double last_change_s = 0;
     bool seen = false;
   };
@@ -85,8 +96,13 @@ class GroupWatch {
   std::string host_;
 };
 
-// failed/<k> and decision values, and back (exposed for tests).
+// The store values, and back (exposed for tests): failed/<k>, node/<k> ("<count> <host>
+// running|stopped") and decision ("restart|final resume|fresh\n<reason>").
 std::string encode_failure(const launch::WorkerFailure& f);
 launch::WorkerFailure decode_failure(const std::string& text);
+std::string encode_node_beat(const NodeBeat& beat);
+std::optional<NodeBeat> decode_node_beat(const std::string& text);
+std::string encode_decision(const Decision& decision);
+std::optional<Decision> decode_decision(const std::string& text);
 
 }  // namespace dstrain::train

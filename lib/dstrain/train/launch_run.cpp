@@ -49,11 +49,11 @@ std::string describe_plan(const config::Recipe& r) {
       "run_dir {}\n  model: {} H={} layers={} heads={} vocab={} ({:.3f}M parameters)\n  data: {} ({} format, seq_len {})\n"
       "  batch: global {} = micro {} x {} ranks x {} accumulation{}; {} tokens/step; {} steps\n"
       "  optimizer: {} lr {:g}; schedule {} ({} warmup steps); {}, ZeRO stage {}",
-      r.run_dir, r.model.family, r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
-      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, r.data.format, r.data.seq_len, config::global_batch_at(r, 0),
+      r.run_dir, config::name(r.model.family), r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
+      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, config::name(r.data.format), r.data.seq_len, config::global_batch_at(r, 0),
       r.train.micro_batch_size, world, config::accumulation_at(r, 0), r.train.accumulation.empty() ? "" : " (first stage)",
-      config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps, r.optimizer.type, r.optimizer.lr, r.schedule.type, r.schedule.warmup_steps,
-      r.precision.dtype, r.zero.stage);
+      config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps, config::name(r.optimizer.type), r.optimizer.lr, config::name(r.schedule.type), r.schedule.warmup_steps,
+      config::name(r.precision.dtype), r.zero.stage);
 }
 
 namespace {
@@ -85,7 +85,7 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
     throw Error(ErrorCode::kEnvironment,
                 fmt::format("the model state needs {:.1f} GiB of host memory on this node ({} workers x {:.1f} GiB: parameters, gradients and "
                             "optimizer states at ZeRO stage {}, {}), but only {:.1f} GiB is available",
-                            needed / 1073741824.0, local_workers, needed / local_workers / 1073741824.0, recipe.zero.stage, recipe.precision.dtype,
+                            needed / 1073741824.0, local_workers, needed / local_workers / 1073741824.0, recipe.zero.stage, config::name(recipe.precision.dtype),
                             available / 1073741824.0),
                 "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
 }
@@ -103,23 +103,16 @@ void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers)
       throw Error(ErrorCode::kEnvironment,
                   fmt::format("the model state alone needs {:.1f} GiB per rank (parameters, gradients and optimizer states at ZeRO stage {}, {}), "
                               "more than GPU {}'s {:.1f} GiB, before any activations",
-                              needed / 1073741824.0, recipe.zero.stage, recipe.precision.dtype, g, static_cast<double>(total) / 1073741824.0),
+                              needed / 1073741824.0, recipe.zero.stage, config::name(recipe.precision.dtype), g, static_cast<double>(total) / 1073741824.0),
                   train::out_of_memory_hint(recipe));
   }
-}
-
-bool any_committed_checkpoint(const std::string& root) {
-  bool any = false;
-  if (std::filesystem::is_directory(root))
-    for (const auto& e : std::filesystem::directory_iterator(root)) any = any || std::filesystem::exists(e.path() / "COMMITTED");
-  return any;
 }
 
 // Node 0 prepares the run directory; a resume needs a committed checkpoint.
 void prepare_run_dir(const config::Recipe& recipe, const RunDir& run_dir, bool resume) {
   if (resume) {
     // Existence only: the workers' rank 0 verifies and, if it must, falls back to an older one.
-    if (!any_committed_checkpoint(run_dir.ckpt_dir(recipe)))
+    if (!ckpt::has_committed_checkpoint(run_dir.ckpt_dir(recipe)))
       throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
                   "start it with `dstrain train` instead");
   } else {
@@ -228,11 +221,11 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     launch::WorkerFailure failure;
     status = launch::supervise(sup, &failure);
     if (!failure.happened) break;
-    if (const std::string where = watch.positions(); !where.empty() && failure.kind != "hang") log::warn("where each rank was: " + where);
+    if (const std::string where = watch.positions(); !where.empty() && failure.kind != launch::FailureKind::kHang) log::warn("where each rank was: " + where);
     if (topo.node_rank > 0) {
       // Node 0 decides for the group; this node reports its own failure and follows.
-      if (failure.kind != "remote" && failure.kind != "node_lost") watch.report_failure(failure);
-      if (failure.kind == "node_lost") break;
+      if (failure.kind != launch::FailureKind::kRemote && failure.kind != launch::FailureKind::kNodeLost) watch.report_failure(failure);
+      if (failure.kind == launch::FailureKind::kNodeLost) break;
       const std::optional<Decision> decision = watch.await_decision();
       if (!decision) {
         log::error(fmt::format("node 0 at {} did not say how to go on within {} s; stopping", watch_options.master, recipe.launch.heartbeat_timeout_s));
@@ -245,7 +238,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     }
     // Every node's failures of this generation, in time order: the first is the root cause.
     std::vector<launch::WorkerFailure> seen{failure};
-    if (failure.kind != "remote" && topo.nnodes > 1)
+    if (failure.kind != launch::FailureKind::kRemote && topo.nnodes > 1)
       for (auto& remote : watch.gather_reports(std::min(5.0, watch_options.heartbeat_timeout_s))) {
         log::warn("also failed: " + describe_failure(remote));
         seen.push_back(std::move(remote));
@@ -266,7 +259,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
     }
     Decision decision;
     decision.restart = again;
-    if (again && any_committed_checkpoint(run_dir.ckpt_dir(recipe))) resume = true, resume_from.clear();
+    if (again && ckpt::has_committed_checkpoint(run_dir.ckpt_dir(recipe))) resume = true, resume_from.clear();
     decision.resume = resume && resume_from.empty();
     decision.reason = describe_failure(failure);
     watch.decide(decision);

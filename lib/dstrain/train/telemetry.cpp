@@ -12,26 +12,36 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
+#include "dstrain/core/progress_line.h"
 #include "dstrain/metrics/sinks.h"
 #include "dstrain/train/run_dir.h"
+#include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
 namespace {
 
-bool has_sink(const config::Recipe& r, const char* name) { return std::find(r.logging.sinks.begin(), r.logging.sinks.end(), name) != r.logging.sinks.end(); }
-
 metrics::SinkOptions sink_options(const config::Recipe& r, const RunDir& run_dir, int64_t keep_through_step) {
   metrics::SinkOptions o;
   o.keep_through_step = keep_through_step;
-  if (has_sink(r, "jsonl")) o.jsonl_path = run_dir.metrics_path();
-  if (has_sink(r, "csv")) o.csv_dir = r.logging.csv_dir.empty() ? run_dir.root() + "/csv" : r.logging.csv_dir;
-  if (has_sink(r, "tensorboard")) o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;
+  if (r.logging.has_sink(config::Sink::kJsonl)) o.jsonl_path = run_dir.metrics_path();
+  if (r.logging.has_sink(config::Sink::kCsv)) o.csv_dir = r.logging.csv_dir.empty() ? run_dir.root() + "/csv" : r.logging.csv_dir;
+  if (r.logging.has_sink(config::Sink::kTensorboard)) o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;
   return o;
 }
 
 }  // namespace
+
+void write_memory_report(const RunDir& run_dir, const zero::Engine& engine) {
+  const zero::MemoryReport m = engine.memory();
+  const std::string json = fmt::format(
+      "{{\"version\": 1, \"params_bytes\": {}, \"grads_bytes\": {}, \"master_bytes\": {}, \"optimizer_bytes\": {}, "
+      "\"formula_params_bytes\": {}, \"formula_grads_bytes\": {}, \"formula_optimizer_bytes\": {}, \"parameters\": {}}}\n",
+      m.params, m.grads, m.master, m.optimizer, m.formula_params, m.formula_grads, m.formula_optimizer, engine.layout().numel());
+  write_file_atomic(run_dir.root() + "/memory.json", json);
+}
 
 double resident_mb() {
   long pages = 0, resident = 0;
@@ -51,7 +61,7 @@ double peak_resident_mb() {
 Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
                      const TrainingDevice& device)
     : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
-  console_ = has_sink(recipe, "console");
+  console_ = recipe.logging.has_sink(config::Sink::kConsole);
   const char* progress = std::getenv("DSTRAIN_PROGRESS");
   progress_ = comm.rank() == 0 && progress && std::string(progress) == "1";
   flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
@@ -62,10 +72,10 @@ Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::
     std::string source;
     if (device.device.is_cuda()) {
       peak_tflops_ = datasheet_peak_tflops(device.name, recipe.precision.dtype);
-      source = fmt::format("the {} datasheet's dense {} peak", device.name, recipe.precision.dtype == "fp32" ? "fp32" : "bf16/fp16 tensor-core");
+      source = fmt::format("the {} datasheet's dense {} peak", device.name, recipe.precision.dtype == config::Dtype::kFp32 ? "fp32" : "bf16/fp16 tensor-core");
       if (peak_tflops_ <= 0) {
         peak_tflops_ = measured_gpu_peak_tflops(device.device, recipe.precision.dtype);
-        source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", recipe.precision.dtype, device.name);
+        source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", config::name(recipe.precision.dtype), device.name);
       }
     } else {
       peak_tflops_ = measured_cpu_peak_tflops();
@@ -180,12 +190,11 @@ void Telemetry::finish_step(const StepOutcome& o) {
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
     log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%", o.step, total,
-                          o.loss, o.lr, o.grad_norm, recipe_.precision.dtype == "fp16" ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
+                          o.loss, o.lr, o.grad_norm, recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
                           m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    std::printf("@@progress %lld %lld %lld %.6g %.6g %.3f\n", static_cast<long long>(o.step), static_cast<long long>(first_step_),
-                static_cast<long long>(total), o.loss, m.tokens_per_s, elapsed);
+    std::printf("%s\n", progress::encode_line({o.step, first_step_, total, o.loss, m.tokens_per_s, elapsed}).c_str());
     std::fflush(stdout);
   }
 }

@@ -24,6 +24,9 @@ struct Recipe;
 namespace dstrain::metrics {
 class MetricSinks;
 }
+namespace dstrain::zero {
+class Engine;
+}
 
 namespace dstrain::train {
 
@@ -72,6 +75,9 @@ class Telemetry {
   bool console_ = true, progress_ = false;
   std::chrono::steady_clock::time_point started_;
 };
+
+// run_dir/memory.json: this rank's bytes of model state next to the ZeRO formulas (rank 0 writes it).
+void write_memory_report(const RunDir& run_dir, const zero::Engine& engine);
 
 // Resident memory of this process now and at its peak, MiB.
 double resident_mb();

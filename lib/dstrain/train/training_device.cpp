@@ -11,6 +11,7 @@
 
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/model/causal_lm.h"
 #include "dstrain/core/error.h"
 #include "dstrain_cuda.h"
 
@@ -52,7 +53,7 @@ TrainingDevice open_training_device(const std::string& spec, int rank) {
   return out;
 }
 
-double datasheet_peak_tflops(const std::string& gpu_name, const std::string& dtype) {
+double datasheet_peak_tflops(const std::string& gpu_name, config::Dtype dtype) {
   // NVIDIA datasheets, dense: {name fragment, bf16/fp16 tensor core, fp32}. Order matters: the
   // first fragment found wins (the PCIe/NVL variants before their SXM names).
   struct Row {
@@ -66,12 +67,12 @@ double datasheet_peak_tflops(const std::string& gpu_name, const std::string& dty
       {"A10G", 70.0, 31.2},       {"A10", 125.0, 31.2},      {"L4", 121.0, 30.3},       {"V100", 125.0, 15.7},
   };
   for (const Row& r : rows)
-    if (gpu_name.find(r.fragment) != std::string::npos) return dtype == "fp32" ? r.fp32 : r.half;
+    if (gpu_name.find(r.fragment) != std::string::npos) return dtype == config::Dtype::kFp32 ? r.fp32 : r.half;
   return 0;
 }
 
-double best_gemm_tflops(const c10::Device& device, const std::string& dtype, int64_t n, int rounds, int per_round) {
-  const auto type = dtype == "bf16" ? at::kBFloat16 : dtype == "fp16" ? at::kHalf : at::kFloat;
+double best_gemm_tflops(const c10::Device& device, config::Dtype dtype, int64_t n, int rounds, int per_round) {
+  const auto type = model::scalar_type(dtype);
   const at::Tensor a = at::randn({n, n}, at::TensorOptions().device(device).dtype(type)), b = at::randn({n, n}, a.options());
   at::mm(a, b);
   synchronize(device);
@@ -86,11 +87,11 @@ double best_gemm_tflops(const c10::Device& device, const std::string& dtype, int
   return best;
 }
 
-double measured_gpu_peak_tflops(const c10::Device& device, const std::string& dtype) {
+double measured_gpu_peak_tflops(const c10::Device& device, config::Dtype dtype) {
   return device.is_cuda() ? best_gemm_tflops(device, dtype, 4096, 5, 4) : 0;
 }
 
-double measured_cpu_peak_tflops() { return best_gemm_tflops(c10::Device(c10::kCPU), "fp32", 1024, 3, 1); }
+double measured_cpu_peak_tflops() { return best_gemm_tflops(c10::Device(c10::kCPU), config::Dtype::kFp32, 1024, 3, 1); }
 
 DeviceMemoryPeaks device_memory_peaks(const c10::Device& device) {
   DeviceMemoryPeaks out;
@@ -121,7 +122,7 @@ std::string out_of_memory_hint(const config::Recipe& r) {
                                         r.train.micro_batch_size, r.data.seq_len);
   std::vector<std::string> state;
   if (r.zero.stage < 3) state.push_back(fmt::format("raise zero.stage (now {})", r.zero.stage));
-  if (r.zero.offload_optimizer != "cpu") state.push_back("set zero.offload_optimizer: cpu (master weights and Adam states in host memory)");
+  if (r.zero.offload_optimizer != config::OffloadDevice::kCpu) state.push_back("set zero.offload_optimizer: cpu (master weights and Adam states in host memory)");
   std::string hint;
   if (config::activation_bytes_estimate(r) >= config::model_state_memory(r).device_bytes || state.empty()) {
     hint = batch + " first: activations are most of it";
@@ -140,7 +141,7 @@ std::string out_of_memory_message(const config::Recipe& r, const TrainingDevice&
   return fmt::format("out of memory on {}{} in {}: {}. Per rank this run needs about {:.2f} GiB of model state {} (ZeRO stage {}, {}{}) "
                      "plus ~{:.2f} GiB of activations for a micro-batch of {} x {} tokens",
                      d.device.str(), size, where, detail, state.device_bytes / gib, d.device.is_cuda() ? "on the GPU" : "in memory", r.zero.stage,
-                     r.precision.dtype,
+                     config::name(r.precision.dtype),
                      state.host_bytes > 0 ? fmt::format(", {:.2f} GiB offloaded to host memory", state.host_bytes / gib) : "", activations / gib,
                      r.train.micro_batch_size, r.data.seq_len);
 }

@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "dstrain/config/enums.h"
+
 namespace dstrain::config {
 struct Recipe;
 }
@@ -24,13 +26,13 @@ TrainingDevice open_training_device(const std::string& spec, int rank);
 
 // Dense (no sparsity) datasheet peak TFLOP/s of a known GPU for the training dtype (bf16/fp16
 // tensor cores; fp32 without TF32, PyTorch's default), or 0 when the GPU is not in the table.
-double datasheet_peak_tflops(const std::string& gpu_name, const std::string& dtype);
+double datasheet_peak_tflops(const std::string& gpu_name, config::Dtype dtype);
 // The best throughput (TFLOP/s) of an n x n GEMM in `dtype` on `device`: after a warm-up,
 // `rounds` timed rounds of `per_round` matmuls, the device synchronised around each.
-double best_gemm_tflops(const c10::Device& device, const std::string& dtype, int64_t n, int rounds, int per_round);
+double best_gemm_tflops(const c10::Device& device, config::Dtype dtype, int64_t n, int rounds, int per_round);
 // MFU's denominator where no datasheet applies. On a GPU outside the table: a 4096^2 GEMM in the
 // training dtype (0 without a GPU). On CPU: the best fp32 1024^2 GEMM this process's threads reach.
-double measured_gpu_peak_tflops(const c10::Device& device, const std::string& dtype);
+double measured_gpu_peak_tflops(const c10::Device& device, config::Dtype dtype);
 double measured_cpu_peak_tflops();
 
 // The CUDA caching allocator's peak allocated and reserved bytes on `device` since the start, MiB

@@ -20,11 +20,6 @@
 namespace dstrain::zero {
 namespace {
 
-at::ScalarType dtype_of(const std::string& name) {
-  if (name == "bf16") return at::kBFloat16;
-  if (name == "fp16") return at::kHalf;
-  return at::kFloat;
-}
 
 // Stage 3 frees a unit's storage between uses; the parameters stay views of it (their sizes and
 // autograd state untouched), and autograd's saved references see the data again once regathered.
@@ -101,9 +96,9 @@ struct Engine::Impl final : model::LayerGate {
 
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
       : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
-        dtype(dtype_of(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device), offload(o.offload_optimizer),
+        dtype(model::scalar_type(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device), offload(o.offload_optimizer),
         layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)), segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
-        scaler(o.dtype == "fp16" ? o.loss_scaler : LossScalerConfig{1.0}) {
+        scaler(o.dtype == config::Dtype::kFp16 ? o.loss_scaler : LossScalerConfig{1.0}) {
     if (c.device() != o.device)
       throw Error(ErrorCode::kInternal, fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), c.backend(), c.device().str()),
                   "this is a dstrain bug; please report it");
@@ -386,7 +381,7 @@ Engine::~Engine() { impl_->model.set_layer_gate(nullptr); }
 
 const Layout& Engine::layout() const { return impl_->layout; }
 
-double Engine::loss_scale() const { return impl_->opt.dtype == "fp16" ? impl_->scaler.scale() : 1.0; }
+double Engine::loss_scale() const { return impl_->opt.dtype == config::Dtype::kFp16 ? impl_->scaler.scale() : 1.0; }
 
 void Engine::begin_micro(bool last) {
   Impl& m = *impl_;
@@ -445,7 +440,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
   result.skipped = !std::isfinite(total_sq);
-  if (m.opt.dtype == "fp16") m.scaler.update(result.skipped);
+  if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
   if (result.skipped) {
     ++skipped_;
   } else {
@@ -510,7 +505,7 @@ std::string Engine::describe() const {
                                       : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   return fmt::format("ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
                      "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
-                     m.opt.stage, m.world, m.layout.units().size(), m.opt.dtype, m.device.str(), m.opt.overlap_comm ? "on" : "off", where, mb(r.params), mb(r.grads),
+                     m.opt.stage, m.world, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off", where, mb(r.params), mb(r.grads),
                      mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
 }
 
@@ -536,27 +531,38 @@ std::vector<Engine::StateTensor> Engine::state_tensors() const {
   std::vector<StateTensor> out;
   for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
     for (const auto& p : impl_->model.parameters()) out.push_back({prefix + p.name, "float32", p.tensor.sizes().vec()});
-  out.push_back({"engine.state", "float64", {5}});
   return out;
 }
 
 bool Engine::shard_replicated() const { return impl_->opt.stage == 0 || impl_->world == 1; }
 
-std::vector<double> Engine::state_values() const {
-  const LossScalerState& s = impl_->scaler.state();
-  return {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),
-          static_cast<double>(skipped_)};
+std::vector<double> EngineState::values() const {
+  return {scaler.scale, static_cast<double>(scaler.iter), static_cast<double>(scaler.last_overflow_iter), static_cast<double>(scaler.hysteresis_left),
+          static_cast<double>(skipped_steps)};
 }
 
-void Engine::set_state_values(const std::vector<double>& v) {
-  if (v.size() != 5) throw Error(ErrorCode::kCheckpoint, "engine.state must hold 5 values", "the checkpoint was written by another dstrain");
-  LossScalerState s;
-  s.scale = v[0];
-  s.iter = static_cast<int64_t>(v[1]);
-  s.last_overflow_iter = static_cast<int64_t>(v[2]);
-  s.hysteresis_left = static_cast<int64_t>(v[3]);
-  if (impl_->opt.dtype == "fp16") impl_->scaler.set_state(s);
-  skipped_ = static_cast<int64_t>(v[4]);
+EngineState EngineState::from_values(const std::vector<double>& v) {
+  if (static_cast<int64_t>(v.size()) != kValues)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("engine.state holds {} values, not {}", v.size(), kValues), "the checkpoint was written by another dstrain");
+  EngineState s;
+  s.scaler.scale = v[0];
+  s.scaler.iter = static_cast<int64_t>(v[1]);
+  s.scaler.last_overflow_iter = static_cast<int64_t>(v[2]);
+  s.scaler.hysteresis_left = static_cast<int64_t>(v[3]);
+  s.skipped_steps = static_cast<int64_t>(v[4]);
+  return s;
+}
+
+model::NamedTensors Engine::state() const {
+  const std::vector<double> values = EngineState{impl_->scaler.state(), skipped_}.values();
+  return {{"engine.state", at::tensor(values, at::kDouble)}};
+}
+
+void Engine::load_state(const model::NamedTensors& state) {
+  const at::Tensor t = state.at(0).tensor.to(at::kDouble).contiguous();
+  const EngineState s = EngineState::from_values(std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel()));
+  if (impl_->opt.dtype == config::Dtype::kFp16) impl_->scaler.set_state(s.scaler);
+  skipped_ = s.skipped_steps;
 }
 
 void Engine::publish_loaded_shard() {
@@ -571,8 +577,6 @@ void Engine::publish_loaded_shard() {
   m.publish_params();
 }
 
-at::Device Engine::optimizer_device() const { return impl_->optim_device; }
-
 void Engine::drop_host_copies() {
   for (auto& m : impl_->mirror) m = at::Tensor();
   impl_->mirrored = false;
@@ -583,7 +587,6 @@ model::NamedTensors Engine::full_state() const {
   model::NamedTensors out;
   for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
     for (const auto& p : m.model.parameters()) out.push_back({prefix + p.name, at::zeros(p.tensor.sizes(), at::kFloat)});
-  out.push_back({"engine.state", at::zeros({5}, at::kDouble)});
   return out;
 }
 
@@ -613,12 +616,6 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
       }
     }
   }
-  if (full.empty()) return;
-  const LossScalerState& s = m.scaler.state();
-  const at::Tensor state = full[3 * np].tensor;
-  const double values[] = {s.scale, static_cast<double>(s.iter), static_cast<double>(s.last_overflow_iter), static_cast<double>(s.hysteresis_left),
-                           static_cast<double>(skipped_)};
-  for (int i = 0; i < 5; ++i) state[i] = values[i];
 }
 
 }  // namespace dstrain::zero

@@ -22,13 +22,18 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/config/enums.h"
 #include "dstrain/model/named_tensor.h"
+#include "dstrain/model/stateful.h"
 #include "dstrain/optim/cpu_adam.h"
 #include "dstrain/zero/layout.h"
 #include "dstrain/zero/loss_scaler.h"
 
 namespace dstrain::comm {
 class Communicator;
+}
+namespace dstrain::config {
+struct Recipe;
 }
 namespace dstrain::model {
 class CausalLM;
@@ -45,12 +50,15 @@ struct EngineOptions {
   int64_t offload_chunk = int64_t{16} << 20;  // offload: elements per copy/update chunk (whole parameter segments)
   int64_t prefetch_bucket_size = 50000000;  // stage 3: prefetch the next group when it is at most this
   int64_t persistence_threshold = 100000;   // stage 3: parameters below this stay resident
-  std::string dtype = "fp32";               // fp32, bf16 or fp16 (parameters, activations, gradients)
+  config::Dtype dtype = config::Dtype::kFp32;  // parameters, activations, gradients
   optim::AdamHyper adam;                    // lr and step are set per step
   double grad_clip = 0;                     // 0: off
   bool average_over_ranks = true;           // divide summed gradients by the world size
   LossScalerConfig loss_scaler;             // fp16 only
 };
+
+// The recipe's zero, precision and optimizer sections for an engine on `device`.
+EngineOptions options_from(const config::Recipe& recipe, const at::Device& device);
 
 struct MemoryReport {
   int64_t params = 0;     // model-dtype parameters resident on this rank
@@ -71,7 +79,18 @@ struct StepResult {
   double gather_wait_ms = 0;  // ... and on parameter all-gathers (stage 3, and after the update)
 };
 
-class Engine {
+// engine.state in checkpoints: the fp16 loss scaler and the count of skipped steps, as
+// kValues doubles (the format every checkpoint since v2 uses).
+struct EngineState {
+  static constexpr int64_t kValues = 5;
+  LossScalerState scaler;
+  int64_t skipped_steps = 0;
+  std::vector<double> values() const;
+  // Throws Error{kCheckpoint} unless `values` holds kValues numbers.
+  static EngineState from_values(const std::vector<double>& values);
+};
+
+class Engine final : public model::Stateful {
  public:
   // Takes over the model's parameters: they become views of the engine's flat buffers, in the
   // configured dtype. Collective: every rank constructs it at the same point.
@@ -96,9 +115,9 @@ class Engine {
   std::string describe() const;  // one line for the log
 
   // Checkpoints, in the same names at every stage and world size: the parameters (fp32 master),
-  // exp_avg.<name>, exp_avg_sq.<name>, and engine.state (loss scaler and skipped steps).
-  // full_state() allocates them whole; gather_full_state() fills them (collective; a rank that
-  // passes an empty list only takes part): for writers without a shared filesystem.
+  // exp_avg.<name> and exp_avg_sq.<name>, sharded; and the replicated engine.state (Stateful).
+  // full_state() allocates the sharded ones whole; gather_full_state() fills them (collective; a
+  // rank that passes an empty list only takes part): for writers without a shared filesystem.
   model::NamedTensors full_state() const;
   void gather_full_state(const model::NamedTensors& full);
 
@@ -111,24 +130,21 @@ class Engine {
     float* data = nullptr;
   };
   std::vector<ShardRun> shard_runs() const;
-  // Name, dtype and shape of every tensor the engine saves (no allocation).
+  // Name, dtype and shape of every sharded tensor the engine saves (no allocation).
   struct StateTensor {
     std::string name, dtype;
     std::vector<int64_t> shape;
   };
   std::vector<StateTensor> state_tensors() const;
   bool shard_replicated() const;
-  // The loss scaler and skipped steps as 5 doubles (engine.state in checkpoints), and back.
-  std::vector<double> state_values() const;
-  void set_state_values(const std::vector<double>& values);
+  // engine.state (EngineState), as a float64 tensor.
+  model::NamedTensors state() const override;
+  void load_state(const model::NamedTensors& state) override;
   // After shard_runs()' memory was filled from a checkpoint: rebuild the parameters (collective).
   void publish_loaded_shard();
   // A shard on a GPU is read and written through host copies that shard_runs() makes; after a
   // save they are no longer needed (12 bytes per shard element of host memory).
   void drop_host_copies();
-
-  // Where the optimizer state lives: the training device, or the CPU when offloaded.
-  at::Device optimizer_device() const;
 
   // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
   void inject_overflow() { inject_overflow_ = true; }

@@ -108,12 +108,12 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"bfloat16 is an alias of bf16", "train: {steps: 10, micro_batch_size: 2}\n", R"({"bfloat16": {"enabled": true}})", {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.precision.dtype == "bf16");
+         CHECK(o.recipe.precision.dtype == config::Dtype::kBf16);
        }},
       {"bf16 wins over bfloat16, with a warning", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": false}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.precision.dtype == "bf16");
+         CHECK(o.recipe.precision.dtype == config::Dtype::kBf16);
          CHECK_THAT(o.warnings, Catch::Contains("bfloat16 is ignored"));
        }},
       {"zero_optimization: true is stage 1 with allgather_size", "train: {steps: 10, micro_batch_size: 2}\n",
@@ -126,7 +126,7 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"cpu_offload is offload_optimizer cpu", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.zero.offload_optimizer == "cpu");
+         CHECK(o.recipe.zero.offload_optimizer == config::OffloadDevice::kCpu);
          CHECK_THAT(o.warnings, Catch::Contains("cpu_offload is deprecated use offload_optimizer"));
        }},
       {"stage3_gather_fp16_weights_on_model_save is the old name", "train: {steps: 10, micro_batch_size: 2}\n",
@@ -161,21 +161,21 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"Adam means AdamW unless adam_w_mode is false", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.optimizer.type == "adam");
+         CHECK(o.recipe.optimizer.type == config::OptimizerType::kAdam);
          CHECK(o.recipe.optimizer.weight_decay == 0.01);
        }},
       {"ADAM is case-insensitive and decoupled by default", "train: {steps: 10, micro_batch_size: 2}\n", R"({"optimizer": {"type": "ADAM"}})", {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.optimizer.type == "adamw");
+         CHECK(o.recipe.optimizer.type == config::OptimizerType::kAdamW);
        }},
       {"WarmupCosineLR maps with DeepSpeed's defaults", "train: {micro_batch_size: 2}\n",
        R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 500, "warmup_num_steps": 50}}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.train.steps == 500);
-         CHECK(o.recipe.schedule.type == "ds_warmup_cosine");
+         CHECK(o.recipe.schedule.type == config::ScheduleType::kDsWarmupCosine);
          CHECK(o.recipe.schedule.warmup_steps == 50);
-         CHECK(o.recipe.schedule.warmup_type == "log");      // DeepSpeed's default
+         CHECK(o.recipe.schedule.warmup_type == config::WarmupType::kLog);      // DeepSpeed's default
          CHECK(o.recipe.schedule.min_lr_ratio == 0.0001);    // cos_min_ratio default
        }},
       {"WarmupLR's absolute min and max LR", "train: {steps: 100, micro_batch_size: 2}\n",
@@ -184,14 +184,14 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.lr == 0.004);
          CHECK(o.recipe.schedule.warmup_min_ratio == Approx(0.25));
-         CHECK(o.recipe.schedule.type == "ds_warmup");
+         CHECK(o.recipe.schedule.type == config::ScheduleType::kDsWarmup);
        }},
       {"OneCycle maps onto ds_one_cycle", "train: {steps: 100, micro_batch_size: 2}\n",
        R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.01, "cycle_first_step_size": 30,
            "decay_lr_rate": 0.5, "decay_step_size": 10, "cycle_momentum": false}}})", {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.schedule.type == "ds_one_cycle");
+         CHECK(o.recipe.schedule.type == config::ScheduleType::kDsOneCycle);
          CHECK(o.recipe.schedule.cycle_min_lr == 0.0001);
          CHECK(o.recipe.schedule.cycle_max_lr == 0.01);
          CHECK(o.recipe.schedule.cycle_first_step_size == 30);
@@ -271,7 +271,7 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
        R"({"fp16": {"enabled": true, "loss_scale_window": 500, "hysteresis": 1, "min_loss_scale": 1.0, "initial_scale_power": 12}})", {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.precision.dtype == "fp16");
+         CHECK(o.recipe.precision.dtype == config::Dtype::kFp16);
          CHECK(o.recipe.precision.loss_scale_window == 500);
          CHECK(o.recipe.precision.hysteresis == 1);
          CHECK(o.recipe.precision.initial_scale_power == 12);
@@ -279,7 +279,7 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"monitors become sinks", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"tensorboard": {"enabled": true, "job_name": "x"}, "csv_monitor": {"enabled": false}})", {}, [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.logging.sinks == std::vector<std::string>{"console", "jsonl", "tensorboard"});
+         CHECK(o.recipe.logging.sinks == std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard});
          CHECK(o.recipe.logging.tensorboard_dir.empty());  // no output_path: the run directory's
        }},
       {"monitor output paths are DeepSpeed's output_path/job_name", "train: {steps: 10, micro_batch_size: 2}\n",
@@ -288,7 +288,7 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          REQUIRE(o.ok);
          CHECK(o.recipe.logging.tensorboard_dir == "/tmp/tb/exp1");
          CHECK(o.recipe.logging.csv_dir == "/tmp/csv/DeepSpeedJobName");
-         CHECK(o.recipe.logging.sinks == std::vector<std::string>{"console", "jsonl", "tensorboard", "csv"});
+         CHECK(o.recipe.logging.sinks == std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard, config::Sink::kCsv});
        }},
       {"pydantic's lax coercions", "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": "3", "contiguous_gradients": "no", "reduce_bucket_size": 2.0}})", {}, [](const Outcome& o) {

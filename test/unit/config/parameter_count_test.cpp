@@ -1,6 +1,7 @@
 // Parameter counts from configs alone (nothing allocated) against the published totals.
 #include <catch2/catch.hpp>
 
+#include "test_support.h"
 #include "dstrain/config/describe.h"
 
 using namespace dstrain::config;
@@ -9,7 +10,7 @@ namespace {
 
 ModelConfig v2_lite() {
   ModelConfig m;
-  m.family = "mla_moe";
+  m.family = ModelFamily::kMlaMoe;
   m.vocab_size = 102400, m.hidden_size = 2048, m.num_layers = 27, m.num_heads = 16, m.intermediate_size = 10944;
   m.q_lora_rank = 0, m.kv_lora_rank = 512, m.qk_nope_head_dim = 128, m.qk_rope_head_dim = 64, m.v_head_dim = 128;
   m.moe_intermediate_size = 1408, m.n_routed_experts = 64, m.n_shared_experts = 2, m.num_experts_per_tok = 6, m.first_k_dense_replace = 1;
@@ -20,7 +21,7 @@ ModelConfig v3() {
   ModelConfig m = v2_lite();
   m.vocab_size = 129280, m.hidden_size = 7168, m.num_layers = 61, m.num_heads = 128, m.intermediate_size = 18432;
   m.q_lora_rank = 1536, m.moe_intermediate_size = 2048, m.n_routed_experts = 256, m.n_shared_experts = 1, m.num_experts_per_tok = 8;
-  m.first_k_dense_replace = 3, m.scoring_func = "sigmoid", m.topk_method = "noaux_tc", m.n_group = 8, m.topk_group = 4;
+  m.first_k_dense_replace = 3, m.scoring_func = ScoringFunc::kSigmoid, m.topk_method = TopkMethod::kNoauxTc, m.n_group = 8, m.topk_group = 4;
   return m;
 }
 
@@ -41,7 +42,7 @@ TEST_CASE("MLA + MoE counts equal the published totals", "[config]") {
   CHECK(lite.active == Approx(2.66e9).epsilon(2e-3));   // the reference's formula (2.4B excl. embeddings)
   ModelConfig v2 = v2_lite();
   v2.hidden_size = 5120, v2.num_layers = 60, v2.num_heads = 128, v2.intermediate_size = 12288, v2.q_lora_rank = 1536;
-  v2.moe_intermediate_size = 1536, v2.n_routed_experts = 160, v2.topk_method = "group_limited_greedy", v2.n_group = 8, v2.topk_group = 3;
+  v2.moe_intermediate_size = 1536, v2.n_routed_experts = 160, v2.topk_method = TopkMethod::kGroupLimitedGreedy, v2.n_group = 8, v2.topk_group = 3;
   CHECK(parameter_counts(v2).total == Approx(235.74e9).epsilon(1e-3));  // published 236B
   const auto big = parameter_counts(v3());
   CHECK(big.total == Approx(671.03e9).epsilon(1e-3));  // published 671B (without MTP)

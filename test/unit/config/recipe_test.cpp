@@ -152,7 +152,7 @@ TEST_CASE("every bundled recipe resolves", "[config]") {
   }
   // The V2-Lite preset takes its sizes from the bundled Hugging Face config.json.
   const auto lite = config::load_recipe(test::source_dir() + "/recipes/deepseek-v2-lite.yaml");
-  CHECK(lite.model.family == "mla_moe");
+  CHECK(lite.model.family == config::ModelFamily::kMlaMoe);
   CHECK(lite.model.q_lora_rank == 0);  // null in config.json: a direct q_proj
   CHECK(lite.model.n_routed_experts == 64);
   CHECK(lite.model.init_std == 0.006);  // set in the recipe: wins over config.json's initializer_range
@@ -206,4 +206,31 @@ TEST_CASE("accumulation stages may end at a token count", "[config]") {
   CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 20, steps: 1}, {until_tokens: 1000, steps: 2}, {steps: 4}]"}),
              Catch::Contains("must grow"));
   CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 2, until_tokens: 5, steps: 1}, {steps: 4}]"}), Catch::Contains("not both"));
+}
+
+TEST_CASE("enum settings: the schema's choices are the enums' names, and the resolved config keeps them as names", "[config]") {
+  for (const auto& f : config::recipe_schema()) {
+    config::Recipe r;
+    const auto target = f.target(r);
+    if (!std::holds_alternative<config::EnumTarget>(target) && !std::holds_alternative<config::EnumListTarget>(target)) continue;
+    INFO(f.path);
+    CHECK(f.choices.size() >= 2);
+  }
+  test::TempDir dir;
+  const std::string path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 4, micro_batch_size: 2, on_bad_step: rollback}\n"
+                                             "precision: {dtype: bf16}\nschedule: {type: wsd}\n"
+                                             "logging: {sinks: [jsonl, csv]}\nzero: {stage: 1, offload_optimizer: cpu}\n");
+  const config::Recipe r = config::load_recipe(path);
+  CHECK(r.precision.dtype == config::Dtype::kBf16);
+  CHECK(r.schedule.type == config::ScheduleType::kWsd);
+  CHECK(r.train.on_bad_step == config::BadStepAction::kRollback);
+  CHECK(r.zero.offload_optimizer == config::OffloadDevice::kCpu);
+  CHECK(r.logging.sinks == std::vector<config::Sink>{config::Sink::kJsonl, config::Sink::kCsv});
+  const std::string json = config::to_canonical_json(r);
+  CHECK_THAT(json, Catch::Contains("\"dtype\":\"bf16\"") && Catch::Contains("\"sinks\":[\"jsonl\",\"csv\"]") && Catch::Contains("\"on_bad_step\":\"rollback\""));
+  config::write_resolved_config(r, dir.path() + "/resolved.json");
+  const config::Recipe back = config::read_resolved_config(dir.path() + "/resolved.json");
+  CHECK(config::config_hash(back) == config::config_hash(r));
+  CHECK(back.logging.sinks == r.logging.sinks);
+  CHECK(back.schedule.type == config::ScheduleType::kWsd);
 }

@@ -8,6 +8,8 @@
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/fault_injector.h"
+#include "dstrain/core/progress_line.h"
 #include "dstrain/core/threads.h"
 #include "test_support.h"
 
@@ -70,4 +72,66 @@ TEST_CASE("first_line keeps what a message quotes of a library's exception text"
   CHECK(dstrain::first_line("DefaultCPUAllocator: can't allocate memory\nException raised from ...\nframe #0") == "DefaultCPUAllocator: can't allocate memory");
   CHECK(dstrain::first_line("one line") == "one line");
   CHECK(dstrain::first_line("") == "");
+}
+
+TEST_CASE("fault injector: parses every fault and answers no fault otherwise", "[core]") {
+  dstrain::FaultInjector none("");
+  CHECK_FALSE(none.any());
+  CHECK_FALSE(none.overflow_at(3));
+  CHECK_FALSE(none.nan_loss_due(0, 1));
+  CHECK(none.stall_seconds(0, 1) == 0);
+  CHECK(none.slowdown(0) == 1);
+  CHECK(none.offload_chunk(77) == 77);
+  CHECK_FALSE(none.fact_override(0));
+  CHECK(none.data_path_override(0).empty());
+
+  dstrain::FaultInjector f("inf_step=3;nan_loss=1:12;stall=1:4:2.5;slow_rank=1:3;offload_chunk=5000;fact=2:libtorch=2.10.0;data_path=2:/a:b/c");
+  CHECK(f.any());
+  CHECK(f.overflow_at(3));
+  CHECK_FALSE(f.overflow_at(4));
+  CHECK_FALSE(f.nan_loss_due(0, 12));
+  CHECK(f.nan_loss_due(1, 12));
+  CHECK_FALSE(f.nan_loss_due(1, 12));  // once per process: a transient fault
+  CHECK(f.stall_seconds(1, 4) == 2.5);
+  CHECK(f.stall_seconds(1, 5) == 0);
+  CHECK(f.slowdown(1) == 3);
+  CHECK(f.offload_chunk(77) == 5000);
+  REQUIRE(f.fact_override(2));
+  CHECK(f.fact_override(2)->first == "libtorch");
+  CHECK(f.fact_override(2)->second == "2.10.0");
+  CHECK(f.data_path_override(2) == "/a:b/c");
+
+  dstrain::FaultInjector always("nan_loss=0:5:always");
+  CHECK(always.nan_loss_due(0, 5));
+  CHECK(always.nan_loss_due(0, 5));
+}
+
+TEST_CASE("fault injector: a malformed or unknown fault is an error that names it", "[core]") {
+  for (const char* spec : {"stall=1:4", "nan_loss=1:x", "inf_step=3x", "fact=2:libtorch", "nan_loss=1:2:sometimes", "crash=3"}) {
+    INFO(spec);
+    try {
+      dstrain::FaultInjector f(spec);
+      FAIL("accepted");
+    } catch (const dstrain::Error& e) {
+      CHECK(e.code() == dstrain::ErrorCode::kUsage);
+      CHECK_THAT(e.what(), Catch::Contains("DSTRAIN_TEST_FAULTS"));
+    }
+  }
+}
+
+TEST_CASE("progress lines: the worker's record reads back as written, other lines are not progress", "[core]") {
+  const progress::ProgressLine p{17, 10, 150, 2.345678, 12345.6, 3.25};
+  const std::string line = progress::encode_line(p);
+  CHECK(progress::is_progress_line(line));
+  const auto q = progress::decode_line(line);
+  REQUIRE(q);
+  CHECK(q->step == 17);
+  CHECK(q->first_step == 10);
+  CHECK(q->total_steps == 150);
+  CHECK(q->loss == Approx(2.345678));
+  CHECK(q->tokens_per_s == Approx(12345.6));
+  CHECK(q->elapsed_s == Approx(3.25));
+  CHECK_FALSE(progress::decode_line("@@progress 1 2"));
+  CHECK_FALSE(progress::decode_line("@@progress 1 0 10 2.0 5.0 1.0 trailing"));
+  CHECK_FALSE(progress::is_progress_line("step 17/150 | loss 2.3"));
 }

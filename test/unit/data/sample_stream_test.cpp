@@ -19,8 +19,8 @@ TEST_CASE("blends draw each source in proportion, each of its samples once per i
   write_file_atomic(dir.path() + "/b.txt", b);
   auto open = [&] {
     std::vector<std::unique_ptr<data::TokenFile>> files;
-    files.push_back(data::open_token_file(dir.path() + "/a.txt", "bytes", 4));
-    files.push_back(data::open_token_file(dir.path() + "/b.txt", "bytes", 4));
+    files.push_back(data::open_token_file(dir.path() + "/a.txt", dstrain::config::DataFormat::kBytes, 4));
+    files.push_back(data::open_token_file(dir.path() + "/b.txt", dstrain::config::DataFormat::kBytes, 4));
     return files;
   };
   data::SampleStream stream(open(), {3, 1}, 4, 5);

@@ -20,7 +20,9 @@ std::vector<int64_t> stream(const data::TokenFile& f) {
 
 std::string data_error(const std::string& path, const std::string& format) {
   try {
-    data::open_token_file(path, format, 1);
+    config::DataFormat parsed{};
+    REQUIRE(config::parse_enum(format, parsed));
+    data::open_token_file(path, parsed, 1);
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kData);
     return e.what();
@@ -43,14 +45,14 @@ TEST_CASE("Megatron datasets read back exactly, every dtype, with documents", "[
   for (int code = 1; code <= 8; ++code) {
     INFO("dtype code " << code);
     data::write_megatron(dir.path() + "/c" + std::to_string(code), docs, code);
-    const auto f = data::open_token_file(dir.path() + "/c" + std::to_string(code), "megatron", 4);
+    const auto f = data::open_token_file(dir.path() + "/c" + std::to_string(code), config::DataFormat::kMegatron, 4);
     CHECK(stream(*f) == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10});
     CHECK(f->document_starts() == std::vector<int64_t>{0, 3, 8});
   }
   // Large vocabularies get int32, as Megatron chooses at 65500.
   data::write_megatron(dir.path() + "/big", {{70000, 1, 102399}});
   CHECK(read_file(dir.path() + "/big.idx")[17] == 4);
-  CHECK(stream(*data::open_token_file(dir.path() + "/big.bin", "megatron", 2)) == std::vector<int64_t>{70000, 1, 102399});
+  CHECK(stream(*data::open_token_file(dir.path() + "/big.bin", config::DataFormat::kMegatron, 2)) == std::vector<int64_t>{70000, 1, 102399});
 }
 
 TEST_CASE("llm.c files of both versions and raw uint16 read back exactly", "[data]") {
@@ -60,12 +62,12 @@ TEST_CASE("llm.c files of both versions and raw uint16 read back exactly", "[dat
   data::write_llmc(dir.path() + "/v1.bin", t, 1);
   const std::string head = read_file(dir.path() + "/v1.bin").substr(0, 12);
   CHECK(head == std::string("\x88\xd8\x34\x01\x01\x00\x00\x00\x39\x30\x00\x00", 12));  // the reference's first 12 bytes
-  CHECK(stream(*data::open_token_file(dir.path() + "/v1.bin", "llmc", 8)) == t);
+  CHECK(stream(*data::open_token_file(dir.path() + "/v1.bin", config::DataFormat::kLlmc, 8)) == t);
   t[5] = 128000;  // Llama-3 vocabulary needs uint32
   data::write_llmc(dir.path() + "/v7.bin", t, 7);
-  CHECK(stream(*data::open_token_file(dir.path() + "/v7.bin", "llmc", 8)) == t);
+  CHECK(stream(*data::open_token_file(dir.path() + "/v7.bin", config::DataFormat::kLlmc, 8)) == t);
   write_file_atomic(dir.path() + "/raw.bin", std::string("\x01\x00\xff\xff\x34\x12", 6));
-  CHECK(stream(*data::open_token_file(dir.path() + "/raw.bin", "raw_u16", 1)) == std::vector<int64_t>{1, 65535, 0x1234});
+  CHECK(stream(*data::open_token_file(dir.path() + "/raw.bin", config::DataFormat::kRawU16, 1)) == std::vector<int64_t>{1, 65535, 0x1234});
 }
 
 TEST_CASE("corrupt data files give a clear error naming the file", "[data]") {

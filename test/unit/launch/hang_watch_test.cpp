@@ -115,7 +115,7 @@ TEST_CASE("finished ranks and ranks never heard from are not hangs", "[launch]")
 TEST_CASE("a node's failure report round-trips through the store value", "[launch]") {
   launch::WorkerFailure f;
   f.happened = true;
-  f.kind = "signal";
+  f.kind = launch::FailureKind::kSignal;
   f.rank = 3;
   f.pid = 4242;
   f.host = "node-b";
@@ -134,4 +134,28 @@ TEST_CASE("a node's failure report round-trips through the store value", "[launc
   CHECK(g.description == f.description);
   CHECK(g.tail == f.tail);
   CHECK(train::decode_failure("exit\nnot a number").description == "(an unreadable failure report)");
+  CHECK(train::decode_failure("crashed\n1\n2\nh\n-1\n9\n0\nx").description == "(an unreadable failure report)");
+}
+
+TEST_CASE("node beats and node 0's decision round-trip through their store values", "[launch]") {
+  const train::NodeBeat beat{41, "node-b", train::NodeState::kStopped};
+  const auto b = train::decode_node_beat(train::encode_node_beat(beat));
+  REQUIRE(b);
+  CHECK(b->count == 41);
+  CHECK(b->host == "node-b");
+  CHECK(b->state == train::NodeState::kStopped);
+  CHECK_FALSE(train::decode_node_beat("41 node-b sleeping"));
+  CHECK_FALSE(train::decode_node_beat("garbage"));
+
+  const train::Decision d{true, true, "rank 3 on node-b was killed by signal 9\nmore"};
+  const auto e = train::decode_decision(train::encode_decision(d));
+  REQUIRE(e);
+  CHECK(e->restart);
+  CHECK(e->resume);
+  CHECK(e->reason == d.reason);
+  const auto f = train::decode_decision(train::encode_decision({false, false, "stop"}));
+  REQUIRE(f);
+  CHECK_FALSE(f->restart);
+  CHECK_FALSE(f->resume);
+  CHECK_FALSE(train::decode_decision("maybe fresh\nwhy"));
 }

@@ -27,18 +27,18 @@ namespace {
 // rope 8, nope 16, v 16 (here 3 layers so that two are MoE).
 config::ModelConfig tiny_v3() {
   config::ModelConfig c;
-  c.family = "mla_moe";
+  c.family = config::ModelFamily::kMlaMoe;
   c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 3, c.num_heads = 4, c.intermediate_size = 96, c.max_seq_len = 16;
   c.q_lora_rank = 32, c.kv_lora_rank = 16, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
   c.moe_intermediate_size = 24, c.n_routed_experts = 4, c.n_shared_experts = 1, c.num_experts_per_tok = 2, c.first_k_dense_replace = 1;
-  c.scoring_func = "sigmoid", c.topk_method = "noaux_tc", c.n_group = 2, c.topk_group = 1, c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
+  c.scoring_func = config::ScoringFunc::kSigmoid, c.topk_method = config::TopkMethod::kNoauxTc, c.n_group = 2, c.topk_group = 1, c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
   c.aux_loss_alpha = 0.01;
   return c;
 }
 
 config::ModelConfig tiny_v2_lite() {
   config::ModelConfig c = tiny_v3();
-  c.q_lora_rank = 0, c.scoring_func = "softmax", c.topk_method = "greedy", c.n_group = 1, c.topk_group = 1, c.norm_topk_prob = false;
+  c.q_lora_rank = 0, c.scoring_func = config::ScoringFunc::kSoftmax, c.topk_method = config::TopkMethod::kGreedy, c.n_group = 1, c.topk_group = 1, c.norm_topk_prob = false;
   c.routed_scaling_factor = 1.0, c.n_shared_experts = 2;
   return c;
 }
@@ -88,7 +88,7 @@ void gradient_check(const config::ModelConfig& cfg) {
 TEST_CASE("MLA + MoE models count what the config formula counts", "[model]") {
   for (const auto& cfg : {tiny_v3(), tiny_v2_lite()}) {
     const auto m = model::make_model(cfg, 1);
-    CHECK(m->num_parameters() + (cfg.topk_method == "noaux_tc" ? 2 * cfg.n_routed_experts : 0) == config::parameter_counts(cfg).total);
+    CHECK(m->num_parameters() + (cfg.topk_method == config::TopkMethod::kNoauxTc ? 2 * cfg.n_routed_experts : 0) == config::parameter_counts(cfg).total);
   }
   const auto v3 = model::make_model(tiny_v3(), 1);
   CHECK(v3->parameters()[2].name == "model.layers.0.self_attn.q_a_proj.weight");
@@ -188,8 +188,8 @@ TEST_CASE("V3-style models export to HF layout (interleaved RoPE rows) and read 
   std::ofstream(dir.path() + "/data.txt") << std::string(4096, 'x');
   std::ofstream(dir.path() + "/r.yaml") << "run_dir: r\ndata: {path: data.txt, seq_len: 16}\ntrain: {steps: 20, micro_batch_size: 1}\nmodel: {hf_config: hf/config.json}\n";
   const auto recipe = config::load_recipe(dir.path() + "/r.yaml");
-  CHECK(recipe.model.family == "mla_moe");
-  CHECK(recipe.model.topk_method == "noaux_tc");
+  CHECK(recipe.model.family == config::ModelFamily::kMlaMoe);
+  CHECK(recipe.model.topk_method == config::TopkMethod::kNoauxTc);
   CHECK(recipe.model.q_lora_rank == 32);
   CHECK(config::parameter_counts(recipe.model).total == config::parameter_counts(cfg).total);
 }

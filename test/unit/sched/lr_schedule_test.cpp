@@ -58,8 +58,11 @@ TEST_CASE("ds_warmup and ds_warmup_decay follow WarmupLR and WarmupDecayLR", "[s
 
 TEST_CASE("constant and names", "[sched]") {
   CHECK(lr_at(make(ScheduleType::kConstant, 0.5, 10, 100), 0) == 0.5);
-  CHECK(schedule_type_from_name("ds_warmup_decay") == ScheduleType::kDsWarmupDecay);
-  CHECK_THROWS(schedule_type_from_name("onecycle"));
+  ScheduleType type{};
+  CHECK(dstrain::config::parse_enum("ds_warmup_decay", type));
+  CHECK(type == ScheduleType::kDsWarmupDecay);
+  CHECK_FALSE(dstrain::config::parse_enum("onecycle", type));
+  CHECK(dstrain::config::name(ScheduleType::kDsOneCycle) == "ds_one_cycle");
 }
 
 TEST_CASE("wsd: warmup, stable at the peak, linear decay to min_lr_ratio over the last decay_ratio", "[sched]") {

@@ -29,24 +29,24 @@ TEST_CASE("device specs: cpu, cuda:N checked against the visible GPUs, anything 
 }
 
 TEST_CASE("MFU peaks: dense datasheet values by GPU name and dtype, 0 for unknown GPUs", "[train]") {
-  CHECK(train::datasheet_peak_tflops("NVIDIA H200", "bf16") == Approx(989.4));
-  CHECK(train::datasheet_peak_tflops("NVIDIA H100 80GB HBM3", "fp16") == Approx(989.4));
-  CHECK(train::datasheet_peak_tflops("NVIDIA H100 PCIe", "bf16") == Approx(756.5));  // the variant before its family
-  CHECK(train::datasheet_peak_tflops("NVIDIA H200", "fp32") == Approx(66.9));
-  CHECK(train::datasheet_peak_tflops("NVIDIA A100-SXM4-80GB", "bf16") == Approx(312.0));
-  CHECK(train::datasheet_peak_tflops("NVIDIA A10G", "bf16") == Approx(70.0));
-  CHECK(train::datasheet_peak_tflops("NVIDIA GeForce GTX 1080", "bf16") == 0);
+  CHECK(train::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kBf16) == Approx(989.4));
+  CHECK(train::datasheet_peak_tflops("NVIDIA H100 80GB HBM3", config::Dtype::kFp16) == Approx(989.4));
+  CHECK(train::datasheet_peak_tflops("NVIDIA H100 PCIe", config::Dtype::kBf16) == Approx(756.5));  // the variant before its family
+  CHECK(train::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kFp32) == Approx(66.9));
+  CHECK(train::datasheet_peak_tflops("NVIDIA A100-SXM4-80GB", config::Dtype::kBf16) == Approx(312.0));
+  CHECK(train::datasheet_peak_tflops("NVIDIA A10G", config::Dtype::kBf16) == Approx(70.0));
+  CHECK(train::datasheet_peak_tflops("NVIDIA GeForce GTX 1080", config::Dtype::kBf16) == 0);
   CHECK(train::device_memory_peaks(c10::Device(c10::kCPU)).allocated_mb < 0);
-  CHECK(train::measured_gpu_peak_tflops(c10::Device(c10::kCPU), "bf16") == 0);
+  CHECK(train::measured_gpu_peak_tflops(c10::Device(c10::kCPU), config::Dtype::kBf16) == 0);
 }
 
 TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + scores with a document mask, + logits", "[config]") {
   config::Recipe r;
   r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256;
-  r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = "bf16";
+  r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16;
   const double tokens = 8.0 * 128;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + tokens * 256 * (4 + 4 + 2)));
-  r.precision.dtype = "fp32";
+  r.precision.dtype = config::Dtype::kFp32;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 * 2 + tokens * 256 * (4 + 4 + 4)));
   r.data.document_mask = true;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * (34 * 64 + 5 * 4 * 128) * 2 + tokens * 256 * 12));
@@ -55,7 +55,7 @@ TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + sco
 TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[train]") {
   config::Recipe r;
   r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256, r.model.intermediate_size = 172;
-  r.data.seq_len = 128, r.precision.dtype = "bf16", r.zero.stage = 0;
+  r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16, r.zero.stage = 0;
   train::TrainingDevice gpu;
   gpu.device = c10::Device(c10::kCUDA, 1), gpu.name = "NVIDIA H200", gpu.memory_gib = 139.8;
   const std::string m = train::out_of_memory_message(r, gpu, "backward of step 12", "CUDA out of memory. Tried to allocate 2.00 GiB");
@@ -70,7 +70,7 @@ TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever fi
   r.train.micro_batch_size = 1, r.data.seq_len = 8, r.model.hidden_size = 4096, r.model.intermediate_size = 11008, r.model.num_layers = 32;
   CHECK_THAT(train::out_of_memory_hint(r), Catch::StartsWith("raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
   // Already at stage 3 with offload: only the batch is left.
-  r.zero.stage = 3, r.zero.offload_optimizer = "cpu";
+  r.zero.stage = 3, r.zero.offload_optimizer = config::OffloadDevice::kCpu;
   CHECK_THAT(train::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 1;"));
   CHECK_THAT(train::out_of_memory_hint(r), !Catch::Contains("zero.stage"));
 }

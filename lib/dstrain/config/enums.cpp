@@ -1,0 +1,27 @@
+#include "dstrain/config/enums.h"
+
+namespace dstrain::config {
+
+#define DSTRAIN_ENUM_NAMES(E, ...)                                  \
+  template <>                                                       \
+  const std::vector<std::string>& enum_names<E>() {                 \
+    static const std::vector<std::string> names = {__VA_ARGS__};   \
+    return names;                                                   \
+  }
+
+DSTRAIN_ENUM_NAMES(ModelFamily, "dense", "mla_moe")
+DSTRAIN_ENUM_NAMES(ScoringFunc, "softmax", "sigmoid")
+DSTRAIN_ENUM_NAMES(TopkMethod, "greedy", "group_limited_greedy", "noaux_tc")
+DSTRAIN_ENUM_NAMES(DataFormat, "bytes", "megatron", "llmc", "raw_u16")
+DSTRAIN_ENUM_NAMES(OptimizerType, "adamw", "adam")
+DSTRAIN_ENUM_NAMES(ScheduleType, "warmup_cosine", "wsd", "ds_warmup_cosine", "ds_warmup", "ds_warmup_decay", "ds_one_cycle", "constant")
+DSTRAIN_ENUM_NAMES(WarmupType, "linear", "log")
+DSTRAIN_ENUM_NAMES(BatchScaling, "none", "linear", "sqrt")
+DSTRAIN_ENUM_NAMES(BadStepAction, "stop", "skip", "rollback")
+DSTRAIN_ENUM_NAMES(Dtype, "fp32", "bf16", "fp16")
+DSTRAIN_ENUM_NAMES(OffloadDevice, "none", "cpu")
+DSTRAIN_ENUM_NAMES(Sink, "console", "jsonl", "csv", "tensorboard")
+
+#undef DSTRAIN_ENUM_NAMES
+
+}  // namespace dstrain::config

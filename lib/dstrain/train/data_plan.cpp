@@ -1,0 +1,112 @@
+#include "dstrain/train/data_plan.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/log.h"
+#include "dstrain/data/global_sampler.h"
+#include "dstrain/data/sample_stream.h"
+#include "dstrain/data/token_file.h"
+
+namespace dstrain::train {
+namespace {
+
+// A contiguous run of global positions one micro-batch reads.
+struct Chunk {
+  int64_t first;
+  int64_t count;
+};
+
+std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t first, const std::vector<double>& weights, int64_t rank, int64_t world) {
+  const int64_t micro = r.train.micro_batch_size;
+  std::vector<Chunk> chunks;
+  if (weights.empty()) {
+    for (int64_t m = 0; m < config::accumulation_at(r, step); ++m) chunks.push_back({data::first_position(first, m, micro, rank, world), micro});
+    return chunks;
+  }
+  const std::vector<int64_t> counts = data::weighted_shares(config::global_batch_at(r, step), weights);
+  int64_t start = first;
+  for (int64_t q = 0; q < rank; ++q) start += counts[static_cast<size_t>(q)];
+  for (int64_t done = 0; done < counts[static_cast<size_t>(rank)]; done += micro)
+    chunks.push_back({start + done, std::min(micro, counts[static_cast<size_t>(rank)] - done)});
+  return chunks;
+}
+
+}  // namespace
+
+DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world) : recipe_(recipe), rank_(rank), world_(world) {
+  std::vector<std::unique_ptr<data::TokenFile>> files;
+  for (const auto& path : recipe.data.paths.empty() ? std::vector<std::string>{recipe.data.path} : recipe.data.paths)
+    files.push_back(data::open_token_file(path, recipe.data.format, recipe.data.seq_len));
+  const uint64_t seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
+  stream_ = std::make_unique<data::SampleStream>(std::move(files), recipe.data.weights, recipe.data.seq_len, seed);
+}
+
+DataPlan::~DataPlan() { discard(); }
+
+int64_t DataPlan::num_samples() const { return stream_->num_samples(); }
+
+void DataPlan::prefetch(int64_t step, int64_t first, std::vector<double> weights) {
+  pending_ = std::async(std::launch::async, [this, step, first, w = std::move(weights)] { return build(step, first, w); });
+}
+
+std::vector<at::Tensor> DataPlan::take() { return pending_.get(); }
+
+void DataPlan::discard() {
+  if (pending_.valid()) pending_.get();
+}
+
+std::vector<at::Tensor> DataPlan::build(int64_t step, int64_t first, const std::vector<double>& weights) {
+  const int64_t seq_len = recipe_.data.seq_len;
+  std::vector<at::Tensor> batches;
+  for (const Chunk& c : plan_step(recipe_, step, first, weights, rank_, world_)) {
+    at::Tensor batch = at::empty({c.count, seq_len + 1}, at::kLong);
+    auto* out = batch.data_ptr<int64_t>();
+    for (int64_t i = 0; i < c.count; ++i) stream_->read(c.first + i, out + i * (seq_len + 1));
+    batches.push_back(batch);
+  }
+  return batches;
+}
+
+ShardBalancer::ShardBalancer(const config::Recipe& recipe, int rank, int world)
+    : recipe_(recipe), rank_(rank), world_(world), weighted_(!recipe.data.shard_weights.empty() || recipe.data.auto_balance) {
+  weights_ = recipe.data.shard_weights;
+  if (recipe.data.auto_balance) weights_.assign(static_cast<size_t>(world), 1.0);
+}
+
+void ShardBalancer::add_compute(double seconds, int64_t samples) {
+  compute_s_ += seconds;
+  computed_samples_ += samples;
+}
+
+bool ShardBalancer::rebalance(int64_t done, comm::Communicator& comm) {
+  if (!recipe_.data.auto_balance || done != recipe_.data.balance_steps || done >= recipe_.train.steps) return false;
+  at::Tensor rates = at::zeros({world_}, at::kFloat);
+  rates[rank_] = static_cast<float>(static_cast<double>(computed_samples_) / std::max(compute_s_, 1e-9));
+  if (world_ > 1) comm.all_reduce(rates)->wait();
+  weights_.assign(rates.data_ptr<float>(), rates.data_ptr<float>() + world_);
+  if (rank_ == 0) {
+    const int64_t next_batch = config::global_batch_at(recipe_, done);
+    log::info(fmt::format("auto balance: measured {:.1f} samples/s per rank -> shares of {} samples: [{}]", fmt::join(weights_, ", "), next_batch,
+                          fmt::join(data::weighted_shares(next_batch, weights_), ", ")));
+  }
+  return true;
+}
+
+model::NamedTensors ShardBalancer::state() const {
+  if (!weighted_) return {};
+  return {{"data.shard_weights", at::tensor(std::vector<float>(weights_.begin(), weights_.end()), at::kFloat)}};
+}
+
+void ShardBalancer::load_state(const model::NamedTensors& state) {
+  if (state.empty()) return;
+  const at::Tensor w = state.at(0).tensor.to(at::kFloat).contiguous();
+  weights_.assign(w.data_ptr<float>(), w.data_ptr<float>() + w.numel());
+}
+
+}  // namespace dstrain::train

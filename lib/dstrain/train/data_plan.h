@@ -1,0 +1,76 @@
+#pragma once
+// What each rank reads, step by step, and how the global batch is shared:
+//   DataPlan       the recipe's token files as one global sample order (data::SampleStream), this
+//                  rank's micro-batches of each step (equal shares: micro-batches dealt
+//                  rank-major; weighted shares: this rank's contiguous slice, cut into
+//                  micro-batches), built one step ahead on a background thread, the only user
+//                  of the stream
+//   ShardBalancer  the shares (data.shard_weights): equal, the recipe's weights, or, with auto,
+//                  equal until balance_steps are measured and then by each rank's samples per
+//                  second. Checkpointed (data.shard_weights) so a resume splits alike.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "dstrain/model/stateful.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::config {
+struct Recipe;
+}
+namespace dstrain::data {
+class SampleStream;
+}
+
+namespace dstrain::train {
+
+class DataPlan {
+ public:
+  // Opens and validates the token files (Error{kData} naming the file).
+  DataPlan(const config::Recipe& recipe, int rank, int world);
+  ~DataPlan();  // waits for a prefetch in flight
+  int64_t num_samples() const;
+  // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).
+  void prefetch(int64_t step, int64_t first, std::vector<double> weights);
+  // The prefetched step's [micro, seq_len + 1] int64 batches; waits for them.
+  std::vector<at::Tensor> take();
+  // Drops a prefetch that is no longer wanted (a rollback, new shares).
+  void discard();
+
+ private:
+  std::vector<at::Tensor> build(int64_t step, int64_t first, const std::vector<double>& weights);
+  const config::Recipe& recipe_;
+  int rank_, world_;
+  std::unique_ptr<data::SampleStream> stream_;
+  std::future<std::vector<at::Tensor>> pending_;
+};
+
+class ShardBalancer final : public model::Stateful {
+ public:
+  ShardBalancer(const config::Recipe& recipe, int rank, int world);
+  // The shares of the global batch, by rank (empty: equal).
+  const std::vector<double>& weights() const { return weights_; }
+  // This rank's forward + backward time for `samples` samples (auto balancing measures them).
+  void add_compute(double seconds, int64_t samples);
+  // After step `done` (1-based): at the end of auto balancing's measured steps, every rank's
+  // speed sets the shares (collective on every rank). True when they changed.
+  bool rebalance(int64_t done, comm::Communicator& comm);
+
+  model::NamedTensors state() const override;  // data.shard_weights, when the shares are weighted
+  void load_state(const model::NamedTensors& state) override;
+
+ private:
+  const config::Recipe& recipe_;
+  int rank_, world_;
+  bool weighted_;
+  std::vector<double> weights_;
+  double compute_s_ = 0;
+  int64_t computed_samples_ = 0;
+};
+
+}  // namespace dstrain::train

@@ -1,0 +1,300 @@
+#include "dstrain/train/trainer.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <thread>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain/core/fault_injector.h"
+#include "dstrain/core/log.h"
+#include "dstrain/core/progress.h"
+#include "dstrain/launch/worker_env.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/hf_export.h"
+#include "dstrain/sched/lr_schedule.h"
+#include "dstrain/train/bad_step_policy.h"
+#include "dstrain/train/checkpointer.h"
+#include "dstrain/train/data_plan.h"
+#include "dstrain/train/env_task.h"
+#include "dstrain/train/heartbeat.h"
+#include "dstrain/train/run_dir.h"
+#include "dstrain/train/step_signals.h"
+#include "dstrain/train/step_triggers.h"
+#include "dstrain/train/telemetry.h"
+#include "dstrain/train/training_device.h"
+#include "dstrain/zero/engine.h"
+
+namespace dstrain::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+config::Recipe checked_recipe(const launch::WorkerEnv& env) {
+  config::Recipe recipe = config::read_resolved_config(RunDir(env.run_dir).config_path());
+  if (env.world_size != recipe.world_size())
+    throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", env.world_size, recipe.world_size()),
+                "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
+  return recipe;
+}
+
+// On GPUs the engine's collectives (gradients, parameters, the step's scalars and flags) go over
+// NCCL; Gloo carries the rest on CPU (metrics, straggler times, expert load, checkpoint
+// summaries and barriers, the environment check).
+struct Communicators {
+  std::unique_ptr<comm::Communicator> gloo, nccl;
+  comm::Communicator& engine() { return nccl ? *nccl : *gloo; }
+};
+
+Communicators open_communicators(const launch::WorkerEnv& env, const config::Recipe& recipe, const TrainingDevice& device) {
+  const comm::Endpoint endpoint{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
+                                std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
+  Communicators c;
+  c.gloo = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
+  if (device.device.is_cuda()) {
+    comm::Endpoint client = endpoint;
+    client.host_store = false;  // a rank that hosts the store (mpirun, srun) already does, through the Gloo communicator
+    c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
+  }
+  if (env.rank == 0)
+    log::info(device.device.is_cuda() ? fmt::format("training on GPUs: rank 0 on {} ({}, {:.1f} GiB); gradients and parameters over NCCL",
+                                                    device.device.str(), device.name, device.memory_gib)
+                                      : std::string("training on CPU (no GPU visible); collectives over Gloo"));
+  return c;
+}
+
+}  // namespace
+
+// Everything the loop uses, in construction order (destroyed in reverse: telemetry and the
+// checkpointer's writer before the engine, the data prefetch before the stream, the heartbeat
+// and the communicators last).
+struct Trainer::Parts {
+  const launch::WorkerEnv& env;
+  const TrainingDevice& device;
+  const RunDir run_dir;
+  const config::Recipe recipe;
+  FaultInjector& faults = FaultInjector::get();
+  Communicators comm;
+  std::unique_ptr<HeartbeatSender> heartbeat;
+  std::unique_ptr<model::CausalLM> model;
+  std::unique_ptr<DataPlan> data;
+  ShardBalancer balancer;
+  const sched::Schedule schedule;
+  std::unique_ptr<zero::Engine> engine;
+  std::unique_ptr<model::TensorState> buffers;
+  std::unique_ptr<Checkpointer> checkpointer;
+  std::unique_ptr<Telemetry> telemetry;
+  StepTriggers triggers;
+  BadStepPolicy bad_steps;
+  int64_t step = 0;         // the step being computed, 0-based
+  int64_t cursor = 0;       // samples consumed: the global data position
+  double save_ms = 0;       // the last step's checkpoint time (wall_clock_breakdown)
+  bool timed_phases = false;
+
+  Parts(const launch::WorkerEnv& e, const TrainingDevice& d)
+      : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size), schedule(sched::schedule_from(recipe)),
+        triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
+  int64_t steps() const { return recipe.train.steps; }
+  int64_t global_batch(int64_t s) const { return config::global_batch_at(recipe, s); }
+};
+
+Trainer::Trainer(const launch::WorkerEnv& env, const TrainingDevice& device) : p_(std::make_unique<Parts>(env, device)) {
+  Parts& p = *p_;
+  at::set_num_threads(env.threads);
+  p.comm = open_communicators(env, p.recipe, device);
+  // The launcher watches these: a rank gone silent or a collective past launch.collective_timeout_s
+  // is reported by rank and op. The worker's own collective timeout is the backstop.
+  p.heartbeat = std::make_unique<HeartbeatSender>(env, static_cast<double>(p.recipe.launch.heartbeat_timeout_s));
+  // Every rank's software, hardware, config and data files alike (check-env without its probes).
+  if (p.recipe.launch.env_check && env.env_check) preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
+  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype));
+  p.model->move_buffers_to(device.device);  // initialised on the CPU (the same values everywhere); the engine moves the parameters
+  p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size);
+  if (!env.resume && !p.recipe.model.init_from.empty()) {
+    model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
+    if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
+  }
+  p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device));
+  if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
+  p.buffers = std::make_unique<model::TensorState>(p.model->buffers());
+  p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine,
+                                                  std::vector<model::Stateful*>{p.buffers.get(), &p.balancer}, env.run_id);
+  progress::enter(progress::Phase::kCheckpoint);
+  if (env.resume) {
+    const auto load_start = Clock::now();
+    const Checkpointer::Resumed r = p.checkpointer->resume(env.resume_from);
+    p.step = r.step, p.cursor = r.samples_consumed;
+    if (env.rank == 0)
+      log::info(fmt::format("resumed from {} at step {} ({} samples consumed; loaded in {:.2f} s)", r.dir, p.step, p.cursor, ms_since(load_start) / 1000.0));
+  }
+  if (env.rank == 0) {
+    log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
+                          static_cast<double>(p.model->num_parameters()) / 1e6, p.data->num_samples(), p.recipe.data.seq_len, p.steps(),
+                          p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), env.world_size, p.recipe.train.micro_batch_size));
+    if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
+  }
+  p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device);
+  p.timed_phases = device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown;
+}
+
+Trainer::~Trainer() = default;
+
+int Trainer::run() {
+  Parts& p = *p_;
+  // Batches are built one step ahead on a background thread, so a step waits for data only
+  // when reading is slower than computing.
+  if (p.step < p.steps()) p.data->prefetch(p.step, p.cursor, p.balancer.weights());
+  while (p.step < p.steps())
+    if (step() == StepEnd::kStopped) return exit_status::kStopped;
+  p.checkpointer->finish();  // an asynchronous save must be committed before the run ends
+  progress::enter(progress::Phase::kFinished);
+  return 0;
+}
+
+Trainer::StepEnd Trainer::step() {
+  Parts& p = *p_;
+  const auto t0 = Clock::now();
+  progress::set_step(p.step + 1);
+  progress::enter(progress::Phase::kData);
+  const std::vector<at::Tensor> batches = p.data->take();
+  const double data_wait_ms = ms_since(t0);
+  if (p.step + 1 < p.steps()) p.data->prefetch(p.step + 1, p.cursor + p.global_batch(p.step), p.balancer.weights());
+  // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.
+  const int64_t applied = p.step - p.engine->skipped_steps();
+  const double lr = sched::lr_at(p.schedule, applied) * sched::batch_lr_factor(p.recipe, p.step);
+  const sched::Betas betas = sched::betas_at(p.schedule, applied);
+  if (p.faults.overflow_at(p.step + 1)) p.engine->inject_overflow();
+  double local_loss = 0.0;
+  for (size_t m = 0; m < batches.size(); ++m) local_loss += micro_step(batches[m], m, m + 1 == batches.size());
+  progress::enter(progress::Phase::kOptimizer);
+  // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
+  // the engine applies no update from it.
+  if (!std::isfinite(local_loss)) p.engine->inject_overflow();
+  const auto o0 = Clock::now();
+  const StepSignals mine{local_loss, p.triggers.save_wanted(), p.triggers.stop_wanted()};
+  const zero::StepResult result = p.engine->step(lr, applied + 1, mine.pack(), betas.beta1, betas.beta2);
+  const StepSignals all = StepSignals::unpack(result.sums);
+  const double optimizer_ms = ms_since(o0);
+  if (p.bad_steps.judge(p.step + 1, result, all.loss) == BadStepPolicy::Action::kRollback) {
+    roll_back();
+    return StepEnd::kRolledBack;
+  }
+  if (result.skipped && p.recipe.precision.dtype == config::Dtype::kFp16 && p.env.rank == 0)
+    log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", p.step + 1,
+                          result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
+  const at::Tensor expert_load = update_expert_bias();
+  const int64_t batch = p.global_batch(p.step);
+  p.cursor += batch;
+  if (p.balancer.rebalance(p.step + 1, *p.comm.gloo)) {  // the next step's batches were built with the old shares
+    p.data->discard();
+    p.data->prefetch(p.step + 1, p.cursor, p.balancer.weights());
+  }
+  synchronize(p.device.device);  // the step's queued GPU work belongs to its time
+  // Metrics before the save: a committed checkpoint of step N always has step N's line, which a
+  // resume keeps. The save's time is reported on the next line (checkpoint_ms).
+  StepOutcome o{p.step + 1, all.loss, lr, result.grad_norm, result.loss_scale, result.skipped, p.bad_steps.bad_steps(), p.cursor, batch,
+                static_cast<int64_t>(batches.size())};
+  o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
+  o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
+  o.expert_load = expert_load;
+  p.telemetry->finish_step(o);
+  return end_step(all);
+}
+
+double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last) {
+  Parts& p = *p_;
+  p.engine->begin_micro(last);
+  const auto c0 = Clock::now();
+  progress::enter(progress::Phase::kForward);
+  if (micro == 0) std::this_thread::sleep_for(std::chrono::duration<double>(p.faults.stall_seconds(p.env.rank, p.step + 1)));
+  const at::Tensor batch = cpu_batch.to(p.device.device);
+  const int64_t T = p.recipe.data.seq_len;
+  const double global_tokens = static_cast<double>(p.global_batch(p.step) * T);
+  const at::Tensor inputs = batch.narrow(1, 0, T);
+  const at::Tensor mask = p.recipe.data.document_mask ? model::document_causal_mask(inputs, p.recipe.data.eos_token) : at::Tensor();
+  // Token-summed and divided by the whole global batch's tokens: every micro-batch of every rank
+  // then weighs by its tokens, and the summed gradients are the global batch's mean gradient
+  // whatever the shares, accumulation steps or world size.
+  const model::LossParts parts = p.model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
+  at::Tensor loss = parts.sum / global_tokens;
+  if (p.timed_phases) synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
+  const auto f1 = Clock::now();
+  p.telemetry->add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
+  if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
+  if (micro == 0 && p.faults.nan_loss_due(p.env.rank, p.step + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
+  const double value = loss.item<double>();
+  progress::enter(progress::Phase::kBackward);
+  (p.engine->loss_scale() == 1.0 ? loss : loss * p.engine->loss_scale()).backward();
+  p.engine->end_micro();
+  if (p.timed_phases) synchronize(p.device.device);
+  const double slowdown = p.faults.slowdown(p.env.rank);
+  if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
+  p.telemetry->add_backward(ms_since(f1));  // a slowed rank's sleep counts as compute
+  p.balancer.add_compute(ms_since(c0) / 1000.0, batch.size(0));
+  return value;
+}
+
+// MoE: every rank moves V3's selection bias by the same, globally summed expert load.
+at::Tensor Trainer::update_expert_bias() {
+  Parts& p = *p_;
+  at::Tensor load = p.model->take_expert_load();
+  if (!load.defined() || load.numel() == 0) return {};
+  at::Tensor global = load.to(at::kCPU, at::kFloat).contiguous();
+  if (p.env.world_size > 1) p.comm.gloo->all_reduce(global)->wait();
+  p.model->update_expert_bias(global);
+  return global;
+}
+
+void Trainer::roll_back() {
+  Parts& p = *p_;
+  p.checkpointer->finish();
+  p.data->discard();  // the next step's batches: not needed now
+  const Checkpointer::Resumed r = p.checkpointer->resume("");
+  if (p.env.rank == 0)
+    log::warn(fmt::format("{}: rolled back to {} (step {}); bad step {} of at most {}", p.bad_steps.describe(), r.dir, r.step, p.bad_steps.bad_steps(),
+                          p.bad_steps.max_bad_steps()));
+  p.step = r.step, p.cursor = r.samples_consumed;
+  p.telemetry->restart_at(r.step);
+  p.data->prefetch(p.step, p.cursor, p.balancer.weights());
+}
+
+void Trainer::save(int64_t steps_done) {
+  Parts& p = *p_;
+  progress::enter(progress::Phase::kCheckpoint);
+  const auto t0 = Clock::now();
+  const std::string dir = p.checkpointer->save(steps_done, p.cursor);
+  const double seconds = ms_since(t0) / 1000.0;
+  if (p.env.rank == 0) {
+    // Young/Daly: the interval that minimises lost work plus save time is sqrt(2 x save x MTBF).
+    const double mtbf_s = p.recipe.checkpoint.mtbf_hours * 3600.0;
+    log::info(fmt::format("{}: {} (training blocked {:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)",
+                          p.checkpointer->async() ? "checkpoint being written in the background" : "checkpoint saved", dir, seconds,
+                          p.recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
+  }
+  p.triggers.saved();
+  p.save_ms += seconds * 1000.0;
+}
+
+Trainer::StepEnd Trainer::end_step(const StepSignals& all) {
+  Parts& p = *p_;
+  const int64_t done = ++p.step;
+  p.save_ms = 0;
+  if (p.triggers.save_after(done, all)) save(done);
+  if (!all.stop || done >= p.steps()) return StepEnd::kNext;
+  p.checkpointer->finish();  // any rank was asked: all stop at this same boundary
+  if (p.env.rank == 0)
+    log::warn(fmt::format("stopped as asked ({}) at step {} of {} with a checkpoint; continue with `dstrain resume {}`", p.triggers.stop_reason(), done,
+                          p.steps(), p.run_dir.root()));
+  progress::enter(progress::Phase::kFinished);
+  return StepEnd::kStopped;
+}
+
+}  // namespace dstrain::train

@@ -1,0 +1,50 @@
+#pragma once
+// One rank's training, from the resolved config to the last step: THE loop.
+//   Trainer(env, device)  the config, communicators, heartbeat, preflight env check, model, data,
+//                         the ZeRO engine, the checkpointer (and the resume), telemetry
+//   run()                 step() until the last step or a coordinated stop
+//   step()                batches -> micro-steps (forward, backward) -> engine step with every
+//                         rank's StepSignals -> bad-step policy -> MoE bias, shard balance ->
+//                         metrics -> checkpoint / stop
+// Everything with depth lives in the collaborators: DataPlan and ShardBalancer (data_plan.h),
+// StepTriggers (step_triggers.h), BadStepPolicy (bad_step_policy.h), Checkpointer, Telemetry,
+// zero::Engine.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace dstrain::launch {
+struct WorkerEnv;
+}
+
+namespace dstrain::train {
+
+struct TrainingDevice;
+struct StepSignals;
+
+class Trainer {
+ public:
+  // Collective: every rank constructs its Trainer at the same point.
+  Trainer(const launch::WorkerEnv& env, const TrainingDevice& device);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to the last step (0) or to a coordinated stop with a checkpoint (exit_status::kStopped).
+  int run();
+
+ private:
+  enum class StepEnd { kNext, kRolledBack, kStopped };
+  StepEnd step();
+  double micro_step(const at::Tensor& batch, size_t micro, bool last);
+  at::Tensor update_expert_bias();
+  void roll_back();
+  void save(int64_t steps_done);
+  StepEnd end_step(const StepSignals& all);
+  struct Parts;
+  std::unique_ptr<Parts> p_;
+};
+
+}  // namespace dstrain::train

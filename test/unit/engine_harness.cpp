@@ -1,0 +1,110 @@
+#include "engine_harness.h"
+
+#include <ATen/ATen.h>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/thread_communicator.h"
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::test {
+namespace {
+
+constexpr int64_t kGlobalBatch = 8, kSeqLen = 16, kAccumulation = 2, kVocab = 64;
+
+// Step `step`'s global batch [kGlobalBatch, kSeqLen + 1]: splitmix64 tokens, the same everywhere.
+at::Tensor global_batch(int64_t step) {
+  at::Tensor batch = at::empty({kGlobalBatch, kSeqLen + 1}, at::kLong);
+  uint64_t x = 0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(step + 1);
+  auto* out = batch.data_ptr<int64_t>();
+  for (int64_t i = 0; i < batch.numel(); ++i) {
+    uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    out[i] = static_cast<int64_t>((z ^ (z >> 31)) % kVocab);
+  }
+  return batch;
+}
+
+}  // namespace
+
+config::ModelConfig tiny_model_config() {
+  config::ModelConfig m;
+  m.family = config::ModelFamily::kDense;
+  m.vocab_size = kVocab;
+  m.hidden_size = 32;
+  m.num_layers = 2;
+  m.num_heads = 4;
+  m.num_kv_heads = 2;
+  m.intermediate_size = 48;
+  m.max_seq_len = kSeqLen;
+  return m;
+}
+
+std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype) { return model::make_model(tiny_model_config(), 1234, model::scalar_type(dtype)); }
+
+zero::EngineOptions engine_options(const EngineSpec& spec) {
+  zero::EngineOptions o;
+  o.stage = spec.stage;
+  o.dtype = spec.dtype;
+  o.overlap_comm = spec.overlap_comm;
+  o.reduce_bucket_size = spec.bucket;
+  o.offload_optimizer = spec.offload;
+  o.offload_chunk = spec.offload_chunk;
+  o.persistence_threshold = 64;  // stage 3 really shards the tiny model's matrices
+  o.prefetch_bucket_size = 4096;
+  o.adam = {1e-2, 0.9, 0.95, 1e-8, 0.1, true, 1};
+  o.grad_clip = 1.0;
+  o.average_over_ranks = false;  // the loss is divided by the global token count, as the trainer does
+  o.loss_scaler = {0, 8, 1000, 1, false, 1};
+  return o;
+}
+
+void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first, int64_t count,
+                 EngineRun& record) {
+  const int64_t world = comm.world_size(), micro = kGlobalBatch / (world * kAccumulation);
+  for (int64_t step = first; step < first + count; ++step) {
+    const at::Tensor batch = global_batch(step);
+    if (step + 1 == spec.overflow_at_step) engine.inject_overflow();
+    double local_loss = 0;
+    for (int64_t m = 0; m < kAccumulation; ++m) {
+      engine.begin_micro(m + 1 == kAccumulation);
+      const at::Tensor rows = batch.narrow(0, (m * world + comm.rank()) * micro, micro);
+      const at::Tensor loss = model.loss_parts(rows.narrow(1, 0, kSeqLen), rows.narrow(1, 1, kSeqLen)).sum / static_cast<double>(kGlobalBatch * kSeqLen);
+      local_loss += loss.item<double>();
+      (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
+      engine.end_micro();
+    }
+    const zero::StepResult r = engine.step(1e-2, step + 1 - engine.skipped_steps(), {local_loss});
+    if (comm.rank() != 0) continue;
+    record.losses.push_back(r.sums.at(0));
+    record.grad_norms.push_back(r.grad_norm);
+    record.scales.push_back(r.loss_scale);
+    record.skipped.push_back(r.skipped);
+  }
+  if (comm.rank() == 0) record.skipped_steps = engine.skipped_steps();
+}
+
+void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& record) {
+  const model::NamedTensors full = comm.rank() == 0 ? engine.full_state() : model::NamedTensors{};
+  engine.gather_full_state(full);
+  if (comm.rank() != 0) return;
+  const size_t np = full.size() / 3;
+  std::vector<at::Tensor> master, second;
+  for (size_t i = 0; i < np; ++i) master.push_back(full[i].tensor.reshape({-1})), second.push_back(full[2 * np + i].tensor.reshape({-1}));
+  record.master = at::cat(master);
+  record.exp_avg_sq = at::cat(second);
+}
+
+EngineRun run_engine(const EngineSpec& spec) {
+  EngineRun record;
+  comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
+    const auto model = make_tiny_model(spec.dtype);
+    zero::Engine engine(*model, comm, engine_options(spec));
+    train_steps(engine, *model, comm, spec, 0, spec.steps, record);
+    gather_state(engine, comm, record);
+    if (comm.rank() == 0) record.memory = engine.memory(), record.parameters = model->num_parameters();
+  });
+  return record;
+}
+
+}  // namespace dstrain::test

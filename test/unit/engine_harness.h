@@ -1,0 +1,57 @@
+#pragma once
+// A tiny dense model trained by the ZeRO engine on the in-process thread group: the reference
+// runs of the engine and checkpointer tests. Batches are a function of the step alone, and each
+// rank reads its share of the global batch as the trainer does, so every world size and stage
+// computes the same global gradient.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/zero/engine.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::model {
+class CausalLM;
+}
+
+namespace dstrain::test {
+
+struct EngineSpec {
+  int world = 1;
+  int stage = 0;
+  config::Dtype dtype = config::Dtype::kFp32;
+  bool overlap_comm = false;
+  int64_t bucket = 500000000;
+  bool offload = false;
+  int64_t offload_chunk = int64_t{16} << 20;
+  int64_t steps = 4;
+  int64_t overflow_at_step = -1;  // 1-based step whose gradients get an inf
+};
+
+struct EngineRun {  // rank 0's view
+  std::vector<double> losses, grad_norms, scales;
+  std::vector<bool> skipped;
+  int64_t skipped_steps = 0;
+  at::Tensor master, exp_avg_sq;  // every parameter's, flattened and concatenated
+  zero::MemoryReport memory;
+  int64_t parameters = 0;
+};
+
+config::ModelConfig tiny_model_config();
+std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype);
+zero::EngineOptions engine_options(const EngineSpec& spec);
+// Trains steps [first, first + count) on this rank; rank 0 appends to `record`.
+void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first, int64_t count,
+                 EngineRun& record);
+// Collective: the full master weights and second moments into `record` (rank 0).
+void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& record);
+// A whole run: model, engine, spec.steps steps, the gathered state.
+EngineRun run_engine(const EngineSpec& spec);
+
+}  // namespace dstrain::test
