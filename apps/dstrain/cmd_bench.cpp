@@ -6,15 +6,16 @@
 #include <tuple>
 
 #include "dstrain/optim/adam_bench.h"
-#include "dstrain/train/comm_task.h"
-#include "dstrain/train/model_bench.h"
+#include "dstrain/launch/plan.h"
+#include "dstrain/tasks/comm_task.h"
+#include "dstrain/tasks/model_bench.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
 
 void register_bench(CLI::App& app, Run& run) {
   struct Args {
-    train::CommTask task;
+    tasks::CommTask task;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -50,7 +51,7 @@ void register_bench(CLI::App& app, Run& run) {
   mcmd->callback([margs, &run] {
     run = [margs] {
       const auto [recipe, iters, threads, micro, seq] = *margs;
-      const auto r = train::bench_model(recipe, iters, threads, micro, seq);
+      const auto r = tasks::bench_model(recipe, iters, threads, micro, seq);
       fmt::print("dstrain  {:>10} params  batch {}x{}  threads {}: {:8.2f} ms/step  {:10.0f} tokens/s\n", r.parameters, micro, seq, threads,
                  r.ms_per_step, r.tokens_per_s);
       return 0;
@@ -85,9 +86,9 @@ void register_bench(CLI::App& app, Run& run) {
   });
   cmd->callback([args, &run] {
     run = [args] {
-      const launch::Topology topo = decide_topology(args->flags, 2, true, 1, "127.0.0.1", 0);
-      if (topo.mode == launch::Topology::Mode::kRank) return train::run_comm_task_as_rank(topo, args->task);
-      return train::launch_comm_task(topo, args->task, self_executable());
+      const launch::Topology topo = launch::decide_topology(args->flags, 2, true, 1, "127.0.0.1", 0);
+      if (topo.mode == launch::Topology::Mode::kRank) return tasks::run_comm_task_as_rank(topo, args->task);
+      return tasks::launch_comm_task(topo, args->task, self_executable());
     };
   });
 }

@@ -6,7 +6,8 @@
 
 #include "commands.h"
 #include "dstrain/config/recipe.h"
-#include "dstrain/train/env_task.h"
+#include "dstrain/launch/plan.h"
+#include "dstrain/tasks/env_task.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -18,7 +19,7 @@ void register_check_env(CLI::App& app, Run& run) {
     bool json = false;
     bool local = false;
     std::vector<std::string> skip;
-    train::EnvCheckTask task;
+    tasks::EnvCheckTask task;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
@@ -47,50 +48,42 @@ void register_check_env(CLI::App& app, Run& run) {
   cmd->add_option("--skip", args->skip, "Probes to skip: allreduce, pairwise, gemm, disk, or probes (all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"allreduce", "pairwise", "gemm", "disk", "probes"}));
-  cmd->add_option("--max-clock-skew", args->task.max_clock_skew_s, "Largest clock offset from rank 0 that passes, in seconds (default 1)")
+  cmd->add_option("--max-clock-skew", args->task.probes.max_clock_skew_s, "Largest clock offset from rank 0 that passes, in seconds (default 1)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds (default 120)")->check(CLI::Range(1, 86400));
   cmd->callback([args, &run] {
     run = [args] {
       for (const auto& s : args->skip) {
         const bool all = s == "probes";
-        if (all || s == "allreduce") args->task.allreduce = false;
-        if (all || s == "pairwise") args->task.pairwise = false;
-        if (all || s == "gemm") args->task.gemm = false;
-        if (all || s == "disk") args->task.disk = false;
+        if (all || s == "allreduce") args->task.probes.allreduce = false;
+        if (all || s == "pairwise") args->task.probes.pairwise = false;
+        if (all || s == "gemm") args->task.probes.gemm = false;
+        if (all || s == "disk") args->task.probes.disk = false;
       }
-      int recipe_nproc = 1, recipe_nnodes = 1, recipe_port = 0;
-      bool recipe_nproc_given = false;
-      std::string recipe_addr = "127.0.0.1";
+      // The recipe as it will run: resolved for the topology (--local: this process alone).
+      launch::Topology topo;
       std::string temp_dir;
       if (!args->recipe.empty()) {
-        auto first_overrides = args->overrides;
-        if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
-        if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));
-        const config::Recipe first = config::load_recipe(args->recipe, first_overrides);
-        recipe_nproc = static_cast<int>(first.launch.nproc_per_node);
-        recipe_nproc_given = first.sources.at("launch.nproc_per_node") != "default";
-        recipe_nnodes = static_cast<int>(first.launch.nnodes);
-        recipe_addr = first.launch.master_addr;
-        recipe_port = static_cast<int>(first.launch.master_port);
-      }
-      const launch::Topology topo = args->local ? launch::Topology{}
-                                                : decide_topology(args->flags, recipe_nproc, recipe_nproc_given, recipe_nnodes, recipe_addr, recipe_port);
-      if (!args->recipe.empty()) {
-        auto overrides = args->overrides;
-        if (!args->local)
-          for (const auto& o : topology_overrides(topo)) overrides.push_back(o);
-        config::Recipe recipe = config::load_recipe(args->recipe, overrides);
+        config::Recipe recipe;
+        if (args->local) {
+          recipe = config::load_recipe(args->recipe, args->overrides);
+        } else {
+          launch::RunPlan plan = launch::plan_recipe(args->recipe, args->overrides, args->flags);
+          recipe = std::move(plan.recipe);
+          topo = plan.topology;
+        }
         recipe.launch.node_rank = 0;  // the one value that differs by node: not part of what must agree
         temp_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-check-env-config-{}", ::getpid())).string();
         std::filesystem::create_directories(temp_dir);
         args->task.config_path = temp_dir + "/config.resolved.json";
         config::write_resolved_config(recipe, args->task.config_path);
+      } else if (!args->local) {
+        topo = launch::decide_topology(args->flags, 1, false, 1, "127.0.0.1", 0);
       }
       int status = 0;
-      if (args->local) status = train::run_env_local(args->task, args->json);
-      else if (topo.mode == launch::Topology::Mode::kRank) status = train::run_env_task_as_rank(topo, args->task);
-      else status = train::launch_env_task(topo, args->task, args->json, self_executable());
+      if (args->local) status = tasks::run_env_local(args->task, args->json);
+      else if (topo.mode == launch::Topology::Mode::kRank) status = tasks::run_env_task_as_rank(topo, args->task);
+      else status = tasks::launch_env_task(topo, args->task, args->json, self_executable());
       if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
       return status;
     };

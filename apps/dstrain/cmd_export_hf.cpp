@@ -2,7 +2,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "dstrain/train/export.h"
+#include "dstrain/tasks/export.h"
 
 namespace dstrain::app {
 
@@ -24,7 +24,7 @@ void register_export_hf(CLI::App& app, Run& run) {
   cmd->add_option("--checkpoint", args->checkpoint, "A checkpoint directory of the run (default: the newest committed one)");
   cmd->callback([args, &run] {
     run = [args] {
-      const std::string dir = train::export_run_to_hf(args->run_dir, args->checkpoint, args->out_dir);
+      const std::string dir = tasks::export_run_to_hf(args->run_dir, args->checkpoint, args->out_dir);
       fmt::print("exported {} to {}\n", dir, args->out_dir);
       return 0;
     };

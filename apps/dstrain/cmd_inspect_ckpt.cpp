@@ -13,7 +13,7 @@
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
-#include "dstrain/train/export.h"
+#include "dstrain/tasks/export.h"
 
 namespace dstrain::app {
 namespace {
@@ -166,7 +166,7 @@ void register_inspect_ckpt(CLI::App& app, Run& run) {
         if (!std::filesystem::exists(run_dir / "config.resolved.json"))
           throw Error(ErrorCode::kUsage, fmt::format("--export needs the run directory around {} (its config.resolved.json)", dir),
                       "use `dstrain export-hf RUN_DIR OUT --checkpoint DIR` when the checkpoint lives elsewhere");
-        train::export_run_to_hf(run_dir.string(), dir, o->export_dir);
+        tasks::export_run_to_hf(run_dir.string(), dir, o->export_dir);
         fmt::print("exported {} to {}\n", dir, o->export_dir);
         return 0;
       }

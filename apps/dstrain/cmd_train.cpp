@@ -8,13 +8,13 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/train/engine_support.h"
-#include "dstrain/train/launch_run.h"
+#include "dstrain/launch/launch_run.h"
+#include "dstrain/launch/plan.h"
 #include "dstrain/core/error.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -24,27 +24,6 @@ std::string self_executable() {
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "dstrain";
 }
-
-namespace {
-
-// --resume auto: true when run_dir holds this very run (same config hash) with a committed
-// checkpoint; false when run_dir is new. Anything else is refused rather than guessed.
-bool resume_auto(const config::Recipe& recipe) {
-  const train::RunDir dir(recipe.run_dir);
-  if (!std::filesystem::exists(dir.config_path())) return false;
-  const config::Recipe saved = config::read_resolved_config(dir.config_path());
-  if (config::config_hash(saved) != config::config_hash(recipe))
-    throw Error(ErrorCode::kUsage,
-                fmt::format("--resume auto: run_dir '{}' holds a run with another configuration (hash {} vs {})", recipe.run_dir,
-                            config::config_hash(saved), config::config_hash(recipe)),
-                "use `dstrain resume RUN_DIR` to continue it as it was configured, or another run_dir");
-  if (!ckpt::has_committed_checkpoint(dir.ckpt_dir(saved)))
-    throw Error(ErrorCode::kCheckpoint, fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
-                "it stopped before its first save: remove the directory to start over");
-  return true;
-}
-
-}  // namespace
 
 void register_train(CLI::App& app, Run& run) {
   struct Args {
@@ -97,22 +76,11 @@ void register_train(CLI::App& app, Run& run) {
                 "per-rank memory); start nothing");
   cmd->callback([args, &run] {
     run = [args] {
-      // The first read only feeds the topology decision; the flags' sizes already apply to it, so
-      // that a batch valid for --nproc-per-node is not refused for the recipe's own count.
       if (args->max_restarts >= 0) args->overrides.push_back("launch.max_restarts=" + std::to_string(args->max_restarts));
       if (args->max_time >= 0) args->overrides.push_back(fmt::format("launch.max_time_minutes={}", args->max_time));
-      auto first_overrides = args->overrides;
-      if (args->flags.nproc_per_node > 0) first_overrides.push_back("launch.nproc_per_node=" + std::to_string(args->flags.nproc_per_node));
-      if (args->flags.nnodes > 0) first_overrides.push_back("launch.nnodes=" + std::to_string(args->flags.nnodes));
-      const config::Recipe first = config::load_recipe(args->recipe, first_overrides);
-      const launch::Topology topo =
-          decide_topology(args->flags, static_cast<int>(first.launch.nproc_per_node), first.sources.at("launch.nproc_per_node") != "default",
-                          static_cast<int>(first.launch.nnodes), first.launch.master_addr, static_cast<int>(first.launch.master_port));
-      auto overrides = args->overrides;
-      for (const auto& o : topology_overrides(topo)) overrides.push_back(o);
-      config::Recipe recipe = config::load_recipe(args->recipe, overrides);
-      for (const char* key : {"launch.nproc_per_node", "launch.nnodes", "launch.node_rank", "launch.master_addr", "launch.master_port"})
-        if (first.sources.at(key) != "--set" || topo.source != "recipe") recipe.sources[key] = "topology: " + topo.source;
+      const launch::RunPlan plan = launch::plan_recipe(args->recipe, args->overrides, args->flags);
+      const config::Recipe& recipe = plan.recipe;
+      const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
         std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
@@ -121,21 +89,9 @@ void register_train(CLI::App& app, Run& run) {
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
-      train::LaunchOptions options{self_executable(), false, "", topo, !args->skip_env_check};
-      if (args->resume_from == "auto") {
-        options.resume = resume_auto(recipe);
-      } else if (!args->resume_from.empty()) {  // a new run whose workers load another run's checkpoint
-        options.resume = true;
-        options.resume_from = std::filesystem::absolute(args->resume_from).lexically_normal().string();
-        // Checked before the new run directory is made: a step directory, or a ckpt/ root with one.
-        const bool usable = std::filesystem::exists(std::filesystem::path(options.resume_from) / "manifest.json") ||
-                            ckpt::has_committed_checkpoint(options.resume_from);
-        if (!usable)
-          throw Error(ErrorCode::kUsage, fmt::format("--resume {}: neither a checkpoint (no manifest.json) nor a directory of committed checkpoints",
-                                                     args->resume_from),
-                      "pass RUN_DIR/ckpt or RUN_DIR/ckpt/step_XXXXXXXX");
-      }
-      return topo.mode == launch::Topology::Mode::kRank ? train::run_as_rank(recipe, options) : train::launch_run(recipe, options);
+      const launch::ResumeChoice resume = launch::choose_resume(recipe, args->resume_from);
+      const launch::LaunchOptions options{self_executable(), resume.resume, resume.from, topo, !args->skip_env_check};
+      return topo.mode == launch::Topology::Mode::kRank ? launch::run_as_rank(recipe, options) : launch::launch_run(recipe, options);
     };
   });
 }

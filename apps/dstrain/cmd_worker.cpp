@@ -1,9 +1,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "dstrain/launch/worker_env.h"
-#include "dstrain/train/comm_task.h"
-#include "dstrain/train/env_task.h"
+#include "dstrain/run/worker_env.h"
+#include "dstrain/tasks/comm_task.h"
+#include "dstrain/tasks/env_task.h"
 #include "dstrain/train/worker.h"
 
 namespace dstrain::app {
@@ -12,8 +12,8 @@ namespace dstrain::app {
 void register_worker(CLI::App& app, Run& run) {
   struct Args {
     std::string task = "train";
-    train::CommTask comm;
-    train::EnvCheckTask env_check;
+    tasks::CommTask comm;
+    tasks::EnvCheckTask env_check;
     std::string skip;
   };
   auto args = std::make_shared<Args>();
@@ -22,7 +22,7 @@ void register_worker(CLI::App& app, Run& run) {
   cmd->add_option("--task", args->task)->check(CLI::IsMember({"train", "comm-check", "comm-bench", "check-env"}));
   cmd->add_option("--report", args->env_check.report_path);
   cmd->add_option("--config", args->env_check.config_path);
-  cmd->add_option("--max-clock-skew", args->env_check.max_clock_skew_s);
+  cmd->add_option("--max-clock-skew", args->env_check.probes.max_clock_skew_s);
   cmd->add_option("--skip", args->skip);
   cmd->add_option("--min-bytes", args->comm.bench.min_bytes);
   cmd->add_option("--max-bytes", args->comm.bench.max_bytes);
@@ -31,17 +31,17 @@ void register_worker(CLI::App& app, Run& run) {
   cmd->add_option("--backend", args->comm.backend);
   cmd->callback([args, &run] {
     run = [args] {
-      const launch::WorkerEnv env = launch::worker_env_from_environment();
+      const run::WorkerEnv env = run::worker_env_from_environment();
       if (args->task == "train") return train::run_worker(env);
       if (args->task == "check-env") {
         args->env_check.timeout_s = args->comm.timeout_s;
-        for (const auto& [flag, name] : {std::pair{&args->env_check.allreduce, "allreduce"}, {&args->env_check.pairwise, "pairwise"},
-                                         {&args->env_check.gemm, "gemm"}, {&args->env_check.disk, "disk"}})
+        for (const auto& [flag, name] : {std::pair{&args->env_check.probes.allreduce, "allreduce"}, {&args->env_check.probes.pairwise, "pairwise"},
+                                         {&args->env_check.probes.gemm, "gemm"}, {&args->env_check.probes.disk, "disk"}})
           if (args->skip.find(name) != std::string::npos) *flag = false;
-        return train::run_env_task(env, args->env_check, /*print=*/false);
+        return tasks::run_env_task(env, args->env_check, /*print=*/false);
       }
       args->comm.check = args->task == "comm-check";
-      return train::run_comm_task(env, args->comm);
+      return tasks::run_comm_task(env, args->comm);
     };
   });
 }

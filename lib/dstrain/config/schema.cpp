@@ -25,150 +25,209 @@ const std::vector<std::string>& names_of(const std::vector<E>&) {
 #define DS_CHOICES(member) names_of(Recipe{}.member)
 #define DS_ENUM(member) [](Recipe& r) -> FieldTarget { return enum_target(r.member); }
 
-const std::vector<Field>& recipe_schema() {
-  static const std::vector<Field> fields = {
-      {"run_dir", 0, 0, {}, "Run directory (relative to the current directory): config, logs, metrics, checkpoints.", DS_FIELD(run_dir)},
-      {"seed", 0, kMaxInt, {}, "Seed for weight init (and data order unless data.seed is set).", DS_FIELD(seed)},
-      {"ds_config", 0, 0, {}, "A DeepSpeed ds_config.json (relative to the recipe file).", DS_FIELD(ds_config_path)},
+namespace {
 
-      {"model.family", 0, 0, DS_CHOICES(model.family), "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_ENUM(model.family)},
-      {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
-      {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file).", DS_FIELD(model.init_from)},
-      {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
-      {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
-      {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},
-      {"model.num_heads", 1, 1024, {}, "Attention heads; must divide hidden_size.", DS_FIELD(model.num_heads)},
-      {"model.num_kv_heads", 0, 1024, {}, "dense: grouped key/value heads (0: num_heads); must divide num_heads.", DS_FIELD(model.num_kv_heads)},
-      {"model.intermediate_size", 1, kMaxInt, {}, "SwiGLU MLP width (the dense layers).", DS_FIELD(model.intermediate_size)},
-      {"model.max_seq_len", 1, kMaxInt, {}, "Longest sequence the rotary tables cover.", DS_FIELD(model.max_seq_len)},
-      {"model.rope_theta", 1, kInf, {}, "RoPE base.", DS_FIELD(model.rope_theta)},
-      {"model.rms_norm_eps", 0, 1, {}, "RMSNorm epsilon.", DS_FIELD(model.rms_norm_eps)},
-      {"model.init_std", 0, 1, {}, "Std of the normal weight init.", DS_FIELD(model.init_std)},
-      {"model.q_lora_rank", 0, kMaxInt, {}, "mla_moe: query compression rank (0: a direct q_proj, as V2-Lite).", DS_FIELD(model.q_lora_rank)},
-      {"model.kv_lora_rank", 1, kMaxInt, {}, "mla_moe: key/value compression rank.", DS_FIELD(model.kv_lora_rank)},
-      {"model.qk_nope_head_dim", 1, kMaxInt, {}, "mla_moe: per-head query/key dims without RoPE.", DS_FIELD(model.qk_nope_head_dim)},
-      {"model.qk_rope_head_dim", 2, kMaxInt, {}, "mla_moe: decoupled RoPE dims (even).", DS_FIELD(model.qk_rope_head_dim)},
-      {"model.v_head_dim", 1, kMaxInt, {}, "mla_moe: per-head value dims.", DS_FIELD(model.v_head_dim)},
-      {"model.moe_intermediate_size", 1, kMaxInt, {}, "mla_moe: width of each expert.", DS_FIELD(model.moe_intermediate_size)},
-      {"model.n_routed_experts", 1, 65536, {}, "mla_moe: routed experts per MoE layer.", DS_FIELD(model.n_routed_experts)},
-      {"model.n_shared_experts", 0, 1024, {}, "mla_moe: shared experts per MoE layer.", DS_FIELD(model.n_shared_experts)},
-      {"model.num_experts_per_tok", 1, 1024, {}, "mla_moe: routed experts per token (top-k).", DS_FIELD(model.num_experts_per_tok)},
-      {"model.first_k_dense_replace", 0, 1024, {}, "mla_moe: the first k layers keep a dense FFN.", DS_FIELD(model.first_k_dense_replace)},
-      {"model.moe_layer_freq", 1, 1024, {}, "mla_moe: every n-th later layer is MoE.", DS_FIELD(model.moe_layer_freq)},
-      {"model.scoring_func", 0, 0, DS_CHOICES(model.scoring_func), "mla_moe: router scores (V2 softmax, V3 sigmoid).", DS_ENUM(model.scoring_func)},
-      {"model.topk_method", 0, 0, DS_CHOICES(model.topk_method), "mla_moe: expert selection.", DS_ENUM(model.topk_method)},
-      {"model.n_group", 1, 65536, {}, "mla_moe: expert groups for group-limited routing.", DS_FIELD(model.n_group)},
-      {"model.topk_group", 1, 65536, {}, "mla_moe: groups a token may use.", DS_FIELD(model.topk_group)},
-      {"model.norm_topk_prob", 0, 0, {}, "mla_moe: renormalise the top-k weights.", DS_FIELD(model.norm_topk_prob)},
-      {"model.routed_scaling_factor", 0, kInf, {}, "mla_moe: scale of the routed experts' weights.", DS_FIELD(model.routed_scaling_factor)},
-      {"model.aux_loss_alpha", 0, kInf, {}, "mla_moe: sequence-wise balance loss weight (0: off).", DS_FIELD(model.aux_loss_alpha)},
-      {"model.bias_update_speed", 0, kInf, {}, "mla_moe: gamma of the aux-loss-free bias (noaux_tc).", DS_FIELD(model.bias_update_speed)},
-
-      {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
-      {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path.", DS_FIELD(data.paths)},
-      {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
-      {"data.format", 0, 0, DS_CHOICES(data.format), "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_ENUM(data.format)},
-      {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
-      {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
-      {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
-      {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
-      {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch, e.g. [2, 1, 1, 1] (faster ranks get more), or auto; empty: equal. The gradient stays that of the whole batch.", DS_FIELD(data.shard_weights)},
-      {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},
-      {"data.balance_steps", 1, kMaxInt, {}, "Steps measured before auto_balance sets the weights.", DS_FIELD(data.balance_steps)},
-
-      {"optimizer.type", 0, 0, DS_CHOICES(optimizer.type), "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_ENUM(optimizer.type)},
-      {"optimizer.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(optimizer.lr)},
-      {"optimizer.beta1", 0, 1, {}, "Adam beta1.", DS_FIELD(optimizer.beta1)},
-      {"optimizer.beta2", 0, 1, {}, "Adam beta2.", DS_FIELD(optimizer.beta2)},
-      {"optimizer.eps", 0, 1, {}, "Adam epsilon.", DS_FIELD(optimizer.eps)},
-      {"optimizer.weight_decay", 0, kInf, {}, "Weight decay.", DS_FIELD(optimizer.weight_decay)},
-
-      {"schedule.type", 0, 0, DS_CHOICES(schedule.type),
-       "LR schedule: warmup_cosine (linear warmup, cosine to min_lr_ratio), wsd (warmup, stable, linear decay over decay_ratio), DeepSpeed's WarmupCosineLR / WarmupLR / WarmupDecayLR / OneCycle, or constant.",
-       DS_ENUM(schedule.type)},
-      {"schedule.warmup_steps", 0, kMaxInt, {}, "Warmup steps.", DS_FIELD(schedule.warmup_steps)},
-      {"schedule.warmup_type", 0, 0, DS_CHOICES(schedule.warmup_type), "Warmup shape of the ds_* schedules.", DS_ENUM(schedule.warmup_type)},
-      {"schedule.warmup_min_ratio", 0, 1, {}, "Warmup starts at lr x this (ds_* schedules).", DS_FIELD(schedule.warmup_min_ratio)},
-      {"schedule.min_lr_ratio", 0, 1, {}, "Cosine / linear decay ends at lr x this.", DS_FIELD(schedule.min_lr_ratio)},
-      {"schedule.decay_ratio", 0, 1, {}, "wsd: the fraction of the steps, at the end, that decays.", DS_FIELD(schedule.decay_ratio)},
-      {"schedule.batch_scaling", 0, 0, DS_CHOICES(schedule.batch_scaling), "Scale the LR with the global batch when accumulation stages change it (relative to the first stage's batch).", DS_ENUM(schedule.batch_scaling)},
-      {"schedule.cycle_min_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's ends.", DS_FIELD(schedule.cycle_min_lr)},
-      {"schedule.cycle_max_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's peak; 0: optimizer.lr.", DS_FIELD(schedule.cycle_max_lr)},
-      {"schedule.cycle_first_step_size", 1, kMaxInt, {}, "ds_one_cycle: steps of the rising half.", DS_FIELD(schedule.cycle_first_step_size)},
-      {"schedule.cycle_second_step_size", 0, kMaxInt, {}, "ds_one_cycle: steps of the falling half; 0: the first's.", DS_FIELD(schedule.cycle_second_step_size)},
-      {"schedule.decay_lr_rate", 0, kInf, {}, "ds_one_cycle: after the cycle, lr = cycle_min_lr / (1 + rate x steps / decay_step_size).", DS_FIELD(schedule.decay_lr_rate)},
-      {"schedule.decay_step_size", 0, kMaxInt, {}, "ds_one_cycle: steps per decay interval; 0: no decay.", DS_FIELD(schedule.decay_step_size)},
-      {"schedule.cycle_momentum", 0, 0, {}, "ds_one_cycle: cycle beta1 inversely to the LR (beta2 is then 0.99, as DeepSpeed sets it).", DS_FIELD(schedule.cycle_momentum)},
-      {"schedule.cycle_min_mom", 0, 1, {}, "ds_one_cycle: beta1 at the LR's peak.", DS_FIELD(schedule.cycle_min_mom)},
-      {"schedule.cycle_max_mom", 0, 1, {}, "ds_one_cycle: beta1 at the cycle's ends.", DS_FIELD(schedule.cycle_max_mom)},
-      {"schedule.decay_mom_rate", 0, kInf, {}, "ds_one_cycle: after the cycle, beta1 = cycle_max_mom x (1 + rate x steps / decay_step_size).", DS_FIELD(schedule.decay_mom_rate)},
-
-      {"train.steps", 0, kMaxInt, {}, "Optimizer steps (set this or train.tokens).", DS_FIELD(train.steps)},
-      {"train.tokens", 0, kMaxInt, {}, "Training length in tokens (set this or train.steps).", DS_FIELD(train.tokens)},
-      {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
-      {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
-      {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},
-      {"train.accumulation", 1, kMaxInt, {}, "Staged accumulation: [{until_step: N, steps: A}, ..., {steps: C}]; a stage may end at a token count instead (until_tokens: T).", DS_FIELD(train.accumulation)},
-      {"train.batch_ramp_start", 0, kMaxInt, {}, "Batch-size ramp: the global batch at step 0 (a multiple of micro x ranks); it grows linearly to the global batch. 0: no ramp.", DS_FIELD(train.batch_ramp_start)},
-      {"train.batch_ramp_steps", 0, kMaxInt, {}, "Batch-size ramp: its length in steps (or give batch_ramp_tokens).", DS_FIELD(train.batch_ramp_steps)},
-      {"train.batch_ramp_tokens", 0, kMaxInt, {}, "Batch-size ramp: its length in tokens, as DeepSeek-V3 gives it (or give batch_ramp_steps).", DS_FIELD(train.batch_ramp_tokens)},
-      {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
-      {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
-      {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
-
-      {"precision.dtype", 0, 0, DS_CHOICES(precision.dtype), "Training precision.", DS_ENUM(precision.dtype)},
-      {"precision.loss_scale", 0, kInf, {}, "fp16: static loss scale; 0 = dynamic.", DS_FIELD(precision.loss_scale)},
-      {"precision.initial_scale_power", 0, 64, {}, "fp16: dynamic scaling starts at 2^this.", DS_FIELD(precision.initial_scale_power)},
-      {"precision.loss_scale_window", 1, kMaxInt, {}, "fp16: clean steps before the scale doubles.", DS_FIELD(precision.loss_scale_window)},
-      {"precision.hysteresis", 1, kMaxInt, {}, "fp16: overflows tolerated before the scale halves.", DS_FIELD(precision.hysteresis)},
-      {"precision.consecutive_hysteresis", 0, 0, {}, "fp16: refill hysteresis after every clean step.", DS_FIELD(precision.consecutive_hysteresis)},
-      {"precision.min_loss_scale", 1, kMaxInt, {}, "fp16: the scale never drops below this.", DS_FIELD(precision.min_loss_scale)},
-
-      {"zero.stage", 0, 3, {}, "ZeRO stage 0-3.", DS_FIELD(zero.stage)},
-      {"zero.reduce_bucket_size", 0, kMaxInt, {}, "Elements per gradient-reduction bucket.", DS_FIELD(zero.reduce_bucket_size)},
-      {"zero.allgather_bucket_size", 0, kMaxInt, {}, "Elements per parameter all-gather bucket.", DS_FIELD(zero.allgather_bucket_size)},
-      {"zero.overlap_comm", 0, 0, {}, "Overlap gradient reduction with backward.", DS_FIELD(zero.overlap_comm)},
-      {"zero.contiguous_gradients", 0, 0, {}, "Copy gradients into a contiguous buffer as produced.", DS_FIELD(zero.contiguous_gradients)},
-      {"zero.reduce_scatter", 0, 0, {}, "Reduce-scatter (vs all-reduce) gradients.", DS_FIELD(zero.reduce_scatter)},
-      {"zero.offload_optimizer", 0, 0, DS_CHOICES(zero.offload_optimizer), "Where optimizer states live.", DS_ENUM(zero.offload_optimizer)},
-      {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Where stage-3 parameters live.", DS_ENUM(zero.offload_param)},
-      {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
-      {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
-      {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "Stage 3: cap on gathered elements.", DS_FIELD(zero.stage3_max_live_parameters)},
-      {"zero.stage3_max_reuse_distance", 0, kMaxInt, {}, "Stage 3: keep a param reused within this many elements.", DS_FIELD(zero.stage3_max_reuse_distance)},
-      {"zero.stage3_gather_16bit_weights_on_model_save", 0, 0, {}, "Stage 3: consolidate 16-bit weights on save.", DS_FIELD(zero.stage3_gather_16bit_weights_on_model_save)},
-      {"zero.sub_group_size", 0, kMaxInt, {}, "Optimizer-step tile (elements).", DS_FIELD(zero.sub_group_size)},
-
-      {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
-      {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: off; the end is always saved).", DS_FIELD(checkpoint.interval_steps)},
-      {"checkpoint.interval_minutes", 0, kInf, {}, "Checkpoint every N minutes of training (0: off).", DS_FIELD(checkpoint.interval_minutes)},
-      {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
-      {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
-      {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
-      {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
-
-      {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
-      {"logging.sinks", 0, 0, DS_CHOICES(logging.sinks), "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_ENUM(logging.sinks)},
-      {"logging.tensorboard_dir", 0, 0, {}, "TensorBoard event files (ds_config: tensorboard.output_path/job_name); empty: run_dir/tensorboard.", DS_FIELD(logging.tensorboard_dir)},
-      {"logging.csv_dir", 0, 0, {}, "CSV files, one per metric (ds_config: csv_monitor.output_path/job_name); empty: run_dir/csv.", DS_FIELD(logging.csv_dir)},
-      {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
-      {"logging.straggler_interval", 0, kMaxInt, {}, "Every N steps the ranks' compute and wait times are compared; slow ranks are reported (0: never).", DS_FIELD(logging.straggler_interval)},
-      {"logging.straggler_threshold", 0, kInf, {}, "A rank whose compute time exceeds the median by more than this fraction is a straggler.", DS_FIELD(logging.straggler_threshold)},
-
-      {"launch.nproc_per_node", 1, 1024, {}, "Worker processes per node.", DS_FIELD(launch.nproc_per_node)},
-      {"launch.nnodes", 1, 65536, {}, "Number of nodes.", DS_FIELD(launch.nnodes)},
-      {"launch.node_rank", 0, 65535, {}, "This node's index.", DS_FIELD(launch.node_rank)},
-      {"launch.threads_per_worker", 0, 1024, {}, "Intra-op threads per worker (0: cores / workers).", DS_FIELD(launch.threads_per_worker)},
-      {"launch.master_addr", 0, 0, {}, "Address of the rendezvous store.", DS_FIELD(launch.master_addr)},
-      {"launch.master_port", 0, 65535, {}, "Port of the rendezvous store (0: pick a free one).", DS_FIELD(launch.master_port)},
-      {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},
-      {"launch.max_time_minutes", 0, kInf, {}, "Wall-time budget of each launch (--max-time): when it is spent, a coordinated stop with a checkpoint (exit 75); 0: none.", DS_FIELD(launch.max_time_minutes)},
-      {"launch.stop_grace_s", 1, 86400, {}, "After SIGTERM/SIGINT the workers finish the step and save a checkpoint; whatever is left after this many seconds is killed.", DS_FIELD(launch.stop_grace_s)},
-      {"launch.timeout_s", 1, 86400, {}, "Rendezvous timeout in seconds: every rank must arrive within it.", DS_FIELD(launch.timeout_s)},
-      {"launch.collective_timeout_s", 1, 86400, {}, "A collective that waits longer is a hang: the launcher names the stuck rank and its op, stops the group and (launch.max_restarts) restarts.", DS_FIELD(launch.collective_timeout_s)},
-      {"launch.env_check", 0, 0, {}, "Before training, the workers compare software, hardware, config and data files across ranks (as `dstrain check-env`, without its probes); a mismatch stops the job (exit 5). --skip-env-check turns it off for one launch.", DS_FIELD(launch.env_check)},
-      {"launch.heartbeat_timeout_s", 1, 86400, {}, "A worker (or another node's launcher) not heard from for this long is frozen or gone: reported by rank, host and phase, then handled as a failure.", DS_FIELD(launch.heartbeat_timeout_s)},
+// The rows, one function per section (a table: clang-format leaves the rows one per line).
+// clang-format off
+std::vector<Field> top_fields() {
+  return {
+    {"run_dir", 0, 0, {}, "Run directory (relative to the current directory): config, logs, metrics, checkpoints.", DS_FIELD(run_dir)},
+    {"seed", 0, kMaxInt, {}, "Seed for weight init (and data order unless data.seed is set).", DS_FIELD(seed)},
+    {"ds_config", 0, 0, {}, "A DeepSpeed ds_config.json (relative to the recipe file).", DS_FIELD(ds_config_path)},
   };
+}
+
+std::vector<Field> model_fields() {
+  return {
+    {"model.family", 0, 0, DS_CHOICES(model.family), "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_ENUM(model.family)},
+    {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
+    {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file).", DS_FIELD(model.init_from)},
+    {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
+    {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
+    {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},
+    {"model.num_heads", 1, 1024, {}, "Attention heads; must divide hidden_size.", DS_FIELD(model.num_heads)},
+    {"model.num_kv_heads", 0, 1024, {}, "dense: grouped key/value heads (0: num_heads); must divide num_heads.", DS_FIELD(model.num_kv_heads)},
+    {"model.intermediate_size", 1, kMaxInt, {}, "SwiGLU MLP width (the dense layers).", DS_FIELD(model.intermediate_size)},
+    {"model.max_seq_len", 1, kMaxInt, {}, "Longest sequence the rotary tables cover.", DS_FIELD(model.max_seq_len)},
+    {"model.rope_theta", 1, kInf, {}, "RoPE base.", DS_FIELD(model.rope_theta)},
+    {"model.rms_norm_eps", 0, 1, {}, "RMSNorm epsilon.", DS_FIELD(model.rms_norm_eps)},
+    {"model.init_std", 0, 1, {}, "Std of the normal weight init.", DS_FIELD(model.init_std)},
+    {"model.q_lora_rank", 0, kMaxInt, {}, "mla_moe: query compression rank (0: a direct q_proj, as V2-Lite).", DS_FIELD(model.q_lora_rank)},
+    {"model.kv_lora_rank", 1, kMaxInt, {}, "mla_moe: key/value compression rank.", DS_FIELD(model.kv_lora_rank)},
+    {"model.qk_nope_head_dim", 1, kMaxInt, {}, "mla_moe: per-head query/key dims without RoPE.", DS_FIELD(model.qk_nope_head_dim)},
+    {"model.qk_rope_head_dim", 2, kMaxInt, {}, "mla_moe: decoupled RoPE dims (even).", DS_FIELD(model.qk_rope_head_dim)},
+    {"model.v_head_dim", 1, kMaxInt, {}, "mla_moe: per-head value dims.", DS_FIELD(model.v_head_dim)},
+    {"model.moe_intermediate_size", 1, kMaxInt, {}, "mla_moe: width of each expert.", DS_FIELD(model.moe_intermediate_size)},
+    {"model.n_routed_experts", 1, 65536, {}, "mla_moe: routed experts per MoE layer.", DS_FIELD(model.n_routed_experts)},
+    {"model.n_shared_experts", 0, 1024, {}, "mla_moe: shared experts per MoE layer.", DS_FIELD(model.n_shared_experts)},
+    {"model.num_experts_per_tok", 1, 1024, {}, "mla_moe: routed experts per token (top-k).", DS_FIELD(model.num_experts_per_tok)},
+    {"model.first_k_dense_replace", 0, 1024, {}, "mla_moe: the first k layers keep a dense FFN.", DS_FIELD(model.first_k_dense_replace)},
+    {"model.moe_layer_freq", 1, 1024, {}, "mla_moe: every n-th later layer is MoE.", DS_FIELD(model.moe_layer_freq)},
+    {"model.scoring_func", 0, 0, DS_CHOICES(model.scoring_func), "mla_moe: router scores (V2 softmax, V3 sigmoid).", DS_ENUM(model.scoring_func)},
+    {"model.topk_method", 0, 0, DS_CHOICES(model.topk_method), "mla_moe: expert selection.", DS_ENUM(model.topk_method)},
+    {"model.n_group", 1, 65536, {}, "mla_moe: expert groups for group-limited routing.", DS_FIELD(model.n_group)},
+    {"model.topk_group", 1, 65536, {}, "mla_moe: groups a token may use.", DS_FIELD(model.topk_group)},
+    {"model.norm_topk_prob", 0, 0, {}, "mla_moe: renormalise the top-k weights.", DS_FIELD(model.norm_topk_prob)},
+    {"model.routed_scaling_factor", 0, kInf, {}, "mla_moe: scale of the routed experts' weights.", DS_FIELD(model.routed_scaling_factor)},
+    {"model.aux_loss_alpha", 0, kInf, {}, "mla_moe: sequence-wise balance loss weight (0: off).", DS_FIELD(model.aux_loss_alpha)},
+    {"model.bias_update_speed", 0, kInf, {}, "mla_moe: gamma of the aux-loss-free bias (noaux_tc).", DS_FIELD(model.bias_update_speed)},
+  };
+}
+
+std::vector<Field> data_fields() {
+  return {
+    {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
+    {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path.", DS_FIELD(data.paths)},
+    {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
+    {"data.format", 0, 0, DS_CHOICES(data.format), "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_ENUM(data.format)},
+    {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
+    {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
+    {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
+    {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
+    {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch, e.g. [2, 1, 1, 1] (faster ranks get more), or auto; empty: equal. The gradient stays that of the whole batch.", DS_FIELD(data.shard_weights)},
+    {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},
+    {"data.balance_steps", 1, kMaxInt, {}, "Steps measured before auto_balance sets the weights.", DS_FIELD(data.balance_steps)},
+  };
+}
+
+std::vector<Field> optimizer_fields() {
+  return {
+    {"optimizer.type", 0, 0, DS_CHOICES(optimizer.type), "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_ENUM(optimizer.type)},
+    {"optimizer.lr", 0, kInf, {}, "Peak learning rate.", DS_FIELD(optimizer.lr)},
+    {"optimizer.beta1", 0, 1, {}, "Adam beta1.", DS_FIELD(optimizer.beta1)},
+    {"optimizer.beta2", 0, 1, {}, "Adam beta2.", DS_FIELD(optimizer.beta2)},
+    {"optimizer.eps", 0, 1, {}, "Adam epsilon.", DS_FIELD(optimizer.eps)},
+    {"optimizer.weight_decay", 0, kInf, {}, "Weight decay.", DS_FIELD(optimizer.weight_decay)},
+  };
+}
+
+std::vector<Field> schedule_fields() {
+  return {
+    {"schedule.type", 0, 0, DS_CHOICES(schedule.type),
+     "LR schedule: warmup_cosine (linear warmup, cosine to min_lr_ratio), wsd (warmup, stable, linear decay over decay_ratio), DeepSpeed's WarmupCosineLR / WarmupLR / WarmupDecayLR / OneCycle, or constant.",
+     DS_ENUM(schedule.type)},
+    {"schedule.warmup_steps", 0, kMaxInt, {}, "Warmup steps.", DS_FIELD(schedule.warmup_steps)},
+    {"schedule.warmup_type", 0, 0, DS_CHOICES(schedule.warmup_type), "Warmup shape of the ds_* schedules.", DS_ENUM(schedule.warmup_type)},
+    {"schedule.warmup_min_ratio", 0, 1, {}, "Warmup starts at lr x this (ds_* schedules).", DS_FIELD(schedule.warmup_min_ratio)},
+    {"schedule.min_lr_ratio", 0, 1, {}, "Cosine / linear decay ends at lr x this.", DS_FIELD(schedule.min_lr_ratio)},
+    {"schedule.decay_ratio", 0, 1, {}, "wsd: the fraction of the steps, at the end, that decays.", DS_FIELD(schedule.decay_ratio)},
+    {"schedule.batch_scaling", 0, 0, DS_CHOICES(schedule.batch_scaling), "Scale the LR with the global batch when accumulation stages change it (relative to the first stage's batch).", DS_ENUM(schedule.batch_scaling)},
+    {"schedule.cycle_min_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's ends.", DS_FIELD(schedule.cycle_min_lr)},
+    {"schedule.cycle_max_lr", 0, kInf, {}, "ds_one_cycle: the LR at the cycle's peak; 0: optimizer.lr.", DS_FIELD(schedule.cycle_max_lr)},
+    {"schedule.cycle_first_step_size", 1, kMaxInt, {}, "ds_one_cycle: steps of the rising half.", DS_FIELD(schedule.cycle_first_step_size)},
+    {"schedule.cycle_second_step_size", 0, kMaxInt, {}, "ds_one_cycle: steps of the falling half; 0: the first's.", DS_FIELD(schedule.cycle_second_step_size)},
+    {"schedule.decay_lr_rate", 0, kInf, {}, "ds_one_cycle: after the cycle, lr = cycle_min_lr / (1 + rate x steps / decay_step_size).", DS_FIELD(schedule.decay_lr_rate)},
+    {"schedule.decay_step_size", 0, kMaxInt, {}, "ds_one_cycle: steps per decay interval; 0: no decay.", DS_FIELD(schedule.decay_step_size)},
+    {"schedule.cycle_momentum", 0, 0, {}, "ds_one_cycle: cycle beta1 inversely to the LR (beta2 is then 0.99, as DeepSpeed sets it).", DS_FIELD(schedule.cycle_momentum)},
+    {"schedule.cycle_min_mom", 0, 1, {}, "ds_one_cycle: beta1 at the LR's peak.", DS_FIELD(schedule.cycle_min_mom)},
+    {"schedule.cycle_max_mom", 0, 1, {}, "ds_one_cycle: beta1 at the cycle's ends.", DS_FIELD(schedule.cycle_max_mom)},
+    {"schedule.decay_mom_rate", 0, kInf, {}, "ds_one_cycle: after the cycle, beta1 = cycle_max_mom x (1 + rate x steps / decay_step_size).", DS_FIELD(schedule.decay_mom_rate)},
+  };
+}
+
+std::vector<Field> train_fields() {
+  return {
+    {"train.steps", 0, kMaxInt, {}, "Optimizer steps (set this or train.tokens).", DS_FIELD(train.steps)},
+    {"train.tokens", 0, kMaxInt, {}, "Training length in tokens (set this or train.steps).", DS_FIELD(train.tokens)},
+    {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
+    {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
+    {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},
+    {"train.accumulation", 1, kMaxInt, {}, "Staged accumulation: [{until_step: N, steps: A}, ..., {steps: C}]; a stage may end at a token count instead (until_tokens: T).", DS_FIELD(train.accumulation)},
+    {"train.batch_ramp_start", 0, kMaxInt, {}, "Batch-size ramp: the global batch at step 0 (a multiple of micro x ranks); it grows linearly to the global batch. 0: no ramp.", DS_FIELD(train.batch_ramp_start)},
+    {"train.batch_ramp_steps", 0, kMaxInt, {}, "Batch-size ramp: its length in steps (or give batch_ramp_tokens).", DS_FIELD(train.batch_ramp_steps)},
+    {"train.batch_ramp_tokens", 0, kMaxInt, {}, "Batch-size ramp: its length in tokens, as DeepSeek-V3 gives it (or give batch_ramp_steps).", DS_FIELD(train.batch_ramp_tokens)},
+    {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
+    {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
+    {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
+  };
+}
+
+std::vector<Field> precision_fields() {
+  return {
+    {"precision.dtype", 0, 0, DS_CHOICES(precision.dtype), "Training precision.", DS_ENUM(precision.dtype)},
+    {"precision.loss_scale", 0, kInf, {}, "fp16: static loss scale; 0 = dynamic.", DS_FIELD(precision.loss_scale)},
+    {"precision.initial_scale_power", 0, 64, {}, "fp16: dynamic scaling starts at 2^this.", DS_FIELD(precision.initial_scale_power)},
+    {"precision.loss_scale_window", 1, kMaxInt, {}, "fp16: clean steps before the scale doubles.", DS_FIELD(precision.loss_scale_window)},
+    {"precision.hysteresis", 1, kMaxInt, {}, "fp16: overflows tolerated before the scale halves.", DS_FIELD(precision.hysteresis)},
+    {"precision.consecutive_hysteresis", 0, 0, {}, "fp16: refill hysteresis after every clean step.", DS_FIELD(precision.consecutive_hysteresis)},
+    {"precision.min_loss_scale", 1, kMaxInt, {}, "fp16: the scale never drops below this.", DS_FIELD(precision.min_loss_scale)},
+  };
+}
+
+std::vector<Field> zero_fields() {
+  return {
+    {"zero.stage", 0, 3, {}, "ZeRO stage 0-3.", DS_FIELD(zero.stage)},
+    {"zero.reduce_bucket_size", 0, kMaxInt, {}, "Elements per gradient-reduction bucket.", DS_FIELD(zero.reduce_bucket_size)},
+    {"zero.allgather_bucket_size", 0, kMaxInt, {}, "Elements per parameter all-gather bucket.", DS_FIELD(zero.allgather_bucket_size)},
+    {"zero.overlap_comm", 0, 0, {}, "Overlap gradient reduction with backward.", DS_FIELD(zero.overlap_comm)},
+    {"zero.contiguous_gradients", 0, 0, {}, "Copy gradients into a contiguous buffer as produced.", DS_FIELD(zero.contiguous_gradients)},
+    {"zero.reduce_scatter", 0, 0, {}, "Reduce-scatter (vs all-reduce) gradients.", DS_FIELD(zero.reduce_scatter)},
+    {"zero.offload_optimizer", 0, 0, DS_CHOICES(zero.offload_optimizer), "Where optimizer states live.", DS_ENUM(zero.offload_optimizer)},
+    {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Where stage-3 parameters live.", DS_ENUM(zero.offload_param)},
+    {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
+    {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
+    {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "Stage 3: cap on gathered elements.", DS_FIELD(zero.stage3_max_live_parameters)},
+    {"zero.stage3_max_reuse_distance", 0, kMaxInt, {}, "Stage 3: keep a param reused within this many elements.", DS_FIELD(zero.stage3_max_reuse_distance)},
+    {"zero.stage3_gather_16bit_weights_on_model_save", 0, 0, {}, "Stage 3: consolidate 16-bit weights on save.", DS_FIELD(zero.stage3_gather_16bit_weights_on_model_save)},
+    {"zero.sub_group_size", 0, kMaxInt, {}, "Optimizer-step tile (elements).", DS_FIELD(zero.sub_group_size)},
+  };
+}
+
+std::vector<Field> checkpoint_fields() {
+  return {
+    {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
+    {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: off; the end is always saved).", DS_FIELD(checkpoint.interval_steps)},
+    {"checkpoint.interval_minutes", 0, kInf, {}, "Checkpoint every N minutes of training (0: off).", DS_FIELD(checkpoint.interval_minutes)},
+    {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
+    {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
+    {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
+    {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
+  };
+}
+
+std::vector<Field> logging_fields() {
+  return {
+    {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
+    {"logging.sinks", 0, 0, DS_CHOICES(logging.sinks), "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_ENUM(logging.sinks)},
+    {"logging.tensorboard_dir", 0, 0, {}, "TensorBoard event files (ds_config: tensorboard.output_path/job_name); empty: run_dir/tensorboard.", DS_FIELD(logging.tensorboard_dir)},
+    {"logging.csv_dir", 0, 0, {}, "CSV files, one per metric (ds_config: csv_monitor.output_path/job_name); empty: run_dir/csv.", DS_FIELD(logging.csv_dir)},
+    {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
+    {"logging.straggler_interval", 0, kMaxInt, {}, "Every N steps the ranks' compute and wait times are compared; slow ranks are reported (0: never).", DS_FIELD(logging.straggler_interval)},
+    {"logging.straggler_threshold", 0, kInf, {}, "A rank whose compute time exceeds the median by more than this fraction is a straggler.", DS_FIELD(logging.straggler_threshold)},
+  };
+}
+
+std::vector<Field> launch_fields() {
+  return {
+    {"launch.nproc_per_node", 1, 1024, {}, "Worker processes per node.", DS_FIELD(launch.nproc_per_node)},
+    {"launch.nnodes", 1, 65536, {}, "Number of nodes.", DS_FIELD(launch.nnodes)},
+    {"launch.node_rank", 0, 65535, {}, "This node's index.", DS_FIELD(launch.node_rank)},
+    {"launch.threads_per_worker", 0, 1024, {}, "Intra-op threads per worker (0: cores / workers).", DS_FIELD(launch.threads_per_worker)},
+    {"launch.master_addr", 0, 0, {}, "Address of the rendezvous store.", DS_FIELD(launch.master_addr)},
+    {"launch.master_port", 0, 65535, {}, "Port of the rendezvous store (0: pick a free one).", DS_FIELD(launch.master_port)},
+    {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},
+    {"launch.max_time_minutes", 0, kInf, {}, "Wall-time budget of each launch (--max-time): when it is spent, a coordinated stop with a checkpoint (exit 75); 0: none.", DS_FIELD(launch.max_time_minutes)},
+    {"launch.stop_grace_s", 1, 86400, {}, "After SIGTERM/SIGINT the workers finish the step and save a checkpoint; whatever is left after this many seconds is killed.", DS_FIELD(launch.stop_grace_s)},
+    {"launch.timeout_s", 1, 86400, {}, "Rendezvous timeout in seconds: every rank must arrive within it.", DS_FIELD(launch.timeout_s)},
+    {"launch.collective_timeout_s", 1, 86400, {}, "A collective that waits longer is a hang: the launcher names the stuck rank and its op, stops the group and (launch.max_restarts) restarts.", DS_FIELD(launch.collective_timeout_s)},
+    {"launch.env_check", 0, 0, {}, "Before training, the workers compare software, hardware, config and data files across ranks (as `dstrain check-env`, without its probes); a mismatch stops the job (exit 5). --skip-env-check turns it off for one launch.", DS_FIELD(launch.env_check)},
+    {"launch.heartbeat_timeout_s", 1, 86400, {}, "A worker (or another node's launcher) not heard from for this long is frozen or gone: reported by rank, host and phase, then handled as a failure.", DS_FIELD(launch.heartbeat_timeout_s)},
+  };
+}
+// clang-format on
+
+}  // namespace
+
+const std::vector<Field>& recipe_schema() {
+  static const std::vector<Field> fields = [] {
+    std::vector<Field> all;
+    for (auto section : {top_fields, model_fields, data_fields, optimizer_fields, schedule_fields, train_fields, precision_fields, zero_fields,
+                         checkpoint_fields, logging_fields, launch_fields}) {
+      std::vector<Field> rows = section();
+      all.insert(all.end(), rows.begin(), rows.end());
+    }
+    return all;
+  }();
   return fields;
 }
 

@@ -24,7 +24,7 @@
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
-#include "dstrain/core/progress_line.h"
+#include "dstrain/run/progress_line.h"
 
 extern char** environ;
 
@@ -81,7 +81,7 @@ struct ProgressBar {
     if (!text.empty()) (void)!::write(STDERR_FILENO, text.data(), text.size()), shown = true;
   }
   void update(const std::string& line) {
-    const std::optional<progress::ProgressLine> p = progress::decode_line(line);
+    const std::optional<run::ProgressLine> p = run::decode_line(line);
     if (!p) return;
     const int64_t step = p->step, first = p->first_step, total = p->total_steps;
     const double elapsed = p->elapsed_s;
@@ -105,7 +105,7 @@ bool is_warning_or_error(const std::string& line) {
 }
 
 void emit_line(Child& c, const std::string& line) {
-  if (c.rank == 0 && progress::is_progress_line(line)) return g_bar.update(line);
+  if (c.rank == 0 && run::is_progress_line(line)) return g_bar.update(line);
   c.log << line << '\n';
   c.log.flush();
   c.tail.push_back(line);
@@ -139,7 +139,7 @@ bool drain(Child& c) {
   return true;
 }
 
-pid_t spawn(const SupervisorOptions& o, const WorkerEnv& env, int& out_fd) {
+pid_t spawn(const SupervisorOptions& o, const run::WorkerEnv& env, int& out_fd) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw Error(ErrorCode::kEnvironment, fmt::format("pipe failed: {}", std::strerror(errno)), "");
   // Build argv and envp before fork: only async-signal-safe calls in the child.
@@ -149,7 +149,9 @@ pid_t spawn(const SupervisorOptions& o, const WorkerEnv& env, int& out_fd) {
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   std::vector<std::string> env_strings;
-  const auto assigned = worker_env_assignments(env);
+  run::WorkerEnv with_bar = env;
+  with_bar.progress_line = o.progress_bar;
+  const auto assigned = run::worker_env_assignments(with_bar);
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
     const std::string key = kv.substr(0, kv.find('='));
@@ -158,7 +160,6 @@ pid_t spawn(const SupervisorOptions& o, const WorkerEnv& env, int& out_fd) {
     if (!overridden) env_strings.push_back(kv);
   }
   env_strings.insert(env_strings.end(), assigned.begin(), assigned.end());
-  env_strings.push_back(o.progress_bar ? "DSTRAIN_PROGRESS=1" : "DSTRAIN_PROGRESS=0");
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -189,123 +190,152 @@ std::string describe(int status) {
 
 }  // namespace
 
-int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
-  std::filesystem::create_directories(o.log_dir);
-  struct sigaction sa{};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  struct sigaction old_int{}, old_term{}, old_usr1{};
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
-  struct sigaction usr1{};
-  usr1.sa_handler = on_save_request;
-  sigemptyset(&usr1.sa_mask);
-  sigaction(SIGUSR1, &usr1, &old_usr1);
-  g_signal = 0;
-  g_signal_count = 0;
-  g_save_request = 0;
+namespace {
 
-  std::vector<Child> children(o.workers.size());
-  for (size_t i = 0; i < o.workers.size(); ++i) {
-    Child& c = children[i];
-    c.rank = o.workers[i].rank;
-    c.log_path = fmt::format("{}/rank_{:05d}.log", o.log_dir, c.rank);
-    c.log.open(c.log_path, std::ios::app);
-    c.pid = spawn(o, o.workers[i], c.out_fd);
+// The launcher's handlers while its workers run (SIGINT/SIGTERM: a coordinated stop, SIGUSR1: a
+// checkpoint); the previous handlers come back after.
+class SignalScope {
+ public:
+  SignalScope() {
+    struct sigaction stop {};
+    stop.sa_handler = on_signal;
+    sigemptyset(&stop.sa_mask);
+    sigaction(SIGINT, &stop, &old_int_);
+    sigaction(SIGTERM, &stop, &old_term_);
+    struct sigaction save {};
+    save.sa_handler = on_save_request;
+    sigemptyset(&save.sa_mask);
+    sigaction(SIGUSR1, &save, &old_usr1_);
+    g_signal = 0;
+    g_signal_count = 0;
+    g_save_request = 0;
+  }
+  ~SignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGUSR1, &old_usr1_, nullptr);
+  }
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_{}, old_usr1_{};
+};
+
+using Clock = std::chrono::steady_clock;
+
+// One supervise() call: its workers and what has happened to them.
+class Group {
+ public:
+  explicit Group(const SupervisorOptions& o) : o_(o), children_(o.workers.size()), next_watch_(Clock::now() + std::chrono::milliseconds(o.watch_period_ms)) {
+    for (size_t i = 0; i < o.workers.size(); ++i) {
+      Child& c = children_[i];
+      c.rank = o.workers[i].rank;
+      c.log_path = fmt::format("{}/rank_{:05d}.log", o.log_dir, c.rank);
+      c.log.open(c.log_path, std::ios::app);
+      c.pid = spawn(o, o.workers[i], c.out_fd);
+    }
   }
 
-  const Child* first_failure = nullptr;
-  std::optional<WorkerFailure> watched_failure;  // from the watchdog
-  auto next_watch = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.watch_period_ms);
-  int forwarded_signal = 0;
-  auto stop_deadline = std::chrono::steady_clock::time_point::max();
-  auto stop_all = [&](int sig) {  // also forwards SIGUSR1
-    for (auto& c : children)
-      if (c.running) ::kill(c.pid, sig);
-  };
+  // One round: output first (so that a failing worker's last words reach its log), exits, the
+  // watchdog, signals. False once every worker has ended and its output is read.
+  bool round() {
+    pump_output();
+    reap();
+    watch();
+    handle_signals();
+    if (std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.running; })) return true;
+    for (auto& c : children_)  // children are gone; take what is still buffered in the pipes
+      while (c.out_fd >= 0 && drain(c)) {
+      }
+    return false;
+  }
 
-  for (;;) {
-    // Output first, so that a failing worker's last words reach its log.
+  int finish(WorkerFailure* failure) {
+    if (g_bar.shown) (void)!::write(STDERR_FILENO, "\n", 1);
+    g_bar = ProgressBar{};
+    if (watched_failure_) return report_watched(failure);
+    if (first_failure_) return report_failed(failure);
+    return stopped_status();
+  }
+
+ private:
+  void signal_all(int sig) {  // SIGKILL, SIGTERM, and SIGUSR1 forwarded
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, sig);
+  }
+  bool quiet() const { return !first_failure_ && !watched_failure_ && !forwarded_signal_; }
+
+  void pump_output() {
     std::vector<pollfd> pfds;
     std::vector<Child*> owners;
-    for (auto& c : children)
+    for (auto& c : children_)
       if (c.out_fd >= 0) pfds.push_back({c.out_fd, POLLIN, 0}), owners.push_back(&c);
-    if (!pfds.empty()) {
-      if (::poll(pfds.data(), pfds.size(), 100) > 0)
-        for (size_t i = 0; i < pfds.size(); ++i)
-          if (pfds[i].revents) drain(*owners[i]);
-    } else {
-      ::usleep(50 * 1000);
-    }
+    if (pfds.empty()) return (void)::usleep(50 * 1000);
+    if (::poll(pfds.data(), pfds.size(), 100) > 0)
+      for (size_t i = 0; i < pfds.size(); ++i)
+        if (pfds[i].revents) drain(*owners[i]);
+  }
 
-    for (auto& c : children) {
-      if (!c.running) continue;
+  void reap() {
+    for (auto& c : children_) {
       int status = 0;
-      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      if (!c.running || ::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
       c.running = false;
       c.status = status;
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       // 75: a coordinated stop (a signal, or the wall-time budget) that every rank takes together.
       const bool stopped_as_asked = WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
-      if (!ok && !stopped_as_asked && !first_failure && !watched_failure && !forwarded_signal) {
-        first_failure = &c;
-        stop_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
+      if (!ok && !stopped_as_asked && quiet()) {
+        first_failure_ = &c;
+        signal_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
       }
     }
-    if (o.watchdog && !first_failure && !watched_failure && !forwarded_signal && std::chrono::steady_clock::now() >= next_watch) {
-      next_watch = std::chrono::steady_clock::now() + std::chrono::milliseconds(o.watch_period_ms);
-      if (auto f = o.watchdog()) {
-        watched_failure = std::move(f);
-        stop_all(SIGKILL);  // SIGKILL also ends a SIGSTOPped process
-      }
+  }
+
+  void watch() {
+    if (!o_.watchdog || !quiet() || Clock::now() < next_watch_) return;
+    next_watch_ = Clock::now() + std::chrono::milliseconds(o_.watch_period_ms);
+    if (auto f = o_.watchdog()) {
+      watched_failure_ = std::move(f);
+      signal_all(SIGKILL);  // SIGKILL also ends a SIGSTOPped process
     }
+  }
+
+  void handle_signals() {
     if (g_save_request) {  // SIGUSR1: the workers checkpoint at the end of the current step
       g_save_request = 0;
       log::info("received SIGUSR1; asking the workers for a checkpoint after this step");
-      stop_all(SIGUSR1);
+      signal_all(SIGUSR1);
     }
-    if (g_signal && !forwarded_signal) {
-      forwarded_signal = g_signal;
+    if (g_signal && !forwarded_signal_) {
+      forwarded_signal_ = g_signal;
       log::warn(fmt::format("received {}: the workers stop at the next step boundary after a checkpoint ({} s at most; a second signal kills them)",
-                            forwarded_signal == SIGINT ? "SIGINT" : "SIGTERM", o.grace_period_s));
-      stop_all(SIGTERM);
-      stop_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(o.grace_period_s);
-    } else if (forwarded_signal && g_signal_count > 1 && stop_deadline != std::chrono::steady_clock::time_point::min()) {
+                            forwarded_signal_ == SIGINT ? "SIGINT" : "SIGTERM", o_.grace_period_s));
+      signal_all(SIGTERM);
+      stop_deadline_ = Clock::now() + std::chrono::seconds(o_.grace_period_s);
+    } else if (forwarded_signal_ && g_signal_count > 1 && stop_deadline_ != Clock::time_point::min()) {
       log::warn("second signal: killing the workers");
-      stop_all(SIGKILL);
-      stop_deadline = std::chrono::steady_clock::time_point::min();
+      signal_all(SIGKILL);
+      stop_deadline_ = Clock::time_point::min();
     }
-    if (stop_deadline != std::chrono::steady_clock::time_point::min() && std::chrono::steady_clock::now() > stop_deadline) {
-      stop_all(SIGKILL);
-      stop_deadline = std::chrono::steady_clock::time_point::max();
+    if (stop_deadline_ != Clock::time_point::min() && Clock::now() > stop_deadline_) {
+      signal_all(SIGKILL);
+      stop_deadline_ = Clock::time_point::max();
     }
-    bool any_running = false, any_output = false;
-    for (auto& c : children) any_running |= c.running, any_output |= c.out_fd >= 0;
-    if (!any_running) {
-      // Children are gone; take what is still buffered in the pipes, then stop.
-      for (auto& c : children)
-        while (c.out_fd >= 0 && drain(c)) {
-        }
-      break;
-    }
-    (void)any_output;
   }
-  if (g_bar.shown) (void)!::write(STDERR_FILENO, "\n", 1);
-  g_bar = ProgressBar{};
-  sigaction(SIGINT, &old_int, nullptr);
-  sigaction(SIGTERM, &old_term, nullptr);
-  sigaction(SIGUSR1, &old_usr1, nullptr);
 
-  if (watched_failure) {
-    log::error(watched_failure->description + "; the workers on this node were stopped.");
-    watched_failure->happened = true;
-    for (const auto& c : children)  // the blamed rank runs here: its pid and last words
-      if (c.rank == watched_failure->rank) watched_failure->pid = c.pid, watched_failure->tail.assign(c.tail.begin(), c.tail.end());
-    if (failure) *failure = *watched_failure;
-    return watched_failure->kind == FailureKind::kHang ? exit_status::kComm : exit_status::kWorkerFailed;
+  int report_watched(WorkerFailure* failure) {
+    log::error(watched_failure_->description + "; the workers on this node were stopped.");
+    watched_failure_->happened = true;
+    for (const auto& c : children_)  // the blamed rank runs here: its pid and last words
+      if (c.rank == watched_failure_->rank) watched_failure_->pid = c.pid, watched_failure_->tail.assign(c.tail.begin(), c.tail.end());
+    if (failure) *failure = *watched_failure_;
+    return watched_failure_->kind == FailureKind::kHang ? exit_status::kComm : exit_status::kWorkerFailed;
   }
-  if (first_failure) {
-    const Child& c = *first_failure;
+
+  int report_failed(WorkerFailure* failure) const {
+    const Child& c = *first_failure_;
     const std::string host = host_name();
     std::string report = fmt::format("rank {} (pid {} on {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, host,
                                      describe(c.status), c.log_path);
@@ -331,15 +361,34 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
     }
     return exit_status::kWorkerFailed;
   }
-  const bool any_stopped = std::any_of(children.begin(), children.end(),
-                                       [](const Child& c) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == exit_status::kStopped; });
-  if (forwarded_signal || any_stopped) {
-    const bool all_stopped = std::all_of(children.begin(), children.end(), [](const Child& c) {
-      return WIFEXITED(c.status) && (WEXITSTATUS(c.status) == exit_status::kStopped || WEXITSTATUS(c.status) == 0);
-    });
+
+  int stopped_status() const {
+    auto exited_with = [](const Child& c, int s) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == s; };
+    const bool any_stopped = std::any_of(children_.begin(), children_.end(), [&](const Child& c) { return exited_with(c, exit_status::kStopped); });
+    if (!forwarded_signal_ && !any_stopped) return exit_status::kOk;
+    const bool all_stopped = std::all_of(children_.begin(), children_.end(),
+                                         [&](const Child& c) { return exited_with(c, exit_status::kStopped) || exited_with(c, 0); });
     return all_stopped ? exit_status::kStopped : exit_status::kInterrupted;
   }
-  return exit_status::kOk;
+
+  const SupervisorOptions& o_;
+  std::vector<Child> children_;
+  const Child* first_failure_ = nullptr;
+  std::optional<WorkerFailure> watched_failure_;  // from the watchdog
+  Clock::time_point next_watch_;
+  int forwarded_signal_ = 0;
+  Clock::time_point stop_deadline_ = Clock::time_point::max();
+};
+
+}  // namespace
+
+int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
+  std::filesystem::create_directories(o.log_dir);
+  const SignalScope signals;
+  Group group(o);
+  while (group.round()) {
+  }
+  return group.finish(failure);
 }
 
 }  // namespace dstrain::launch

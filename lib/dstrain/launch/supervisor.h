@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/worker_env.h"
 
 namespace dstrain::launch {
 
@@ -41,7 +41,7 @@ struct WorkerFailure {
 struct SupervisorOptions {
   std::string executable;                // path of the dstrain binary
   std::vector<std::string> worker_args;  // e.g. {"worker"}
-  std::vector<WorkerEnv> workers;        // one per local rank
+  std::vector<run::WorkerEnv> workers;        // one per local rank
   std::string log_dir;
   int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
   // Called every `watch_period_ms` while workers run. A failure it returns (a hang, a lost node,

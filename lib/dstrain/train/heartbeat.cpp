@@ -13,14 +13,8 @@
 
 namespace dstrain::train {
 
-std::string heartbeat_key(const std::string& store_run_key, int rank) { return "dstrain/" + store_run_key + "/hb/" + std::to_string(rank); }
-
-std::chrono::milliseconds heartbeat_period(double heartbeat_timeout_s) {
-  return std::chrono::milliseconds(static_cast<int64_t>(std::clamp(heartbeat_timeout_s / 6.0, 0.1, 10.0) * 1000));
-}
-
-HeartbeatSender::HeartbeatSender(const launch::WorkerEnv& env, double heartbeat_timeout_s)
-    : key_(heartbeat_key(launch::store_run_key(env), env.rank)), period_(heartbeat_period(heartbeat_timeout_s)) {
+HeartbeatSender::HeartbeatSender(const run::WorkerEnv& env, double heartbeat_timeout_s)
+    : key_(run::heartbeat_key(run::store_run_key(env), env.rank)), period_(run::heartbeat_period(heartbeat_timeout_s)) {
   host_ = host_name();
   store_ = std::make_unique<comm::StoreClient>(env.master_addr, env.master_port, std::chrono::milliseconds(static_cast<int64_t>(heartbeat_timeout_s * 1000)));
   beat();

@@ -11,7 +11,8 @@
 #include <string>
 #include <thread>
 
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/store_keys.h"
+#include "dstrain/run/worker_env.h"
 
 namespace dstrain::comm {
 class StoreClient;
@@ -19,14 +20,9 @@ class StoreClient;
 
 namespace dstrain::train {
 
-// The store key of `rank`'s heartbeat in the run key (run id and restart generation).
-std::string heartbeat_key(const std::string& store_run_key, int rank);
-// Heartbeat period for a timeout: a sixth of it, within [0.1 s, 10 s].
-std::chrono::milliseconds heartbeat_period(double heartbeat_timeout_s);
-
 class HeartbeatSender {
  public:
-  HeartbeatSender(const launch::WorkerEnv& env, double heartbeat_timeout_s);
+  HeartbeatSender(const run::WorkerEnv& env, double heartbeat_timeout_s);
   ~HeartbeatSender();  // sends a last beat (the current phase: "finished" after a clean end)
 
  private:

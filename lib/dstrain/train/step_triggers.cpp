@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "dstrain/config/recipe.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 #include "dstrain/train/step_signals.h"
 
 namespace dstrain::train {
@@ -35,7 +35,7 @@ void StepTriggers::install_signal_handlers() {
   sigaction(SIGINT, &stop, nullptr);
 }
 
-StepTriggers::StepTriggers(const config::Recipe& recipe, const RunDir& run_dir, int rank)
+StepTriggers::StepTriggers(const config::Recipe& recipe, const run::RunDir& run_dir, int rank)
     : recipe_(recipe), save_now_file_(run_dir.root() + "/SAVE_NOW"), rank_(rank), started_(std::chrono::steady_clock::now()), last_save_(started_) {}
 
 bool StepTriggers::save_wanted() {

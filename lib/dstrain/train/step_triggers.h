@@ -14,9 +14,12 @@ namespace dstrain::config {
 struct Recipe;
 }
 
+namespace dstrain::run {
+class RunDir;
+}
+
 namespace dstrain::train {
 
-class RunDir;
 struct StepSignals;
 
 class StepTriggers {
@@ -25,7 +28,7 @@ class StepTriggers {
   // worker does, so that neither ever kills it.
   static void install_signal_handlers();
 
-  StepTriggers(const config::Recipe& recipe, const RunDir& run_dir, int rank);
+  StepTriggers(const config::Recipe& recipe, const run::RunDir& run_dir, int rank);
   // This rank's wishes now. save_wanted() consumes a SIGUSR1 or SAVE_NOW request.
   bool save_wanted();
   bool stop_wanted() const;

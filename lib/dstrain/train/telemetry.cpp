@@ -15,15 +15,15 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
-#include "dstrain/core/progress_line.h"
+#include "dstrain/run/progress_line.h"
 #include "dstrain/metrics/sinks.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
 namespace {
 
-metrics::SinkOptions sink_options(const config::Recipe& r, const RunDir& run_dir, int64_t keep_through_step) {
+metrics::SinkOptions sink_options(const config::Recipe& r, const run::RunDir& run_dir, int64_t keep_through_step) {
   metrics::SinkOptions o;
   o.keep_through_step = keep_through_step;
   if (r.logging.has_sink(config::Sink::kJsonl)) o.jsonl_path = run_dir.metrics_path();
@@ -34,7 +34,7 @@ metrics::SinkOptions sink_options(const config::Recipe& r, const RunDir& run_dir
 
 }  // namespace
 
-void write_memory_report(const RunDir& run_dir, const zero::Engine& engine) {
+void write_memory_report(const run::RunDir& run_dir, const zero::Engine& engine) {
   const zero::MemoryReport m = engine.memory();
   const std::string json = fmt::format(
       "{{\"version\": 1, \"params_bytes\": {}, \"grads_bytes\": {}, \"master_bytes\": {}, \"optimizer_bytes\": {}, "
@@ -58,12 +58,11 @@ double peak_resident_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
-Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
-                     const TrainingDevice& device)
+Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
+                     const device::TrainingDevice& device, bool progress_line)
     : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
   console_ = recipe.logging.has_sink(config::Sink::kConsole);
-  const char* progress = std::getenv("DSTRAIN_PROGRESS");
-  progress_ = comm.rank() == 0 && progress && std::string(progress) == "1";
+  progress_ = comm.rank() == 0 && progress_line;
   flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
   if (comm.rank() == 0) {
     sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe, run_dir, start_step));
@@ -71,14 +70,14 @@ Telemetry::Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::
     // the best fp32 GEMM this rank's threads reach is the honest denominator. The log says which.
     std::string source;
     if (device.device.is_cuda()) {
-      peak_tflops_ = datasheet_peak_tflops(device.name, recipe.precision.dtype);
+      peak_tflops_ = device::datasheet_peak_tflops(device.name, recipe.precision.dtype);
       source = fmt::format("the {} datasheet's dense {} peak", device.name, recipe.precision.dtype == config::Dtype::kFp32 ? "fp32" : "bf16/fp16 tensor-core");
       if (peak_tflops_ <= 0) {
-        peak_tflops_ = measured_gpu_peak_tflops(device.device, recipe.precision.dtype);
+        peak_tflops_ = device::measured_gpu_peak_tflops(device.device, recipe.precision.dtype);
         source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", config::name(recipe.precision.dtype), device.name);
       }
     } else {
-      peak_tflops_ = measured_cpu_peak_tflops();
+      peak_tflops_ = device::measured_cpu_peak_tflops();
       source = fmt::format("measured (fp32 1024x1024 GEMM, {} thread{}: no GPU)", threads, threads == 1 ? "" : "s");
     }
     log::info(fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, {}",
@@ -161,7 +160,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
     m.mfu = peak_tflops_ > 0 ? m.tflops_per_rank / peak_tflops_ : metrics::kNone;
     m.host_rss_mb = resident_mb();
     m.host_peak_rss_mb = peak_resident_mb();
-    if (const DeviceMemoryPeaks peaks = device_memory_peaks(device_); peaks.allocated_mb >= 0) {
+    if (const device::DeviceMemoryPeaks peaks = device::device_memory_peaks(device_); peaks.allocated_mb >= 0) {
       m.device_alloc_peak_mb = peaks.allocated_mb;
       m.device_reserved_peak_mb = peaks.reserved_mb;
     }
@@ -194,7 +193,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
                           m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
-    std::printf("%s\n", progress::encode_line({o.step, first_step_, total, o.loss, m.tokens_per_s, elapsed}).c_str());
+    std::printf("%s\n", run::encode_line({o.step, first_step_, total, o.loss, m.tokens_per_s, elapsed}).c_str());
     std::fflush(stdout);
   }
 }

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "dstrain/metrics/step_metrics.h"
-#include "dstrain/train/training_device.h"
+#include "dstrain/device/training_device.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -28,9 +28,12 @@ namespace dstrain::zero {
 class Engine;
 }
 
+namespace dstrain::run {
+class RunDir;
+}
+
 namespace dstrain::train {
 
-class RunDir;
 
 // What the loop knows at the end of a step.
 struct StepOutcome {
@@ -47,8 +50,9 @@ struct StepOutcome {
 
 class Telemetry {
  public:
-  Telemetry(const config::Recipe& recipe, const RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
-            const TrainingDevice& device = {});
+  // `progress_line`: rank 0 prints run::ProgressLine for the launcher's bar (WorkerEnv::progress_line).
+  Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
+            const device::TrainingDevice& device = {}, bool progress_line = false);
   ~Telemetry();
   // A rollback or resume at `step`: the sinks drop what came after it.
   void restart_at(int64_t step);
@@ -61,7 +65,7 @@ class Telemetry {
  private:
   void check_stragglers(int64_t step, metrics::StepMetrics& m);
   const config::Recipe& recipe_;
-  const RunDir& run_dir_;
+  const run::RunDir& run_dir_;
   comm::Communicator& comm_;
   std::unique_ptr<metrics::MetricSinks> sinks_;
   double flops_per_token_ = 0;
@@ -77,7 +81,7 @@ class Telemetry {
 };
 
 // run_dir/memory.json: this rank's bytes of model state next to the ZeRO formulas (rank 0 writes it).
-void write_memory_report(const RunDir& run_dir, const zero::Engine& engine);
+void write_memory_report(const run::RunDir& run_dir, const zero::Engine& engine);
 
 // Resident memory of this process now and at its peak, MiB.
 double resident_mb();

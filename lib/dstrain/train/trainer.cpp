@@ -16,20 +16,20 @@
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
 #include "dstrain/train/data_plan.h"
-#include "dstrain/train/env_task.h"
+#include "dstrain/envcheck/rank_check.h"
 #include "dstrain/train/heartbeat.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 #include "dstrain/train/step_signals.h"
 #include "dstrain/train/step_triggers.h"
 #include "dstrain/train/telemetry.h"
-#include "dstrain/train/training_device.h"
+#include "dstrain/device/training_device.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
@@ -38,8 +38,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-config::Recipe checked_recipe(const launch::WorkerEnv& env) {
-  config::Recipe recipe = config::read_resolved_config(RunDir(env.run_dir).config_path());
+config::Recipe checked_recipe(const run::WorkerEnv& env) {
+  config::Recipe recipe = config::read_resolved_config(run::RunDir(env.run_dir).config_path());
   if (env.world_size != recipe.world_size())
     throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", env.world_size, recipe.world_size()),
                 "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
@@ -54,8 +54,8 @@ struct Communicators {
   comm::Communicator& engine() { return nccl ? *nccl : *gloo; }
 };
 
-Communicators open_communicators(const launch::WorkerEnv& env, const config::Recipe& recipe, const TrainingDevice& device) {
-  const comm::Endpoint endpoint{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
+Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
+  const comm::Endpoint endpoint{env.master_addr, env.master_port, run::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
                                 std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
   Communicators c;
   c.gloo = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
@@ -77,9 +77,9 @@ Communicators open_communicators(const launch::WorkerEnv& env, const config::Rec
 // checkpointer's writer before the engine, the data prefetch before the stream, the heartbeat
 // and the communicators last).
 struct Trainer::Parts {
-  const launch::WorkerEnv& env;
-  const TrainingDevice& device;
-  const RunDir run_dir;
+  const run::WorkerEnv& env;
+  const device::TrainingDevice& device;
+  const run::RunDir run_dir;
   const config::Recipe recipe;
   FaultInjector& faults = FaultInjector::get();
   Communicators comm;
@@ -99,14 +99,14 @@ struct Trainer::Parts {
   double save_ms = 0;       // the last step's checkpoint time (wall_clock_breakdown)
   bool timed_phases = false;
 
-  Parts(const launch::WorkerEnv& e, const TrainingDevice& d)
+  Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
       : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size), schedule(sched::schedule_from(recipe)),
         triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
   int64_t steps() const { return recipe.train.steps; }
   int64_t global_batch(int64_t s) const { return config::global_batch_at(recipe, s); }
 };
 
-Trainer::Trainer(const launch::WorkerEnv& env, const TrainingDevice& device) : p_(std::make_unique<Parts>(env, device)) {
+Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device) : p_(std::make_unique<Parts>(env, device)) {
   Parts& p = *p_;
   at::set_num_threads(env.threads);
   p.comm = open_communicators(env, p.recipe, device);
@@ -114,7 +114,7 @@ Trainer::Trainer(const launch::WorkerEnv& env, const TrainingDevice& device) : p
   // is reported by rank and op. The worker's own collective timeout is the backstop.
   p.heartbeat = std::make_unique<HeartbeatSender>(env, static_cast<double>(p.recipe.launch.heartbeat_timeout_s));
   // Every rank's software, hardware, config and data files alike (check-env without its probes).
-  if (p.recipe.launch.env_check && env.env_check) preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
+  if (p.recipe.launch.env_check && env.env_check) envcheck::preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
   p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype));
   p.model->move_buffers_to(device.device);  // initialised on the CPU (the same values everywhere); the engine moves the parameters
   p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size);
@@ -141,7 +141,7 @@ Trainer::Trainer(const launch::WorkerEnv& env, const TrainingDevice& device) : p
                           p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), env.world_size, p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
-  p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device);
+  p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.timed_phases = device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown;
 }
 
@@ -197,11 +197,12 @@ Trainer::StepEnd Trainer::step() {
     p.data->discard();
     p.data->prefetch(p.step + 1, p.cursor, p.balancer.weights());
   }
-  synchronize(p.device.device);  // the step's queued GPU work belongs to its time
+  device::synchronize(p.device.device);  // the step's queued GPU work belongs to its time
   // Metrics before the save: a committed checkpoint of step N always has step N's line, which a
   // resume keeps. The save's time is reported on the next line (checkpoint_ms).
-  StepOutcome o{p.step + 1, all.loss, lr, result.grad_norm, result.loss_scale, result.skipped, p.bad_steps.bad_steps(), p.cursor, batch,
-                static_cast<int64_t>(batches.size())};
+  StepOutcome o;
+  o.step = p.step + 1, o.loss = all.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale, o.skipped = result.skipped;
+  o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = batch, o.accumulation = static_cast<int64_t>(batches.size());
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
   o.expert_load = expert_load;
@@ -225,7 +226,7 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   // whatever the shares, accumulation steps or world size.
   const model::LossParts parts = p.model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
   at::Tensor loss = parts.sum / global_tokens;
-  if (p.timed_phases) synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
+  if (p.timed_phases) device::synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();
   p.telemetry->add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
   if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
@@ -234,7 +235,7 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   progress::enter(progress::Phase::kBackward);
   (p.engine->loss_scale() == 1.0 ? loss : loss * p.engine->loss_scale()).backward();
   p.engine->end_micro();
-  if (p.timed_phases) synchronize(p.device.device);
+  if (p.timed_phases) device::synchronize(p.device.device);
   const double slowdown = p.faults.slowdown(p.env.rank);
   if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
   p.telemetry->add_backward(ms_since(f1));  // a slowed rank's sleep counts as compute

@@ -15,19 +15,21 @@
 #include <memory>
 #include <string>
 
-namespace dstrain::launch {
+namespace dstrain::run {
 struct WorkerEnv;
+}
+namespace dstrain::device {
+struct TrainingDevice;
 }
 
 namespace dstrain::train {
 
-struct TrainingDevice;
 struct StepSignals;
 
 class Trainer {
  public:
   // Collective: every rank constructs its Trainer at the same point.
-  Trainer(const launch::WorkerEnv& env, const TrainingDevice& device);
+  Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

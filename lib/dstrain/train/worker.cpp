@@ -9,27 +9,27 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
-#include "dstrain/launch/worker_env.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/worker_env.h"
+#include "dstrain/run/run_dir.h"
 #include "dstrain/train/step_triggers.h"
 #include "dstrain/train/trainer.h"
-#include "dstrain/train/training_device.h"
+#include "dstrain/device/training_device.h"
 
 namespace dstrain::train {
 
-int run_worker(const launch::WorkerEnv& env) {
+int run_worker(const run::WorkerEnv& env) {
   StepTriggers::install_signal_handlers();  // first: SIGUSR1 must never kill a worker, SIGTERM must stop it cleanly
   log::set_rank(env.rank);
-  const TrainingDevice device = open_training_device(env.device, env.rank);
+  const device::TrainingDevice device = device::open_training_device(env.device, env.rank);
   // Out of memory (CUDA's caching allocator, or the host's when RAM or `ulimit -v` runs out):
   // say where, what this run needs per rank and what to change, instead of an allocator trace.
   auto out_of_memory = [&](const std::string& detail) {
-    const config::Recipe recipe = config::read_resolved_config(RunDir(env.run_dir).config_path());
+    const config::Recipe recipe = config::read_resolved_config(run::RunDir(env.run_dir).config_path());
     const progress::Snapshot at = progress::snapshot();
     return Error(ErrorCode::kEnvironment,
                  fmt::format("rank {}: {}", env.rank,
-                             out_of_memory_message(recipe, device, fmt::format("{} of step {}", progress::phase_name(at.phase), at.step), detail)),
-                 out_of_memory_hint(recipe));
+                             device::out_of_memory_message(recipe, device, fmt::format("{} of step {}", progress::phase_name(at.phase), at.step), detail)),
+                 device::out_of_memory_hint(recipe));
   };
   try {
     return Trainer(env, device).run();

@@ -9,7 +9,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/fault_injector.h"
-#include "dstrain/core/progress_line.h"
+#include "dstrain/run/progress_line.h"
 #include "dstrain/core/threads.h"
 #include "test_support.h"
 
@@ -120,10 +120,10 @@ TEST_CASE("fault injector: a malformed or unknown fault is an error that names i
 }
 
 TEST_CASE("progress lines: the worker's record reads back as written, other lines are not progress", "[core]") {
-  const progress::ProgressLine p{17, 10, 150, 2.345678, 12345.6, 3.25};
-  const std::string line = progress::encode_line(p);
-  CHECK(progress::is_progress_line(line));
-  const auto q = progress::decode_line(line);
+  const run::ProgressLine p{17, 10, 150, 2.345678, 12345.6, 3.25};
+  const std::string line = run::encode_line(p);
+  CHECK(run::is_progress_line(line));
+  const auto q = run::decode_line(line);
   REQUIRE(q);
   CHECK(q->step == 17);
   CHECK(q->first_step == 10);
@@ -131,7 +131,7 @@ TEST_CASE("progress lines: the worker's record reads back as written, other line
   CHECK(q->loss == Approx(2.345678));
   CHECK(q->tokens_per_s == Approx(12345.6));
   CHECK(q->elapsed_s == Approx(3.25));
-  CHECK_FALSE(progress::decode_line("@@progress 1 2"));
-  CHECK_FALSE(progress::decode_line("@@progress 1 0 10 2.0 5.0 1.0 trailing"));
-  CHECK_FALSE(progress::is_progress_line("step 17/150 | loss 2.3"));
+  CHECK_FALSE(run::decode_line("@@progress 1 2"));
+  CHECK_FALSE(run::decode_line("@@progress 1 0 10 2.0 5.0 1.0 trailing"));
+  CHECK_FALSE(run::is_progress_line("step 17/150 | loss 2.3"));
 }

@@ -3,7 +3,7 @@
 #include "dstrain/core/progress.h"
 #include "dstrain/core/rank_list.h"
 #include "dstrain/launch/hang_watch.h"
-#include "dstrain/train/group_watch.h"
+#include "dstrain/launch/group_watch.h"
 
 using namespace dstrain;
 
@@ -123,7 +123,7 @@ TEST_CASE("a node's failure report round-trips through the store value", "[launc
   f.unix_time = 1795999781.5;
   f.description = "was killed by signal 9 (SIGKILL)";
   f.tail = {"line one", "line two"};
-  const launch::WorkerFailure g = train::decode_failure(train::encode_failure(f));
+  const launch::WorkerFailure g = launch::decode_failure(launch::encode_failure(f));
   CHECK(g.kind == f.kind);
   CHECK(g.rank == 3);
   CHECK(g.pid == 4242);
@@ -133,29 +133,29 @@ TEST_CASE("a node's failure report round-trips through the store value", "[launc
   CHECK(g.unix_time == Approx(f.unix_time));
   CHECK(g.description == f.description);
   CHECK(g.tail == f.tail);
-  CHECK(train::decode_failure("exit\nnot a number").description == "(an unreadable failure report)");
-  CHECK(train::decode_failure("crashed\n1\n2\nh\n-1\n9\n0\nx").description == "(an unreadable failure report)");
+  CHECK(launch::decode_failure("exit\nnot a number").description == "(an unreadable failure report)");
+  CHECK(launch::decode_failure("crashed\n1\n2\nh\n-1\n9\n0\nx").description == "(an unreadable failure report)");
 }
 
 TEST_CASE("node beats and node 0's decision round-trip through their store values", "[launch]") {
-  const train::NodeBeat beat{41, "node-b", train::NodeState::kStopped};
-  const auto b = train::decode_node_beat(train::encode_node_beat(beat));
+  const launch::NodeBeat beat{41, "node-b", launch::NodeState::kStopped};
+  const auto b = launch::decode_node_beat(launch::encode_node_beat(beat));
   REQUIRE(b);
   CHECK(b->count == 41);
   CHECK(b->host == "node-b");
-  CHECK(b->state == train::NodeState::kStopped);
-  CHECK_FALSE(train::decode_node_beat("41 node-b sleeping"));
-  CHECK_FALSE(train::decode_node_beat("garbage"));
+  CHECK(b->state == launch::NodeState::kStopped);
+  CHECK_FALSE(launch::decode_node_beat("41 node-b sleeping"));
+  CHECK_FALSE(launch::decode_node_beat("garbage"));
 
-  const train::Decision d{true, true, "rank 3 on node-b was killed by signal 9\nmore"};
-  const auto e = train::decode_decision(train::encode_decision(d));
+  const launch::Decision d{true, true, "rank 3 on node-b was killed by signal 9\nmore"};
+  const auto e = launch::decode_decision(launch::encode_decision(d));
   REQUIRE(e);
   CHECK(e->restart);
   CHECK(e->resume);
   CHECK(e->reason == d.reason);
-  const auto f = train::decode_decision(train::encode_decision({false, false, "stop"}));
+  const auto f = launch::decode_decision(launch::encode_decision({false, false, "stop"}));
   REQUIRE(f);
   CHECK_FALSE(f->restart);
   CHECK_FALSE(f->resume);
-  CHECK_FALSE(train::decode_decision("maybe fresh\nwhy"));
+  CHECK_FALSE(launch::decode_decision("maybe fresh\nwhy"));
 }

@@ -3,12 +3,12 @@
 #include <cstdlib>
 
 #include "dstrain/core/error.h"
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/worker_env.h"
 
 using namespace dstrain;
 
 TEST_CASE("worker variables round-trip through the environment", "[launch]") {
-  launch::WorkerEnv env;
+  run::WorkerEnv env;
   env.rank = 3;
   env.local_rank = 1;
   env.world_size = 4;
@@ -22,11 +22,11 @@ TEST_CASE("worker variables round-trip through the environment", "[launch]") {
   env.threads = 3;
   env.resume = true;
   env.device = "cuda:1";
-  for (const auto& kv : launch::worker_env_assignments(env)) {
+  for (const auto& kv : run::worker_env_assignments(env)) {
     const auto eq = kv.find('=');
     ::setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
   }
-  const auto back = launch::worker_env_from_environment();
+  const auto back = run::worker_env_from_environment();
   CHECK(back.rank == 3);
   CHECK(back.local_rank == 1);
   CHECK(back.world_size == 4);
@@ -44,14 +44,14 @@ TEST_CASE("worker variables round-trip through the environment", "[launch]") {
 
   SECTION("a missing variable is named") {
     ::unsetenv("MASTER_ADDR");
-    CHECK_THROWS_WITH(launch::worker_env_from_environment(), Catch::Contains("MASTER_ADDR is not set"));
+    CHECK_THROWS_WITH(run::worker_env_from_environment(), Catch::Contains("MASTER_ADDR is not set"));
   }
   SECTION("a malformed one too") {
     ::setenv("WORLD_SIZE", "two", 1);
-    CHECK_THROWS_WITH(launch::worker_env_from_environment(), Catch::Contains("WORLD_SIZE='two' is not an integer"));
+    CHECK_THROWS_WITH(run::worker_env_from_environment(), Catch::Contains("WORLD_SIZE='two' is not an integer"));
   }
   SECTION("rank must be below world size") {
     ::setenv("RANK", "4", 1);
-    CHECK_THROWS_WITH(launch::worker_env_from_environment(), Catch::Contains("RANK=4 is not below WORLD_SIZE=4"));
+    CHECK_THROWS_WITH(run::worker_env_from_environment(), Catch::Contains("RANK=4 is not below WORLD_SIZE=4"));
   }
 }

@@ -1,4 +1,4 @@
-#include "dstrain/train/group_watch.h"
+#include "dstrain/launch/group_watch.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
-#include "dstrain/train/heartbeat.h"
+#include "dstrain/run/store_keys.h"
 
-namespace dstrain::train {
+namespace dstrain::launch {
 
 std::string encode_failure(const launch::WorkerFailure& f) {
   std::ostringstream out;
@@ -86,7 +86,7 @@ GroupWatch::~GroupWatch() = default;
 
 double GroupWatch::now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-std::string GroupWatch::key(const std::string& name) const { return "dstrain/" + o_.store_run_key + "/" + name; }
+std::string GroupWatch::key(const std::string& name) const { return run::store_key(o_.store_run_key, name); }
 
 void GroupWatch::beat(NodeState state) {
   try {
@@ -143,7 +143,7 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
       return f;
     }
   }
-  for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, store_->try_get(heartbeat_key(o_.store_run_key, r)), t);
+  for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, store_->try_get(run::heartbeat_key(o_.store_run_key, r)), t);
   const launch::HangWatch::Verdict v = hangs_.check(t);
   if (!v.hung) return std::nullopt;
   f.kind = launch::FailureKind::kHang;
@@ -171,7 +171,7 @@ bool GroupWatch::node_silent(int k, double t) {
   // After a failure there is no time for the full heartbeat timeout: a launcher that missed a
   // few of its beats (it beats every watch period) is gone.
   const Node& n = refresh_node(k, t);
-  const double period = static_cast<double>(heartbeat_period(o_.heartbeat_timeout_s).count()) / 1000.0;
+  const double period = static_cast<double>(run::heartbeat_period(o_.heartbeat_timeout_s).count()) / 1000.0;
   return n.seen && t - n.last_change_s > std::min(o_.heartbeat_timeout_s, 3.0 * period + 0.5);
 }
 
@@ -261,4 +261,4 @@ std::optional<Decision> GroupWatch::await_decision() {
   return std::nullopt;
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::launch

@@ -1,13 +1,12 @@
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/worker_env.h"
 
 #include <fmt/format.h>
 
 #include <cstdlib>
 
 #include "dstrain/core/error.h"
-#include "dstrain_cuda.h"
 
-namespace dstrain::launch {
+namespace dstrain::run {
 namespace {
 
 std::string required(const char* name) {
@@ -54,53 +53,9 @@ WorkerEnv worker_env_from_environment() {
   env.resume_from = optional("DSTRAIN_RESUME_FROM", "");
   env.env_check = optional("DSTRAIN_ENV_CHECK", "1") != "0";
   env.device = optional("DSTRAIN_DEVICE", "cpu");
+  env.progress_line = optional("DSTRAIN_PROGRESS", "0") == "1";
   if (env.rank >= env.world_size)
     throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size), "check the launcher's settings");
-  return env;
-}
-
-namespace {
-// One GPU per local rank (NCCL cannot put two ranks of a group on one GPU): a local rank past the
-// visible GPUs gets a device the worker refuses by name. No GPU visible: the CPU.
-std::string device_for(int local_rank) {
-  return dstrain_cuda_device_count() > 0 ? fmt::format("cuda:{}", local_rank) : "cpu";
-}
-}  // namespace
-
-std::vector<WorkerEnv> local_worker_envs(const Topology& t, int master_port, const std::string& run_id, const std::string& run_dir, int threads) {
-  std::vector<WorkerEnv> envs;
-  for (int local = 0; local < t.nproc_per_node; ++local) {
-    WorkerEnv env;
-    env.rank = t.node_rank * t.nproc_per_node + local;
-    env.local_rank = local;
-    env.world_size = t.world();
-    env.local_world_size = t.nproc_per_node;
-    env.group_rank = t.node_rank;
-    env.master_addr = t.master_addr;
-    env.master_port = master_port;
-    env.run_id = run_id;
-    env.run_dir = run_dir;
-    env.threads = threads;
-    env.device = device_for(local);
-    envs.push_back(env);
-  }
-  return envs;
-}
-
-WorkerEnv rank_env(const Topology& t, const std::string& run_id, const std::string& run_dir, int threads) {
-  WorkerEnv env;
-  env.rank = t.rank;
-  env.local_rank = t.local_rank;
-  env.world_size = t.world_size;
-  env.local_world_size = t.local_world_size;
-  env.group_rank = t.node_rank;
-  env.master_addr = t.master_addr;
-  env.master_port = t.master_port;
-  env.run_id = run_id;
-  env.run_dir = run_dir;
-  env.threads = threads;
-  env.host_store = t.host_store;
-  env.device = device_for(t.local_rank);
   return env;
 }
 
@@ -124,7 +79,8 @@ std::vector<std::string> worker_env_assignments(const WorkerEnv& e) {
       fmt::format("DSTRAIN_RESUME_FROM={}", e.resume_from),
       fmt::format("DSTRAIN_DEVICE={}", e.device),
       fmt::format("DSTRAIN_ENV_CHECK={}", e.env_check ? 1 : 0),
+      fmt::format("DSTRAIN_PROGRESS={}", e.progress_line ? 1 : 0),
   };
 }
 
-}  // namespace dstrain::launch
+}  // namespace dstrain::run

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-namespace dstrain::progress {
+namespace dstrain::run {
 
 struct ProgressLine {
   int64_t step = 0;        // steps done
@@ -22,4 +22,4 @@ std::string encode_line(const ProgressLine& p);
 bool is_progress_line(const std::string& line);
 std::optional<ProgressLine> decode_line(const std::string& line);
 
-}  // namespace dstrain::progress
+}  // namespace dstrain::run

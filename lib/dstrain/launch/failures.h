@@ -8,7 +8,7 @@
 
 #include "dstrain/launch/supervisor.h"
 
-namespace dstrain::train {
+namespace dstrain::launch {
 
 struct FailureRecord {
   launch::WorkerFailure failure;
@@ -30,4 +30,4 @@ int restart_backoff_s(int restart);
 // not configuration, data or divergence errors, which a restart would only repeat.
 bool restartable(const launch::WorkerFailure& failure);
 
-}  // namespace dstrain::train
+}  // namespace dstrain::launch

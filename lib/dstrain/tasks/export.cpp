@@ -1,4 +1,4 @@
-#include "dstrain/train/export.h"
+#include "dstrain/tasks/export.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
@@ -13,12 +13,12 @@
 #include "dstrain/core/log.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 
-namespace dstrain::train {
+namespace dstrain::tasks {
 
 std::string export_run_to_hf(const std::string& run_path, const std::string& checkpoint_dir, const std::string& out_dir) {
-  const RunDir run_dir(run_path);
+  const run::RunDir run_dir(run_path);
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
   std::string dir = checkpoint_dir;
   if (dir.empty()) {
@@ -44,4 +44,4 @@ std::string export_run_to_hf(const std::string& run_path, const std::string& che
   return dir;
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::tasks

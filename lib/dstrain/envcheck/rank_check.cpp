@@ -1,4 +1,4 @@
-#include "dstrain/train/env_task.h"
+#include "dstrain/envcheck/rank_check.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -17,29 +17,19 @@
 #include <random>
 
 #include "dstrain/comm/communicator.h"
-#include "dstrain/comm/store_server.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
-#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
-#include "dstrain/core/exit_code.h"
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
-#include "dstrain/core/threads.h"
+#include "dstrain/device/training_device.h"
 #include "dstrain/envcheck/compare.h"
 #include "dstrain/envcheck/facts.h"
-#include "dstrain/launch/supervisor.h"
-#include "dstrain/launch/worker_env.h"
-#include "dstrain/train/comm_task.h"
-#include "dstrain/train/run_dir.h"
-#include "dstrain/train/training_device.h"
-#include "dstrain_cuda.h"
+#include "dstrain/run/run_dir.h"
 
-namespace dstrain::train {
+namespace dstrain::envcheck {
 namespace fs = std::filesystem;
-using envcheck::Fact;
-using envcheck::Rule;
 
 namespace {
 
@@ -66,8 +56,8 @@ std::vector<std::pair<std::string, std::string>> torch_build_facts() {
           {"cudnn (libtorch)", cudnn.empty() ? "none" : cudnn}};
 }
 
-envcheck::FactOptions fact_options(const config::Recipe* recipe, int rank) {
-  envcheck::FactOptions o;
+FactOptions fact_options(const config::Recipe* recipe, int rank) {
+  FactOptions o;
   o.extra = torch_build_facts();
   if (!recipe) return o;
   o.extra.emplace_back("config hash", config::config_hash(*recipe));
@@ -89,7 +79,7 @@ envcheck::FactOptions fact_options(const config::Recipe* recipe, int rank) {
       o.files.emplace_back(name, path);
     }
   }
-  o.ckpt_dir = RunDir(recipe->run_dir).ckpt_dir(*recipe);
+  o.ckpt_dir = run::RunDir(recipe->run_dir).ckpt_dir(*recipe);
   o.ckpt_bytes = 12.0 * static_cast<double>(config::parameter_counts(recipe->model).total);  // fp32 master + Adam moments
   return o;
 }
@@ -171,7 +161,7 @@ std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_n
 Fact gemm_fact(const std::string& device) {
   if (device.rfind("cuda:", 0) == 0) {
     const c10::Device gpu(device);
-    const double tflops = measured_gpu_peak_tflops(gpu, config::Dtype::kBf16);
+    const double tflops = device::measured_gpu_peak_tflops(gpu, config::Dtype::kBf16);
     return {"gemm throughput (bf16 4096, gpu)", fmt::format("{:.1f} GFLOP/s", tflops * 1e3), Rule::kNotSlow, true, ""};
   }
   const int64_t n = 512;
@@ -209,21 +199,10 @@ std::optional<Fact> disk_fact(const std::string& dir) {
 
 }  // namespace
 
-std::vector<std::string> env_task_args(const EnvCheckTask& t) {
-  std::vector<std::string> args{"--task", "check-env", "--report", t.report_path, "--timeout", std::to_string(t.timeout_s),
-                                "--max-clock-skew", fmt::format("{}", t.max_clock_skew_s)};
-  if (!t.config_path.empty()) args.insert(args.end(), {"--config", t.config_path});
-  std::string skip;
-  for (const auto& [on, name] : {std::pair{t.allreduce, "allreduce"}, {t.pairwise, "pairwise"}, {t.gemm, "gemm"}, {t.disk, "disk"}})
-    if (!on) skip += (skip.empty() ? "" : ",") + std::string(name);
-  if (!skip.empty()) args.insert(args.end(), {"--skip", skip});
-  return args;
-}
-
-envcheck::Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* recipe, const EnvCheckTask& task) {
+Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* recipe, const ProbeOptions& task) {
   const int rank = comm.rank(), world = comm.world_size();
-  envcheck::Facts facts = envcheck::collect_local_facts(fact_options(recipe, rank));
-  envcheck::apply_injected_fact(facts, rank);
+  Facts facts = collect_local_facts(fact_options(recipe, rank));
+  apply_injected_fact(facts, rank);
   facts.push_back(clock_fact(comm, task.max_clock_skew_s));
   // The ranks of a node, and the number of nodes, from everyone's node index.
   at::Tensor mine = at::tensor({static_cast<int64_t>(node)}, at::kLong), nodes = at::empty({world}, at::kLong);
@@ -247,104 +226,44 @@ envcheck::Report check_ranks(comm::Communicator& comm, int node, const config::R
       comm.barrier()->wait();
     }
   if (task.disk) {  // one rank per node, the nodes in turns (a shared filesystem would split its speed)
-    const std::string dir = recipe ? RunDir(recipe->run_dir).ckpt_dir(*recipe) : fs::current_path().string();
+    const std::string dir = recipe ? run::RunDir(recipe->run_dir).ckpt_dir(*recipe) : fs::current_path().string();
     for (int turn = 0; turn < nnodes; ++turn) {
       if (first_of_node && turn == node)
         if (auto f = disk_fact(dir)) facts.push_back(*f);
       comm.barrier()->wait();
     }
   }
-  const std::vector<std::string> all = comm.all_gather_bytes(envcheck::encode_facts(facts));
-  envcheck::Report report;
+  const std::vector<std::string> all = comm.all_gather_bytes(encode_facts(facts));
+  Report report;
   if (rank != 0) return report;
-  std::vector<envcheck::RankFacts> ranks;
-  for (int r = 0; r < world; ++r) ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), envcheck::decode_facts(all[static_cast<size_t>(r)])});
-  return envcheck::compare(ranks);
+  std::vector<RankFacts> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
+  return compare(ranks);
 }
 
-int run_env_task(const launch::WorkerEnv& env, const EnvCheckTask& task, bool print) {
-  log::set_rank(env.rank);
-  at::set_num_threads(env.threads);
-  const comm::Endpoint ep{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
-  auto comm = comm::make_gloo_communicator(ep, env.rank, env.world_size);
-  std::optional<config::Recipe> recipe;
-  if (!task.config_path.empty()) recipe = config::read_resolved_config(task.config_path);
-  EnvCheckTask on_device = task;
-  on_device.device = env.device;
-  const envcheck::Report report = check_ranks(*comm, env.group_rank, recipe ? &*recipe : nullptr, on_device);
-  comm->barrier()->wait();  // nobody leaves while another still measures
-  if (env.rank != 0) return 0;
-  if (print) {
-    fmt::print("{}", envcheck::render_text(report));
-    return report.consistent() ? 0 : 1;
-  }
-  write_file_atomic(task.report_path + ".txt", envcheck::render_text(report));
-  write_file_atomic(task.report_path + ".json", envcheck::render_json(report) + "\n");
-  return 0;
-}
-
-int launch_env_task(const launch::Topology& topo, const EnvCheckTask& task_in, bool json, const std::string& executable) {
-  EnvCheckTask task = task_in;
-  const TaskRendezvous rendezvous = task_rendezvous(topo, "envcheck", std::chrono::seconds(task.timeout_s));
-  const std::string& run_key = rendezvous.run_key;
-  const int port = rendezvous.port;
-  const std::string dir = (fs::temp_directory_path() / fmt::format("dstrain-check-env-{}", ::getpid())).string();
-  fs::create_directories(dir);
-  task.report_path = dir + "/report";
-  launch::SupervisorOptions sup;
-  sup.executable = executable;
-  sup.worker_args = {"worker"};
-  for (const auto& a : env_task_args(task)) sup.worker_args.push_back(a);
-  sup.log_dir = dir;
-  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), dir, threads_per_worker(0, topo.nproc_per_node, online_cores()));
-  log::info(fmt::format("check-env on {} ranks ({} on node {}), rendezvous at {}:{}", topo.world(), topo.nproc_per_node, topo.node_rank, topo.master_addr, port));
-  const int status = launch::supervise(sup);
-  if (status != 0) {
-    log::error(fmt::format("check-env could not finish (worker logs in {})", dir));
-    return status;
-  }
-  int result = exit_status::kOk;
-  if (topo.node_rank == 0) {
-    const std::string text = read_file(task.report_path + ".txt");
-    fmt::print("{}", json ? read_file(task.report_path + ".json") : text);
-    result = text.find(" mismatch") != std::string::npos ? 1 : exit_status::kOk;
-  }
-  fs::remove_all(dir);
-  return result;
-}
-
-int run_env_task_as_rank(const launch::Topology& topo, const EnvCheckTask& task) {
-  launch::WorkerEnv env = launch::rank_env(topo, topo.shared_run_id(), "", threads_per_worker(0, topo.local_world_size, online_cores()));
-  return run_env_task(env, task, /*print=*/true);
-}
-
-int run_env_local(const EnvCheckTask& task, bool json) {
-  std::optional<config::Recipe> recipe;
-  if (!task.config_path.empty()) recipe = config::read_resolved_config(task.config_path);
-  envcheck::Facts facts = envcheck::collect_local_facts(fact_options(recipe ? &*recipe : nullptr, 0));
-  if (task.gemm) facts.push_back(gemm_fact(dstrain_cuda_device_count() > 0 ? "cuda:0" : "cpu"));
-  if (task.disk)
-    if (auto f = disk_fact(recipe ? RunDir(recipe->run_dir).ckpt_dir(*recipe) : fs::current_path().string())) facts.push_back(*f);
-  const envcheck::Report report = envcheck::compare({{0, 0, facts}});
-  fmt::print("{}", json ? envcheck::render_json(report) + "\n" : envcheck::render_text(report));
-  return report.consistent() ? 0 : 1;
+Report check_local(const config::Recipe* recipe, const ProbeOptions& probes) {
+  Facts facts = collect_local_facts(fact_options(recipe, 0));
+  if (probes.gemm) facts.push_back(gemm_fact(probes.device));
+  if (probes.disk)
+    if (auto f = disk_fact(recipe ? run::RunDir(recipe->run_dir).ckpt_dir(*recipe) : fs::current_path().string())) facts.push_back(*f);
+  return compare({{0, 0, facts}});
 }
 
 void preflight_env_check(comm::Communicator& comm, int node, const config::Recipe& recipe) {
-  EnvCheckTask task;
+  ProbeOptions task;
   task.allreduce = task.pairwise = task.gemm = task.disk = false;
   task.max_clock_skew_s = 5.0;  // only gross skew stops a job; check-env reports finer
   const auto t0 = std::chrono::steady_clock::now();
-  const envcheck::Report report = check_ranks(comm, node, &recipe, task);
+  const Report report = check_ranks(comm, node, &recipe, task);
   // Rank 0's verdict for everyone.
   const std::string verdict = comm.all_gather_bytes(comm.rank() == 0 ? fmt::format("{}", fmt::join(report.mismatches(), ", ")) : "").at(0);
   if (verdict.empty()) {
     if (comm.rank() == 0) log::info(fmt::format("environment check: {} facts agree on all {} ranks ({:.2f} s)", report.rows.size(), comm.world_size(), seconds_since(t0)));
     return;
   }
-  if (comm.rank() == 0) log::error("environment check failed:\n" + envcheck::render_text(report));
+  if (comm.rank() == 0) log::error("environment check failed:\n" + render_text(report));
   throw Error(ErrorCode::kEnvironment, "the ranks' environments differ: " + verdict + " (the report is in rank 0's log)",
               "make the nodes alike (see `dstrain check-env`), or start with --skip-env-check (launch.env_check: false)");
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::envcheck

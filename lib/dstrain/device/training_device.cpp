@@ -1,4 +1,4 @@
-#include "dstrain/train/training_device.h"
+#include "dstrain/device/training_device.h"
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
@@ -20,7 +20,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
-namespace dstrain::train {
+namespace dstrain::device {
 
 TrainingDevice open_training_device(const std::string& spec, int rank) {
   TrainingDevice out;
@@ -146,4 +146,4 @@ std::string out_of_memory_message(const config::Recipe& r, const TrainingDevice&
                      r.train.micro_batch_size, r.data.seq_len);
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::device

@@ -1,10 +1,10 @@
-#include "dstrain/core/progress_line.h"
+#include "dstrain/run/progress_line.h"
 
 #include <fmt/format.h>
 
 #include <cstdio>
 
-namespace dstrain::progress {
+namespace dstrain::run {
 namespace {
 constexpr const char* kPrefix = "@@progress ";
 }
@@ -27,4 +27,4 @@ std::optional<ProgressLine> decode_line(const std::string& line) {
   return p;
 }
 
-}  // namespace dstrain::progress
+}  // namespace dstrain::run

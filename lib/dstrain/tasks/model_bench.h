@@ -2,7 +2,7 @@
 // `dstrain bench model`: forward+backward throughput of a recipe's model on one process.
 #include <string>
 
-namespace dstrain::train {
+namespace dstrain::tasks {
 
 struct ModelBenchResult {
   double ms_per_step;    // median over the timed iterations
@@ -12,4 +12,4 @@ struct ModelBenchResult {
 
 ModelBenchResult bench_model(const std::string& recipe_path, int iters, int threads, int micro_batch, int seq_len);
 
-}  // namespace dstrain::train
+}  // namespace dstrain::tasks

@@ -1,4 +1,4 @@
-#include "dstrain/train/comm_task.h"
+#include "dstrain/tasks/comm_task.h"
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
@@ -9,14 +9,15 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/store_server.h"
+#include "dstrain/launch/worker_envs.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/supervisor.h"
-#include "dstrain/launch/worker_env.h"
+#include "dstrain/run/worker_env.h"
 
-namespace dstrain::train {
+namespace dstrain::tasks {
 
 std::vector<std::string> comm_task_args(const CommTask& t) {
   std::vector<std::string> args = {"--task", t.check ? "comm-check" : "comm-bench", "--min-bytes", std::to_string(t.bench.min_bytes), "--max-bytes",
@@ -25,10 +26,10 @@ std::vector<std::string> comm_task_args(const CommTask& t) {
   return args;
 }
 
-int run_comm_task(const launch::WorkerEnv& env, const CommTask& task) {
+int run_comm_task(const run::WorkerEnv& env, const CommTask& task) {
   log::set_rank(env.rank);
   at::set_num_threads(env.threads);
-  const comm::Endpoint ep{env.master_addr, env.master_port, launch::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
+  const comm::Endpoint ep{env.master_addr, env.master_port, run::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
   const bool has_gpu = env.device.rfind("cuda:", 0) == 0;
   const bool nccl = task.backend == "nccl" || (task.backend == "auto" && has_gpu && comm::nccl_available());
   if (nccl && !has_gpu)
@@ -79,8 +80,8 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
 
 int run_comm_task_as_rank(const launch::Topology& topo, const CommTask& task) {
   const std::string run_id = topo.shared_run_id();
-  const launch::WorkerEnv env = launch::rank_env(topo, run_id, "", threads_per_worker(0, topo.local_world_size, online_cores()));
+  const run::WorkerEnv env = launch::rank_env(topo, run_id, "", threads_per_worker(0, topo.local_world_size, online_cores()));
   return run_comm_task(env, task);
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::tasks

@@ -1,12 +1,13 @@
-#include "dstrain/train/run_dir.h"
+#include "dstrain/run/run_dir.h"
 
 #include <fmt/format.h>
 
 #include <filesystem>
 
+#include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/core/error.h"
 
-namespace dstrain::train {
+namespace dstrain::run {
 namespace fs = std::filesystem;
 
 void RunDir::prepare_new(const config::Recipe& recipe) const {
@@ -17,4 +18,10 @@ void RunDir::prepare_new(const config::Recipe& recipe) const {
   config::write_resolved_config(recipe, config_path());
 }
 
-}  // namespace dstrain::train
+void RunDir::check_resumable(const config::Recipe& recipe) const {
+  if (!ckpt::has_committed_checkpoint(ckpt_dir(recipe)))
+    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint to resume from", recipe.run_dir),
+                "start it with `dstrain train` instead");
+}
+
+}  // namespace dstrain::run

@@ -8,7 +8,7 @@
 
 #include "dstrain/config/recipe.h"
 
-namespace dstrain::train {
+namespace dstrain::run {
 
 class RunDir {
  public:
@@ -23,9 +23,12 @@ class RunDir {
   // Creates the directory for a new run and writes config.resolved.json. Refuses a directory
   // that already holds a run (never overwrites checkpoints): resume it or pick another run_dir.
   void prepare_new(const config::Recipe& recipe) const;
+  // A resume needs a committed checkpoint (existence only: the workers' rank 0 verifies it and,
+  // if it must, falls back to an older one). Throws Error{kCheckpoint}.
+  void check_resumable(const config::Recipe& recipe) const;
 
  private:
   std::string root_;
 };
 
-}  // namespace dstrain::train
+}  // namespace dstrain::run

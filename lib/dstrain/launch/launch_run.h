@@ -6,7 +6,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/launch/topology.h"
 
-namespace dstrain::train {
+namespace dstrain::launch {
 
 struct LaunchOptions {
   std::string executable;  // this binary, re-executed as `dstrain worker`
@@ -23,7 +23,4 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options);
 // PMI: rank 0 prepares the run directory; every rank then trains. Returns the exit status.
 int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options);
 
-// Summary lines of what a run will do (the launcher's first lines).
-std::string describe_plan(const config::Recipe& recipe);
-
-}  // namespace dstrain::train
+}  // namespace dstrain::launch

@@ -18,7 +18,7 @@ namespace dstrain::comm {
 class StoreClient;
 }
 
-namespace dstrain::train {
+namespace dstrain::launch {
 
 struct GroupWatchOptions {
   std::string store_run_key;  // run id / generation
@@ -105,4 +105,4 @@ std::optional<NodeBeat> decode_node_beat(const std::string& text);
 std::string encode_decision(const Decision& decision);
 std::optional<Decision> decode_decision(const std::string& text);
 
-}  // namespace dstrain::train
+}  // namespace dstrain::launch

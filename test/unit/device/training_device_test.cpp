@@ -5,20 +5,20 @@
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
-#include "dstrain/train/training_device.h"
+#include "dstrain/device/training_device.h"
 #include "dstrain_cuda.h"
 
 using namespace dstrain;
 
-TEST_CASE("device specs: cpu, cuda:N checked against the visible GPUs, anything else refused", "[train]") {
-  const train::TrainingDevice cpu = train::open_training_device("cpu", 0);
+TEST_CASE("device specs: cpu, cuda:N checked against the visible GPUs, anything else refused", "[device]") {
+  const device::TrainingDevice cpu = device::open_training_device("cpu", 0);
   CHECK(cpu.device.is_cpu());
   CHECK(cpu.name == "cpu");
-  CHECK_THROWS_WITH(train::open_training_device("gpu:0", 3), Catch::Contains("rank 3: DSTRAIN_DEVICE='gpu:0' is neither cpu nor cuda:<index>"));
-  CHECK_THROWS_WITH(train::open_training_device("cuda:1x", 0), Catch::Contains("neither cpu nor cuda:<index>"));
+  CHECK_THROWS_WITH(device::open_training_device("gpu:0", 3), Catch::Contains("rank 3: DSTRAIN_DEVICE='gpu:0' is neither cpu nor cuda:<index>"));
+  CHECK_THROWS_WITH(device::open_training_device("cuda:1x", 0), Catch::Contains("neither cpu nor cuda:<index>"));
   if (dstrain_cuda_device_count() <= 7) {
     try {
-      train::open_training_device("cuda:7", 2);
+      device::open_training_device("cuda:7", 2);
       FAIL("cuda:7 was accepted");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kEnvironment);
@@ -28,16 +28,16 @@ TEST_CASE("device specs: cpu, cuda:N checked against the visible GPUs, anything 
   }
 }
 
-TEST_CASE("MFU peaks: dense datasheet values by GPU name and dtype, 0 for unknown GPUs", "[train]") {
-  CHECK(train::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kBf16) == Approx(989.4));
-  CHECK(train::datasheet_peak_tflops("NVIDIA H100 80GB HBM3", config::Dtype::kFp16) == Approx(989.4));
-  CHECK(train::datasheet_peak_tflops("NVIDIA H100 PCIe", config::Dtype::kBf16) == Approx(756.5));  // the variant before its family
-  CHECK(train::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kFp32) == Approx(66.9));
-  CHECK(train::datasheet_peak_tflops("NVIDIA A100-SXM4-80GB", config::Dtype::kBf16) == Approx(312.0));
-  CHECK(train::datasheet_peak_tflops("NVIDIA A10G", config::Dtype::kBf16) == Approx(70.0));
-  CHECK(train::datasheet_peak_tflops("NVIDIA GeForce GTX 1080", config::Dtype::kBf16) == 0);
-  CHECK(train::device_memory_peaks(c10::Device(c10::kCPU)).allocated_mb < 0);
-  CHECK(train::measured_gpu_peak_tflops(c10::Device(c10::kCPU), config::Dtype::kBf16) == 0);
+TEST_CASE("MFU peaks: dense datasheet values by GPU name and dtype, 0 for unknown GPUs", "[device]") {
+  CHECK(device::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kBf16) == Approx(989.4));
+  CHECK(device::datasheet_peak_tflops("NVIDIA H100 80GB HBM3", config::Dtype::kFp16) == Approx(989.4));
+  CHECK(device::datasheet_peak_tflops("NVIDIA H100 PCIe", config::Dtype::kBf16) == Approx(756.5));  // the variant before its family
+  CHECK(device::datasheet_peak_tflops("NVIDIA H200", config::Dtype::kFp32) == Approx(66.9));
+  CHECK(device::datasheet_peak_tflops("NVIDIA A100-SXM4-80GB", config::Dtype::kBf16) == Approx(312.0));
+  CHECK(device::datasheet_peak_tflops("NVIDIA A10G", config::Dtype::kBf16) == Approx(70.0));
+  CHECK(device::datasheet_peak_tflops("NVIDIA GeForce GTX 1080", config::Dtype::kBf16) == 0);
+  CHECK(device::device_memory_peaks(c10::Device(c10::kCPU)).allocated_mb < 0);
+  CHECK(device::measured_gpu_peak_tflops(c10::Device(c10::kCPU), config::Dtype::kBf16) == 0);
 }
 
 TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + scores with a document mask, + logits", "[config]") {
@@ -52,25 +52,25 @@ TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + sco
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * (34 * 64 + 5 * 4 * 128) * 2 + tokens * 256 * 12));
 }
 
-TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[train]") {
+TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[device]") {
   config::Recipe r;
   r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256, r.model.intermediate_size = 172;
   r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16, r.zero.stage = 0;
-  train::TrainingDevice gpu;
+  device::TrainingDevice gpu;
   gpu.device = c10::Device(c10::kCUDA, 1), gpu.name = "NVIDIA H200", gpu.memory_gib = 139.8;
-  const std::string m = train::out_of_memory_message(r, gpu, "backward of step 12", "CUDA out of memory. Tried to allocate 2.00 GiB");
+  const std::string m = device::out_of_memory_message(r, gpu, "backward of step 12", "CUDA out of memory. Tried to allocate 2.00 GiB");
   CHECK_THAT(m, Catch::StartsWith("out of memory on cuda:1 (NVIDIA H200, 139.8 GiB) in backward of step 12: CUDA out of memory. Tried to allocate 2.00 GiB."));
   CHECK_THAT(m, Catch::Contains("of model state on the GPU (ZeRO stage 0, bf16)"));
   CHECK_THAT(m, Catch::Contains("GiB of activations for a micro-batch of"));
   // A big micro-batch: the activations dominate, so the batch comes first.
   r.train.micro_batch_size = 512;
-  CHECK_THAT(train::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 512;"));
-  CHECK_THAT(train::out_of_memory_hint(r), Catch::Contains("first: activations are most of it; then raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
+  CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 512;"));
+  CHECK_THAT(device::out_of_memory_hint(r), Catch::Contains("first: activations are most of it; then raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
   // A small one with a big model: the model state dominates, so ZeRO and offload come first.
   r.train.micro_batch_size = 1, r.data.seq_len = 8, r.model.hidden_size = 4096, r.model.intermediate_size = 11008, r.model.num_layers = 32;
-  CHECK_THAT(train::out_of_memory_hint(r), Catch::StartsWith("raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
+  CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
   // Already at stage 3 with offload: only the batch is left.
   r.zero.stage = 3, r.zero.offload_optimizer = config::OffloadDevice::kCpu;
-  CHECK_THAT(train::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 1;"));
-  CHECK_THAT(train::out_of_memory_hint(r), !Catch::Contains("zero.stage"));
+  CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 1;"));
+  CHECK_THAT(device::out_of_memory_hint(r), !Catch::Contains("zero.stage"));
 }

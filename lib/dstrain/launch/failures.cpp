@@ -1,4 +1,4 @@
-#include "dstrain/train/failures.h"
+#include "dstrain/launch/failures.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,7 +8,7 @@
 
 #include "dstrain/core/exit_code.h"
 
-namespace dstrain::train {
+namespace dstrain::launch {
 
 int64_t last_logged_step(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
@@ -59,4 +59,4 @@ bool restartable(const launch::WorkerFailure& f) {
   return !(code == exit_status::kUsage || code == exit_status::kData || code == exit_status::kEnvironment || code == exit_status::kDiverged);
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::launch

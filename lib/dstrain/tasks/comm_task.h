@@ -9,14 +9,14 @@
 #include "dstrain/comm/collective_tests.h"
 #include "dstrain/launch/topology.h"
 
-namespace dstrain::launch {
+namespace dstrain::run {
 struct WorkerEnv;
 }
 namespace dstrain::comm {
 class StoreServer;
 }
 
-namespace dstrain::train {
+namespace dstrain::tasks {
 
 struct CommTask {
   bool check = false;  // correctness instead of timing
@@ -40,10 +40,10 @@ TaskRendezvous task_rendezvous(const launch::Topology& topology, const std::stri
 // Worker-process arguments that carry the task (after "worker").
 std::vector<std::string> comm_task_args(const CommTask& task);
 // Runs the task in this process as the rank described by env; returns the exit status.
-int run_comm_task(const launch::WorkerEnv& env, const CommTask& task);
+int run_comm_task(const run::WorkerEnv& env, const CommTask& task);
 // Launcher: starts topology.nproc_per_node workers running the task and supervises them.
 int launch_comm_task(const launch::Topology& topology, const CommTask& task, const std::string& executable);
 // One rank of an mpirun/srun/torchrun job.
 int run_comm_task_as_rank(const launch::Topology& topology, const CommTask& task);
 
-}  // namespace dstrain::train
+}  // namespace dstrain::tasks

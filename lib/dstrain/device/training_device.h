@@ -12,7 +12,7 @@ namespace dstrain::config {
 struct Recipe;
 }
 
-namespace dstrain::train {
+namespace dstrain::device {
 
 struct TrainingDevice {
   c10::Device device = c10::Device(c10::kCPU);
@@ -52,4 +52,4 @@ std::string out_of_memory_message(const config::Recipe& recipe, const TrainingDe
 // What to change, the biggest share first (activations or model state).
 std::string out_of_memory_hint(const config::Recipe& recipe);
 
-}  // namespace dstrain::train
+}  // namespace dstrain::device

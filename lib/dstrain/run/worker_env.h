@@ -1,12 +1,12 @@
 #pragma once
 // The worker's environment contract, with torchrun's variable names, so that a worker started
-// by torchrun, srun or mpirun (issue 4) behaves like one that dstrain started itself.
+// by torchrun, srun or mpirun behaves like one that dstrain started itself. The launcher builds
+// them from its topology (launch/worker_envs.h); the worker reads them back.
 #include <string>
 #include <vector>
 
-#include "dstrain/launch/topology.h"
 
-namespace dstrain::launch {
+namespace dstrain::run {
 
 struct WorkerEnv {
   int rank = 0;
@@ -25,6 +25,7 @@ struct WorkerEnv {
   bool host_store = false;  // this rank hosts the rendezvous store (no dstrain launcher)
   std::string device = "cpu";  // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
   bool env_check = true;  // DSTRAIN_ENV_CHECK=0 (--skip-env-check): no cross-rank preflight
+  bool progress_line = false;  // DSTRAIN_PROGRESS=1: rank 0 prints run::ProgressLine for the launcher's bar
 };
 
 // The store's run key: the run id and the restart generation, so that a worker of another run
@@ -33,14 +34,7 @@ std::string store_run_key(const WorkerEnv& env);
 
 // Reads the variables; throws Error{kEnvironment} naming a missing or malformed one.
 WorkerEnv worker_env_from_environment();
-// The environments of this node's workers (kLauncher topology): global ranks, the device by
-// local rank (cuda:N when GPUs are visible, else cpu), the run's id and directory.
-std::vector<WorkerEnv> local_worker_envs(const Topology& topology, int master_port, const std::string& run_id, const std::string& run_dir,
-                                         int threads);
-// The environment of this process as one rank of a kRank topology (torchrun, srun, mpirun).
-WorkerEnv rank_env(const Topology& topology, const std::string& run_id, const std::string& run_dir, int threads);
-
 // "NAME=value" strings for a child's environment.
 std::vector<std::string> worker_env_assignments(const WorkerEnv& env);
 
-}  // namespace dstrain::launch
+}  // namespace dstrain::run

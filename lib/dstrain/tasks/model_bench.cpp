@@ -1,4 +1,4 @@
-#include "dstrain/train/model_bench.h"
+#include "dstrain/tasks/model_bench.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -11,7 +11,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/causal_lm.h"
 
-namespace dstrain::train {
+namespace dstrain::tasks {
 
 ModelBenchResult bench_model(const std::string& recipe_path, int iters, int threads, int micro_batch, int seq_len) {
   const config::Recipe recipe = config::load_recipe(recipe_path);
@@ -32,4 +32,4 @@ ModelBenchResult bench_model(const std::string& recipe_path, int iters, int thre
   return {median, static_cast<double>(micro_batch) * seq_len / (median / 1000.0), static_cast<long long>(model->num_parameters())};
 }
 
-}  // namespace dstrain::train
+}  // namespace dstrain::tasks

@@ -1,0 +1,17 @@
+#pragma once
+// What a launcher refuses before any worker starts, with what to change: settings the training
+// engine cannot run yet (no silent "auto" surprises), and a model state that cannot fit in this
+// node's host memory or in its GPUs (instead of the kernel's OOM killer or a CUDA OOM later).
+namespace dstrain::config {
+struct Recipe;
+}
+
+namespace dstrain::launch {
+
+// Throws Error{kConfig} listing what train::unsupported_by_engine() finds.
+void refuse_unsupported(const config::Recipe& recipe);
+// Throws Error{kEnvironment} when `local_workers` ranks' model state (the ZeRO formulas) exceeds
+// this node's available memory, or one rank's exceeds a GPU's.
+void refuse_if_memory_short(const config::Recipe& recipe, int local_workers);
+
+}  // namespace dstrain::launch
