@@ -14,8 +14,8 @@ constexpr int kThreads = 256;
 
 // The coefficients are cpu_adam.cpp's: step_size = -lr / (1 - b1^t), inv_sqrt_bc2 = 1 / sqrt(1 - b2^t),
 // decay_factor = 1 - lr * wd (AdamW) or 1, l2 = wd (Adam) or 0.
-__global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v, size_t n, float b1,
-                            float b2, float eps, float step_size, float inv_sqrt_bc2, float decay_factor, float l2, float scale) {
+__global__ void adam_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m, float* __restrict__ v, size_t n,
+                            float b1, float b2, float eps, float step_size, float inv_sqrt_bc2, float decay_factor, float l2, float scale) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const float param = p[i];
     const float grad = g[i] * scale + l2 * param;
@@ -51,9 +51,9 @@ extern "C" int dstrain_cuda_adam_f32(float* p, const float* g, float* m, float* 
   const double bc1 = 1.0 - std::pow(h->beta1, static_cast<double>(h->step));
   const double bc2 = 1.0 - std::pow(h->beta2, static_cast<double>(h->step));
   adam_kernel<<<blocks_for(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      p, g, m, v, n, static_cast<float>(h->beta1), static_cast<float>(h->beta2), static_cast<float>(h->eps), static_cast<float>(-h->lr / bc1),
-      static_cast<float>(1.0 / std::sqrt(bc2)), static_cast<float>(h->adamw ? 1.0 - h->lr * h->weight_decay : 1.0),
-      static_cast<float>(h->adamw ? 0.0 : h->weight_decay), grad_scale);
+      p, g, m, v, n, static_cast<float>(h->beta1), static_cast<float>(h->beta2), static_cast<float>(h->eps),
+      static_cast<float>(-h->lr / bc1), static_cast<float>(1.0 / std::sqrt(bc2)),
+      static_cast<float>(h->adamw ? 1.0 - h->lr * h->weight_decay : 1.0), static_cast<float>(h->adamw ? 0.0 : h->weight_decay), grad_scale);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -38,7 +38,8 @@ typedef struct DstrainAdamParams {
 /* The fused Adam step on device pointers, n elements each: g is scaled by grad_scale (loss-scale
  * removal and clipping), then m, v and p are updated in one pass, with lib/dstrain/optim/
  * cpu_adam.cpp's math. Returns 0 or a CUDA error code. */
-int dstrain_cuda_adam_f32(float* p, const float* g, float* m, float* v, size_t n, const DstrainAdamParams* params, float grad_scale, void* stream);
+int dstrain_cuda_adam_f32(float* p, const float* g, float* m, float* v, size_t n, const DstrainAdamParams* params, float grad_scale,
+                          void* stream);
 
 /* g *= inv_scale in place; sets *found_inf (a device int) to 1 when any result is inf or nan,
  * and leaves it alone otherwise (clear it before the first buffer of a step). */

@@ -36,13 +36,18 @@ void register_bench(CLI::App& app, Run& run) {
   cmd->add_flag("--check", args->task.check, "Verify correctness instead of timing");
   cmd->add_option("--backend", args->task.backend, "gloo (CPU), nccl (GPU), or auto: nccl when the ranks have GPUs")
       ->check(CLI::IsMember({"auto", "gloo", "nccl"}));
-  cmd->add_option("--min-bytes", args->task.bench.min_bytes, "Smallest message (default 1 KiB)")->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
-  cmd->add_option("--max-bytes", args->task.bench.max_bytes, "Largest message (default 256 MiB)")->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
-  cmd->add_option("--iters", args->task.bench.max_iters, "Most timed iterations per size (fewer for large sizes)")->check(CLI::Range(1, 100000));
+  cmd->add_option("--min-bytes", args->task.bench.min_bytes, "Smallest message (default 1 KiB)")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  cmd->add_option("--max-bytes", args->task.bench.max_bytes, "Largest message (default 256 MiB)")
+      ->check(CLI::Range(int64_t{4}, int64_t{1} << 34));
+  cmd->add_option("--iters", args->task.bench.max_iters, "Most timed iterations per size (fewer for large sizes)")
+      ->check(CLI::Range(1, 100000));
   cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds")->check(CLI::Range(1, 86400));
   auto margs = std::make_shared<std::tuple<std::string, int, int, int, int>>("", 20, 1, 8, 128);
   CLI::App* mcmd = bench->add_subcommand("model", "Forward+backward throughput of a recipe's model in this process");
-  mcmd->footer("Prints the median time of one forward+backward over random tokens and tokens/s.\n\nExample:\n  dstrain bench model recipes/demo.yaml --threads 1");
+  mcmd->footer(
+      "Prints the median time of one forward+backward over random tokens and tokens/s.\n\nExample:\n  dstrain bench model "
+      "recipes/demo.yaml --threads 1");
   mcmd->add_option("recipe", std::get<0>(*margs), "Recipe whose model section to build")->required()->check(CLI::ExistingFile);
   mcmd->add_option("--iters", std::get<1>(*margs), "Timed iterations (after 3 warm-ups)")->check(CLI::Range(1, 100000));
   mcmd->add_option("--threads", std::get<2>(*margs), "Intra-op threads")->check(CLI::Range(1, 1024));
@@ -68,17 +73,20 @@ void register_bench(CLI::App& app, Run& run) {
   ocmd->add_option("--params", std::get<0>(*oargs), "Parameters (fp32)")->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   ocmd->add_option("--threads", std::get<1>(*oargs), "Threads")->check(CLI::Range(1, 1024));
   ocmd->add_option("--iters", std::get<2>(*oargs), "Timed steps (after one warm-up)")->check(CLI::Range(1, 100000));
-  ocmd->add_option("--device", *odevice, "cpu, or cuda: the fused CUDA kernel against torch's AdamW and a device-to-device copy of the same bytes")
+  ocmd->add_option("--device", *odevice,
+                   "cpu, or cuda: the fused CUDA kernel against torch's AdamW and a device-to-device copy of the same bytes")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   ocmd->callback([oargs, odevice, &run] {
     run = [oargs, odevice] {
       const auto [params, threads, iters] = *oargs;
       const auto r = *odevice == "cuda" ? optim::bench_adam_cuda(params, iters) : optim::bench_adam(params, threads, iters);
       fmt::print("{:<24} {:>10} {:>14} {:>9}\n", "kernel", "ms/step", "params/s", "GB/s");
-      fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "dstrain fused (" + r.isa + ")", r.fused_ms, r.fused_params_per_s(), r.fused_gb_per_s());
-      fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "torch::optim::AdamW", r.torch_ms, r.torch_params_per_s(), r.bytes() / (r.torch_ms / 1e3) / 1e9);
-      fmt::print("{:<24} {:>10.2f} {:>14} {:>9.1f}\n", *odevice == "cuda" ? "device-to-device copy" : "bandwidth reference", r.bandwidth_ms, "-",
-                 r.bandwidth_gb_per_s());
+      fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "dstrain fused (" + r.isa + ")", r.fused_ms, r.fused_params_per_s(),
+                 r.fused_gb_per_s());
+      fmt::print("{:<24} {:>10.2f} {:>14.3g} {:>9.1f}\n", "torch::optim::AdamW", r.torch_ms, r.torch_params_per_s(),
+                 r.bytes() / (r.torch_ms / 1e3) / 1e9);
+      fmt::print("{:<24} {:>10.2f} {:>14} {:>9.1f}\n", *odevice == "cuda" ? "device-to-device copy" : "bandwidth reference", r.bandwidth_ms,
+                 "-", r.bandwidth_gb_per_s());
       fmt::print("{} params, {} threads: fused is {:.2f}x torch::optim::AdamW and {:.2f}x the bandwidth reference\n", params, threads,
                  r.torch_ms / r.fused_ms, r.bandwidth_ms / r.fused_ms);
       return 0;

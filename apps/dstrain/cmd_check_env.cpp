@@ -23,7 +23,8 @@ void register_check_env(CLI::App& app, Run& run) {
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("check-env", "Check that every rank's software, hardware, config and data agree, and probe network, devices and disk");
+  CLI::App* cmd = app.add_subcommand(
+      "check-env", "Check that every rank's software, hardware, config and data agree, and probe network, devices and disk");
   cmd->footer(
       "Starts the workers as `train` would (the same flags, torchrun, Slurm and mpirun environments),\n"
       "gathers every rank's facts and compares them: versions and hashes must be equal on every rank,\n"
@@ -48,9 +49,11 @@ void register_check_env(CLI::App& app, Run& run) {
   cmd->add_option("--skip", args->skip, "Probes to skip: allreduce, pairwise, gemm, disk, or probes (all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"allreduce", "pairwise", "gemm", "disk", "probes"}));
-  cmd->add_option("--max-clock-skew", args->task.probes.max_clock_skew_s, "Largest clock offset from rank 0 that passes, in seconds (default 1)")
+  cmd->add_option("--max-clock-skew", args->task.probes.max_clock_skew_s,
+                  "Largest clock offset from rank 0 that passes, in seconds (default 1)")
       ->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds (default 120)")->check(CLI::Range(1, 86400));
+  cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds (default 120)")
+      ->check(CLI::Range(1, 86400));
   cmd->callback([args, &run] {
     run = [args] {
       for (const auto& s : args->skip) {
@@ -81,9 +84,12 @@ void register_check_env(CLI::App& app, Run& run) {
         topo = launch::decide_topology(args->flags, 1, false, 1, "127.0.0.1", 0);
       }
       int status = 0;
-      if (args->local) status = tasks::run_env_local(args->task, args->json);
-      else if (topo.mode == launch::Topology::Mode::kRank) status = tasks::run_env_task_as_rank(topo, args->task);
-      else status = tasks::launch_env_task(topo, args->task, args->json, self_executable());
+      if (args->local)
+        status = tasks::run_env_local(args->task, args->json);
+      else if (topo.mode == launch::Topology::Mode::kRank)
+        status = tasks::run_env_task_as_rank(topo, args->task);
+      else
+        status = tasks::launch_env_task(topo, args->task, args->json, self_executable());
       if (!temp_dir.empty()) std::filesystem::remove_all(temp_dir);
       return status;
     };

@@ -42,7 +42,8 @@ struct Stats {
   uint32_t crc = 0;
 };
 Stats stats_of(const std::vector<double>& v) {
-  Stats s{0, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(), crc32c(v.data(), v.size() * sizeof(double))};
+  Stats s{0, std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+          crc32c(v.data(), v.size() * sizeof(double))};
   for (double x : v) s.norm += x * x, s.min = std::min(s.min, x), s.max = std::max(s.max, x);
   s.norm = std::sqrt(s.norm);
   if (v.empty()) s.min = s.max = 0;
@@ -67,30 +68,52 @@ int inspect(const Options& o) {
   for (const auto& t : in.tensors) elements += t.numel();
   nlohmann::json j;
   if (o.json) {
-    j = {{"dir", in.dir},       {"committed", in.committed},       {"step", in.state.step},          {"samples_consumed", in.state.samples_consumed},
-         {"tokens_consumed", in.state.tokens_consumed}, {"world_size", in.state.world_size}, {"zero_stage", in.state.zero_stage},
-         {"precision", in.state.precision}, {"config_hash", in.state.config_hash}, {"model", in.state.model}, {"created", in.state.created},
-         {"bytes", bytes}, {"elements", elements}, {"ok", ok}, {"files", nlohmann::json::array()}, {"tensors", nlohmann::json::array()}};
+    j = {{"dir", in.dir},
+         {"committed", in.committed},
+         {"step", in.state.step},
+         {"samples_consumed", in.state.samples_consumed},
+         {"tokens_consumed", in.state.tokens_consumed},
+         {"world_size", in.state.world_size},
+         {"zero_stage", in.state.zero_stage},
+         {"precision", in.state.precision},
+         {"config_hash", in.state.config_hash},
+         {"model", in.state.model},
+         {"created", in.state.created},
+         {"bytes", bytes},
+         {"elements", elements},
+         {"ok", ok},
+         {"files", nlohmann::json::array()},
+         {"tensors", nlohmann::json::array()}};
     for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
   } else {
-    fmt::print("checkpoint   {}\ncommitted    {}\nstep         {}\ntokens       {} ({} samples)\nworld size   {} (ZeRO stage {}, {})\nmodel        {}\n"
-               "created      {}\nconfig hash  {}\ntensors      {} ({} elements, {:.1f} MiB in {} files)\n",
-               in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.tokens_consumed, in.state.samples_consumed,
-               in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash, in.tensors.size(),
-               elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
+    fmt::print(
+        "checkpoint   {}\ncommitted    {}\nstep         {}\ntokens       {} ({} samples)\nworld size   {} (ZeRO stage {}, {})\nmodel       "
+        " {}\n"
+        "created      {}\nconfig hash  {}\ntensors      {} ({} elements, {:.1f} MiB in {} files)\n",
+        in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.tokens_consumed, in.state.samples_consumed,
+        in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash,
+        in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
   }
   if (o.tensors && ok) {
     const ckpt::Reader reader(dir);
-    if (!o.json) fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12} {:>12} {:>12} {:>8}\n", "tensor", "dtype", "shape", "files", "norm", "min", "max", "crc32c");
+    if (!o.json)
+      fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12} {:>12} {:>12} {:>8}\n", "tensor", "dtype", "shape", "files", "norm", "min", "max",
+                 "crc32c");
     for (const auto& t : in.tensors) {
       const Stats s = stats_of(values_of(reader, t));
       const auto& files = in.files_of_tensor.at(t.name);
       if (o.json) {
-        j["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"files", files}, {"norm", s.norm}, {"min", s.min},
-                                {"max", s.max}, {"crc32c", s.crc}});
+        j["tensors"].push_back({{"name", t.name},
+                                {"dtype", t.dtype},
+                                {"shape", t.shape},
+                                {"files", files},
+                                {"norm", s.norm},
+                                {"min", s.min},
+                                {"max", s.max},
+                                {"crc32c", s.crc}});
       } else {
-        fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12.6g} {:>12.6g} {:>12.6g} {:08x}\n", t.name, t.dtype, fmt::format("[{}]", fmt::join(t.shape, ",")),
-                   files.size(), s.norm, s.min, s.max, s.crc);
+        fmt::print("  {:<52} {:<8} {:<16} {:>6} {:>12.6g} {:>12.6g} {:>12.6g} {:08x}\n", t.name, t.dtype,
+                   fmt::format("[{}]", fmt::join(t.shape, ",")), files.size(), s.norm, s.min, s.max, s.crc);
       }
     }
   }
@@ -98,8 +121,10 @@ int inspect(const Options& o) {
     fmt::print("{}\n", j.dump(1));
   } else {
     for (const auto& f : in.files)
-      if (!f.ok || o.verify || in.files.size() <= 8) fmt::print("file         {} {} bytes: {}\n", f.name, f.bytes, f.ok ? "OK (crc32c)" : "CORRUPT: " + f.problem);
-    if (o.verify || in.files.size() > 8) fmt::print("{}\n", ok ? fmt::format("verified: all {} files OK (crc32c)", in.files.size()) : "verification FAILED");
+      if (!f.ok || o.verify || in.files.size() <= 8)
+        fmt::print("file         {} {} bytes: {}\n", f.name, f.bytes, f.ok ? "OK (crc32c)" : "CORRUPT: " + f.problem);
+    if (o.verify || in.files.size() > 8)
+      fmt::print("{}\n", ok ? fmt::format("verified: all {} files OK (crc32c)", in.files.size()) : "verification FAILED");
   }
   return ok ? exit_status::kOk : exit_status::kCheckpoint;
 }

@@ -31,7 +31,8 @@ void register_inspect_data(CLI::App& app, Run& run) {
       std::vector<int64_t> first;
       for (int64_t i = 0; i < std::min(*head, file->size()); ++i) first.push_back(file->at(i));
       fmt::print("file       {}\nformat     {}\ntokens     {}\ndocuments  {}\nfirst      [{}]\n", file->path(), *format, file->size(),
-                 file->document_starts().empty() ? std::string("(no document boundaries in this format)") : std::to_string(file->document_starts().size()),
+                 file->document_starts().empty() ? std::string("(no document boundaries in this format)")
+                                                 : std::to_string(file->document_starts().size()),
                  fmt::join(first, ", "));
       return 0;
     };

@@ -38,8 +38,9 @@ void register_prepare_data(CLI::App& app, Run& run) {
         if (tty) std::fprintf(stderr, "\r%lld documents, %lld tokens", static_cast<long long>(docs), static_cast<long long>(tokens));
       });
       if (tty) std::fprintf(stderr, "\n");
-      fmt::print("wrote {}.bin and {}.idx: {} documents, {} tokens (vocab {}, end-of-document {}); crc32c bin {:08x} idx {:08x}\n", o->output_prefix,
-                 o->output_prefix, summary.documents, summary.tokens, data::kByteVocab, data::kByteEos, summary.bin_crc32c, summary.idx_crc32c);
+      fmt::print("wrote {}.bin and {}.idx: {} documents, {} tokens (vocab {}, end-of-document {}); crc32c bin {:08x} idx {:08x}\n",
+                 o->output_prefix, o->output_prefix, summary.documents, summary.tokens, data::kByteVocab, data::kByteEos,
+                 summary.bin_crc32c, summary.idx_crc32c);
       return 0;
     };
   });

@@ -29,7 +29,8 @@ void register_resume(CLI::App& app, Run& run) {
       "  dstrain resume runs/big --nnodes 2 --node-rank 1 --master-addr 10.0.0.1 --master-port 29500");
   cmd->add_option("run_dir", *run_dir, "Run directory of an earlier `dstrain train`")->required();
   add_launch_flags(*cmd, *flags);
-  cmd->add_option("--max-restarts", *max_restarts, "Restart the whole group this many times after a worker failure (default: the run's launch.max_restarts)")
+  cmd->add_option("--max-restarts", *max_restarts,
+                  "Restart the whole group this many times after a worker failure (default: the run's launch.max_restarts)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_flag("--skip-env-check", *skip_env_check, "Do not compare the ranks' software, hardware, config and data files before training");
   cmd->callback([run_dir, flags, max_restarts, skip_env_check, &run] {

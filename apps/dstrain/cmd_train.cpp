@@ -57,11 +57,13 @@ void register_train(CLI::App& app, Run& run) {
   cmd->add_option("recipe", args->recipe, "Recipe YAML file (see recipes/README.md)")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", args->overrides, "Override a recipe key, KEY.PATH=VALUE (repeatable), e.g. --set optimizer.lr=1e-3");
   add_launch_flags(*cmd, args->flags);
-  cmd->add_option("--max-restarts", args->max_restarts,
-                  "Restart the whole group this many times after a worker failure, from the latest checkpoint (= --set launch.max_restarts)")
+  cmd->add_option(
+         "--max-restarts", args->max_restarts,
+         "Restart the whole group this many times after a worker failure, from the latest checkpoint (= --set launch.max_restarts)")
       ->check(CLI::Range(0, 1000000));
   cmd->add_option("--max-time", args->max_time,
-                  "Wall-time budget in minutes: then every rank stops at one step boundary with a checkpoint, exit 75 (= --set launch.max_time_minutes)")
+                  "Wall-time budget in minutes: then every rank stops at one step boundary with a checkpoint, exit 75 (= --set "
+                  "launch.max_time_minutes)")
       ->check(CLI::Range(0.0, 1e9));
   cmd->add_option("--resume", args->resume_from,
                   "PATH: start this new run from a checkpoint of another run (a step directory, or a ckpt/ directory whose newest "

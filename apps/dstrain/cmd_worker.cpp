@@ -35,8 +35,10 @@ void register_worker(CLI::App& app, Run& run) {
       if (args->task == "train") return train::run_worker(env);
       if (args->task == "check-env") {
         args->env_check.timeout_s = args->comm.timeout_s;
-        for (const auto& [flag, name] : {std::pair{&args->env_check.probes.allreduce, "allreduce"}, {&args->env_check.probes.pairwise, "pairwise"},
-                                         {&args->env_check.probes.gemm, "gemm"}, {&args->env_check.probes.disk, "disk"}})
+        for (const auto& [flag, name] : {std::pair{&args->env_check.probes.allreduce, "allreduce"},
+                                         {&args->env_check.probes.pairwise, "pairwise"},
+                                         {&args->env_check.probes.gemm, "gemm"},
+                                         {&args->env_check.probes.disk, "disk"}})
           if (args->skip.find(name) != std::string::npos) *flag = false;
         return tasks::run_env_task(env, args->env_check, /*print=*/false);
       }

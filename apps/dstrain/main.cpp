@@ -20,10 +20,11 @@ std::string version_text() {
   const auto& b = dstrain::build_info();
   auto cuda = [](int v) { return fmt::format("{}.{}", v / 1000, (v % 1000) / 10); };
   const int nccl = dstrain_nccl_version();
-  std::string text = fmt::format("dstrain {} (commit {}, {} build)\ncompiler: {}\nlibtorch: {}\n", b.version, b.git_commit, b.build_type, b.compiler,
-                                 b.torch_version);
+  std::string text = fmt::format("dstrain {} (commit {}, {} build)\ncompiler: {}\nlibtorch: {}\n", b.version, b.git_commit, b.build_type,
+                                 b.compiler, b.torch_version);
   if (dstrain_cuda_built())
-    text += fmt::format("cuda: yes, runtime {}; nccl: {}.{}.{}\n", cuda(dstrain_cuda_runtime_version()), nccl / 10000, (nccl / 100) % 100, nccl % 100);
+    text += fmt::format("cuda: yes, runtime {}; nccl: {}.{}.{}\n", cuda(dstrain_cuda_runtime_version()), nccl / 10000, (nccl / 100) % 100,
+                        nccl % 100);
   else
     text += "cuda: no (built without CUDA kernels); nccl: no\n";
   return text;
@@ -49,8 +50,10 @@ int main(int argc, char** argv) {
       "dstrain"};
   app.require_subcommand(1);
   app.set_version_flag("--version", version_text(), "Print dstrain, compiler, LibTorch, CUDA and NCCL versions and exit");
-  app.footer("Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 data error, 4 checkpoint error,\n"
-             "5 environment error, 6 communication error, 7 a worker failed, 8 training diverged, 75 stopped with a checkpoint (resumable), 130 interrupted. See README.md.");
+  app.footer(
+      "Exit codes: 0 ok, 1 internal error, 2 usage or config error, 3 data error, 4 checkpoint error,\n"
+      "5 environment error, 6 communication error, 7 a worker failed, 8 training diverged, 75 stopped with a checkpoint (resumable), 130 "
+      "interrupted. See README.md.");
 
   dstrain::app::Run run;
   dstrain::app::register_train(app, run);
@@ -69,7 +72,8 @@ int main(int argc, char** argv) {
   if (argc > 1 && argv[1][0] != '-') {
     std::vector<std::string> names;
     for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); })) names.push_back(sub->get_name());
-    if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker" && std::string(argv[1]) != "schema") {
+    if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker" &&
+        std::string(argv[1]) != "schema") {
       print_error("usage error", fmt::format("unknown command '{}'; the commands are {}", argv[1], fmt::join(names, ", ")),
                   "see `dstrain --help`");
       return dstrain::exit_status::kUsage;

@@ -14,8 +14,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string parts[3];
   size_t part = 0;
   for (char c : input) {
-    if (c == '\0' && part < 2) ++part;
-    else parts[part] += c;
+    if (c == '\0' && part < 2)
+      ++part;
+    else
+      parts[part] += c;
   }
   // The recipe always points at the other two documents, so both readers are exercised.
   const std::string recipe = parts[0] + "\nds_config: ds.json\n";
@@ -27,7 +29,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   };
   try {
     dstrain::config::load_recipe_with("/fuzz/recipe.yaml", {}, read);
-  } catch (const dstrain::Error&) {
-  }
+  } catch (const dstrain::Error&) {}
   return 0;
 }

@@ -40,7 +40,9 @@ config::ModelConfig tiny_model_config() {
   return m;
 }
 
-std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype) { return model::make_model(tiny_model_config(), 1234, model::scalar_type(dtype)); }
+std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype) {
+  return model::make_model(tiny_model_config(), 1234, model::scalar_type(dtype));
+}
 
 zero::EngineOptions engine_options(const EngineSpec& spec) {
   zero::EngineOptions o;
@@ -59,8 +61,8 @@ zero::EngineOptions engine_options(const EngineSpec& spec) {
   return o;
 }
 
-void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first, int64_t count,
-                 EngineRun& record) {
+void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first,
+                 int64_t count, EngineRun& record) {
   const int64_t world = comm.world_size(), micro = kGlobalBatch / (world * kAccumulation);
   for (int64_t step = first; step < first + count; ++step) {
     const at::Tensor batch = global_batch(step);
@@ -69,7 +71,8 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
     for (int64_t m = 0; m < kAccumulation; ++m) {
       engine.begin_micro(m + 1 == kAccumulation);
       const at::Tensor rows = batch.narrow(0, (m * world + comm.rank()) * micro, micro);
-      const at::Tensor loss = model.loss_parts(rows.narrow(1, 0, kSeqLen), rows.narrow(1, 1, kSeqLen)).sum / static_cast<double>(kGlobalBatch * kSeqLen);
+      const at::Tensor loss =
+          model.loss_parts(rows.narrow(1, 0, kSeqLen), rows.narrow(1, 1, kSeqLen)).sum / static_cast<double>(kGlobalBatch * kSeqLen);
       local_loss += loss.item<double>();
       (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
       engine.end_micro();

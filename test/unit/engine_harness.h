@@ -47,8 +47,8 @@ config::ModelConfig tiny_model_config();
 std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype);
 zero::EngineOptions engine_options(const EngineSpec& spec);
 // Trains steps [first, first + count) on this rank; rank 0 appends to `record`.
-void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first, int64_t count,
-                 EngineRun& record);
+void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first,
+                 int64_t count, EngineRun& record);
 // Collective: the full master weights and second moments into `record` (rank 0).
 void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& record);
 // A whole run: model, engine, spec.steps steps, the gathered state.

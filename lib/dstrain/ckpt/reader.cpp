@@ -109,7 +109,6 @@ struct Reader::Impl {
     std::lock_guard<std::mutex> lock(mu);
     verified.insert(name);
   }
-
 };
 
 Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::make_unique<Impl>()) {
@@ -119,7 +118,8 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
   const std::string manifest = (fs::path(dir) / kManifest).string();
   try {
     state_ = state_from(m);
-    for (const auto& f : m.at("files")) impl_->files[f.at("name").get<std::string>()] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}};
+    for (const auto& f : m.at("files"))
+      impl_->files[f.at("name").get<std::string>()] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}};
     for (const auto& t : m.at("tensors")) {
       TensorMeta meta{t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()};
       const int64_t esize = dtype_size(meta.dtype);
@@ -127,7 +127,8 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
       for (const auto& p : t.at("pieces")) {
         const std::string file = p.at("file");
         const auto fit = impl_->files.find(file);
-        if (fit == impl_->files.end()) corrupt(manifest, fmt::format("tensor {} names file {}, which the manifest does not list", meta.name, file));
+        if (fit == impl_->files.end())
+          corrupt(manifest, fmt::format("tensor {} names file {}, which the manifest does not list", meta.name, file));
         Piece piece{meta.name, p.at("start").get<int64_t>(), p.at("count").get<int64_t>(), p.at("offset").get<uint64_t>()};
         if (piece.start < 0 || piece.count < 0 || piece.start + piece.count > meta.numel() ||
             piece.offset + static_cast<uint64_t>(piece.count * esize) > fit->second.bytes)
@@ -161,7 +162,8 @@ void Reader::read(const std::string& name, int64_t start, int64_t count, void* d
   const TensorMeta* meta = find(name);
   if (!meta) corrupt(dir_, fmt::format("has no tensor '{}' (it was written for another model?)", name));
   if (meta->dtype != dtype) corrupt(dir_, fmt::format("tensor {} is {}, expected {}", name, meta->dtype, dtype));
-  if (start < 0 || start + count > meta->numel()) corrupt(dir_, fmt::format("tensor {}: elements [{}, {}) requested of {}", name, start, start + count, meta->numel()));
+  if (start < 0 || start + count > meta->numel())
+    corrupt(dir_, fmt::format("tensor {}: elements [{}, {}) requested of {}", name, start, start + count, meta->numel()));
   const int64_t esize = dtype_size(dtype);
   for (const auto& [file, p] : impl_->pieces.at(name)) {
     const int64_t a = std::max(start, p.start), b = std::min(start + count, p.start + p.count);
@@ -251,7 +253,8 @@ Checkpoint load_checkpoint(const std::string& dir) {
 
 Inspection inspect_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir))
-    throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' is not a directory", dir), "pass a checkpoint directory (run_dir/ckpt/step_XXXXXXXX) or a run's ckpt/ directory");
+    throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' is not a directory", dir),
+                "pass a checkpoint directory (run_dir/ckpt/step_XXXXXXXX) or a run's ckpt/ directory");
   Inspection in;
   in.dir = dir;
   in.committed = fs::exists(fs::path(dir) / kCommitted);
@@ -269,9 +272,12 @@ Inspection inspect_checkpoint(const std::string& dir) {
     for (const auto& f : m.at("files")) {
       FileCheck fc{f.at("name"), f.at("bytes"), true, ""};
       const std::string path = (fs::path(dir) / fc.name).string();
-      if (!fs::exists(path)) fc.ok = false, fc.problem = "missing";
-      else if (fs::file_size(path) != fc.bytes) fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path), fc.bytes);
-      else if (crc32c_of_file(path) != f.at("crc32c").get<uint32_t>()) fc.ok = false, fc.problem = "crc32c mismatch (corrupt)";
+      if (!fs::exists(path))
+        fc.ok = false, fc.problem = "missing";
+      else if (fs::file_size(path) != fc.bytes)
+        fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path), fc.bytes);
+      else if (crc32c_of_file(path) != f.at("crc32c").get<uint32_t>())
+        fc.ok = false, fc.problem = "crc32c mismatch (corrupt)";
       if (!fc.ok) {
         std::vector<std::string> held;
         for (const auto& [tensor, files] : in.files_of_tensor)

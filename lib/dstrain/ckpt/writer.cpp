@@ -105,7 +105,9 @@ ShardFile shard_file_from_json(const std::string& text) {
 
 std::string step_dir_name(int64_t step) { return fmt::format("step_{:08d}", step); }
 
-std::string staging_dir(const std::string& root, int64_t step) { return (fs::path(root) / (step_dir_name(step) + kPartialSuffix)).string(); }
+std::string staging_dir(const std::string& root, int64_t step) {
+  return (fs::path(root) / (step_dir_name(step) + kPartialSuffix)).string();
+}
 
 std::string prepare_staging(const std::string& root, int64_t step) {
   const std::string dir = staging_dir(root, step);
@@ -154,10 +156,14 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
     std::sort(r.begin(), r.end());
     int64_t next = 0;
     for (const auto& [start, count] : r) {
-      if (start != next) throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} pieces leave a gap or overlap at {}", t.name, next), "this is a dstrain bug");
+      if (start != next)
+        throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} pieces leave a gap or overlap at {}", t.name, next),
+                    "this is a dstrain bug");
       next += count;
     }
-    if (next != t.numel()) throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} covered to {} of {}", t.name, next, t.numel()), "this is a dstrain bug");
+    if (next != t.numel())
+      throw Error(ErrorCode::kInternal, fmt::format("checkpoint: tensor {} covered to {} of {}", t.name, next, t.numel()),
+                  "this is a dstrain bug");
   }
   state.created = utc_now();
   nlohmann::json m;
@@ -174,9 +180,11 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   m["created"] = state.created;
   std::map<std::string, nlohmann::json> pieces_of;
   for (const auto& f : files)
-    for (const auto& p : f.pieces) pieces_of[p.tensor].push_back({{"file", f.name}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
+    for (const auto& p : f.pieces)
+      pieces_of[p.tensor].push_back({{"file", f.name}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
   m["tensors"] = nlohmann::json::array();
-  for (const auto& t : tensors) m["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces_of[t.name]}});
+  for (const auto& t : tensors)
+    m["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces_of[t.name]}});
   m["files"] = nlohmann::json::array();
   for (const auto& f : files) m["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
   const std::string staging = staging_dir(root, state.step);

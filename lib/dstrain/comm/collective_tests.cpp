@@ -52,7 +52,8 @@ struct Checker {
     }
     // reduce_scatter: chunk `rank` of the sum
     {
-      at::Tensor input = seeded(n * world, seed + 1, rank, dtype).to(dev), out = at::empty({n}, at::TensorOptions().dtype(dtype).device(dev));
+      at::Tensor input = seeded(n * world, seed + 1, rank, dtype).to(dev),
+                 out = at::empty({n}, at::TensorOptions().dtype(dtype).device(dev));
       at::Tensor want = at::zeros({n}, at::kFloat);
       for (int r = 0; r < world; ++r) want += seeded(n * world, seed + 1, r, dtype).to(at::kFloat).narrow(0, rank * n, n);
       comm.reduce_scatter(input, out)->wait();
@@ -60,7 +61,8 @@ struct Checker {
     }
     // all_gather: every rank's input in rank order, bit for bit
     {
-      at::Tensor mine = seeded(n, seed + 2, rank, dtype).to(dev), out = at::empty({n * world}, at::TensorOptions().dtype(dtype).device(dev));
+      at::Tensor mine = seeded(n, seed + 2, rank, dtype).to(dev),
+                 out = at::empty({n * world}, at::TensorOptions().dtype(dtype).device(dev));
       std::vector<at::Tensor> all;
       for (int r = 0; r < world; ++r) all.push_back(seeded(n, seed + 2, r, dtype));
       comm.all_gather(mine, out)->wait();
@@ -70,7 +72,8 @@ struct Checker {
     {
       at::Tensor t = seeded(n, seed + 3, rank, dtype).to(dev);
       comm.broadcast(t, world - 1)->wait();
-      report(at::equal(t.cpu(), seeded(n, seed + 3, world - 1, dtype)), fmt::format("broadcast      {:<8} n={}", type, n), "not bit-identical");
+      report(at::equal(t.cpu(), seeded(n, seed + 3, world - 1, dtype)), fmt::format("broadcast      {:<8} n={}", type, n),
+             "not bit-identical");
     }
   }
 };
@@ -106,7 +109,8 @@ int check_collectives(Communicator& comm, uint64_t seed) {
   {
     const int world = comm.world_size(), rank = comm.rank();
     const auto opts = at::TensorOptions().dtype(at::kFloat).device(comm.device());
-    at::Tensor in1 = seeded(64 * world, seed + 5, rank, at::kFloat).to(comm.device()), in2 = seeded(64 * world, seed + 6, rank, at::kFloat).to(comm.device());
+    at::Tensor in1 = seeded(64 * world, seed + 5, rank, at::kFloat).to(comm.device()),
+               in2 = seeded(64 * world, seed + 6, rank, at::kFloat).to(comm.device());
     at::Tensor out1 = at::empty({64}, opts), out2 = at::empty({64}, opts), want1 = at::zeros({64}), want2 = at::zeros({64});
     for (int r = 0; r < world; ++r) {
       want1 += seeded(64 * world, seed + 5, r, at::kFloat).narrow(0, rank * 64, 64);
@@ -125,14 +129,16 @@ int check_collectives(Communicator& comm, uint64_t seed) {
   std::string mine(static_cast<size_t>(comm.rank() * 3 + 1), static_cast<char>('a' + comm.rank() % 26));
   const auto all = comm.all_gather_bytes(mine);
   bool bytes_ok = static_cast<int>(all.size()) == comm.world_size();
-  for (int r = 0; bytes_ok && r < comm.world_size(); ++r) bytes_ok = all[r] == std::string(static_cast<size_t>(r * 3 + 1), static_cast<char>('a' + r % 26));
+  for (int r = 0; bytes_ok && r < comm.world_size(); ++r)
+    bytes_ok = all[r] == std::string(static_cast<size_t>(r * 3 + 1), static_cast<char>('a' + r % 26));
   c.report(bytes_ok, "all_gather_bytes (varying lengths)", "wrong bytes");
   // Every rank must agree that every rank passed.
   at::Tensor failures = at::tensor({static_cast<float>(c.failures)}, at::kFloat).to(comm.device());
   comm.all_reduce(failures)->wait();
   const int total_failures = static_cast<int>(failures.cpu().item<float>());
   if (comm.rank() == 0)
-    fmt::print("collective check on {} ranks ({}): {} passed, {} failed\n", comm.world_size(), comm.backend(), c.total - c.failures, total_failures);
+    fmt::print("collective check on {} ranks ({}): {} passed, {} failed\n", comm.world_size(), comm.backend(), c.total - c.failures,
+               total_failures);
   std::fflush(stdout);
   return total_failures;
 }
@@ -149,8 +155,10 @@ void bench_collectives(Communicator& comm, const BenchOptions& o) {
     for (int i = 0; i < 4; ++i) std::memcpy(b.data(), a.data(), bytes);
     const double s = seconds_since(t0) / 4;
     fmt::print("# memcpy 256 MiB: {:.2f} GB/s (copy rate; {:.2f} GB/s read+write)\n", bytes / s / 1e9, 2 * bytes / s / 1e9);
-    fmt::print("# {} ranks, backend {}, float32; busbw as nccl-tests: all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n of the total size\n",
-               world, comm.backend());
+    fmt::print(
+        "# {} ranks, backend {}, float32; busbw as nccl-tests: all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n of the total "
+        "size\n",
+        world, comm.backend());
     fmt::print("{:>10}  {:<15}{:>12}{:>14}{:>14}\n", "size", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
   }
   for (int64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {
@@ -165,9 +173,12 @@ void bench_collectives(Communicator& comm, const BenchOptions& o) {
       const auto opts = at::TensorOptions().dtype(at::kFloat).device(comm.device());
       at::Tensor full = at::ones({n}, opts), part = at::ones({n / world}, opts);
       auto once = [&] {
-        if (op.name[4] == 'r') comm.all_reduce(full)->wait();
-        else if (op.name[0] == 'r') comm.reduce_scatter(full, part)->wait();
-        else comm.all_gather(part, full)->wait();
+        if (op.name[4] == 'r')
+          comm.all_reduce(full)->wait();
+        else if (op.name[0] == 'r')
+          comm.reduce_scatter(full, part)->wait();
+        else
+          comm.all_gather(part, full)->wait();
       };
       once();
       comm.barrier()->wait();

@@ -51,7 +51,7 @@ struct Endpoint {
   int master_port;
   std::string run_id;  // a worker of another run or restart generation is refused
   std::chrono::milliseconds timeout;
-  bool host_store = false;  // this rank hosts the store (no dstrain launcher: mpirun, srun)
+  bool host_store = false;                          // this rank hosts the store (no dstrain launcher: mpirun, srun)
   std::chrono::milliseconds collective_timeout{0};  // a collective's wait; 0: `timeout`
 };
 

@@ -165,15 +165,16 @@ class GlooCommunicator final : public Communicator {
   }
   void check(const at::Tensor& t, const char* op) const {
     require(t.defined() && t.is_contiguous(), std::string(op) + ": tensors must be contiguous (Gloo gives wrong results otherwise)");
-    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf || t.scalar_type() == at::kLong ||
-                t.scalar_type() == at::kByte,
+    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ||
+                t.scalar_type() == at::kLong || t.scalar_type() == at::kByte,
             std::string(op) + ": dtype must be float32, bfloat16 or float16");
     require(t.device().is_cpu(), std::string(op) + ": the Gloo communicator works on CPU tensors");
   }
 
   WorkHandle make(const char* op, c10::intrusive_ptr<c10d::Work> work, std::function<void()> finish) {
     const uint64_t seq = ++sequence_;
-    const std::string what = std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
+    const std::string what =
+        std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_);
     return std::make_unique<GlooWork>(std::move(work), std::move(finish), op, seq, what, timeout_);
   }
 
@@ -203,7 +204,8 @@ std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int ran
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " could not form the Gloo group of " + std::to_string(world) + " ranks: " + e.what(),
+    throw Error(ErrorCode::kComm,
+                "rank " + std::to_string(rank) + " could not form the Gloo group of " + std::to_string(world) + " ranks: " + e.what(),
                 "a rank did not arrive in time or the network between nodes is blocked; check every rank's log in run_dir/logs/");
   }
 }

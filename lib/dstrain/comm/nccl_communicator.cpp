@@ -22,7 +22,8 @@ namespace dstrain::comm {
 namespace {
 
 void cuda_check(cudaError_t rc, const std::string& what) {
-  if (rc != cudaSuccess) throw Error(ErrorCode::kComm, what + ": " + cudaGetErrorString(rc), "check the GPU with `dstrain check-env` and nvidia-smi");
+  if (rc != cudaSuccess)
+    throw Error(ErrorCode::kComm, what + ": " + cudaGetErrorString(rc), "check the GPU with `dstrain check-env` and nvidia-smi");
 }
 void nccl_check(ncclResult_t rc, const std::string& what) {
   if (rc != ncclSuccess) throw Error(ErrorCode::kComm, what + ": " + ncclGetErrorString(rc), "set NCCL_DEBUG=INFO for NCCL's own account");
@@ -30,12 +31,18 @@ void nccl_check(ncclResult_t rc, const std::string& what) {
 
 ncclDataType_t nccl_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
-    case at::kFloat: return ncclFloat32;
-    case at::kBFloat16: return ncclBfloat16;
-    case at::kHalf: return ncclFloat16;
-    case at::kLong: return ncclInt64;
-    case at::kByte: return ncclUint8;
-    default: throw Error(ErrorCode::kInternal, "NCCL communicator: unsupported dtype", "this is a dstrain bug; please report it");
+    case at::kFloat:
+      return ncclFloat32;
+    case at::kBFloat16:
+      return ncclBfloat16;
+    case at::kHalf:
+      return ncclFloat16;
+    case at::kLong:
+      return ncclInt64;
+    case at::kByte:
+      return ncclUint8;
+    default:
+      throw Error(ErrorCode::kInternal, "NCCL communicator: unsupported dtype", "this is a dstrain bug; please report it");
   }
 }
 
@@ -54,8 +61,7 @@ class NcclWork final : public Work {
     if (!done_) {
       try {
         wait();
-      } catch (...) {
-      }
+      } catch (...) {}
     }
     cudaEventDestroy(event_);
   }
@@ -98,9 +104,10 @@ class NcclWork final : public Work {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(c10::intrusive_ptr<c10d::Store> store, std::shared_ptr<Shared> shared, int rank, int world, int device, std::string run_id,
-                   std::chrono::milliseconds timeout)
-      : store_(std::move(store)), shared_(std::move(shared)), rank_(rank), world_(world), device_(device), run_id_(std::move(run_id)), timeout_(timeout) {
+  NcclCommunicator(c10::intrusive_ptr<c10d::Store> store, std::shared_ptr<Shared> shared, int rank, int world, int device,
+                   std::string run_id, std::chrono::milliseconds timeout)
+      : store_(std::move(store)), shared_(std::move(shared)), rank_(rank), world_(world), device_(device), run_id_(std::move(run_id)),
+        timeout_(timeout) {
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   }
   ~NcclCommunicator() override {
@@ -121,15 +128,18 @@ class NcclCommunicator final : public Communicator {
   WorkHandle reduce_scatter(const at::Tensor& input, at::Tensor& output) override {
     check(input, "reduce_scatter");
     check(output, "reduce_scatter");
-    require(input.numel() == output.numel() * world_ && input.scalar_type() == output.scalar_type(), "reduce_scatter: shapes or dtypes do not match");
+    require(input.numel() == output.numel() * world_ && input.scalar_type() == output.scalar_type(),
+            "reduce_scatter: shapes or dtypes do not match");
     return launch("reduce_scatter", {input, output}, [&](cudaStream_t s) {
-      return ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), nccl_type(output), ncclSum, shared_->comm, s);
+      return ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()), nccl_type(output), ncclSum,
+                               shared_->comm, s);
     });
   }
   WorkHandle all_gather(const at::Tensor& input, at::Tensor& output) override {
     check(input, "all_gather");
     check(output, "all_gather");
-    require(output.numel() == input.numel() * world_ && input.scalar_type() == output.scalar_type(), "all_gather: shapes or dtypes do not match");
+    require(output.numel() == input.numel() * world_ && input.scalar_type() == output.scalar_type(),
+            "all_gather: shapes or dtypes do not match");
     return launch("all_gather", {input, output}, [&](cudaStream_t s) {
       return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()), nccl_type(input), shared_->comm, s);
     });
@@ -144,12 +154,16 @@ class NcclCommunicator final : public Communicator {
   WorkHandle send(const at::Tensor& t, int dst) override {
     check(t, "send");
     require(dst >= 0 && dst < world_ && dst != rank_, "send: dst is not another rank");
-    return launch("send", {t}, [&](cudaStream_t s) { return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), dst, shared_->comm, s); });
+    return launch("send", {t}, [&](cudaStream_t s) {
+      return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), dst, shared_->comm, s);
+    });
   }
   WorkHandle recv(at::Tensor& t, int src) override {
     check(t, "recv");
     require(src >= 0 && src < world_ && src != rank_, "recv: src is not another rank");
-    return launch("recv", {t}, [&](cudaStream_t s) { return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), src, shared_->comm, s); });
+    return launch("recv", {t}, [&](cudaStream_t s) {
+      return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_type(t), src, shared_->comm, s);
+    });
   }
   WorkHandle barrier() override {
     at::Tensor one = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(device()));
@@ -176,12 +190,16 @@ class NcclCommunicator final : public Communicator {
   void check(const at::Tensor& t, const char* op) const {
     require(t.defined() && t.is_contiguous(), std::string(op) + ": tensors must be contiguous");
     require(t.is_cuda() && t.device().index() == device_, std::string(op) + ": tensors must be on this rank's GPU");
-    if (shared_->aborted) throw Error(ErrorCode::kComm, std::string(op) + " on rank " + std::to_string(rank_) + ": the NCCL communicator was aborted after an earlier failure", "");
+    if (shared_->aborted)
+      throw Error(ErrorCode::kComm,
+                  std::string(op) + " on rank " + std::to_string(rank_) + ": the NCCL communicator was aborted after an earlier failure",
+                  "");
   }
   template <typename Launch>
   WorkHandle launch(const char* op, std::vector<at::Tensor> tensors, Launch body) {
     const uint64_t seq = ++sequence_;
-    const std::string what = std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (nccl)";
+    const std::string what =
+        std::string(op) + " #" + std::to_string(seq) + " on rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " (nccl)";
     const cudaStream_t caller = c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device_)).stream();
     cudaEvent_t ready, done;
     cuda_check(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), what);
@@ -222,7 +240,8 @@ std::unique_ptr<Communicator> make_nccl_communicator(const Endpoint& ep, int ran
   }
   auto shared = std::make_shared<Shared>();
   nccl_check(ncclCommInitRank(&shared->comm, world, id, rank), "rank " + std::to_string(rank) + ": ncclCommInitRank");
-  return std::make_unique<NcclCommunicator>(store, shared, rank, world, device, ep.run_id, ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout);
+  return std::make_unique<NcclCommunicator>(store, shared, rank, world, device, ep.run_id,
+                                            ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout);
 }
 
 }  // namespace dstrain::comm

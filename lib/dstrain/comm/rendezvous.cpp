@@ -37,7 +37,8 @@ std::string local_address_towards(const std::string& master_addr) {
     sockaddr_in local{};
     socklen_t len = sizeof(local);
     char buf[INET_ADDRSTRLEN] = {0};
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 && ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf))) out = buf;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 && ::inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)))
+      out = buf;
   }
   if (fd >= 0) ::close(fd);
   ::freeaddrinfo(res);
@@ -51,8 +52,9 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
     store = open_tcp_store(ep.master_addr, ep.master_port, ep.timeout, ep.host_store);
     if (ep.host_store) store->set("dstrain/run", bytes(ep.run_id));
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " cannot " + (ep.host_store ? "host" : "reach") + " the rendezvous store at " + where + ": " +
-                                      first_line(e.what()),
+    throw Error(ErrorCode::kComm,
+                "rank " + std::to_string(rank) + " cannot " + (ep.host_store ? "host" : "reach") + " the rendezvous store at " + where +
+                    ": " + first_line(e.what()),
                 ep.host_store ? "the port may be in use: choose another MASTER_PORT"
                               : "check MASTER_ADDR/MASTER_PORT, that node 0's launcher runs, and that no firewall blocks the port");
   }
@@ -60,12 +62,15 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
   try {
     served = text(store->get("dstrain/run"));
   } catch (const std::exception&) {
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + ": the store at " + where + " never published a run id within " + seconds(ep.timeout),
+    throw Error(ErrorCode::kComm,
+                "rank " + std::to_string(rank) + ": the store at " + where + " never published a run id within " + seconds(ep.timeout),
                 "is another program listening on that port? Start the run with `dstrain train`");
   }
   if (served != ep.run_id)
-    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + " belongs to run '" + ep.run_id + "' but the store at " + where + " serves run '" + served + "'",
-                "this worker is from another job or an older restart generation; stop it and start the run again");
+    throw Error(
+        ErrorCode::kComm,
+        "rank " + std::to_string(rank) + " belongs to run '" + ep.run_id + "' but the store at " + where + " serves run '" + served + "'",
+        "this worker is from another job or an older restart generation; stop it and start the run again");
 
   // Announce, then wait for everyone, so that a missing rank is named instead of hanging in Gloo.
   const std::string prefix = "dstrain/" + ep.run_id + "/arrived/";
@@ -78,14 +83,15 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
       int n_missing = 0;
       for (int r = 0; r < world; ++r) {
         if (store->check({prefix + std::to_string(r)})) {
-          if (arrived.size() < 200) arrived += (arrived.empty() ? "" : ", ") + std::to_string(r) + "@" + text(store->get(prefix + std::to_string(r)));
+          if (arrived.size() < 200)
+            arrived += (arrived.empty() ? "" : ", ") + std::to_string(r) + "@" + text(store->get(prefix + std::to_string(r)));
         } else if (++n_missing <= 32) {
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
       }
       throw Error(ErrorCode::kComm,
-                  std::to_string(n_missing) + " of " + std::to_string(world) + " ranks never arrived within " + seconds(ep.timeout) + ": rank" +
-                      (n_missing == 1 ? " " : "s ") + missing + (n_missing > 32 ? ", ..." : "") + " (arrived: " + arrived + ")",
+                  std::to_string(n_missing) + " of " + std::to_string(world) + " ranks never arrived within " + seconds(ep.timeout) +
+                      ": rank" + (n_missing == 1 ? " " : "s ") + missing + (n_missing > 32 ? ", ..." : "") + " (arrived: " + arrived + ")",
                   "check that every node's launcher was started with the same --master-addr/--master-port and --nnodes, and their logs");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -10,7 +10,7 @@
 namespace c10d {
 class Store;
 class TCPStore;
-}
+}  // namespace c10d
 
 namespace dstrain::comm {
 

@@ -19,7 +19,8 @@ StoreServer::StoreServer(const std::string& host, int port, const std::string& r
     impl_->store->set("dstrain/run", std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm, "cannot host the rendezvous store on " + host + ":" + std::to_string(port) + ": " + e.what(),
-                port == 0 ? "check the address is local to this machine" : "the port may be in use: choose another with --master-port, or 0 for a free one");
+                port == 0 ? "check the address is local to this machine"
+                          : "the port may be in use: choose another with --master-port, or 0 for a free one");
   }
 }
 
@@ -46,9 +47,10 @@ NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::
     auto value = store->get("dstrain/published/" + key);
     return {std::string(run.begin(), run.end()), std::string(value.begin(), value.end())};
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kComm, "cannot reach node 0's launcher at " + where + " within " + std::to_string(timeout.count() / 1000) + " s: " +
-                                      first_line(e.what()),
-                "start node 0 first (or together), with the same --master-addr/--master-port; check the network between the nodes");
+    throw Error(
+        ErrorCode::kComm,
+        "cannot reach node 0's launcher at " + where + " within " + std::to_string(timeout.count() / 1000) + " s: " + first_line(e.what()),
+        "start node 0 first (or together), with the same --master-addr/--master-port; check the network between the nodes");
   }
 }
 

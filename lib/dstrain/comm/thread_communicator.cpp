@@ -39,9 +39,9 @@ struct Hub {
   std::chrono::milliseconds timeout;
   std::mutex mutex;
   std::condition_variable changed;
-  std::map<uint64_t, Round> rounds;                        // by sequence number
+  std::map<uint64_t, Round> rounds;                            // by sequence number
   std::map<std::pair<int, int>, std::deque<at::Tensor>> mail;  // (src, dst) -> sent tensors
-  std::string broken;                                      // why the group cannot go on
+  std::string broken;                                          // why the group cannot go on
 };
 
 at::Tensor accumulation_copy(const at::Tensor& t) {
@@ -161,7 +161,8 @@ class ThreadCommunicator final : public Communicator {
     if (!hub_->broken.empty()) fail(op, seq, hub_->broken);
     Round& round = hub_->rounds[seq];
     if (round.parts.empty()) round.parts.resize(static_cast<size_t>(world_size())), round.op = op;
-    if (round.op != op && round.error.empty()) round.error = fmt::format("rank {} issued {} where another rank issued {}", rank_, op, round.op);
+    if (round.op != op && round.error.empty())
+      round.error = fmt::format("rank {} issued {} where another rank issued {}", rank_, op, round.op);
     round.parts[static_cast<size_t>(rank_)] = part;
     if (++round.arrived == world_size()) {
       if (round.error.empty()) {

@@ -15,8 +15,7 @@
 namespace dstrain::comm {
 
 // `world_size` communicators of one group; communicator r is rank r.
-std::vector<std::unique_ptr<Communicator>> make_thread_group(int world_size,
-                                                             std::chrono::milliseconds timeout = std::chrono::seconds(60));
+std::vector<std::unique_ptr<Communicator>> make_thread_group(int world_size, std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
 // Runs fn(rank's communicator) on `world_size` threads, one per rank, and joins them. The first
 // exception (by rank) is rethrown after every thread ended; a rank that throws makes the others'

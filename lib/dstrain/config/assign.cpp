@@ -30,11 +30,13 @@ std::string check_choice(const Field& f, const std::string& v) {
 
 std::string read_stages(const Field& f, const Node& node, std::vector<AccumulationStage>& out, bool lax) {
   if (node.kind != Node::Kind::kArray || node.items.empty())
-    return fmt::format("{}: expected a list of stages like [{{until_step: 1000, steps: 8}}, {{steps: 16}}], found a {}", f.path, node.kind_name());
+    return fmt::format("{}: expected a list of stages like [{{until_step: 1000, steps: 8}}, {{steps: 16}}], found a {}", f.path,
+                       node.kind_name());
   std::vector<AccumulationStage> stages;
   for (size_t i = 0; i < node.items.size(); ++i) {
     const Node& item = node.items[i];
-    if (!item.is_object()) return fmt::format("{}[{}]: expected a mapping {{until_step: N, steps: A}}, found a {}", f.path, i, item.kind_name());
+    if (!item.is_object())
+      return fmt::format("{}[{}]: expected a mapping {{until_step: N, steps: A}}, found a {}", f.path, i, item.kind_name());
     AccumulationStage stage;
     bool has_steps = false;
     for (const auto& [key, value] : item.members) {
@@ -44,9 +46,12 @@ std::string read_stages(const Field& f, const Node& node, std::vector<Accumulati
       const double max = key == "until_tokens" ? 9e15 : f.max;
       if (!node_number(value, lax, v) || v != std::floor(v) || v < 1 || v > max)
         return fmt::format("{}[{}].{}: expected a whole number in [1, {:g}], found '{}'", f.path, i, key, max, value.text);
-      if (key == "steps") stage.steps = static_cast<int64_t>(v), has_steps = true;
-      else if (key == "until_tokens") stage.until_tokens = static_cast<int64_t>(v);
-      else stage.until_step = static_cast<int64_t>(v);
+      if (key == "steps")
+        stage.steps = static_cast<int64_t>(v), has_steps = true;
+      else if (key == "until_tokens")
+        stage.until_tokens = static_cast<int64_t>(v);
+      else
+        stage.until_step = static_cast<int64_t>(v);
     }
     if (stage.until_step && stage.until_tokens) return fmt::format("{}[{}]: give until_step or until_tokens, not both", f.path, i);
     if (stage.until_tokens) {  // checked again in steps once the batch is known
@@ -57,10 +62,12 @@ std::string read_stages(const Field& f, const Node& node, std::vector<Accumulati
     }
     if (!has_steps) return fmt::format("{}[{}]: 'steps' (the accumulation steps of the stage) is missing", f.path, i);
     const bool last = i + 1 == node.items.size();
-    if (!last && stage.until_step == 0) return fmt::format("{}[{}]: every stage but the last needs until_step (or until_tokens)", f.path, i);
+    if (!last && stage.until_step == 0)
+      return fmt::format("{}[{}]: every stage but the last needs until_step (or until_tokens)", f.path, i);
     if (last && stage.until_step != 0) return fmt::format("{}[{}]: the last stage runs to the end; remove its until_step", f.path, i);
     if (!stages.empty() && stage.until_step != 0 && stages.back().until_tokens == 0 && stage.until_step <= stages.back().until_step)
-      return fmt::format("{}[{}]: until_step {} must be greater than the previous stage's {}", f.path, i, stage.until_step, stages.back().until_step);
+      return fmt::format("{}[{}]: until_step {} must be greater than the previous stage's {}", f.path, i, stage.until_step,
+                         stages.back().until_step);
     stages.push_back(stage);
   }
   out = std::move(stages);

@@ -35,7 +35,8 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
 double flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const ParameterCounts c = parameter_counts(m);
   const double matmul = 6.0 * static_cast<double>(c.active - c.embedding);
-  const double dqk = m.family == ModelFamily::kDense ? static_cast<double>(m.hidden_size / m.num_heads) : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
+  const double dqk = m.family == ModelFamily::kDense ? static_cast<double>(m.hidden_size / m.num_heads)
+                                                     : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
   const double dv = m.family == ModelFamily::kDense ? dqk : static_cast<double>(m.v_head_dim);
   return matmul + 6.0 * static_cast<double>(m.num_layers * m.num_heads * seq_len) * (dqk + dv);
 }
@@ -86,7 +87,8 @@ std::string describe_resolved(const Recipe& recipe) {
   Recipe r = recipe;  // value_text reads through the schema's (mutable) targets
   std::string out = fmt::format("resolved config ({}{}):\n", r.source_path, r.ds_config_path.empty() ? "" : " + " + r.ds_config_path);
   size_t width = 0, value_width = 0;
-  for (const auto& f : recipe_schema()) width = std::max(width, f.path.size()), value_width = std::max(value_width, value_text(f, r).size());
+  for (const auto& f : recipe_schema())
+    width = std::max(width, f.path.size()), value_width = std::max(value_width, value_text(f, r).size());
   value_width = std::min<size_t>(value_width, 40);
   for (const auto& f : recipe_schema()) {
     const auto it = r.sources.find(f.path);
@@ -95,24 +97,27 @@ std::string describe_resolved(const Recipe& recipe) {
   const ParameterCounts params = parameter_counts(r.model);
   const int64_t tokens_total = samples_before(r, r.train.steps) * r.data.seq_len;
   out += "derived:\n";
-  out += fmt::format("  ranks                   {} ({} node{} x {} per node)\n", r.world_size(), r.launch.nnodes, r.launch.nnodes == 1 ? "" : "s",
-                     r.launch.nproc_per_node);
+  out += fmt::format("  ranks                   {} ({} node{} x {} per node)\n", r.world_size(), r.launch.nnodes,
+                     r.launch.nnodes == 1 ? "" : "s", r.launch.nproc_per_node);
   out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
   if (r.train.accumulation.empty()) {
     out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));
-    out += fmt::format("  global batch            {} samples = {} tokens per step\n", global_batch_at(r, 0), global_batch_at(r, 0) * r.data.seq_len);
+    out += fmt::format("  global batch            {} samples = {} tokens per step\n", global_batch_at(r, 0),
+                       global_batch_at(r, 0) * r.data.seq_len);
   } else {
     int64_t from = 0;
     for (const auto& st : r.train.accumulation) {
       const int64_t until = st.until_step ? st.until_step : r.train.steps;
-      out += fmt::format("  steps {:>6}..{:<6}     accumulation {}, global batch {} samples = {} tokens per step\n", from, until - 1, st.steps,
-                         r.train.micro_batch_size * r.world_size() * st.steps, r.train.micro_batch_size * r.world_size() * st.steps * r.data.seq_len);
+      out += fmt::format("  steps {:>6}..{:<6}     accumulation {}, global batch {} samples = {} tokens per step\n", from, until - 1,
+                         st.steps, r.train.micro_batch_size * r.world_size() * st.steps,
+                         r.train.micro_batch_size * r.world_size() * st.steps * r.data.seq_len);
       from = until;
     }
   }
   out += fmt::format("  total                   {} steps, {} tokens\n", r.train.steps, count_text(static_cast<double>(tokens_total)));
-  out += fmt::format("  model                   {} parameters ({}){}\n", count_text(static_cast<double>(params.total)), params.total,
-                     params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
+  out += fmt::format(
+      "  model                   {} parameters ({}){}\n", count_text(static_cast<double>(params.total)), params.total,
+      params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
   out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {})\n",
                      flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
   out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", name(r.precision.dtype), r.zero.stage,

@@ -38,16 +38,21 @@ bool equals_default(const Node& value, const std::string& deflt) {
   }
   bool flag = false;
   if ((deflt == "true" || deflt == "false") && node_bool(value, true, flag)) return flag == (deflt == "true");
-  if (deflt.size() >= 2 && deflt.front() == '"') return value.kind == Node::Kind::kString && value.text == deflt.substr(1, deflt.size() - 2);
+  if (deflt.size() >= 2 && deflt.front() == '"')
+    return value.kind == Node::Kind::kString && value.text == deflt.substr(1, deflt.size() - 2);
   return false;
 }
 
 std::string shown(const Node& v) {
   switch (v.kind) {
-    case Node::Kind::kString: return "\"" + v.text + "\"";
-    case Node::Kind::kArray: return "[...]";
-    case Node::Kind::kObject: return "{...}";
-    default: return v.text;
+    case Node::Kind::kString:
+      return "\"" + v.text + "\"";
+    case Node::Kind::kArray:
+      return "[...]";
+    case Node::Kind::kObject:
+      return "{...}";
+    default:
+      return v.text;
   }
 }
 
@@ -85,14 +90,15 @@ class DsReader {
     if (!f || !assign_node(*f, value, probe, true).empty()) return;
     const std::string before = value_text(*f, ctx_.recipe), after = value_text(*f, probe);
     if (before != after)
-      ctx_.warning(where, fmt::format("{} = {} overrides {} = {} from {} (the ds_config takes precedence over the recipe)", ds_key, after, target,
-                                      before, ctx_.recipe.sources[target]));
+      ctx_.warning(where, fmt::format("{} = {} overrides {} = {} from {} (the ds_config takes precedence over the recipe)", ds_key, after,
+                                      target, before, ctx_.recipe.sources[target]));
   }
 
   void unimplemented(const std::string& ds_key, const Node& value, const Location& where, const Unimplemented& u) {
     if (u.policy == Policy::kSilent || equals_default(value, u.deflt)) return;
     if (u.policy == Policy::kError)
-      ctx_.problem(where, fmt::format("{} = {} is not supported by dstrain, and it would change the training math. {}", ds_key, shown(value), u.instead));
+      ctx_.problem(where, fmt::format("{} = {} is not supported by dstrain, and it would change the training math. {}", ds_key,
+                                      shown(value), u.instead));
     else
       ctx_.warning(where, fmt::format("{} = {} has no effect in dstrain. {}", ds_key, shown(value), u.instead));
   }
@@ -100,7 +106,8 @@ class DsReader {
   // Walks a section's keys: `handle` returns true for the keys it knows; the rest are checked
   // against `ignored`, and anything else is an unknown key (DeepSpeed's extra="forbid").
   template <typename Handle>
-  void section(const Node& node, const std::string& name, const std::vector<Unimplemented>& ignored, const std::vector<std::string>& known, Handle handle) {
+  void section(const Node& node, const std::string& name, const std::vector<Unimplemented>& ignored, const std::vector<std::string>& known,
+               Handle handle) {
     if (!node.is_object()) {
       ctx_.problem(node.where, fmt::format("{}: expected a JSON object, found a {}", name, node.kind_name()));
       return;
@@ -135,45 +142,87 @@ class DsReader {
       const std::string& key = root.members[i].first;
       const Node& value = root.members[i].second;
       const Location& where = root.key_locations[i];
-      if (key == "train_batch_size") map(key, value, where, "train.global_batch_size");
-      else if (key == "train_micro_batch_size_per_gpu") map(key, value, where, "train.micro_batch_size");
-      else if (key == "gradient_accumulation_steps") map(key, value, where, "train.gradient_accumulation_steps");
-      else if (key == "gradient_clipping") map(key, value, where, "train.grad_clip");
+      if (key == "train_batch_size")
+        map(key, value, where, "train.global_batch_size");
+      else if (key == "train_micro_batch_size_per_gpu")
+        map(key, value, where, "train.micro_batch_size");
+      else if (key == "gradient_accumulation_steps")
+        map(key, value, where, "train.gradient_accumulation_steps");
+      else if (key == "gradient_clipping")
+        map(key, value, where, "train.grad_clip");
       else if (key == "steps_per_print") {
-        if (value.kind == Node::Kind::kNull) ctx_.set("logging.steps_per_print", Node{Node::Kind::kNumber, "0", {}, {}, {}, where}, where, true, key);
-        else map(key, value, where, "logging.steps_per_print");
-      } else if (key == "optimizer") optimizer(value);
-      else if (key == "scheduler") scheduler(value);
-      else if (key == "fp16") fp16(value);
-      else if (key == "bf16") bf16_section(value, "bf16");
+        if (value.kind == Node::Kind::kNull)
+          ctx_.set("logging.steps_per_print", Node{Node::Kind::kNumber, "0", {}, {}, {}, where}, where, true, key);
+        else
+          map(key, value, where, "logging.steps_per_print");
+      } else if (key == "optimizer")
+        optimizer(value);
+      else if (key == "scheduler")
+        scheduler(value);
+      else if (key == "fp16")
+        fp16(value);
+      else if (key == "bf16")
+        bf16_section(value, "bf16");
       else if (key == "bfloat16") {
-        if (bf16) ctx_.warning(where, "bfloat16 is the deprecated name of bf16, and bf16 is also given: bfloat16 is ignored, as DeepSpeed does");
-        else bf16_section(value, "bfloat16");
-      } else if (key == "zero_optimization") zero(value, where, root);
-      else if (key == "wall_clock_breakdown") map(key, value, where, "logging.wall_clock_breakdown");
-      else if (key == "tensorboard") monitor(value, key, "tensorboard");
-      else if (key == "csv_monitor") monitor(value, key, "csv");
+        if (bf16)
+          ctx_.warning(where, "bfloat16 is the deprecated name of bf16, and bf16 is also given: bfloat16 is ignored, as DeepSpeed does");
+        else
+          bf16_section(value, "bfloat16");
+      } else if (key == "zero_optimization")
+        zero(value, where, root);
+      else if (key == "wall_clock_breakdown")
+        map(key, value, where, "logging.wall_clock_breakdown");
+      else if (key == "tensorboard")
+        monitor(value, key, "tensorboard");
+      else if (key == "csv_monitor")
+        monitor(value, key, "csv");
       else if (key == "wandb" || key == "comet") {
-        if (enabled(value)) ctx_.warning(where, fmt::format("{}.enabled = true has no effect in dstrain (no network logging); metrics go to metrics.jsonl, CSV and TensorBoard", key));
+        if (enabled(value))
+          ctx_.warning(
+              where,
+              fmt::format(
+                  "{}.enabled = true has no effect in dstrain (no network logging); metrics go to metrics.jsonl, CSV and TensorBoard",
+                  key));
       } else if (key == "amp" || key == "torch_autocast") {
         if (enabled(value))
-          ctx_.problem(where, fmt::format("{}.enabled = true is not supported by dstrain, and it would change the training math. Use \"bf16\": {{\"enabled\": true}} or \"fp16\"", key));
+          ctx_.problem(where, fmt::format("{}.enabled = true is not supported by dstrain, and it would change the training math. Use "
+                                          "\"bf16\": {{\"enabled\": true}} or \"fp16\"",
+                                          key));
       } else if (key == "sequence_parallel_size") {
         double v = 1;
         if (!node_number(value, true, v) || v != 1)
-          ctx_.problem(where, "sequence_parallel_size other than 1 is not supported by dstrain, and it would change the data-parallel size in the batch math. dstrain is data-parallel (ZeRO) only");
+          ctx_.problem(where,
+                       "sequence_parallel_size other than 1 is not supported by dstrain, and it would change the data-parallel size in the "
+                       "batch math. dstrain is data-parallel (ZeRO) only");
       } else if (key == "vocabulary_size") {
         ctx_.warning(where, "vocabulary_size has no effect in dstrain: the model's vocabulary comes from the recipe (model.vocab_size)");
       } else if (!top_unimplemented(key, value, where)) {
-        ctx_.warning(where, fmt::format("{}: unknown top-level key, ignored (DeepSpeed ignores it silently){}", key, did_you_mean(key, known_top())));
+        ctx_.warning(where, fmt::format("{}: unknown top-level key, ignored (DeepSpeed ignores it silently){}", key,
+                                        did_you_mean(key, known_top())));
       }
     }
   }
 
   static std::vector<std::string> known_top() {
-    std::vector<std::string> keys = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "gradient_clipping",
-                                     "steps_per_print", "optimizer", "scheduler", "fp16", "bf16", "bfloat16", "zero_optimization", "tensorboard",
-                                     "csv_monitor", "wandb", "comet", "amp", "torch_autocast", "sequence_parallel_size", "vocabulary_size"};
+    std::vector<std::string> keys = {"train_batch_size",
+                                     "train_micro_batch_size_per_gpu",
+                                     "gradient_accumulation_steps",
+                                     "gradient_clipping",
+                                     "steps_per_print",
+                                     "optimizer",
+                                     "scheduler",
+                                     "fp16",
+                                     "bf16",
+                                     "bfloat16",
+                                     "zero_optimization",
+                                     "tensorboard",
+                                     "csv_monitor",
+                                     "wandb",
+                                     "comet",
+                                     "amp",
+                                     "torch_autocast",
+                                     "sequence_parallel_size",
+                                     "vocabulary_size"};
     for (const auto& u : top_ignored()) keys.push_back(u.key);
     for (const auto& s : out_of_scope()) keys.push_back(s.first);
     return keys;
@@ -181,7 +230,8 @@ class DsReader {
 
   static const std::vector<Unimplemented>& top_ignored() {
     static const std::vector<Unimplemented> keys = {
-        {"managed_gradient_accumulation", "true", Policy::kError, "dstrain always decides the accumulation boundary itself (train.gradient_accumulation_steps / train.accumulation)"},
+        {"managed_gradient_accumulation", "true", Policy::kError,
+         "dstrain always decides the accumulation boundary itself (train.gradient_accumulation_steps / train.accumulation)"},
         {"memory_breakdown", "false", Policy::kWarn, "dstrain reports memory in its metrics"},
         {"dump_state", "false", Policy::kWarn, "use `dstrain train --dry-run` to see the resolved config"},
         {"prescale_gradients", "false", Policy::kWarn, "dstrain averages gradients in fp32, which is the same math"},
@@ -198,7 +248,8 @@ class DsReader {
         {"log_level", "null", Policy::kSilent, ""},
         {"graph_harvesting", "false", Policy::kWarn, "not applicable to dstrain"},
         {"aio", "null", Policy::kWarn, "dstrain has no NVMe offload"},
-        {"activation_checkpointing", "null", Policy::kWarn, "activation checkpointing is not implemented yet; the math is the same without it"},
+        {"activation_checkpointing", "null", Policy::kWarn,
+         "activation checkpointing is not implemented yet; the math is the same without it"},
         {"flops_profiler", "null", Policy::kWarn, "dstrain reports MFU in its metrics"},
         {"comms_logger", "null", Policy::kWarn, "dstrain's communication benchmark is `scripts/bench-comm.sh`"},
         {"checkpoint", "null", Policy::kWarn, "dstrain checkpoints are always resharded on load (universal) and checksummed"},
@@ -210,11 +261,24 @@ class DsReader {
   // Sections DeepSpeed parses that dstrain v1 does not implement: (name, changes the math).
   static const std::vector<std::pair<std::string, bool>>& out_of_scope() {
     static const std::vector<std::pair<std::string, bool>> keys = {
-        {"pipeline", true},          {"sparse_attention", true},     {"progressive_layer_drop", true}, {"eigenvalue", true},
-        {"quantize_training", true}, {"compression_training", true}, {"data_efficiency", true},        {"curriculum_learning", true},
-        {"elasticity", true},        {"autotuning", true},           {"tensor_parallel", true},        {"expert_parallel", true},
-        {"weight_quantization", true}, {"use_data_before_expert_parallelism", false}, {"nebula", false}, {"hybrid_engine", false},
-        {"compile", false},          {"timers", false},
+        {"pipeline", true},
+        {"sparse_attention", true},
+        {"progressive_layer_drop", true},
+        {"eigenvalue", true},
+        {"quantize_training", true},
+        {"compression_training", true},
+        {"data_efficiency", true},
+        {"curriculum_learning", true},
+        {"elasticity", true},
+        {"autotuning", true},
+        {"tensor_parallel", true},
+        {"expert_parallel", true},
+        {"weight_quantization", true},
+        {"use_data_before_expert_parallelism", false},
+        {"nebula", false},
+        {"hybrid_engine", false},
+        {"compile", false},
+        {"timers", false},
     };
     return keys;
   }
@@ -224,8 +288,10 @@ class DsReader {
       if (key != u.key) continue;
       // Sections (deflt "null"): set means "asks for something" when enabled or non-empty.
       if (std::string(u.deflt) == "null" && value.is_object()) {
-        if (key == "checkpoint") checkpoint_section(value, where);
-        else if (key == "data_types") data_types(value);
+        if (key == "checkpoint")
+          checkpoint_section(value, where);
+        else if (key == "data_types")
+          data_types(value);
         else if (enabled(value) || (value.find("enabled") == nullptr && !value.members.empty() && key != "aio"))
           ctx_.warning(where, fmt::format("{} has no effect in dstrain. {}", key, u.instead));
         return true;
@@ -240,7 +306,9 @@ class DsReader {
       if (e) node_bool(*e, true, on);
       if (value.kind == Node::Kind::kNull || (value.is_object() && value.members.empty()) || !on) return true;
       if (changes_math)
-        ctx_.problem(where, fmt::format("{} is not supported by dstrain, and it would change the training math. dstrain implements data parallelism with ZeRO stages 0-3; remove the section", key));
+        ctx_.problem(where, fmt::format("{} is not supported by dstrain, and it would change the training math. dstrain implements data "
+                                        "parallelism with ZeRO stages 0-3; remove the section",
+                                        key));
       else
         ctx_.warning(where, fmt::format("{} has no effect in dstrain; remove the section to silence this", key));
       return true;
@@ -249,9 +317,10 @@ class DsReader {
   }
 
   void checkpoint_section(const Node& node, const Location&) {
-    section(node, "checkpoint", {{"load_universal", "false", Policy::kWarn, "dstrain loads any checkpoint on any number of ranks without conversion"},
-                                 {"use_node_local_storage", "false", Policy::kWarn, "dstrain writes checkpoints to checkpoint.dir"},
-                                 {"parallel_write", "null", Policy::kSilent, ""}},
+    section(node, "checkpoint",
+            {{"load_universal", "false", Policy::kWarn, "dstrain loads any checkpoint on any number of ranks without conversion"},
+             {"use_node_local_storage", "false", Policy::kWarn, "dstrain writes checkpoints to checkpoint.dir"},
+             {"parallel_write", "null", Policy::kSilent, ""}},
             {"tag_validation"}, [&](const std::string& key, const Node& value, const Location& where) {
               if (key != "tag_validation") return false;
               std::string v = value.text;
@@ -263,12 +332,14 @@ class DsReader {
   }
 
   void data_types(const Node& node) {
-    section(node, "data_types", {{"param_dtype", "null", Policy::kWarn, "parameters follow precision.dtype"},
-                                 {"buffer_dtype", "null", Policy::kWarn, "buffers follow precision.dtype"}},
+    section(node, "data_types",
+            {{"param_dtype", "null", Policy::kWarn, "parameters follow precision.dtype"},
+             {"buffer_dtype", "null", Policy::kWarn, "buffers follow precision.dtype"}},
             {"grad_accum_dtype"}, [&](const std::string& key, const Node& value, const Location& where) {
               if (key != "grad_accum_dtype") return false;
               if (value.kind != Node::Kind::kNull && value.text != "fp32")
-                ctx_.warning(where, fmt::format("data_types.grad_accum_dtype = {} has no effect: dstrain accumulates gradients in fp32", shown(value)));
+                ctx_.warning(where, fmt::format("data_types.grad_accum_dtype = {} has no effect: dstrain accumulates gradients in fp32",
+                                                shown(value)));
               return true;
             });
   }
@@ -280,30 +351,30 @@ class DsReader {
     std::string output_path, job_name = "DeepSpeedJobName";
     Location path_where = node.where;
     section(node, name, {}, {"enabled", "output_path", "job_name"}, [&](const std::string& key, const Node& value, const Location& where) {
-              if (key == "output_path" || key == "job_name") {
-                if (value.kind != Node::Kind::kString) {
-                  ctx_.problem(where, fmt::format("{}.{}: expected a string", name, key));
-                } else if (key == "output_path") {
-                  output_path = value.text, path_where = where;
-                } else {
-                  job_name = value.text;
-                }
-                return true;
-              }
-              if (key != "enabled") return false;
-              bool on = false;
-              if (!node_bool(value, true, on)) ctx_.problem(where, fmt::format("{}.enabled: expected true or false", name));
-              Sink kind{};
-              parse_enum(sink, kind);
-              if (on && !ctx_.recipe.logging.has_sink(kind)) {
-                ctx_.recipe.logging.sinks.push_back(kind);
-                ctx_.recipe.sources["logging.sinks"] = where.str();
-              }
-              return true;
-            });
+      if (key == "output_path" || key == "job_name") {
+        if (value.kind != Node::Kind::kString) {
+          ctx_.problem(where, fmt::format("{}.{}: expected a string", name, key));
+        } else if (key == "output_path") {
+          output_path = value.text, path_where = where;
+        } else {
+          job_name = value.text;
+        }
+        return true;
+      }
+      if (key != "enabled") return false;
+      bool on = false;
+      if (!node_bool(value, true, on)) ctx_.problem(where, fmt::format("{}.enabled: expected true or false", name));
+      Sink kind{};
+      parse_enum(sink, kind);
+      if (on && !ctx_.recipe.logging.has_sink(kind)) {
+        ctx_.recipe.logging.sinks.push_back(kind);
+        ctx_.recipe.sources["logging.sinks"] = where.str();
+      }
+      return true;
+    });
     if (!output_path.empty())
-      ctx_.set(fmt::format("logging.{}_dir", sink), Node{Node::Kind::kString, output_path + "/" + job_name, {}, {}, {}, path_where}, path_where, true,
-               name + ".output_path");
+      ctx_.set(fmt::format("logging.{}_dir", sink), Node{Node::Kind::kString, output_path + "/" + job_name, {}, {}, {}, path_where},
+               path_where, true, name + ".output_path");
   }
 
   // --- optimizer and scheduler ---------------------------------------------------------------------
@@ -315,7 +386,9 @@ class DsReader {
         type = value.text;
         std::transform(type.begin(), type.end(), type.begin(), [](unsigned char c) { return std::tolower(c); });
         if (type != "adam" && type != "adamw")
-          ctx_.problem(where, fmt::format("optimizer.type '{}' is not supported by dstrain; it implements Adam and AdamW (as DeepSpeed's FusedAdam)", value.text));
+          ctx_.problem(
+              where, fmt::format("optimizer.type '{}' is not supported by dstrain; it implements Adam and AdamW (as DeepSpeed's FusedAdam)",
+                                 value.text));
         type_where_ = where;
         return true;
       }
@@ -324,36 +397,42 @@ class DsReader {
     });
     bool adam_w_mode = true;  // DeepSpeed's default for both "Adam" and "AdamW"
     if (params) {
-      section(*params, "optimizer.params",
-              {{"torch_adam", "false", Policy::kSilent, ""},
-               {"bias_correction", "true", Policy::kError, "dstrain's Adam always corrects the bias"},
-               {"amsgrad", "false", Policy::kError, "AMSGrad is not implemented"},
-               {"fused", "null", Policy::kSilent, ""}},
-              {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "max_grad_norm"},
-              [&](const std::string& key, const Node& value, const Location& where) {
-                const std::string ds_key = "optimizer.params." + key;
-                if (key == "lr") map(ds_key, value, where, "optimizer.lr");
-                else if (key == "eps") map(ds_key, value, where, "optimizer.eps");
-                else if (key == "weight_decay") map(ds_key, value, where, "optimizer.weight_decay");
-                else if (key == "betas") {
-                  if (is_auto(value)) {
-                    ctx_.autos.push_back({ds_key, where, "optimizer.beta1"});
-                    ctx_.autos.push_back({ds_key, where, "optimizer.beta2"});
-                  } else if (value.kind != Node::Kind::kArray || value.items.size() != 2) {
-                    ctx_.problem(where, fmt::format("{}: expected a list of two numbers [beta1, beta2]", ds_key));
-                  } else {
-                    map(ds_key, value.items[0], where, "optimizer.beta1");
-                    map(ds_key, value.items[1], where, "optimizer.beta2");
-                  }
-                } else if (key == "adam_w_mode") {
-                  if (!node_bool(value, true, adam_w_mode)) ctx_.problem(where, "optimizer.params.adam_w_mode: expected true or false");
-                } else if (key == "max_grad_norm") {
-                  ctx_.problem(where, "'max_grad_norm' is not supported as an optimizer parameter (as in DeepSpeed): use the top-level \"gradient_clipping\"");
-                } else {
-                  return false;
-                }
-                return true;
-              });
+      section(
+          *params, "optimizer.params",
+          {{"torch_adam", "false", Policy::kSilent, ""},
+           {"bias_correction", "true", Policy::kError, "dstrain's Adam always corrects the bias"},
+           {"amsgrad", "false", Policy::kError, "AMSGrad is not implemented"},
+           {"fused", "null", Policy::kSilent, ""}},
+          {"lr", "betas", "eps", "weight_decay", "adam_w_mode", "max_grad_norm"},
+          [&](const std::string& key, const Node& value, const Location& where) {
+            const std::string ds_key = "optimizer.params." + key;
+            if (key == "lr")
+              map(ds_key, value, where, "optimizer.lr");
+            else if (key == "eps")
+              map(ds_key, value, where, "optimizer.eps");
+            else if (key == "weight_decay")
+              map(ds_key, value, where, "optimizer.weight_decay");
+            else if (key == "betas") {
+              if (is_auto(value)) {
+                ctx_.autos.push_back({ds_key, where, "optimizer.beta1"});
+                ctx_.autos.push_back({ds_key, where, "optimizer.beta2"});
+              } else if (value.kind != Node::Kind::kArray || value.items.size() != 2) {
+                ctx_.problem(where, fmt::format("{}: expected a list of two numbers [beta1, beta2]", ds_key));
+              } else {
+                map(ds_key, value.items[0], where, "optimizer.beta1");
+                map(ds_key, value.items[1], where, "optimizer.beta2");
+              }
+            } else if (key == "adam_w_mode") {
+              if (!node_bool(value, true, adam_w_mode)) ctx_.problem(where, "optimizer.params.adam_w_mode: expected true or false");
+            } else if (key == "max_grad_norm") {
+              ctx_.problem(
+                  where,
+                  "'max_grad_norm' is not supported as an optimizer parameter (as in DeepSpeed): use the top-level \"gradient_clipping\"");
+            } else {
+              return false;
+            }
+            return true;
+          });
     }
     if (type == "adam" || type == "adamw") {
       const std::string resolved = (type == "adamw" || adam_w_mode) ? "adamw" : "adam";
@@ -366,9 +445,9 @@ class DsReader {
     ctx_.set("schedule.warmup_steps", Node{Node::Kind::kNumber, "0", {}, {}, {}, type_where}, type_where, false);
     ctx_.recipe.sources["schedule.warmup_steps"] = default_source + ": OneCycle has no separate warmup";
     if (!params) return;
-    static const std::vector<std::string> kMapped = {"cycle_min_lr",  "cycle_max_lr",    "decay_lr_rate", "cycle_first_step_size",
+    static const std::vector<std::string> kMapped = {"cycle_min_lr",           "cycle_max_lr",    "decay_lr_rate",  "cycle_first_step_size",
                                                      "cycle_second_step_size", "decay_step_size", "cycle_momentum", "cycle_min_mom",
-                                                     "cycle_max_mom", "decay_mom_rate"};
+                                                     "cycle_max_mom",          "decay_mom_rate"};
     std::vector<std::string> known = kMapped;
     known.insert(known.end(), {"cycle_first_stair_count", "cycle_second_stair_count"});
     section(*params, "scheduler.params",
@@ -391,14 +470,19 @@ class DsReader {
       if (key == "params") return params = &value, true;
       return false;
     });
-    static const std::map<std::string, std::string> kTypes = {
-        {"WarmupCosineLR", "ds_warmup_cosine"}, {"WarmupLR", "ds_warmup"}, {"WarmupDecayLR", "ds_warmup_decay"}, {"OneCycle", "ds_one_cycle"}};
+    static const std::map<std::string, std::string> kTypes = {{"WarmupCosineLR", "ds_warmup_cosine"},
+                                                              {"WarmupLR", "ds_warmup"},
+                                                              {"WarmupDecayLR", "ds_warmup_decay"},
+                                                              {"OneCycle", "ds_one_cycle"}};
     const auto it = kTypes.find(type);
     if (it == kTypes.end()) {
       if (!type.empty())
-        ctx_.problem(type_where, fmt::format("scheduler.type '{}' is not supported by dstrain; it implements WarmupCosineLR, WarmupLR, WarmupDecayLR "
-                                             "and OneCycle exactly, and its own warmup_cosine and wsd (schedule.type in the recipe)", type));
-      else ctx_.problem(node.where, "scheduler: \"type\" is missing");
+        ctx_.problem(type_where,
+                     fmt::format("scheduler.type '{}' is not supported by dstrain; it implements WarmupCosineLR, WarmupLR, WarmupDecayLR "
+                                 "and OneCycle exactly, and its own warmup_cosine and wsd (schedule.type in the recipe)",
+                                 type));
+      else
+        ctx_.problem(node.where, "scheduler: \"type\" is missing");
       return;
     }
     auto text_node = [&](const std::string& t, Node::Kind kind = Node::Kind::kNumber) { return Node{kind, t, {}, {}, {}, type_where}; };
@@ -423,25 +507,36 @@ class DsReader {
     if (type == "WarmupDecayLR") ds_default("schedule.min_lr_ratio", "0");
     if (!params) return;
     std::vector<std::string> known = {"warmup_num_steps", "warmup_type"};
-    if (type == "WarmupCosineLR") known.insert(known.end(), {"total_num_steps", "warmup_min_ratio", "cos_min_ratio"});
-    else known.insert(known.end(), {"warmup_min_lr", "warmup_max_lr"});
+    if (type == "WarmupCosineLR")
+      known.insert(known.end(), {"total_num_steps", "warmup_min_ratio", "cos_min_ratio"});
+    else
+      known.insert(known.end(), {"warmup_min_lr", "warmup_max_lr"});
     if (type == "WarmupDecayLR") known.push_back("total_num_steps");
     const Node* min_lr = nullptr;
     Location min_lr_where;
-    section(*params, "scheduler.params", {{"last_batch_iteration", "-1", Policy::kError, "dstrain resumes the schedule from the checkpoint's step"}}, known,
+    section(*params, "scheduler.params",
+            {{"last_batch_iteration", "-1", Policy::kError, "dstrain resumes the schedule from the checkpoint's step"}}, known,
             [&](const std::string& key, const Node& value, const Location& where) {
               if (std::find(known.begin(), known.end(), key) == known.end()) return false;
               const std::string ds_key = "scheduler.params." + key;
-              if (key == "total_num_steps") map(ds_key, value, where, "train.steps");
-              else if (key == "warmup_num_steps") map(ds_key, value, where, "schedule.warmup_steps");
-              else if (key == "warmup_min_ratio") map(ds_key, value, where, "schedule.warmup_min_ratio");
-              else if (key == "cos_min_ratio") map(ds_key, value, where, "schedule.min_lr_ratio");
-              else if (key == "warmup_max_lr") map(ds_key, value, where, "optimizer.lr");
-              else if (key == "warmup_min_lr") min_lr = &value, min_lr_where = where;
+              if (key == "total_num_steps")
+                map(ds_key, value, where, "train.steps");
+              else if (key == "warmup_num_steps")
+                map(ds_key, value, where, "schedule.warmup_steps");
+              else if (key == "warmup_min_ratio")
+                map(ds_key, value, where, "schedule.warmup_min_ratio");
+              else if (key == "cos_min_ratio")
+                map(ds_key, value, where, "schedule.min_lr_ratio");
+              else if (key == "warmup_max_lr")
+                map(ds_key, value, where, "optimizer.lr");
+              else if (key == "warmup_min_lr")
+                min_lr = &value, min_lr_where = where;
               else if (key == "warmup_type") {
                 if (value.text != "log" && value.text != "linear")
-                  ctx_.warning(where, fmt::format("{} '{}' is unknown; DeepSpeed then uses 'log', and so does dstrain", ds_key, value.text));
-                else map(ds_key, value, where, "schedule.warmup_type");
+                  ctx_.warning(where,
+                               fmt::format("{} '{}' is unknown; DeepSpeed then uses 'log', and so does dstrain", ds_key, value.text));
+                else
+                  map(ds_key, value, where, "schedule.warmup_type");
               }
               return true;
             });
@@ -449,8 +544,10 @@ class DsReader {
     // peak, known only once every layer is read (finish_ds_config).
     if (min_lr) {
       double v = 0;
-      if (!node_number(*min_lr, true, v) || v < 0) ctx_.problem(min_lr_where, "scheduler.params.warmup_min_lr: expected a number >= 0");
-      else ctx_.ds.warmup_min_lr = v, ctx_.ds.warmup_min_lr_where = min_lr_where;
+      if (!node_number(*min_lr, true, v) || v < 0)
+        ctx_.problem(min_lr_where, "scheduler.params.warmup_min_lr: expected a number >= 0");
+      else
+        ctx_.ds.warmup_min_lr = v, ctx_.ds.warmup_min_lr_where = min_lr_where;
     }
   }
 
@@ -458,14 +555,17 @@ class DsReader {
   void fp16(const Node& node) {
     bool on = false;
     Location on_where = node.where;
-    section(node, "fp16", {{"auto_cast", "false", Policy::kWarn, "dstrain casts inputs itself"},
-                           {"fp16_master_weights_and_grads", "false", Policy::kError, "dstrain keeps fp32 master weights and gradients"}},
+    section(node, "fp16",
+            {{"auto_cast", "false", Policy::kWarn, "dstrain casts inputs itself"},
+             {"fp16_master_weights_and_grads", "false", Policy::kError, "dstrain keeps fp32 master weights and gradients"}},
             {"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis", "min_loss_scale"},
             [&](const std::string& key, const Node& value, const Location& where) {
               const std::string ds_key = "fp16." + key;
               if (key == "enabled") {
-                if (is_auto(value)) ctx_.ds.fp16_auto = where;
-                else if (!node_bool(value, true, on)) ctx_.problem(where, "fp16.enabled: expected true or false");
+                if (is_auto(value))
+                  ctx_.ds.fp16_auto = where;
+                else if (!node_bool(value, true, on))
+                  ctx_.problem(where, "fp16.enabled: expected true or false");
                 on_where = where;
               } else if (key == "loss_scale" || key == "initial_scale_power" || key == "loss_scale_window" || key == "hysteresis" ||
                          key == "consecutive_hysteresis" || key == "min_loss_scale") {
@@ -475,25 +575,32 @@ class DsReader {
               }
               return true;
             });
-    if (on) fp16_on_ = on_where, ctx_.set("precision.dtype", Node{Node::Kind::kString, "fp16", {}, {}, {}, on_where}, on_where, false, "fp16.enabled");
+    if (on)
+      fp16_on_ = on_where,
+      ctx_.set("precision.dtype", Node{Node::Kind::kString, "fp16", {}, {}, {}, on_where}, on_where, false, "fp16.enabled");
     check_both();
   }
 
   void bf16_section(const Node& node, const std::string& name) {
     bool on = false;
     Location on_where = node.where;
-    section(node, name, {{"immediate_grad_update", "false", Policy::kWarn, "dstrain applies gradients at the accumulation boundary"},
-                         {"check_grad_overflow", "true", Policy::kSilent, ""},
-                         {"bf16_master_weights_and_grads", "false", Policy::kError, "dstrain keeps fp32 master weights and gradients"},
-                         {"bf16_optimizer_states", "false", Policy::kError, "dstrain keeps optimizer states in fp32"}},
+    section(node, name,
+            {{"immediate_grad_update", "false", Policy::kWarn, "dstrain applies gradients at the accumulation boundary"},
+             {"check_grad_overflow", "true", Policy::kSilent, ""},
+             {"bf16_master_weights_and_grads", "false", Policy::kError, "dstrain keeps fp32 master weights and gradients"},
+             {"bf16_optimizer_states", "false", Policy::kError, "dstrain keeps optimizer states in fp32"}},
             {"enabled"}, [&](const std::string& key, const Node& value, const Location& where) {
               if (key != "enabled") return false;
-              if (is_auto(value)) ctx_.ds.bf16_auto = where;
-              else if (!node_bool(value, true, on)) ctx_.problem(where, name + ".enabled: expected true or false");
+              if (is_auto(value))
+                ctx_.ds.bf16_auto = where;
+              else if (!node_bool(value, true, on))
+                ctx_.problem(where, name + ".enabled: expected true or false");
               on_where = where;
               return true;
             });
-    if (on) bf16_on_ = on_where, ctx_.set("precision.dtype", Node{Node::Kind::kString, "bf16", {}, {}, {}, on_where}, on_where, false, name + ".enabled");
+    if (on)
+      bf16_on_ = on_where,
+      ctx_.set("precision.dtype", Node{Node::Kind::kString, "bf16", {}, {}, {}, on_where}, on_where, false, name + ".enabled");
     check_both();
   }
 
@@ -511,36 +618,26 @@ class DsReader {
       ctx_.warning(where, fmt::format("\"zero_optimization\": {} is deprecated; write {{\"stage\": {}}}", node.text, on ? 1 : 0));
       ctx_.set("zero.stage", Node{Node::Kind::kNumber, on ? "1" : "0", {}, {}, {}, where}, where, false, "zero_optimization");
       if (on) {
-        if (const Node* size = root.find("allgather_size")) map("allgather_size", *size, *root.key_location("allgather_size"), "zero.allgather_bucket_size");
+        if (const Node* size = root.find("allgather_size"))
+          map("allgather_size", *size, *root.key_location("allgather_size"), "zero.allgather_bucket_size");
       }
       return;
     }
-    const std::vector<std::pair<std::string, std::string>> aliases = {
-        {"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
-        {"stage3_param_persistence_threshold", "param_persistence_threshold"},
-        {"stage3_model_persistence_threshold", "model_persistence_threshold"},
-        {"stage3_max_live_parameters", "max_live_parameters"},
-        {"stage3_max_reuse_distance", "max_reuse_distance"},
-        {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"},
-        {"stage3_module_granularity_threshold", "module_granularity_threshold"},
-        {"stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"},
-        {"stage3_allgather_sequential", "allgather_sequential"}};
-    if (node.is_object()) {
-      for (const auto& [prefixed, plain] : aliases)
-        if (node.find(prefixed) && node.find(plain))
-          ctx_.problem(*node.key_location(plain), fmt::format("zero_optimization: '{}' and its alias '{}' are both given; keep one", plain, prefixed));
-      if (node.find("cpu_offload") && node.find("offload_optimizer"))
-        ctx_.problem(*node.key_location("cpu_offload"), "Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' together");
-      if (node.find("cpu_offload_param") && node.find("offload_param"))
-        ctx_.problem(*node.key_location("cpu_offload_param"), "Cannot provide deprecated parameter 'cpu_offload_param' and replacing parameter 'offload_param' together");
-      if (node.find("stage3_gather_fp16_weights_on_model_save") && node.find("stage3_gather_16bit_weights_on_model_save"))
-        ctx_.problem(*node.key_location("stage3_gather_fp16_weights_on_model_save"),
-                     "Cannot provide deprecated parameter 'stage3_gather_fp16_weights_on_model_save' and replacing parameter 'stage3_gather_16bit_weights_on_model_save' together");
-    }
-    std::vector<std::string> known = {"stage", "contiguous_gradients", "reduce_scatter", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm",
-                                      "sub_group_size", "offload_optimizer", "offload_param", "cpu_offload", "cpu_offload_param",
-                                      "cpu_offload_use_pin_memory", "stage3_gather_fp16_weights_on_model_save"};
-    for (const auto& [prefixed, plain] : aliases) known.push_back(prefixed), known.push_back(plain);
+    check_zero_conflicts(node);
+    std::vector<std::string> known = {"stage",
+                                      "contiguous_gradients",
+                                      "reduce_scatter",
+                                      "reduce_bucket_size",
+                                      "allgather_bucket_size",
+                                      "overlap_comm",
+                                      "sub_group_size",
+                                      "offload_optimizer",
+                                      "offload_param",
+                                      "cpu_offload",
+                                      "cpu_offload_param",
+                                      "cpu_offload_use_pin_memory",
+                                      "stage3_gather_fp16_weights_on_model_save"};
+    for (const auto& [prefixed, plain] : zero_aliases()) known.push_back(prefixed), known.push_back(plain);
     section(node, "zero_optimization",
             {{"use_multi_rank_bucket_allreduce", "true", Policy::kSilent, ""},
              {"allgather_partitions", "true", Policy::kWarn, "dstrain always all-gathers updated partitions (same math)"},
@@ -564,56 +661,98 @@ class DsReader {
              {"leaf_module", "null", Policy::kWarn, "stage 3 gathers each layer's parameters as a unit"},
              {"zenflow", "null", Policy::kError, "ZenFlow is not implemented"},
              {"legacy_stage1", "false", Policy::kError, "DeepSpeed itself refuses legacy_stage1"}},
-            known, [&](const std::string& key, const Node& value, const Location& kw) {
-              const std::string ds_key = "zero_optimization." + key;
-              auto plain_of = [&](const std::string& k) {
-                for (const auto& [prefixed, plain] : aliases)
-                  if (k == plain) return prefixed;
-                return k;
-              };
-              const std::string canonical = plain_of(key);
-              if (key == "stage") {
-                double v = -1;
-                if (!node_number(value, true, v) || (v != 0 && v != 1 && v != 2 && v != 3))
-                  ctx_.problem(kw, fmt::format("zero_optimization.stage: {} is not 0, 1, 2 or 3", shown(value)));
-                else map(ds_key, value, kw, "zero.stage");
-              } else if (key == "reduce_bucket_size" || key == "allgather_bucket_size" || key == "contiguous_gradients" || key == "reduce_scatter" ||
-                         key == "sub_group_size") {
-                if (is_auto(value)) ctx_.ds.derived_autos.push_back({ds_key, kw, "zero." + key});
-                else map(ds_key, value, kw, "zero." + key);
-              } else if (key == "overlap_comm") {
-                if (value.kind != Node::Kind::kNull) map(ds_key, value, kw, "zero.overlap_comm"), ctx_.ds.overlap_comm_given = true;
-              } else if (canonical == "stage3_prefetch_bucket_size" || canonical == "stage3_param_persistence_threshold" ||
-                         canonical == "stage3_max_live_parameters" || canonical == "stage3_max_reuse_distance" ||
-                         canonical == "stage3_gather_16bit_weights_on_model_save") {
-                if (is_auto(value)) ctx_.ds.derived_autos.push_back({ds_key, kw, "zero." + canonical});
-                else map(ds_key, value, kw, "zero." + canonical);
-              } else if (canonical == "stage3_model_persistence_threshold" || canonical == "stage3_module_granularity_threshold" ||
-                         canonical == "stage3_use_all_reduce_for_fetch_params" || canonical == "stage3_allgather_sequential") {
-                static const std::map<std::string, Unimplemented> kStage3 = {
-                    {"stage3_model_persistence_threshold", {"", "9223372036854775807", Policy::kSilent, ""}},
-                    {"stage3_module_granularity_threshold", {"", "0", Policy::kWarn, "stage 3 gathers per layer"}},
-                    {"stage3_use_all_reduce_for_fetch_params", {"", "false", Policy::kWarn, "stage 3 fetches with all-gather (same math)"}},
-                    {"stage3_allgather_sequential", {"", "false", Policy::kWarn, "same math"}}};
-                unimplemented(ds_key, value, kw, kStage3.at(canonical));
-              } else if (key == "stage3_gather_fp16_weights_on_model_save") {
-                ctx_.warning(kw, "Config parameter stage3_gather_fp16_weights_on_model_save is deprecated use stage3_gather_16bit_weights_on_model_save instead");
-                map(ds_key, value, kw, "zero.stage3_gather_16bit_weights_on_model_save");
-              } else if (key == "offload_optimizer" || key == "offload_param") {
-                offload(value, key);
-              } else if (key == "cpu_offload" || key == "cpu_offload_param") {
-                const std::string replacement = key == "cpu_offload" ? "offload_optimizer" : "offload_param";
-                ctx_.warning(kw, fmt::format("Config parameter {} is deprecated use {} instead", key, replacement));
-                bool on = false;
-                if (!node_bool(value, true, on)) ctx_.problem(kw, ds_key + ": expected true or false");
-                if (on) ctx_.set("zero." + replacement, Node{Node::Kind::kString, "cpu", {}, {}, {}, kw}, kw, false, ds_key);
-              } else if (key == "cpu_offload_use_pin_memory") {
-                ctx_.warning(kw, "Config parameter cpu_offload_use_pin_memory is deprecated and has no effect");
-              } else {
-                return false;
-              }
-              return true;
-            });
+            known, [&](const std::string& key, const Node& value, const Location& kw) { return zero_key(key, value, kw); });
+  }
+
+  // DeepSpeed's stage-3 keys and their aliases without the prefix.
+  static const std::vector<std::pair<std::string, std::string>>& zero_aliases() {
+    static const std::vector<std::pair<std::string, std::string>> aliases = {
+        {"stage3_prefetch_bucket_size", "prefetch_bucket_size"},
+        {"stage3_param_persistence_threshold", "param_persistence_threshold"},
+        {"stage3_model_persistence_threshold", "model_persistence_threshold"},
+        {"stage3_max_live_parameters", "max_live_parameters"},
+        {"stage3_max_reuse_distance", "max_reuse_distance"},
+        {"stage3_gather_16bit_weights_on_model_save", "gather_16bit_weights_on_model_save"},
+        {"stage3_module_granularity_threshold", "module_granularity_threshold"},
+        {"stage3_use_all_reduce_for_fetch_params", "use_all_reduce_for_fetch_params"},
+        {"stage3_allgather_sequential", "allgather_sequential"}};
+    return aliases;
+  }
+
+  // Keys that DeepSpeed refuses together.
+  void check_zero_conflicts(const Node& node) {
+    if (node.is_object()) {
+      for (const auto& [prefixed, plain] : zero_aliases())
+        if (node.find(prefixed) && node.find(plain))
+          ctx_.problem(*node.key_location(plain),
+                       fmt::format("zero_optimization: '{}' and its alias '{}' are both given; keep one", plain, prefixed));
+      if (node.find("cpu_offload") && node.find("offload_optimizer"))
+        ctx_.problem(*node.key_location("cpu_offload"),
+                     "Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' together");
+      if (node.find("cpu_offload_param") && node.find("offload_param"))
+        ctx_.problem(*node.key_location("cpu_offload_param"),
+                     "Cannot provide deprecated parameter 'cpu_offload_param' and replacing parameter 'offload_param' together");
+      if (node.find("stage3_gather_fp16_weights_on_model_save") && node.find("stage3_gather_16bit_weights_on_model_save"))
+        ctx_.problem(*node.key_location("stage3_gather_fp16_weights_on_model_save"),
+                     "Cannot provide deprecated parameter 'stage3_gather_fp16_weights_on_model_save' and replacing parameter "
+                     "'stage3_gather_16bit_weights_on_model_save' together");
+    }
+  }
+
+  // One zero_optimization key; false when it is not one of the keys handled here.
+  bool zero_key(const std::string& key, const Node& value, const Location& kw) {
+    const std::string ds_key = "zero_optimization." + key;
+    std::string canonical = key;  // the stage3_ spelling of an alias
+    for (const auto& [prefixed, plain] : zero_aliases())
+      if (key == plain) canonical = prefixed;
+    if (key == "stage") {
+      double v = -1;
+      if (!node_number(value, true, v) || (v != 0 && v != 1 && v != 2 && v != 3))
+        ctx_.problem(kw, fmt::format("zero_optimization.stage: {} is not 0, 1, 2 or 3", shown(value)));
+      else
+        map(ds_key, value, kw, "zero.stage");
+    } else if (key == "reduce_bucket_size" || key == "allgather_bucket_size" || key == "contiguous_gradients" || key == "reduce_scatter" ||
+               key == "sub_group_size") {
+      if (is_auto(value))
+        ctx_.ds.derived_autos.push_back({ds_key, kw, "zero." + key});
+      else
+        map(ds_key, value, kw, "zero." + key);
+    } else if (key == "overlap_comm") {
+      if (value.kind != Node::Kind::kNull) map(ds_key, value, kw, "zero.overlap_comm"), ctx_.ds.overlap_comm_given = true;
+    } else if (canonical == "stage3_prefetch_bucket_size" || canonical == "stage3_param_persistence_threshold" ||
+               canonical == "stage3_max_live_parameters" || canonical == "stage3_max_reuse_distance" ||
+               canonical == "stage3_gather_16bit_weights_on_model_save") {
+      if (is_auto(value))
+        ctx_.ds.derived_autos.push_back({ds_key, kw, "zero." + canonical});
+      else
+        map(ds_key, value, kw, "zero." + canonical);
+    } else if (canonical == "stage3_model_persistence_threshold" || canonical == "stage3_module_granularity_threshold" ||
+               canonical == "stage3_use_all_reduce_for_fetch_params" || canonical == "stage3_allgather_sequential") {
+      static const std::map<std::string, Unimplemented> kStage3 = {
+          {"stage3_model_persistence_threshold", {"", "9223372036854775807", Policy::kSilent, ""}},
+          {"stage3_module_granularity_threshold", {"", "0", Policy::kWarn, "stage 3 gathers per layer"}},
+          {"stage3_use_all_reduce_for_fetch_params", {"", "false", Policy::kWarn, "stage 3 fetches with all-gather (same math)"}},
+          {"stage3_allgather_sequential", {"", "false", Policy::kWarn, "same math"}}};
+      unimplemented(ds_key, value, kw, kStage3.at(canonical));
+    } else if (key == "stage3_gather_fp16_weights_on_model_save") {
+      ctx_.warning(kw,
+                   "Config parameter stage3_gather_fp16_weights_on_model_save is deprecated use "
+                   "stage3_gather_16bit_weights_on_model_save instead");
+      map(ds_key, value, kw, "zero.stage3_gather_16bit_weights_on_model_save");
+    } else if (key == "offload_optimizer" || key == "offload_param") {
+      offload(value, key);
+    } else if (key == "cpu_offload" || key == "cpu_offload_param") {
+      const std::string replacement = key == "cpu_offload" ? "offload_optimizer" : "offload_param";
+      ctx_.warning(kw, fmt::format("Config parameter {} is deprecated use {} instead", key, replacement));
+      bool on = false;
+      if (!node_bool(value, true, on)) ctx_.problem(kw, ds_key + ": expected true or false");
+      if (on) ctx_.set("zero." + replacement, Node{Node::Kind::kString, "cpu", {}, {}, {}, kw}, kw, false, ds_key);
+    } else if (key == "cpu_offload_use_pin_memory") {
+      ctx_.warning(kw, "Config parameter cpu_offload_use_pin_memory is deprecated and has no effect");
+    } else {
+      return false;
+    }
+    return true;
   }
 
   void offload(const Node& node, const std::string& name) {
@@ -623,12 +762,13 @@ class DsReader {
                                           {"buffer_count", name == "offload_param" ? "5" : "4", Policy::kSilent, ""},
                                           {"pin_memory", "true", Policy::kSilent, ""}};
     if (name == "offload_optimizer") {
-      ignored.insert(ignored.end(), {{"pipeline_read", "false", Policy::kSilent, ""},
-                                     {"pipeline_write", "false", Policy::kSilent, ""},
-                                     {"fast_init", "false", Policy::kSilent, ""},
-                                     {"ratio", "1", Policy::kError, "partial offload is not implemented: the whole optimizer state is offloaded"},
-                                     {"super_offload", "false", Policy::kWarn, "dstrain's CPU optimizer is its own"},
-                                     {"cpuadam_cores_perc", "0.8", Policy::kSilent, ""}});
+      ignored.insert(ignored.end(),
+                     {{"pipeline_read", "false", Policy::kSilent, ""},
+                      {"pipeline_write", "false", Policy::kSilent, ""},
+                      {"fast_init", "false", Policy::kSilent, ""},
+                      {"ratio", "1", Policy::kError, "partial offload is not implemented: the whole optimizer state is offloaded"},
+                      {"super_offload", "false", Policy::kWarn, "dstrain's CPU optimizer is its own"},
+                      {"cpuadam_cores_perc", "0.8", Policy::kSilent, ""}});
     } else {
       ignored.insert(ignored.end(), {{"buffer_size", "100000000", Policy::kSilent, ""}, {"max_in_cpu", "1000000000", Policy::kSilent, ""}});
     }
@@ -662,9 +802,12 @@ void finish_ds_config(LoadContext& ctx) {
   for (const auto& a : ds.derived_autos) {
     int64_t value = 0;
     std::string how;
-    if (a.target == "zero.reduce_bucket_size") value = h * h, how = "hidden_size^2";
-    else if (a.target == "zero.stage3_prefetch_bucket_size") value = static_cast<int64_t>(0.9 * static_cast<double>(h * h)), how = "int(0.9 * hidden_size^2)";
-    else if (a.target == "zero.stage3_param_persistence_threshold") value = 10 * h, how = "10 * hidden_size";
+    if (a.target == "zero.reduce_bucket_size")
+      value = h * h, how = "hidden_size^2";
+    else if (a.target == "zero.stage3_prefetch_bucket_size")
+      value = static_cast<int64_t>(0.9 * static_cast<double>(h * h)), how = "int(0.9 * hidden_size^2)";
+    else if (a.target == "zero.stage3_param_persistence_threshold")
+      value = 10 * h, how = "10 * hidden_size";
     else {
       ctx.autos.push_back(a);  // no model-derived rule: must come from the recipe
       continue;
@@ -679,12 +822,17 @@ void finish_ds_config(LoadContext& ctx) {
   }
   for (const auto& [at, want] : {std::pair{ds.fp16_auto, "fp16"}, std::pair{ds.bf16_auto, "bf16"}}) {
     if (at.line && !ctx.explicitly_set("precision.dtype"))
-      ctx.problem(at, fmt::format("{}.enabled is \"auto\" but the recipe does not set precision.dtype; set it (precision: {{dtype: {}}}) or write true/false", want, want));
+      ctx.problem(
+          at,
+          fmt::format(
+              "{}.enabled is \"auto\" but the recipe does not set precision.dtype; set it (precision: {{dtype: {}}}) or write true/false",
+              want, want));
   }
   if (ds.warmup_min_lr >= 0) {
     const double peak = ctx.recipe.optimizer.lr;
     if (peak <= 0 || ds.warmup_min_lr > peak) {
-      ctx.problem(ds.warmup_min_lr_where, fmt::format("scheduler.params.warmup_min_lr {:g} must lie in [0, peak lr {:g}]", ds.warmup_min_lr, peak));
+      ctx.problem(ds.warmup_min_lr_where,
+                  fmt::format("scheduler.params.warmup_min_lr {:g} must lie in [0, peak lr {:g}]", ds.warmup_min_lr, peak));
     } else {
       ctx.recipe.schedule.warmup_min_ratio = ds.warmup_min_lr / peak;
       ctx.recipe.sources["schedule.warmup_min_ratio"] = ds.warmup_min_lr_where.str() + " (warmup_min_lr / lr)";

@@ -2,11 +2,11 @@
 
 namespace dstrain::config {
 
-#define DSTRAIN_ENUM_NAMES(E, ...)                                  \
-  template <>                                                       \
-  const std::vector<std::string>& enum_names<E>() {                 \
-    static const std::vector<std::string> names = {__VA_ARGS__};   \
-    return names;                                                   \
+#define DSTRAIN_ENUM_NAMES(E, ...)                               \
+  template <>                                                    \
+  const std::vector<std::string>& enum_names<E>() {              \
+    static const std::vector<std::string> names = {__VA_ARGS__}; \
+    return names;                                                \
   }
 
 DSTRAIN_ENUM_NAMES(ModelFamily, "dense", "mla_moe")

@@ -9,32 +9,44 @@ namespace dstrain::config {
 
 // dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3.
 enum class ModelFamily { kDense, kMlaMoe };
-enum class ScoringFunc { kSoftmax, kSigmoid };                         // router scores: V2, V3
-enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };      // expert selection
-enum class DataFormat { kBytes, kMegatron, kLlmc, kRawU16 };           // token file formats
-enum class OptimizerType { kAdamW, kAdam };                            // decoupled or L2 decay
+enum class ScoringFunc { kSoftmax, kSigmoid };                     // router scores: V2, V3
+enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };  // expert selection
+enum class DataFormat { kBytes, kMegatron, kLlmc, kRawU16 };       // token file formats
+enum class OptimizerType { kAdamW, kAdam };                        // decoupled or L2 decay
 enum class ScheduleType { kWarmupCosine, kWsd, kDsWarmupCosine, kDsWarmup, kDsWarmupDecay, kDsOneCycle, kConstant };
-enum class WarmupType { kLinear, kLog };                               // ds_* schedules' warmup shape
-enum class BatchScaling { kNone, kLinear, kSqrt };                     // LR vs a changing global batch
-enum class BadStepAction { kStop, kSkip, kRollback };                  // train.on_bad_step
-enum class Dtype { kFp32, kBf16, kFp16 };                              // training precision
-enum class OffloadDevice { kNone, kCpu };                              // zero.offload_optimizer/param
-enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };              // logging.sinks
+enum class WarmupType { kLinear, kLog };                   // ds_* schedules' warmup shape
+enum class BatchScaling { kNone, kLinear, kSqrt };         // LR vs a changing global batch
+enum class BadStepAction { kStop, kSkip, kRollback };      // train.on_bad_step
+enum class Dtype { kFp32, kBf16, kFp16 };                  // training precision
+enum class OffloadDevice { kNone, kCpu };                  // zero.offload_optimizer/param
+enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };  // logging.sinks
 
 template <typename E>
 const std::vector<std::string>& enum_names();
-template <> const std::vector<std::string>& enum_names<ModelFamily>();
-template <> const std::vector<std::string>& enum_names<ScoringFunc>();
-template <> const std::vector<std::string>& enum_names<TopkMethod>();
-template <> const std::vector<std::string>& enum_names<DataFormat>();
-template <> const std::vector<std::string>& enum_names<OptimizerType>();
-template <> const std::vector<std::string>& enum_names<ScheduleType>();
-template <> const std::vector<std::string>& enum_names<WarmupType>();
-template <> const std::vector<std::string>& enum_names<BatchScaling>();
-template <> const std::vector<std::string>& enum_names<BadStepAction>();
-template <> const std::vector<std::string>& enum_names<Dtype>();
-template <> const std::vector<std::string>& enum_names<OffloadDevice>();
-template <> const std::vector<std::string>& enum_names<Sink>();
+template <>
+const std::vector<std::string>& enum_names<ModelFamily>();
+template <>
+const std::vector<std::string>& enum_names<ScoringFunc>();
+template <>
+const std::vector<std::string>& enum_names<TopkMethod>();
+template <>
+const std::vector<std::string>& enum_names<DataFormat>();
+template <>
+const std::vector<std::string>& enum_names<OptimizerType>();
+template <>
+const std::vector<std::string>& enum_names<ScheduleType>();
+template <>
+const std::vector<std::string>& enum_names<WarmupType>();
+template <>
+const std::vector<std::string>& enum_names<BatchScaling>();
+template <>
+const std::vector<std::string>& enum_names<BadStepAction>();
+template <>
+const std::vector<std::string>& enum_names<Dtype>();
+template <>
+const std::vector<std::string>& enum_names<OffloadDevice>();
+template <>
+const std::vector<std::string>& enum_names<Sink>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -16,7 +16,8 @@ void apply_hf_config(const std::string& path, const Location& where, LoadContext
     ctx.problem(at, fmt::format("model.hf_config: '{}' does not exist or is not a file", path));
     return;
   }
-  for (const char* key : {"model.vocab_size", "model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_seq_len"})
+  for (const char* key :
+       {"model.vocab_size", "model.hidden_size", "model.num_layers", "model.num_heads", "model.intermediate_size", "model.max_seq_len"})
     if (ctx.explicitly_set(key))
       ctx.problem(Location{ctx.recipe.sources[key]}, fmt::format("{} is set together with model.hf_config; give the sizes one way", key));
   const Node root = parse_json_with_comments(*text, path, ctx.problems);
@@ -26,7 +27,8 @@ void apply_hf_config(const std::string& path, const Location& where, LoadContext
   auto take = [&](const std::vector<std::pair<const char*, const char*>>& mapping) {
     // The config.json fills the model section; a key the recipe sets itself keeps the recipe's value.
     for (const auto& [hf, ours] : mapping)
-      if (const Node* v = root.find(hf); v && v->kind != Node::Kind::kNull && !ctx.explicitly_set(ours)) ctx.set(ours, *v, v->where, true, hf);
+      if (const Node* v = root.find(hf); v && v->kind != Node::Kind::kNull && !ctx.explicitly_set(ours))
+        ctx.set(ours, *v, v->where, true, hf);
   };
   take({{"vocab_size", "model.vocab_size"},
         {"hidden_size", "model.hidden_size"},
@@ -38,7 +40,8 @@ void apply_hf_config(const std::string& path, const Location& where, LoadContext
         {"rms_norm_eps", "model.rms_norm_eps"},
         {"initializer_range", "model.init_std"}});
   if (const Node* rs = root.find("rope_scaling"); rs && rs->kind != Node::Kind::kNull)
-    ctx.warning(rs->where, "rope_scaling is accepted but not applied yet: positions use plain RoPE (right for pretraining at the original context)");
+    ctx.warning(rs->where,
+                "rope_scaling is accepted but not applied yet: positions use plain RoPE (right for pretraining at the original context)");
   bool tied = false;
   if (const Node* t = root.find("tie_word_embeddings"); t && node_bool(*t, true, tied) && tied)
     ctx.problem(t->where, "tie_word_embeddings = true is not supported: DeepSeek models keep lm_head separate");
@@ -70,9 +73,10 @@ void apply_hf_config(const std::string& path, const Location& where, LoadContext
     if (const Node* n = root.find("num_nextn_predict_layers"); n && n->text != "0")
       ctx.warning(n->where, "num_nextn_predict_layers: multi-token prediction is not implemented; the MTP module is ignored");
   } else {
-    ctx.problem(type ? type->where : root.where,
-                fmt::format("model_type '{}' is not supported: dstrain trains llama (deepseek-llm, deepseek-coder), deepseek_v2 and deepseek_v3",
-                            model_type.empty() ? "(none)" : model_type));
+    ctx.problem(
+        type ? type->where : root.where,
+        fmt::format("model_type '{}' is not supported: dstrain trains llama (deepseek-llm, deepseek-coder), deepseek_v2 and deepseek_v3",
+                    model_type.empty() ? "(none)" : model_type));
   }
   (void)where;
 }

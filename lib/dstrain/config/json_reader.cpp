@@ -37,8 +37,10 @@ class JsonReader {
   char peek() const { return pos_ < s_.size() ? s_[pos_] : '\0'; }
   void advance() {
     if (pos_ >= s_.size()) return;
-    if (s_[pos_] == '\n') ++line_, col_ = 1;
-    else ++col_;
+    if (s_[pos_] == '\n')
+      ++line_, col_ = 1;
+    else
+      ++col_;
     ++pos_;
   }
 
@@ -93,8 +95,10 @@ class JsonReader {
         return n;
       }
     }
-    if (pos_ >= s_.size()) error("unexpected end of the document: a value is missing");
-    else error(fmt::format("unexpected character '{}': expected a value", c));
+    if (pos_ >= s_.size())
+      error("unexpected end of the document: a value is missing");
+    else
+      error(fmt::format("unexpected character '{}': expected a value", c));
     return n;
   }
 
@@ -112,7 +116,8 @@ class JsonReader {
         return n;
       }
       if (peek() != '"') {
-        error(peek() ? fmt::format("expected a quoted key or '}}', found '{}'", peek()) : "unexpected end of the document inside an object");
+        error(peek() ? fmt::format("expected a quoted key or '}}', found '{}'", peek())
+                     : "unexpected end of the document inside an object");
         return n;
       }
       const Location key_at = here();
@@ -133,7 +138,8 @@ class JsonReader {
         n.key_locations.push_back(key_at);
       }
       skip_space();
-      if (peek() == ',') advance();  // a trailing comma before '}' is fine
+      if (peek() == ',')
+        advance();  // a trailing comma before '}' is fine
       else if (peek() != '}') {
         error(peek() ? fmt::format("expected ',' or '}}', found '{}'", peek()) : "unexpected end of the document inside an object");
         return n;
@@ -156,7 +162,8 @@ class JsonReader {
       n.items.push_back(value(depth + 1));
       if (!ok_) return n;
       skip_space();
-      if (peek() == ',') advance();
+      if (peek() == ',')
+        advance();
       else if (peek() != ']') {
         error(peek() ? fmt::format("expected ',' or ']', found '{}'", peek()) : "unexpected end of the document inside a list");
         return n;
@@ -182,14 +189,30 @@ class JsonReader {
       const char e = peek();
       advance();
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           unsigned code = 0;
           for (int i = 0; i < 4; ++i) {
@@ -202,12 +225,18 @@ class JsonReader {
             advance();
           }
           // UTF-8 encode (surrogate pairs are kept as two code points: config keys are ASCII).
-          if (code < 0x80) out += static_cast<char>(code);
-          else if (code < 0x800) out += static_cast<char>(0xC0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3F));
-          else out += static_cast<char>(0xE0 | (code >> 12)), out += static_cast<char>(0x80 | ((code >> 6) & 0x3F)), out += static_cast<char>(0x80 | (code & 0x3F));
+          if (code < 0x80)
+            out += static_cast<char>(code);
+          else if (code < 0x800)
+            out += static_cast<char>(0xC0 | (code >> 6)), out += static_cast<char>(0x80 | (code & 0x3F));
+          else
+            out += static_cast<char>(0xE0 | (code >> 12)), out += static_cast<char>(0x80 | ((code >> 6) & 0x3F)),
+                out += static_cast<char>(0x80 | (code & 0x3F));
           break;
         }
-        default: error(fmt::format("bad escape '\\{}' in string", e)); return out;
+        default:
+          error(fmt::format("bad escape '\\{}' in string", e));
+          return out;
       }
     }
     return out;

@@ -47,28 +47,34 @@ std::string resolve_relative(const std::string& base_file, const std::string& pa
   return (fs::path(base_file).parent_path() / path).lexically_normal().string();
 }
 
-void read_recipe_mapping(const Node& node, const std::string& section, LoadContext& ctx, const Node** inline_ds, Location* inline_ds_where) {
+void read_recipe_mapping(const Node& node, const std::string& section, LoadContext& ctx, const Node** inline_ds,
+                         Location* inline_ds_where) {
   const auto known = keys_under(section);
   const auto& sections = recipe_sections();
   for (size_t i = 0; i < node.members.size(); ++i) {
     const std::string& key = node.members[i].first;
-      const Node& value = node.members[i].second;
+    const Node& value = node.members[i].second;
     const Location& where = node.key_locations[i];
     const std::string path = section.empty() ? key : section + "." + key;
     if (section.empty() && key == "deepspeed") {
-      if (!value.is_object()) ctx.problem(where, "deepspeed: expected an inline ds_config mapping");
-      else *inline_ds = &value, *inline_ds_where = where;
+      if (!value.is_object())
+        ctx.problem(where, "deepspeed: expected an inline ds_config mapping");
+      else
+        *inline_ds = &value, *inline_ds_where = where;
       continue;
     }
     if (section.empty() && std::find(sections.begin(), sections.end(), key) != sections.end()) {
-      if (!value.is_object()) ctx.problem(value.where, fmt::format("{}: expected a mapping of keys, found a {}", key, value.kind_name()));
-      else read_recipe_mapping(value, key, ctx, inline_ds, inline_ds_where);
+      if (!value.is_object())
+        ctx.problem(value.where, fmt::format("{}: expected a mapping of keys, found a {}", key, value.kind_name()));
+      else
+        read_recipe_mapping(value, key, ctx, inline_ds, inline_ds_where);
       continue;
     }
     if (!find_field(path)) {
       std::string hint = did_you_mean(key, known);
       for (const auto& other : sections)  // the right key in the wrong section
-        if (hint.empty() && other != section && find_field(other + "." + key)) hint = fmt::format(" (it belongs in the {} section: {}.{})", other, other, key);
+        if (hint.empty() && other != section && find_field(other + "." + key))
+          hint = fmt::format(" (it belongs in the {} section: {}.{})", other, other, key);
       ctx.problem(where, fmt::format("{}: unknown key{}", path, hint));
       continue;
     }
@@ -91,7 +97,8 @@ void apply_override(const std::string& spec, LoadContext& ctx, const std::string
     std::string hint = did_you_mean(path, all);
     const std::string leaf = path.substr(path.find('.') + 1);
     for (const auto& f : recipe_schema())  // the right key in the wrong section
-      if (hint.empty() && f.path.size() > leaf.size() && f.path.compare(f.path.size() - leaf.size() - 1, std::string::npos, "." + leaf) == 0)
+      if (hint.empty() && f.path.size() > leaf.size() &&
+          f.path.compare(f.path.size() - leaf.size() - 1, std::string::npos, "." + leaf) == 0)
         hint = fmt::format(" (did you mean '{}'?)", f.path);
     ctx.problems.push_back(fmt::format("--set {}: unknown key{}", path, hint));
     return;
@@ -106,14 +113,18 @@ void apply_override(const std::string& spec, LoadContext& ctx, const std::string
 }  // namespace
 
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const LastLayer& last) {
-  return load_recipe_with(path, overrides, [](const std::string& file) -> std::optional<std::string> {
-    if (!fs::is_regular_file(file)) return std::nullopt;
-    std::string text = read_file(file);
-    if (text.size() > kMaxConfigBytes)
-      throw Error(ErrorCode::kConfig, fmt::format("'{}' is {} bytes; config files are limited to {} bytes", file, text.size(), kMaxConfigBytes),
-                  "point the recipe at the right file");
-    return text;
-  }, last);
+  return load_recipe_with(
+      path, overrides,
+      [](const std::string& file) -> std::optional<std::string> {
+        if (!fs::is_regular_file(file)) return std::nullopt;
+        std::string text = read_file(file);
+        if (text.size() > kMaxConfigBytes)
+          throw Error(ErrorCode::kConfig,
+                      fmt::format("'{}' is {} bytes; config files are limited to {} bytes", file, text.size(), kMaxConfigBytes),
+                      "point the recipe at the right file");
+        return text;
+      },
+      last);
 }
 
 Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last) {
@@ -132,8 +143,10 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     throw Error(ErrorCode::kConfig, ctx.problems.front(), "fix the YAML syntax at that position");
   const Node* inline_ds = nullptr;
   Location inline_ds_where;
-  if (root.kind == Node::Kind::kObject) read_recipe_mapping(root, "", ctx, &inline_ds, &inline_ds_where);
-  else if (root.kind != Node::Kind::kNull && ctx.problems.empty()) ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
+  if (root.kind == Node::Kind::kObject)
+    read_recipe_mapping(root, "", ctx, &inline_ds, &inline_ds_where);
+  else if (root.kind != Node::Kind::kNull && ctx.problems.empty())
+    ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
   if (!ctx.recipe.model.hf_config.empty()) {
     ctx.recipe.model.hf_config = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.hf_config);
     apply_hf_config(ctx.recipe.model.hf_config, Location{path, 0, 0}, ctx);
@@ -173,8 +186,10 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   } else {
     ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
   }
-  if (ctx.recipe.run_dir.empty()) ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
-  else ctx.recipe.run_dir = fs::absolute(ctx.recipe.run_dir).lexically_normal().string();
+  if (ctx.recipe.run_dir.empty())
+    ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
+  else
+    ctx.recipe.run_dir = fs::absolute(ctx.recipe.run_dir).lexically_normal().string();
   if (!ctx.recipe.checkpoint.dir.empty()) ctx.recipe.checkpoint.dir = fs::absolute(ctx.recipe.checkpoint.dir).lexically_normal().string();
   if (ctx.problems.empty()) resolve_and_validate(ctx);
 

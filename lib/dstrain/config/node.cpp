@@ -23,12 +23,18 @@ const Location* Node::key_location(const std::string& key) const {
 
 const char* Node::kind_name() const {
   switch (kind) {
-    case Kind::kNull: return "null";
-    case Kind::kBool: return "boolean";
-    case Kind::kNumber: return "number";
-    case Kind::kString: return "string";
-    case Kind::kArray: return "list";
-    case Kind::kObject: return "mapping";
+    case Kind::kNull:
+      return "null";
+    case Kind::kBool:
+      return "boolean";
+    case Kind::kNumber:
+      return "number";
+    case Kind::kString:
+      return "string";
+    case Kind::kArray:
+      return "list";
+    case Kind::kObject:
+      return "mapping";
   }
   return "value";
 }

@@ -17,7 +17,7 @@ struct Location {
 struct Node {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject };
   Kind kind = Kind::kNull;
-  std::string text;  // scalars as written: "5e8", "true", the unescaped string
+  std::string text;                                   // scalars as written: "5e8", "true", the unescaped string
   std::vector<std::pair<std::string, Node>> members;  // objects, in document order
   std::vector<Location> key_locations;                // one per member
   std::vector<Node> items;                            // arrays

@@ -58,13 +58,13 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string path;              // absolute after loading (relative paths are to the recipe file)
-  std::vector<std::string> paths;    // several sources (absolute after loading); data.path unused then
-  std::vector<double> weights;       // blend weights of `paths`; empty: by size
+  std::string path;                        // absolute after loading (relative paths are to the recipe file)
+  std::vector<std::string> paths;          // several sources (absolute after loading); data.path unused then
+  std::vector<double> weights;             // blend weights of `paths`; empty: by size
   DataFormat format = DataFormat::kBytes;  // bytes: one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
-  bool document_mask = false;  // attention stays within documents (ends marked by eos_token)
-  int64_t eos_token = -1;      // the end-of-document token; -1: none (256 for prepare-data output)
+  bool document_mask = false;         // attention stays within documents (ends marked by eos_token)
+  int64_t eos_token = -1;             // the end-of-document token; -1: none (256 for prepare-data output)
   int64_t seed = -1;                  // data order seed; -1: the run's seed
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight
@@ -89,9 +89,9 @@ struct ScheduleConfig {
   ScheduleType type = ScheduleType::kWarmupCosine;
   int64_t warmup_steps = 10;
   WarmupType warmup_type = WarmupType::kLinear;  // linear or log (ds_* types)
-  double warmup_min_ratio = 0.0;       // warmup starts at lr*warmup_min_ratio (ds_* types)
-  double min_lr_ratio = 0.1;           // where cosine / decay ends
-  double decay_ratio = 0.1;            // wsd: the last fraction of the steps decays linearly
+  double warmup_min_ratio = 0.0;                 // warmup starts at lr*warmup_min_ratio (ds_* types)
+  double min_lr_ratio = 0.1;                     // where cosine / decay ends
+  double decay_ratio = 0.1;                      // wsd: the last fraction of the steps decays linearly
   // How the LR follows the global batch when staged accumulation changes it: none, linear
   // (lr x batch / first batch) or sqrt (lr x sqrt(batch / first batch)).
   BatchScaling batch_scaling = BatchScaling::kNone;
@@ -119,9 +119,9 @@ struct TrainConfig {
   int64_t steps = 0;   // optimizer steps; 0: derived from tokens
   int64_t tokens = 0;  // training length in tokens; 0: given as steps
   // DeepSpeed's batch triple; 0 = not given, inferred as DeepSpeed infers it.
-  int64_t micro_batch_size = 0;             // train_micro_batch_size_per_gpu
-  int64_t global_batch_size = 0;            // train_batch_size
-  int64_t gradient_accumulation_steps = 0;  // gradient_accumulation_steps
+  int64_t micro_batch_size = 0;                 // train_micro_batch_size_per_gpu
+  int64_t global_batch_size = 0;                // train_batch_size
+  int64_t gradient_accumulation_steps = 0;      // gradient_accumulation_steps
   std::vector<AccumulationStage> accumulation;  // staged accumulation; empty: one stage
   // A batch-size ramp (DeepSeek-V3: 3072 -> 15360 over the first 469B tokens): the global batch
   // starts at batch_ramp_start and grows linearly, one accumulation step at a time, to the
@@ -130,7 +130,7 @@ struct TrainConfig {
   int64_t batch_ramp_start = 0;
   int64_t batch_ramp_steps = 0;
   int64_t batch_ramp_tokens = 0;
-  double grad_clip = 1.0;                       // gradient_clipping; 0 disables
+  double grad_clip = 1.0;  // gradient_clipping; 0 disables
   // A NaN/Inf loss or gradient norm outside fp16's loss scaling: "stop" (exit 8), "skip" the
   // update (at most max_bad_steps in a run), or "rollback" to the latest checkpoint in-process.
   BadStepAction on_bad_step = BadStepAction::kStop;
@@ -176,11 +176,11 @@ struct CheckpointConfig {
 };
 
 struct LoggingConfig {
-  int64_t steps_per_print = 10;                         // 0: never
+  int64_t steps_per_print = 10;  // 0: never
   std::vector<Sink> sinks = {Sink::kConsole, Sink::kJsonl};
   bool has_sink(Sink sink) const { return std::find(sinks.begin(), sinks.end(), sink) != sinks.end(); }
-  std::string tensorboard_dir;  // "" = run_dir/tensorboard (ds_config: tensorboard.output_path/job_name)
-  std::string csv_dir;          // "" = run_dir/csv (ds_config: csv_monitor.output_path/job_name)
+  std::string tensorboard_dir;        // "" = run_dir/tensorboard (ds_config: tensorboard.output_path/job_name)
+  std::string csv_dir;                // "" = run_dir/csv (ds_config: csv_monitor.output_path/job_name)
   bool wall_clock_breakdown = false;  // forward/backward/reduce/gather/optimizer/checkpoint times per step
   int64_t straggler_interval = 20;    // steps between straggler checks (0: never)
   double straggler_threshold = 0.2;   // slower than the median compute time by this fraction
@@ -194,9 +194,9 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 0;  // 0: pick a free port
   int64_t max_restarts = 0;
-  int64_t stop_grace_s = 60;  // after SIGTERM/SIGINT: time to reach a step boundary and save before SIGKILL
-  double max_time_minutes = 0;  // wall-time budget of each launch: then a coordinated stop (0: none)
-  int64_t timeout_s = 300;  // rendezvous timeout
+  int64_t stop_grace_s = 60;           // after SIGTERM/SIGINT: time to reach a step boundary and save before SIGKILL
+  double max_time_minutes = 0;         // wall-time budget of each launch: then a coordinated stop (0: none)
+  int64_t timeout_s = 300;             // rendezvous timeout
   int64_t collective_timeout_s = 600;  // a collective waiting longer is a hang
   int64_t heartbeat_timeout_s = 60;    // a worker or launcher silent this long is frozen or gone
   bool env_check = true;               // the workers compare their facts before training (check-env)

@@ -26,14 +26,16 @@ void resolve_batch(LoadContext& ctx) {
 
   if (!t.accumulation.empty()) {
     if (t.gradient_accumulation_steps)
-      ctx.problems.push_back(fmt::format("train.gradient_accumulation_steps ({}) conflicts with train.accumulation ({}): the stages set the "
-                                         "accumulation steps; remove one", src(r, "train.gradient_accumulation_steps"), src(r, "train.accumulation")));
+      ctx.problems.push_back(
+          fmt::format("train.gradient_accumulation_steps ({}) conflicts with train.accumulation ({}): the stages set the "
+                      "accumulation steps; remove one",
+                      src(r, "train.gradient_accumulation_steps"), src(r, "train.accumulation")));
     if (t.global_batch_size)
-      ctx.problems.push_back(fmt::format("train.global_batch_size ({}) conflicts with train.accumulation ({}): with staged accumulation the global "
-                                         "batch is micro x ranks x the stage's steps; remove train.global_batch_size", src(r, "train.global_batch_size"),
-                                         src(r, "train.accumulation")));
-    if (!t.micro_batch_size)
-      ctx.problems.push_back("train.accumulation needs train.micro_batch_size (train_micro_batch_size_per_gpu)");
+      ctx.problems.push_back(
+          fmt::format("train.global_batch_size ({}) conflicts with train.accumulation ({}): with staged accumulation the global "
+                      "batch is micro x ranks x the stage's steps; remove train.global_batch_size",
+                      src(r, "train.global_batch_size"), src(r, "train.accumulation")));
+    if (!t.micro_batch_size) ctx.problems.push_back("train.accumulation needs train.micro_batch_size (train_micro_batch_size_per_gpu)");
     return;
   }
 
@@ -58,25 +60,31 @@ void resolve_batch(LoadContext& ctx) {
     r.sources["train.global_batch_size"] = fmt::format("derived: micro {} x {}", micro, ranks);
     r.sources["train.gradient_accumulation_steps"] = "derived: 1 (only the micro batch given)";
   } else {
-    ctx.problems.push_back("Either train.global_batch_size (train_batch_size) or train.micro_batch_size (train_micro_batch_size_per_gpu) needs to be "
-                           "provided, as in DeepSpeed; e.g. train: {micro_batch_size: 8, global_batch_size: 64}");
+    ctx.problems.push_back(
+        "Either train.global_batch_size (train_batch_size) or train.micro_batch_size (train_micro_batch_size_per_gpu) needs to be "
+        "provided, as in DeepSpeed; e.g. train: {micro_batch_size: 8, global_batch_size: 64}");
     return;
   }
   if (micro <= 0) {
-    ctx.problems.push_back(fmt::format("the micro batch per rank is {} = 0: the global batch {} is smaller than {} x accumulation {}; "
-                                       "raise train.global_batch_size to at least {}", how, tb, ranks, gas, ws * gas));
+    ctx.problems.push_back(
+        fmt::format("the micro batch per rank is {} = 0: the global batch {} is smaller than {} x accumulation {}; "
+                    "raise train.global_batch_size to at least {}",
+                    how, tb, ranks, gas, ws * gas));
     return;
   }
   if (gas <= 0) {
-    ctx.problems.push_back(fmt::format("gradient accumulation steps = {} = 0: the global batch {} is smaller than micro {} x {}; "
-                                       "raise train.global_batch_size to a multiple of {}", how, tb, micro, ranks, micro * ws));
+    ctx.problems.push_back(
+        fmt::format("gradient accumulation steps = {} = 0: the global batch {} is smaller than micro {} x {}; "
+                    "raise train.global_batch_size to a multiple of {}",
+                    how, tb, micro, ranks, micro * ws));
     return;
   }
   if (tb != micro * gas * ws) {
-    ctx.problems.push_back(fmt::format("train_batch_size {} != micro {} x accumulation {} x {} = {} (DeepSpeed: 'Check batch related parameters'). "
-                                       "The global batch must be a multiple of micro x ranks = {}: use {} or {}, or change the micro batch or the number of ranks",
-                                       tb, micro, gas, ranks, micro * gas * ws, micro * ws, std::max<int64_t>(1, tb / (micro * ws)) * micro * ws,
-                                       (tb / (micro * ws) + 1) * micro * ws));
+    ctx.problems.push_back(fmt::format(
+        "train_batch_size {} != micro {} x accumulation {} x {} = {} (DeepSpeed: 'Check batch related parameters'). "
+        "The global batch must be a multiple of micro x ranks = {}: use {} or {}, or change the micro batch or the number of ranks",
+        tb, micro, gas, ranks, micro * gas * ws, micro * ws, std::max<int64_t>(1, tb / (micro * ws)) * micro * ws,
+        (tb / (micro * ws) + 1) * micro * ws));
     return;
   }
   t.global_batch_size = tb, t.micro_batch_size = micro, t.gradient_accumulation_steps = gas;
@@ -98,8 +106,10 @@ void resolve_token_stages(LoadContext& ctx) {
     }
     if (s.until_step == 0) break;  // the last stage
     if (s.until_step <= prev_until) {
-      ctx.problems.push_back(fmt::format("train.accumulation[{}] ends at step {} ({} tokens), not after the previous stage's step {}: the stages "
-                                         "must grow", i, s.until_step, s.until_tokens ? s.until_tokens : s.until_step * per_step, prev_until));
+      ctx.problems.push_back(
+          fmt::format("train.accumulation[{}] ends at step {} ({} tokens), not after the previous stage's step {}: the stages "
+                      "must grow",
+                      i, s.until_step, s.until_tokens ? s.until_tokens : s.until_step * per_step, prev_until));
       return;
     }
     tokens += (s.until_step - step) * per_step;
@@ -115,19 +125,21 @@ void expand_batch_ramp(LoadContext& ctx) {
   if (t.batch_ramp_start == 0) return;
   const std::string start_src = src(r, "train.batch_ramp_start");
   if (!t.accumulation.empty()) {
-    ctx.problems.push_back(fmt::format("train.batch_ramp_start ({}) conflicts with train.accumulation ({}): give the ramp or the stages", start_src,
-                                       src(r, "train.accumulation")));
+    ctx.problems.push_back(fmt::format("train.batch_ramp_start ({}) conflicts with train.accumulation ({}): give the ramp or the stages",
+                                       start_src, src(r, "train.accumulation")));
     return;
   }
   if ((t.batch_ramp_steps > 0) == (t.batch_ramp_tokens > 0)) {
-    ctx.problems.push_back(fmt::format("train.batch_ramp_start ({}) needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens", start_src));
+    ctx.problems.push_back(
+        fmt::format("train.batch_ramp_start ({}) needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens", start_src));
     return;
   }
   const int64_t per_level = t.micro_batch_size * r.world_size();
   const int64_t final_batch = per_level * t.gradient_accumulation_steps;
   if (t.batch_ramp_start % per_level != 0 || t.batch_ramp_start >= final_batch) {
-    ctx.problems.push_back(fmt::format("train.batch_ramp_start {} ({}) must be a multiple of micro {} x {} ranks = {} and below the global batch {}",
-                                       t.batch_ramp_start, start_src, t.micro_batch_size, r.world_size(), per_level, final_batch));
+    ctx.problems.push_back(
+        fmt::format("train.batch_ramp_start {} ({}) must be a multiple of micro {} x {} ranks = {} and below the global batch {}",
+                    t.batch_ramp_start, start_src, t.micro_batch_size, r.world_size(), per_level, final_batch));
     return;
   }
   const int64_t first = t.batch_ramp_start / per_level, last = t.gradient_accumulation_steps, levels = last - first;
@@ -136,7 +148,8 @@ void expand_batch_ramp(LoadContext& ctx) {
   for (int64_t j = 0; j < levels; ++j) {
     int64_t until;
     if (t.batch_ramp_steps > 0) {
-      until = static_cast<int64_t>(std::llround(static_cast<double>(t.batch_ramp_steps) * static_cast<double>(j + 1) / static_cast<double>(levels)));
+      until = static_cast<int64_t>(
+          std::llround(static_cast<double>(t.batch_ramp_steps) * static_cast<double>(j + 1) / static_cast<double>(levels)));
     } else {
       const double target = static_cast<double>(t.batch_ramp_tokens) * static_cast<double>(j + 1) / static_cast<double>(levels);
       const double per_step = static_cast<double>((first + j) * per_level * r.data.seq_len);
@@ -146,10 +159,10 @@ void expand_batch_ramp(LoadContext& ctx) {
     if (until > prev_until) t.accumulation.push_back({until, first + j}), prev_until = until;
   }
   t.accumulation.push_back({0, last});
-  r.sources["train.accumulation"] = fmt::format("derived: batch ramp {} -> {} over {} ({} stages)", t.batch_ramp_start, final_batch,
-                                                t.batch_ramp_steps > 0 ? fmt::format("{} steps", t.batch_ramp_steps)
-                                                                       : fmt::format("{} tokens", t.batch_ramp_tokens),
-                                                t.accumulation.size());
+  r.sources["train.accumulation"] =
+      fmt::format("derived: batch ramp {} -> {} over {} ({} stages)", t.batch_ramp_start, final_batch,
+                  t.batch_ramp_steps > 0 ? fmt::format("{} steps", t.batch_ramp_steps) : fmt::format("{} tokens", t.batch_ramp_tokens),
+                  t.accumulation.size());
 }
 
 void resolve_length(LoadContext& ctx) {
@@ -185,8 +198,8 @@ void validate(LoadContext& ctx) {
     else if (m.topk_group > m.n_group)
       problem(fmt::format("model.topk_group {} exceeds model.n_group {}", m.topk_group, m.n_group));
     else if (m.num_experts_per_tok > m.topk_group * (m.n_routed_experts / m.n_group))
-      problem(fmt::format("model.num_experts_per_tok {} exceeds the experts in the {} selected groups ({})", m.num_experts_per_tok, m.topk_group,
-                          m.topk_group * (m.n_routed_experts / m.n_group)));
+      problem(fmt::format("model.num_experts_per_tok {} exceeds the experts in the {} selected groups ({})", m.num_experts_per_tok,
+                          m.topk_group, m.topk_group * (m.n_routed_experts / m.n_group)));
     if (m.qk_rope_head_dim % 2 != 0) problem(fmt::format("model.qk_rope_head_dim {} must be even", m.qk_rope_head_dim));
     if (m.topk_method == TopkMethod::kNoauxTc && m.scoring_func != ScoringFunc::kSigmoid)
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
@@ -212,22 +225,25 @@ void validate(LoadContext& ctx) {
       problem(fmt::format("{}: '{}' does not exist or is not a file", key, path));
   }
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
-    problem(fmt::format("data.weights has {} entries for {} data.paths; give one weight per path", r.data.weights.size(), r.data.paths.size()));
+    problem(
+        fmt::format("data.weights has {} entries for {} data.paths; give one weight per path", r.data.weights.size(), r.data.paths.size()));
   else if (!r.data.weights.empty() && *std::max_element(r.data.weights.begin(), r.data.weights.end()) <= 0)
     problem("data.weights: at least one weight must be positive");
   if (!r.data.shard_weights.empty() && static_cast<int64_t>(r.data.shard_weights.size()) != r.world_size())
-    problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(), r.world_size()));
+    problem(fmt::format("data.shard_weights has {} entries but the run has {} ranks; give one weight per rank", r.data.shard_weights.size(),
+                        r.world_size()));
   else if (!r.data.shard_weights.empty() && *std::max_element(r.data.shard_weights.begin(), r.data.shard_weights.end()) <= 0)
     problem("data.shard_weights: at least one weight must be positive");
   if (r.data.document_mask && r.data.eos_token < 0)
     problem("data.document_mask needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
-  if (r.data.eos_token >= m.vocab_size) problem(fmt::format("data.eos_token {} is not below model.vocab_size {}", r.data.eos_token, m.vocab_size));
-  if (r.data.auto_balance && !r.data.shard_weights.empty())
-    problem("data.shard_weights: give weights or auto, not both");
+  if (r.data.eos_token >= m.vocab_size)
+    problem(fmt::format("data.eos_token {} is not below model.vocab_size {}", r.data.eos_token, m.vocab_size));
+  if (r.data.auto_balance && !r.data.shard_weights.empty()) problem("data.shard_weights: give weights or auto, not both");
   const auto& s = r.schedule;
   if (s.warmup_steps > r.train.steps) {
     if (s.type == ScheduleType::kWarmupCosine)
-      problem(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps", s.warmup_steps, r.sources.at("schedule.warmup_steps"), r.train.steps));
+      problem(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps", s.warmup_steps,
+                          r.sources.at("schedule.warmup_steps"), r.train.steps));
     else if (s.type != ScheduleType::kConstant)
       warn(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps: the LR never reaches its peak", s.warmup_steps,
                        r.sources.at("schedule.warmup_steps"), r.train.steps));
@@ -237,12 +253,15 @@ void validate(LoadContext& ctx) {
       warn(fmt::format("train.accumulation: the stage ending at step {} reaches past the last step {}", stage.until_step, r.train.steps));
   const auto& z = r.zero;
   if (z.offload_optimizer != OffloadDevice::kNone && z.stage == 0)
-    problem(fmt::format("zero.offload_optimizer = {} needs ZeRO stage 1, 2 or 3 (the stage is 0, {})", name(z.offload_optimizer), r.sources.at("zero.stage")));
+    problem(fmt::format("zero.offload_optimizer = {} needs ZeRO stage 1, 2 or 3 (the stage is 0, {})", name(z.offload_optimizer),
+                        r.sources.at("zero.stage")));
   if (z.offload_param != OffloadDevice::kNone && z.stage != 3)
-    warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed", name(z.offload_param), z.stage));
+    warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed",
+                     name(z.offload_param), z.stage));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
-  if (r.precision.dtype != Dtype::kFp16 && (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
+  if (r.precision.dtype != Dtype::kFp16 &&
+      (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
     warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", name(r.precision.dtype)));
 }
 
@@ -253,12 +272,15 @@ void resolve_and_validate(LoadContext& ctx) {
   for (const auto& a : ctx.autos) {
     if (ctx.explicitly_set(a.target)) {
       ctx.recipe.sources[a.target] += fmt::format(" (filled into \"auto\" at {})", a.where.str());
-    } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" || a.target == "train.gradient_accumulation_steps") {
+    } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" ||
+               a.target == "train.gradient_accumulation_steps") {
       // The batch triple: "auto" means "not given"; DeepSpeed's inference fills it from the others.
     } else {
       const Field* f = find_field(a.target);
-      ctx.problem(a.where, fmt::format("{} is \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value in the ds_config",
-                                       a.ds_key, a.target, a.target, f ? value_text(*f, ctx.recipe) : "..."));
+      ctx.problem(
+          a.where,
+          fmt::format("{} is \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value in the ds_config",
+                      a.ds_key, a.target, a.target, f ? value_text(*f, ctx.recipe) : "..."));
     }
   }
   if (!ctx.problems.empty()) return;

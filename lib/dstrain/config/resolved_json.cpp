@@ -30,14 +30,14 @@ template <typename... Fs>
 Overloaded(Fs...) -> Overloaded<Fs...>;
 
 nlohmann::json field_json(const Field& f, Recipe& r) {
-  return std::visit(Overloaded{[](auto* p) { return nlohmann::json(*p); },
-                               [&](const EnumTarget& e) { return nlohmann::json(f.choices.at(e.get())); },
-                               [&](const EnumListTarget& e) {
-                                 nlohmann::json names = nlohmann::json::array();
-                                 for (size_t i : e.get()) names.push_back(f.choices.at(i));
-                                 return names;
-                               }},
-                    f.target(r));
+  return std::visit(
+      Overloaded{[](auto* p) { return nlohmann::json(*p); }, [&](const EnumTarget& e) { return nlohmann::json(f.choices.at(e.get())); },
+                 [&](const EnumListTarget& e) {
+                   nlohmann::json names = nlohmann::json::array();
+                   for (size_t i : e.get()) names.push_back(f.choices.at(i));
+                   return names;
+                 }},
+      f.target(r));
 }
 
 size_t choice_of(const Field& f, const std::string& name) {
@@ -101,7 +101,8 @@ Recipe read_resolved_config(const std::string& path) {
                 "this file is written by the launcher; start the run again with `dstrain train`");
   }
   if (!doc.is_object() || doc.value("format_version", 0) != kFormatVersion)
-    throw Error(ErrorCode::kConfig, fmt::format("{}: format_version {} is not {}", path, doc.is_object() ? doc.value("format_version", 0) : 0, kFormatVersion),
+    throw Error(ErrorCode::kConfig,
+                fmt::format("{}: format_version {} is not {}", path, doc.is_object() ? doc.value("format_version", 0) : 0, kFormatVersion),
                 "it was written by another dstrain version; use the same dstrain binary for launcher and workers");
   Recipe recipe;
   try {

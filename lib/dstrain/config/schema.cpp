@@ -221,8 +221,8 @@ std::vector<Field> launch_fields() {
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {top_fields, model_fields, data_fields, optimizer_fields, schedule_fields, train_fields, precision_fields, zero_fields,
-                         checkpoint_fields, logging_fields, launch_fields}) {
+    for (auto section : {top_fields, model_fields, data_fields, optimizer_fields, schedule_fields, train_fields, precision_fields,
+                         zero_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
     }
@@ -307,7 +307,9 @@ std::string value_text(const Field& field, Recipe& recipe) {
     }
     std::string operator()(std::vector<AccumulationStage>* v) const {
       std::vector<std::string> parts;
-      for (const auto& s : *v) parts.push_back(s.until_step ? fmt::format("{{until_step: {}, steps: {}}}", s.until_step, s.steps) : fmt::format("{{steps: {}}}", s.steps));
+      for (const auto& s : *v)
+        parts.push_back(s.until_step ? fmt::format("{{until_step: {}, steps: {}}}", s.until_step, s.steps)
+                                     : fmt::format("{{steps: {}}}", s.steps));
       return fmt::format("[{}]", fmt::join(parts, ", "));
     }
   };

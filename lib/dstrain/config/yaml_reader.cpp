@@ -19,7 +19,9 @@ Node convert(const YAML::Node& y, const std::string& file, int depth, std::vecto
   }
   switch (y.Type()) {
     case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null: n.kind = Node::Kind::kNull; break;
+    case YAML::NodeType::Null:
+      n.kind = Node::Kind::kNull;
+      break;
     case YAML::NodeType::Scalar: {
       n.text = y.Scalar();
       if (y.Tag() != "?") {  // quoted: a string, whatever it looks like
@@ -27,11 +29,16 @@ Node convert(const YAML::Node& y, const std::string& file, int depth, std::vecto
         break;
       }
       static const std::regex number(R"([-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?)");
-      if (n.text == "~" || n.text == "null" || n.text == "Null" || n.text == "NULL") n.kind = Node::Kind::kNull;
-      else if (n.text == "true" || n.text == "True" || n.text == "TRUE") n.kind = Node::Kind::kBool, n.text = "true";
-      else if (n.text == "false" || n.text == "False" || n.text == "FALSE") n.kind = Node::Kind::kBool, n.text = "false";
-      else if (std::regex_match(n.text, number)) n.kind = Node::Kind::kNumber;
-      else n.kind = Node::Kind::kString;
+      if (n.text == "~" || n.text == "null" || n.text == "Null" || n.text == "NULL")
+        n.kind = Node::Kind::kNull;
+      else if (n.text == "true" || n.text == "True" || n.text == "TRUE")
+        n.kind = Node::Kind::kBool, n.text = "true";
+      else if (n.text == "false" || n.text == "False" || n.text == "FALSE")
+        n.kind = Node::Kind::kBool, n.text = "false";
+      else if (std::regex_match(n.text, number))
+        n.kind = Node::Kind::kNumber;
+      else
+        n.kind = Node::Kind::kString;
       break;
     }
     case YAML::NodeType::Sequence:

@@ -8,16 +8,16 @@ namespace dstrain {
 
 // Each code maps to one documented process exit status (README, "Exit codes").
 enum class ErrorCode {
-  kUsage,        // bad flags or arguments
-  kConfig,       // recipe / ds_config / resolved config invalid
-  kData,         // dataset missing or malformed
-  kCheckpoint,   // checkpoint missing, incomplete or corrupt
-  kEnvironment,  // the machine or software stack is not fit to run
-  kComm,         // rendezvous or collective failed or timed out
-  kWorkerFailed, // the launcher saw a worker fail
-  kInterrupted,  // stopped by SIGINT / SIGTERM
-  kDiverged,     // training diverged (fp16 overflow at the minimum loss scale)
-  kInternal,     // a bug in dstrain
+  kUsage,         // bad flags or arguments
+  kConfig,        // recipe / ds_config / resolved config invalid
+  kData,          // dataset missing or malformed
+  kCheckpoint,    // checkpoint missing, incomplete or corrupt
+  kEnvironment,   // the machine or software stack is not fit to run
+  kComm,          // rendezvous or collective failed or timed out
+  kWorkerFailed,  // the launcher saw a worker fail
+  kInterrupted,   // stopped by SIGINT / SIGTERM
+  kDiverged,      // training diverged (fp16 overflow at the minimum loss scale)
+  kInternal,      // a bug in dstrain
 };
 
 class Error : public std::runtime_error {

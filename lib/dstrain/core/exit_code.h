@@ -15,7 +15,7 @@ constexpr int kEnvironment = 5;
 constexpr int kComm = 6;
 constexpr int kWorkerFailed = 7;
 constexpr int kDiverged = 8;
-constexpr int kStopped = 75;  // stopped at a step boundary with a checkpoint (EX_TEMPFAIL: retry later)
+constexpr int kStopped = 75;       // stopped at a step boundary with a checkpoint (EX_TEMPFAIL: retry later)
 constexpr int kInterrupted = 130;  // 128 + SIGINT, as shells report it
 }  // namespace exit_status
 

@@ -35,8 +35,7 @@ T number(const std::string& text, const std::string& entry, const char* form) {
     size_t used = 0;
     const double value = std::stod(text, &used);
     if (used == text.size()) return static_cast<T>(value);
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   malformed(entry, form);
 }
 

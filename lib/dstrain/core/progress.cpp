@@ -36,7 +36,8 @@ void enter(Phase phase) {
 }
 
 CollectiveWait::CollectiveWait(const char* op, uint64_t seq)
-    : previous_(static_cast<Phase>(g_phase.load(std::memory_order_relaxed))), previous_since_ns_(g_since_ns.load(std::memory_order_relaxed)) {
+    : previous_(static_cast<Phase>(g_phase.load(std::memory_order_relaxed))),
+      previous_since_ns_(g_since_ns.load(std::memory_order_relaxed)) {
   g_op.store(op, std::memory_order_relaxed);
   g_seq.store(seq, std::memory_order_relaxed);
   enter(Phase::kCollective);
@@ -63,7 +64,8 @@ Snapshot snapshot() {
 std::string encode(const Snapshot& s, uint64_t beat, const std::string& host, double unix_time) {
   std::ostringstream out;
   out << "v1 " << beat << ' ' << s.step << ' ' << static_cast<int>(s.phase) << ' ' << (s.op.empty() ? "-" : s.op) << ' ' << s.seq << ' '
-      << static_cast<int64_t>(s.phase_s * 1000) << ' ' << (host.empty() ? "-" : host) << ' ' << std::fixed << std::setprecision(3) << unix_time;
+      << static_cast<int64_t>(s.phase_s * 1000) << ' ' << (host.empty() ? "-" : host) << ' ' << std::fixed << std::setprecision(3)
+      << unix_time;
   return out.str();
 }
 
@@ -72,7 +74,8 @@ bool decode(const std::string& text, Beat& out) {
   std::string version, op;
   int phase = 0;
   int64_t phase_ms = 0;
-  if (!(in >> version >> out.beat >> out.where.step >> phase >> op >> out.where.seq >> phase_ms >> out.host >> out.unix_time) || version != "v1")
+  if (!(in >> version >> out.beat >> out.where.step >> phase >> op >> out.where.seq >> phase_ms >> out.host >> out.unix_time) ||
+      version != "v1")
     return false;
   if (phase < 0 || phase > static_cast<int>(Phase::kFinished)) return false;
   out.where.phase = static_cast<Phase>(phase);
@@ -83,7 +86,8 @@ bool decode(const std::string& text, Beat& out) {
 
 std::string describe(const Snapshot& s) {
   const std::string step = s.step > 0 ? " of step " + std::to_string(s.step) : "";
-  if (s.phase == Phase::kCollective) return s.op + " #" + std::to_string(s.seq) + (s.step > 0 ? " (step " + std::to_string(s.step) + ")" : "");
+  if (s.phase == Phase::kCollective)
+    return s.op + " #" + std::to_string(s.seq) + (s.step > 0 ? " (step " + std::to_string(s.step) + ")" : "");
   return std::string(phase_name(s.phase)) + step;
 }
 

@@ -30,9 +30,9 @@ class CollectiveWait {
 struct Snapshot {
   int64_t step = 0;
   Phase phase = Phase::kStarting;
-  std::string op;       // collective name when phase == kCollective
-  uint64_t seq = 0;     // its sequence number on this rank
-  double phase_s = 0;   // seconds in this phase so far
+  std::string op;      // collective name when phase == kCollective
+  uint64_t seq = 0;    // its sequence number on this rank
+  double phase_s = 0;  // seconds in this phase so far
 };
 Snapshot snapshot();
 

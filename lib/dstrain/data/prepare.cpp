@@ -19,8 +19,9 @@ namespace {
 bool wanted(const fs::path& p, const std::vector<std::string>& extensions) {
   if (extensions.empty()) return true;
   const std::string name = p.filename().string();
-  return std::any_of(extensions.begin(), extensions.end(),
-                     [&](const std::string& e) { return name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0; });
+  return std::any_of(extensions.begin(), extensions.end(), [&](const std::string& e) {
+    return name.size() >= e.size() && name.compare(name.size() - e.size(), e.size(), e) == 0;
+  });
 }
 
 void append(std::string& out, const void* v, size_t n) { out.append(static_cast<const char*>(v), n); }
@@ -90,10 +91,11 @@ PrepareSummary prepare_bytes_dataset(const PrepareOptions& o, const std::functio
   }
   summary.idx_crc32c = crc32c(idx.data(), idx.size());
   write_file_atomic(o.output_prefix + ".idx", idx);
-  write_file_atomic(o.output_prefix + ".json",
-                    fmt::format("{{\"format\": \"megatron\", \"tokenizer\": \"bytes+eos\", \"vocab_size\": {}, \"eos\": {}, \"documents\": {}, "
-                                "\"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"}}\n",
-                                kByteVocab, kByteEos, summary.documents, summary.tokens, summary.bin_crc32c, summary.idx_crc32c));
+  write_file_atomic(
+      o.output_prefix + ".json",
+      fmt::format("{{\"format\": \"megatron\", \"tokenizer\": \"bytes+eos\", \"vocab_size\": {}, \"eos\": {}, \"documents\": {}, "
+                  "\"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"}}\n",
+                  kByteVocab, kByteEos, summary.documents, summary.tokens, summary.bin_crc32c, summary.idx_crc32c));
   if (progress) progress(summary.documents, summary.tokens);
   return summary;
 }

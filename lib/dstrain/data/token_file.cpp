@@ -19,7 +19,8 @@ namespace dstrain::data {
 namespace {
 
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw Error(ErrorCode::kData, fmt::format("data file '{}': {}", path, what), "check data.path and data.format in the recipe; re-create the file if it is damaged");
+  throw Error(ErrorCode::kData, fmt::format("data file '{}': {}", path, what),
+              "check data.path and data.format in the recipe; re-create the file if it is damaged");
 }
 
 // A read-only mapping of a whole file.
@@ -57,14 +58,22 @@ T read_le(const uint8_t* p) {
 
 int64_t element(const uint8_t* base, int code, int64_t i) {
   switch (code) {
-    case 1: return base[i];
-    case 2: return static_cast<int8_t>(base[i]);
-    case 3: return read_le<int16_t>(base + 2 * i);
-    case 4: return read_le<int32_t>(base + 4 * i);
-    case 5: return read_le<int64_t>(base + 8 * i);
-    case 6: return static_cast<int64_t>(read_le<double>(base + 8 * i));
-    case 7: return static_cast<int64_t>(read_le<float>(base + 4 * i));
-    case 8: return read_le<uint16_t>(base + 2 * i);
+    case 1:
+      return base[i];
+    case 2:
+      return static_cast<int8_t>(base[i]);
+    case 3:
+      return read_le<int16_t>(base + 2 * i);
+    case 4:
+      return read_le<int32_t>(base + 4 * i);
+    case 5:
+      return read_le<int64_t>(base + 8 * i);
+    case 6:
+      return static_cast<int64_t>(read_le<double>(base + 8 * i));
+    case 7:
+      return static_cast<int64_t>(read_le<float>(base + 4 * i));
+    case 8:
+      return read_le<uint16_t>(base + 2 * i);
   }
   return 0;
 }
@@ -101,14 +110,20 @@ class LlmcFile final : public TokenFile {
   explicit LlmcFile(const std::string& path) : map_(path) {
     path_ = path;
     if (map_.size() < 1024) bad(path, fmt::format("{} bytes is shorter than the 1024-byte llm.c header", map_.size()));
-    const int32_t magic = read_le<int32_t>(map_.bytes()), version = read_le<int32_t>(map_.bytes() + 4), ntok = read_le<int32_t>(map_.bytes() + 8);
-    if (magic == 20240520 && version == 1) width_ = 2;
-    else if (magic == 20240801 && version == 7) width_ = 4;
-    else if (magic == 20240522) bad(path, "this is an llm.c eval file (magic 20240522), not a token file");
-    else bad(path, fmt::format("magic {} version {} is not an llm.c token file (20240520 v1 uint16, or 20240801 v7 uint32)", magic, version));
+    const int32_t magic = read_le<int32_t>(map_.bytes()), version = read_le<int32_t>(map_.bytes() + 4),
+                  ntok = read_le<int32_t>(map_.bytes() + 8);
+    if (magic == 20240520 && version == 1)
+      width_ = 2;
+    else if (magic == 20240801 && version == 7)
+      width_ = 4;
+    else if (magic == 20240522)
+      bad(path, "this is an llm.c eval file (magic 20240522), not a token file");
+    else
+      bad(path, fmt::format("magic {} version {} is not an llm.c token file (20240520 v1 uint16, or 20240801 v7 uint32)", magic, version));
     if (ntok <= 0) bad(path, fmt::format("the header says {} tokens", ntok));
     const size_t want = 1024 + static_cast<size_t>(ntok) * static_cast<size_t>(width_);
-    if (map_.size() != want) bad(path, fmt::format("is {} bytes but its header's {} tokens need {} (truncated or padded?)", map_.size(), ntok, want));
+    if (map_.size() != want)
+      bad(path, fmt::format("is {} bytes but its header's {} tokens need {} (truncated or padded?)", map_.size(), ntok, want));
     size_ = ntok;
   }
   int64_t at(int64_t i) const override {
@@ -176,8 +191,9 @@ class MegatronFile final : public TokenFile {
 };
 
 std::string strip(const std::string& path, const std::string& suffix) {
-  return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0 ? path.substr(0, path.size() - suffix.size())
-                                                                                                              : path;
+  return path.size() > suffix.size() && path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0
+             ? path.substr(0, path.size() - suffix.size())
+             : path;
 }
 
 void append_le(std::string& out, const void* v, size_t n) { out.append(static_cast<const char*>(v), n); }
@@ -189,18 +205,26 @@ std::unique_ptr<TokenFile> open_token_file(const std::string& path, config::Data
   if (format == config::DataFormat::kMegatron) {
     const std::string prefix = strip(strip(path, ".bin"), ".idx");
     for (const char* ext : {".idx", ".bin"})
-      if (!std::filesystem::is_regular_file(prefix + ext)) bad(prefix + ext, "does not exist (a Megatron dataset is PREFIX.idx + PREFIX.bin)");
+      if (!std::filesystem::is_regular_file(prefix + ext))
+        bad(prefix + ext, "does not exist (a Megatron dataset is PREFIX.idx + PREFIX.bin)");
     file = std::make_unique<MegatronFile>(prefix + ".idx", prefix + ".bin");
   } else {
     if (!std::filesystem::is_regular_file(path)) bad(path, "does not exist or is not a file");
-    if (format == config::DataFormat::kBytes) file = std::make_unique<BytesFile>(path);
-    else if (format == config::DataFormat::kLlmc) file = std::make_unique<LlmcFile>(path);
-    else if (format == config::DataFormat::kRawU16) file = std::make_unique<RawU16File>(path);
-    else throw Error(ErrorCode::kData, fmt::format("data format '{}' is not supported", config::name(format)), "use bytes, megatron, llmc or raw_u16");
+    if (format == config::DataFormat::kBytes)
+      file = std::make_unique<BytesFile>(path);
+    else if (format == config::DataFormat::kLlmc)
+      file = std::make_unique<LlmcFile>(path);
+    else if (format == config::DataFormat::kRawU16)
+      file = std::make_unique<RawU16File>(path);
+    else
+      throw Error(ErrorCode::kData, fmt::format("data format '{}' is not supported", config::name(format)),
+                  "use bytes, megatron, llmc or raw_u16");
   }
   if (file->size() < seq_len + 1)
-    throw Error(ErrorCode::kData, fmt::format("data file '{}' has {} tokens, fewer than one sample of seq_len + 1 = {}", file->path(), file->size(), seq_len + 1),
-                "use a larger file or a smaller data.seq_len");
+    throw Error(
+        ErrorCode::kData,
+        fmt::format("data file '{}' has {} tokens, fewer than one sample of seq_len + 1 = {}", file->path(), file->size(), seq_len + 1),
+        "use a larger file or a smaller data.seq_len");
   return file;
 }
 
@@ -234,14 +258,44 @@ void write_megatron(const std::string& prefix, const std::vector<std::vector<int
   for (const auto& d : documents)
     for (int64_t t : d) {
       switch (code) {
-        case 1: { const uint8_t v = static_cast<uint8_t>(t); append_le(bin, &v, 1); break; }
-        case 2: { const int8_t v = static_cast<int8_t>(t); append_le(bin, &v, 1); break; }
-        case 3: { const int16_t v = static_cast<int16_t>(t); append_le(bin, &v, 2); break; }
-        case 4: { const int32_t v = static_cast<int32_t>(t); append_le(bin, &v, 4); break; }
-        case 5: append_le(bin, &t, 8); break;
-        case 6: { const double v = static_cast<double>(t); append_le(bin, &v, 8); break; }
-        case 7: { const float v = static_cast<float>(t); append_le(bin, &v, 4); break; }
-        default: { const uint16_t v = static_cast<uint16_t>(t); append_le(bin, &v, 2); break; }
+        case 1: {
+          const uint8_t v = static_cast<uint8_t>(t);
+          append_le(bin, &v, 1);
+          break;
+        }
+        case 2: {
+          const int8_t v = static_cast<int8_t>(t);
+          append_le(bin, &v, 1);
+          break;
+        }
+        case 3: {
+          const int16_t v = static_cast<int16_t>(t);
+          append_le(bin, &v, 2);
+          break;
+        }
+        case 4: {
+          const int32_t v = static_cast<int32_t>(t);
+          append_le(bin, &v, 4);
+          break;
+        }
+        case 5:
+          append_le(bin, &t, 8);
+          break;
+        case 6: {
+          const double v = static_cast<double>(t);
+          append_le(bin, &v, 8);
+          break;
+        }
+        case 7: {
+          const float v = static_cast<float>(t);
+          append_le(bin, &v, 4);
+          break;
+        }
+        default: {
+          const uint16_t v = static_cast<uint16_t>(t);
+          append_le(bin, &v, 2);
+          break;
+        }
       }
     }
   write_file_atomic(prefix + ".bin", bin);

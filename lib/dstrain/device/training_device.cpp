@@ -118,11 +118,13 @@ void synchronize(const c10::Device& device) {
 }
 
 std::string out_of_memory_hint(const config::Recipe& r) {
-  const std::string batch = fmt::format("lower train.micro_batch_size (now {}; more gradient accumulation keeps the global batch) or data.seq_len (now {})",
-                                        r.train.micro_batch_size, r.data.seq_len);
+  const std::string batch =
+      fmt::format("lower train.micro_batch_size (now {}; more gradient accumulation keeps the global batch) or data.seq_len (now {})",
+                  r.train.micro_batch_size, r.data.seq_len);
   std::vector<std::string> state;
   if (r.zero.stage < 3) state.push_back(fmt::format("raise zero.stage (now {})", r.zero.stage));
-  if (r.zero.offload_optimizer != config::OffloadDevice::kCpu) state.push_back("set zero.offload_optimizer: cpu (master weights and Adam states in host memory)");
+  if (r.zero.offload_optimizer != config::OffloadDevice::kCpu)
+    state.push_back("set zero.offload_optimizer: cpu (master weights and Adam states in host memory)");
   std::string hint;
   if (config::activation_bytes_estimate(r) >= config::model_state_memory(r).device_bytes || state.empty()) {
     hint = batch + " first: activations are most of it";
@@ -138,12 +140,13 @@ std::string out_of_memory_message(const config::Recipe& r, const TrainingDevice&
   const double gib = 1073741824.0;
   const double activations = config::activation_bytes_estimate(r);
   const std::string size = d.device.is_cuda() ? fmt::format(" ({}, {:.1f} GiB)", d.name, d.memory_gib) : "";
-  return fmt::format("out of memory on {}{} in {}: {}. Per rank this run needs about {:.2f} GiB of model state {} (ZeRO stage {}, {}{}) "
-                     "plus ~{:.2f} GiB of activations for a micro-batch of {} x {} tokens",
-                     d.device.str(), size, where, detail, state.device_bytes / gib, d.device.is_cuda() ? "on the GPU" : "in memory", r.zero.stage,
-                     config::name(r.precision.dtype),
-                     state.host_bytes > 0 ? fmt::format(", {:.2f} GiB offloaded to host memory", state.host_bytes / gib) : "", activations / gib,
-                     r.train.micro_batch_size, r.data.seq_len);
+  return fmt::format(
+      "out of memory on {}{} in {}: {}. Per rank this run needs about {:.2f} GiB of model state {} (ZeRO stage {}, {}{}) "
+      "plus ~{:.2f} GiB of activations for a micro-batch of {} x {} tokens",
+      d.device.str(), size, where, detail, state.device_bytes / gib, d.device.is_cuda() ? "on the GPU" : "in memory", r.zero.stage,
+      config::name(r.precision.dtype),
+      state.host_bytes > 0 ? fmt::format(", {:.2f} GiB offloaded to host memory", state.host_bytes / gib) : "", activations / gib,
+      r.train.micro_batch_size, r.data.seq_len);
 }
 
 }  // namespace dstrain::device

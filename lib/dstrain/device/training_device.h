@@ -16,8 +16,8 @@ namespace dstrain::device {
 
 struct TrainingDevice {
   c10::Device device = c10::Device(c10::kCPU);
-  std::string name;          // "cpu", or the GPU's name ("NVIDIA H200")
-  double memory_gib = 0;     // a GPU's total memory (0 on CPU)
+  std::string name;       // "cpu", or the GPU's name ("NVIDIA H200")
+  double memory_gib = 0;  // a GPU's total memory (0 on CPU)
 };
 
 // Parses and checks "cpu" / "cuda:N"; on a GPU makes it this thread's current device.
@@ -48,7 +48,8 @@ void synchronize(const c10::Device& device);
 // The message for an out-of-memory failure on `device` in `where` ("forward of step 12"): the
 // per-rank estimate of model states and activations for this recipe, the device's size, and what
 // to change (micro batch, ZeRO stage, offload). `detail` is the allocator's own first line.
-std::string out_of_memory_message(const config::Recipe& recipe, const TrainingDevice& device, const std::string& where, const std::string& detail);
+std::string out_of_memory_message(const config::Recipe& recipe, const TrainingDevice& device, const std::string& where,
+                                  const std::string& detail);
 // What to change, the biggest share first (activations or model state).
 std::string out_of_memory_hint(const config::Recipe& recipe);
 

@@ -15,7 +15,8 @@ namespace {
 // "2.11.0: ranks 0–1, 3; 2.10.0: rank 2"
 std::string groups_text(const std::vector<ValueGroup>& groups) {
   std::string out;
-  for (const auto& g : groups) out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", g.value.empty() ? "(empty)" : g.value, format_ranks(g.ranks));
+  for (const auto& g : groups)
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", g.value.empty() ? "(empty)" : g.value, format_ranks(g.ranks));
   return out;
 }
 
@@ -64,8 +65,10 @@ Report compare(const std::vector<RankFacts>& input) {
     const bool only_present = row.rule == Rule::kNotSlow || row.rule == Rule::kLimit || row.rule == Rule::kMayDiffer;
     auto add_to_group = [&row](const std::string& value, int rank) {
       auto it = std::find_if(row.groups.begin(), row.groups.end(), [&](const ValueGroup& g) { return g.value == value; });
-      if (it == row.groups.end()) row.groups.push_back({value, {rank}});
-      else it->ranks.push_back(rank);
+      if (it == row.groups.end())
+        row.groups.push_back({value, {rank}});
+      else
+        it->ranks.push_back(rank);
     };
     for (const auto& r : ranks) {
       const auto it = by_rank.find(r.rank);
@@ -156,8 +159,8 @@ std::string spread_text(const Row& r) {
   const std::string& first = r.groups.front().value;
   const auto unit_at = first.find(' ');
   const std::string unit = unit_at == std::string::npos ? "" : first.substr(unit_at);
-  return fmt::format("median {:g}{}, min {:g} (rank {}), max {:g} (rank {}) over {} ranks", all[all.size() / 2], unit, lo, lo_rank, hi, hi_rank,
-                     all.size());
+  return fmt::format("median {:g}{}, min {:g} (rank {}), max {:g} (rank {}) over {} ranks", all[all.size() / 2], unit, lo, lo_rank, hi,
+                     hi_rank, all.size());
 }
 
 }  // namespace
@@ -165,8 +168,8 @@ std::string spread_text(const Row& r) {
 std::string render_text(const Report& report) {
   std::string hosts;
   for (size_t i = 0; i < report.hosts.size(); ++i) hosts += (i ? ", " : "") + report.hosts[i];
-  std::string out = fmt::format("check-env: {} rank{} on {} node{} ({})\n", report.world_size, report.world_size == 1 ? "" : "s", report.nodes,
-                                report.nodes == 1 ? "" : "s", hosts);
+  std::string out = fmt::format("check-env: {} rank{} on {} node{} ({})\n", report.world_size, report.world_size == 1 ? "" : "s",
+                                report.nodes, report.nodes == 1 ? "" : "s", hosts);
   size_t width = 0;
   for (const auto& r : report.rows) width = std::max(width, r.name.size());
   for (const auto& r : report.rows) {

@@ -64,8 +64,9 @@ std::string limit_text(int resource) {
 
 bool is_contract_variable(const std::string& name) {
   // Set per worker by the launcher (or by torchrun/mpirun): they differ by design.
-  static const char* kPerWorker[] = {"DSTRAIN_RUN_ID", "DSTRAIN_RUN_DIR", "DSTRAIN_RESTART_COUNT", "DSTRAIN_THREADS", "DSTRAIN_RESUME",
-                                     "DSTRAIN_RESUME_FROM", "DSTRAIN_DEVICE", "DSTRAIN_HOST_STORE", "DSTRAIN_ENV_CHECK", "DSTRAIN_PROGRESS", "OMP_NUM_THREADS"};
+  static const char* kPerWorker[] = {"DSTRAIN_RUN_ID",    "DSTRAIN_RUN_DIR",     "DSTRAIN_RESTART_COUNT", "DSTRAIN_THREADS",
+                                     "DSTRAIN_RESUME",    "DSTRAIN_RESUME_FROM", "DSTRAIN_DEVICE",        "DSTRAIN_HOST_STORE",
+                                     "DSTRAIN_ENV_CHECK", "DSTRAIN_PROGRESS",    "OMP_NUM_THREADS"};
   return std::find(std::begin(kPerWorker), std::end(kPerWorker), name) != std::end(kPerWorker) || name.rfind("DSTRAIN_TEST_", 0) == 0;
 }
 
@@ -79,11 +80,16 @@ std::string sanitize(std::string s) {
 
 const char* rule_name(Rule rule) {
   switch (rule) {
-    case Rule::kSame: return "same";
-    case Rule::kSameInNode: return "same-in-node";
-    case Rule::kMayDiffer: return "may-differ";
-    case Rule::kLimit: return "limit";
-    case Rule::kNotSlow: return "not-slow";
+    case Rule::kSame:
+      return "same";
+    case Rule::kSameInNode:
+      return "same-in-node";
+    case Rule::kMayDiffer:
+      return "may-differ";
+    case Rule::kLimit:
+      return "limit";
+    case Rule::kNotSlow:
+      return "not-slow";
   }
   return "same";
 }
@@ -95,7 +101,8 @@ std::vector<std::pair<std::string, std::string>> relevant_environment() {
     const auto eq = kv.find('=');
     if (eq == std::string::npos) continue;
     const std::string name = kv.substr(0, eq);
-    const bool relevant = name.rfind("NCCL_", 0) == 0 || name.rfind("CUDA_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("DSTRAIN_", 0) == 0;
+    const bool relevant =
+        name.rfind("NCCL_", 0) == 0 || name.rfind("CUDA_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("DSTRAIN_", 0) == 0;
     if (relevant && !is_contract_variable(name)) out.emplace_back(name, kv.substr(eq + 1));
   }
   std::sort(out.begin(), out.end());
@@ -104,7 +111,9 @@ std::vector<std::pair<std::string, std::string>> relevant_environment() {
 
 Facts collect_local_facts(const FactOptions& o) {
   Facts f;
-  auto add = [&f](std::string name, std::string value, Rule rule) { f.push_back({std::move(name), sanitize(std::move(value)), rule, true, ""}); };
+  auto add = [&f](std::string name, std::string value, Rule rule) {
+    f.push_back({std::move(name), sanitize(std::move(value)), rule, true, ""});
+  };
   utsname u{};
   ::uname(&u);
   const auto& b = build_info();
@@ -150,8 +159,10 @@ Facts collect_local_facts(const FactOptions& o) {
   // Config and data: byte for byte alike.
   for (const auto& [name, path] : o.files) {
     const FileSum s = file_checksum(path);
-    if (s.exists) add(name, fmt::format("size {}, crc32c {:08x}", s.size, s.crc32c), Rule::kSame);
-    else f.push_back({name, sanitize("missing: " + path), Rule::kSame, false, "not found on this rank's node: copy it there or fix the path"});
+    if (s.exists)
+      add(name, fmt::format("size {}, crc32c {:08x}", s.size, s.crc32c), Rule::kSame);
+    else
+      f.push_back({name, sanitize("missing: " + path), Rule::kSame, false, "not found on this rank's node: copy it there or fix the path"});
   }
   // The checkpoint directory: writable, with room for the next checkpoint.
   if (!o.ckpt_dir.empty()) {
@@ -163,9 +174,11 @@ Facts collect_local_facts(const FactOptions& o) {
     if (!writable) w.why = fmt::format("{} is not writable", dir.empty() ? o.ckpt_dir : dir.string());
     f.push_back(w);
     struct statvfs vfs {};
-    const double free_bytes = ::statvfs(dir.c_str(), &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) : 0.0;
+    const double free_bytes =
+        ::statvfs(dir.c_str(), &vfs) == 0 ? static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize) : 0.0;
     Fact room{"checkpoint dir free", gib(free_bytes), Rule::kLimit, free_bytes >= o.ckpt_bytes, ""};
-    if (!room.ok) room.why = fmt::format("{} free, one checkpoint needs {}: free space or set checkpoint.dir", gib(free_bytes), gib(o.ckpt_bytes));
+    if (!room.ok)
+      room.why = fmt::format("{} free, one checkpoint needs {}: free space or set checkpoint.dir", gib(free_bytes), gib(o.ckpt_bytes));
     f.push_back(room);
   }
   return f;

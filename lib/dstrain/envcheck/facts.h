@@ -30,8 +30,8 @@ struct FactOptions {
   // (fact name, path) of files all ranks must hold alike: the resolved config, the recipe, the
   // ds_config, the dataset files. Each gives "size N, crc32c X" (checksums cached by file identity).
   std::vector<std::pair<std::string, std::string>> files;
-  std::string ckpt_dir;        // checked for writability and free space ("": not checked)
-  double ckpt_bytes = 0;       // one checkpoint's expected size: the free space must hold it
+  std::string ckpt_dir;                                    // checked for writability and free space ("": not checked)
+  double ckpt_bytes = 0;                                   // one checkpoint's expected size: the free space must hold it
   std::vector<std::pair<std::string, std::string>> extra;  // facts the caller knows (LibTorch build)
 };
 

@@ -36,7 +36,8 @@ std::string identity(const struct stat& st, const std::string& path) {
 
 uint32_t compute(const std::string& path, uint64_t size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw Error(ErrorCode::kData, fmt::format("cannot read '{}': {}", path, std::strerror(errno)), "check the file's permissions");
+  if (fd < 0)
+    throw Error(ErrorCode::kData, fmt::format("cannot read '{}': {}", path, std::strerror(errno)), "check the file's permissions");
   uint32_t crc = 0;
   std::vector<char> buf(8 << 20);
   for (uint64_t done = 0; done < size;) {

@@ -104,9 +104,11 @@ std::vector<Fact> allreduce_facts(comm::Communicator& comm) {
   const int world = comm.world_size();
   at::Tensor t = at::arange(n, at::kFloat).remainder(1000).add_(static_cast<float>(comm.rank() + 1));
   comm.all_reduce(t)->wait();
-  const at::Tensor want = at::arange(n, at::kFloat).remainder(1000).mul_(static_cast<float>(world)).add_(static_cast<float>(world * (world + 1) / 2));
+  const at::Tensor want =
+      at::arange(n, at::kFloat).remainder(1000).mul_(static_cast<float>(world)).add_(static_cast<float>(world * (world + 1) / 2));
   const bool right = at::equal(t, want);
-  Fact check{"all-reduce result", right ? "correct" : "wrong", Rule::kLimit, right, right ? "" : "the sum differs from the expected one on this rank"};
+  Fact check{"all-reduce result", right ? "correct" : "wrong", Rule::kLimit, right,
+             right ? "" : "the sum differs from the expected one on this rank"};
   comm.all_reduce(t)->wait();  // warm-up
   const int iters = 3;
   const auto t0 = std::chrono::steady_clock::now();
@@ -114,7 +116,8 @@ std::vector<Fact> allreduce_facts(comm::Communicator& comm) {
   const double s = seconds_since(t0) / iters;
   const double busbw = world > 1 ? 2.0 * (world - 1) / world * static_cast<double>(n * 4) / s / 1e9 : 0.0;
   std::vector<Fact> out{check};
-  if (comm.rank() == 0) out.push_back({"all-reduce bus bandwidth", fmt::format("{:.2f} GB/s (16 MiB, {} ranks)", busbw, world), Rule::kMayDiffer, true, ""});
+  if (comm.rank() == 0)
+    out.push_back({"all-reduce bus bandwidth", fmt::format("{:.2f} GB/s (16 MiB, {} ranks)", busbw, world), Rule::kMayDiffer, true, ""});
   return out;
 }
 
@@ -143,8 +146,10 @@ std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_n
         const int peer_rank = peer * per_node;
         const auto t0 = std::chrono::steady_clock::now();
         for (int rep = 0; rep < 2; ++rep) {  // both directions, lower node sends first
-          if ((my_node < peer) == (rep == 0)) comm.send(buf, peer_rank)->wait();
-          else comm.recv(in, peer_rank)->wait();
+          if ((my_node < peer) == (rep == 0))
+            comm.send(buf, peer_rank)->wait();
+          else
+            comm.recv(in, peer_rank)->wait();
         }
         const double gbps = 2.0 * static_cast<double>(buf.numel() * 4) / seconds_since(t0) / 1e9;
         if (gbps < slowest) slowest = gbps, slowest_peer = peer;
@@ -153,7 +158,8 @@ std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_n
     comm.barrier()->wait();
   }
   if (!leader || slowest_peer < 0) return {};
-  return {{"inter-node link (slowest from this node)", fmt::format("{:.2f} GB/s to node {}", slowest, slowest_peer), Rule::kNotSlow, true, ""}};
+  return {
+      {"inter-node link (slowest from this node)", fmt::format("{:.2f} GB/s to node {}", slowest, slowest_peer), Rule::kNotSlow, true, ""}};
 }
 
 // Matrix multiply throughput on this rank's device: a bf16 4096^2 GEMM on a GPU (what training
@@ -216,8 +222,10 @@ Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* rec
     per_node_max = std::max(per_node_max, c);
   }
   const bool first_of_node = local_index == 0;
-  if (task.allreduce) for (auto& f : allreduce_facts(comm)) facts.push_back(std::move(f));
-  if (task.pairwise) for (auto& f : pairwise_facts(comm, nnodes, world / std::max(nnodes, 1))) facts.push_back(std::move(f));
+  if (task.allreduce)
+    for (auto& f : allreduce_facts(comm)) facts.push_back(std::move(f));
+  if (task.pairwise)
+    for (auto& f : pairwise_facts(comm, nnodes, world / std::max(nnodes, 1))) facts.push_back(std::move(f));
   // GEMM: the ranks of a node take turns (the nodes in parallel), so each measures its own
   // device and threads rather than its neighbours' contention.
   if (task.gemm)
@@ -237,7 +245,8 @@ Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* rec
   Report report;
   if (rank != 0) return report;
   std::vector<RankFacts> ranks;
-  for (int r = 0; r < world; ++r) ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
+  for (int r = 0; r < world; ++r)
+    ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
   return compare(ranks);
 }
 
@@ -258,7 +267,9 @@ void preflight_env_check(comm::Communicator& comm, int node, const config::Recip
   // Rank 0's verdict for everyone.
   const std::string verdict = comm.all_gather_bytes(comm.rank() == 0 ? fmt::format("{}", fmt::join(report.mismatches(), ", ")) : "").at(0);
   if (verdict.empty()) {
-    if (comm.rank() == 0) log::info(fmt::format("environment check: {} facts agree on all {} ranks ({:.2f} s)", report.rows.size(), comm.world_size(), seconds_since(t0)));
+    if (comm.rank() == 0)
+      log::info(fmt::format("environment check: {} facts agree on all {} ranks ({:.2f} s)", report.rows.size(), comm.world_size(),
+                            seconds_since(t0)));
     return;
   }
   if (comm.rank() == 0) log::error("environment check failed:\n" + render_text(report));

@@ -29,9 +29,12 @@ constexpr uint64_t kMaxHeader = 100000000;  // the reference reader's MAX_HEADER
 std::string json_escape(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
-    if (c == '"' || c == '\\') out += '\\', out += static_cast<char>(c);
-    else if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-    else out += static_cast<char>(c);
+    if (c == '"' || c == '\\')
+      out += '\\', out += static_cast<char>(c);
+    else if (c < 0x20)
+      out += fmt::format("\\u{:04x}", c);
+    else
+      out += static_cast<char>(c);
   }
   return out;
 }
@@ -42,9 +45,9 @@ bool mul_overflows(uint64_t a, uint64_t b, uint64_t& out) { return __builtin_mul
 
 int dtype_bits(const std::string& d) {
   static const std::map<std::string, int> bits = {
-      {"F4", 4},    {"F6_E2M3", 6}, {"F6_E3M2", 6}, {"BOOL", 8},   {"U8", 8},       {"I8", 8},          {"F8_E5M2", 8},     {"F8_E4M3", 8},
-      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16}, {"BF16", 16}, {"I32", 32},
-      {"U32", 32},  {"F32", 32},    {"C64", 64},    {"F64", 64},   {"I64", 64},     {"U64", 64}};
+      {"F4", 4},      {"F6_E2M3", 6},     {"F6_E3M2", 6},     {"BOOL", 8}, {"U8", 8},   {"I8", 8},   {"F8_E5M2", 8}, {"F8_E4M3", 8},
+      {"F8_E8M0", 8}, {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16}, {"U16", 16}, {"F16", 16}, {"BF16", 16},   {"I32", 32},
+      {"U32", 32},    {"F32", 32},        {"C64", 64},        {"F64", 64}, {"I64", 64}, {"U64", 64}};
   const auto it = bits.find(d);
   return it == bits.end() ? 0 : it->second;
 }
@@ -116,13 +119,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       info.begin = t["data_offsets"][0].get<uint64_t>();
       info.end = t["data_offsets"][1].get<uint64_t>();
       uint64_t total_bits = 0;
-      if (mul_overflows(numel, static_cast<uint64_t>(bits), total_bits)) bad(path, fmt::format("tensor '{}': the size overflows", info.name));
+      if (mul_overflows(numel, static_cast<uint64_t>(bits), total_bits))
+        bad(path, fmt::format("tensor '{}': the size overflows", info.name));
       if (total_bits % 8 != 0) bad(path, fmt::format("tensor '{}' is not a whole number of bytes", info.name));
       if (info.end < info.begin || info.end - info.begin != total_bits / 8)
-        bad(path, fmt::format("tensor '{}' has offsets [{}, {}] but its shape and dtype need {} bytes", info.name, info.begin, info.end, total_bits / 8));
+        bad(path, fmt::format("tensor '{}' has offsets [{}, {}] but its shape and dtype need {} bytes", info.name, info.begin, info.end,
+                              total_bits / 8));
       tensors_.push_back(info);
     }
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+    std::sort(tensors_.begin(), tensors_.end(),
+              [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
     uint64_t expected = 0;
     for (auto& t : tensors_) {
       if (t.begin != expected)
@@ -159,7 +165,8 @@ void write_safetensors(const std::string& path, std::vector<TensorToWrite> tenso
     uint64_t numel = 1;
     for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
     if (numel * static_cast<uint64_t>(bits) / 8 != t.nbytes)
-      throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: '{}' has {} bytes, its shape needs {}", t.name, t.nbytes, numel * bits / 8), "");
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("safetensors writer: '{}' has {} bytes, its shape needs {}", t.name, t.nbytes, numel * bits / 8), "");
     if (!names.insert(t.name).second || t.name == "__metadata__")
       throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: duplicate or reserved tensor name '{}'", t.name), "");
   }
@@ -171,7 +178,8 @@ void write_safetensors(const std::string& path, std::vector<TensorToWrite> tenso
   if (!metadata.empty()) {
     header += "\"__metadata__\":{";
     bool first = true;
-    for (const auto& [k, v] : metadata) header += fmt::format("{}\"{}\":\"{}\"", first ? "" : ",", json_escape(k), json_escape(v)), first = false;
+    for (const auto& [k, v] : metadata)
+      header += fmt::format("{}\"{}\":\"{}\"", first ? "" : ",", json_escape(k), json_escape(v)), first = false;
     header += "}";
   }
   uint64_t offset = 0;
@@ -179,7 +187,8 @@ void write_safetensors(const std::string& path, std::vector<TensorToWrite> tenso
     if (header.size() > 1) header += ",";
     std::string shape;
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
-    header += fmt::format("\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", json_escape(t.name), t.dtype, shape, offset, offset + t.nbytes);
+    header += fmt::format("\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", json_escape(t.name), t.dtype, shape,
+                          offset, offset + t.nbytes);
     offset += t.nbytes;
   }
   header += "}";

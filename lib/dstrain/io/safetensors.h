@@ -19,7 +19,7 @@ struct TensorInfo {
   std::string name;
   std::string dtype;
   std::vector<int64_t> shape;
-  uint64_t begin = 0, end = 0;  // byte offsets into the data buffer
+  uint64_t begin = 0, end = 0;    // byte offsets into the data buffer
   const uint8_t* data = nullptr;  // mapped bytes (reader only)
   uint64_t nbytes() const { return end - begin; }
 };
@@ -56,6 +56,7 @@ struct TensorToWrite {
 
 // Writes atomically, as the reference writer does: tensors ordered by dtype size descending, then
 // name; the header padded with spaces to a multiple of 8. Throws Error on inconsistent input.
-void write_safetensors(const std::string& path, std::vector<TensorToWrite> tensors, const std::map<std::string, std::string>& metadata = {});
+void write_safetensors(const std::string& path, std::vector<TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace dstrain::io

@@ -25,8 +25,16 @@ int64_t last_logged_step(const std::string& metrics_path) {
 
 void append_failure(const std::string& path, const FailureRecord& r) {
   const auto& f = r.failure;
-  nlohmann::json j{{"time", f.unix_time}, {"generation", r.generation}, {"kind", launch::failure_kind_name(f.kind)}, {"node", f.node}, {"rank", f.rank}, {"host", f.host}, {"pid", f.pid},
-                   {"what", f.description}, {"step_reached", r.step_reached}, {"log_tail", f.tail}};
+  nlohmann::json j{{"time", f.unix_time},
+                   {"generation", r.generation},
+                   {"kind", launch::failure_kind_name(f.kind)},
+                   {"node", f.node},
+                   {"rank", f.rank},
+                   {"host", f.host},
+                   {"pid", f.pid},
+                   {"what", f.description},
+                   {"step_reached", r.step_reached},
+                   {"log_tail", f.tail}};
   if (f.exit_code >= 0) j["exit_code"] = f.exit_code;
   if (f.signal) j["signal"] = f.signal;
   std::ofstream out(path, std::ios::app);
@@ -35,14 +43,16 @@ void append_failure(const std::string& path, const FailureRecord& r) {
 
 std::string describe_failure(const launch::WorkerFailure& f) {
   const std::string node = f.node > 0 ? fmt::format(" (node {})", f.node) : "";
-  if (f.kind == launch::FailureKind::kExit || f.kind == launch::FailureKind::kSignal) return fmt::format("rank {} on {}{} {}", f.rank, f.host, node, f.description);
+  if (f.kind == launch::FailureKind::kExit || f.kind == launch::FailureKind::kSignal)
+    return fmt::format("rank {} on {}{} {}", f.rank, f.host, node, f.description);
   return f.node > 0 ? fmt::format("on node {}: {}", f.node, f.description) : f.description;
 }
 
 std::string root_cause_report(const std::vector<FailureRecord>& records) {
   if (records.empty()) return "";
-  const auto first = std::min_element(records.begin(), records.end(),
-                                      [](const FailureRecord& a, const FailureRecord& b) { return a.failure.unix_time < b.failure.unix_time; });
+  const auto first = std::min_element(records.begin(), records.end(), [](const FailureRecord& a, const FailureRecord& b) {
+    return a.failure.unix_time < b.failure.unix_time;
+  });
   const auto& f = first->failure;
   const std::string what = describe_failure(f);
   return fmt::format("{} failure{} in this run (run_dir/failures.jsonl); the first: {} at step {} (restart generation {})", records.size(),
@@ -56,7 +66,8 @@ bool restartable(const launch::WorkerFailure& f) {
   if (f.kind == launch::FailureKind::kHang) return true;
   if (f.signal) return true;
   const int code = f.exit_code;
-  return !(code == exit_status::kUsage || code == exit_status::kData || code == exit_status::kEnvironment || code == exit_status::kDiverged);
+  return !(code == exit_status::kUsage || code == exit_status::kData || code == exit_status::kEnvironment ||
+           code == exit_status::kDiverged);
 }
 
 }  // namespace dstrain::launch

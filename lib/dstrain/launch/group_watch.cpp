@@ -19,7 +19,14 @@ namespace dstrain::launch {
 std::string encode_failure(const launch::WorkerFailure& f) {
   std::ostringstream out;
   out.precision(17);
-  out << launch::failure_kind_name(f.kind) << '\n' << f.rank << '\n' << f.pid << '\n' << f.host << '\n' << f.exit_code << '\n' << f.signal << '\n' << f.unix_time << '\n' << f.description;
+  out << launch::failure_kind_name(f.kind) << '\n'
+      << f.rank << '\n'
+      << f.pid << '\n'
+      << f.host << '\n'
+      << f.exit_code << '\n'
+      << f.signal << '\n'
+      << f.unix_time << '\n'
+      << f.description;
   for (const auto& line : f.tail) out << '\n' << line;
   return out.str();
 }
@@ -60,23 +67,23 @@ std::optional<NodeBeat> decode_node_beat(const std::string& text) {
   return b;
 }
 
-std::string encode_decision(const Decision& d) { return fmt::format("{} {}\n{}", d.restart ? "restart" : "final", d.resume ? "resume" : "fresh", d.reason); }
+std::string encode_decision(const Decision& d) {
+  return fmt::format("{} {}\n{}", d.restart ? "restart" : "final", d.resume ? "resume" : "fresh", d.reason);
+}
 
 std::optional<Decision> decode_decision(const std::string& text) {
   const auto newline = text.find('\n');
   std::istringstream head(text.substr(0, newline));
   std::string what, from;
-  if (newline == std::string::npos || !(head >> what >> from) || (what != "restart" && what != "final") || (from != "resume" && from != "fresh"))
+  if (newline == std::string::npos || !(head >> what >> from) || (what != "restart" && what != "final") ||
+      (from != "resume" && from != "fresh"))
     return std::nullopt;
   return Decision{what == "restart", from == "resume", text.substr(newline + 1)};
 }
 
 GroupWatch::GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptions options)
-    : store_(std::move(store)),
-      o_(std::move(options)),
-      hangs_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
-      nodes_(static_cast<size_t>(o_.nnodes)),
-      taken_(static_cast<size_t>(o_.nnodes), false) {
+    : store_(std::move(store)), o_(std::move(options)), hangs_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
+      nodes_(static_cast<size_t>(o_.nnodes)), taken_(static_cast<size_t>(o_.nnodes), false) {
   host_ = host_name();
   last_contact_s_ = now();
   beat(NodeState::kRunning);
@@ -106,8 +113,9 @@ std::optional<launch::WorkerFailure> GroupWatch::poll() {
   if (o_.node_rank > 0) {
     if (t - last_contact_s_ > o_.heartbeat_timeout_s) {
       f.kind = launch::FailureKind::kNodeLost;
-      f.description = fmt::format("lost node 0: its launcher's store at {} has not answered for {:.0f} s (launch.heartbeat_timeout_s = {:g})", o_.master,
-                                  t - last_contact_s_, o_.heartbeat_timeout_s);
+      f.description =
+          fmt::format("lost node 0: its launcher's store at {} has not answered for {:.0f} s (launch.heartbeat_timeout_s = {:g})",
+                      o_.master, t - last_contact_s_, o_.heartbeat_timeout_s);
       return f;
     }
     try {
@@ -117,8 +125,7 @@ std::optional<launch::WorkerFailure> GroupWatch::poll() {
         f.description = "node 0 stopped the group: " + reason.substr(0, reason.find('\n'));
         return f;
       }
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
     return std::nullopt;
   }
   // Node 0: the other nodes' reports and liveness, then the workers' heartbeats. Its store is
@@ -138,8 +145,9 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
     if (n.seen && t - n.last_change_s > o_.heartbeat_timeout_s) {
       f.kind = launch::FailureKind::kNodeLost;
       f.host = n.beat.host;
-      f.description = fmt::format("lost node {} ({}): its launcher has not been heard from for {:.0f} s (launch.heartbeat_timeout_s = {:g}); {}", k, f.host,
-                                  t - n.last_change_s, o_.heartbeat_timeout_s, hangs_.positions(t));
+      f.description =
+          fmt::format("lost node {} ({}): its launcher has not been heard from for {:.0f} s (launch.heartbeat_timeout_s = {:g}); {}", k,
+                      f.host, t - n.last_change_s, o_.heartbeat_timeout_s, hangs_.positions(t));
       return f;
     }
   }
@@ -156,7 +164,8 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
 const GroupWatch::Node& GroupWatch::refresh_node(int k, double t) {
   Node& n = nodes_[static_cast<size_t>(k)];
   const std::optional<std::string> value = store_->try_get(key("node/" + std::to_string(k)));
-  if (value && *value != n.last) n.last = *value, n.beat = decode_node_beat(*value).value_or(NodeBeat{}), n.last_change_s = t, n.seen = true;
+  if (value && *value != n.last)
+    n.last = *value, n.beat = decode_node_beat(*value).value_or(NodeBeat{}), n.last_change_s = t, n.seen = true;
   return n;
 }
 
@@ -180,8 +189,7 @@ std::vector<int> GroupWatch::lost_nodes() {
   try {
     for (int k = 1; k < o_.nnodes; ++k)
       if (node_silent(k, now())) lost.push_back(k);
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return lost;
 }
 

@@ -27,14 +27,16 @@ HangWatch::Verdict HangWatch::check(double now_s) const {
   // 1. Frozen or vanished processes: their heartbeat thread stopped too.
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
-    if (r.seen && r.beat.where.phase != progress::Phase::kFinished && stale_for(r, now_s) > heartbeat_timeout_s_) v.stuck.push_back(static_cast<int>(i));
+    if (r.seen && r.beat.where.phase != progress::Phase::kFinished && stale_for(r, now_s) > heartbeat_timeout_s_)
+      v.stuck.push_back(static_cast<int>(i));
   }
   if (!v.stuck.empty()) {
     const Rank& first = ranks_[static_cast<size_t>(v.stuck[0])];
     v.hung = true;
     v.host = first.beat.host;
     v.report = fmt::format("{} ({}) stopped responding: no heartbeat for {:.0f} s (launch.heartbeat_timeout_s = {:g}), last heard in {}",
-                           format_ranks(v.stuck), first.beat.host, stale_for(first, now_s), heartbeat_timeout_s_, progress::describe(first.beat.where));
+                           format_ranks(v.stuck), first.beat.host, stale_for(first, now_s), heartbeat_timeout_s_,
+                           progress::describe(first.beat.where));
   } else {
     // 2. A collective past its timeout: blame the ranks that are not in it.
     int longest = -1;
@@ -48,17 +50,20 @@ HangWatch::Verdict HangWatch::check(double now_s) const {
     const progress::Snapshot& op = ranks_[static_cast<size_t>(longest)].beat.where;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const progress::Snapshot& w = ranks_[i].beat.where;
-      if (!ranks_[i].seen || w.phase != progress::Phase::kCollective || w.op != op.op || w.seq != op.seq) v.stuck.push_back(static_cast<int>(i));
+      if (!ranks_[i].seen || w.phase != progress::Phase::kCollective || w.op != op.op || w.seq != op.seq)
+        v.stuck.push_back(static_cast<int>(i));
     }
     v.hung = true;
     if (v.stuck.empty()) {
-      v.report = fmt::format("every rank has waited in {} for {:.0f} s (launch.collective_timeout_s = {:g}): the network or the collective library is stuck",
-                             progress::describe(op), in_phase_for(ranks_[static_cast<size_t>(longest)], now_s), collective_timeout_s_);
+      v.report = fmt::format(
+          "every rank has waited in {} for {:.0f} s (launch.collective_timeout_s = {:g}): the network or the collective library is stuck",
+          progress::describe(op), in_phase_for(ranks_[static_cast<size_t>(longest)], now_s), collective_timeout_s_);
     } else {
       const Rank& first = ranks_[static_cast<size_t>(v.stuck[0])];
       v.host = first.beat.host;
-      v.report = fmt::format("{} ({}) stuck in {} for {:.0f} s while others wait in {} (launch.collective_timeout_s = {:g})", format_ranks(v.stuck),
-                             first.seen ? first.beat.host : "?", first.seen ? progress::describe(first.beat.where) : "(no heartbeat yet)",
+      v.report = fmt::format("{} ({}) stuck in {} for {:.0f} s while others wait in {} (launch.collective_timeout_s = {:g})",
+                             format_ranks(v.stuck), first.seen ? first.beat.host : "?",
+                             first.seen ? progress::describe(first.beat.where) : "(no heartbeat yet)",
                              first.seen ? in_phase_for(first, now_s) : 0.0, progress::describe(op), collective_timeout_s_);
     }
   }
@@ -74,7 +79,8 @@ std::string HangWatch::positions(double now_s) const {
   for (size_t i = 0; i < ranks_.size(); ++i) {
     const Rank& r = ranks_[i];
     std::string where = r.seen ? progress::describe(r.beat.where) : "no heartbeat yet";
-    if (r.seen && stale_for(r, now_s) > heartbeat_timeout_s_ && r.beat.where.phase != progress::Phase::kFinished) where += " (heartbeat stale)";
+    if (r.seen && stale_for(r, now_s) > heartbeat_timeout_s_ && r.beat.where.phase != progress::Phase::kFinished)
+      where += " (heartbeat stale)";
     if (!groups.count(where)) order.push_back(where);
     groups[where].push_back(static_cast<int>(i));
     if (r.seen) longest[where] = std::max(longest[where], in_phase_for(r, now_s));

@@ -42,13 +42,15 @@ std::string await_generation(const launch::Topology& topo, int generation, std::
   for (;;) {
     try {
       const auto info = comm::fetch_from_node_zero(topo.master_addr, topo.master_port, "config", std::chrono::seconds(5));
-      if (info.run_key.size() > suffix.size() && info.run_key.compare(info.run_key.size() - suffix.size(), suffix.size(), suffix) == 0) return info.run_key;
+      if (info.run_key.size() > suffix.size() && info.run_key.compare(info.run_key.size() - suffix.size(), suffix.size(), suffix) == 0)
+        return info.run_key;
     } catch (const Error&) {
       // node 0's store is being replaced
     }
     if (std::chrono::steady_clock::now() > deadline)
-      throw Error(ErrorCode::kComm, fmt::format("node 0 at {}:{} did not start restart generation {} within {} s", topo.master_addr, topo.master_port,
-                                                generation, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()),
+      throw Error(ErrorCode::kComm,
+                  fmt::format("node 0 at {}:{} did not start restart generation {} within {} s", topo.master_addr, topo.master_port,
+                              generation, std::chrono::duration_cast<std::chrono::seconds>(timeout).count()),
                   "check node 0's log; continue with `dstrain resume` on every node");
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -61,8 +63,8 @@ std::string await_generation(const launch::Topology& topo, int generation, std::
 class Launcher {
  public:
   Launcher(const config::Recipe& recipe, const LaunchOptions& options)
-      : recipe_(recipe), options_(options), topo_(options.topology), run_dir_(recipe.run_dir),
-        timeout_(recipe.launch.timeout_s * 1000), resume_(options.resume), resume_from_(options.resume_from) {}
+      : recipe_(recipe), options_(options), topo_(options.topology), run_dir_(recipe.run_dir), timeout_(recipe.launch.timeout_s * 1000),
+        resume_(options.resume), resume_from_(options.resume_from) {}
   int run();
 
  private:
@@ -92,13 +94,16 @@ class Launcher {
 void Launcher::open_rendezvous() {
   port_ = topo_.master_port;
   if (topo_.node_rank == 0) {
-    if (options_.resume && options_.resume_from.empty()) run_dir_.check_resumable(recipe_);
-    else run_dir_.prepare_new(recipe_);
+    if (options_.resume && options_.resume_from.empty())
+      run_dir_.check_resumable(recipe_);
+    else
+      run_dir_.prepare_new(recipe_);
     run_id_ = random_run_id();
     host_generation(0);
     return;
   }
-  log::info(fmt::format("node {} of {}: joining node 0's launcher at {}:{}", topo_.node_rank, topo_.nnodes, topo_.master_addr, topo_.master_port));
+  log::info(fmt::format("node {} of {}: joining node 0's launcher at {}:{}", topo_.node_rank, topo_.nnodes, topo_.master_addr,
+                        topo_.master_port));
   const auto info = comm::fetch_from_node_zero(topo_.master_addr, topo_.master_port, "config", timeout_);
   run_key_ = info.run_key;
   run_id_ = run_key_.substr(0, run_key_.rfind('/'));
@@ -147,21 +152,26 @@ int Launcher::run() {
   open_rendezvous();
   const int nproc = topo_.nproc_per_node;
   const int threads = threads_per_worker(static_cast<int>(recipe_.launch.threads_per_worker), nproc, online_cores());
-  log::info(fmt::format("dstrain {} run {}: node {} of {}, {} worker{} x {} thread{}, rendezvous at {}:{}", options_.resume ? "resuming" : "starting",
-                        run_id_, topo_.node_rank, topo_.nnodes, nproc, nproc == 1 ? "" : "s", threads, threads == 1 ? "" : "s", topo_.master_addr, port_));
+  log::info(fmt::format("dstrain {} run {}: node {} of {}, {} worker{} x {} thread{}, rendezvous at {}:{}",
+                        options_.resume ? "resuming" : "starting", run_id_, topo_.node_rank, topo_.nnodes, nproc, nproc == 1 ? "" : "s",
+                        threads, threads == 1 ? "" : "s", topo_.master_addr, port_));
   if (topo_.node_rank == 0) log::info(describe_plan(recipe_));
   SupervisorOptions sup = supervisor_options();
   int status = 0;
   for (int generation = 0;; ++generation) {
-    if (generation > 0 && topo_.node_rank == 0) host_generation(generation);
-    else if (generation > 0) run_key_ = await_generation(topo_, generation, timeout_ + std::chrono::seconds(60));
-    GroupWatch watch(topo_.node_rank == 0 ? std::make_unique<comm::StoreClient>(store_->client())
-                                          : std::make_unique<comm::StoreClient>(topo_.master_addr, topo_.master_port,
-                                                                                std::chrono::milliseconds(recipe_.launch.heartbeat_timeout_s * 1000)),
+    if (generation > 0 && topo_.node_rank == 0)
+      host_generation(generation);
+    else if (generation > 0)
+      run_key_ = await_generation(topo_, generation, timeout_ + std::chrono::seconds(60));
+    GroupWatch watch(topo_.node_rank == 0
+                         ? std::make_unique<comm::StoreClient>(store_->client())
+                         : std::make_unique<comm::StoreClient>(topo_.master_addr, topo_.master_port,
+                                                               std::chrono::milliseconds(recipe_.launch.heartbeat_timeout_s * 1000)),
                      watch_options());
     sup.watchdog = [&watch] { return watch.poll(); };
     sup.workers = local_worker_envs(topo_, port_, run_id_, recipe_.run_dir, threads);
-    for (auto& env : sup.workers) env.resume = resume_, env.resume_from = resume_from_, env.restart_count = generation, env.env_check = options_.env_check;
+    for (auto& env : sup.workers)
+      env.resume = resume_, env.resume_from = resume_from_, env.restart_count = generation, env.env_check = options_.env_check;
     WorkerFailure failure;
     status = supervise(sup, &failure);
     if (!failure.happened || !restart_after(failure, watch, generation)) break;
@@ -173,7 +183,8 @@ int Launcher::run() {
 }
 
 bool Launcher::restart_after(const WorkerFailure& failure, GroupWatch& watch, int generation) {
-  if (const std::string where = watch.positions(); !where.empty() && failure.kind != FailureKind::kHang) log::warn("where each rank was: " + where);
+  if (const std::string where = watch.positions(); !where.empty() && failure.kind != FailureKind::kHang)
+    log::warn("where each rank was: " + where);
   return topo_.node_rank > 0 ? follow_node_zero(failure, watch, generation) : decide_on_node_zero(failure, watch, generation);
 }
 
@@ -183,7 +194,8 @@ bool Launcher::follow_node_zero(const WorkerFailure& failure, GroupWatch& watch,
   if (failure.kind == FailureKind::kNodeLost) return false;
   const std::optional<Decision> decision = watch.await_decision();
   if (!decision) {
-    log::error(fmt::format("node 0 at {}:{} did not say how to go on within {} s; stopping", topo_.master_addr, port_, recipe_.launch.heartbeat_timeout_s));
+    log::error(fmt::format("node 0 at {}:{} did not say how to go on within {} s; stopping", topo_.master_addr, port_,
+                           recipe_.launch.heartbeat_timeout_s));
     return false;
   }
   if (!decision->restart) return false;
@@ -210,9 +222,10 @@ bool Launcher::decide_on_node_zero(WorkerFailure failure, GroupWatch& watch, int
   failure = seen.front();
   bool again = generation < recipe_.launch.max_restarts && restartable(failure);
   if (const std::vector<int> lost = topo_.nnodes > 1 ? watch.lost_nodes() : std::vector<int>{}; !lost.empty()) {
-    log::error(fmt::format("node{} {} lost: the group cannot be formed again; continue on the remaining nodes with `dstrain resume {}` (any world size "
-                           "that divides the global batch)",
-                           lost.size() == 1 ? "" : "s", fmt::join(lost, ", "), run_dir_.root()));
+    log::error(fmt::format(
+        "node{} {} lost: the group cannot be formed again; continue on the remaining nodes with `dstrain resume {}` (any world size "
+        "that divides the global batch)",
+        lost.size() == 1 ? "" : "s", fmt::join(lost, ", "), run_dir_.root()));
     again = false;
   }
   if (again && ckpt::has_committed_checkpoint(run_dir_.ckpt_dir(recipe_))) resume_ = true, resume_from_.clear();
@@ -220,7 +233,9 @@ bool Launcher::decide_on_node_zero(WorkerFailure failure, GroupWatch& watch, int
   if (!again) return false;
   const int wait = restart_backoff_s(generation + 1);
   log::warn(fmt::format("restart {} of {} in {} s, from {}", generation + 1, recipe_.launch.max_restarts, wait,
-                        !resume_ ? "the start" : resume_from_.empty() ? "the latest committed checkpoint" : resume_from_));
+                        !resume_               ? "the start"
+                        : resume_from_.empty() ? "the latest committed checkpoint"
+                                               : resume_from_));
   std::this_thread::sleep_for(std::chrono::seconds(wait));
   return true;
 }

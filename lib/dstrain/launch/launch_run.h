@@ -9,8 +9,8 @@
 namespace dstrain::launch {
 
 struct LaunchOptions {
-  std::string executable;  // this binary, re-executed as `dstrain worker`
-  bool resume = false;     // continue from the newest committed checkpoint
+  std::string executable;   // this binary, re-executed as `dstrain worker`
+  bool resume = false;      // continue from the newest committed checkpoint
   std::string resume_from;  // train --resume PATH: a new run starting from this checkpoint
   launch::Topology topology;
   bool env_check = true;  // the workers' cross-rank preflight (--skip-env-check: false)

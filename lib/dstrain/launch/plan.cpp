@@ -14,10 +14,10 @@
 namespace dstrain::launch {
 namespace fs = std::filesystem;
 
-Topology decide_topology(const LaunchFlags& flags, int recipe_nproc, bool recipe_nproc_given, int recipe_nnodes, const std::string& recipe_master_addr,
-                         int recipe_master_port) {
-  return detect_topology(flags, current_environment(), recipe_nproc_given ? recipe_nproc : 0, recipe_nnodes, recipe_master_addr, recipe_master_port,
-                         dstrain_cuda_device_count());
+Topology decide_topology(const LaunchFlags& flags, int recipe_nproc, bool recipe_nproc_given, int recipe_nnodes,
+                         const std::string& recipe_master_addr, int recipe_master_port) {
+  return detect_topology(flags, current_environment(), recipe_nproc_given ? recipe_nproc : 0, recipe_nnodes, recipe_master_addr,
+                         recipe_master_port, dstrain_cuda_device_count());
 }
 
 RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::string>& overrides, const LaunchFlags& flags) {
@@ -52,8 +52,8 @@ RunPlan plan_resume(const std::string& run_dir_arg, const LaunchFlags& flags, in
                 "pass the run_dir of an earlier `dstrain train`");
   const config::Recipe saved = config::read_resolved_config(dir.config_path());
   RunPlan plan;
-  plan.topology = decide_topology(flags, static_cast<int>(saved.launch.nproc_per_node), true, static_cast<int>(saved.launch.nnodes), saved.launch.master_addr,
-                                  static_cast<int>(saved.launch.master_port));
+  plan.topology = decide_topology(flags, static_cast<int>(saved.launch.nproc_per_node), true, static_cast<int>(saved.launch.nnodes),
+                                  saved.launch.master_addr, static_cast<int>(saved.launch.master_port));
   const Topology& topo = plan.topology;
   // Another number of ranks: same global batch and data order, new accumulation steps. The
   // checkpoints hold full tensors and a global data cursor, so they load on any count.
@@ -71,11 +71,13 @@ RunPlan plan_resume(const std::string& run_dir_arg, const LaunchFlags& flags, in
   if (!writer || (!moved && recipe.world_size() == saved.world_size())) return plan;
   config::write_resolved_config(recipe, dir.config_path());
   if (moved)
-    log::info(fmt::format("the run directory was moved or copied from {}: resuming in {}{}", saved.run_dir, dir.root(),
-                          recipe.checkpoint.dir.empty() ? "" : fmt::format(" (checkpoints stay in checkpoint.dir {})", recipe.checkpoint.dir)));
+    log::info(
+        fmt::format("the run directory was moved or copied from {}: resuming in {}{}", saved.run_dir, dir.root(),
+                    recipe.checkpoint.dir.empty() ? "" : fmt::format(" (checkpoints stay in checkpoint.dir {})", recipe.checkpoint.dir)));
   if (recipe.world_size() != saved.world_size())
-    log::info(fmt::format("resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}", recipe.world_size(),
-                          saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size, recipe.train.global_batch_size));
+    log::info(fmt::format("resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}",
+                          recipe.world_size(), saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size,
+                          recipe.train.global_batch_size));
   return plan;
 }
 
@@ -84,7 +86,8 @@ ResumeChoice choose_resume(const config::Recipe& recipe, const std::string& arg)
   if (arg != "auto") {
     const std::string from = fs::absolute(arg).lexically_normal().string();
     if (!fs::exists(fs::path(from) / "manifest.json") && !ckpt::has_committed_checkpoint(from))
-      throw Error(ErrorCode::kUsage, fmt::format("--resume {}: neither a checkpoint (no manifest.json) nor a directory of committed checkpoints", arg),
+      throw Error(ErrorCode::kUsage,
+                  fmt::format("--resume {}: neither a checkpoint (no manifest.json) nor a directory of committed checkpoints", arg),
                   "pass RUN_DIR/ckpt or RUN_DIR/ckpt/step_XXXXXXXX");
     return {true, from};
   }
@@ -97,7 +100,8 @@ ResumeChoice choose_resume(const config::Recipe& recipe, const std::string& arg)
                             config::config_hash(saved), config::config_hash(recipe)),
                 "use `dstrain resume RUN_DIR` to continue it as it was configured, or another run_dir");
   if (!ckpt::has_committed_checkpoint(dir.ckpt_dir(saved)))
-    throw Error(ErrorCode::kCheckpoint, fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
+    throw Error(ErrorCode::kCheckpoint,
+                fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
                 "it stopped before its first save: remove the directory to start over");
   return {true, ""};
 }
@@ -109,10 +113,11 @@ std::string describe_plan(const config::Recipe& r) {
       "  batch: global {} = micro {} x {} ranks x {} accumulation{}; {} tokens/step; {} steps\n"
       "  optimizer: {} lr {:g}; schedule {} ({} warmup steps); {}, ZeRO stage {}",
       r.run_dir, config::name(r.model.family), r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
-      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, config::name(r.data.format), r.data.seq_len, config::global_batch_at(r, 0),
-      r.train.micro_batch_size, world, config::accumulation_at(r, 0), r.train.accumulation.empty() ? "" : " (first stage)",
-      config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps, config::name(r.optimizer.type), r.optimizer.lr, config::name(r.schedule.type),
-      r.schedule.warmup_steps, config::name(r.precision.dtype), r.zero.stage);
+      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, config::name(r.data.format), r.data.seq_len,
+      config::global_batch_at(r, 0), r.train.micro_batch_size, world, config::accumulation_at(r, 0),
+      r.train.accumulation.empty() ? "" : " (first stage)", config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps,
+      config::name(r.optimizer.type), r.optimizer.lr, config::name(r.schedule.type), r.schedule.warmup_steps,
+      config::name(r.precision.dtype), r.zero.stage);
 }
 
 }  // namespace dstrain::launch

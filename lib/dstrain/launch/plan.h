@@ -41,8 +41,8 @@ ResumeChoice choose_resume(const config::Recipe& recipe, const std::string& resu
 
 // The topology from the flags, the environment and the recipe's launch values (nproc_given:
 // whether the recipe set nproc_per_node; otherwise the visible GPUs decide).
-Topology decide_topology(const LaunchFlags& flags, int recipe_nproc, bool recipe_nproc_given, int recipe_nnodes, const std::string& recipe_master_addr,
-                         int recipe_master_port);
+Topology decide_topology(const LaunchFlags& flags, int recipe_nproc, bool recipe_nproc_given, int recipe_nnodes,
+                         const std::string& recipe_master_addr, int recipe_master_port);
 
 // Summary lines of what a run will do (the launcher's first lines).
 std::string describe_plan(const config::Recipe& recipe);

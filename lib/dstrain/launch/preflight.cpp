@@ -34,12 +34,13 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
   const double needed = local_workers * (per_rank.host_bytes + (on_gpu ? 0.0 : per_rank.device_bytes));
   const double available = available_kib * 1024.0;
   if (needed > available)
-    throw Error(ErrorCode::kEnvironment,
-                fmt::format("the model state needs {:.1f} GiB of host memory on this node ({} workers x {:.1f} GiB: parameters, gradients and "
-                            "optimizer states at ZeRO stage {}, {}), but only {:.1f} GiB is available",
-                            needed / 1073741824.0, local_workers, needed / local_workers / 1073741824.0, recipe.zero.stage, config::name(recipe.precision.dtype),
-                            available / 1073741824.0),
-                "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
+    throw Error(
+        ErrorCode::kEnvironment,
+        fmt::format("the model state needs {:.1f} GiB of host memory on this node ({} workers x {:.1f} GiB: parameters, gradients and "
+                    "optimizer states at ZeRO stage {}, {}), but only {:.1f} GiB is available",
+                    needed / 1073741824.0, local_workers, needed / local_workers / 1073741824.0, recipe.zero.stage,
+                    config::name(recipe.precision.dtype), available / 1073741824.0),
+        "spread the run over more nodes, raise zero.stage, or train a smaller model; `dstrain train --dry-run` shows the estimate");
 }
 
 // On GPUs, the model state per rank (the ZeRO formulas) must fit in each GPU this node's ranks
@@ -52,11 +53,13 @@ void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers)
     size_t total = 0;
     if (dstrain_cuda_device_props(g, &major, &minor, &total) != 0 || total == 0) continue;
     if (needed > static_cast<double>(total))
-      throw Error(ErrorCode::kEnvironment,
-                  fmt::format("the model state alone needs {:.1f} GiB per rank (parameters, gradients and optimizer states at ZeRO stage {}, {}), "
-                              "more than GPU {}'s {:.1f} GiB, before any activations",
-                              needed / 1073741824.0, recipe.zero.stage, config::name(recipe.precision.dtype), g, static_cast<double>(total) / 1073741824.0),
-                  device::out_of_memory_hint(recipe));
+      throw Error(
+          ErrorCode::kEnvironment,
+          fmt::format("the model state alone needs {:.1f} GiB per rank (parameters, gradients and optimizer states at ZeRO stage {}, {}), "
+                      "more than GPU {}'s {:.1f} GiB, before any activations",
+                      needed / 1073741824.0, recipe.zero.stage, config::name(recipe.precision.dtype), g,
+                      static_cast<double>(total) / 1073741824.0),
+          device::out_of_memory_hint(recipe));
   }
 }
 

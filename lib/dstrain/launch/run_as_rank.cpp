@@ -29,21 +29,25 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   const std::string mark = recipe.run_dir + "/.run_id";
   if (topo.rank == 0) {
     for (const auto& warning : recipe.warnings) log::warn(warning);
-    if (options.resume && options.resume_from.empty()) run_dir.check_resumable(recipe);
-    else run_dir.prepare_new(recipe);
+    if (options.resume && options.resume_from.empty())
+      run_dir.check_resumable(recipe);
+    else
+      run_dir.prepare_new(recipe);
     write_file_atomic(mark, run_id);
   } else {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     while (!std::filesystem::exists(mark) || read_file(mark) != run_id) {
       if (std::chrono::steady_clock::now() > deadline)
-        throw Error(ErrorCode::kComm, fmt::format("rank {}: rank 0 did not prepare {} for run {} within {} s", topo.rank, recipe.run_dir, run_id,
-                                                  recipe.launch.timeout_s),
+        throw Error(ErrorCode::kComm,
+                    fmt::format("rank {}: rank 0 did not prepare {} for run {} within {} s", topo.rank, recipe.run_dir, run_id,
+                                recipe.launch.timeout_s),
                     "check rank 0's output; the run directory must be on a filesystem that every node sees");
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
   run::WorkerEnv env =
-      rank_env(topo, run_id, recipe.run_dir, threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
+      rank_env(topo, run_id, recipe.run_dir,
+               threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
   env.resume = options.resume;
   env.resume_from = options.resume_from;
   env.env_check = options.env_check;

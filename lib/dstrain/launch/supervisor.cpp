@@ -32,11 +32,16 @@ namespace dstrain::launch {
 
 const char* failure_kind_name(FailureKind kind) {
   switch (kind) {
-    case FailureKind::kSignal: return "signal";
-    case FailureKind::kHang: return "hang";
-    case FailureKind::kNodeLost: return "node_lost";
-    case FailureKind::kRemote: return "remote";
-    case FailureKind::kExit: break;
+    case FailureKind::kSignal:
+      return "signal";
+    case FailureKind::kHang:
+      return "hang";
+    case FailureKind::kNodeLost:
+      return "node_lost";
+    case FailureKind::kRemote:
+      return "remote";
+    case FailureKind::kExit:
+      break;
   }
   return "exit";
 }
@@ -92,16 +97,15 @@ struct ProgressBar {
     const double per_step = step > first ? elapsed / static_cast<double>(step - first) : 0.0;
     const long long eta = static_cast<long long>(per_step * static_cast<double>(total - step));
     clear();
-    text = fmt::format("\r{} {}/{} {:3.0f}% | ETA {}:{:02d}:{:02d} | {:.0f} tok/s | loss {:.4f}", bar, step, total, 100.0 * frac, eta / 3600,
-                       (eta / 60) % 60, eta % 60, p->tokens_per_s, p->loss);
+    text = fmt::format("\r{} {}/{} {:3.0f}% | ETA {}:{:02d}:{:02d} | {:.0f} tok/s | loss {:.4f}", bar, step, total, 100.0 * frac,
+                       eta / 3600, (eta / 60) % 60, eta % 60, p->tokens_per_s, p->loss);
     draw();
   }
 };
 ProgressBar g_bar;
 
 bool is_warning_or_error(const std::string& line) {
-  return line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos ||
-         line.find("error:") != std::string::npos;
+  return line.find(" WARN ") != std::string::npos || line.find(" ERROR ") != std::string::npos || line.find("error:") != std::string::npos;
 }
 
 void emit_line(Child& c, const std::string& line) {
@@ -111,7 +115,8 @@ void emit_line(Child& c, const std::string& line) {
   c.tail.push_back(line);
   if (c.tail.size() > 20) c.tail.pop_front();
   if (c.rank == 0 || is_warning_or_error(line)) {
-    const std::string out = c.rank == 0 || line.find("[rank ") != std::string::npos ? line + "\n" : fmt::format("[rank {}] {}\n", c.rank, line);
+    const std::string out =
+        c.rank == 0 || line.find("[rank ") != std::string::npos ? line + "\n" : fmt::format("[rank {}] {}\n", c.rank, line);
     g_bar.clear();  // log lines scroll above the bar
     (void)!::write(STDERR_FILENO, out.data(), out.size());
     g_bar.draw();
@@ -166,7 +171,9 @@ pid_t spawn(const SupervisorOptions& o, const run::WorkerEnv& env, int& out_fd) 
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid < 0) throw Error(ErrorCode::kEnvironment, fmt::format("fork failed: {}", std::strerror(errno)), "the machine may be out of processes or memory");
+  if (pid < 0)
+    throw Error(ErrorCode::kEnvironment, fmt::format("fork failed: {}", std::strerror(errno)),
+                "the machine may be out of processes or memory");
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the launcher
     if (::getppid() != parent) ::_exit(127);
@@ -184,7 +191,9 @@ pid_t spawn(const SupervisorOptions& o, const run::WorkerEnv& env, int& out_fd) 
 
 std::string describe(int status) {
   if (WIFEXITED(status)) return fmt::format("exited with status {}", WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return fmt::format("was killed by signal {} ({})", WTERMSIG(status), sigabbrev_np(WTERMSIG(status)) ? std::string("SIG") + sigabbrev_np(WTERMSIG(status)) : "?");
+  if (WIFSIGNALED(status))
+    return fmt::format("was killed by signal {} ({})", WTERMSIG(status),
+                       sigabbrev_np(WTERMSIG(status)) ? std::string("SIG") + sigabbrev_np(WTERMSIG(status)) : "?");
   return "ended";
 }
 
@@ -219,7 +228,8 @@ class SignalScope {
   SignalScope& operator=(const SignalScope&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_{}, old_usr1_{};
+  struct sigaction old_int_ {
+  }, old_term_{}, old_usr1_{};
 };
 
 using Clock = std::chrono::steady_clock;
@@ -227,7 +237,8 @@ using Clock = std::chrono::steady_clock;
 // One supervise() call: its workers and what has happened to them.
 class Group {
  public:
-  explicit Group(const SupervisorOptions& o) : o_(o), children_(o.workers.size()), next_watch_(Clock::now() + std::chrono::milliseconds(o.watch_period_ms)) {
+  explicit Group(const SupervisorOptions& o)
+      : o_(o), children_(o.workers.size()), next_watch_(Clock::now() + std::chrono::milliseconds(o.watch_period_ms)) {
     for (size_t i = 0; i < o.workers.size(); ++i) {
       Child& c = children_[i];
       c.rank = o.workers[i].rank;
@@ -246,8 +257,7 @@ class Group {
     handle_signals();
     if (std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.running; })) return true;
     for (auto& c : children_)  // children are gone; take what is still buffered in the pipes
-      while (c.out_fd >= 0 && drain(c)) {
-      }
+      while (c.out_fd >= 0 && drain(c)) {}
     return false;
   }
 
@@ -310,8 +320,9 @@ class Group {
     }
     if (g_signal && !forwarded_signal_) {
       forwarded_signal_ = g_signal;
-      log::warn(fmt::format("received {}: the workers stop at the next step boundary after a checkpoint ({} s at most; a second signal kills them)",
-                            forwarded_signal_ == SIGINT ? "SIGINT" : "SIGTERM", o_.grace_period_s));
+      log::warn(fmt::format(
+          "received {}: the workers stop at the next step boundary after a checkpoint ({} s at most; a second signal kills them)",
+          forwarded_signal_ == SIGINT ? "SIGINT" : "SIGTERM", o_.grace_period_s));
       signal_all(SIGTERM);
       stop_deadline_ = Clock::now() + std::chrono::seconds(o_.grace_period_s);
     } else if (forwarded_signal_ && g_signal_count > 1 && stop_deadline_ != Clock::time_point::min()) {
@@ -364,7 +375,8 @@ class Group {
 
   int stopped_status() const {
     auto exited_with = [](const Child& c, int s) { return WIFEXITED(c.status) && WEXITSTATUS(c.status) == s; };
-    const bool any_stopped = std::any_of(children_.begin(), children_.end(), [&](const Child& c) { return exited_with(c, exit_status::kStopped); });
+    const bool any_stopped =
+        std::any_of(children_.begin(), children_.end(), [&](const Child& c) { return exited_with(c, exit_status::kStopped); });
     if (!forwarded_signal_ && !any_stopped) return exit_status::kOk;
     const bool all_stopped = std::all_of(children_.begin(), children_.end(),
                                          [&](const Child& c) { return exited_with(c, exit_status::kStopped) || exited_with(c, 0); });
@@ -386,8 +398,7 @@ int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   std::filesystem::create_directories(o.log_dir);
   const SignalScope signals;
   Group group(o);
-  while (group.round()) {
-  }
+  while (group.round()) {}
   return group.finish(failure);
 }
 

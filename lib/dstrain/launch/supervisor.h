@@ -31,17 +31,17 @@ struct WorkerFailure {
   int node = 0;  // the node whose launcher saw it
   int pid = -1;
   std::string host;
-  int exit_code = -1;  // when it exited
-  int signal = 0;      // when a signal killed it
-  std::string description;         // "was killed by signal 9 (SIGKILL)"
-  std::vector<std::string> tail;   // the last lines of its log
-  double unix_time = 0;            // when the launcher saw it
+  int exit_code = -1;             // when it exited
+  int signal = 0;                 // when a signal killed it
+  std::string description;        // "was killed by signal 9 (SIGKILL)"
+  std::vector<std::string> tail;  // the last lines of its log
+  double unix_time = 0;           // when the launcher saw it
 };
 
 struct SupervisorOptions {
   std::string executable;                // path of the dstrain binary
   std::vector<std::string> worker_args;  // e.g. {"worker"}
-  std::vector<run::WorkerEnv> workers;        // one per local rank
+  std::vector<run::WorkerEnv> workers;   // one per local rank
   std::string log_dir;
   int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
   // Called every `watch_period_ms` while workers run. A failure it returns (a hang, a lost node,
@@ -51,7 +51,6 @@ struct SupervisorOptions {
   // Rank 0's progress lines drawn as a bar on stderr (set when stderr is a terminal).
   bool progress_bar = false;
 };
-
 
 // Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
 // dstrain error status (2-6, 8); kWorkerFailed for crashes, signals and other statuses;

@@ -26,13 +26,14 @@ int integer(const Environment& env, const std::string& key, int min) {
     size_t used = 0;
     const int n = std::stoi(*v, &used);
     if (used == v->size() && n >= min) return n;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw Error(ErrorCode::kUsage, fmt::format("environment variable {}='{}' is not an integer >= {}", key, *v, min),
               "fix the scheduler or launcher environment, or pass explicit flags (--nnodes, --node-rank, ...)");
 }
 
-int integer_or(const Environment& env, const std::string& key, int fallback, int min) { return get(env, key) ? integer(env, key, min) : fallback; }
+int integer_or(const Environment& env, const std::string& key, int fallback, int min) {
+  return get(env, key) ? integer(env, key, min) : fallback;
+}
 
 // SLURM_TASKS_PER_NODE: "4(x2),3" -> tasks on the first node; we need only the first entry.
 int first_tasks_per_node(const std::string& spec) {
@@ -52,9 +53,10 @@ void master_from_env(Topology& t, const Environment& env, const std::string& fal
 
 void check_rank(const Topology& t, const std::string& vars) {
   if (t.rank >= t.world_size || t.local_rank >= t.local_world_size || t.world_size % t.local_world_size != 0)
-    throw Error(ErrorCode::kUsage,
-                fmt::format("inconsistent {}: rank {} of {}, local rank {} of {}", vars, t.rank, t.world_size, t.local_rank, t.local_world_size),
-                "every node must run the same number of ranks");
+    throw Error(
+        ErrorCode::kUsage,
+        fmt::format("inconsistent {}: rank {} of {}, local rank {} of {}", vars, t.rank, t.world_size, t.local_rank, t.local_world_size),
+        "every node must run the same number of ranks");
 }
 
 }  // namespace
@@ -101,7 +103,8 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
         const std::string range = ranges.substr(r, comma - r);
         const auto dash = range.find('-');
         const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-        if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos || hi.find_first_not_of("0123456789") != std::string::npos)
+        if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+            hi.find_first_not_of("0123456789") != std::string::npos)
           throw bad(fmt::format("range '{}' is not N or N-M", range));
         const long a = std::stol(lo), b = std::stol(hi);
         if (b < a) throw bad(fmt::format("range '{}' runs backwards", range));
@@ -119,31 +122,30 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
   return hosts;
 }
 
-std::string Topology::shared_run_id() const {
-  return job_id.empty() ? fmt::format("static-{}-{}", master_addr, master_port) : job_id;
-}
+std::string Topology::shared_run_id() const { return job_id.empty() ? fmt::format("static-{}-{}", master_addr, master_port) : job_id; }
 
 std::string Topology::describe() const {
   std::string out = fmt::format("topology from {}: ", source);
   if (mode == Mode::kRank)
-    out += fmt::format("this process is rank {} of {} (local rank {} of {}, node {} of {})", rank, world_size, local_rank, local_world_size, node_rank, nnodes);
+    out += fmt::format("this process is rank {} of {} (local rank {} of {}, node {} of {})", rank, world_size, local_rank, local_world_size,
+                       node_rank, nnodes);
   else
-    out += fmt::format("this launcher starts {} worker{} on node {} of {} ({} ranks in all)", nproc_per_node, nproc_per_node == 1 ? "" : "s", node_rank,
-                       nnodes, world());
+    out += fmt::format("this launcher starts {} worker{} on node {} of {} ({} ranks in all)", nproc_per_node,
+                       nproc_per_node == 1 ? "" : "s", node_rank, nnodes, world());
   out += fmt::format("; rendezvous at {}:{}", master_addr, master_port == 0 ? std::string("(a free port)") : std::to_string(master_port));
   for (const auto& w : why) out += "\n    because: " + w;
   return out;
 }
 
-Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes, const std::string& recipe_master_addr,
-                         int recipe_master_port, int visible_gpus) {
+Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes,
+                         const std::string& recipe_master_addr, int recipe_master_port, int visible_gpus) {
   Topology t;
   const bool any_flag = flags.nnodes > 0 || flags.node_rank >= 0 || !flags.master_addr.empty() || flags.master_port >= 0;
   const int default_nproc = recipe_nproc > 0 ? recipe_nproc : (visible_gpus > 0 ? visible_gpus : 1);
   const std::string nproc_why = flags.nproc_per_node > 0 ? "--nproc-per-node"
-                                : recipe_nproc > 0      ? "launch.nproc_per_node in the recipe"
-                                : visible_gpus > 0      ? fmt::format("{} visible GPUs", visible_gpus)
-                                                        : "default: 1 without GPUs";
+                                : recipe_nproc > 0       ? "launch.nproc_per_node in the recipe"
+                                : visible_gpus > 0       ? fmt::format("{} visible GPUs", visible_gpus)
+                                                         : "default: 1 without GPUs";
   t.nproc_per_node = flags.nproc_per_node > 0 ? flags.nproc_per_node : default_nproc;
 
   if (any_flag) {
@@ -178,18 +180,20 @@ Topology detect_topology(const LaunchFlags& flags, const Environment& env, int r
     if (ntasks == nnodes) {  // one task per node: run a launcher on each
       t.nnodes = nnodes;
       t.node_rank = integer_or(env, "SLURM_NODEID", integer(env, "SLURM_PROCID", 0), 0);
-      t.why.push_back(fmt::format("Slurm runs one task per node (SLURM_NTASKS = SLURM_NNODES = {}): this task launches the workers of node {}", nnodes,
-                                  t.node_rank));
+      t.why.push_back(
+          fmt::format("Slurm runs one task per node (SLURM_NTASKS = SLURM_NNODES = {}): this task launches the workers of node {}", nnodes,
+                      t.node_rank));
       t.why.push_back(fmt::format("{} workers per node ({})", t.nproc_per_node, nproc_why));
       t.master_addr = get(env, "MASTER_ADDR") ? *get(env, "MASTER_ADDR") : first_host;
       t.master_port = integer_or(env, "MASTER_PORT", kDefaultPort, 1);
-      t.why.push_back(fmt::format("master {}:{} (the first host of the job's nodelist unless MASTER_ADDR is set)", t.master_addr, t.master_port));
+      t.why.push_back(
+          fmt::format("master {}:{} (the first host of the job's nodelist unless MASTER_ADDR is set)", t.master_addr, t.master_port));
     } else {  // one task per GPU: each task is a rank
       t.mode = Topology::Mode::kRank;
       t.rank = integer(env, "SLURM_PROCID", 0);
       t.world_size = ntasks;
       t.local_rank = integer(env, "SLURM_LOCALID", 0);
-      t.local_world_size = get(env, "SLURM_NTASKS_PER_NODE") ? integer(env, "SLURM_NTASKS_PER_NODE", 1)
+      t.local_world_size = get(env, "SLURM_NTASKS_PER_NODE")  ? integer(env, "SLURM_NTASKS_PER_NODE", 1)
                            : get(env, "SLURM_TASKS_PER_NODE") ? first_tasks_per_node(*get(env, "SLURM_TASKS_PER_NODE"))
                                                               : ntasks / nnodes;
       check_rank(t, "SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID");
@@ -236,7 +240,8 @@ Topology detect_topology(const LaunchFlags& flags, const Environment& env, int r
     t.node_rank = t.rank / t.local_world_size;
   }
   if (t.node_rank >= t.nnodes)
-    throw Error(ErrorCode::kUsage, fmt::format("node rank {} is not below the number of nodes {}", t.node_rank, t.nnodes), "check --node-rank and --nnodes");
+    throw Error(ErrorCode::kUsage, fmt::format("node rank {} is not below the number of nodes {}", t.node_rank, t.nnodes),
+                "check --node-rank and --nnodes");
   if (t.nnodes > 1 && t.mode == Topology::Mode::kLauncher && t.master_port == 0)
     throw Error(ErrorCode::kUsage, fmt::format("{} nodes need a fixed rendezvous port: every node must know it in advance", t.nnodes),
                 "pass --master-port (e.g. 29500) to every node's launcher, or set launch.master_port");

@@ -49,8 +49,8 @@ struct Topology {
 // recipe_nproc/recipe_nnodes/recipe_master_*: the recipe's launch section; visible_gpus: the
 // default workers per node when neither flags nor recipe say. Throws Error{kUsage} on
 // inconsistent input, naming the variables.
-Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes, const std::string& recipe_master_addr,
-                         int recipe_master_port, int visible_gpus);
+Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes,
+                         const std::string& recipe_master_addr, int recipe_master_port, int visible_gpus);
 
 // Slurm hostlist expansion: "node[01-04,07],gpu-a[1-2]x,login" -> node01 node02 node03 node04
 // node07 gpu-a1x gpu-a2x login. Zero padding is kept. Throws Error{kUsage} when malformed.

@@ -10,12 +10,11 @@ using run::WorkerEnv;
 namespace {
 // One GPU per local rank (NCCL cannot put two ranks of a group on one GPU): a local rank past the
 // visible GPUs gets a device the worker refuses by name. No GPU visible: the CPU.
-std::string device_for(int local_rank) {
-  return dstrain_cuda_device_count() > 0 ? fmt::format("cuda:{}", local_rank) : "cpu";
-}
+std::string device_for(int local_rank) { return dstrain_cuda_device_count() > 0 ? fmt::format("cuda:{}", local_rank) : "cpu"; }
 }  // namespace
 
-std::vector<run::WorkerEnv> local_worker_envs(const Topology& t, int master_port, const std::string& run_id, const std::string& run_dir, int threads) {
+std::vector<run::WorkerEnv> local_worker_envs(const Topology& t, int master_port, const std::string& run_id, const std::string& run_dir,
+                                              int threads) {
   std::vector<run::WorkerEnv> envs;
   for (int local = 0; local < t.nproc_per_node; ++local) {
     run::WorkerEnv env;

@@ -42,9 +42,12 @@ std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v
 std::string jsonl_line(const StepMetrics& m) {
   std::string out = fmt::format("{{\"step\":{},\"time\":{:.3f}", m.step, m.wall_time);
   for (const auto& [name, value] : scalar_fields(m)) {
-    if (name == "skipped") out += fmt::format(",\"skipped\":{}", m.skipped ? "true" : "false");
-    else if (name == "bad_steps" || name == "tokens" || name == "accumulation") out += fmt::format(",\"{}\":{}", name, static_cast<int64_t>(value));
-    else out += fmt::format(",\"{}\":{}", name, number(value));
+    if (name == "skipped")
+      out += fmt::format(",\"skipped\":{}", m.skipped ? "true" : "false");
+    else if (name == "bad_steps" || name == "tokens" || name == "accumulation")
+      out += fmt::format(",\"{}\":{}", name, static_cast<int64_t>(value));
+    else
+      out += fmt::format(",\"{}\":{}", name, number(value));
   }
   out += ",\"stragglers\":[";
   for (size_t i = 0; i < m.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", m.stragglers[i]);

@@ -21,7 +21,9 @@ MetricSinks::MetricSinks(const SinkOptions& o) : o_(o) {
   if (!o.csv_dir.empty()) {
     std::error_code ec;
     fs::create_directories(o.csv_dir, ec);
-    if (ec) throw Error(ErrorCode::kEnvironment, fmt::format("cannot create the CSV directory {}: {}", o.csv_dir, ec.message()), "set logging.csv_dir");
+    if (ec)
+      throw Error(ErrorCode::kEnvironment, fmt::format("cannot create the CSV directory {}: {}", o.csv_dir, ec.message()),
+                  "set logging.csv_dir");
     // A resume keeps the rows up to its checkpoint's step; a new run starts the files afresh.
     for (const auto& entry : fs::directory_iterator(o.csv_dir)) {
       if (entry.path().extension() != ".csv") continue;
@@ -57,7 +59,8 @@ void MetricSinks::write(const StepMetrics& m) {
       const std::string path = o_.csv_dir + "/" + name + ".csv";
       const bool fresh = !fs::exists(path);
       f = std::fopen(path.c_str(), "a");
-      if (!f) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the CSV directory");
+      if (!f)
+        throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the CSV directory");
       if (fresh) std::fprintf(f, "step,%s\n", name.c_str());
     }
     std::fprintf(f, "%lld,%.9g\n", static_cast<long long>(m.step), value);

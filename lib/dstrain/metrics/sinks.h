@@ -17,9 +17,9 @@ class JsonlSink;
 class TensorBoardWriter;
 
 struct SinkOptions {
-  std::string jsonl_path;       // "" = off
-  std::string csv_dir;          // "" = off
-  std::string tensorboard_dir;  // "" = off
+  std::string jsonl_path;         // "" = off
+  std::string csv_dir;            // "" = off
+  std::string tensorboard_dir;    // "" = off
   int64_t keep_through_step = 0;  // a resume: earlier launches' records after this step are dropped
 };
 

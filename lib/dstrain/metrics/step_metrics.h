@@ -15,15 +15,15 @@ namespace dstrain::metrics {
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
 
 struct StepMetrics {
-  int64_t step = 0;  // 1-based: optimizer steps completed
+  int64_t step = 0;      // 1-based: optimizer steps completed
   double wall_time = 0;  // unix seconds
   double loss = kNone;
   double lr = kNone;
   double grad_norm = kNone;
-  double loss_scale = 1;  // fp16: the scale this step used (1 otherwise)
-  bool skipped = false;   // the update was skipped (fp16 overflow or a bad step)
-  int64_t bad_steps = 0;  // NaN/Inf steps so far in this launch (train.on_bad_step)
-  int64_t tokens = 0;     // tokens consumed so far, all ranks
+  double loss_scale = 1;     // fp16: the scale this step used (1 otherwise)
+  bool skipped = false;      // the update was skipped (fp16 overflow or a bad step)
+  int64_t bad_steps = 0;     // NaN/Inf steps so far in this launch (train.on_bad_step)
+  int64_t tokens = 0;        // tokens consumed so far, all ranks
   int64_t accumulation = 0;  // micro-steps per rank in this step
   double step_ms = kNone;
   double tokens_per_s = kNone;
@@ -35,18 +35,18 @@ struct StepMetrics {
   double comm_wait_ms = kNone;     // blocked on gradient/parameter collectives
   double host_rss_mb = kNone;      // rank 0's resident memory now
   double host_peak_rss_mb = kNone;
-  double device_alloc_peak_mb = kNone;     // CUDA caching allocator peaks (GPU runs)
+  double device_alloc_peak_mb = kNone;  // CUDA caching allocator peaks (GPU runs)
   double device_reserved_peak_mb = kNone;
   double expert_imbalance = kNone;  // MoE: the busiest expert's load over the mean (1 = balanced)
   // wall_clock_breakdown: rank 0's step split into phases (collective waits may fall inside
   // forward/backward when overlapped).
   double forward_ms = kNone;
   double backward_ms = kNone;
-  double reduce_ms = kNone;   // blocked on gradient reductions
-  double gather_ms = kNone;   // blocked on parameter all-gathers
+  double reduce_ms = kNone;  // blocked on gradient reductions
+  double gather_ms = kNone;  // blocked on parameter all-gathers
   double optimizer_ms = kNone;
   double checkpoint_ms = kNone;  // saves since the previous line (a step's line precedes its save)
-  std::vector<int> stragglers;  // ranks found slow at this step's straggler check
+  std::vector<int> stragglers;   // ranks found slow at this step's straggler check
 };
 
 // (name, value) of every numeric field, in the documented order (booleans as 0/1).

@@ -23,7 +23,9 @@ void varint(std::string& out, uint64_t v) {
   }
   out.push_back(static_cast<char>(v));
 }
-void key(std::string& out, int field, int wire_type) { varint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type)); }
+void key(std::string& out, int field, int wire_type) {
+  varint(out, (static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
+}
 template <typename T>
 void little_endian(std::string& out, T v) {
   char b[sizeof(T)];

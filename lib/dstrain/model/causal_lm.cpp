@@ -47,9 +47,12 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
 
 c10::ScalarType scalar_type(config::Dtype dtype) {
   switch (dtype) {
-    case config::Dtype::kBf16: return c10::ScalarType::BFloat16;
-    case config::Dtype::kFp16: return c10::ScalarType::Half;
-    case config::Dtype::kFp32: break;
+    case config::Dtype::kBf16:
+      return c10::ScalarType::BFloat16;
+    case config::Dtype::kFp16:
+      return c10::ScalarType::Half;
+    case config::Dtype::kFp32:
+      break;
   }
   return c10::ScalarType::Float;
 }

@@ -36,7 +36,9 @@ class CausalLM {
   virtual ~CausalLM() = default;
   // Logits [B, T, vocab] for int64 inputs [B, T]. `attention_mask` (bool [B, 1, T, T], true =
   // may attend) replaces the causal mask, e.g. to keep attention within documents.
-  at::Tensor logits(const at::Tensor& inputs, const at::Tensor& attention_mask = {}) const { return forward(inputs, nullptr, attention_mask); }
+  at::Tensor logits(const at::Tensor& inputs, const at::Tensor& attention_mask = {}) const {
+    return forward(inputs, nullptr, attention_mask);
+  }
   // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
   virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const;
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const {

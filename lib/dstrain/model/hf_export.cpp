@@ -26,7 +26,9 @@ std::vector<int64_t> rope_row_starts(const config::ModelConfig& c, const std::st
   std::vector<int64_t> starts;
   if (c.family != config::ModelFamily::kMlaMoe) return starts;
   const int64_t dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
-  auto ends_with = [&](const std::string& suffix) { return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0; };
+  auto ends_with = [&](const std::string& suffix) {
+    return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  };
   if (ends_with("self_attn.q_proj.weight") || ends_with("self_attn.q_b_proj.weight"))
     for (int64_t h = 0; h < c.num_heads; ++h) starts.push_back(h * (dn + dr) + dn);
   if (ends_with("self_attn.kv_a_proj_with_mqa.weight")) starts.push_back(c.kv_lora_rank);
@@ -43,8 +45,10 @@ at::Tensor permute_rope_rows(const config::ModelConfig& c, const std::string& na
   for (int64_t s : starts)
     for (int64_t i = 0; i < dr / 2; ++i) {
       // half-split row (s + i) is interleaved row (s + 2i); half-split (s + dr/2 + i) is (s + 2i + 1)
-      if (to_interleaved) order[static_cast<size_t>(s + 2 * i)] = s + i, order[static_cast<size_t>(s + 2 * i + 1)] = s + dr / 2 + i;
-      else order[static_cast<size_t>(s + i)] = s + 2 * i, order[static_cast<size_t>(s + dr / 2 + i)] = s + 2 * i + 1;
+      if (to_interleaved)
+        order[static_cast<size_t>(s + 2 * i)] = s + i, order[static_cast<size_t>(s + 2 * i + 1)] = s + dr / 2 + i;
+      else
+        order[static_cast<size_t>(s + i)] = s + 2 * i, order[static_cast<size_t>(s + dr / 2 + i)] = s + 2 * i + 1;
     }
   return w.index_select(0, at::tensor(order, at::kLong));
 }
@@ -76,17 +80,17 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
   cfg["num_key_value_heads"] = c.num_heads;
   cfg["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::json(c.q_lora_rank) : nlohmann::json(nullptr);
   for (const auto& [k, v] : std::vector<std::pair<const char*, int64_t>>{{"kv_lora_rank", c.kv_lora_rank},
-                                                                          {"qk_nope_head_dim", c.qk_nope_head_dim},
-                                                                          {"qk_rope_head_dim", c.qk_rope_head_dim},
-                                                                          {"v_head_dim", c.v_head_dim},
-                                                                          {"moe_intermediate_size", c.moe_intermediate_size},
-                                                                          {"n_routed_experts", c.n_routed_experts},
-                                                                          {"n_shared_experts", c.n_shared_experts},
-                                                                          {"num_experts_per_tok", c.num_experts_per_tok},
-                                                                          {"first_k_dense_replace", c.first_k_dense_replace},
-                                                                          {"moe_layer_freq", c.moe_layer_freq},
-                                                                          {"n_group", c.n_group},
-                                                                          {"topk_group", c.topk_group}})
+                                                                         {"qk_nope_head_dim", c.qk_nope_head_dim},
+                                                                         {"qk_rope_head_dim", c.qk_rope_head_dim},
+                                                                         {"v_head_dim", c.v_head_dim},
+                                                                         {"moe_intermediate_size", c.moe_intermediate_size},
+                                                                         {"n_routed_experts", c.n_routed_experts},
+                                                                         {"n_shared_experts", c.n_shared_experts},
+                                                                         {"num_experts_per_tok", c.num_experts_per_tok},
+                                                                         {"first_k_dense_replace", c.first_k_dense_replace},
+                                                                         {"moe_layer_freq", c.moe_layer_freq},
+                                                                         {"n_group", c.n_group},
+                                                                         {"topk_group", c.topk_group}})
     cfg[k] = v;
   cfg["scoring_func"] = config::name(c.scoring_func);
   cfg["topk_method"] = config::name(c.topk_method);
@@ -139,19 +143,26 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
   auto load = [&](const NamedTensor& p, bool required) {
     const auto w = where.find(p.name);
     if (w == where.end() && !required) return;
-    if (w == where.end()) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}' in the weight map", dir, p.name), "is this a model of the same architecture?");
+    if (w == where.end())
+      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}' in the weight map", dir, p.name),
+                  "is this a model of the same architecture?");
     auto& file = open[w->second];
     if (!file) file = std::make_unique<io::SafetensorsFile>(w->second);
     const io::TensorInfo* info = file->find(p.name);
     if (!info && !required) return;
-    if (!info) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", w->second, p.name), "is this a model of the same architecture?");
+    if (!info)
+      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", w->second, p.name),
+                  "is this a model of the same architecture?");
     if (info->shape != p.tensor.sizes().vec())
-      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has shape [{}], the model needs [{}]", w->second, p.name, fmt::join(info->shape, ", "),
-                                                      fmt::join(p.tensor.sizes(), ", ")),
+      throw Error(ErrorCode::kCheckpoint,
+                  fmt::format("{}: '{}' has shape [{}], the model needs [{}]", w->second, p.name, fmt::join(info->shape, ", "),
+                              fmt::join(p.tensor.sizes(), ", ")),
                   "the recipe's model sizes differ from the weights' config.json; use model.hf_config to take them from it");
     static const std::map<std::string, at::ScalarType> kTypes = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
     const auto type = kTypes.find(info->dtype);
-    if (type == kTypes.end()) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has dtype {}, which dstrain does not load", w->second, p.name, info->dtype), "");
+    if (type == kTypes.end())
+      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has dtype {}, which dstrain does not load", w->second, p.name, info->dtype),
+                  "");
     const at::Tensor view = at::from_blob(const_cast<uint8_t*>(info->data), p.tensor.sizes(), at::TensorOptions().dtype(type->second));
     p.tensor.copy_(permute_rope_rows(config, p.name, view, false));
   };

@@ -17,7 +17,8 @@ void export_hf(const config::ModelConfig& config, const NamedTensors& params, co
 // model.safetensors.index.json) into `params` (and `buffers`, when the files hold them), by
 // name; F32, BF16 and F16 are converted. Throws Error{kCheckpoint} naming a missing tensor or a
 // shape mismatch.
-void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers = {});
+void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params,
+                     const NamedTensors& buffers = {});
 
 // Writes params and buffers to HF layout (see above).
 void export_hf(const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers, const std::string& out_dir);

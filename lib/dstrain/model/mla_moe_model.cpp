@@ -16,8 +16,8 @@ struct MlaMoeModel::Impl {
   config::ModelConfig cfg;
   NamedTensors params, buffers;
   std::map<std::string, at::Tensor> by_name;
-  Rope rope;              // over qk_rope_head_dim
-  at::Tensor load;        // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
+  Rope rope;        // over qk_rope_head_dim
+  at::Tensor load;  // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
   std::vector<int64_t> moe_layers;
 
   const at::Tensor& p(const std::string& name) const { return by_name.at(name); }
@@ -113,7 +113,8 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
   for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
     const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(impl_->load.device(), at::kFloat);
     // b_i += gamma * sign(mean - c_i): underloaded experts become more attractive.
-    impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k])).add_(at::sign(counts.mean() - counts), c.bias_update_speed);
+    impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k]))
+        .add_(at::sign(counts.mean() - counts), c.bias_update_speed);
   }
 }
 
@@ -123,23 +124,25 @@ namespace {
 at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask) {
   const auto& c = m.cfg;
   const int64_t B = h.size(0), T = h.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
-  const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")), m.p(l + "self_attn.q_a_layernorm.weight"),
-                                                                    c.rms_norm_eps),
+  const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")),
+                                                                    m.p(l + "self_attn.q_a_layernorm.weight"), c.rms_norm_eps),
                                                            m.p(l + "self_attn.q_b_proj.weight"))
                                               : at::linear(h, m.p(l + "self_attn.q_proj.weight"));
-  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);  // [B, nh, T, dqk]
+  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                 // [B, nh, T, dqk]
   const at::Tensor ckv = at::linear(h, m.p(l + "self_attn.kv_a_proj_with_mqa.weight"));  // [B, T, kvr + dr]
   const at::Tensor c_kv = ckv.narrow(-1, 0, c.kv_lora_rank);
   const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
-  const at::Tensor kv = at::linear(rms_norm(c_kv, m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps), m.p(l + "self_attn.kv_b_proj.weight"))
-                            .view({B, T, nh, dn + dv})
-                            .transpose(1, 2);
+  const at::Tensor kv =
+      at::linear(rms_norm(c_kv, m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps), m.p(l + "self_attn.kv_b_proj.weight"))
+          .view({B, T, nh, dn + dv})
+          .transpose(1, 2);
   const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
   const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
   const at::Tensor value = kv.narrow(-1, dn, dv);
   const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));  // no YaRN: plain (d_nope + d_rope)^-0.5
-  const at::Tensor o = attention_mask.defined() ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
-                                                : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
+  const at::Tensor o = attention_mask.defined()
+                           ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
+                           : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
   return at::linear(o.transpose(1, 2).reshape({B, T, nh * dv}), m.p(l + "self_attn.o_proj.weight"));
 }
 
@@ -156,14 +159,15 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   if (c.topk_method == config::TopkMethod::kNoauxTc) choice = choice + m.p(l + "mlp.gate.e_score_correction_bias").to(wide);
   if (c.topk_method != config::TopkMethod::kGreedy && c.n_group > 1) {
     const at::Tensor grouped = choice.view({N, c.n_group, Nr / c.n_group});
-    const at::Tensor group_score = c.topk_method == config::TopkMethod::kNoauxTc ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
-                                                               : std::get<0>(grouped.max(-1));
+    const at::Tensor group_score = c.topk_method == config::TopkMethod::kNoauxTc
+                                       ? std::get<0>(grouped.topk(std::min<int64_t>(2, Nr / c.n_group), -1)).sum(-1)
+                                       : std::get<0>(grouped.max(-1));
     const at::Tensor keep_groups = std::get<1>(group_score.topk(c.topk_group, -1));
     const at::Tensor group_mask = at::zeros({N, c.n_group}, x.options().dtype(at::kBool)).scatter_(1, keep_groups, true);
     choice = choice.masked_fill(~group_mask.unsqueeze(-1).expand({N, c.n_group, Nr / c.n_group}).reshape({N, Nr}), -INFINITY);
   }
   const at::Tensor idx = std::get<1>(choice.topk(K, -1));  // [N, K]
-  at::Tensor weights = scores.gather(1, idx);             // the unbiased scores
+  at::Tensor weights = scores.gather(1, idx);              // the unbiased scores
   if (c.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
   if (!c.norm_topk_prob || c.scoring_func == config::ScoringFunc::kSigmoid) weights = weights * c.routed_scaling_factor;
 
@@ -181,7 +185,8 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
     if (count[e] == 0) continue;
     const at::Tensor rows = token_of.narrow(0, start, count[e]);
     const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
-    const at::Tensor y = swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"));
+    const at::Tensor y =
+        swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"));
     out = out.index_add(0, rows, y * weight_of.narrow(0, start, count[e]).unsqueeze(1));
     start += count[e];
   }
@@ -193,7 +198,8 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
   // P = mean over the sequence of the (normalised) scores.
   if (aux && c.aux_loss_alpha > 0) {
-    const at::Tensor per_seq = at::zeros({B, Nr}, x.options().dtype(wide)).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, x.options().dtype(wide)));
+    const at::Tensor per_seq =
+        at::zeros({B, Nr}, x.options().dtype(wide)).scatter_add_(1, idx.view({B, T * K}), at::ones({B, T * K}, x.options().dtype(wide)));
     const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
     const at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? scores / scores.sum(-1, true) : scores;
     const at::Tensor P = s.view({B, T, Nr}).mean(1);

@@ -53,7 +53,8 @@ AdamBenchResult bench_adam(int64_t params, int threads, int iters) {
     fused_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params, h);
     ++h.step;
   });
-  r.bandwidth_ms = median_ms(iters, [&] { traffic(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params); });
+  r.bandwidth_ms =
+      median_ms(iters, [&] { traffic(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params); });
   {
     at::Tensor w = at::randn({params}).set_requires_grad(true);
     w.mutable_grad() = at::randn({params}) * 1e-2;

@@ -44,12 +44,13 @@ AdamBenchResult bench_adam_cuda(int64_t params, int iters) {
   r.params = params;
   r.isa = "cuda";
   const auto cuda = at::TensorOptions().device(at::kCUDA).dtype(at::kFloat);
-  at::Tensor p = at::randn({params}, cuda), g = at::randn({params}, cuda) * 1e-2, m = at::zeros({params}, cuda), v = at::zeros({params}, cuda);
+  at::Tensor p = at::randn({params}, cuda), g = at::randn({params}, cuda) * 1e-2, m = at::zeros({params}, cuda),
+             v = at::zeros({params}, cuda);
   DstrainAdamParams h{1e-4, 0.9, 0.95, 1e-8, 0.1, 1, 1};
   int rc = 0;
   r.fused_ms = median_device_ms(iters, [&] {
-    rc |= dstrain_cuda_adam_f32(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), static_cast<size_t>(params), &h,
-                                1.0f, nullptr);
+    rc |= dstrain_cuda_adam_f32(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(),
+                                static_cast<size_t>(params), &h, 1.0f, nullptr);
     ++h.step;
   });
   if (rc != 0) throw Error(ErrorCode::kEnvironment, std::string("the CUDA Adam kernel failed: ") + dstrain_cuda_error_string(rc), "");
@@ -72,7 +73,8 @@ AdamBenchResult bench_adam_cuda(int64_t params, int iters) {
 namespace dstrain::optim {
 
 AdamBenchResult bench_adam_cuda(int64_t, int) {
-  throw Error(ErrorCode::kEnvironment, "this dstrain was built without CUDA", "build on a machine with nvcc, NCCL and a CUDA LibTorch (DSTRAIN_CUDA=ON)");
+  throw Error(ErrorCode::kEnvironment, "this dstrain was built without CUDA",
+              "build on a machine with nvcc, NCCL and a CUDA LibTorch (DSTRAIN_CUDA=ON)");
 }
 
 }  // namespace dstrain::optim

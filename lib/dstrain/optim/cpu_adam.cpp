@@ -44,8 +44,10 @@ void scalar_range(float* p, const float* g, float* m, float* v, int64_t begin, i
   }
 }
 
-__attribute__((target("avx2,fma"))) void avx2_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Coeffs& c) {
-  const __m256 b1 = _mm256_set1_ps(c.b1), omb1 = _mm256_set1_ps(c.one_minus_b1), b2 = _mm256_set1_ps(c.b2), omb2 = _mm256_set1_ps(c.one_minus_b2);
+__attribute__((target("avx2,fma"))) void avx2_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                                                    const Coeffs& c) {
+  const __m256 b1 = _mm256_set1_ps(c.b1), omb1 = _mm256_set1_ps(c.one_minus_b1), b2 = _mm256_set1_ps(c.b2),
+               omb2 = _mm256_set1_ps(c.one_minus_b2);
   const __m256 eps = _mm256_set1_ps(c.eps), step = _mm256_set1_ps(c.step_size), ibc2 = _mm256_set1_ps(c.inv_sqrt_bc2);
   const __m256 decay = _mm256_set1_ps(c.decay_factor), l2 = _mm256_set1_ps(c.l2), scale = _mm256_set1_ps(c.scale);
   int64_t i = begin;
@@ -64,8 +66,10 @@ __attribute__((target("avx2,fma"))) void avx2_range(float* p, const float* g, fl
   scalar_range(p, g, m, v, i, end, c);
 }
 
-__attribute__((target("avx512f"))) void avx512_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end, const Coeffs& c) {
-  const __m512 b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.one_minus_b1), b2 = _mm512_set1_ps(c.b2), omb2 = _mm512_set1_ps(c.one_minus_b2);
+__attribute__((target("avx512f"))) void avx512_range(float* p, const float* g, float* m, float* v, int64_t begin, int64_t end,
+                                                     const Coeffs& c) {
+  const __m512 b1 = _mm512_set1_ps(c.b1), omb1 = _mm512_set1_ps(c.one_minus_b1), b2 = _mm512_set1_ps(c.b2),
+               omb2 = _mm512_set1_ps(c.one_minus_b2);
   const __m512 eps = _mm512_set1_ps(c.eps), step = _mm512_set1_ps(c.step_size), ibc2 = _mm512_set1_ps(c.inv_sqrt_bc2);
   const __m512 decay = _mm512_set1_ps(c.decay_factor), l2 = _mm512_set1_ps(c.l2), scale = _mm512_set1_ps(c.scale);
   int64_t i = begin;
@@ -107,9 +111,12 @@ Isa isa() {
 
 std::string fused_adam_isa() {
   switch (isa()) {
-    case Isa::kAvx512: return "avx512";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kScalar: break;
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kScalar:
+      break;
   }
   return "scalar";
 }
@@ -121,9 +128,15 @@ void fused_adam(float* p, const float* g, float* m, float* v, int64_t n, const A
   constexpr int64_t kGrain = 16384;
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     switch (chosen) {
-      case Isa::kAvx512: avx512_range(p, g, m, v, begin, end, c); break;
-      case Isa::kAvx2: avx2_range(p, g, m, v, begin, end, c); break;
-      case Isa::kScalar: scalar_range(p, g, m, v, begin, end, c); break;
+      case Isa::kAvx512:
+        avx512_range(p, g, m, v, begin, end, c);
+        break;
+      case Isa::kAvx2:
+        avx2_range(p, g, m, v, begin, end, c);
+        break;
+      case Isa::kScalar:
+        scalar_range(p, g, m, v, begin, end, c);
+        break;
     }
   });
 }

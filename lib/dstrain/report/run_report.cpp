@@ -62,11 +62,16 @@ Series series_of(const std::vector<json>& rows, const std::string& key, double s
 std::string escape(const std::string& s) {
   std::string out;
   for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else if (c == '"') out += "&quot;";
-    else out += c;
+    if (c == '<')
+      out += "&lt;";
+    else if (c == '>')
+      out += "&gt;";
+    else if (c == '&')
+      out += "&amp;";
+    else if (c == '"')
+      out += "&quot;";
+    else
+      out += c;
   }
   return out;
 }
@@ -76,7 +81,8 @@ struct Frame {
   static Frame of(const Chart& c) {
     Frame f{1e300, -1e300, 1e300, -1e300};
     for (const auto& s : c.series)
-      for (const auto& [x, y] : s.points) f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x), f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
+      for (const auto& [x, y] : s.points)
+        f.x0 = std::min(f.x0, x), f.x1 = std::max(f.x1, x), f.y0 = std::min(f.y0, y), f.y1 = std::max(f.y1, y);
     if (f.x1 <= f.x0) f.x1 = f.x0 + 1;
     if (f.y1 <= f.y0) f.y1 = f.y0 + std::max(1e-12, std::abs(f.y0) * 0.1), f.y0 -= std::max(1e-12, std::abs(f.y0) * 0.1);
     const double pad = (f.y1 - f.y0) * 0.05;
@@ -91,29 +97,35 @@ std::string svg_of(const Chart& c) {
   const Frame f = Frame::of(c);
   auto px = [&](double x) { return kLeft + (x - f.x0) / (f.x1 - f.x0) * (kW - kLeft - kRight); };
   auto py = [&](double y) { return kH - kBottom - (y - f.y0) / (f.y1 - f.y0) * (kH - kTop - kBottom); };
-  std::string out = fmt::format("<svg class=\"chart\" data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
-                                c.id, kW, kH, kW, kH);
+  std::string out = fmt::format(
+      "<svg class=\"chart\" data-chart=\"{}\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\">\n",
+      c.id, kW, kH, kW, kH);
   out += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft, escape(c.title));
-  out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop, kW - kLeft - kRight, kH - kTop - kBottom);
+  out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop, kW - kLeft - kRight,
+                     kH - kTop - kBottom);
   for (int i = 0; i <= 4; ++i) {
     const double y = f.y0 + (f.y1 - f.y0) * i / 4.0, x = f.x0 + (f.x1 - f.x0) * i / 4.0;
     out += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" class=\"grid\"/>", kLeft, kW - kRight, py(y), py(y));
     out += fmt::format("<text x=\"{}\" y=\"{:.1f}\" class=\"tick\" text-anchor=\"end\">{:.4g}</text>", kLeft - 6, py(y) + 4, y);
     out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" class=\"tick\" text-anchor=\"middle\">{:.5g}</text>\n", px(x), kH - kBottom + 16, x);
   }
-  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"middle\">{}</text>\n", (kLeft + kW - kRight) / 2, kH - 6, escape(c.x_label));
-  out += fmt::format("<text x=\"14\" y=\"{}\" class=\"axis\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{}</text>\n", kH / 2, kH / 2,
-                     escape(c.y_label));
+  out += fmt::format("<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"middle\">{}</text>\n", (kLeft + kW - kRight) / 2, kH - 6,
+                     escape(c.x_label));
+  out += fmt::format("<text x=\"14\" y=\"{}\" class=\"axis\" transform=\"rotate(-90 14 {})\" text-anchor=\"middle\">{}</text>\n", kH / 2,
+                     kH / 2, escape(c.y_label));
   int k = 0;
   for (const auto& s : c.series) {
     const uint32_t color = kPalette[k % 8];
     if (!s.points.empty()) {
       std::string d;
-      for (size_t i = 0; i < s.points.size(); ++i) d += fmt::format("{}{:.1f},{:.1f}", i ? " L" : "M", px(s.points[i].first), py(s.points[i].second));
-      out += fmt::format("<path class=\"series\" data-series=\"{}\" data-points=\"{}\" d=\"{}\" stroke=\"#{:06x}\" fill=\"none\" stroke-width=\"1.8\"/>\n",
-                         escape(s.name), s.points.size(), d, color);
-      out += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"#{:06x}\"/><text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n",
-                         kW - kRight - 150, kTop + 6 + 16 * k, color, kW - kRight - 135, kTop + 15 + 16 * k, escape(s.name));
+      for (size_t i = 0; i < s.points.size(); ++i)
+        d += fmt::format("{}{:.1f},{:.1f}", i ? " L" : "M", px(s.points[i].first), py(s.points[i].second));
+      out += fmt::format(
+          "<path class=\"series\" data-series=\"{}\" data-points=\"{}\" d=\"{}\" stroke=\"#{:06x}\" fill=\"none\" stroke-width=\"1.8\"/>\n",
+          escape(s.name), s.points.size(), d, color);
+      out += fmt::format(
+          "<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"#{:06x}\"/><text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n",
+          kW - kRight - 150, kTop + 6 + 16 * k, color, kW - kRight - 135, kTop + 15 + 16 * k, escape(s.name));
     }
     ++k;
   }
@@ -136,8 +148,9 @@ Image png_of(const Chart& c) {
     const uint32_t color = kPalette[k % 8];
     for (size_t i = 1; i < s.points.size(); ++i)
       img.line(px(s.points[i - 1].first), py(s.points[i - 1].second), px(s.points[i].first), py(s.points[i].second), color, 2);
-    if (s.points.size() == 1) img.rect(static_cast<int>(px(s.points[0].first)) - 2, static_cast<int>(py(s.points[0].second)) - 2,
-                                       static_cast<int>(px(s.points[0].first)) + 2, static_cast<int>(py(s.points[0].second)) + 2, color);
+    if (s.points.size() == 1)
+      img.rect(static_cast<int>(px(s.points[0].first)) - 2, static_cast<int>(py(s.points[0].second)) - 2,
+               static_cast<int>(px(s.points[0].first)) + 2, static_cast<int>(py(s.points[0].second)) + 2, color);
     img.rect(kW - kRight - 150, kTop + 6 + 16 * k, kW - kRight - 140, kTop + 16 + 16 * k, color);  // legend swatch
     ++k;
   }
@@ -151,17 +164,8 @@ double mean_of(const Series& s, size_t skip_first) {
   return n ? sum / static_cast<double>(n) : std::nan("");
 }
 
-}  // namespace
-
-ReportFiles write_run_report(const std::string& run_dir, const std::string& out_dir) {
-  const std::string metrics_path = run_dir + "/metrics.jsonl";
-  if (!fs::exists(metrics_path))
-    throw Error(ErrorCode::kUsage, fmt::format("'{}' has no metrics.jsonl", run_dir), "pass the run_dir of a `dstrain train` run with the jsonl sink");
-  const std::vector<json> rows = read_jsonl(metrics_path);
-  const std::vector<json> failures = read_jsonl(run_dir + "/failures.jsonl");
-  const std::vector<json> stragglers = read_jsonl(run_dir + "/stragglers.jsonl");
-  fs::create_directories(out_dir);
-
+// The charts of a run; t0 receives the wall time of its first step or failure.
+std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<json>& failures, double& t0) {
   std::vector<Chart> charts;
   charts.push_back({"loss", "Training loss", "step", "loss", {series_of(rows, "loss")}});
   charts.push_back({"lr", "Learning rate", "step", "lr", {series_of(rows, "lr")}});
@@ -170,59 +174,65 @@ ReportFiles write_run_report(const std::string& run_dir, const std::string& out_
   charts.push_back({"loss_scale", "Loss scale", "step", "scale", {series_of(rows, "loss_scale")}});
   charts.push_back({"grad_norm", "Gradient norm", "step", "norm", {series_of(rows, "grad_norm")}});
   Chart breakdown{"breakdown", "Step time breakdown", "step", "ms", {}};
-  for (const char* key : {"step_ms", "forward_ms", "backward_ms", "reduce_ms", "gather_ms", "optimizer_ms", "data_wait_ms", "checkpoint_ms"})
+  for (const char* key :
+       {"step_ms", "forward_ms", "backward_ms", "reduce_ms", "gather_ms", "optimizer_ms", "data_wait_ms", "checkpoint_ms"})
     if (Series s = series_of(rows, key); !s.points.empty()) breakdown.series.push_back(std::move(s));
   charts.push_back(breakdown);
   // The timeline: steps reached against wall time since the first step; failures as markers.
-  double t0 = 1e300;
+  t0 = 1e300;
   for (const auto& r : rows)
     if (r.contains("time") && r["time"].is_number()) t0 = std::min(t0, r["time"].get<double>());
   for (const auto& f : failures)
     if (f.contains("time") && f["time"].is_number()) t0 = std::min(t0, f["time"].get<double>());
   Chart timeline{"timeline", "Timeline: steps, failures and restarts", "seconds since start", "step", {{"step", {}}, {"failures", {}}}};
   for (const auto& r : rows)
-    if (r.contains("time") && r["time"].is_number()) timeline.series[0].points.emplace_back(r["time"].get<double>() - t0, r["step"].get<double>());
+    if (r.contains("time") && r["time"].is_number())
+      timeline.series[0].points.emplace_back(r["time"].get<double>() - t0, r["step"].get<double>());
   for (const auto& f : failures)
-    if (f.contains("time") && f["time"].is_number()) timeline.series[1].points.emplace_back(f["time"].get<double>() - t0, f.value("step_reached", 0.0));
+    if (f.contains("time") && f["time"].is_number())
+      timeline.series[1].points.emplace_back(f["time"].get<double>() - t0, f.value("step_reached", 0.0));
   std::sort(timeline.series[0].points.begin(), timeline.series[0].points.end());
   charts.push_back(timeline);
 
-  ReportFiles out;
-  out.steps = static_cast<int>(rows.size());
-  std::string body;
-  for (const auto& c : charts) {
-    if (c.empty()) {
-      body += fmt::format("<section><h2>{}</h2><p class=\"none\">not recorded in this run</p></section>\n", escape(c.title));
-      continue;
-    }
-    body += "<section>" + svg_of(c) + "</section>\n";
-    const std::string png = out_dir + "/" + c.id + ".png";
-    write_file_atomic(png, encode_png(png_of(c)));
-    out.pngs.push_back(png);
-    ++out.charts;
-  }
+  return charts;
+}
 
+std::string summary_table(const std::string& run_dir, const std::vector<json>& rows, size_t failures) {
   // Summary numbers.
   const Series loss = series_of(rows, "loss"), tps = series_of(rows, "tokens_per_s"), mfu = series_of(rows, "mfu", 100.0);
   std::string summary = "<table class=\"summary\">";
-  auto row = [&summary](const std::string& k, const std::string& v) { summary += fmt::format("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v)); };
+  auto row = [&summary](const std::string& k, const std::string& v) {
+    summary += fmt::format("<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
+  };
   row("run directory", run_dir);
   row("steps recorded", std::to_string(rows.size()));
   if (!rows.empty()) row("last step", rows.back().value("step", json(0)).dump());
-  if (!loss.points.empty()) row("loss (first → last)", fmt::format("{:.4f} → {:.4f}", loss.points.front().second, loss.points.back().second));
+  if (!loss.points.empty())
+    row("loss (first → last)", fmt::format("{:.4f} → {:.4f}", loss.points.front().second, loss.points.back().second));
   if (!tps.points.empty()) row("mean tokens/s (after step 1)", fmt::format("{:.0f}", mean_of(tps, 1)));
   if (!mfu.points.empty()) row("mean MFU (after step 1)", fmt::format("{:.3f} %", mean_of(mfu, 1)));
-  row("failures", std::to_string(failures.size()));
+  row("failures", std::to_string(failures));
   summary += "</table>\n";
 
-  std::string failure_table = "<table class=\"failures\"><tr><th>time (s)</th><th>generation</th><th>kind</th><th>node</th><th>rank</th><th>step</th><th>what</th></tr>";
-  for (const auto& f : failures)
-    failure_table += fmt::format("<tr><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", f.value("time", 0.0) - t0,
-                                 f.value("generation", 0), escape(f.value("kind", std::string("exit"))), f.value("node", 0), f.value("rank", -1),
-                                 f.value("step_reached", 0), escape(f.value("what", std::string())));
-  failure_table += failures.empty() ? "<tr><td colspan=\"7\">none</td></tr></table>\n" : "</table>\n";
+  return summary;
+}
 
-  std::string straggler_table = "<table class=\"stragglers\"><tr><th>rank</th><th>host</th><th>compute ms/step</th><th>wait ms/step</th><th>slow in checks</th></tr>";
+std::string failure_table(const std::vector<json>& failures, double t0) {
+  std::string table =
+      "<table class=\"failures\"><tr><th>time "
+      "(s)</th><th>generation</th><th>kind</th><th>node</th><th>rank</th><th>step</th><th>what</th></tr>";
+  for (const auto& f : failures)
+    table += fmt::format("<tr><td>{:.1f}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                         f.value("time", 0.0) - t0, f.value("generation", 0), escape(f.value("kind", std::string("exit"))),
+                         f.value("node", 0), f.value("rank", -1), f.value("step_reached", 0), escape(f.value("what", std::string())));
+  table += failures.empty() ? "<tr><td colspan=\"7\">none</td></tr></table>\n" : "</table>\n";
+
+  return table;
+}
+
+std::string straggler_table(const std::vector<json>& stragglers) {
+  std::string table =
+      "<table class=\"stragglers\"><tr><th>rank</th><th>host</th><th>compute ms/step</th><th>wait ms/step</th><th>slow in checks</th></tr>";
   if (!stragglers.empty()) {
     std::map<int, int> slow_count;
     for (const auto& check : stragglers)
@@ -231,17 +241,22 @@ ReportFiles write_run_report(const std::string& run_dir, const std::string& out_
     const json& last = stragglers.back();
     for (const auto& r : last.value("ranks", json::array())) {
       const int rank = r.value("rank", -1);
-      straggler_table += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{} of {}</td></tr>",
-                                     slow_count[rank] ? "slow" : "ok", rank, escape(r.value("host", std::string())), r.value("compute_ms", 0.0),
-                                     r.value("wait_ms", 0.0), slow_count[rank], stragglers.size());
+      table += fmt::format("<tr class=\"{}\"><td>{}</td><td>{}</td><td>{:.1f}</td><td>{:.1f}</td><td>{} of {}</td></tr>",
+                           slow_count[rank] ? "slow" : "ok", rank, escape(r.value("host", std::string())), r.value("compute_ms", 0.0),
+                           r.value("wait_ms", 0.0), slow_count[rank], stragglers.size());
     }
-    straggler_table += fmt::format("</table><p>last check at step {}: median compute {:.1f} ms/step; slow = more than {:.0f}% above it</p>\n",
-                                   last.value("step", 0), last.value("median_compute_ms", 0.0), 100.0 * last.value("threshold", 0.0));
+    table += fmt::format("</table><p>last check at step {}: median compute {:.1f} ms/step; slow = more than {:.0f}% above it</p>\n",
+                         last.value("step", 0), last.value("median_compute_ms", 0.0), 100.0 * last.value("threshold", 0.0));
   } else {
-    straggler_table += "<tr><td colspan=\"5\">no straggler checks in this run (one rank, or logging.straggler_interval = 0)</td></tr></table>\n";
+    table += "<tr><td colspan=\"5\">no straggler checks in this run (one rank, or logging.straggler_interval = 0)</td></tr></table>\n";
   }
 
-  const std::string html = fmt::format(R"(<!DOCTYPE html>
+  return table;
+}
+
+std::string page(const std::string& run_dir, const std::string& summary, const std::string& body, const std::string& stragglers,
+                 const std::string& failures) {
+  return fmt::format(R"(<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>dstrain report: {}</title>
 <style>
 body {{ font-family: sans-serif; margin: 24px; color: #222; background: #fff; }}
@@ -263,9 +278,40 @@ svg.chart {{ display: block; margin: 12px 0; }}
 <p class="none">PNG copies of the charts are next to this page. Written by dstrain report from metrics.jsonl, stragglers.jsonl and failures.jsonl.</p>
 </body></html>
 )",
-                                       escape(fs::path(run_dir).filename().string()), escape(run_dir), summary, body, straggler_table, failure_table);
+                     escape(fs::path(run_dir).filename().string()), escape(run_dir), summary, body, stragglers, failures);
+}
+
+}  // namespace
+
+ReportFiles write_run_report(const std::string& run_dir, const std::string& out_dir) {
+  const std::string metrics_path = run_dir + "/metrics.jsonl";
+  if (!fs::exists(metrics_path))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' has no metrics.jsonl", run_dir),
+                "pass the run_dir of a `dstrain train` run with the jsonl sink");
+  const std::vector<json> rows = read_jsonl(metrics_path);
+  const std::vector<json> failures = read_jsonl(run_dir + "/failures.jsonl");
+  const std::vector<json> stragglers = read_jsonl(run_dir + "/stragglers.jsonl");
+  fs::create_directories(out_dir);
+  double t0 = 0;
+  const std::vector<Chart> charts = charts_of(rows, failures, t0);
+  ReportFiles out;
+  out.steps = static_cast<int>(rows.size());
+  std::string body;
+  for (const auto& c : charts) {
+    if (c.empty()) {
+      body += fmt::format("<section><h2>{}</h2><p class=\"none\">not recorded in this run</p></section>\n", escape(c.title));
+      continue;
+    }
+    body += "<section>" + svg_of(c) + "</section>\n";
+    const std::string png = out_dir + "/" + c.id + ".png";
+    write_file_atomic(png, encode_png(png_of(c)));
+    out.pngs.push_back(png);
+    ++out.charts;
+  }
+
   out.html = out_dir + "/index.html";
-  write_file_atomic(out.html, html);
+  write_file_atomic(out.html, page(run_dir, summary_table(run_dir, rows, failures.size()), body, straggler_table(stragglers),
+                                   failure_table(failures, t0)));
   return out;
 }
 

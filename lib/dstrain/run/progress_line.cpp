@@ -20,7 +20,8 @@ std::optional<ProgressLine> decode_line(const std::string& line) {
   long long step = 0, first = 0, total = 0;
   ProgressLine p;
   int used = 0;
-  if (std::sscanf(line.c_str(), "@@progress %lld %lld %lld %lf %lf %lf%n", &step, &first, &total, &p.loss, &p.tokens_per_s, &p.elapsed_s, &used) != 6 ||
+  if (std::sscanf(line.c_str(), "@@progress %lld %lld %lld %lf %lf %lf%n", &step, &first, &total, &p.loss, &p.tokens_per_s, &p.elapsed_s,
+                  &used) != 6 ||
       static_cast<size_t>(used) != line.size() || total <= 0)
     return std::nullopt;
   p.step = step, p.first_step = first, p.total_steps = total;

@@ -23,8 +23,7 @@ int required_int(const char* name, int min) {
     size_t used = 0;
     const int n = std::stoi(v, &used);
     if (used == v.size() && n >= min) return n;
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   throw Error(ErrorCode::kEnvironment, fmt::format("environment variable {}='{}' is not an integer >= {}", name, v, min),
               "fix or unset it; the launcher sets it for each worker");
 }
@@ -55,7 +54,8 @@ WorkerEnv worker_env_from_environment() {
   env.device = optional("DSTRAIN_DEVICE", "cpu");
   env.progress_line = optional("DSTRAIN_PROGRESS", "0") == "1";
   if (env.rank >= env.world_size)
-    throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size), "check the launcher's settings");
+    throw Error(ErrorCode::kEnvironment, fmt::format("RANK={} is not below WORLD_SIZE={}", env.rank, env.world_size),
+                "check the launcher's settings");
   return env;
 }
 

@@ -51,9 +51,11 @@ Schedule schedule_from(const config::Recipe& r) {
   out.warmup_min_ratio = s.warmup_min_ratio;
   out.min_ratio = s.min_lr_ratio;
   out.decay_ratio = s.decay_ratio;
-  out.cycle = {s.cycle_min_lr,  s.cycle_max_lr > 0 ? s.cycle_max_lr : r.optimizer.lr,
+  out.cycle = {s.cycle_min_lr,          s.cycle_max_lr > 0 ? s.cycle_max_lr : r.optimizer.lr,
                s.cycle_first_step_size, s.cycle_second_step_size > 0 ? s.cycle_second_step_size : s.cycle_first_step_size,
-               s.decay_lr_rate, s.decay_step_size, s.cycle_momentum, s.cycle_min_mom, s.cycle_max_mom, s.decay_mom_rate};
+               s.decay_lr_rate,         s.decay_step_size,
+               s.cycle_momentum,        s.cycle_min_mom,
+               s.cycle_max_mom,         s.decay_mom_rate};
   return out;
 }
 
@@ -66,7 +68,8 @@ double batch_lr_factor(const config::Recipe& r, int64_t step) {
 
 double lr_at(const Schedule& s, int64_t step) {
   switch (s.type) {
-    case ScheduleType::kConstant: return s.peak_lr;
+    case ScheduleType::kConstant:
+      return s.peak_lr;
     case ScheduleType::kWarmupCosine: {
       if (s.warmup_steps > 0 && step < s.warmup_steps) {
         const double w = static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
@@ -78,7 +81,8 @@ double lr_at(const Schedule& s, int64_t step) {
       return s.peak_lr * (s.min_ratio + (1.0 - s.min_ratio) * 0.5 * (1.0 + std::cos(M_PI * progress)));
     }
     case ScheduleType::kWsd: {
-      if (s.warmup_steps > 0 && step < s.warmup_steps) return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
+      if (s.warmup_steps > 0 && step < s.warmup_steps)
+        return s.peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
       const int64_t decay_steps = static_cast<int64_t>(std::llround(s.decay_ratio * static_cast<double>(s.total_steps)));
       const int64_t decay_start = std::max(s.warmup_steps, s.total_steps - decay_steps);
       if (step < decay_start || decay_steps <= 0) return s.peak_lr;
@@ -100,7 +104,8 @@ double lr_at(const Schedule& s, int64_t step) {
       if (it < 0) return min_lr;
       const double n = std::max<double>(2.0, static_cast<double>(s.warmup_steps));
       double gamma = 1.0;
-      if (static_cast<double>(it) < n) gamma = ds_warmup_fraction(s, it, n);
+      if (static_cast<double>(it) < n)
+        gamma = ds_warmup_fraction(s, it, n);
       else if (s.type == ScheduleType::kDsWarmupDecay)
         gamma = std::max(0.0, static_cast<double>(s.total_steps - it) / std::max(1.0, static_cast<double>(s.total_steps) - n));
       return min_lr + (s.peak_lr - min_lr) * gamma;

@@ -14,7 +14,6 @@ namespace dstrain::sched {
 
 using config::ScheduleType;
 
-
 struct Schedule {
   ScheduleType type = ScheduleType::kWarmupCosine;
   double peak_lr = 0;

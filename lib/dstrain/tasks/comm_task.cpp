@@ -20,9 +20,9 @@
 namespace dstrain::tasks {
 
 std::vector<std::string> comm_task_args(const CommTask& t) {
-  std::vector<std::string> args = {"--task", t.check ? "comm-check" : "comm-bench", "--min-bytes", std::to_string(t.bench.min_bytes), "--max-bytes",
-                                   std::to_string(t.bench.max_bytes), "--iters", std::to_string(t.bench.max_iters), "--timeout",
-                                   std::to_string(t.timeout_s), "--backend", t.backend};
+  std::vector<std::string> args = {"--task",      t.check ? "comm-check" : "comm-bench", "--min-bytes", std::to_string(t.bench.min_bytes),
+                                   "--max-bytes", std::to_string(t.bench.max_bytes),     "--iters",     std::to_string(t.bench.max_iters),
+                                   "--timeout",   std::to_string(t.timeout_s),           "--backend",   t.backend};
   return args;
 }
 
@@ -33,7 +33,8 @@ int run_comm_task(const run::WorkerEnv& env, const CommTask& task) {
   const bool has_gpu = env.device.rfind("cuda:", 0) == 0;
   const bool nccl = task.backend == "nccl" || (task.backend == "auto" && has_gpu && comm::nccl_available());
   if (nccl && !has_gpu)
-    throw Error(ErrorCode::kEnvironment, fmt::format("rank {} has no GPU for the nccl backend", env.rank), "use --backend gloo on machines without GPUs");
+    throw Error(ErrorCode::kEnvironment, fmt::format("rank {} has no GPU for the nccl backend", env.rank),
+                "use --backend gloo on machines without GPUs");
   auto comm = nccl ? comm::make_nccl_communicator(ep, env.rank, env.world_size, std::stoi(env.device.substr(5)))
                    : comm::make_gloo_communicator(ep, env.rank, env.world_size);
   if (task.check) return comm::check_collectives(*comm, 20261129) == 0 ? exit_status::kOk : exit_status::kComm;
@@ -70,9 +71,11 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
   sup.worker_args = {"worker"};
   for (const auto& a : comm_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-bench-{}", ::getpid())).string();
-  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), sup.log_dir, threads_per_worker(0, nproc, online_cores()));
-  log::info(fmt::format("{} on {} ranks ({} on this node {}), rendezvous at {}:{}; worker logs in {}", task.check ? "collective check" : "collective benchmark",
-                        topo.world(), nproc, topo.node_rank, topo.master_addr, port, sup.log_dir));
+  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), sup.log_dir,
+                                          threads_per_worker(0, nproc, online_cores()));
+  log::info(fmt::format("{} on {} ranks ({} on this node {}), rendezvous at {}:{}; worker logs in {}",
+                        task.check ? "collective check" : "collective benchmark", topo.world(), nproc, topo.node_rank, topo.master_addr,
+                        port, sup.log_dir));
   const int status = launch::supervise(sup);
   if (status == 0) std::filesystem::remove_all(sup.log_dir);
   return status;

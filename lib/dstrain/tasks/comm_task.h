@@ -19,7 +19,7 @@ class StoreServer;
 namespace dstrain::tasks {
 
 struct CommTask {
-  bool check = false;  // correctness instead of timing
+  bool check = false;            // correctness instead of timing
   std::string backend = "auto";  // gloo, nccl, or auto (nccl when this rank has a GPU)
   comm::BenchOptions bench;
   int timeout_s = 300;

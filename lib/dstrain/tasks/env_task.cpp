@@ -26,11 +26,14 @@ namespace dstrain::tasks {
 namespace fs = std::filesystem;
 
 std::vector<std::string> env_task_args(const EnvCheckTask& t) {
-  std::vector<std::string> args{"--task", "check-env", "--report", t.report_path, "--timeout", std::to_string(t.timeout_s),
+  std::vector<std::string> args{"--task",           "check-env",
+                                "--report",         t.report_path,
+                                "--timeout",        std::to_string(t.timeout_s),
                                 "--max-clock-skew", fmt::format("{}", t.probes.max_clock_skew_s)};
   if (!t.config_path.empty()) args.insert(args.end(), {"--config", t.config_path});
   std::string skip;
-  for (const auto& [on, name] : {std::pair{t.probes.allreduce, "allreduce"}, {t.probes.pairwise, "pairwise"}, {t.probes.gemm, "gemm"}, {t.probes.disk, "disk"}})
+  for (const auto& [on, name] :
+       {std::pair{t.probes.allreduce, "allreduce"}, {t.probes.pairwise, "pairwise"}, {t.probes.gemm, "gemm"}, {t.probes.disk, "disk"}})
     if (!on) skip += (skip.empty() ? "" : ",") + std::string(name);
   if (!skip.empty()) args.insert(args.end(), {"--skip", skip});
   return args;
@@ -70,8 +73,10 @@ int launch_env_task(const launch::Topology& topo, const EnvCheckTask& task_in, b
   sup.worker_args = {"worker"};
   for (const auto& a : env_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = dir;
-  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), dir, threads_per_worker(0, topo.nproc_per_node, online_cores()));
-  log::info(fmt::format("check-env on {} ranks ({} on node {}), rendezvous at {}:{}", topo.world(), topo.nproc_per_node, topo.node_rank, topo.master_addr, port));
+  sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), dir,
+                                          threads_per_worker(0, topo.nproc_per_node, online_cores()));
+  log::info(fmt::format("check-env on {} ranks ({} on node {}), rendezvous at {}:{}", topo.world(), topo.nproc_per_node, topo.node_rank,
+                        topo.master_addr, port));
   const int status = launch::supervise(sup);
   if (status != 0) {
     log::error(fmt::format("check-env could not finish (worker logs in {})", dir));

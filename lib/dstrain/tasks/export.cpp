@@ -25,7 +25,8 @@ std::string export_run_to_hf(const std::string& run_path, const std::string& che
     std::vector<std::string> skipped;
     const auto usable = ckpt::usable_checkpoint(run_dir.ckpt_dir(recipe), &skipped);
     for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
-    if (!usable) throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_path), "train it first");
+    if (!usable)
+      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_path), "train it first");
     dir = *usable;
   }
   // Only the parameters (the fp32 master weights) and buffers are read, whatever the shards.

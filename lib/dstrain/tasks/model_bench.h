@@ -5,7 +5,7 @@
 namespace dstrain::tasks {
 
 struct ModelBenchResult {
-  double ms_per_step;    // median over the timed iterations
+  double ms_per_step;  // median over the timed iterations
   double tokens_per_s;
   long long parameters;
 };

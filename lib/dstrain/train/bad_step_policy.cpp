@@ -27,12 +27,15 @@ BadStepPolicy::Action BadStepPolicy::judge(int64_t step, const zero::StepResult&
   if (policy == BadStepAction::kStop || bad_steps_ > max_bad_steps())
     throw Error(ErrorCode::kDiverged,
                 policy == BadStepAction::kStop ? what_ + ": stopped; no update was applied and the last checkpoint is intact"
-                                               : fmt::format("{}: {} bad steps in this launch, more than train.max_bad_steps = {}", what_, bad_steps_, max_bad_steps()),
-                "resume from the last checkpoint with `dstrain resume` (a transient fault will not recur), or set train.on_bad_step: skip / rollback; "
+                                               : fmt::format("{}: {} bad steps in this launch, more than train.max_bad_steps = {}", what_,
+                                                             bad_steps_, max_bad_steps()),
+                "resume from the last checkpoint with `dstrain resume` (a transient fault will not recur), or set train.on_bad_step: skip "
+                "/ rollback; "
                 "lower the learning rate if the loss diverged");
   if (policy == BadStepAction::kRollback) {
     if (rolled_back_at_ == step)
-      throw Error(ErrorCode::kDiverged, what_ + ": bad again after rolling back, so the cause is in the data or the model, not a transient fault",
+      throw Error(ErrorCode::kDiverged,
+                  what_ + ": bad again after rolling back, so the cause is in the data or the model, not a transient fault",
                   "set train.on_bad_step: skip to pass over this step, or lower the learning rate");
     rolled_back_at_ = step;
     return Action::kRollback;

@@ -29,7 +29,8 @@ ckpt::TensorMeta meta_of(const model::NamedTensor& t) { return {t.name, dtype_na
 
 std::string model_line(const config::Recipe& r) {
   const auto& m = r.model;
-  return fmt::format("{} hidden {} layers {} heads {} vocab {}", config::name(m.family), m.hidden_size, m.num_layers, m.num_heads, m.vocab_size);
+  return fmt::format("{} hidden {} layers {} heads {} vocab {}", config::name(m.family), m.hidden_size, m.num_layers, m.num_heads,
+                     m.vocab_size);
 }
 
 }  // namespace
@@ -55,7 +56,8 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, c
     fs::remove(probe);
     log::info(shared_ ? fmt::format("checkpoints: every rank writes its own shard into {}", dir_)
                       : fmt::format("checkpoints: some ranks cannot see {} (no shared filesystem): rank 0 gathers and writes them", dir_));
-    if (recipe_.checkpoint.async && !shared_) log::warn("checkpoint.async needs a filesystem every rank shares: saving synchronously instead");
+    if (recipe_.checkpoint.async && !shared_)
+      log::warn("checkpoint.async needs a filesystem every rank shares: saving synchronously instead");
   }
   async_ = recipe_.checkpoint.async && shared_;
 }
@@ -115,7 +117,8 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     std::vector<ckpt::ShardFile> files;
     for (const auto& s : summaries)
       if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
-    committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files, {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
+    committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files,
+                             {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
   }
   comm_.barrier()->wait();
   return committed;
@@ -168,8 +171,9 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
         const fs::path summary = fs::path(staging) / fmt::format("rank_{:05d}.json", r);
         while (!fs::exists(summary)) {
           if (std::chrono::steady_clock::now() - t0 > timeout)
-            throw Error(ErrorCode::kCheckpoint, fmt::format("asynchronous checkpoint of step {}: rank {} did not finish its shard within {} s", ts.step, r,
-                                                            timeout.count()),
+            throw Error(ErrorCode::kCheckpoint,
+                        fmt::format("asynchronous checkpoint of step {}: rank {} did not finish its shard within {} s", ts.step, r,
+                                    timeout.count()),
                         "check that every rank's filesystem is the same and has space; the previous checkpoint is intact");
           std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }

@@ -31,7 +31,7 @@ namespace dstrain::ckpt {
 struct TrainState;
 struct TensorMeta;
 struct PieceView;
-}
+}  // namespace dstrain::ckpt
 
 namespace dstrain::train {
 
@@ -66,8 +66,8 @@ class Checkpointer {
   zero::Engine& engine_;
   std::vector<model::Stateful*> replicated_;  // the engine first
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;
-  std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging, const std::vector<ckpt::TensorMeta>& metas,
-                                 const std::vector<ckpt::PieceView>& pieces);
+  std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging,
+                                 const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces);
   bool shared_ = true;
   bool async_ = false;
   std::thread writer_;

@@ -22,11 +22,13 @@ struct Chunk {
   int64_t count;
 };
 
-std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t first, const std::vector<double>& weights, int64_t rank, int64_t world) {
+std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t first, const std::vector<double>& weights, int64_t rank,
+                             int64_t world) {
   const int64_t micro = r.train.micro_batch_size;
   std::vector<Chunk> chunks;
   if (weights.empty()) {
-    for (int64_t m = 0; m < config::accumulation_at(r, step); ++m) chunks.push_back({data::first_position(first, m, micro, rank, world), micro});
+    for (int64_t m = 0; m < config::accumulation_at(r, step); ++m)
+      chunks.push_back({data::first_position(first, m, micro, rank, world), micro});
     return chunks;
   }
   const std::vector<int64_t> counts = data::weighted_shares(config::global_batch_at(r, step), weights);
@@ -92,8 +94,8 @@ bool ShardBalancer::rebalance(int64_t done, comm::Communicator& comm) {
   weights_.assign(rates.data_ptr<float>(), rates.data_ptr<float>() + world_);
   if (rank_ == 0) {
     const int64_t next_batch = config::global_batch_at(recipe_, done);
-    log::info(fmt::format("auto balance: measured {:.1f} samples/s per rank -> shares of {} samples: [{}]", fmt::join(weights_, ", "), next_batch,
-                          fmt::join(data::weighted_shares(next_batch, weights_), ", ")));
+    log::info(fmt::format("auto balance: measured {:.1f} samples/s per rank -> shares of {} samples: [{}]", fmt::join(weights_, ", "),
+                          next_batch, fmt::join(data::weighted_shares(next_batch, weights_), ", ")));
   }
   return true;
 }

@@ -16,7 +16,8 @@ namespace dstrain::train {
 HeartbeatSender::HeartbeatSender(const run::WorkerEnv& env, double heartbeat_timeout_s)
     : key_(run::heartbeat_key(run::store_run_key(env), env.rank)), period_(run::heartbeat_period(heartbeat_timeout_s)) {
   host_ = host_name();
-  store_ = std::make_unique<comm::StoreClient>(env.master_addr, env.master_port, std::chrono::milliseconds(static_cast<int64_t>(heartbeat_timeout_s * 1000)));
+  store_ = std::make_unique<comm::StoreClient>(env.master_addr, env.master_port,
+                                               std::chrono::milliseconds(static_cast<int64_t>(heartbeat_timeout_s * 1000)));
   beat();
   thread_ = std::thread([this] { loop(); });
 }

@@ -17,7 +17,9 @@ volatile std::sig_atomic_t g_stop_requested = 0;
 void on_save_request(int) { g_save_requested = 1; }
 void on_stop_request(int) { g_stop_requested = 1; }
 
-double seconds_since(std::chrono::steady_clock::time_point t) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count(); }
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
 
 }  // namespace
 
@@ -36,7 +38,8 @@ void StepTriggers::install_signal_handlers() {
 }
 
 StepTriggers::StepTriggers(const config::Recipe& recipe, const run::RunDir& run_dir, int rank)
-    : recipe_(recipe), save_now_file_(run_dir.root() + "/SAVE_NOW"), rank_(rank), started_(std::chrono::steady_clock::now()), last_save_(started_) {}
+    : recipe_(recipe), save_now_file_(run_dir.root() + "/SAVE_NOW"), rank_(rank), started_(std::chrono::steady_clock::now()),
+      last_save_(started_) {}
 
 bool StepTriggers::save_wanted() {
   const double minutes = recipe_.checkpoint.interval_minutes;

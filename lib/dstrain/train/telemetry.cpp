@@ -28,7 +28,8 @@ metrics::SinkOptions sink_options(const config::Recipe& r, const run::RunDir& ru
   o.keep_through_step = keep_through_step;
   if (r.logging.has_sink(config::Sink::kJsonl)) o.jsonl_path = run_dir.metrics_path();
   if (r.logging.has_sink(config::Sink::kCsv)) o.csv_dir = r.logging.csv_dir.empty() ? run_dir.root() + "/csv" : r.logging.csv_dir;
-  if (r.logging.has_sink(config::Sink::kTensorboard)) o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;
+  if (r.logging.has_sink(config::Sink::kTensorboard))
+    o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;
   return o;
 }
 
@@ -60,7 +61,8 @@ double peak_resident_mb() {
 
 Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
                      const device::TrainingDevice& device, bool progress_line)
-    : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step), started_(std::chrono::steady_clock::now()) {
+    : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step),
+      started_(std::chrono::steady_clock::now()) {
   console_ = recipe.logging.has_sink(config::Sink::kConsole);
   progress_ = comm.rank() == 0 && progress_line;
   flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
@@ -71,17 +73,20 @@ Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, c
     std::string source;
     if (device.device.is_cuda()) {
       peak_tflops_ = device::datasheet_peak_tflops(device.name, recipe.precision.dtype);
-      source = fmt::format("the {} datasheet's dense {} peak", device.name, recipe.precision.dtype == config::Dtype::kFp32 ? "fp32" : "bf16/fp16 tensor-core");
+      source = fmt::format("the {} datasheet's dense {} peak", device.name,
+                           recipe.precision.dtype == config::Dtype::kFp32 ? "fp32" : "bf16/fp16 tensor-core");
       if (peak_tflops_ <= 0) {
         peak_tflops_ = device::measured_gpu_peak_tflops(device.device, recipe.precision.dtype);
-        source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", config::name(recipe.precision.dtype), device.name);
+        source = fmt::format("measured ({} 4096x4096 GEMM on {}, not in the datasheet table)", config::name(recipe.precision.dtype),
+                             device.name);
       }
     } else {
       peak_tflops_ = device::measured_cpu_peak_tflops();
       source = fmt::format("measured (fp32 1024x1024 GEMM, {} thread{}: no GPU)", threads, threads == 1 ? "" : "s");
     }
-    log::info(fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, {}",
-                          flops_per_token_, peak_tflops_, source));
+    log::info(
+        fmt::format("MFU: {:.3g} model FLOPs per token (6N + attention, no causal discount) against a peak of {:.3f} TFLOP/s per rank, {}",
+                    flops_per_token_, peak_tflops_, source));
   }
   if (recipe.logging.straggler_interval > 0 && comm.world_size() > 1) {
     hosts_ = comm.all_gather_bytes(host_name());
@@ -111,7 +116,8 @@ void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m) {
   if (comm_.rank() != 0) return;
   const int world = comm_.world_size();
   std::vector<double> compute(static_cast<size_t>(world)), wait(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) compute[static_cast<size_t>(r)] = all[2 * r].item<double>(), wait[static_cast<size_t>(r)] = all[2 * r + 1].item<double>();
+  for (int r = 0; r < world; ++r)
+    compute[static_cast<size_t>(r)] = all[2 * r].item<double>(), wait[static_cast<size_t>(r)] = all[2 * r + 1].item<double>();
   std::vector<double> sorted = compute;
   std::sort(sorted.begin(), sorted.end());
   // The lower median: with two ranks, the faster one is the reference for the slower.
@@ -122,8 +128,9 @@ void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m) {
     const bool slow = median > 0 && c > median * (1.0 + recipe_.logging.straggler_threshold);
     if (slow) {
       m.stragglers.push_back(r);
-      slow_text += fmt::format("{}rank {} on {}: compute {:.1f} ms/step vs median {:.1f} ms (+{:.0f}%), waited {:.1f} ms", slow_text.empty() ? "" : "; ",
-                               r, hosts_.at(static_cast<size_t>(r)), c, median, 100.0 * (c / median - 1.0), wait[static_cast<size_t>(r)]);
+      slow_text += fmt::format("{}rank {} on {}: compute {:.1f} ms/step vs median {:.1f} ms (+{:.0f}%), waited {:.1f} ms",
+                               slow_text.empty() ? "" : "; ", r, hosts_.at(static_cast<size_t>(r)), c, median, 100.0 * (c / median - 1.0),
+                               wait[static_cast<size_t>(r)]);
     }
     table += fmt::format("{}{{\"rank\":{},\"host\":\"{}\",\"compute_ms\":{:.3f},\"wait_ms\":{:.3f},\"slow\":{}}}", r ? "," : "", r,
                          hosts_.at(static_cast<size_t>(r)), c, wait[static_cast<size_t>(r)], slow ? "true" : "false");
@@ -188,8 +195,9 @@ void Telemetry::finish_step(const StepOutcome& o) {
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
-    log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%", o.step, total,
-                          o.loss, o.lr, o.grad_norm, recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
+    log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%", o.step,
+                          total, o.loss, o.lr, o.grad_norm,
+                          recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
                           m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();

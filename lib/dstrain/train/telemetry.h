@@ -34,7 +34,6 @@ class RunDir;
 
 namespace dstrain::train {
 
-
 // What the loop knows at the end of a step.
 struct StepOutcome {
   int64_t step = 0;  // 1-based, done

@@ -41,7 +41,8 @@ double ms_since(Clock::time_point t) { return std::chrono::duration<double, std:
 config::Recipe checked_recipe(const run::WorkerEnv& env) {
   config::Recipe recipe = config::read_resolved_config(run::RunDir(env.run_dir).config_path());
   if (env.world_size != recipe.world_size())
-    throw Error(ErrorCode::kEnvironment, fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", env.world_size, recipe.world_size()),
+    throw Error(ErrorCode::kEnvironment,
+                fmt::format("WORLD_SIZE={} but the config was resolved for {} ranks", env.world_size, recipe.world_size()),
                 "start workers through `dstrain train`/`dstrain resume`, which resolve the config for the actual world size");
   return recipe;
 }
@@ -55,8 +56,10 @@ struct Communicators {
 };
 
 Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
-  const comm::Endpoint endpoint{env.master_addr, env.master_port, run::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s), env.host_store,
-                                std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
+  const comm::Endpoint endpoint{
+      env.master_addr,         env.master_port,
+      run::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s),
+      env.host_store,          std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
   Communicators c;
   c.gloo = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
   if (device.device.is_cuda()) {
@@ -94,14 +97,14 @@ struct Trainer::Parts {
   std::unique_ptr<Telemetry> telemetry;
   StepTriggers triggers;
   BadStepPolicy bad_steps;
-  int64_t step = 0;         // the step being computed, 0-based
-  int64_t cursor = 0;       // samples consumed: the global data position
-  double save_ms = 0;       // the last step's checkpoint time (wall_clock_breakdown)
+  int64_t step = 0;    // the step being computed, 0-based
+  int64_t cursor = 0;  // samples consumed: the global data position
+  double save_ms = 0;  // the last step's checkpoint time (wall_clock_breakdown)
   bool timed_phases = false;
 
   Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
-      : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size), schedule(sched::schedule_from(recipe)),
-        triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
+      : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size),
+        schedule(sched::schedule_from(recipe)), triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
   int64_t steps() const { return recipe.train.steps; }
   int64_t global_batch(int64_t s) const { return config::global_batch_at(recipe, s); }
 };
@@ -133,12 +136,14 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     const Checkpointer::Resumed r = p.checkpointer->resume(env.resume_from);
     p.step = r.step, p.cursor = r.samples_consumed;
     if (env.rank == 0)
-      log::info(fmt::format("resumed from {} at step {} ({} samples consumed; loaded in {:.2f} s)", r.dir, p.step, p.cursor, ms_since(load_start) / 1000.0));
+      log::info(fmt::format("resumed from {} at step {} ({} samples consumed; loaded in {:.2f} s)", r.dir, p.step, p.cursor,
+                            ms_since(load_start) / 1000.0));
   }
   if (env.rank == 0) {
-    log::info(fmt::format("model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
-                          static_cast<double>(p.model->num_parameters()) / 1e6, p.data->num_samples(), p.recipe.data.seq_len, p.steps(),
-                          p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), env.world_size, p.recipe.train.micro_batch_size));
+    log::info(fmt::format(
+        "model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
+        static_cast<double>(p.model->num_parameters()) / 1e6, p.data->num_samples(), p.recipe.data.seq_len, p.steps(),
+        p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), env.world_size, p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
@@ -188,8 +193,8 @@ Trainer::StepEnd Trainer::step() {
     return StepEnd::kRolledBack;
   }
   if (result.skipped && p.recipe.precision.dtype == config::Dtype::kFp16 && p.env.rank == 0)
-    log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}", p.step + 1,
-                          result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
+    log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}",
+                          p.step + 1, result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
   const at::Tensor expert_load = update_expert_bias();
   const int64_t batch = p.global_batch(p.step);
   p.cursor += batch;
@@ -201,7 +206,8 @@ Trainer::StepEnd Trainer::step() {
   // Metrics before the save: a committed checkpoint of step N always has step N's line, which a
   // resume keeps. The save's time is reported on the next line (checkpoint_ms).
   StepOutcome o;
-  o.step = p.step + 1, o.loss = all.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale, o.skipped = result.skipped;
+  o.step = p.step + 1, o.loss = all.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale,
+  o.skipped = result.skipped;
   o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = batch, o.accumulation = static_cast<int64_t>(batches.size());
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
@@ -226,7 +232,8 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   // whatever the shares, accumulation steps or world size.
   const model::LossParts parts = p.model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
   at::Tensor loss = parts.sum / global_tokens;
-  if (p.timed_phases) device::synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
+  if (p.timed_phases)
+    device::synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();
   p.telemetry->add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
   if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
@@ -237,7 +244,8 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   p.engine->end_micro();
   if (p.timed_phases) device::synchronize(p.device.device);
   const double slowdown = p.faults.slowdown(p.env.rank);
-  if (slowdown > 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
+  if (slowdown > 1.0)
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
   p.telemetry->add_backward(ms_since(f1));  // a slowed rank's sleep counts as compute
   p.balancer.add_compute(ms_since(c0) / 1000.0, batch.size(0));
   return value;
@@ -260,8 +268,8 @@ void Trainer::roll_back() {
   p.data->discard();  // the next step's batches: not needed now
   const Checkpointer::Resumed r = p.checkpointer->resume("");
   if (p.env.rank == 0)
-    log::warn(fmt::format("{}: rolled back to {} (step {}); bad step {} of at most {}", p.bad_steps.describe(), r.dir, r.step, p.bad_steps.bad_steps(),
-                          p.bad_steps.max_bad_steps()));
+    log::warn(fmt::format("{}: rolled back to {} (step {}); bad step {} of at most {}", p.bad_steps.describe(), r.dir, r.step,
+                          p.bad_steps.bad_steps(), p.bad_steps.max_bad_steps()));
   p.step = r.step, p.cursor = r.samples_consumed;
   p.telemetry->restart_at(r.step);
   p.data->prefetch(p.step, p.cursor, p.balancer.weights());
@@ -276,9 +284,10 @@ void Trainer::save(int64_t steps_done) {
   if (p.env.rank == 0) {
     // Young/Daly: the interval that minimises lost work plus save time is sqrt(2 x save x MTBF).
     const double mtbf_s = p.recipe.checkpoint.mtbf_hours * 3600.0;
-    log::info(fmt::format("{}: {} (training blocked {:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)",
-                          p.checkpointer->async() ? "checkpoint being written in the background" : "checkpoint saved", dir, seconds,
-                          p.recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
+    log::info(
+        fmt::format("{}: {} (training blocked {:.2f} s); Young/Daly interval for an MTBF of {:g} h: {:.1f} min (checkpoint.mtbf_hours)",
+                    p.checkpointer->async() ? "checkpoint being written in the background" : "checkpoint saved", dir, seconds,
+                    p.recipe.checkpoint.mtbf_hours, std::sqrt(2.0 * std::max(seconds, 1e-3) * mtbf_s) / 60.0));
   }
   p.triggers.saved();
   p.save_ms += seconds * 1000.0;
@@ -292,8 +301,8 @@ Trainer::StepEnd Trainer::end_step(const StepSignals& all) {
   if (!all.stop || done >= p.steps()) return StepEnd::kNext;
   p.checkpointer->finish();  // any rank was asked: all stop at this same boundary
   if (p.env.rank == 0)
-    log::warn(fmt::format("stopped as asked ({}) at step {} of {} with a checkpoint; continue with `dstrain resume {}`", p.triggers.stop_reason(), done,
-                          p.steps(), p.run_dir.root()));
+    log::warn(fmt::format("stopped as asked ({}) at step {} of {} with a checkpoint; continue with `dstrain resume {}`",
+                          p.triggers.stop_reason(), done, p.steps(), p.run_dir.root()));
   progress::enter(progress::Phase::kFinished);
   return StepEnd::kStopped;
 }

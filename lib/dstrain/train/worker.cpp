@@ -28,7 +28,8 @@ int run_worker(const run::WorkerEnv& env) {
     const progress::Snapshot at = progress::snapshot();
     return Error(ErrorCode::kEnvironment,
                  fmt::format("rank {}: {}", env.rank,
-                             device::out_of_memory_message(recipe, device, fmt::format("{} of step {}", progress::phase_name(at.phase), at.step), detail)),
+                             device::out_of_memory_message(recipe, device,
+                                                           fmt::format("{} of step {}", progress::phase_name(at.phase), at.step), detail)),
                  device::out_of_memory_hint(recipe));
   };
   try {

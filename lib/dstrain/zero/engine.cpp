@@ -20,7 +20,6 @@
 namespace dstrain::zero {
 namespace {
 
-
 // Stage 3 frees a unit's storage between uses; the parameters stay views of it (their sizes and
 // autograd state untouched), and autograd's saved references see the data again once regathered.
 void free_storage(const at::Tensor& t) {
@@ -64,12 +63,12 @@ struct Engine::Impl final : model::LayerGate {
   bool offload = false;
   Layout layout;
   std::vector<ShardSegment> segments;
-  std::vector<at::Tensor> params;      // the model's parameter handles
-  std::vector<at::Tensor> unit_full;   // per unit, model dtype, padded
-  std::vector<bool> resident;          // stage 3: kept gathered
+  std::vector<at::Tensor> params;           // the model's parameter handles
+  std::vector<at::Tensor> unit_full;        // per unit, model dtype, padded
+  std::vector<bool> resident;               // stage 3: kept gathered
   std::vector<comm::WorkHandle> gathering;  // stage 3: an all-gather in flight per unit
   std::vector<std::vector<int>> units_of_group;
-  at::Tensor param_shard;              // stage 3: this rank's chunks of every unit (model dtype)
+  at::Tensor param_shard;                  // stage 3: this rank's chunks of every unit (model dtype)
   at::Tensor master, exp_avg, exp_avg_sq;  // fp32, this rank's shard, on optim_device
   // Offload: this rank's updated chunks in the model dtype on the device (stage 3: param_shard),
   // the pinned staging of the gradient shard (GPU only), and the chunks as segment index ranges.
@@ -78,9 +77,9 @@ struct Engine::Impl final : model::LayerGate {
   // Host copies of the optimizer shard for checkpoints when it lives on a GPU.
   mutable at::Tensor mirror[3];
   mutable bool mirrored = false;
-  std::vector<at::Tensor> unit_grad;   // stage 0/1: full per-unit gradient buffers (p.grad are views);
-                                       // stage 1 reduce-scatters each into its own chunk
-  at::Tensor grad_shard;               // stage 2/3: this rank's gradient chunks, model dtype
+  std::vector<at::Tensor> unit_grad;  // stage 0/1: full per-unit gradient buffers (p.grad are views);
+                                      // stage 1 reduce-scatters each into its own chunk
+  at::Tensor grad_shard;              // stage 2/3: this rank's gradient chunks, model dtype
   struct Pending {
     comm::WorkHandle work;
     at::Tensor received;  // stage 1-3: the reduce-scatter's output
@@ -89,19 +88,22 @@ struct Engine::Impl final : model::LayerGate {
   std::vector<Pending> pending;
   std::vector<bool> group_flushed;
   bool last_micro = true;
-  bool grads_fresh = true;  // the shard accumulator holds nothing yet this step
+  bool grads_fresh = true;      // the shard accumulator holds nothing yet this step
   double waited_ms = 0;         // blocked on gradient reductions since the last step() returned
   double waited_gather_ms = 0;  // blocked on parameter all-gathers since then
   LossScaler scaler;
 
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
       : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
-        dtype(model::scalar_type(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device), offload(o.offload_optimizer),
-        layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)), segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
+        dtype(model::scalar_type(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device),
+        offload(o.offload_optimizer), layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
+        segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
         scaler(o.dtype == config::Dtype::kFp16 ? o.loss_scaler : LossScalerConfig{1.0}) {
     if (c.device() != o.device)
-      throw Error(ErrorCode::kInternal, fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), c.backend(), c.device().str()),
-                  "this is a dstrain bug; please report it");
+      throw Error(
+          ErrorCode::kInternal,
+          fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), c.backend(), c.device().str()),
+          "this is a dstrain bug; please report it");
   }
 
   at::TensorOptions on_device(at::ScalarType t) const { return at::TensorOptions().dtype(t).device(device); }
@@ -259,7 +261,8 @@ struct Engine::Impl final : model::LayerGate {
     return n;
   }
   void prefetch(int group) {
-    if (opt.overlap_comm && group >= 0 && group < layout.num_groups() && group_numel(group) <= opt.prefetch_bucket_size) start_gather(group);
+    if (opt.overlap_comm && group >= 0 && group < layout.num_groups() && group_numel(group) <= opt.prefetch_bucket_size)
+      start_gather(group);
   }
 
   // --- gradient reduction ---------------------------------------------------------------------
@@ -310,8 +313,10 @@ struct Engine::Impl final : model::LayerGate {
       if (!p.received.defined()) continue;
       const Unit& unit = layout.units()[static_cast<size_t>(p.unit)];
       at::Tensor slot = grad_shard.narrow(0, unit.shard_offset, unit.chunk());
-      if (grads_fresh) slot.copy_(p.received);
-      else slot.add_(p.received);
+      if (grads_fresh)
+        slot.copy_(p.received);
+      else
+        slot.add_(p.received);
     }
     if (!pending.empty() && opt.stage >= 1) grads_fresh = false;
     pending.clear();
@@ -427,7 +432,8 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   // Accumulated on the device in one double (one synchronisation, the same additions as on CPU).
   at::Tensor sq = at::zeros({}, m.on_device(at::kDouble));
   constexpr int64_t kChunk = 1 << 20;
-  for (int64_t at = 0; at < grads.numel(); at += kChunk) sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum();
+  for (int64_t at = 0; at < grads.numel(); at += kChunk)
+    sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum();
   const double local_sq = sq.item<double>();
   std::vector<float> scalars(sums.begin(), sums.end());
   scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
@@ -500,13 +506,15 @@ std::string Engine::describe() const {
   const Impl& m = *impl_;
   const MemoryReport r = memory();
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
-  const std::string where = m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{})", optim::fused_adam_isa(), m.offload_chunks.size(),
-                                                    m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "")
-                                      : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
-  return fmt::format("ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
-                     "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
-                     m.opt.stage, m.world, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off", where, mb(r.params), mb(r.grads),
-                     mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
+  const std::string where =
+      m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{})", optim::fused_adam_isa(), m.offload_chunks.size(),
+                              m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "")
+                : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
+  return fmt::format(
+      "ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
+      "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
+      m.opt.stage, m.world, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off", where,
+      mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
 }
 
 std::vector<Engine::ShardRun> Engine::shard_runs() const {
@@ -523,7 +531,8 @@ std::vector<Engine::ShardRun> Engine::shard_runs() const {
   const std::pair<const char*, const at::Tensor*> kinds[] = {{"", states[0]}, {"exp_avg.", states[1]}, {"exp_avg_sq.", states[2]}};
   for (const auto& [prefix, shard] : kinds)
     for (const ShardSegment& s : m.segments)
-      out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel, shard->data_ptr<float>() + s.shard_offset});
+      out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel,
+                     shard->data_ptr<float>() + s.shard_offset});
   return out;
 }
 
@@ -537,13 +546,14 @@ std::vector<Engine::StateTensor> Engine::state_tensors() const {
 bool Engine::shard_replicated() const { return impl_->opt.stage == 0 || impl_->world == 1; }
 
 std::vector<double> EngineState::values() const {
-  return {scaler.scale, static_cast<double>(scaler.iter), static_cast<double>(scaler.last_overflow_iter), static_cast<double>(scaler.hysteresis_left),
-          static_cast<double>(skipped_steps)};
+  return {scaler.scale, static_cast<double>(scaler.iter), static_cast<double>(scaler.last_overflow_iter),
+          static_cast<double>(scaler.hysteresis_left), static_cast<double>(skipped_steps)};
 }
 
 EngineState EngineState::from_values(const std::vector<double>& v) {
   if (static_cast<int64_t>(v.size()) != kValues)
-    throw Error(ErrorCode::kCheckpoint, fmt::format("engine.state holds {} values, not {}", v.size(), kValues), "the checkpoint was written by another dstrain");
+    throw Error(ErrorCode::kCheckpoint, fmt::format("engine.state holds {} values, not {}", v.size(), kValues),
+                "the checkpoint was written by another dstrain");
   EngineState s;
   s.scaler.scale = v[0];
   s.scaler.iter = static_cast<int64_t>(v[1]);
@@ -607,8 +617,10 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
     for (const Unit& unit : m.layout.units()) {
       at::Tensor whole = at::empty({unit.padded}, m.on_device(at::kFloat));
       const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).to(m.device).contiguous();
-      if (m.opt.stage == 0 || m.world == 1) whole.copy_(mine);
-      else m.comm.all_gather(mine, whole)->wait();
+      if (m.opt.stage == 0 || m.world == 1)
+        whole.copy_(mine);
+      else
+        m.comm.all_gather(mine, whole)->wait();
       if (full.empty()) continue;
       for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
         const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];

@@ -45,16 +45,16 @@ struct EngineOptions {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;  // elements per unit of communication
   bool overlap_comm = false;
-  bool offload_optimizer = false;          // master weights + Adam states in (pinned) host memory, the step on the CPU
-  at::Device device = at::kCPU;            // the model, gradients and collectives: the communicator's device
-  int64_t offload_chunk = int64_t{16} << 20;  // offload: elements per copy/update chunk (whole parameter segments)
-  int64_t prefetch_bucket_size = 50000000;  // stage 3: prefetch the next group when it is at most this
-  int64_t persistence_threshold = 100000;   // stage 3: parameters below this stay resident
+  bool offload_optimizer = false;              // master weights + Adam states in (pinned) host memory, the step on the CPU
+  at::Device device = at::kCPU;                // the model, gradients and collectives: the communicator's device
+  int64_t offload_chunk = int64_t{16} << 20;   // offload: elements per copy/update chunk (whole parameter segments)
+  int64_t prefetch_bucket_size = 50000000;     // stage 3: prefetch the next group when it is at most this
+  int64_t persistence_threshold = 100000;      // stage 3: parameters below this stay resident
   config::Dtype dtype = config::Dtype::kFp32;  // parameters, activations, gradients
-  optim::AdamHyper adam;                    // lr and step are set per step
-  double grad_clip = 0;                     // 0: off
-  bool average_over_ranks = true;           // divide summed gradients by the world size
-  LossScalerConfig loss_scaler;             // fp16 only
+  optim::AdamHyper adam;                       // lr and step are set per step
+  double grad_clip = 0;                        // 0: off
+  bool average_over_ranks = true;              // divide summed gradients by the world size
+  LossScalerConfig loss_scaler;                // fp16 only
 };
 
 // The recipe's zero, precision and optimizer sections for an engine on `device`.
@@ -70,11 +70,11 @@ struct MemoryReport {
 };
 
 struct StepResult {
-  double grad_norm = 0;   // of the averaged, unscaled gradients, before clipping
-  bool skipped = false;   // fp16 overflow: no update
-  double loss_scale = 1;  // the scale this step used
-  std::vector<double> sums;  // the caller's extra values, summed over ranks
-  double comm_wait_ms = 0;   // time this step blocked on collectives (what overlap did not hide)
+  double grad_norm = 0;       // of the averaged, unscaled gradients, before clipping
+  bool skipped = false;       // fp16 overflow: no update
+  double loss_scale = 1;      // the scale this step used
+  std::vector<double> sums;   // the caller's extra values, summed over ranks
+  double comm_wait_ms = 0;    // time this step blocked on collectives (what overlap did not hide)
   double reduce_wait_ms = 0;  // ... of it on gradient reductions
   double gather_wait_ms = 0;  // ... and on parameter all-gathers (stage 3, and after the update)
 };

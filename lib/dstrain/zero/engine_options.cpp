@@ -15,11 +15,18 @@ EngineOptions options_from(const config::Recipe& r, const at::Device& device) {
   o.prefetch_bucket_size = r.zero.stage3_prefetch_bucket_size;
   o.persistence_threshold = r.zero.stage3_param_persistence_threshold;
   o.dtype = r.precision.dtype;
-  o.adam = {r.optimizer.lr, r.optimizer.beta1, r.optimizer.beta2, r.optimizer.eps, r.optimizer.weight_decay, r.optimizer.type == config::OptimizerType::kAdamW, 1};
+  o.adam = {r.optimizer.lr,
+            r.optimizer.beta1,
+            r.optimizer.beta2,
+            r.optimizer.eps,
+            r.optimizer.weight_decay,
+            r.optimizer.type == config::OptimizerType::kAdamW,
+            1};
   o.grad_clip = r.train.grad_clip;
   o.average_over_ranks = false;  // each rank's loss is already divided by the global token count
   const auto& p = r.precision;
-  o.loss_scaler = {p.loss_scale, p.initial_scale_power, p.loss_scale_window, p.hysteresis, p.consecutive_hysteresis, static_cast<double>(p.min_loss_scale)};
+  o.loss_scaler = {p.loss_scale, p.initial_scale_power,    p.loss_scale_window,
+                   p.hysteresis, p.consecutive_hysteresis, static_cast<double>(p.min_loss_scale)};
   return o;
 }
 

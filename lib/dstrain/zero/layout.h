@@ -56,8 +56,8 @@ class Layout {
   int world_size() const { return world_; }
   const std::vector<ParamSlot>& params() const { return params_; }
   const std::vector<Unit>& units() const { return units_; }
-  int64_t numel() const { return numel_; }          // real parameters
-  int64_t flat_numel() const { return flat_; }      // with padding
+  int64_t numel() const { return numel_; }      // real parameters
+  int64_t flat_numel() const { return flat_; }  // with padding
   int64_t shard_numel() const { return flat_ / world_; }
   int num_groups() const { return num_groups_; }
   // The parameter runs rank `rank` owns, in shard order.

@@ -23,7 +23,8 @@ void LossScaler::update(bool overflow) {
     if (config_.hysteresis == 1 || state_.hysteresis_left == 1) {
       if (state_.scale == config_.min_scale)
         throw Error(ErrorCode::kDiverged,
-                    fmt::format("fp16 gradients overflowed at the minimum loss scale {} (step {}): training has diverged", config_.min_scale, state_.iter),
+                    fmt::format("fp16 gradients overflowed at the minimum loss scale {} (step {}): training has diverged",
+                                config_.min_scale, state_.iter),
                     "lower the learning rate, use bf16 (precision.dtype: bf16), or resume from an earlier checkpoint");
       state_.scale = std::max(state_.scale / 2, config_.min_scale);
     } else {

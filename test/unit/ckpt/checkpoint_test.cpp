@@ -21,13 +21,14 @@ std::vector<float> values(size_t n, float start) {
   return v;
 }
 
-std::string save_step(const std::string& root, int64_t step, const std::vector<float>& a, const std::vector<float>& b, ckpt::Retention retention = {}) {
+std::string save_step(const std::string& root, int64_t step, const std::vector<float>& a, const std::vector<float>& b,
+                      ckpt::Retention retention = {}) {
   ckpt::TrainState state;
   state.step = step, state.samples_consumed = step * 16, state.world_size = 2, state.config_hash = "abc123";
-  return ckpt::save_checkpoint(root, state,
-                               {{"w.a", "float32", {2, 3}, a.data(), a.size() * sizeof(float)},
-                                {"w.b", "float32", {4}, b.data(), b.size() * sizeof(float)}},
-                               retention);
+  return ckpt::save_checkpoint(
+      root, state,
+      {{"w.a", "float32", {2, 3}, a.data(), a.size() * sizeof(float)}, {"w.b", "float32", {4}, b.data(), b.size() * sizeof(float)}},
+      retention);
 }
 
 }  // namespace
@@ -83,7 +84,8 @@ TEST_CASE("a flipped byte is reported as corruption", "[ckpt]") {
     f.seekp(5);
     f.put('\x7f');
   }
-  CHECK_THROWS_WITH(ckpt::load_checkpoint(dir), Catch::Contains("checksum mismatch") && Catch::Contains("rank_00000.bin") && Catch::Contains("w.a"));
+  CHECK_THROWS_WITH(ckpt::load_checkpoint(dir),
+                    Catch::Contains("checksum mismatch") && Catch::Contains("rank_00000.bin") && Catch::Contains("w.a"));
   const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
   REQUIRE(in.files.size() == 1);
   CHECK_FALSE(in.files[0].ok);

@@ -96,53 +96,79 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"ds batch (32,8,-)", kTwoRanks, batch_ds(32, 8, 0), {}, [](const Outcome& o) { expect_batch(o, 32, 8, 2); }},
       {"ds batch (32,-,2)", kTwoRanks, batch_ds(32, 0, 2), {}, [](const Outcome& o) { expect_batch(o, 32, 8, 2); }},
       {"ds batch (-,8,2)", kTwoRanks, batch_ds(0, 8, 2), {}, [](const Outcome& o) { expect_batch(o, 32, 8, 2); }},
-      {"train_batch_size alone at world size 1", "train: {steps: 10}\n", R"({"train_batch_size": 64})", {},
+      {"train_batch_size alone at world size 1",
+       "train: {steps: 10}\n",
+       R"({"train_batch_size": 64})",
+       {},
        [](const Outcome& o) { expect_batch(o, 64, 64, 1); }},
-      {"hjson comments, trailing commas and 5e8 for an integer", "train: {steps: 10, micro_batch_size: 2}\n",
-       "// comment\n{\n  # hash comment\n  \"zero_optimization\": {\"stage\": 1, /* inline */ \"allgather_bucket_size\": 5e8,},\n}\n", {},
+      {"hjson comments, trailing commas and 5e8 for an integer",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       "// comment\n{\n  # hash comment\n  \"zero_optimization\": {\"stage\": 1, /* inline */ \"allgather_bucket_size\": 5e8,},\n}\n",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage == 1);
          CHECK(o.recipe.zero.allgather_bucket_size == 500000000);
        }},
-      {"bfloat16 is an alias of bf16", "train: {steps: 10, micro_batch_size: 2}\n", R"({"bfloat16": {"enabled": true}})", {},
+      {"bfloat16 is an alias of bf16",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"bfloat16": {"enabled": true}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.precision.dtype == config::Dtype::kBf16);
        }},
-      {"bf16 wins over bfloat16, with a warning", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": false}})", {}, [](const Outcome& o) {
+      {"bf16 wins over bfloat16, with a warning",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"bf16": {"enabled": true}, "bfloat16": {"enabled": false}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.precision.dtype == config::Dtype::kBf16);
          CHECK_THAT(o.warnings, Catch::Contains("bfloat16 is ignored"));
        }},
-      {"zero_optimization: true is stage 1 with allgather_size", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": true, "allgather_size": 1000})", {}, [](const Outcome& o) {
+      {"zero_optimization: true is stage 1 with allgather_size",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": true, "allgather_size": 1000})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage == 1);
          CHECK(o.recipe.zero.allgather_bucket_size == 1000);
          CHECK_THAT(o.warnings, Catch::Contains("deprecated"));
        }},
-      {"cpu_offload is offload_optimizer cpu", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})", {}, [](const Outcome& o) {
+      {"cpu_offload is offload_optimizer cpu",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 2, "cpu_offload": true}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.offload_optimizer == config::OffloadDevice::kCpu);
          CHECK_THAT(o.warnings, Catch::Contains("cpu_offload is deprecated use offload_optimizer"));
        }},
-      {"stage3_gather_fp16_weights_on_model_save is the old name", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true}})", {}, [](const Outcome& o) {
+      {"stage3_gather_fp16_weights_on_model_save is the old name",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "stage3_gather_fp16_weights_on_model_save": true}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage3_gather_16bit_weights_on_model_save);
        }},
-      {"unprefixed stage-3 aliases", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234, "max_live_parameters": 99}})", {}, [](const Outcome& o) {
+      {"unprefixed stage-3 aliases",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234, "max_live_parameters": 99}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage3_prefetch_bucket_size == 1234);
          CHECK(o.recipe.zero.stage3_max_live_parameters == 99);
        }},
-      {"auto takes the recipe's values", "train: {steps: 10, micro_batch_size: 2, grad_clip: 0.5}\noptimizer: {lr: 0.01, beta1: 0.8, beta2: 0.9}\n",
+      {"auto takes the recipe's values",
+       "train: {steps: 10, micro_batch_size: 2, grad_clip: 0.5}\noptimizer: {lr: 0.01, beta1: 0.8, beta2: 0.9}\n",
        R"({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
-           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}}})", {}, [](const Outcome& o) {
+           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto"}}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.lr == 0.01);
          CHECK(o.recipe.optimizer.beta1 == 0.8);
@@ -150,45 +176,61 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.train.micro_batch_size == 2);
          CHECK_THAT(o.recipe.sources.at("optimizer.lr"), Catch::Contains("filled into \"auto\""));
        }},
-      {"auto bucket sizes derive from hidden_size as in the HF integration", "model: {hidden_size: 64}\ntrain: {steps: 10, micro_batch_size: 2}\n",
+      {"auto bucket sizes derive from hidden_size as in the HF integration",
+       "model: {hidden_size: 64}\ntrain: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
-           "stage3_param_persistence_threshold": "auto"}})", {}, [](const Outcome& o) {
+           "stage3_param_persistence_threshold": "auto"}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.reduce_bucket_size == 64 * 64);
          CHECK(o.recipe.zero.stage3_prefetch_bucket_size == 3686);  // int(0.9 * 4096)
          CHECK(o.recipe.zero.stage3_param_persistence_threshold == 640);
        }},
-      {"Adam means AdamW unless adam_w_mode is false", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}})", {}, [](const Outcome& o) {
+      {"Adam means AdamW unless adam_w_mode is false",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "Adam", "params": {"adam_w_mode": false, "weight_decay": 0.01}}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.type == config::OptimizerType::kAdam);
          CHECK(o.recipe.optimizer.weight_decay == 0.01);
        }},
-      {"ADAM is case-insensitive and decoupled by default", "train: {steps: 10, micro_batch_size: 2}\n", R"({"optimizer": {"type": "ADAM"}})", {},
+      {"ADAM is case-insensitive and decoupled by default",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "ADAM"}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.type == config::OptimizerType::kAdamW);
        }},
-      {"WarmupCosineLR maps with DeepSpeed's defaults", "train: {micro_batch_size: 2}\n",
-       R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 500, "warmup_num_steps": 50}}})", {}, [](const Outcome& o) {
+      {"WarmupCosineLR maps with DeepSpeed's defaults",
+       "train: {micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 500, "warmup_num_steps": 50}}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.train.steps == 500);
          CHECK(o.recipe.schedule.type == config::ScheduleType::kDsWarmupCosine);
          CHECK(o.recipe.schedule.warmup_steps == 50);
-         CHECK(o.recipe.schedule.warmup_type == config::WarmupType::kLog);      // DeepSpeed's default
-         CHECK(o.recipe.schedule.min_lr_ratio == 0.0001);    // cos_min_ratio default
+         CHECK(o.recipe.schedule.warmup_type == config::WarmupType::kLog);  // DeepSpeed's default
+         CHECK(o.recipe.schedule.min_lr_ratio == 0.0001);                   // cos_min_ratio default
        }},
-      {"WarmupLR's absolute min and max LR", "train: {steps: 100, micro_batch_size: 2}\n",
-       R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.004, "warmup_num_steps": 10}}})", {},
+      {"WarmupLR's absolute min and max LR",
+       "train: {steps: 100, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.001, "warmup_max_lr": 0.004, "warmup_num_steps": 10}}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.lr == 0.004);
          CHECK(o.recipe.schedule.warmup_min_ratio == Approx(0.25));
          CHECK(o.recipe.schedule.type == config::ScheduleType::kDsWarmup);
        }},
-      {"OneCycle maps onto ds_one_cycle", "train: {steps: 100, micro_batch_size: 2}\n",
+      {"OneCycle maps onto ds_one_cycle",
+       "train: {steps: 100, micro_batch_size: 2}\n",
        R"({"scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.0001, "cycle_max_lr": 0.01, "cycle_first_step_size": 30,
-           "decay_lr_rate": 0.5, "decay_step_size": 10, "cycle_momentum": false}}})", {},
+           "decay_lr_rate": 0.5, "decay_step_size": 10, "cycle_momentum": false}}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.schedule.type == config::ScheduleType::kDsOneCycle);
@@ -201,31 +243,46 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.schedule.warmup_steps == 0);
          CHECK_THAT(o.recipe.sources.at("schedule.cycle_max_lr"), Catch::Contains("ds.json:1:"));
        }},
-      {"unknown top-level keys warn instead of vanishing", "train: {steps: 10, micro_batch_size: 2}\n", R"({"comms_config": {"x": 1}})", {},
+      {"unknown top-level keys warn instead of vanishing",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"comms_config": {"x": 1}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK_THAT(o.warnings, Catch::Contains("comms_config: unknown top-level key"));
        }},
-      {"harmless unimplemented keys warn when set", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"memory_breakdown": true, "prescale_gradients": false, "wall_clock_breakdown": true})", {}, [](const Outcome& o) {
+      {"harmless unimplemented keys warn when set",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"memory_breakdown": true, "prescale_gradients": false, "wall_clock_breakdown": true})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK_THAT(o.warnings, Catch::Contains("memory_breakdown = true has no effect"));
          CHECK_THAT(o.warnings, !Catch::Contains("prescale_gradients"));  // at its default: silent
-         CHECK(o.recipe.logging.wall_clock_breakdown);                   // implemented
+         CHECK(o.recipe.logging.wall_clock_breakdown);                    // implemented
          CHECK_THAT(o.recipe.sources.at("logging.wall_clock_breakdown"), Catch::Contains("ds.json:1:"));
        }},
-      {"steps_per_print null means never", "train: {steps: 10, micro_batch_size: 2}\n", R"({"steps_per_print": null})", {},
+      {"steps_per_print null means never",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"steps_per_print": null})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.logging.steps_per_print == 0);
        }},
-      {"overlap_comm defaults to true at stage 3 only", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 3}})", {},
+      {"overlap_comm defaults to true at stage 3 only",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.overlap_comm);
        }},
-      {"precedence: recipe < ds_config < --set, with sources", "train: {steps: 10, micro_batch_size: 2}\noptimizer: {lr: 0.1, eps: 1.0e-6}\n",
-       R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.2, "eps": 1e-7}}})", {"optimizer.lr=0.3"}, [](const Outcome& o) {
+      {"precedence: recipe < ds_config < --set, with sources",
+       "train: {steps: 10, micro_batch_size: 2}\noptimizer: {lr: 0.1, eps: 1.0e-6}\n",
+       R"({"optimizer": {"type": "AdamW", "params": {"lr": 0.2, "eps": 1e-7}}})",
+       {"optimizer.lr=0.3"},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.optimizer.lr == 0.3);
          CHECK(o.recipe.sources.at("optimizer.lr") == "--set");
@@ -234,12 +291,19 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK_THAT(o.warnings, Catch::Contains("overrides optimizer.eps"));
          CHECK(o.recipe.sources.at("optimizer.beta1") == "default");
        }},
-      {"length in tokens", "train: {tokens: 1000, micro_batch_size: 2}\n", "", {}, [](const Outcome& o) {
+      {"length in tokens",
+       "train: {tokens: 1000, micro_batch_size: 2}\n",
+       "",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.train.steps == 16);  // 64 tokens per step: ceil(1000 / 64)
        }},
-      {"staged accumulation", "train: {steps: 20, micro_batch_size: 2, accumulation: [{until_step: 5, steps: 1}, {until_step: 10, steps: 2}, {steps: 4}]}\n",
-       "", {}, [](const Outcome& o) {
+      {"staged accumulation",
+       "train: {steps: 20, micro_batch_size: 2, accumulation: [{until_step: 5, steps: 1}, {until_step: 10, steps: 2}, {steps: 4}]}\n",
+       "",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          const Recipe& r = o.recipe;
          CHECK(config::accumulation_at(r, 4) == 1);
@@ -251,7 +315,10 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(config::samples_before(r, 7) == 18);
          CHECK(config::samples_before(r, 12) == 10 + 20 + 16);
        }},
-      {"hf_config of a llama model", "model: {hf_config: llama.json}\ntrain: {steps: 10, micro_batch_size: 2}\n", "", {},
+      {"hf_config of a llama model",
+       "model: {hf_config: llama.json}\ntrain: {steps: 10, micro_batch_size: 2}\n",
+       "",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.model.hidden_size == 96);
@@ -260,15 +327,20 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.model.max_seq_len == 256);
          CHECK(o.recipe.model.rope_theta == 500000);
        }},
-      {"inline deepspeed mapping in the recipe", "train: {steps: 10}\ndeepspeed: {train_micro_batch_size_per_gpu: 3, zero_optimization: {stage: 2}}\n",
-       "", {}, [](const Outcome& o) {
+      {"inline deepspeed mapping in the recipe",
+       "train: {steps: 10}\ndeepspeed: {train_micro_batch_size_per_gpu: 3, zero_optimization: {stage: 2}}\n",
+       "",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.train.micro_batch_size == 3);
          CHECK(o.recipe.zero.stage == 2);
          CHECK_THAT(o.recipe.sources.at("zero.stage"), Catch::Contains("recipe.yaml:4:"));
        }},
-      {"fp16 loss scaling section", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"fp16": {"enabled": true, "loss_scale_window": 500, "hysteresis": 1, "min_loss_scale": 1.0, "initial_scale_power": 12}})", {},
+      {"fp16 loss scaling section",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"fp16": {"enabled": true, "loss_scale_window": 500, "hysteresis": 1, "min_loss_scale": 1.0, "initial_scale_power": 12}})",
+       {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.precision.dtype == config::Dtype::kFp16);
@@ -276,33 +348,46 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.precision.hysteresis == 1);
          CHECK(o.recipe.precision.initial_scale_power == 12);
        }},
-      {"monitors become sinks", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"tensorboard": {"enabled": true, "job_name": "x"}, "csv_monitor": {"enabled": false}})", {}, [](const Outcome& o) {
+      {"monitors become sinks",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"tensorboard": {"enabled": true, "job_name": "x"}, "csv_monitor": {"enabled": false}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
-         CHECK(o.recipe.logging.sinks == std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard});
+         CHECK(o.recipe.logging.sinks ==
+               std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard});
          CHECK(o.recipe.logging.tensorboard_dir.empty());  // no output_path: the run directory's
        }},
-      {"monitor output paths are DeepSpeed's output_path/job_name", "train: {steps: 10, micro_batch_size: 2}\n",
+      {"monitor output paths are DeepSpeed's output_path/job_name",
+       "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"tensorboard": {"enabled": true, "output_path": "/tmp/tb", "job_name": "exp1"}, "csv_monitor": {"enabled": true, "output_path": "/tmp/csv"}})",
-       {}, [](const Outcome& o) {
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.logging.tensorboard_dir == "/tmp/tb/exp1");
          CHECK(o.recipe.logging.csv_dir == "/tmp/csv/DeepSpeedJobName");
-         CHECK(o.recipe.logging.sinks == std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard, config::Sink::kCsv});
+         CHECK(o.recipe.logging.sinks ==
+               std::vector<config::Sink>{config::Sink::kConsole, config::Sink::kJsonl, config::Sink::kTensorboard, config::Sink::kCsv});
        }},
-      {"pydantic's lax coercions", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": {"stage": "3", "contiguous_gradients": "no", "reduce_bucket_size": 2.0}})", {}, [](const Outcome& o) {
+      {"pydantic's lax coercions",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": "3", "contiguous_gradients": "no", "reduce_bucket_size": 2.0}})",
+       {},
+       [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage == 3);
          CHECK_FALSE(o.recipe.zero.contiguous_gradients);
          CHECK(o.recipe.zero.reduce_bucket_size == 2);
        }},
-      {"checkpoint.tag_validation and disabled sections are accepted", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"checkpoint": {"tag_validation": "Fail"}, "pipeline": {}, "amp": {"enabled": false}, "elasticity": {"enabled": false}})", {},
+      {"checkpoint.tag_validation and disabled sections are accepted",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"checkpoint": {"tag_validation": "Fail"}, "pipeline": {}, "amp": {"enabled": false}, "elasticity": {"enabled": false}})",
+       {},
        [](const Outcome& o) { REQUIRE(o.ok); }},
   };
   const std::map<std::string, std::string> files = {
-      {"llama.json", R"({"model_type": "llama", "hidden_size": 96, "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 6,
+      {"llama.json",
+       R"({"model_type": "llama", "hidden_size": 96, "num_hidden_layers": 3, "num_attention_heads": 6, "num_key_value_heads": 6,
                          "intermediate_size": 256, "vocab_size": 300, "max_position_embeddings": 256, "rope_theta": 500000.0,
                          "rms_norm_eps": 1e-5, "tie_word_embeddings": false, "rope_scaling": null})"}};
   CHECK(cases.size() >= 30);
@@ -316,52 +401,101 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
 
 TEST_CASE("invalid configurations fail with the key, the place and the fix", "[config-cases]") {
   const std::vector<InvalidCase> cases = {
-      {"duplicate key", "train: {steps: 10}\n", "{\n  \"train_batch_size\": 8,\n  \"train_batch_size\": 16\n}", {"ds.json:3:3: duplicate key \"train_batch_size\""}},
+      {"duplicate key",
+       "train: {steps: 10}\n",
+       "{\n  \"train_batch_size\": 8,\n  \"train_batch_size\": 16\n}",
+       {"ds.json:3:3: duplicate key \"train_batch_size\""}},
       {"gas only", kTwoRanks, batch_ds(0, 0, 2), {"Either train.global_batch_size (train_batch_size) or train.micro_batch_size"}},
       {"(33,17,2)", kTwoRanks, batch_ds(33, 17, 2), {"train_batch_size 33 != micro 17 x accumulation 2 x 2 ranks = 68"}},
       {"(33,17,-)", kTwoRanks, batch_ds(33, 17, 0), {"gradient accumulation steps = train_batch_size 33 // micro 17 // 2 ranks = 0"}},
       {"(33,-,2)", kTwoRanks, batch_ds(33, 0, 2), {"train_batch_size 33 != micro 8 x accumulation 2 x 2 ranks = 32", "use 32 or 48"}},
       {"(32,18,1)", kTwoRanks, batch_ds(32, 18, 1), {"32 != micro 18 x accumulation 1 x 2 ranks = 36"}},
       {"(32,18,-)", kTwoRanks, batch_ds(32, 18, 0), {"= 0: the global batch 32 is smaller than micro 18 x 2 ranks"}},
-      {"fractional integer", "train: {steps: 10}\n", R"({"train_micro_batch_size_per_gpu": 2.5})",
+      {"fractional integer",
+       "train: {steps: 10}\n",
+       R"({"train_micro_batch_size_per_gpu": 2.5})",
        {"ds.json:1:2: train_micro_batch_size_per_gpu (train.micro_batch_size: expected a whole number, found '2.5')"}},
-      {"auto without a recipe value", "train: {steps: 10, micro_batch_size: 2}\n", R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": "auto"}}})",
+      {"auto without a recipe value",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": "auto"}}})",
        {"optimizer.params.weight_decay is \"auto\", but the recipe does not set optimizer.weight_decay"}},
-      {"fp16 and bf16 together", "train: {steps: 10, micro_batch_size: 2}\n", R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
+      {"fp16 and bf16 together",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",
        {"bf16 and fp16 cannot both be enabled"}},
-      {"unknown key in a section", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 2, "overlap_com": true}})",
+      {"unknown key in a section",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 2, "overlap_com": true}})",
        {"zero_optimization.overlap_com: unknown key (did you mean 'overlap_comm'?)"}},
-      {"unsupported optimizer", "train: {steps: 10, micro_batch_size: 2}\n", R"({"optimizer": {"type": "Lamb"}})",
+      {"unsupported optimizer",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "Lamb"}})",
        {"optimizer.type 'Lamb' is not supported", "Adam and AdamW"}},
-      {"max_grad_norm in optimizer params", "train: {steps: 10, micro_batch_size: 2}\n", R"({"optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})",
+      {"max_grad_norm in optimizer params",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "AdamW", "params": {"max_grad_norm": 1.0}}})",
        {"use the top-level \"gradient_clipping\""}},
-      {"nvme offload", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})",
+      {"nvme offload",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})",
        {"offload_optimizer.device \"nvme\" is not supported", "use \"cpu\""}},
-      {"pipeline parallelism", "train: {steps: 10, micro_batch_size: 2}\n", R"({"pipeline": {"stages": 2}})", {"pipeline is not supported by dstrain"}},
-      {"deprecated with replacement", "train: {steps: 10, micro_batch_size: 2}\n",
+      {"pipeline parallelism",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"pipeline": {"stages": 2}})",
+       {"pipeline is not supported by dstrain"}},
+      {"deprecated with replacement",
+       "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
        {"Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' together"}},
-      {"alias given twice", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})", {"'prefetch_bucket_size' and its alias"}},
-      {"stage 4", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 4}})", {"zero_optimization.stage: 4 is not 0, 1, 2 or 3"}},
-      {"LRRangeTest", "train: {steps: 10, micro_batch_size: 2}\n", R"({"scheduler": {"type": "LRRangeTest", "params": {}}})",
+      {"alias given twice",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1, "stage3_prefetch_bucket_size": 2}})",
+       {"'prefetch_bucket_size' and its alias"}},
+      {"stage 4",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 4}})",
+       {"zero_optimization.stage: 4 is not 0, 1, 2 or 3"}},
+      {"LRRangeTest",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "LRRangeTest", "params": {}}})",
        {"scheduler.type 'LRRangeTest' is not supported", "OneCycle"}},
-      {"OneCycle stairs", "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_stair_count": 2}}})", {"cycle_first_stair_count", "continuous"}},
-      {"JSON syntax", "train: {steps: 10, micro_batch_size: 2}\n", "{\n  \"fp16\": {\"enabled\": true\n  \"bf16\": {}\n}", {"ds.json:3:3: expected ',' or '}'"}},
-      {"fractional min_loss_scale", "train: {steps: 10, micro_batch_size: 2}\n", R"({"fp16": {"enabled": true, "min_loss_scale": 0.5}})",
+      {"OneCycle stairs",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_stair_count": 2}}})",
+       {"cycle_first_stair_count", "continuous"}},
+      {"JSON syntax",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       "{\n  \"fp16\": {\"enabled\": true\n  \"bf16\": {}\n}",
+       {"ds.json:3:3: expected ',' or '}'"}},
+      {"fractional min_loss_scale",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"fp16": {"enabled": true, "min_loss_scale": 0.5}})",
        {"min_loss_scale", "expected a whole number, found '0.5'"}},
-      {"sum all-reduce", "train: {steps: 10, micro_batch_size: 2}\n", R"({"gradient_allreduce_op": "sum"})",
+      {"sum all-reduce",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"gradient_allreduce_op": "sum"})",
        {"gradient_allreduce_op = \"sum\" is not supported by dstrain, and it would change the training math"}},
-      {"quantized gradients", "train: {steps: 10, micro_batch_size: 2}\n", R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
+      {"quantized gradients",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 2, "zero_quantized_gradients": true}})",
        {"zero_quantized_gradients = true is not supported"}},
-      {"steps and tokens", "train: {steps: 10, tokens: 1000, micro_batch_size: 2}\n", "", {"train.steps (", "and train.tokens (", "are both set"}},
+      {"steps and tokens",
+       "train: {steps: 10, tokens: 1000, micro_batch_size: 2}\n",
+       "",
+       {"train.steps (", "and train.tokens (", "are both set"}},
       {"no length", "train: {micro_batch_size: 2}\n", "", {"the training length is missing: set train.steps or train.tokens"}},
-      {"stages with gradient_accumulation_steps", "train: {steps: 10, micro_batch_size: 2, gradient_accumulation_steps: 2, accumulation: [{steps: 2}]}\n", "",
+      {"stages with gradient_accumulation_steps",
+       "train: {steps: 10, micro_batch_size: 2, gradient_accumulation_steps: 2, accumulation: [{steps: 2}]}\n",
+       "",
        {"conflicts with train.accumulation"}},
-      {"stage order", "train: {steps: 10, micro_batch_size: 2, accumulation: [{until_step: 5, steps: 1}, {until_step: 3, steps: 2}, {steps: 4}]}\n", "",
+      {"stage order",
+       "train: {steps: 10, micro_batch_size: 2, accumulation: [{until_step: 5, steps: 1}, {until_step: 3, steps: 2}, {steps: 4}]}\n",
+       "",
        {"until_step 3 must be greater than the previous stage's 5"}},
-      {"MoE hf_config", "model: {hf_config: v3.json}\ntrain: {steps: 10, micro_batch_size: 2}\n", "", {"model_type 'deepseek' is not supported"}},
+      {"MoE hf_config",
+       "model: {hf_config: v3.json}\ntrain: {steps: 10, micro_batch_size: 2}\n",
+       "",
+       {"model_type 'deepseek' is not supported"}},
   };
   const std::map<std::string, std::string> files = {{"v3.json", R"({"model_type": "deepseek", "hidden_size": 2048})"}};
   CHECK(cases.size() >= 20);

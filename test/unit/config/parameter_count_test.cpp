@@ -21,7 +21,8 @@ ModelConfig v3() {
   ModelConfig m = v2_lite();
   m.vocab_size = 129280, m.hidden_size = 7168, m.num_layers = 61, m.num_heads = 128, m.intermediate_size = 18432;
   m.q_lora_rank = 1536, m.moe_intermediate_size = 2048, m.n_routed_experts = 256, m.n_shared_experts = 1, m.num_experts_per_tok = 8;
-  m.first_k_dense_replace = 3, m.scoring_func = ScoringFunc::kSigmoid, m.topk_method = TopkMethod::kNoauxTc, m.n_group = 8, m.topk_group = 4;
+  m.first_k_dense_replace = 3, m.scoring_func = ScoringFunc::kSigmoid, m.topk_method = TopkMethod::kNoauxTc, m.n_group = 8,
+  m.topk_group = 4;
   return m;
 }
 
@@ -38,11 +39,12 @@ TEST_CASE("dense counts equal the published totals", "[config]") {
 
 TEST_CASE("MLA + MoE counts equal the published totals", "[config]") {
   const auto lite = parameter_counts(v2_lite());
-  CHECK(lite.total == Approx(15.71e9).epsilon(1e-3));   // published 15.7B
-  CHECK(lite.active == Approx(2.66e9).epsilon(2e-3));   // the reference's formula (2.4B excl. embeddings)
+  CHECK(lite.total == Approx(15.71e9).epsilon(1e-3));  // published 15.7B
+  CHECK(lite.active == Approx(2.66e9).epsilon(2e-3));  // the reference's formula (2.4B excl. embeddings)
   ModelConfig v2 = v2_lite();
   v2.hidden_size = 5120, v2.num_layers = 60, v2.num_heads = 128, v2.intermediate_size = 12288, v2.q_lora_rank = 1536;
-  v2.moe_intermediate_size = 1536, v2.n_routed_experts = 160, v2.topk_method = TopkMethod::kGroupLimitedGreedy, v2.n_group = 8, v2.topk_group = 3;
+  v2.moe_intermediate_size = 1536, v2.n_routed_experts = 160, v2.topk_method = TopkMethod::kGroupLimitedGreedy, v2.n_group = 8,
+  v2.topk_group = 3;
   CHECK(parameter_counts(v2).total == Approx(235.74e9).epsilon(1e-3));  // published 236B
   const auto big = parameter_counts(v3());
   CHECK(big.total == Approx(671.03e9).epsilon(1e-3));  // published 671B (without MTP)

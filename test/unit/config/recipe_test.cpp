@@ -71,10 +71,10 @@ TEST_CASE("every problem is reported at once with file:line:column", "[config]")
   test::TempDir dir;
   const auto path = write_recipe(dir, std::string(kMinimal) +
                                           "train:\n"
-                                          "  stepz: 10\n"              // line 8: unknown key
-                                          "  lr: fast\n"               // line 9: right key, wrong section
-                                          "  micro_batch_size: 2.5\n"  // line 10: not whole
-                                          "optimiser: {}\n"            // line 11: unknown section
+                                          "  stepz: 10\n"                       // line 8: unknown key
+                                          "  lr: fast\n"                        // line 9: right key, wrong section
+                                          "  micro_batch_size: 2.5\n"           // line 10: not whole
+                                          "optimiser: {}\n"                     // line 11: unknown section
                                           "schedule: {min_lr_ratio: high}\n");  // line 12: not a number
   const std::string message = config_error(path);
   CHECK_THAT(message, Catch::Contains("5 problems"));
@@ -90,12 +90,14 @@ TEST_CASE("range, choice and cross-field checks", "[config]") {
   const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 10}\n");
   CHECK_THAT(config_error(path, with_batch({"launch.nproc_per_node=0"})), Catch::Contains("launch.nproc_per_node: 0 is out of range"));
   CHECK_THAT(config_error(path, with_batch({"model.family=moe"})), Catch::Contains("model.family: 'moe' is not supported; allowed: dense"));
-  CHECK_THAT(config_error(path, with_batch({"model.num_heads=3"})), Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
+  CHECK_THAT(config_error(path, with_batch({"model.num_heads=3"})),
+             Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
   CHECK_THAT(config_error(path, with_batch({"data.seq_len=64"})), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
   CHECK_THAT(config_error(path, with_batch({"data.path=nope.bin"})), Catch::Contains("data.path:"));
   CHECK_THAT(config_error(path, {"train.global_batch_size=12", "train.micro_batch_size=8"}),
              Catch::Contains("train_batch_size 12 != micro 8 x accumulation 1 x 1 rank = 8"));
-  CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})), Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps"));
+  CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})),
+             Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps"));
   CHECK_THAT(config_error(path, with_batch({"zero.offload_optimizer=cpu"})), Catch::Contains("needs ZeRO stage 1, 2 or 3"));
   CHECK_THAT(config_error(path, {"train.stepz=3"}), Catch::Contains("--set train.stepz: unknown key (did you mean 'train.steps'?)"));
   CHECK_THAT(config_error(path, {"novalue"}), Catch::Contains("expected key.path=value"));
@@ -115,12 +117,14 @@ TEST_CASE("accumulation steps follow the world size or fail with the numbers", "
     const auto r = config::load_recipe(path, {"launch.nproc_per_node=" + std::to_string(ranks)});
     CHECK(r.train.gradient_accumulation_steps == accum);
   }
-  CHECK_THAT(config_error(path, {"launch.nproc_per_node=3"}), Catch::Contains("The global batch must be a multiple of micro x ranks = 12: use 24 or 36"));
+  CHECK_THAT(config_error(path, {"launch.nproc_per_node=3"}),
+             Catch::Contains("The global batch must be a multiple of micro x ranks = 12: use 24 or 36"));
 }
 
 TEST_CASE("the resolved config round-trips and refuses tampering", "[config]") {
   test::TempDir dir;
-  const auto recipe = config::load_recipe(write_recipe(dir, std::string(kMinimal) + "train: {steps: 10, micro_batch_size: 2}\n"), {"optimizer.lr=0.00123"});
+  const auto recipe =
+      config::load_recipe(write_recipe(dir, std::string(kMinimal) + "train: {steps: 10, micro_batch_size: 2}\n"), {"optimizer.lr=0.00123"});
   const std::string resolved = dir.path() + "/config.resolved.json";
   config::write_resolved_config(recipe, resolved);
   const auto back = config::read_resolved_config(resolved);
@@ -162,7 +166,8 @@ TEST_CASE("every bundled recipe resolves", "[config]") {
 
 TEST_CASE("a batch-size ramp becomes accumulation stages, by steps or by tokens", "[config]") {
   test::TempDir dir;
-  const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 100, micro_batch_size: 2, global_batch_size: 16}\nlaunch: {nproc_per_node: 2}\n");
+  const auto path = write_recipe(
+      dir, std::string(kMinimal) + "train: {steps: 100, micro_batch_size: 2, global_batch_size: 16}\nlaunch: {nproc_per_node: 2}\n");
   // 4 -> 16 samples: accumulation 1, 2, 3 during the ramp, then 4.
   const auto by_steps = config::load_recipe(path, {"train.batch_ramp_start=4", "train.batch_ramp_steps=30"});
   CHECK(config::global_batch_at(by_steps, 0) == 4);
@@ -182,8 +187,10 @@ TEST_CASE("a batch-size ramp becomes accumulation stages, by steps or by tokens"
   CHECK(config::global_batch_at(by_tokens, 15) == 12);
   CHECK(config::global_batch_at(by_tokens, 18) == 12);
   CHECK(config::global_batch_at(by_tokens, 19) == 16);
-  CHECK_THAT(config_error(path, {"train.batch_ramp_start=6", "train.batch_ramp_steps=30"}), Catch::Contains("must be a multiple of micro 2 x 2 ranks = 4"));
-  CHECK_THAT(config_error(path, {"train.batch_ramp_start=4"}), Catch::Contains("needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens"));
+  CHECK_THAT(config_error(path, {"train.batch_ramp_start=6", "train.batch_ramp_steps=30"}),
+             Catch::Contains("must be a multiple of micro 2 x 2 ranks = 4"));
+  CHECK_THAT(config_error(path, {"train.batch_ramp_start=4"}),
+             Catch::Contains("needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens"));
   CHECK_THAT(config_error(path, {"train.batch_ramp_start=16", "train.batch_ramp_steps=3"}), Catch::Contains("below the global batch 16"));
 }
 
@@ -192,7 +199,8 @@ TEST_CASE("accumulation stages may end at a token count", "[config]") {
   const auto path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 100, micro_batch_size: 2}\nlaunch: {nproc_per_node: 2}\n");
   // Stage 0: 4 samples x 32 tokens = 128 tokens per step; 1000 tokens -> 8 steps (1024 tokens).
   // Stage 1: 256 tokens per step from 1024 to 3000 -> 8 more steps (to 3072 tokens), until step 16.
-  const auto r = config::load_recipe(path, {"train.accumulation=[{until_tokens: 1000, steps: 1}, {until_tokens: 3000, steps: 2}, {steps: 4}]"});
+  const auto r =
+      config::load_recipe(path, {"train.accumulation=[{until_tokens: 1000, steps: 1}, {until_tokens: 3000, steps: 2}, {steps: 4}]"});
   REQUIRE(r.train.accumulation.size() == 3);
   CHECK(r.train.accumulation[0].until_step == 8);
   CHECK(r.train.accumulation[1].until_step == 16);
@@ -201,11 +209,13 @@ TEST_CASE("accumulation stages may end at a token count", "[config]") {
   CHECK(config::global_batch_at(r, 16) == 16);
   CHECK_THAT(r.sources.at("train.accumulation"), Catch::Contains("until_tokens 3000 -> until_step 16"));
   // Mixed with until_step, and refused when a stage would not grow.
-  const auto mixed = config::load_recipe(path, {"train.accumulation=[{until_step: 5, steps: 1}, {until_tokens: 2000, steps: 2}, {steps: 4}]"});
+  const auto mixed =
+      config::load_recipe(path, {"train.accumulation=[{until_step: 5, steps: 1}, {until_tokens: 2000, steps: 2}, {steps: 4}]"});
   CHECK(mixed.train.accumulation[1].until_step == 5 + 6);  // 640 tokens by step 5; (2000-640)/256 -> 6 steps
   CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 20, steps: 1}, {until_tokens: 1000, steps: 2}, {steps: 4}]"}),
              Catch::Contains("must grow"));
-  CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 2, until_tokens: 5, steps: 1}, {steps: 4}]"}), Catch::Contains("not both"));
+  CHECK_THAT(config_error(path, {"train.accumulation=[{until_step: 2, until_tokens: 5, steps: 1}, {steps: 4}]"}),
+             Catch::Contains("not both"));
 }
 
 TEST_CASE("enum settings: the schema's choices are the enums' names, and the resolved config keeps them as names", "[config]") {
@@ -217,9 +227,10 @@ TEST_CASE("enum settings: the schema's choices are the enums' names, and the res
     CHECK(f.choices.size() >= 2);
   }
   test::TempDir dir;
-  const std::string path = write_recipe(dir, std::string(kMinimal) + "train: {steps: 4, micro_batch_size: 2, on_bad_step: rollback}\n"
-                                             "precision: {dtype: bf16}\nschedule: {type: wsd}\n"
-                                             "logging: {sinks: [jsonl, csv]}\nzero: {stage: 1, offload_optimizer: cpu}\n");
+  const std::string path = write_recipe(dir, std::string(kMinimal) +
+                                                 "train: {steps: 4, micro_batch_size: 2, on_bad_step: rollback}\n"
+                                                 "precision: {dtype: bf16}\nschedule: {type: wsd}\n"
+                                                 "logging: {sinks: [jsonl, csv]}\nzero: {stage: 1, offload_optimizer: cpu}\n");
   const config::Recipe r = config::load_recipe(path);
   CHECK(r.precision.dtype == config::Dtype::kBf16);
   CHECK(r.schedule.type == config::ScheduleType::kWsd);
@@ -227,7 +238,8 @@ TEST_CASE("enum settings: the schema's choices are the enums' names, and the res
   CHECK(r.zero.offload_optimizer == config::OffloadDevice::kCpu);
   CHECK(r.logging.sinks == std::vector<config::Sink>{config::Sink::kJsonl, config::Sink::kCsv});
   const std::string json = config::to_canonical_json(r);
-  CHECK_THAT(json, Catch::Contains("\"dtype\":\"bf16\"") && Catch::Contains("\"sinks\":[\"jsonl\",\"csv\"]") && Catch::Contains("\"on_bad_step\":\"rollback\""));
+  CHECK_THAT(json, Catch::Contains("\"dtype\":\"bf16\"") && Catch::Contains("\"sinks\":[\"jsonl\",\"csv\"]") &&
+                       Catch::Contains("\"on_bad_step\":\"rollback\""));
   config::write_resolved_config(r, dir.path() + "/resolved.json");
   const config::Recipe back = config::read_resolved_config(dir.path() + "/resolved.json");
   CHECK(config::config_hash(back) == config::config_hash(r));

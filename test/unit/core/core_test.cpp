@@ -54,9 +54,9 @@ TEST_CASE("threads are divided among local workers", "[core]") {
 TEST_CASE("the README's exit code table matches the code", "[core]") {
   const std::string readme = read_file(test::source_dir() + "/README.md");
   const std::vector<std::pair<ErrorCode, int>> expected = {
-      {ErrorCode::kUsage, 2},       {ErrorCode::kConfig, 2}, {ErrorCode::kData, 3},         {ErrorCode::kCheckpoint, 4},
-      {ErrorCode::kEnvironment, 5}, {ErrorCode::kComm, 6},   {ErrorCode::kWorkerFailed, 7}, {ErrorCode::kInterrupted, 130},
-      {ErrorCode::kInternal, 1}};
+      {ErrorCode::kUsage, 2},        {ErrorCode::kConfig, 2},        {ErrorCode::kData, 3},
+      {ErrorCode::kCheckpoint, 4},   {ErrorCode::kEnvironment, 5},   {ErrorCode::kComm, 6},
+      {ErrorCode::kWorkerFailed, 7}, {ErrorCode::kInterrupted, 130}, {ErrorCode::kInternal, 1}};
   for (const auto& [code, status] : expected) {
     CHECK(exit_status_for(code) == status);
     INFO("README row for exit status " << status);
@@ -69,7 +69,8 @@ TEST_CASE("the README's exit code table matches the code", "[core]") {
 }
 
 TEST_CASE("first_line keeps what a message quotes of a library's exception text", "[core]") {
-  CHECK(dstrain::first_line("DefaultCPUAllocator: can't allocate memory\nException raised from ...\nframe #0") == "DefaultCPUAllocator: can't allocate memory");
+  CHECK(dstrain::first_line("DefaultCPUAllocator: can't allocate memory\nException raised from ...\nframe #0") ==
+        "DefaultCPUAllocator: can't allocate memory");
   CHECK(dstrain::first_line("one line") == "one line");
   CHECK(dstrain::first_line("") == "");
 }
@@ -85,7 +86,8 @@ TEST_CASE("fault injector: parses every fault and answers no fault otherwise", "
   CHECK_FALSE(none.fact_override(0));
   CHECK(none.data_path_override(0).empty());
 
-  dstrain::FaultInjector f("inf_step=3;nan_loss=1:12;stall=1:4:2.5;slow_rank=1:3;offload_chunk=5000;fact=2:libtorch=2.10.0;data_path=2:/a:b/c");
+  dstrain::FaultInjector f(
+      "inf_step=3;nan_loss=1:12;stall=1:4:2.5;slow_rank=1:3;offload_chunk=5000;fact=2:libtorch=2.10.0;data_path=2:/a:b/c");
   CHECK(f.any());
   CHECK(f.overflow_at(3));
   CHECK_FALSE(f.overflow_at(4));

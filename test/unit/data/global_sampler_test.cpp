@@ -81,7 +81,7 @@ TEST_CASE("weighted shares split each global batch by weight and cover it exactl
   CHECK(weighted_shares(16, {1, 1}) == std::vector<int64_t>{8, 8});
   CHECK(weighted_shares(16, {3, 1}) == std::vector<int64_t>{12, 4});
   CHECK(weighted_shares(10, {2, 1, 1, 1}) == std::vector<int64_t>{4, 2, 2, 2});
-  CHECK(weighted_shares(7, {1, 1, 1}) == std::vector<int64_t>{3, 2, 2});  // remainder to the lower rank
+  CHECK(weighted_shares(7, {1, 1, 1}) == std::vector<int64_t>{3, 2, 2});          // remainder to the lower rank
   CHECK(weighted_shares(4, {100, 1, 1, 1}) == std::vector<int64_t>{1, 1, 1, 1});  // nobody idles
   CHECK(weighted_shares(6, {0, 0}) == std::vector<int64_t>{3, 3});
   for (int64_t g : {1, 5, 16, 99}) {

@@ -52,7 +52,8 @@ TEST_CASE("Megatron datasets read back exactly, every dtype, with documents", "[
   // Large vocabularies get int32, as Megatron chooses at 65500.
   data::write_megatron(dir.path() + "/big", {{70000, 1, 102399}});
   CHECK(read_file(dir.path() + "/big.idx")[17] == 4);
-  CHECK(stream(*data::open_token_file(dir.path() + "/big.bin", config::DataFormat::kMegatron, 2)) == std::vector<int64_t>{70000, 1, 102399});
+  CHECK(stream(*data::open_token_file(dir.path() + "/big.bin", config::DataFormat::kMegatron, 2)) ==
+        std::vector<int64_t>{70000, 1, 102399});
 }
 
 TEST_CASE("llm.c files of both versions and raw uint16 read back exactly", "[data]") {

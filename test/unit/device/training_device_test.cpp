@@ -14,7 +14,8 @@ TEST_CASE("device specs: cpu, cuda:N checked against the visible GPUs, anything 
   const device::TrainingDevice cpu = device::open_training_device("cpu", 0);
   CHECK(cpu.device.is_cpu());
   CHECK(cpu.name == "cpu");
-  CHECK_THROWS_WITH(device::open_training_device("gpu:0", 3), Catch::Contains("rank 3: DSTRAIN_DEVICE='gpu:0' is neither cpu nor cuda:<index>"));
+  CHECK_THROWS_WITH(device::open_training_device("gpu:0", 3),
+                    Catch::Contains("rank 3: DSTRAIN_DEVICE='gpu:0' is neither cpu nor cuda:<index>"));
   CHECK_THROWS_WITH(device::open_training_device("cuda:1x", 0), Catch::Contains("neither cpu nor cuda:<index>"));
   if (dstrain_cuda_device_count() <= 7) {
     try {
@@ -59,13 +60,16 @@ TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever fi
   device::TrainingDevice gpu;
   gpu.device = c10::Device(c10::kCUDA, 1), gpu.name = "NVIDIA H200", gpu.memory_gib = 139.8;
   const std::string m = device::out_of_memory_message(r, gpu, "backward of step 12", "CUDA out of memory. Tried to allocate 2.00 GiB");
-  CHECK_THAT(m, Catch::StartsWith("out of memory on cuda:1 (NVIDIA H200, 139.8 GiB) in backward of step 12: CUDA out of memory. Tried to allocate 2.00 GiB."));
+  CHECK_THAT(
+      m, Catch::StartsWith(
+             "out of memory on cuda:1 (NVIDIA H200, 139.8 GiB) in backward of step 12: CUDA out of memory. Tried to allocate 2.00 GiB."));
   CHECK_THAT(m, Catch::Contains("of model state on the GPU (ZeRO stage 0, bf16)"));
   CHECK_THAT(m, Catch::Contains("GiB of activations for a micro-batch of"));
   // A big micro-batch: the activations dominate, so the batch comes first.
   r.train.micro_batch_size = 512;
   CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 512;"));
-  CHECK_THAT(device::out_of_memory_hint(r), Catch::Contains("first: activations are most of it; then raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
+  CHECK_THAT(device::out_of_memory_hint(r),
+             Catch::Contains("first: activations are most of it; then raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
   // A small one with a big model: the model state dominates, so ZeRO and offload come first.
   r.train.micro_batch_size = 1, r.data.seq_len = 8, r.model.hidden_size = 4096, r.model.intermediate_size = 11008, r.model.num_layers = 32;
   CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));

@@ -45,7 +45,8 @@ TEST_CASE("equal facts are consistent; one rank apart is a mismatch with rank gr
 
 TEST_CASE("same-in-node facts may differ between nodes but not within one", "[envcheck]") {
   std::vector<envcheck::RankFacts> ranks;
-  for (int r = 0; r < 4; ++r) ranks.push_back(rank_with(r, r / 2, {{"memory", r < 2 ? "512 GiB" : "1024 GiB", Rule::kSameInNode, true, ""}}));
+  for (int r = 0; r < 4; ++r)
+    ranks.push_back(rank_with(r, r / 2, {{"memory", r < 2 ? "512 GiB" : "1024 GiB", Rule::kSameInNode, true, ""}}));
   CHECK(envcheck::compare(ranks).consistent());
   ranks[3].facts[1].value = "256 GiB";
   const auto report = envcheck::compare(ranks);
@@ -72,9 +73,10 @@ TEST_CASE("limits fail with the rank and the reason; slow measurements are flagg
   std::vector<envcheck::RankFacts> ranks;
   for (int r = 0; r < 4; ++r) {
     const bool skewed = r == 3;
-    ranks.push_back(rank_with(r, 0,
-                              {{"clock offset from rank 0", skewed ? "+2.500 s" : "+0.001 s", Rule::kLimit, !skewed, skewed ? "clocks differ" : ""},
-                               {"gemm throughput", r == 2 ? "20.0 GFLOP/s" : "100.0 GFLOP/s", Rule::kNotSlow, true, ""}}));
+    ranks.push_back(
+        rank_with(r, 0,
+                  {{"clock offset from rank 0", skewed ? "+2.500 s" : "+0.001 s", Rule::kLimit, !skewed, skewed ? "clocks differ" : ""},
+                   {"gemm throughput", r == 2 ? "20.0 GFLOP/s" : "100.0 GFLOP/s", Rule::kNotSlow, true, ""}}));
   }
   const auto report = envcheck::compare(ranks);
   CHECK(row(report, "clock offset from rank 0").note == "rank 3: clocks differ");

@@ -69,8 +69,11 @@ TEST_CASE("written files read back bit-identically, in the reference order", "[i
   const uint16_t half[3] = {0x3c00, 0x4000, 0xbc00};
   const int64_t ids[2] = {-1, 1ll << 40};
   io::write_safetensors(dir.path() + "/m.safetensors",
-                        {{"z.weight", "F32", {10, 100}, big.data(), big.size() * 4}, {"b.half", "BF16", {3}, half, 6}, {"a.ids", "I64", {2}, ids, 16},
-                         {"scalar", "F32", {}, big.data(), 4}, {"empty", "F32", {0, 4}, nullptr, 0}},
+                        {{"z.weight", "F32", {10, 100}, big.data(), big.size() * 4},
+                         {"b.half", "BF16", {3}, half, 6},
+                         {"a.ids", "I64", {2}, ids, 16},
+                         {"scalar", "F32", {}, big.data(), 4},
+                         {"empty", "F32", {0, 4}, nullptr, 0}},
                         {{"format", "pt"}});
   io::SafetensorsFile f(dir.path() + "/m.safetensors");
   CHECK(f.metadata().at("format") == "pt");
@@ -100,12 +103,14 @@ TEST_CASE("invalid files are rejected with the reason", "[io]") {
   CHECK_THAT(load_error(with_header(dir, "{" + t + "}", 12)), Catch::Contains("trailing bytes"));
   CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8)),
              Catch::Contains("has offsets [0, 8] but its shape and dtype need 12 bytes"));
-  CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}})", 1)), Catch::Contains("unknown dtype 'Q4'"));
+  CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,1]}})", 1)),
+             Catch::Contains("unknown dtype 'Q4'"));
   CHECK_THAT(load_error(with_header(dir, "{" + t + "," + t + "}", 8)), Catch::Contains("the header names 'a' twice"));
   CHECK_THAT(load_error(with_header(dir, R"({"__metadata__":{"n":1}})", 0)), Catch::Contains("__metadata__ value of 'n' is not a string"));
   CHECK_THAT(load_error(with_header(dir, "{\"a\":", 0)), Catch::Contains("not valid JSON"));
   CHECK_THAT(load_error(with_header(dir, "[]", 0)), Catch::Contains("not a JSON object"));
-  CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,0]}})", 0)), Catch::Contains("non-negative"));
+  CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,0]}})", 0)),
+             Catch::Contains("non-negative"));
   CHECK_THAT(load_error(with_header(dir, R"({"a":{"dtype":"F32","shape":[4611686018427387904,8],"data_offsets":[0,0]}})", 0)),
              Catch::Contains("overflows"));
   {

@@ -90,7 +90,8 @@ TEST_CASE("a collective past its timeout blames the ranks that are not in it", "
   const auto v = w.check(70);
   REQUIRE(v.hung);
   CHECK(v.stuck == std::vector<int>{2});
-  CHECK(v.report.find("rank 2 (h) stuck in backward of step 12 for 70 s while others wait in all_reduce #88 (step 12)") != std::string::npos);
+  CHECK(v.report.find("rank 2 (h) stuck in backward of step 12 for 70 s while others wait in all_reduce #88 (step 12)") !=
+        std::string::npos);
 }
 
 TEST_CASE("every rank in the same collective past its timeout blames the network", "[launch]") {

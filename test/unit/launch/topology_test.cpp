@@ -59,8 +59,14 @@ TEST_CASE("flags win over every environment", "[launch]") {
 }
 
 TEST_CASE("a torchrun environment makes this process that rank", "[launch]") {
-  const Topology t = detect({{"RANK", "5"}, {"WORLD_SIZE", "8"}, {"LOCAL_RANK", "1"}, {"LOCAL_WORLD_SIZE", "4"}, {"MASTER_ADDR", "host0"},
-                             {"MASTER_PORT", "29400"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RUN_ID", "job7"}});
+  const Topology t = detect({{"RANK", "5"},
+                             {"WORLD_SIZE", "8"},
+                             {"LOCAL_RANK", "1"},
+                             {"LOCAL_WORLD_SIZE", "4"},
+                             {"MASTER_ADDR", "host0"},
+                             {"MASTER_PORT", "29400"},
+                             {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                             {"TORCHELASTIC_RUN_ID", "job7"}});
   CHECK(t.source == "torchrun");
   CHECK(t.mode == Topology::Mode::kRank);
   CHECK(t.rank == 5);
@@ -79,9 +85,14 @@ TEST_CASE("a torchrun environment makes this process that rank", "[launch]") {
 
 TEST_CASE("Slurm: one task per node runs a launcher per node", "[launch]") {
   // Recorded from `srun --nodes=4 --ntasks-per-node=1` (sbatch -N4).
-  const Environment env = {{"SLURM_JOB_ID", "81234"}, {"SLURM_PROCID", "2"},       {"SLURM_NTASKS", "4"},
-                           {"SLURM_NNODES", "4"},     {"SLURM_NODEID", "2"},       {"SLURM_LOCALID", "0"},
-                           {"SLURM_JOB_NODELIST", "gpu[07-09,12]"}, {"SLURM_TASKS_PER_NODE", "1(x4)"}};
+  const Environment env = {{"SLURM_JOB_ID", "81234"},
+                           {"SLURM_PROCID", "2"},
+                           {"SLURM_NTASKS", "4"},
+                           {"SLURM_NNODES", "4"},
+                           {"SLURM_NODEID", "2"},
+                           {"SLURM_LOCALID", "0"},
+                           {"SLURM_JOB_NODELIST", "gpu[07-09,12]"},
+                           {"SLURM_TASKS_PER_NODE", "1(x4)"}};
   const Topology t = detect(env, {}, 8);
   CHECK(t.source == "slurm");
   CHECK(t.mode == Topology::Mode::kLauncher);
@@ -95,9 +106,15 @@ TEST_CASE("Slurm: one task per node runs a launcher per node", "[launch]") {
 
 TEST_CASE("Slurm: one task per GPU makes each task a rank", "[launch]") {
   // Recorded from `srun --nodes=2 --ntasks-per-node=4`.
-  const Environment env = {{"SLURM_JOB_ID", "555"},  {"SLURM_PROCID", "6"},          {"SLURM_NTASKS", "8"},
-                           {"SLURM_NNODES", "2"},    {"SLURM_NODEID", "1"},          {"SLURM_LOCALID", "2"},
-                           {"SLURM_JOB_NODELIST", "node[1-2]"}, {"SLURM_TASKS_PER_NODE", "4(x2)"}, {"MASTER_PORT", "12345"}};
+  const Environment env = {{"SLURM_JOB_ID", "555"},
+                           {"SLURM_PROCID", "6"},
+                           {"SLURM_NTASKS", "8"},
+                           {"SLURM_NNODES", "2"},
+                           {"SLURM_NODEID", "1"},
+                           {"SLURM_LOCALID", "2"},
+                           {"SLURM_JOB_NODELIST", "node[1-2]"},
+                           {"SLURM_TASKS_PER_NODE", "4(x2)"},
+                           {"MASTER_PORT", "12345"}};
   const Topology t = detect(env);
   CHECK(t.mode == Topology::Mode::kRank);
   CHECK(t.rank == 6);
@@ -111,8 +128,11 @@ TEST_CASE("Slurm: one task per GPU makes each task a rank", "[launch]") {
 }
 
 TEST_CASE("OpenMPI and PMI processes are ranks", "[launch]") {
-  const Topology o = detect({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
-                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_ADDR", "10.1.1.1"}});
+  const Topology o = detect({{"OMPI_COMM_WORLD_RANK", "0"},
+                             {"OMPI_COMM_WORLD_SIZE", "4"},
+                             {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                             {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+                             {"MASTER_ADDR", "10.1.1.1"}});
   CHECK(o.source == "openmpi");
   CHECK(o.mode == Topology::Mode::kRank);
   CHECK(o.world_size == 4);

@@ -49,7 +49,8 @@ TEST_CASE("a model exported to HF safetensors reads back bit-identically", "[mod
   config::ModelConfig other = tiny();
   other.intermediate_size = 64;
   const model::DenseModel c(other, 1);
-  CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", other, c.parameters()), Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
+  CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", other, c.parameters()),
+                    Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
   CHECK_THROWS_WITH(model::load_hf_weights(dir.path(), other, c.parameters()), Catch::Contains("has neither model.safetensors"));
 }
 
@@ -64,9 +65,12 @@ TEST_CASE("export for the independent PyTorch reference", "[model-reference]") {
   model::export_hf(gqa, m.parameters(), out);
   const at::Tensor tokens = at::randint(0, 300, {2, 17}, at::detail::createCPUGenerator(3), at::kLong);
   const at::Tensor logits = m.logits(tokens).contiguous();
-  std::ofstream(std::string(out) + "/tokens.bin", std::ios::binary).write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
-  std::ofstream(std::string(out) + "/logits.bin", std::ios::binary).write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
-  std::ofstream(std::string(out) + "/loss.txt") << std::setprecision(17) << m.loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).item<double>() << "\n";
+  std::ofstream(std::string(out) + "/tokens.bin", std::ios::binary)
+      .write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
+  std::ofstream(std::string(out) + "/logits.bin", std::ios::binary)
+      .write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
+  std::ofstream(std::string(out) + "/loss.txt")
+      << std::setprecision(17) << m.loss(tokens.narrow(1, 0, 16), tokens.narrow(1, 1, 16)).item<double>() << "\n";
 }
 
 TEST_CASE("sharded HF checkpoints load through model.safetensors.index.json", "[model]") {
@@ -79,8 +83,10 @@ TEST_CASE("sharded HF checkpoints load through model.safetensors.index.json", "[
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
     const bool one = i < params.size() / 2;
-    (one ? first : second).push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
-    map += std::string(map.empty() ? "" : ",") + "\"" + p.name + "\":\"" + (one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
+    (one ? first : second)
+        .push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
+    map += std::string(map.empty() ? "" : ",") + "\"" + p.name + "\":\"" +
+           (one ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors") + "\"";
   }
   io::write_safetensors(dir.path() + "/model-00001-of-00002.safetensors", first);
   io::write_safetensors(dir.path() + "/model-00002-of-00002.safetensors", second);

@@ -31,21 +31,24 @@ config::ModelConfig tiny_v3() {
   c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 3, c.num_heads = 4, c.intermediate_size = 96, c.max_seq_len = 16;
   c.q_lora_rank = 32, c.kv_lora_rank = 16, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
   c.moe_intermediate_size = 24, c.n_routed_experts = 4, c.n_shared_experts = 1, c.num_experts_per_tok = 2, c.first_k_dense_replace = 1;
-  c.scoring_func = config::ScoringFunc::kSigmoid, c.topk_method = config::TopkMethod::kNoauxTc, c.n_group = 2, c.topk_group = 1, c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
+  c.scoring_func = config::ScoringFunc::kSigmoid, c.topk_method = config::TopkMethod::kNoauxTc, c.n_group = 2, c.topk_group = 1,
+  c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
   c.aux_loss_alpha = 0.01;
   return c;
 }
 
 config::ModelConfig tiny_v2_lite() {
   config::ModelConfig c = tiny_v3();
-  c.q_lora_rank = 0, c.scoring_func = config::ScoringFunc::kSoftmax, c.topk_method = config::TopkMethod::kGreedy, c.n_group = 1, c.topk_group = 1, c.norm_topk_prob = false;
+  c.q_lora_rank = 0, c.scoring_func = config::ScoringFunc::kSoftmax, c.topk_method = config::TopkMethod::kGreedy, c.n_group = 1,
+  c.topk_group = 1, c.norm_topk_prob = false;
   c.routed_scaling_factor = 1.0, c.n_shared_experts = 2;
   return c;
 }
 
 config::ModelConfig tiny_dense_gqa() {
   config::ModelConfig c;
-  c.vocab_size = 97, c.hidden_size = 32, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.intermediate_size = 48, c.max_seq_len = 16;
+  c.vocab_size = 97, c.hidden_size = 32, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.intermediate_size = 48,
+  c.max_seq_len = 16;
   return c;
 }
 
@@ -75,7 +78,8 @@ void gradient_check(const config::ModelConfig& cfg) {
       const double numeric = (up - down) / (2 * eps);
       ++checked;
       if (std::abs(analytic - numeric) > 1e-4 * std::abs(numeric) + 1e-8)
-        mismatches += p.name + "[" + std::to_string(i) + "]: analytic " + std::to_string(analytic) + " numeric " + std::to_string(numeric) + "\n";
+        mismatches +=
+            p.name + "[" + std::to_string(i) + "]: analytic " + std::to_string(analytic) + " numeric " + std::to_string(numeric) + "\n";
     }
   }
   CHECK(checked == 2 * static_cast<int>(model->parameters().size()));
@@ -88,7 +92,8 @@ void gradient_check(const config::ModelConfig& cfg) {
 TEST_CASE("MLA + MoE models count what the config formula counts", "[model]") {
   for (const auto& cfg : {tiny_v3(), tiny_v2_lite()}) {
     const auto m = model::make_model(cfg, 1);
-    CHECK(m->num_parameters() + (cfg.topk_method == config::TopkMethod::kNoauxTc ? 2 * cfg.n_routed_experts : 0) == config::parameter_counts(cfg).total);
+    CHECK(m->num_parameters() + (cfg.topk_method == config::TopkMethod::kNoauxTc ? 2 * cfg.n_routed_experts : 0) ==
+          config::parameter_counts(cfg).total);
   }
   const auto v3 = model::make_model(tiny_v3(), 1);
   CHECK(v3->parameters()[2].name == "model.layers.0.self_attn.q_a_proj.weight");
@@ -110,7 +115,7 @@ TEST_CASE("expert load is counted and moves V3's selection bias by gamma", "[mod
   m->logits(tokens);
   const at::Tensor load = m->take_expert_load();
   REQUIRE(load.sizes() == at::IntArrayRef({2, 4}));
-  CHECK(load.sum(1).eq(30.0 * 2).all().item<bool>());  // every token picks K = 2 experts in each MoE layer
+  CHECK(load.sum(1).eq(30.0 * 2).all().item<bool>());      // every token picks K = 2 experts in each MoE layer
   CHECK(m->take_expert_load().sum().item<double>() == 0);  // taken: reset
   m->update_expert_bias(at::tensor({10.0f, 0.0f, 3.0f, 3.0f, 1.0f, 1.0f, 1.0f, 5.0f}).view({2, 4}));
   const at::Tensor b0 = m->buffers()[0].tensor, b1 = m->buffers()[1].tensor;
@@ -147,16 +152,20 @@ TEST_CASE("export MLA + MoE for the independent PyTorch reference", "[model-moe-
     }
     std::vector<io::TensorToWrite> tensors;
     for (const auto* group : {&m->parameters(), &m->buffers()})
-      for (const auto& p : *group) tensors.push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
+      for (const auto& p : *group)
+        tensors.push_back({p.name, "F32", p.tensor.sizes().vec(), p.tensor.data_ptr(), static_cast<uint64_t>(p.tensor.nbytes())});
     io::write_safetensors(dir + "/model.safetensors", tensors);
     config::Recipe r;
     r.model = cfg;
     std::ofstream(dir + "/config.json") << config::to_canonical_json(r);
     const at::Tensor tokens = at::randint(0, cfg.vocab_size, {2, 12}, at::detail::createCPUGenerator(8), at::kLong);
     const at::Tensor logits = m->logits(tokens.narrow(1, 0, 11)).contiguous();
-    std::ofstream(dir + "/tokens.bin", std::ios::binary).write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
-    std::ofstream(dir + "/logits.bin", std::ios::binary).write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
-    std::ofstream(dir + "/loss.txt") << std::setprecision(17) << m->loss(tokens.narrow(1, 0, 11), tokens.narrow(1, 1, 11)).item<double>() << "\n";
+    std::ofstream(dir + "/tokens.bin", std::ios::binary)
+        .write(static_cast<const char*>(tokens.data_ptr()), static_cast<std::streamsize>(tokens.nbytes()));
+    std::ofstream(dir + "/logits.bin", std::ios::binary)
+        .write(static_cast<const char*>(logits.data_ptr()), static_cast<std::streamsize>(logits.nbytes()));
+    std::ofstream(dir + "/loss.txt") << std::setprecision(17) << m->loss(tokens.narrow(1, 0, 11), tokens.narrow(1, 1, 11)).item<double>()
+                                     << "\n";
   }
 }
 
@@ -186,7 +195,8 @@ TEST_CASE("V3-style models export to HF layout (interleaved RoPE rows) and read 
   for (size_t i = 0; i < a->buffers().size(); ++i) CHECK(at::equal(a->buffers()[i].tensor, b->buffers()[i].tensor));
   // And its config.json describes the same model to the config reader.
   std::ofstream(dir.path() + "/data.txt") << std::string(4096, 'x');
-  std::ofstream(dir.path() + "/r.yaml") << "run_dir: r\ndata: {path: data.txt, seq_len: 16}\ntrain: {steps: 20, micro_batch_size: 1}\nmodel: {hf_config: hf/config.json}\n";
+  std::ofstream(dir.path() + "/r.yaml")
+      << "run_dir: r\ndata: {path: data.txt, seq_len: 16}\ntrain: {steps: 20, micro_batch_size: 1}\nmodel: {hf_config: hf/config.json}\n";
   const auto recipe = config::load_recipe(dir.path() + "/r.yaml");
   CHECK(recipe.model.family == config::ModelFamily::kMlaMoe);
   CHECK(recipe.model.topk_method == config::TopkMethod::kNoauxTc);
@@ -209,7 +219,7 @@ TEST_CASE("document masking: after an end-of-document token, a sample sees only 
     CHECK_FALSE(at::allclose(m->logits(tokens).narrow(1, 5, 7), alone, 1e-4, 1e-5));  // unmasked attention crosses the seam
   }
   const at::Tensor mask = model::document_causal_mask(at::tensor({1, 9, 2, 3}, at::kLong).view({1, 4}), 9)[0][0];
-  CHECK(mask[1][0].item<bool>());   // the EOS belongs to the first document
+  CHECK(mask[1][0].item<bool>());  // the EOS belongs to the first document
   CHECK_FALSE(mask[2][1].item<bool>());
   CHECK(mask[3][2].item<bool>());
   CHECK_FALSE(mask[0][1].item<bool>());  // still causal

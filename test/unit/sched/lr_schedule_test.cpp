@@ -7,7 +7,8 @@
 using namespace dstrain::sched;
 
 namespace {
-Schedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0, double min_ratio = 0) {
+Schedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0,
+              double min_ratio = 0) {
   Schedule s;
   s.type = type, s.peak_lr = peak, s.warmup_steps = warmup, s.total_steps = total, s.log_warmup = log_warmup, s.warmup_min_ratio = wmin,
   s.min_ratio = min_ratio;
@@ -34,7 +35,7 @@ TEST_CASE("ds_warmup_cosine follows DeepSpeed's WarmupCosineLR, it = step - 1", 
   CHECK(lr_at(lin, 1) == 0.0);  // it = 0: w = 0/10
   CHECK(lr_at(lin, 5) == Approx(0.4));
   CHECK(lr_at(lin, 11) == Approx(0.1 + 0.9 * (1 + std::cos(M_PI / 90)) / 2));  // p = (10-10+1)/90
-  CHECK(lr_at(lin, 101) == Approx(0.1));                                        // p clamped at 1
+  CHECK(lr_at(lin, 101) == Approx(0.1));                                       // p clamped at 1
   CHECK(lr_at(lin, 500) == Approx(0.1));
   const auto log = make(ScheduleType::kDsWarmupCosine, 1.0, 10, 100, true, 0.2, 0.0);
   CHECK(lr_at(log, 5) == Approx(0.2 + 0.8 * std::log(5.0) / std::log(10.0)));

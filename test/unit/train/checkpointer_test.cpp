@@ -77,7 +77,8 @@ Resumed resume_and_finish(const EngineSpec& spec, const std::string& ckpt_dir) {
     test::gather_state(engine, comm, at_load);
     test::train_steps(engine, *model, comm, spec, r.step, spec.steps - r.step, out.run);
     test::gather_state(engine, comm, out.run);
-    if (comm.rank() == 0) out.step = r.step, out.cursor = r.samples_consumed, out.replicated = replicated.clone(), out.master_at_load = at_load.master;
+    if (comm.rank() == 0)
+      out.step = r.step, out.cursor = r.samples_consumed, out.replicated = replicated.clone(), out.master_at_load = at_load.master;
     if (comm.rank() == 1) CHECK(at::equal(replicated, replicated_values()));
   });
   return out;

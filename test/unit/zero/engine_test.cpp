@@ -143,8 +143,10 @@ TEST_CASE("engine: mismatched collectives between ranks fail with the op named i
   try {
     comm::run_on_threads(2, [](comm::Communicator& comm) {
       at::Tensor t = at::ones({4});
-      if (comm.rank() == 0) comm.all_reduce(t)->wait();
-      else comm.barrier()->wait();
+      if (comm.rank() == 0)
+        comm.all_reduce(t)->wait();
+      else
+        comm.barrier()->wait();
     });
     FAIL("no error");
   } catch (const Error& e) {

@@ -8,9 +8,12 @@ using namespace dstrain::zero;
 
 namespace {
 std::vector<Layout::Param> tiny_model() {
-  return {{"model.embed_tokens.weight", 100, 2},       {"model.layers.0.input_layernorm.weight", 10, 1},
-          {"model.layers.0.self_attn.q_proj.weight", 37, 2}, {"model.layers.0.mlp.down_proj.bias", 5, 1},
-          {"model.layers.1.self_attn.q_proj.weight", 300, 2}, {"model.norm.weight", 10, 1},
+  return {{"model.embed_tokens.weight", 100, 2},
+          {"model.layers.0.input_layernorm.weight", 10, 1},
+          {"model.layers.0.self_attn.q_proj.weight", 37, 2},
+          {"model.layers.0.mlp.down_proj.bias", 5, 1},
+          {"model.layers.1.self_attn.q_proj.weight", 300, 2},
+          {"model.norm.weight", 10, 1},
           {"lm_head.weight", 100, 2}};
 }
 }  // namespace
@@ -68,7 +71,8 @@ TEST_CASE("layout: no weight decay on norms, biases and the routing bias", "[zer
   CHECK(layer_index_of("model.norm.weight") == -1);
   CHECK(layer_index_of("model.layers.x.weight") == -1);
   const Layout l(tiny_model(), 2, 1000);
-  for (const ShardSegment& s : l.segments(1)) CHECK(s.decay == (l.params()[static_cast<size_t>(s.param)].name.find("proj.weight") != std::string::npos ||
-                                                                  l.params()[static_cast<size_t>(s.param)].name.find("embed") != std::string::npos ||
-                                                                  l.params()[static_cast<size_t>(s.param)].name == "lm_head.weight"));
+  for (const ShardSegment& s : l.segments(1))
+    CHECK(s.decay == (l.params()[static_cast<size_t>(s.param)].name.find("proj.weight") != std::string::npos ||
+                      l.params()[static_cast<size_t>(s.param)].name.find("embed") != std::string::npos ||
+                      l.params()[static_cast<size_t>(s.param)].name == "lm_head.weight"));
 }
