@@ -13,6 +13,7 @@ find_package(CLI11 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(fmt 9 REQUIRED)
+find_package(ZLIB REQUIRED)  # the report's PNG charts
 if(DSTRAIN_TESTS)
   find_package(Catch2 2 REQUIRED)
 endif()

@@ -191,7 +191,9 @@ void register_inspect_ckpt(CLI::App& app, Run& run) {
         if (!std::filesystem::exists(run_dir / "config.resolved.json"))
           throw Error(ErrorCode::kUsage, fmt::format("--export needs the run directory around {} (its config.resolved.json)", dir),
                       "use `dstrain export-hf RUN_DIR OUT --checkpoint DIR` when the checkpoint lives elsewhere");
-        tasks::export_run_to_hf(run_dir.string(), dir, o->export_dir);
+        tasks::ExportOptions options;
+        options.checkpoint = dir;
+        tasks::export_run_to_hf(run_dir.string(), o->export_dir, options);
         fmt::print("exported {} to {}\n", dir, o->export_dir);
         return 0;
       }

@@ -12,7 +12,8 @@ class App;
 
 namespace dstrain::app {
 
-// Adds --nnodes, --node-rank, --master-addr, --master-port and --nproc-per-node to `cmd`.
+// Adds --nnodes, --node-rank, --master-addr, --master-port and --nproc-per-node to `cmd`, with
+// torchrun's spellings (--node_rank, --master_addr, --master_port, --nproc_per_node) as aliases.
 void add_launch_flags(CLI::App& cmd, launch::LaunchFlags& flags);
 
 }  // namespace dstrain::app

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
 #include "commands.h"
+#include "dstrain/config/schema.h"
 #include "dstrain/core/build_info.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
@@ -34,6 +36,26 @@ void print_error(const char* kind, const std::string& message, const std::string
   const bool tty = ::isatty(STDERR_FILENO);
   std::fprintf(stderr, "%sdstrain: %s:%s %s\n", tty ? "\033[1;31m" : "", kind, tty ? "\033[0m" : "", message.c_str());
   if (!hint.empty()) std::fprintf(stderr, "  hint: %s\n", hint.c_str());
+}
+
+// The arguments CLI11 did not expect, each with the closest option of the command, if any.
+std::string unexpected_arguments(CLI::App& app, int argc, char** argv) {
+  CLI::App* command = &app;
+  for (CLI::App* sub : app.get_subcommands()) command = sub;
+  std::vector<std::string> options;
+  for (const CLI::Option* o : command->get_options())
+    for (const std::string& name : o->get_lnames()) options.push_back("--" + name);
+  std::vector<std::string> parts;
+  for (const std::string& extra : command->remaining()) {
+    const std::string name = extra.substr(0, extra.find('='));
+    if (name.rfind("-", 0) == 0)
+      parts.push_back(fmt::format("unknown option '{}'{}", name, dstrain::config::did_you_mean(name, options)));
+    else
+      parts.push_back(fmt::format("unexpected argument '{}'", extra));
+  }
+  (void)argc, (void)argv;
+  const std::string where = command == &app ? "dstrain" : "dstrain " + command->get_name();
+  return fmt::format("{} for `{}`", parts.empty() ? std::string("unexpected arguments") : fmt::format("{}", fmt::join(parts, "; ")), where);
 }
 
 }  // namespace
@@ -74,7 +96,9 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands([](CLI::App* s) { return !s->get_group().empty(); })) names.push_back(sub->get_name());
     if (std::find(names.begin(), names.end(), argv[1]) == names.end() && std::string(argv[1]) != "worker" &&
         std::string(argv[1]) != "schema") {
-      print_error("usage error", fmt::format("unknown command '{}'; the commands are {}", argv[1], fmt::join(names, ", ")),
+      print_error("usage error",
+                  fmt::format("unknown command '{}'{}; the commands are {}", argv[1], dstrain::config::did_you_mean(argv[1], names),
+                              fmt::join(names, ", ")),
                   "see `dstrain --help`");
       return dstrain::exit_status::kUsage;
     }
@@ -87,6 +111,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    print_error("usage error", unexpected_arguments(app, argc, argv), "see `dstrain --help` or `dstrain <command> --help`");
+    return dstrain::exit_status::kUsage;
   } catch (const CLI::ParseError& e) {
     print_error("usage error", e.what(), "see `dstrain --help` or `dstrain <command> --help`");
     return dstrain::exit_status::kUsage;
@@ -97,6 +124,11 @@ int main(int argc, char** argv) {
   } catch (const dstrain::Error& e) {
     print_error(dstrain::error_code_name(e.code()), e.what(), e.hint());
     return dstrain::exit_status_for(e.code());
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path that cannot be made, read or written (permissions, a file where a directory should
+    // be, a full disk): the machine's state, not a bug.
+    print_error("environment error", e.what(), "check the path named above: that its parent exists, it is writable, and it is not a file");
+    return dstrain::exit_status::kEnvironment;
   } catch (const std::exception& e) {
     print_error("internal error", e.what(), "this is a dstrain bug; please report it with the command line and run_dir/logs/");
     return dstrain::exit_status::kInternal;

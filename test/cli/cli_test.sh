@@ -28,6 +28,19 @@ expect_status 2 "$DSTRAIN" train missing.yaml
 expect_out "missing.yaml"
 ok "unknown commands, flags and missing arguments exit 2 with a message"
 
+expect_status 2 "$DSTRAIN" trian
+expect_out "unknown command 'trian' (did you mean 'train'?)"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --dryrun
+expect_out "unknown option '--dryrun' (did you mean '--dry-run'?)"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --nproc-per-nod 1
+expect_out "unknown option '--nproc-per-nod' (did you mean '--nproc-per-node'?)"
+ok "a misspelled command or flag gets the closest one suggested"
+
+expect_status 0 "$DSTRAIN" train "$demo_recipe" --dry-run --nproc_per_node 1 --nnodes 2 --node_rank 1 --master_addr 10.9.8.7 --master_port 29511
+expect_out "node 1 of 2"
+expect_out "10.9.8.7:29511"
+ok "torchrun's spellings --nproc_per_node, --node_rank, --master_addr, --master_port are accepted"
+
 expect_status 0 "$DSTRAIN" train "$demo_recipe" --dry-run --set run_dir=dry
 expect_out "global batch            16 samples = 2048 tokens per step"
 expect_out "optimizer.lr"

@@ -38,7 +38,7 @@ expect_status 0 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set
 python3 "$SRC/test/dist/compare_metrics.py" blend/metrics.jsonl --decreases 1.0 || fail "no learning on the blend"
 ok "a weighted blend of two datasets trains"
 
-expect_status 2 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set data.path="$WORK/nothing" --set run_dir=x
+expect_status 3 "$DSTRAIN" train "$demo_recipe" --set data.format=megatron --set data.path="$WORK/nothing" --set run_dir=x  # a data error (README: exit 3)
 expect_out "'$WORK/nothing.idx' and '$WORK/nothing.bin' must both exist"
 head -c 100 pycode.bin > cut.bin && cp pycode.idx cut.idx
 expect_status 3 "$DSTRAIN" inspect-data cut --format megatron

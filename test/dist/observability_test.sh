@@ -169,10 +169,18 @@ assert "<tr class=\"slow\"><td>1</td>" in html, "straggler table"
 assert "http://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in html, "the page must not reach the network"
 pngs = sorted(glob.glob(f"{sys.argv[2]}/*.png"))
 assert len(pngs) == 8, pngs
+import os
 for p in pngs:
     pw, ph, pbpp, prow = decode(p)
     assert (pw, ph) == (720, 280) and len({r[i:i + 3] for r in prow for i in range(0, pw * 3, 3)}) > 3, p
-print(f"screenshot {w}x{h}: {len(colors)} colours, {white:.0%} white; {len(series)} series; {len(pngs)} PNGs")
+    assert os.path.getsize(p) <= 60_000, (p, os.path.getsize(p))  # compressed
+    ink = lambda x0, x1, y0, y1, rgb: sum(prow[y][x * 3:x * 3 + 3] == rgb for y in range(y0, y1) for x in range(x0, x1))
+    assert ink(84, 400, 6, 22, b"\x22\x22\x22") > 40, f"{p}: no title"              # the title, 2x glyphs
+    assert ink(0, 84, 30, 240, b"\x33\x33\x33") > 40, f"{p}: no y tick numbers or label"
+    assert ink(84, 700, 246, 280, b"\x33\x33\x33") > 40, f"{p}: no x tick numbers or label"
+    assert ink(560, 700, 30, 60, b"\x33\x33\x33") > 10, f"{p}: no legend text"
+print(f"screenshot {w}x{h}: {len(colors)} colours, {white:.0%} white; {len(series)} series; {len(pngs)} PNGs of at most "
+      f"{max(os.path.getsize(p) for p in pngs)} bytes with titles, ticks, labels and legends")
 PY
-ok "dstrain report: headless Chromium renders the page (not blank, every series, the failure and the straggler); 8 valid PNG charts"
+ok "dstrain report: headless Chromium renders the page (not blank, every series, the failure and the straggler); 8 compressed PNG charts a person can read (title, ticks, axis labels, legend)"
 finish

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+namespace dstrain::run {
+struct WorkerEnv;
+}
+
 namespace dstrain::comm {
 
 class Work {
@@ -53,7 +57,11 @@ struct Endpoint {
   std::chrono::milliseconds timeout;
   bool host_store = false;                          // this rank hosts the store (no dstrain launcher: mpirun, srun)
   std::chrono::milliseconds collective_timeout{0};  // a collective's wait; 0: `timeout`
+  bool publish_run_id = false;  // no dstrain launcher: write the run id unless the store has one (torchrun's agent store)
 };
+
+// A worker's endpoint: its store, run key and role in the rendezvous (run/worker_env.h).
+Endpoint endpoint_of(const run::WorkerEnv& env, std::chrono::milliseconds timeout, std::chrono::milliseconds collective_timeout = {});
 
 // Joins (or hosts) the store, announces this rank, and builds a Gloo group. A timeout names the
 // ranks that never arrived.

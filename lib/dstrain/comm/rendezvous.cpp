@@ -14,6 +14,7 @@
 #include "dstrain/comm/store_client_impl.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/error.h"
+#include "dstrain/run/worker_env.h"
 
 namespace dstrain::comm {
 namespace {
@@ -45,12 +46,20 @@ std::string local_address_towards(const std::string& master_addr) {
   return out;
 }
 
+Endpoint endpoint_of(const run::WorkerEnv& env, std::chrono::milliseconds timeout, std::chrono::milliseconds collective_timeout) {
+  Endpoint ep{env.master_addr, env.master_port, run::store_run_key(env), timeout, env.host_store, collective_timeout};
+  ep.publish_run_id = env.publish_run_id;
+  return ep;
+}
+
 c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int world) {
   const std::string where = ep.master_addr + ":" + std::to_string(ep.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = open_tcp_store(ep.master_addr, ep.master_port, ep.timeout, ep.host_store);
-    if (ep.host_store) store->set("dstrain/run", bytes(ep.run_id));
+    // Without a dstrain launcher nobody else names the run: rank 0 does, unless the store holds a
+    // name already (a launcher's, or another job's, which the check below refuses).
+    if (ep.host_store || ep.publish_run_id) store->compareSet("dstrain/run", {}, bytes(ep.run_id));
   } catch (const std::exception& e) {
     throw Error(ErrorCode::kComm,
                 "rank " + std::to_string(rank) + " cannot " + (ep.host_store ? "host" : "reach") + " the rendezvous store at " + where +

@@ -72,10 +72,33 @@ class DsReader {
   // --- helpers ---------------------------------------------------------------------------------
   static std::string join(const std::string& section, const std::string& key) { return section.empty() ? key : section + "." + key; }
 
+  // DeepSpeed reads these without pydantic's conversion: a number written as a string is kept
+  // as a string there and fails later (a micro batch of "4" becomes "4444"), so it is an error.
+  static bool read_without_conversion(const std::string& ds_key) {
+    static const char* const kTop[] = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps",
+                                       "gradient_clipping", "steps_per_print"};
+    return std::find(std::begin(kTop), std::end(kTop), ds_key) != std::end(kTop) || ds_key.rfind("optimizer.params.", 0) == 0 ||
+           ds_key.rfind("scheduler.params.", 0) == 0;
+  }
+
+  static bool numeric(const std::string& target) {
+    const Field* f = find_field(target);
+    if (!f) return false;
+    Recipe probe;
+    const FieldTarget t = f->target(probe);
+    return std::holds_alternative<int64_t*>(t) || std::holds_alternative<uint64_t*>(t) || std::holds_alternative<double*>(t);
+  }
+
   // Maps a ds_config value onto a recipe key; "auto" is resolved later from the recipe.
   void map(const std::string& ds_key, const Node& value, const Location& where, const std::string& target) {
     if (is_auto(value)) {
       ctx_.autos.push_back({ds_key, where, target});
+      return;
+    }
+    if (value.kind == Node::Kind::kString && read_without_conversion(ds_key) && numeric(target)) {
+      ctx_.problem(where, fmt::format("{}: expected a number, found the string \"{}\"; DeepSpeed reads this key without converting it "
+                                      "and would fail on it: write {} without quotes",
+                                      ds_key, value.text, value.text));
       return;
     }
     note_conflict(ds_key, value, where, target);
@@ -542,9 +565,22 @@ class DsReader {
             });
     // WarmupLR/WarmupDecayLR give warmup_min_lr as an absolute LR; dstrain keeps a ratio of the
     // peak, known only once every layer is read (finish_ds_config).
-    if (min_lr) {
+    if (min_lr && is_auto(*min_lr)) {
+      // The HF Trainer fills "auto" with 0; a warmup_min_ratio the recipe sets is kept.
+      if (!ctx_.explicitly_set("schedule.warmup_min_ratio")) {
+        ctx_.set("schedule.warmup_min_ratio", Node{Node::Kind::kNumber, "0", {}, {}, {}, min_lr_where}, min_lr_where, false);
+        ctx_.recipe.sources["schedule.warmup_min_ratio"] = min_lr_where.str() + " (\"auto\": 0, as the HF Trainer fills it)";
+      } else {
+        ctx_.recipe.sources["schedule.warmup_min_ratio"] += fmt::format(" (filled into \"auto\" at {})", min_lr_where.str());
+      }
+    } else if (min_lr) {
       double v = 0;
-      if (!node_number(*min_lr, true, v) || v < 0)
+      if (min_lr->kind == Node::Kind::kString)
+        ctx_.problem(min_lr_where,
+                     fmt::format("scheduler.params.warmup_min_lr: expected a number, found the string \"{}\"; DeepSpeed reads "
+                                 "this key without converting it and would fail on it",
+                                 min_lr->text));
+      else if (!node_number(*min_lr, true, v) || v < 0)
         ctx_.problem(min_lr_where, "scheduler.params.warmup_min_lr: expected a number >= 0");
       else
         ctx_.ds.warmup_min_lr = v, ctx_.ds.warmup_min_lr_where = min_lr_where;

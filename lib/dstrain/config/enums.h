@@ -20,6 +20,7 @@ enum class BadStepAction { kStop, kSkip, kRollback };      // train.on_bad_step
 enum class Dtype { kFp32, kBf16, kFp16 };                  // training precision
 enum class OffloadDevice { kNone, kCpu };                  // zero.offload_optimizer/param
 enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };  // logging.sinks
+enum class RopeScaling { kNone, kLinear, kYarn };          // model.rope_scaling: HF's default, linear, yarn
 
 template <typename E>
 const std::vector<std::string>& enum_names();
@@ -47,6 +48,8 @@ template <>
 const std::vector<std::string>& enum_names<OffloadDevice>();
 template <>
 const std::vector<std::string>& enum_names<Sink>();
+template <>
+const std::vector<std::string>& enum_names<RopeScaling>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

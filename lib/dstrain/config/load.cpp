@@ -82,6 +82,26 @@ void read_recipe_mapping(const Node& node, const std::string& section, LoadConte
   }
 }
 
+std::string key_of(const std::string& spec) { return spec.substr(0, spec.find('=')); }
+
+// Keys whose values name files the recipe layers read: --set for them applies before those
+// files are read, so that it wins like every other --set.
+bool names_a_config_file(const std::string& key) { return key == "ds_config" || key == "model.hf_config"; }
+
+// Paths in the recipe are relative to the recipe file; on the command line (--set) they are
+// relative to the current directory, as a shell user expects.
+void make_set_path_absolute(const std::string& key, Recipe& r) {
+  auto absolute = [](std::string& p) {
+    if (!p.empty()) p = fs::absolute(p).lexically_normal().string();
+  };
+  if (key == "ds_config") absolute(r.ds_config_path);
+  if (key == "model.hf_config") absolute(r.model.hf_config);
+  if (key == "model.init_from") absolute(r.model.init_from);
+  if (key == "data.path") absolute(r.data.path);
+  if (key == "data.paths")
+    for (auto& p : r.data.paths) absolute(p);
+}
+
 // One "key.path=value" of --set (or of a last layer, recorded under its own source).
 void apply_override(const std::string& spec, LoadContext& ctx, const std::string& source = "--set") {
   const Location where{source, 0, 0};
@@ -107,7 +127,10 @@ void apply_override(const std::string& spec, LoadContext& ctx, const std::string
   Node value = parse_yaml(spec.substr(eq + 1), "--set " + path, problems);
   if (value.kind == Node::Kind::kNull && spec.size() == eq + 1) value = Node{Node::Kind::kString, "", {}, {}, {}, where};
   for (auto& p : problems) ctx.problems.push_back(p);
-  if (problems.empty() && ctx.set(path, value, where, false)) ctx.recipe.sources[path] = source;
+  if (problems.empty() && ctx.set(path, value, where, false)) {
+    ctx.recipe.sources[path] = source;
+    if (source == "--set") make_set_path_absolute(path, ctx.recipe);
+  }
 }
 
 }  // namespace
@@ -147,6 +170,8 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     read_recipe_mapping(root, "", ctx, &inline_ds, &inline_ds_where);
   else if (root.kind != Node::Kind::kNull && ctx.problems.empty())
     ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
+  for (const auto& spec : overrides)
+    if (names_a_config_file(key_of(spec))) apply_override(spec, ctx);
   if (!ctx.recipe.model.hf_config.empty()) {
     ctx.recipe.model.hf_config = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.hf_config);
     apply_hf_config(ctx.recipe.model.hf_config, Location{path, 0, 0}, ctx);
@@ -169,7 +194,8 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   }
 
   // 3. Command-line overrides, then what depends on all layers.
-  for (const auto& spec : overrides) apply_override(spec, ctx);
+  for (const auto& spec : overrides)
+    if (!names_a_config_file(key_of(spec))) apply_override(spec, ctx);
   if (last && ctx.problems.empty())
     for (const auto& v : last(ctx.recipe)) apply_override(v.assignment, ctx, v.source);
   finish_ds_config(ctx);
@@ -193,6 +219,13 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   if (!ctx.recipe.checkpoint.dir.empty()) ctx.recipe.checkpoint.dir = fs::absolute(ctx.recipe.checkpoint.dir).lexically_normal().string();
   if (ctx.problems.empty()) resolve_and_validate(ctx);
 
+  if (!ctx.problems.empty()) ctx.problems.insert(ctx.problems.end(), ctx.data_problems.begin(), ctx.data_problems.end());
+  if (ctx.problems.empty() && !ctx.data_problems.empty())
+    throw Error(ErrorCode::kData,
+                fmt::format("{} problem{} with the training data:\n  {}", ctx.data_problems.size(),
+                            ctx.data_problems.size() == 1 ? "" : "s", fmt::join(ctx.data_problems, "\n  ")),
+                "point data.path (relative to the recipe file, or to the current directory with --set) at the dataset, and check "
+                "data.format; `dstrain prepare-data` makes one from text");
   if (!ctx.problems.empty()) {
     throw Error(ErrorCode::kConfig,
                 fmt::format("{} problem{} in the configuration:\n  {}", ctx.problems.size(), ctx.problems.size() == 1 ? "" : "s",

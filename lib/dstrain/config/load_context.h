@@ -36,6 +36,7 @@ struct LoadContext {
   Recipe recipe;
   DsPending ds;
   std::vector<std::string> problems;
+  std::vector<std::string> data_problems;  // the datasets are missing: Error{kData} when nothing else is wrong
   std::vector<std::string> warnings;
   std::vector<PendingAuto> autos;
 

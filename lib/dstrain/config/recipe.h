@@ -28,6 +28,14 @@ struct ModelConfig {
   int64_t intermediate_size = 172;
   int64_t max_seq_len = 64;
   double rope_theta = 10000.0;
+  // RoPE scaling as Hugging Face's rope_parameters / rope_scaling give it: linear (positions /
+  // factor) or YaRN (Peng et al. 2023; DeepSeek-V2/V3's context extension).
+  RopeScaling rope_scaling = RopeScaling::kNone;
+  double rope_factor = 1.0;
+  int64_t rope_original_max_position = 0;  // yarn: the pretraining context; 0: max_seq_len
+  double rope_beta_fast = 32, rope_beta_slow = 1;
+  double rope_mscale = 0, rope_mscale_all_dim = 0;  // yarn: 0 = not given
+  double rope_attention_factor = 0;                 // yarn: cos/sin scale; 0 = derived from factor and mscale
   double rms_norm_eps = 1e-6;
   double init_std = 0.02;
   // MLA (mla_moe)

@@ -220,9 +220,9 @@ void validate(LoadContext& ctx) {
                                    ? path.substr(0, path.size() - 4)
                                    : path;
     if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
-      problem(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
+      ctx.data_problems.push_back(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
     else if (!megatron && !std::filesystem::is_regular_file(path))
-      problem(fmt::format("{}: '{}' does not exist or is not a file", key, path));
+      ctx.data_problems.push_back(fmt::format("{}: '{}' does not exist or is not a file", key, path));
   }
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
     problem(

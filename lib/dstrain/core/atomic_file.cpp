@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "dstrain/core/error.h"
 
@@ -34,30 +35,48 @@ void fsync_path(const std::string& path) {
   if (rc != 0) io_fail("fsync failed for", path);
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) io_fail("cannot create", tmp);
+AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(::getpid())) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) io_fail("cannot create", tmp_);
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ < 0) return;
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void AtomicFileWriter::write(const void* data, size_t bytes) {
+  const auto* p = static_cast<const char*>(data);
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < bytes) {
+    const ssize_t n = ::write(fd_, p + done, bytes - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      io_fail("cannot write", tmp);
+      io_fail("cannot write", tmp_);
     }
     done += static_cast<size_t>(n);
   }
+  written_ += bytes;
+}
+
+void AtomicFileWriter::commit() {
+  const int fd = std::exchange(fd_, -1);
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    io_fail("cannot flush", tmp);
+    ::unlink(tmp_.c_str());
+    io_fail("cannot flush", tmp_);
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    io_fail("cannot rename into place", path);
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    ::unlink(tmp_.c_str());
+    io_fail("cannot rename into place", path_);
   }
-  fsync_path(parent_dir(path));
+  fsync_path(parent_dir(path_));
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  AtomicFileWriter file(path);
+  file.write(bytes.data(), bytes.size());
+  file.commit();
 }
 
 void rename_atomic(const std::string& from, const std::string& to) {
@@ -67,7 +86,9 @@ void rename_atomic(const std::string& from, const std::string& to) {
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) io_fail("cannot read", path);
+  if (!in)
+    throw Error(ErrorCode::kEnvironment, "cannot read '" + path + "': " + std::strerror(errno),
+                "check that the file exists and is readable");
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();

@@ -157,20 +157,23 @@ const TensorInfo* SafetensorsFile::find(const std::string& name) const {
   return nullptr;
 }
 
-void write_safetensors(const std::string& path, std::vector<TensorToWrite> tensors, const std::map<std::string, std::string>& metadata) {
+uint64_t SafetensorsWriter::Entry::nbytes() const {
+  uint64_t numel = 1;
+  for (int64_t d : shape) numel *= static_cast<uint64_t>(d);
+  return numel * static_cast<uint64_t>(dtype_bits(dtype)) / 8;
+}
+
+SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Entry> tensors,
+                                     const std::map<std::string, std::string>& metadata)
+    : order_(std::move(tensors)) {
   std::set<std::string> names;
-  for (const auto& t : tensors) {
-    const int bits = dtype_bits(t.dtype);
-    if (bits == 0) throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: unknown dtype '{}' for '{}'", t.dtype, t.name), "");
-    uint64_t numel = 1;
-    for (int64_t d : t.shape) numel *= static_cast<uint64_t>(d);
-    if (numel * static_cast<uint64_t>(bits) / 8 != t.nbytes)
-      throw Error(ErrorCode::kInternal,
-                  fmt::format("safetensors writer: '{}' has {} bytes, its shape needs {}", t.name, t.nbytes, numel * bits / 8), "");
+  for (const auto& t : order_) {
+    if (dtype_bits(t.dtype) == 0)
+      throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: unknown dtype '{}' for '{}'", t.dtype, t.name), "");
     if (!names.insert(t.name).second || t.name == "__metadata__")
       throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: duplicate or reserved tensor name '{}'", t.name), "");
   }
-  std::stable_sort(tensors.begin(), tensors.end(), [](const TensorToWrite& a, const TensorToWrite& b) {
+  std::stable_sort(order_.begin(), order_.end(), [](const Entry& a, const Entry& b) {
     const int ba = dtype_bits(a.dtype), bb = dtype_bits(b.dtype);
     return ba != bb ? ba > bb : a.name < b.name;
   });
@@ -183,24 +186,60 @@ void write_safetensors(const std::string& path, std::vector<TensorToWrite> tenso
     header += "}";
   }
   uint64_t offset = 0;
-  for (const auto& t : tensors) {
+  for (const auto& t : order_) {
     if (header.size() > 1) header += ",";
     std::string shape;
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
     header += fmt::format("\"{}\":{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}", json_escape(t.name), t.dtype, shape,
-                          offset, offset + t.nbytes);
-    offset += t.nbytes;
+                          offset, offset + t.nbytes());
+    offset += t.nbytes();
   }
   header += "}";
   header.append((8 - header.size() % 8) % 8, ' ');
   if (header.size() > kMaxHeader) throw Error(ErrorCode::kInternal, "safetensors writer: the header exceeds 100,000,000 bytes", "");
-  std::string file;
-  file.reserve(8 + header.size() + offset);
+  char length[8];
   const uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) file += static_cast<char>((n >> (8 * i)) & 0xFF);
-  file += header;
-  for (const auto& t : tensors) file.append(static_cast<const char*>(t.data), t.nbytes);
-  write_file_atomic(path, file);
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<char>((n >> (8 * i)) & 0xFF);
+  file_ = std::make_unique<AtomicFileWriter>(path);
+  file_->write(length, sizeof length);
+  file_->write(header.data(), header.size());
+  file_bytes_ = 8 + header.size() + offset;
+}
+
+SafetensorsWriter::~SafetensorsWriter() = default;
+
+void SafetensorsWriter::write(const std::string& name, const void* data, uint64_t nbytes) {
+  if (next_ >= order_.size() || order_[next_].name != name)
+    throw Error(
+        ErrorCode::kInternal,
+        fmt::format("safetensors writer: '{}' out of order (expected '{}')", name, next_ < order_.size() ? order_[next_].name : "nothing"),
+        "");
+  if (nbytes != order_[next_].nbytes())
+    throw Error(ErrorCode::kInternal,
+                fmt::format("safetensors writer: '{}' has {} bytes, its shape needs {}", name, nbytes, order_[next_].nbytes()), "");
+  file_->write(data, nbytes);
+  ++next_;
+}
+
+void SafetensorsWriter::finish() {
+  if (next_ != order_.size())
+    throw Error(ErrorCode::kInternal, fmt::format("safetensors writer: {} of {} tensors written", next_, order_.size()), "");
+  file_->commit();
+}
+
+void write_safetensors(const std::string& path, std::vector<TensorToWrite> tensors, const std::map<std::string, std::string>& metadata) {
+  std::vector<SafetensorsWriter::Entry> entries;
+  std::map<std::string, const TensorToWrite*> by_name;
+  for (const auto& t : tensors) {
+    entries.push_back({t.name, t.dtype, t.shape});
+    by_name[t.name] = &t;
+    if (dtype_bits(t.dtype) != 0 && entries.back().nbytes() != t.nbytes)
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("safetensors writer: '{}' has {} bytes, its shape needs {}", t.name, t.nbytes, entries.back().nbytes()), "");
+  }
+  SafetensorsWriter writer(path, std::move(entries), metadata);
+  for (const auto& e : writer.order()) writer.write(e.name, by_name.at(e.name)->data, by_name.at(e.name)->nbytes);
+  writer.finish();
 }
 
 }  // namespace dstrain::io

@@ -10,6 +10,10 @@
 #include <string>
 #include <vector>
 
+namespace dstrain {
+class AtomicFileWriter;
+}
+
 namespace dstrain::io {
 
 // Bits per element of a safetensors dtype name ("F32", "BF16", ...); 0 when unknown.
@@ -58,5 +62,32 @@ struct TensorToWrite {
 // name; the header padded with spaces to a multiple of 8. Throws Error on inconsistent input.
 void write_safetensors(const std::string& path, std::vector<TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// The same, tensor by tensor, for files larger than memory: the header is fixed up front from
+// every tensor's name, dtype and shape, then each tensor's bytes follow in order(). The file
+// appears under its name only at finish().
+class SafetensorsWriter {
+ public:
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    uint64_t nbytes() const;
+  };
+  SafetensorsWriter(const std::string& path, std::vector<Entry> tensors, const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  // The order the tensors' bytes must come in.
+  const std::vector<Entry>& order() const { return order_; }
+  // The next tensor of order(), whole.
+  void write(const std::string& name, const void* data, uint64_t nbytes);
+  void finish();
+  // What the file will hold: header and data.
+  uint64_t file_bytes() const { return file_bytes_; }
+
+ private:
+  std::unique_ptr<AtomicFileWriter> file_;
+  std::vector<Entry> order_;
+  size_t next_ = 0;
+  uint64_t file_bytes_ = 0;
+};
 
 }  // namespace dstrain::io

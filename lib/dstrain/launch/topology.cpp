@@ -137,6 +137,45 @@ std::string Topology::describe() const {
   return out;
 }
 
+namespace {
+
+// torchrun (or a compatible launcher) made this process one rank.
+void rank_from_torchrun(Topology& t, const Environment& env) {
+  t.source = "torchrun";
+  t.mode = Topology::Mode::kRank;
+  t.rank = integer(env, "RANK", 0);
+  t.world_size = integer(env, "WORLD_SIZE", 1);
+  t.local_rank = integer(env, "LOCAL_RANK", 0);
+  t.local_world_size = integer_or(env, "LOCAL_WORLD_SIZE", t.world_size, 1);
+  check_rank(t, "RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE");
+  t.why.push_back("RANK, WORLD_SIZE and LOCAL_RANK are set (torchrun or a compatible launcher): this process runs as that rank");
+  master_from_env(t, env, "127.0.0.1");
+  // torchrun's agent hosts the store on MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE=True.
+  const std::string* agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
+  t.host_store = !(agent && (*agent == "True" || *agent == "true" || *agent == "1")) && t.rank == 0;
+  if (const auto* id = get(env, "TORCHELASTIC_RUN_ID")) t.job_id = *id;
+  t.restart_count = integer_or(env, "TORCHELASTIC_RESTART_COUNT", 0, 0);
+}
+
+void rank_from_plain_env(Topology& t, const Environment& env) {
+  // torch's env:// without torchrun (a scheduler's own launcher): no agent, so rank 0 hosts the
+  // store; without LOCAL_RANK each process is local rank 0 of its own node.
+  t.source = "env://";
+  t.mode = Topology::Mode::kRank;
+  t.rank = integer(env, "RANK", 0);
+  t.world_size = integer(env, "WORLD_SIZE", 1);
+  t.local_rank = 0;
+  t.local_world_size = 1;
+  check_rank(t, "RANK/WORLD_SIZE");
+  t.why.push_back(
+      "RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT are set without LOCAL_RANK (torch's env://): this process runs as that rank, "
+      "alone on its node; rank 0 hosts the rendezvous store");
+  master_from_env(t, env, "127.0.0.1");
+  t.host_store = t.rank == 0;
+}
+
+}  // namespace
+
 Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes,
                          const std::string& recipe_master_addr, int recipe_master_port, int visible_gpus) {
   Topology t;
@@ -157,19 +196,9 @@ Topology detect_topology(const LaunchFlags& flags, const Environment& env, int r
     t.why.push_back("explicit --nnodes/--node-rank/--master-addr/--master-port flags take precedence over any environment");
     t.why.push_back(fmt::format("{} workers per node ({})", t.nproc_per_node, nproc_why));
   } else if (get(env, "RANK") && get(env, "WORLD_SIZE") && get(env, "LOCAL_RANK")) {
-    t.source = "torchrun";
-    t.mode = Topology::Mode::kRank;
-    t.rank = integer(env, "RANK", 0);
-    t.world_size = integer(env, "WORLD_SIZE", 1);
-    t.local_rank = integer(env, "LOCAL_RANK", 0);
-    t.local_world_size = integer_or(env, "LOCAL_WORLD_SIZE", t.world_size, 1);
-    check_rank(t, "RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE");
-    t.why.push_back("RANK, WORLD_SIZE and LOCAL_RANK are set (torchrun or a compatible launcher): this process runs as that rank");
-    master_from_env(t, env, "127.0.0.1");
-    // torchrun's agent hosts the store on MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE=True.
-    const std::string* agent = get(env, "TORCHELASTIC_USE_AGENT_STORE");
-    t.host_store = !(agent && (*agent == "True" || *agent == "true" || *agent == "1")) && t.rank == 0;
-    if (const auto* id = get(env, "TORCHELASTIC_RUN_ID")) t.job_id = *id;
+    rank_from_torchrun(t, env);
+  } else if (get(env, "RANK") && get(env, "WORLD_SIZE") && get(env, "MASTER_ADDR") && get(env, "MASTER_PORT")) {
+    rank_from_plain_env(t, env);
   } else if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
     t.source = "slurm";
     const int ntasks = integer(env, "SLURM_NTASKS", 1);

@@ -28,7 +28,7 @@ struct Topology {
   // kLauncher: this process starts nproc_per_node workers for node `node_rank`.
   // kRank: this process is one rank (started by torchrun, srun per GPU, mpirun, PMI).
   enum class Mode { kLauncher, kRank } mode = Mode::kLauncher;
-  std::string source;            // "flags", "torchrun", "slurm", "openmpi", "pmi", "recipe"
+  std::string source;            // "flags", "torchrun", "env://", "slurm", "openmpi", "pmi", "recipe"
   std::vector<std::string> why;  // how it was decided, for --dry-run
   int nnodes = 1;
   int node_rank = 0;
@@ -39,6 +39,7 @@ struct Topology {
   int rank = 0, world_size = 1, local_rank = 0, local_world_size = 1;
   bool host_store = false;  // this rank hosts the store (no agent store)
   std::string job_id;       // from the scheduler, when it gives one
+  int restart_count = 0;    // torchrun's restarts of the group (TORCHELASTIC_RESTART_COUNT)
 
   int world() const { return nnodes * nproc_per_node; }
   // kRank: the run id every rank derives alike (the scheduler's job id, else the master address).

@@ -47,6 +47,8 @@ run::WorkerEnv rank_env(const Topology& t, const std::string& run_id, const std:
   env.run_dir = run_dir;
   env.threads = threads;
   env.host_store = t.host_store;
+  env.publish_run_id = t.rank == 0;
+  env.restart_count = t.restart_count;
   env.device = device_for(t.local_rank);
   return env;
 }

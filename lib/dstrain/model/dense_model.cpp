@@ -51,7 +51,7 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
   add("model.norm.weight", at::ones({H}));
   add("lm_head.weight", normal({V, H}));
 
-  impl_->rope = Rope(H / cfg.num_heads, cfg.max_seq_len, cfg.rope_theta, dtype);
+  impl_->rope = Rope(H / cfg.num_heads, cfg, dtype);
 }
 
 DenseModel::~DenseModel() = default;

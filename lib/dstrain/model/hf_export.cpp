@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -53,6 +54,19 @@ at::Tensor permute_rope_rows(const config::ModelConfig& c, const std::string& na
   return w.index_select(0, at::tensor(order, at::kLong));
 }
 
+// rope_scaling as transformers 4 and 5 both read it (next to the top-level rope_theta).
+nlohmann::json rope_scaling_json(const config::ModelConfig& c) {
+  if (c.rope_scaling == config::RopeScaling::kNone) return nullptr;
+  nlohmann::json s = {{"rope_type", config::name(c.rope_scaling)}, {"factor", c.rope_factor}};
+  if (c.rope_scaling == config::RopeScaling::kLinear) return s;
+  s["original_max_position_embeddings"] = c.rope_original_max_position > 0 ? c.rope_original_max_position : c.max_seq_len;
+  s["beta_fast"] = c.rope_beta_fast, s["beta_slow"] = c.rope_beta_slow;
+  if (c.rope_mscale > 0) s["mscale"] = c.rope_mscale;
+  if (c.rope_mscale_all_dim > 0) s["mscale_all_dim"] = c.rope_mscale_all_dim;
+  if (c.rope_attention_factor > 0) s["attention_factor"] = c.rope_attention_factor;
+  return s;
+}
+
 nlohmann::json hf_config_json(const config::ModelConfig& c) {
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
@@ -66,7 +80,7 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
                         {"hidden_act", "silu"},
                         {"tie_word_embeddings", false},
                         {"attention_bias", false},
-                        {"rope_scaling", nullptr},
+                        {"rope_scaling", rope_scaling_json(c)},
                         {"torch_dtype", "float32"}};
   if (c.family == config::ModelFamily::kDense) {
     cfg["architectures"] = {"LlamaForCausalLM"};
@@ -103,21 +117,114 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
 
 }  // namespace
 
+namespace {
+
+at::ScalarType scalar_type_of(const std::string& dtype) {
+  if (dtype == "BF16") return at::kBFloat16;
+  if (dtype == "F16") return at::kHalf;
+  if (dtype == "F32") return at::kFloat;
+  throw Error(ErrorCode::kUsage, fmt::format("export dtype '{}' is not F32, BF16 or F16", dtype), "use --dtype fp32, bf16 or fp16");
+}
+
+const char* torch_dtype_name(const std::string& dtype) { return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32"; }
+
+// Tensors into shards of at most `max` bytes, in model order (a larger tensor gets its own).
+std::vector<std::vector<TensorShape>> plan_shards(const std::vector<TensorShape>& tensors, uint64_t element_bytes, uint64_t max) {
+  std::vector<std::vector<TensorShape>> shards(1);
+  uint64_t used = 0;
+  for (const auto& t : tensors) {
+    uint64_t bytes = element_bytes;
+    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
+    if (!shards.back().empty() && used + bytes > max) shards.emplace_back(), used = 0;
+    shards.back().push_back(t);
+    used += bytes;
+  }
+  return shards;
+}
+
+// Weight files of an earlier export into the same directory that this one does not write.
+void remove_stale_weights(const std::string& out_dir, const std::vector<std::string>& written) {
+  for (const auto& e : fs::directory_iterator(out_dir)) {
+    const std::string name = e.path().filename().string();
+    const bool weights = name.rfind("model", 0) == 0 && (name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0);
+    const bool index = name == "model.safetensors.index.json";
+    if ((weights || index) && std::find(written.begin(), written.end(), name) == written.end()) fs::remove(e.path());
+  }
+}
+
+}  // namespace
+
+uint64_t parse_byte_size(const std::string& text) {
+  static const std::vector<std::pair<std::string, double>> kUnits = {
+      {"GiB", 1073741824.0}, {"MiB", 1048576.0}, {"KiB", 1024.0}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"kB", 1e3}, {"B", 1}};
+  double factor = 1;
+  std::string number = text;
+  for (const auto& [unit, f] : kUnits)
+    if (text.size() > unit.size() && text.compare(text.size() - unit.size(), unit.size(), unit) == 0) {
+      number = text.substr(0, text.size() - unit.size()), factor = f;
+      break;
+    }
+  size_t used = 0;
+  double value = -1;
+  try {
+    value = std::stod(number, &used);
+  } catch (const std::exception&) {}
+  if (used != number.size() || !(value > 0))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' is not a size", text), "write it as 5GB, 500MB or 2GiB (GB = 10^9 bytes, GiB = 2^30)");
+  return static_cast<uint64_t>(value * factor);
+}
+
+std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const std::vector<TensorShape>& tensors,
+                                             const TensorReader& read, const HfExportOptions& o, const std::string& out_dir) {
+  const at::ScalarType type = scalar_type_of(o.dtype);
+  fs::create_directories(out_dir);
+  nlohmann::json cfg = hf_config_json(c);
+  cfg["torch_dtype"] = torch_dtype_name(o.dtype);
+  nlohmann::json generation = {{"_from_model_config", true}};
+  for (const auto& [key, id] : {std::pair{"bos_token_id", o.bos_token_id}, std::pair{"eos_token_id", o.eos_token_id}})
+    if (id) cfg[key] = *id, generation[key] = *id;
+  write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
+  write_file_atomic(out_dir + "/generation_config.json", generation.dump(2) + "\n");
+
+  const auto shards = plan_shards(tensors, static_cast<uint64_t>(at::elementSize(type)), o.max_shard_bytes);
+  std::vector<std::string> files;
+  nlohmann::json weight_map = nlohmann::json::object();
+  uint64_t total = 0;
+  c10::NoGradGuard no_grad;
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const std::string file =
+        shards.size() == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
+    std::vector<io::SafetensorsWriter::Entry> entries;
+    for (const auto& t : shards[k]) entries.push_back({t.name, o.dtype, t.shape}), weight_map[t.name] = file;
+    io::SafetensorsWriter writer(out_dir + "/" + file, entries, {{"format", "pt"}});
+    std::map<std::string, const TensorShape*> by_name;
+    for (const auto& t : shards[k]) by_name[t.name] = &t;
+    for (const auto& e : writer.order()) {
+      const at::Tensor hf = permute_rope_rows(c, e.name, read(*by_name.at(e.name)), true).to(type).contiguous();
+      writer.write(e.name, hf.data_ptr(), static_cast<uint64_t>(hf.nbytes()));
+      total += static_cast<uint64_t>(hf.nbytes());
+    }
+    writer.finish();
+    files.push_back(file);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    write_file_atomic(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+    files.push_back("model.safetensors.index.json");
+  }
+  remove_stale_weights(out_dir, files);
+  return files;
+}
+
 void export_hf(const config::ModelConfig& c, const NamedTensors& params, const std::string& out_dir) { export_hf(c, params, {}, out_dir); }
 
 void export_hf(const config::ModelConfig& c, const NamedTensors& params, const NamedTensors& buffers, const std::string& out_dir) {
-  fs::create_directories(out_dir);
-  const nlohmann::json cfg = hf_config_json(c);
-  write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
-  std::vector<at::Tensor> keep;  // contiguous CPU float32 copies stay alive while writing
-  keep.reserve(params.size() + buffers.size());
-  std::vector<io::TensorToWrite> tensors;
+  std::vector<TensorShape> tensors;
+  std::map<std::string, at::Tensor> values;
   for (const auto* group : {&params, &buffers})
-    for (const auto& p : *group) {
-      keep.push_back(permute_rope_rows(c, p.name, p.tensor.detach().to(at::kCPU, at::kFloat), true).contiguous());
-      tensors.push_back({p.name, "F32", keep.back().sizes().vec(), keep.back().data_ptr(), static_cast<uint64_t>(keep.back().nbytes())});
-    }
-  io::write_safetensors(out_dir + "/model.safetensors", std::move(tensors), {{"format", "pt"}});
+    for (const auto& p : *group) tensors.push_back({p.name, p.tensor.sizes().vec()}), values[p.name] = p.tensor;
+  export_hf_streaming(
+      c, tensors, [&](const TensorShape& t) { return values.at(t.name).detach().to(at::kCPU, at::kFloat); }, {}, out_dir);
 }
 
 void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {

@@ -1,16 +1,44 @@
 #pragma once
 // Hugging Face layout in and out: config.json (model_type llama for dense models, deepseek_v2 or
-// deepseek_v3 for mla_moe) plus model.safetensors, tensors under their HF names (dstrain's own
-// names). V2/V3 checkpoints store the RoPE dims of q and k_pe as interleaved pairs; dstrain uses
-// the half-split layout, so those rows are permuted on the way in and out.
+// deepseek_v3 for mla_moe), generation_config.json, and the weights as model.safetensors or, past
+// the shard size, model-0000k-of-0000n.safetensors with model.safetensors.index.json, tensors
+// under their HF names (dstrain's own names). V2/V3 checkpoints store the RoPE dims of q and k_pe
+// as interleaved pairs; dstrain uses the half-split layout, so those rows are permuted on the way
+// in and out.
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/named_tensor.h"
 
 namespace dstrain::model {
 
-// Writes out_dir/config.json and out_dir/model.safetensors (float32), atomically each.
+struct HfExportOptions {
+  std::string dtype = "F32";                 // the weights' safetensors dtype: F32, BF16 or F16
+  uint64_t max_shard_bytes = 5000000000ULL;  // Hugging Face's default shard size, 5GB
+  std::optional<int64_t> bos_token_id, eos_token_id;
+};
+
+// The tensors to export, in model order, and a function that gives one of them whole (float32,
+// dstrain's layout): the export holds one tensor at a time, so it needs about one tensor of
+// memory whatever the model's size. Every file is written atomically; weight files of an earlier
+// export that this one does not write are removed.
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+using TensorReader = std::function<at::Tensor(const TensorShape& tensor)>;
+// Returns the weight files written.
+std::vector<std::string> export_hf_streaming(const config::ModelConfig& config, const std::vector<TensorShape>& tensors,
+                                             const TensorReader& read, const HfExportOptions& options, const std::string& out_dir);
+// "5GB" (10^9), "500MB", "2GiB" (2^30), "1234" (bytes) -> bytes; throws Error{kUsage}.
+uint64_t parse_byte_size(const std::string& text);
+
+// Writes out_dir/config.json and the weights (float32, one file up to 5GB), atomically each.
 void export_hf(const config::ModelConfig& config, const NamedTensors& params, const std::string& out_dir);
 
 // Copies weights from an HF directory (model.safetensors, or shards listed in

@@ -2,6 +2,9 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+
 namespace dstrain::model {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -14,13 +17,68 @@ at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor&
   return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
 }
 
-Rope::Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype) {
-  // inv_freq[i] = theta^(-2i/dim); cos/sin = cat(freqs, freqs)
-  const at::Tensor inv_freq = at::pow(theta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim)).reciprocal();
+double yarn_get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
+
+double deepseek_softmax_mscale(const config::ModelConfig& c) {
+  if (c.rope_scaling == config::RopeScaling::kNone || c.rope_mscale_all_dim == 0) return 1.0;
+  const double m = yarn_get_mscale(c.rope_factor, c.rope_mscale_all_dim);
+  return m * m;
+}
+
+namespace {
+
+// inv_freq[i] = theta^(-2i/dim), i < dim/2
+at::Tensor plain_inv_freq(int64_t dim, double theta) {
+  return at::pow(theta, at::arange(0, dim, 2, at::kDouble) / static_cast<double>(dim)).reciprocal();
+}
+
+// YaRN's frequencies (transformers' _compute_yarn_parameters, truncate = true).
+at::Tensor yarn_inv_freq(int64_t dim, double theta, const config::ModelConfig& c) {
+  const double original = static_cast<double>(c.rope_original_max_position > 0 ? c.rope_original_max_position : c.max_seq_len);
+  auto correction_dim = [&](double rotations) {
+    return static_cast<double>(dim) * std::log(original / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  const double low = std::max(std::floor(correction_dim(c.rope_beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(c.rope_beta_slow)), static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;  // no singularity
+  const at::Tensor extrapolation = plain_inv_freq(dim, theta), interpolation = extrapolation / c.rope_factor;
+  const at::Tensor ramp = ((at::arange(dim / 2, at::kDouble) - low) / (high - low)).clamp(0, 1);
+  const at::Tensor keep = 1 - ramp;  // 1: extrapolate (high frequencies), 0: interpolate
+  return interpolation * (1 - keep) + extrapolation * keep;
+}
+
+double yarn_attention_factor(const config::ModelConfig& c) {
+  if (c.rope_attention_factor > 0) return c.rope_attention_factor;
+  if (c.rope_mscale > 0 && c.rope_mscale_all_dim > 0)
+    return yarn_get_mscale(c.rope_factor, c.rope_mscale) / yarn_get_mscale(c.rope_factor, c.rope_mscale_all_dim);
+  return yarn_get_mscale(c.rope_factor, 1.0);
+}
+
+void make_tables(const at::Tensor& inv_freq, int64_t max_len, double scale, c10::ScalarType dtype, at::Tensor& cos, at::Tensor& sin) {
   const at::Tensor freqs = at::outer(at::arange(max_len, at::kDouble), inv_freq);
   const at::Tensor emb = at::cat({freqs, freqs}, -1);
-  cos = emb.cos().to(dtype);
-  sin = emb.sin().to(dtype);
+  cos = (emb.cos() * scale).to(dtype);
+  sin = (emb.sin() * scale).to(dtype);
+}
+
+}  // namespace
+
+Rope::Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype) {
+  make_tables(plain_inv_freq(dim, theta), max_len, 1.0, dtype, cos, sin);
+}
+
+Rope::Rope(int64_t dim, const config::ModelConfig& c, c10::ScalarType dtype) {
+  switch (c.rope_scaling) {
+    case config::RopeScaling::kLinear:
+      make_tables(plain_inv_freq(dim, c.rope_theta) / c.rope_factor, c.max_seq_len, 1.0, dtype, cos, sin);
+      break;
+    case config::RopeScaling::kYarn:
+      make_tables(yarn_inv_freq(dim, c.rope_theta, c), c.max_seq_len, yarn_attention_factor(c), dtype, cos, sin);
+      break;
+    case config::RopeScaling::kNone:
+      make_tables(plain_inv_freq(dim, c.rope_theta), c.max_seq_len, 1.0, dtype, cos, sin);
+      break;
+  }
 }
 
 void Rope::move_to(const c10::Device& device) {

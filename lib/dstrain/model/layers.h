@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "dstrain/config/recipe.h"
+
 namespace dstrain::model {
 
 // HF RMSNorm: computed in at least fp32, cast back, times weight.
@@ -11,11 +13,21 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 // SwiGLU MLP: down(silu(gate(x)) * up(x)).
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
 
-// RoPE with the half-split (rotate_half) layout: tables cos/sin [max_len, dim].
+// YaRN's mscale: 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1).
+double yarn_get_mscale(double scale, double mscale);
+// The factor DeepSeek's attention multiplies its softmax scale by under RoPE scaling:
+// yarn_get_mscale(factor, mscale_all_dim)^2, or 1 (no scaling, or no mscale_all_dim).
+double deepseek_softmax_mscale(const config::ModelConfig& config);
+
+// RoPE with the half-split (rotate_half) layout: tables cos/sin [max_len, dim]. Plain, or with the
+// model's scaling (config.rope_scaling) exactly as Hugging Face computes it: linear divides the
+// frequencies by the factor; YaRN interpolates the low frequencies, keeps the high ones (a linear
+// ramp between the beta_fast and beta_slow dims) and scales cos/sin by its attention factor.
 struct Rope {
   at::Tensor cos, sin;
   Rope() = default;
   Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype);
+  Rope(int64_t dim, const config::ModelConfig& config, c10::ScalarType dtype);
   // x: [..., T, dim]
   at::Tensor apply(const at::Tensor& x) const;
   void move_to(const c10::Device& device);

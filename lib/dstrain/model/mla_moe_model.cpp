@@ -84,7 +84,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   }
   add("model.norm.weight", at::ones({H}));
   add("lm_head.weight", normal({V, H}, c.init_std));
-  m.rope = Rope(c.qk_rope_head_dim, c.max_seq_len, c.rope_theta, dtype);
+  m.rope = Rope(c.qk_rope_head_dim, c, dtype);
   m.load = at::zeros({static_cast<int64_t>(m.moe_layers.size()), c.n_routed_experts}, at::kDouble);
 }
 
@@ -139,7 +139,8 @@ at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
   const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
   const at::Tensor value = kv.narrow(-1, dn, dv);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(dn + dr));  // no YaRN: plain (d_nope + d_rope)^-0.5
+  // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
+  const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
   const at::Tensor o = attention_mask.defined()
                            ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
                            : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include <zlib.h>
+
+#include "dstrain/core/error.h"
+
 namespace dstrain::report {
 namespace {
 
@@ -71,30 +75,21 @@ std::string encode_png(const Image& img) {
   be32(header, static_cast<uint32_t>(img.height));
   header += std::string("\x08\x02\x00\x00\x00", 5);  // 8-bit, RGB, deflate, no filter method, no interlace
   chunk(out, "IHDR", header);
-  // Raw scanlines, each with filter type 0.
+  // Scanlines with filter type 1 (Sub: each byte minus the one a pixel to its left).
   std::string raw;
   const size_t row = static_cast<size_t>(img.width) * 3;
+  raw.reserve((row + 1) * static_cast<size_t>(img.height));
   for (int y = 0; y < img.height; ++y) {
-    raw.push_back('\0');
-    raw.append(reinterpret_cast<const char*>(&img.rgb[static_cast<size_t>(y) * row]), row);
+    raw.push_back('\1');
+    const uint8_t* p = &img.rgb[static_cast<size_t>(y) * row];
+    for (size_t i = 0; i < row; ++i) raw.push_back(static_cast<char>(p[i] - (i >= 3 ? p[i - 3] : 0)));
   }
-  // zlib: header, stored deflate blocks of at most 65535 bytes, Adler-32.
-  std::string z("\x78\x01", 2);
-  for (size_t at = 0; at < raw.size() || at == 0;) {
-    const size_t n = std::min<size_t>(65535, raw.size() - at);
-    const bool last = at + n >= raw.size();
-    z.push_back(last ? '\x01' : '\x00');
-    z.push_back(static_cast<char>(n & 0xFF));
-    z.push_back(static_cast<char>(n >> 8));
-    z.push_back(static_cast<char>(~n & 0xFF));
-    z.push_back(static_cast<char>((~n >> 8) & 0xFF));
-    z.append(raw, at, n);
-    at += n;
-    if (last) break;
-  }
-  uint32_t a = 1, b = 0;
-  for (unsigned char c : raw) a = (a + c) % 65521, b = (b + a) % 65521;
-  be32(z, (b << 16) | a);
+  uLongf size = compressBound(static_cast<uLong>(raw.size()));
+  std::string z(size, '\0');
+  if (compress2(reinterpret_cast<Bytef*>(z.data()), &size, reinterpret_cast<const Bytef*>(raw.data()), static_cast<uLong>(raw.size()), 9) !=
+      Z_OK)
+    throw Error(ErrorCode::kInternal, "zlib could not compress a chart", "");
+  z.resize(size);
   chunk(out, "IDAT", z);
   chunk(out, "IEND", "");
   return out;

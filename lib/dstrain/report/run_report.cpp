@@ -12,6 +12,7 @@
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/report/font.h"
 #include "dstrain/report/png.h"
 
 namespace dstrain::report {
@@ -132,15 +133,25 @@ std::string svg_of(const Chart& c) {
   return out + "</svg>\n";
 }
 
+// The PNG copy of a chart, the SVG's twin: title, grid, tick numbers, axis labels, legend.
 Image png_of(const Chart& c) {
   const Frame f = Frame::of(c);
   auto px = [&](double x) { return kLeft + (x - f.x0) / (f.x1 - f.x0) * (kW - kLeft - kRight); };
   auto py = [&](double y) { return kH - kBottom - (y - f.y0) / (f.y1 - f.y0) * (kH - kTop - kBottom); };
+  constexpr uint32_t kInk = 0x333333;
   Image img(kW, kH);
+  draw_text(img, kLeft, 6, c.title, 0x222222, 2);
   for (int i = 0; i <= 4; ++i) {
-    const double y = py(f.y0 + (f.y1 - f.y0) * i / 4.0);
+    const double v = f.y0 + (f.y1 - f.y0) * i / 4.0, y = py(v);
     img.line(kLeft, y, kW - kRight, y, 0xE0E0E0);
+    const std::string tick = fmt::format("{:.4g}", v);
+    draw_text(img, kLeft - 6 - text_width(tick), static_cast<int>(y) - 3, tick, kInk);
+    const double xv = f.x0 + (f.x1 - f.x0) * i / 4.0;
+    const std::string xtick = fmt::format("{:.5g}", xv);
+    draw_text(img, static_cast<int>(px(xv)) - text_width(xtick) / 2, kH - kBottom + 6, xtick, kInk);
   }
+  draw_text(img, (kLeft + kW - kRight - text_width(c.x_label)) / 2, kH - 14, c.x_label, kInk);
+  draw_text_up(img, 6, (kH + text_width(c.y_label)) / 2, c.y_label, kInk);
   img.line(kLeft, kTop, kLeft, kH - kBottom, 0x404040);
   img.line(kLeft, kH - kBottom, kW - kRight, kH - kBottom, 0x404040);
   int k = 0;
@@ -152,6 +163,7 @@ Image png_of(const Chart& c) {
       img.rect(static_cast<int>(px(s.points[0].first)) - 2, static_cast<int>(py(s.points[0].second)) - 2,
                static_cast<int>(px(s.points[0].first)) + 2, static_cast<int>(py(s.points[0].second)) + 2, color);
     img.rect(kW - kRight - 150, kTop + 6 + 16 * k, kW - kRight - 140, kTop + 16 + 16 * k, color);  // legend swatch
+    draw_text(img, kW - kRight - 135, kTop + 8 + 16 * k, s.name, kInk);
     ++k;
   }
   return img;

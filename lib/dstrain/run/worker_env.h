@@ -18,13 +18,14 @@ struct WorkerEnv {
   std::string run_id;
   std::string run_dir;
   int restart_count = 0;
-  int threads = 1;             // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
-  bool resume = false;         // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
-  std::string resume_from;     // DSTRAIN_RESUME_FROM: start from another run's checkpoint (train --resume PATH)
-  bool host_store = false;     // this rank hosts the rendezvous store (no dstrain launcher)
-  std::string device = "cpu";  // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
-  bool env_check = true;       // DSTRAIN_ENV_CHECK=0 (--skip-env-check): no cross-rank preflight
-  bool progress_line = false;  // DSTRAIN_PROGRESS=1: rank 0 prints run::ProgressLine for the launcher's bar
+  int threads = 1;              // intra-op threads (DSTRAIN_THREADS, also OMP_NUM_THREADS)
+  bool resume = false;          // DSTRAIN_RESUME=1: continue from run_dir/ckpt/latest
+  std::string resume_from;      // DSTRAIN_RESUME_FROM: start from another run's checkpoint (train --resume PATH)
+  bool host_store = false;      // this rank hosts the rendezvous store (no dstrain launcher)
+  bool publish_run_id = false;  // no dstrain launcher: rank 0 publishes the run id (into torchrun's agent store too)
+  std::string device = "cpu";   // DSTRAIN_DEVICE: "cpu", or "cuda:N" chosen by local rank
+  bool env_check = true;        // DSTRAIN_ENV_CHECK=0 (--skip-env-check): no cross-rank preflight
+  bool progress_line = false;   // DSTRAIN_PROGRESS=1: rank 0 prints run::ProgressLine for the launcher's bar
 };
 
 // The store's run key: the run id and the restart generation, so that a worker of another run

@@ -29,7 +29,7 @@ std::vector<std::string> comm_task_args(const CommTask& t) {
 int run_comm_task(const run::WorkerEnv& env, const CommTask& task) {
   log::set_rank(env.rank);
   at::set_num_threads(env.threads);
-  const comm::Endpoint ep{env.master_addr, env.master_port, run::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
+  const comm::Endpoint ep = comm::endpoint_of(env, std::chrono::seconds(task.timeout_s));
   const bool has_gpu = env.device.rfind("cuda:", 0) == 0;
   const bool nccl = task.backend == "nccl" || (task.backend == "auto" && has_gpu && comm::nccl_available());
   if (nccl && !has_gpu)

@@ -42,7 +42,7 @@ std::vector<std::string> env_task_args(const EnvCheckTask& t) {
 int run_env_task(const run::WorkerEnv& env, const EnvCheckTask& task, bool print) {
   log::set_rank(env.rank);
   at::set_num_threads(env.threads);
-  const comm::Endpoint ep{env.master_addr, env.master_port, run::store_run_key(env), std::chrono::seconds(task.timeout_s), env.host_store};
+  const comm::Endpoint ep = comm::endpoint_of(env, std::chrono::seconds(task.timeout_s));
   auto comm = comm::make_gloo_communicator(ep, env.rank, env.world_size);
   std::optional<config::Recipe> recipe;
   if (!task.config_path.empty()) recipe = config::read_resolved_config(task.config_path);

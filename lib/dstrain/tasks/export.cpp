@@ -1,48 +1,208 @@
 #include "dstrain/tasks/export.h"
 
 #include <ATen/ATen.h>
-#include <c10/core/GradMode.h>
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
-#include <cstring>
-#include <map>
+#include <filesystem>
+#include <optional>
 
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
-#include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
 
 namespace dstrain::tasks {
+namespace fs = std::filesystem;
+namespace {
 
-std::string export_run_to_hf(const std::string& run_path, const std::string& checkpoint_dir, const std::string& out_dir) {
-  const run::RunDir run_dir(run_path);
-  const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
-  std::string dir = checkpoint_dir;
-  if (dir.empty()) {
-    std::vector<std::string> skipped;
-    const auto usable = ckpt::usable_checkpoint(run_dir.ckpt_dir(recipe), &skipped);
-    for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
-    if (!usable)
-      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_path), "train it first");
-    dir = *usable;
+// Tensors of the checkpoint that are the model's (parameters and buffers): not the optimizer's,
+// the engine's or the data's.
+bool is_model_tensor(const std::string& name) {
+  for (const char* prefix : {"exp_avg.", "exp_avg_sq.", "engine.", "data."})
+    if (name.rfind(prefix, 0) == 0) return false;
+  return true;
+}
+
+std::string checkpoint_of(const run::RunDir& run_dir, const config::Recipe& recipe, const std::string& given) {
+  if (!given.empty()) return given;
+  std::vector<std::string> skipped;
+  const auto usable = ckpt::usable_checkpoint(run_dir.ckpt_dir(recipe), &skipped);
+  for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
+  if (!usable)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_dir.root()),
+                "train it first");
+  return *usable;
+}
+
+std::string safetensors_dtype(const std::string& dtype) {
+  if (dtype == "fp32") return "F32";
+  if (dtype == "bf16") return "BF16";
+  if (dtype == "fp16") return "F16";
+  throw Error(ErrorCode::kUsage, fmt::format("--dtype {} is not fp32, bf16 or fp16", dtype), "");
+}
+
+// GPT-2's byte-to-character table, which the ByteLevel pre-tokenizer and decoder use.
+std::vector<std::string> byte_level_alphabet() {
+  std::vector<int> printable;
+  for (int b = '!'; b <= '~'; ++b) printable.push_back(b);
+  for (int b = 0xA1; b <= 0xAC; ++b) printable.push_back(b);
+  for (int b = 0xAE; b <= 0xFF; ++b) printable.push_back(b);
+  std::vector<int> code(256, -1);
+  for (int b : printable) code[static_cast<size_t>(b)] = b;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b)
+    if (code[static_cast<size_t>(b)] < 0) code[static_cast<size_t>(b)] = 256 + extra++;
+  std::vector<std::string> out;
+  for (int c : code) {  // UTF-8 of code point c (< 0x800)
+    std::string s;
+    if (c < 0x80)
+      s += static_cast<char>(c);
+    else
+      s += static_cast<char>(0xC0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3F));
+    out.push_back(s);
   }
-  // Only the parameters (the fp32 master weights) and buffers are read, whatever the shards.
-  const ckpt::Reader reader(dir);
-  const auto model = model::make_model(recipe.model, recipe.seed);
-  c10::NoGradGuard no_grad;
-  for (const auto* group : {&model->parameters(), &model->buffers()})
-    for (const auto& p : *group) {
-      const ckpt::TensorMeta* meta = reader.find(p.name);
-      if (!meta || meta->shape != p.tensor.sizes().vec())
-        throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} lacks '{}' or holds it with another shape", dir, p.name),
-                    "export with the run directory that wrote the checkpoint");
-      reader.read(p.name, 0, p.tensor.numel(), p.tensor.data_ptr(), "float32");
+  return out;
+}
+
+// A tokenizer.json whose ids are the bytes (byte b is token b), with `eos` as the special token
+// that ends a document when there is one.
+void write_byte_tokenizer(const std::string& out_dir, std::optional<int64_t> eos, int64_t max_length) {
+  nlohmann::json vocab = nlohmann::json::object();
+  const auto alphabet = byte_level_alphabet();
+  for (int b = 0; b < 256; ++b) vocab[alphabet[static_cast<size_t>(b)]] = b;
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
+  nlohmann::json added = nlohmann::json::array();
+  if (eos)
+    added.push_back({{"id", *eos},
+                     {"content", "<|endoftext|>"},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  const nlohmann::json tokenizer = {{"version", "1.0"},
+                                    {"truncation", nullptr},
+                                    {"padding", nullptr},
+                                    {"added_tokens", added},
+                                    {"normalizer", nullptr},
+                                    {"pre_tokenizer", byte_level},
+                                    {"post_processor", nullptr},
+                                    {"decoder", byte_level},
+                                    {"model",
+                                     {{"type", "BPE"},
+                                      {"dropout", nullptr},
+                                      {"unk_token", nullptr},
+                                      {"continuing_subword_prefix", nullptr},
+                                      {"end_of_word_suffix", nullptr},
+                                      {"fuse_unk", false},
+                                      {"byte_fallback", false},
+                                      {"ignore_merges", false},
+                                      {"vocab", vocab},
+                                      {"merges", nlohmann::json::array()}}}};
+  nlohmann::json config = {
+      {"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", max_length}, {"clean_up_tokenization_spaces", false}};
+  nlohmann::json special = nlohmann::json::object();
+  if (eos) config["eos_token"] = "<|endoftext|>", special["eos_token"] = "<|endoftext|>";
+  write_file_atomic(out_dir + "/tokenizer.json", tokenizer.dump(2) + "\n");
+  write_file_atomic(out_dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  write_file_atomic(out_dir + "/special_tokens_map.json", special.dump(2) + "\n");
+}
+
+// The dataset's own description (prepare-data writes PREFIX.json next to PREFIX.bin/.idx).
+std::optional<nlohmann::json> dataset_sidecar(const config::Recipe& r) {
+  std::string prefix = r.data.paths.empty() ? r.data.path : r.data.paths.front();
+  for (const char* ext : {".bin", ".idx"})
+    if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0) prefix.resize(prefix.size() - 4);
+  try {
+    if (fs::is_regular_file(prefix + ".json")) return nlohmann::json::parse(read_file(prefix + ".json"));
+  } catch (const nlohmann::json::exception&) {}
+  return std::nullopt;
+}
+
+struct Tokens {
+  std::optional<int64_t> bos, eos;
+  std::string tokenizer;  // where it comes from
+};
+
+// The special ids and the tokenizer: the recipe's eos_token, prepare-data's byte vocabulary, or
+// the files of the model the run started from.
+Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
+  Tokens t;
+  if (r.data.eos_token >= 0) t.eos = r.data.eos_token;
+  const std::string from = r.model.init_from;
+  if (!from.empty() && fs::is_regular_file(from + "/config.json")) {
+    const auto cfg = nlohmann::json::parse(read_file(from + "/config.json"), nullptr, false);
+    if (cfg.is_object() && cfg.contains("bos_token_id") && cfg["bos_token_id"].is_number_integer())
+      t.bos = cfg["bos_token_id"].get<int64_t>();
+    if (!t.eos && cfg.is_object() && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer())
+      t.eos = cfg["eos_token_id"].get<int64_t>();
+  }
+  bool copied = false;
+  for (const char* file :
+       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt"})
+    if (!from.empty() && fs::is_regular_file(fs::path(from) / file))
+      fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing), copied = true;
+  if (copied) return t.tokenizer = "the files of " + from, t;
+  const auto sidecar = dataset_sidecar(r);
+  const bool byte_dataset = sidecar && sidecar->value("tokenizer", "") == "bytes+eos";
+  if (byte_dataset && !t.eos) t.eos = sidecar->value("eos", int64_t{256});
+  if (byte_dataset || r.data.format == config::DataFormat::kBytes) {
+    write_byte_tokenizer(out_dir, t.eos, r.data.seq_len);
+    t.tokenizer = "byte-level (token b is byte b" + std::string(t.eos ? fmt::format(", {} ends a document)", *t.eos) : ")");
+  }
+  return t;
+}
+
+}  // namespace
+
+ExportResult export_run_to_hf(const std::string& run_path, const std::string& out_dir, const ExportOptions& options) {
+  const run::RunDir run_dir(run_path);
+  if (!fs::is_regular_file(run_dir.config_path()))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' is not a dstrain run directory (no config.resolved.json)", run_path),
+                "pass the run_dir of a `dstrain train`");
+  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' exists and is not a directory", out_dir),
+                "name a new or existing directory to write the model into");
+  model::HfExportOptions o;
+  o.dtype = safetensors_dtype(options.dtype);
+  o.max_shard_bytes = model::parse_byte_size(options.max_shard_size);
+  const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
+  ExportResult result;
+  result.checkpoint = checkpoint_of(run_dir, recipe, options.checkpoint);
+  const ckpt::Reader reader(result.checkpoint);
+  std::vector<model::TensorShape> tensors;
+  int64_t elements = 0;
+  for (const auto& t : reader.tensors())
+    if (is_model_tensor(t.name)) {
+      tensors.push_back({t.name, t.shape});
+      int64_t n = 1;
+      for (int64_t d : t.shape) n *= d;
+      elements += n;
     }
-  model::export_hf(recipe.model, model->parameters(), model->buffers(), out_dir);
-  return dir;
+  const int64_t expected = config::parameter_counts(recipe.model).total;
+  if (elements != expected)
+    throw Error(ErrorCode::kCheckpoint,
+                fmt::format("checkpoint {} holds {} model elements, the run's model has {}", result.checkpoint, elements, expected),
+                "export with the run directory that wrote the checkpoint");
+  fs::create_directories(out_dir);
+  const Tokens tokens = write_tokenizer(recipe, out_dir);
+  o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos;
+  result.tokenizer = tokens.tokenizer;
+  // One tensor in memory at a time: read whole from its pieces, converted and written.
+  result.files = model::export_hf_streaming(
+      recipe.model, tensors,
+      [&](const model::TensorShape& t) {
+        at::Tensor value = at::empty(t.shape, at::kFloat);
+        reader.read(t.name, 0, value.numel(), value.data_ptr(), "float32");
+        return value;
+      },
+      o, out_dir);
+  return result;
 }
 
 }  // namespace dstrain::tasks

@@ -1,10 +1,27 @@
 #pragma once
-// `dstrain export-hf`: a run's newest (or a given) checkpoint as a Hugging Face model directory.
+// `dstrain export-hf`: a run's newest (or a given) checkpoint as a Hugging Face model directory
+// that `transformers` loads as it is: config.json, generation_config.json, the weights (in the
+// chosen dtype, sharded past a size, written one tensor at a time so memory stays near the
+// largest tensor), the end-of-document/beginning ids, and a tokenizer when the run has one: the
+// files of the model it started from (model.init_from), or for prepare-data's byte-level datasets
+// a byte-level tokenizer.json whose ids are the dataset's (byte b is token b, 256 ends a document).
 #include <string>
+#include <vector>
 
 namespace dstrain::tasks {
 
-// Returns the checkpoint directory that was exported.
-std::string export_run_to_hf(const std::string& run_dir, const std::string& checkpoint_dir, const std::string& out_dir);
+struct ExportOptions {
+  std::string checkpoint;              // a checkpoint directory of the run; "": the newest committed one
+  std::string dtype = "fp32";          // fp32, bf16 or fp16
+  std::string max_shard_size = "5GB";  // see model::parse_byte_size
+};
+
+struct ExportResult {
+  std::string checkpoint;          // what was exported
+  std::vector<std::string> files;  // the weight files (and index) written
+  std::string tokenizer;           // where the tokenizer came from ("" when none)
+};
+
+ExportResult export_run_to_hf(const std::string& run_dir, const std::string& out_dir, const ExportOptions& options);
 
 }  // namespace dstrain::tasks

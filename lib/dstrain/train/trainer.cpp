@@ -56,15 +56,14 @@ struct Communicators {
 };
 
 Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
-  const comm::Endpoint endpoint{
-      env.master_addr,         env.master_port,
-      run::store_run_key(env), std::chrono::seconds(recipe.launch.timeout_s),
-      env.host_store,          std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s)};
+  const comm::Endpoint endpoint =
+      comm::endpoint_of(env, std::chrono::seconds(recipe.launch.timeout_s),
+                        std::chrono::seconds(recipe.launch.collective_timeout_s + recipe.launch.heartbeat_timeout_s));
   Communicators c;
   c.gloo = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
   if (device.device.is_cuda()) {
     comm::Endpoint client = endpoint;
-    client.host_store = false;  // a rank that hosts the store (mpirun, srun) already does, through the Gloo communicator
+    client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
   }
   if (env.rank == 0)

@@ -327,6 +327,36 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.model.max_seq_len == 256);
          CHECK(o.recipe.model.rope_theta == 500000);
        }},
+      {"an HF Trainer ds_config: every \"auto\" the Trainer fills is filled from the recipe",
+       "train: {steps: 40, micro_batch_size: 2, grad_clip: 0.5}\nmodel: {hidden_size: 64, num_heads: 4}\n"
+       "optimizer: {lr: 2.0e-4, beta1: 0.9, beta2: 0.98, eps: 1.0e-6, weight_decay: 0.05}\nschedule: {warmup_steps: 4}\n"
+       "precision: {dtype: bf16}\n",
+       R"({"fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"},
+           "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+           "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto", "warmup_num_steps": "auto",
+                                                              "total_num_steps": "auto"}},
+           "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto",
+                                 "stage3_param_persistence_threshold": "auto"},
+           "gradient_accumulation_steps": "auto", "gradient_clipping": "auto", "train_batch_size": "auto",
+           "train_micro_batch_size_per_gpu": "auto"})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.optimizer.lr == 2.0e-4);
+         CHECK(o.recipe.optimizer.beta2 == 0.98);
+         CHECK(o.recipe.optimizer.eps == 1.0e-6);
+         CHECK(o.recipe.schedule.type == config::ScheduleType::kDsWarmupDecay);
+         CHECK(o.recipe.schedule.warmup_steps == 4);
+         CHECK(o.recipe.schedule.warmup_min_ratio == 0);
+         CHECK_THAT(o.recipe.sources.at("schedule.warmup_min_ratio"), Catch::Contains("as the HF Trainer fills it"));
+         CHECK(o.recipe.train.steps == 40);
+         CHECK(o.recipe.train.grad_clip == 0.5);
+         CHECK(o.recipe.train.micro_batch_size == 2);
+         CHECK(o.recipe.zero.reduce_bucket_size == 64 * 64);
+         CHECK(o.recipe.zero.stage3_prefetch_bucket_size == static_cast<int64_t>(0.9 * 64 * 64));
+         CHECK(o.recipe.zero.stage3_param_persistence_threshold == 640);
+         CHECK(o.recipe.precision.dtype == config::Dtype::kBf16);
+       }},
       {"inline deepspeed mapping in the recipe",
        "train: {steps: 10}\ndeepspeed: {train_micro_batch_size_per_gpu: 3, zero_optimization: {stage: 2}}\n",
        "",
@@ -492,6 +522,22 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2, accumulation: [{until_step: 5, steps: 1}, {until_step: 3, steps: 2}, {steps: 4}]}\n",
        "",
        {"until_step 3 must be greater than the previous stage's 5"}},
+      {"a batch size written as a string",
+       "train: {steps: 10}\n",
+       R"({"train_micro_batch_size_per_gpu": "4"})",
+       {"ds.json:1:", "train_micro_batch_size_per_gpu: expected a number, found the string \"4\"", "write 4 without quotes"}},
+      {"an optimizer parameter written as a string",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "AdamW", "params": {"lr": "1e-3"}}})",
+       {"optimizer.params.lr: expected a number, found the string \"1e-3\""}},
+      {"warmup_min_lr written as a string",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "0"}}})",
+       {"scheduler.params.warmup_min_lr: expected a number, found the string \"0\""}},
+      {"an HF Trainer \"auto\" the recipe cannot fill",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"optimizer": {"type": "AdamW", "params": {"eps": "auto"}}})",
+       {"optimizer.params.eps is \"auto\", but the recipe does not set optimizer.eps"}},
       {"MoE hf_config",
        "model: {hf_config: v3.json}\ntrain: {steps: 10, micro_batch_size: 2}\n",
        "",

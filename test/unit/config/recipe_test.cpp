@@ -93,7 +93,15 @@ TEST_CASE("range, choice and cross-field checks", "[config]") {
   CHECK_THAT(config_error(path, with_batch({"model.num_heads=3"})),
              Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
   CHECK_THAT(config_error(path, with_batch({"data.seq_len=64"})), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
-  CHECK_THAT(config_error(path, with_batch({"data.path=nope.bin"})), Catch::Contains("data.path:"));
+  try {  // a missing dataset alone is a data error (exit 3); with other problems it is listed among them
+    config::load_recipe(path, with_batch({"data.path=nope.bin"}));
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kData);
+    CHECK_THAT(e.what(), Catch::Contains("data.path:") && Catch::Contains("nope.bin"));
+  }
+  CHECK_THAT(config_error(path, with_batch({"data.path=nope.bin", "data.seq_len=64"})),
+             Catch::Contains("nope.bin") && Catch::Contains("exceeds"));
   CHECK_THAT(config_error(path, {"train.global_batch_size=12", "train.micro_batch_size=8"}),
              Catch::Contains("train_batch_size 12 != micro 8 x accumulation 1 x 1 rank = 8"));
   CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})),

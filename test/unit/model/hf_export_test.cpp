@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 
 #include "dstrain/core/error.h"
 #include "dstrain/io/safetensors.h"
@@ -93,4 +94,39 @@ TEST_CASE("sharded HF checkpoints load through model.safetensors.index.json", "[
   std::ofstream(dir.path() + "/model.safetensors.index.json") << "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {" << map << "}}";
   model::load_hf_weights(dir.path(), tiny(), b.parameters());
   for (size_t i = 0; i < params.size(); ++i) CHECK(at::equal(params[i].tensor, b.parameters()[i].tensor));
+}
+
+TEST_CASE("the streaming export holds one tensor at a time, shards by size, and loads back exactly", "[model]") {
+  test::TempDir dir;
+  const model::DenseModel a(tiny(), 21), b(tiny(), 22);
+  std::vector<model::TensorShape> tensors;
+  std::map<std::string, at::Tensor> values;
+  for (const auto& p : a.parameters()) tensors.push_back({p.name, p.tensor.sizes().vec()}), values[p.name] = p.tensor;
+  int live = 0, most_live = 0;
+  const model::TensorReader read = [&](const model::TensorShape& t) {
+    const at::Tensor v = values.at(t.name).contiguous();
+    auto* copy = new float[static_cast<size_t>(v.numel())];
+    std::memcpy(copy, v.data_ptr<float>(), static_cast<size_t>(v.nbytes()));
+    most_live = std::max(most_live, ++live);
+    return at::from_blob(
+        copy, t.shape, [&live](void* p) { delete[] static_cast<float*>(p), --live; }, at::kFloat);
+  };
+  model::HfExportOptions options;
+  options.max_shard_bytes = 40000;  // the tiny model is ~170 KB in fp32: several shards
+  const auto files = model::export_hf_streaming(tiny(), tensors, read, options, dir.path() + "/hf");
+  CHECK(most_live == 1);
+  CHECK(live == 0);
+  REQUIRE(files.size() >= 3);  // shards and the index
+  CHECK(files.back() == "model.safetensors.index.json");
+  model::load_hf_weights(dir.path() + "/hf", tiny(), b.parameters());
+  for (size_t i = 0; i < a.parameters().size(); ++i) CHECK(at::equal(a.parameters()[i].tensor, b.parameters()[i].tensor));
+}
+
+TEST_CASE("export sizes read as Hugging Face writes them", "[model]") {
+  CHECK(model::parse_byte_size("5GB") == 5000000000ULL);
+  CHECK(model::parse_byte_size("500MB") == 500000000ULL);
+  CHECK(model::parse_byte_size("2GiB") == 2147483648ULL);
+  CHECK(model::parse_byte_size("1234") == 1234ULL);
+  CHECK_THROWS_AS(model::parse_byte_size("lots"), Error);
+  CHECK_THROWS_AS(model::parse_byte_size("-5GB"), Error);
 }

@@ -1,0 +1,183 @@
+// --set applies to every key of the schema, the files the recipe reads (ds_config,
+// model.hf_config) included: one row per key, each set through --set on a small recipe and read
+// back from the resolved config. A key added to the schema is covered by the generic value for
+// its type, or fails here until it gets a row below.
+#include <catch2/catch.hpp>
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dstrain/config/assign.h"
+#include "dstrain/config/node.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/config/schema.h"
+#include "dstrain/core/error.h"
+#include "test_support.h"
+
+using namespace dstrain;
+
+namespace {
+
+struct Row {
+  std::string value;                    // what --set gives
+  std::vector<std::string> companions;  // other --set the value needs to resolve
+  std::string recipe = "recipe.yaml";   // the recipe it is set on
+};
+
+const char* kRecipe =
+    "run_dir: run\n"
+    "data: {path: data.txt, seq_len: 16}\n"
+    "model: {hidden_size: 32, num_heads: 4, intermediate_size: 64, max_seq_len: 32, vocab_size: 256}\n"
+    "train: {steps: 10, micro_batch_size: 2}\n"
+    "launch: {nproc_per_node: 1}\n";
+
+// A value for a field of the generic kinds: a number next to the default and within range, the
+// other boolean, the second enum name.
+std::string generic_value(const config::Field& f) {
+  config::Recipe defaults;
+  const config::FieldTarget target = f.target(defaults);
+  if (auto* p = std::get_if<int64_t*>(&target)) return std::to_string(**p + 1 <= f.max ? **p + 1 : **p - 1);
+  if (auto* p = std::get_if<uint64_t*>(&target)) return std::to_string(**p + 1);
+  if (auto* p = std::get_if<double*>(&target)) {
+    const double v = **p > 0 ? **p / 2 : std::min(0.5, f.max);
+    return fmt::format("{}", v);
+  }
+  if (auto* p = std::get_if<bool*>(&target)) return **p ? "false" : "true";
+  if (std::holds_alternative<config::EnumTarget>(target)) return f.choices.at(1);
+  if (std::holds_alternative<config::EnumListTarget>(target)) return "[" + f.choices.at(2) + "]";
+  return "";
+}
+
+std::map<std::string, Row> special_rows(const std::string& dir) {
+  return {
+      {"run_dir", {dir + "/another-run", {}}},
+      {"ds_config", {dir + "/ds.json", {}}},
+      {"model.hf_config", {dir + "/hf/config.json", {}, "recipe-no-model.yaml"}},  // sizes come from the HF config only
+      {"model.init_from", {dir + "/hf", {}}},
+      {"model.family",
+       {"mla_moe",
+        {"model.kv_lora_rank=16", "model.qk_nope_head_dim=8", "model.qk_rope_head_dim=4", "model.v_head_dim=8",
+         "model.moe_intermediate_size=16", "model.n_routed_experts=4", "model.num_experts_per_tok=2", "model.n_shared_experts=1"}}},
+      {"model.hidden_size", {"64", {}}},
+      {"model.num_heads", {"8", {}}},
+      {"model.qk_rope_head_dim", {"32", {}}},
+      {"model.topk_method", {"group_limited_greedy", {}}},
+      {"model.n_group", {"2", {}}},
+      {"model.topk_group", {"2", {"model.n_group=2"}}},
+      {"data.path", {dir + "/other.txt", {}}},
+      {"data.seq_len", {"17", {}}},
+      {"data.document_mask", {"true", {"data.eos_token=0"}}},
+      {"schedule.warmup_steps", {"5", {}}},
+      {"train.steps", {"12", {}}},
+      {"data.paths", {"[" + dir + "/data.txt, " + dir + "/other.txt]", {"data.path="}}},
+      {"data.weights", {"[3, 1]", {"data.path=", "data.paths=[" + dir + "/data.txt, " + dir + "/other.txt]"}}},
+      {"data.format", {"raw_u16", {}}},
+      {"data.shard_weights", {"[2]", {}}},
+      {"data.auto_balance", {"true", {"launch.nproc_per_node=2"}}},
+      {"train.tokens", {"640", {"train.steps=0"}}},
+      {"train.global_batch_size", {"4", {}}},
+      {"train.gradient_accumulation_steps", {"3", {}}},
+      {"train.accumulation", {"[{until_step: 5, steps: 2}, {steps: 3}]", {}}},
+      {"train.batch_ramp_start", {"2", {"train.global_batch_size=8", "train.batch_ramp_steps=4"}}},
+      {"train.batch_ramp_steps", {"4", {"train.global_batch_size=8", "train.batch_ramp_start=2"}}},
+      {"train.batch_ramp_tokens", {"256", {"train.global_batch_size=8", "train.batch_ramp_start=2"}}},
+      {"zero.offload_optimizer", {"cpu", {"zero.stage=1"}}},
+      {"checkpoint.dir", {dir + "/ckpts", {}}},
+      {"logging.tensorboard_dir", {dir + "/tb", {}}},
+      {"logging.csv_dir", {dir + "/csv", {}}},
+      {"launch.master_addr", {"10.1.2.3", {}}},
+      {"launch.node_rank", {"1", {"launch.nnodes=2"}}},
+  };
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+}  // namespace
+
+TEST_CASE("--set applies to every schema key, and the resolved config keeps the value", "[config]") {
+  test::TempDir dir;
+  const std::string d = dir.path();
+  write(d + "/recipe.yaml", kRecipe);
+  write(d + "/recipe-no-model.yaml",
+        "run_dir: run\ndata: {path: data.txt, seq_len: 16}\ntrain: {steps: 10, micro_batch_size: 2}\n"
+        "launch: {nproc_per_node: 1}\n");
+  write(d + "/data.txt", std::string(4096, 'a'));
+  write(d + "/other.txt", std::string(4096, 'b'));
+  write(d + "/ds.json", R"({"steps_per_print": 7})");
+  write(d + "/hf/config.json",
+        R"({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64,
+            "vocab_size": 256, "max_position_embeddings": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0})");
+  const auto rows = special_rows(d);
+  for (const auto& field : config::recipe_schema()) {
+    const auto special = rows.find(field.path);
+    const Row row = special != rows.end() ? special->second : Row{generic_value(field), {}};
+    DYNAMIC_SECTION(field.path) {
+      INFO("--set " << field.path << "=" << row.value);
+      REQUIRE_FALSE(row.value.empty());  // a new string or list key: give it a row in special_rows()
+      std::vector<std::string> overrides = row.companions;
+      overrides.push_back(field.path + "=" + row.value);
+      config::Recipe recipe;
+      try {
+        recipe = config::load_recipe(d + "/" + row.recipe, overrides);
+      } catch (const Error& e) {
+        FAIL(e.what());
+      }
+      // What the value reads as on its own, through the same schema row.
+      std::vector<std::string> problems;
+      const config::Node node = config::parse_yaml(row.value, "--set", problems);
+      config::Recipe probe;
+      REQUIRE(config::assign_node(field, node, probe, false).empty());
+      CHECK(config::value_text(field, recipe) == config::value_text(field, probe));
+      CHECK(recipe.sources.at(field.path) == "--set");
+    }
+  }
+}
+
+TEST_CASE("--set ds_config and model.hf_config are read instead of the recipe's files", "[config]") {
+  test::TempDir dir;
+  const std::string d = dir.path();
+  write(d + "/recipe.yaml", std::string(kRecipe) + "ds_config: ds-recipe.json\n");
+  write(d + "/data.txt", std::string(4096, 'a'));
+  write(d + "/ds-recipe.json", R"({"zero_optimization": {"stage": 2}})");
+  write(d + "/ds-set.json",
+        R"({"bf16": {"enabled": true}, "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})");
+  const std::string cwd = std::filesystem::current_path().string();
+  std::filesystem::current_path(d);  // a --set path is relative to the current directory
+  config::Recipe r;
+  try {
+    r = config::load_recipe("recipe.yaml", {"ds_config=ds-set.json"});
+  } catch (...) {
+    std::filesystem::current_path(cwd);
+    throw;
+  }
+  std::filesystem::current_path(cwd);
+  CHECK(r.ds_config_path == d + "/ds-set.json");
+  CHECK(r.precision.dtype == config::Dtype::kBf16);
+  CHECK(r.zero.stage == 1);
+  CHECK(r.optimizer.lr == 1e-3);
+  CHECK(r.sources.at("zero.stage").find("ds-set.json") != std::string::npos);
+}
+
+TEST_CASE("--set model.hf_config takes the model's sizes from that file", "[config]") {
+  test::TempDir dir;
+  const std::string d = dir.path();
+  write(d + "/recipe.yaml",
+        "run_dir: run\ndata: {path: data.txt, seq_len: 16}\ntrain: {steps: 10, micro_batch_size: 2}\nlaunch: {nproc_per_node: 1}\n");
+  write(d + "/data.txt", std::string(4096, 'a'));
+  write(d + "/hf/config.json",
+        R"({"model_type": "llama", "hidden_size": 48, "num_attention_heads": 4, "num_hidden_layers": 3, "intermediate_size": 96,
+            "vocab_size": 300, "max_position_embeddings": 64, "rms_norm_eps": 1e-5, "rope_theta": 500000.0})");
+  const config::Recipe r = config::load_recipe(d + "/recipe.yaml", {"model.hf_config=" + d + "/hf/config.json"});
+  CHECK(r.model.hidden_size == 48);
+  CHECK(r.model.num_layers == 3);
+  CHECK(r.model.vocab_size == 300);
+  CHECK(r.model.rope_theta == 500000.0);
+  CHECK(r.sources.at("model.hidden_size").find("config.json") != std::string::npos);
+}
