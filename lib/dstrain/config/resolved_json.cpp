@@ -104,13 +104,26 @@ Recipe read_resolved_config(const std::string& path) {
     throw Error(ErrorCode::kConfig,
                 fmt::format("{}: format_version {} is not {}", path, doc.is_object() ? doc.value("format_version", 0) : 0, kFormatVersion),
                 "it was written by another dstrain version; use the same dstrain binary for launcher and workers");
+  // The hash covers the config as the file holds it (nlohmann dumps objects with sorted keys, the
+  // canonical form), so a file written before a key existed still verifies.
+  const std::string want = doc.value("config_hash", "");
+  const std::string got = doc.contains("config") ? fmt::format("{:016x}", fnv1a64(doc.at("config").dump())) : "";
+  if (want != got)
+    throw Error(ErrorCode::kConfig, fmt::format("{}: config hash {} does not match its content ({})", path, want, got),
+                "the resolved config was edited or corrupted; start the run again with `dstrain train`");
   Recipe recipe;
+  std::vector<std::string> added_since;
   try {
     const auto& c = doc.at("config");
     for (const auto& f : recipe_schema()) {
       const auto dot = f.path.find('.');
-      const auto& value = dot == std::string::npos ? c.at(f.path) : c.at(f.path.substr(0, dot)).at(f.path.substr(dot + 1));
-      read_field(f, value, recipe);
+      const auto* section = dot == std::string::npos ? &c : &c.at(f.path.substr(0, dot));
+      const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
+      if (!section->contains(key)) {
+        added_since.push_back(f.path);
+        continue;
+      }
+      read_field(f, section->at(key), recipe);
     }
     recipe.source_path = c.at("source_path").get<std::string>();
     if (doc.contains("sources")) doc.at("sources").get_to(recipe.sources);
@@ -118,11 +131,9 @@ Recipe read_resolved_config(const std::string& path) {
     throw Error(ErrorCode::kConfig, fmt::format("{}: missing or mistyped entry: {}", path, e.what()),
                 "this file is written by the launcher; do not edit it, start the run again instead");
   }
-  const std::string want = doc.value("config_hash", "");
-  const std::string got = config_hash(recipe);
-  if (want != got)
-    throw Error(ErrorCode::kConfig, fmt::format("{}: config hash {} does not match its content ({})", path, want, got),
-                "the resolved config was edited or corrupted; start the run again with `dstrain train`");
+  // A key added to dstrain after this run started keeps its default, which by convention is the
+  // behaviour from before the key existed (e.g. model.rope_scaling = none).
+  for (const auto& key : added_since) recipe.sources[key] = "default (not in " + path + ": written by an earlier dstrain)";
   return recipe;
 }
 

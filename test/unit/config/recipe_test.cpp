@@ -146,6 +146,22 @@ TEST_CASE("the resolved config round-trips and refuses tampering", "[config]") {
   CHECK_THROWS_WITH(config::read_resolved_config(resolved), Catch::Contains("does not match its content"));
 }
 
+TEST_CASE("a resolved config written before a key existed still reads, the key at its default", "[config]") {
+  // Written by dstrain 28d36fe, before model.rope_scaling and its parameters: resuming such a run
+  // must keep working after an upgrade.
+  const std::string old = test::source_dir() + "/test/unit/config/fixtures/config.resolved.before-rope-scaling.json";
+  const auto recipe = config::read_resolved_config(old);
+  CHECK(recipe.model.rope_scaling == config::RopeScaling::kNone);
+  CHECK(recipe.model.hidden_size == 128);
+  CHECK(recipe.sources.at("model.rope_scaling").find("written by an earlier dstrain") != std::string::npos);
+
+  test::TempDir dir;  // tampering is still refused
+  std::string text = read_file(old);
+  text.replace(text.find("\"hidden_size\": 128"), 18, "\"hidden_size\": 192");
+  write_file_atomic(dir.path() + "/old.json", text);
+  CHECK_THROWS_WITH(config::read_resolved_config(dir.path() + "/old.json"), Catch::Contains("does not match its content"));
+}
+
 TEST_CASE("recipes/README.md documents every key of the schema", "[config]") {
   const std::string doc = read_file(test::source_dir() + "/recipes/README.md");
   const std::string begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
