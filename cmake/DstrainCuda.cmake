@@ -14,6 +14,9 @@ if(DSTRAIN_CUDA STREQUAL "ON" OR (DSTRAIN_CUDA STREQUAL "AUTO" AND CMAKE_CUDA_CO
   if(NOT CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
     set(CMAKE_CUDA_ARCHITECTURES 80 90)
   endif()
+  set(DSTRAIN_CUDART shared CACHE STRING "CUDA runtime for cuda/: shared (LibTorch's, the default) or static (a second copy)")
+  set_property(CACHE DSTRAIN_CUDART PROPERTY STRINGS shared static)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   # NCCL: NCCL_HOME, then the CUDA toolkit, then the nvidia-nccl wheel that the CUDA torch

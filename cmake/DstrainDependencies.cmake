@@ -32,9 +32,17 @@ file(CREATE_LINK "${_fmt_inc}/fmt" "${DSTRAIN_FMT_SHIM}/fmt" SYMBOLIC)
 
 # Torch's flags (e.g. -D_GLIBCXX_USE_CXX11_ABI) are carried by the imported torch target.
 
-# The torch wheel's libtorch.so exports its own, older copy of libstdc++'s std::filesystem
-# (remove_all, resize_file, ...). Linked first, it would win symbol lookup over the system
-# libstdc++ and its remove_all jumps to a null pointer here. Naming libstdc++ before any other
-# library (link options precede objects and libraries) makes the system copy win.
+# The torch wheel's libtorch.so exports its own copy of libstdc++'s std::filesystem (remove_all,
+# resize_file, ...), whose remove_all jumps to a null pointer when another program calls it. No
+# reference of dstrain's may ever bind to it (issue 17: every GPU run that pruned a checkpoint or
+# cleaned up a log directory died of SIGSEGV at its end):
+#  - a shared libstdc++ (Debian): named before any other library (link options precede objects
+#    and libraries), it is first in DT_NEEDED and every std:: reference is versioned GLIBCXX_*;
+#  - a static one (a toolchain with only libstdc++.a, as the H200 machine's /opt/gcc): the option
+#    takes nothing from the archive (no object has been read yet), and the compiler's own
+#    -lstdc++ comes after libtorch.so, which would then satisfy those references. So libstdc++ is
+#    also a link library right after dstrain's own and before torch.
+# scripts/check-link.sh (test unit.check_link) fails on any std:: symbol left for another library.
 add_library(dstrain_stdcxx_first INTERFACE)
 target_link_options(dstrain_stdcxx_first INTERFACE "LINKER:--push-state,--no-as-needed,-lstdc++,--pop-state")
+target_link_libraries(dstrain_stdcxx_first INTERFACE stdc++)

@@ -21,5 +21,11 @@ for dir in lib/dstrain/*/; do
   name=$(basename "$dir")
   [[ " ${order[*]} " == *" $name "* ]] || { echo "check-modules: lib/dstrain/$name is not in the module order" >&2; status=1; }
 done
+# Tests include Catch through test/catch_torch.h, so that LibTorch's glog-style CHECK (which
+# aborts the binary) never replaces Catch's.
+while IFS= read -r hit; do
+  echo "check-modules: include \"catch_torch.h\" instead of <catch2/catch.hpp>: $hit" >&2
+  status=1
+done < <(grep -rn '#include <catch2/catch.hpp>' test --include='*.cpp' --include='*.h' | grep -v '^test/catch_torch.h:' || true)
 [ "$status" = 0 ] && echo "check-modules: OK (${#order[@]} modules, no upward includes)"
 exit "$status"

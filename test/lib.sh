@@ -52,7 +52,34 @@ alive() {
   done
 }
 
-finish() { echo "$PASSED passed, 0 failed"; }
+# Every launcher writes logs/exits.nodeN.json: how each of its workers ended. check_worker_exits
+# (run by finish) fails the test when a worker of a run the launcher called successful (0, 75)
+# did not exit 0 or 75 itself, or when any worker died of a signal nobody sent it (the GPU
+# workers' SIGSEGV at exit, issue 17). A test that crashes or kills workers on purpose says
+# allow_worker_signals first.
+ALLOW_WORKER_SIGNALS=0
+allow_worker_signals() { ALLOW_WORKER_SIGNALS=1; }
+check_worker_exits() {
+  local records
+  records="$(find "$WORK" -path '*/logs/exits.node*.json' 2>/dev/null | sort)"
+  [ -n "$records" ] || return 0
+  python3 - "$ALLOW_WORKER_SIGNALS" $records <<'PY' || fail "a worker process ended badly (above)"
+import json, sys
+allow_signals, bad = sys.argv[1] == "1", []
+for path in sys.argv[2:]:
+    r = json.load(open(path))
+    assert r["format"] == "dstrain-worker-exits" and r["version"] == 1, path
+    for w in r["workers"]:
+        ok = r["launcher_status"] not in (0, 75) or (w["signal"] == 0 and w["exit_code"] in (0, 75))
+        unasked = w["signal"] != 0 and w["signal_from_launcher"] == 0 and not allow_signals
+        if not ok or unasked:
+            bad.append(f"{path}: rank {w['rank']} {w['description']} (launcher exited {r['launcher_status']})")
+print("\n".join(bad), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+  echo "ok - every worker ended as its launcher reported ($(wc -w <<<"$records") exit records)"
+}
+finish() { check_worker_exits; echo "$PASSED passed, 0 failed"; }
 
 # same_checkpoint_data A B: the two checkpoint directories hold the same shard files, byte for byte.
 same_checkpoint_data() {

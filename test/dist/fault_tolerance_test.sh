@@ -6,7 +6,9 @@
 #  - a rank alive but late (it sleeps in forward): the collective timeout names it and its phase
 #    while the others wait in the collective;
 #  - a NaN loss (bf16/fp32): stop (exit 8), skip (counted in metrics), rollback (bit-identical to
-#    an uninterrupted run when the fault is transient; exit 8 when it repeats).
+#    an uninterrupted run when the fault is transient; exit 8 when it repeats);
+#  - a worker that dies of SIGSEGV after its last step (the GPU workers' crash at exit, issue 17):
+#    the launcher exits 7 naming it, its exit record says signal 11, and check_worker_exits fails.
 source "$(dirname "$0")/../lib.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
 common=(--nproc-per-node 2 --set launch.threads_per_worker=1 --set train.steps=30 --set checkpoint.interval_steps=5 --set checkpoint.keep_last=2
@@ -81,4 +83,20 @@ ok "on_bad_step rollback: a transient NaN rolls back to step 10 and the run ends
 DSTRAIN_TEST_FAULTS=nan_loss=1:12:always expect_status 8 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${bad[@]}" --set train.on_bad_step=rollback --set run_dir=badagain
 expect_out "bad again after rolling back"
 ok "on_bad_step rollback: a NaN that repeats after the rollback stops the run (exit 8)"
+
+# --- a crash at exit, after the last step -------------------------------------------------------
+DSTRAIN_TEST_FAULTS=crash_at_exit=1 expect_status 7 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=12 --set run_dir=exitcrash
+expect_out "rank 1 (pid"
+expect_out "was killed by signal 11 (SIGSEGV)"
+[ -d exitcrash/ckpt/step_00000012 ] || fail "the crash at exit came after the last checkpoint, which must be committed"
+python3 - exitcrash/logs/exits.node0.json <<'PY' || fail "the exit record does not say that rank 1 died of SIGSEGV: $(cat exitcrash/logs/exits.node0.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+w = {x["rank"]: x for x in r["workers"]}
+assert r["launcher_status"] == 7 and w[1]["signal"] == 11 and w[1]["signal_from_launcher"] == 0 and w[1]["exit_code"] is None, r
+assert w[0]["exit_code"] == 0 or w[0]["signal_from_launcher"] == 9, r  # rank 0 ended first, or the launcher stopped it
+PY
+(check_worker_exits) 2>/dev/null && fail "check_worker_exits accepted a worker that died of SIGSEGV"
+mv exitcrash/logs/exits.node0.json exitcrash/exits.checked.json  # this crash was on purpose
+ok "a worker's SIGSEGV after its last step: exit 7 naming rank 1, recorded as signal 11, caught by the tests' exit check"
 finish

@@ -1,6 +1,6 @@
 // GPU tests: skipped (CTest exit code 77) with a message when no GPU is visible.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cstdio>
 

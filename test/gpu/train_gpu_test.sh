@@ -72,11 +72,16 @@ gpu_train moegpu16 "$SRC/recipes/tiny-mla-moe.yaml" "${moe[@]}" --set precision.
 python3 "$cmp" moecpu32/metrics.jsonl moegpu16/metrics.jsonl --rtol 0.01 || fail "MoE fp16 on the GPU diverges from the fp32 CPU curve"
 ok "the MLA + MoE model in fp16 on the GPU follows the fp32 CPU curve (rtol 1%)"
 
-# Offload: master weights and Adam states in pinned host memory, chunked and overlapped.
+# Offload: master weights and Adam states in pinned host memory, chunked and overlapped. In fp32
+# it must match Adam on the device to rounding (H200: 1.05e-7); bf16 magnifies any rounding
+# difference chaotically (stage 0 vs stage 1, both on the device, differ by 1.2% there), so the
+# bf16 offload run is held to the bf16 tolerance against the fp32 CPU curve, as the others are.
+DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff32 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp32 --set zero.stage=1 --set zero.offload_optimizer=cpu
+gpu_check grep -q "pinned, copies overlapped with the update" gpuoff32/logs/rank_00000.log || fail "offload is not pinned and overlapped"
+python3 "$cmp" gpu32/metrics.jsonl gpuoff32/metrics.jsonl --rtol 1e-5 || fail "offloaded fp32 diverges from fp32 Adam on the GPU"
 DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff "$demo_recipe" "${dense[@]}" --set precision.dtype=bf16 --set zero.stage=1 --set zero.offload_optimizer=cpu
-gpu_check grep -q "pinned, copies overlapped with the update" gpuoff/logs/rank_00000.log || fail "offload is not pinned and overlapped"
-python3 "$cmp" gpu16/metrics.jsonl gpuoff/metrics.jsonl --rtol 1e-2 || fail "offloaded bf16 diverges from bf16 on the GPU"
-ok "offload_optimizer: cpu on the GPU (pinned, chunked) follows the on-device optimizer"
+python3 "$cmp" cpu32/metrics.jsonl gpuoff/metrics.jsonl --rtol 0.05 || fail "offloaded bf16 diverges from the fp32 CPU curve"
+ok "offload_optimizer: cpu on the GPU (pinned, chunked): fp32 matches Adam on the device (rtol 1e-5), bf16 follows the fp32 CPU curve (rtol 5%)"
 
 # Checkpoints from GPU memory: a coordinated stop at step ~10 and a resume match the uninterrupted run.
 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 "${dense[@]}" --set precision.dtype=fp32 --set run_dir=stop > stop.out 2>&1 &
@@ -92,7 +97,7 @@ ok "a checkpoint saved from GPU memory verifies, and the resumed run follows the
 
 # More ranks than GPUs is refused by name; with two GPUs, NCCL ranks match the single GPU.
 if [ "$dry" != 1 ]; then
-  expect_status 5 "$DSTRAIN" train "$demo_recipe" --nproc-per-node $((gpus + 1)) "${dense[@]}" --set run_dir=toomany
+  expect_status 5 "$DSTRAIN" train "$demo_recipe" --nproc-per-node $((gpus + 1)) "${dense[@]}" --set train.global_batch_size=$((16 * (gpus + 1))) --set run_dir=toomany
   expect_out "only $gpus GPU(s) are visible"
   ok "more ranks per node than GPUs is refused with exit 5"
   # DeepSeek-V2-Lite (15.7B) at ZeRO-0 in bf16 needs ~234 GiB of model state on one GPU.

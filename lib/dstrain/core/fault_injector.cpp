@@ -82,6 +82,8 @@ FaultInjector::FaultInjector(const std::string& spec) {
       fact_rank_ = number<int>(p[0], entry, "fact=RANK:NAME=VALUE");
       fact_name_ = p[1].substr(0, fact_eq);
       fact_value_ = p[1].substr(fact_eq + 1);
+    } else if (name == "crash_at_exit") {
+      crash_at_exit_rank_ = number<int>(value, entry, "crash_at_exit=RANK");
     } else if (name == "data_path") {
       const auto p = split(value, ':', 2);
       if (p.size() != 2) malformed(entry, "data_path=RANK:PATH");
@@ -89,7 +91,7 @@ FaultInjector::FaultInjector(const std::string& spec) {
       data_path_ = p[1];
     } else {
       throw Error(ErrorCode::kUsage, fmt::format("{}: unknown fault '{}'", kVariable, name),
-                  "known: crash_at_save_point, inf_step, nan_loss, stall, slow_rank, offload_chunk, fact, data_path");
+                  "known: crash_at_save_point, inf_step, nan_loss, stall, slow_rank, offload_chunk, fact, data_path, crash_at_exit");
     }
     any_ = true;
   }

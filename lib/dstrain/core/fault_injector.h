@@ -13,6 +13,8 @@
 //   offload_chunk=N         optimizer offload's chunk size in elements
 //   fact=R:NAME=VALUE       check-env: rank R reports VALUE for its fact NAME
 //   data_path=R:PATH        check-env: rank R checks PATH as the recipe's dataset
+//   crash_at_exit=R         rank R dies of SIGSEGV after its last step and shutdown, as the
+//                           GPU workers did at exit (issue 17): the launcher must not call it done
 // A malformed value is an Error{kUsage} naming it, at the first query.
 #include <atomic>
 #include <cstdint>
@@ -43,6 +45,7 @@ class FaultInjector {
   // check-env: (fact name, value) that rank reports instead of its own, and the dataset it checks.
   std::optional<std::pair<std::string, std::string>> fact_override(int rank) const;
   std::string data_path_override(int rank) const;
+  bool crash_at_exit(int rank) const { return rank == crash_at_exit_rank_; }
 
  private:
   struct RankStep {
@@ -61,6 +64,7 @@ class FaultInjector {
   int slow_rank_ = -1;
   double slow_factor_ = 1;
   int64_t offload_chunk_ = 0;
+  int crash_at_exit_rank_ = -1;
   int fact_rank_ = -1;
   std::string fact_name_, fact_value_;
   int data_rank_ = -1;

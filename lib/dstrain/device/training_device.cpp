@@ -117,6 +117,14 @@ void synchronize(const c10::Device& device) {
 #endif
 }
 
+void release_cached_memory(const c10::Device& device) {
+#ifdef DSTRAIN_WITH_CUDA
+  if (device.is_cuda()) c10::cuda::CUDACachingAllocator::emptyCache();
+#else
+  (void)device;
+#endif
+}
+
 std::string out_of_memory_hint(const config::Recipe& r) {
   const std::string batch =
       fmt::format("lower train.micro_batch_size (now {}; more gradient accumulation keeps the global batch) or data.seq_len (now {})",

@@ -44,6 +44,9 @@ DeviceMemoryPeaks device_memory_peaks(const c10::Device& device);
 
 // Waits for the device's queued work (a no-op on CPU): step timings must include it.
 void synchronize(const c10::Device& device);
+// Returns the CUDA caching allocator's unused blocks to the driver (a no-op on CPU): the last
+// step of a worker's shutdown, after its tensors are gone.
+void release_cached_memory(const c10::Device& device);
 
 // The message for an out-of-memory failure on `device` in `where` ("forward of step 12"): the
 // per-rank estimate of model states and activations for this recipe, the device's size, and what

@@ -20,6 +20,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/host.h"
@@ -72,6 +75,7 @@ struct Child {
   std::deque<std::string> tail;  // last lines, for the failure report
   bool running = true;
   int status = 0;
+  int signalled = 0;  // the last signal the launcher sent it (SIGTERM, SIGKILL), 0: none
 };
 
 // The progress bar: rank 0's "@@progress step first total loss tokens_per_s elapsed_s" lines,
@@ -264,15 +268,40 @@ class Group {
   int finish(WorkerFailure* failure) {
     if (g_bar.shown) (void)!::write(STDERR_FILENO, "\n", 1);
     g_bar = ProgressBar{};
-    if (watched_failure_) return report_watched(failure);
-    if (first_failure_) return report_failed(failure);
-    return stopped_status();
+    const int status = watched_failure_ ? report_watched(failure) : first_failure_ ? report_failed(failure) : stopped_status();
+    write_exit_record(status);
+    return status;
   }
 
  private:
   void signal_all(int sig) {  // SIGKILL, SIGTERM, and SIGUSR1 forwarded
     for (auto& c : children_)
-      if (c.running) ::kill(c.pid, sig);
+      if (c.running) {
+        ::kill(c.pid, sig);
+        if (sig != SIGUSR1) c.signalled = sig;
+      }
+  }
+
+  // How each worker ended, for scripts and tests: a launcher's status says the group failed, this
+  // says which process ended how (issue 17: workers that crash at exit after their last step).
+  void write_exit_record(int launcher_status) const {
+    if (children_.empty()) return;
+    nlohmann::json workers = nlohmann::json::array();
+    for (const auto& c : children_)
+      workers.push_back({{"rank", c.rank},
+                         {"pid", c.pid},
+                         {"exit_code", WIFEXITED(c.status) ? nlohmann::json(WEXITSTATUS(c.status)) : nlohmann::json(nullptr)},
+                         {"signal", WIFSIGNALED(c.status) ? WTERMSIG(c.status) : 0},
+                         {"signal_from_launcher", c.signalled},
+                         {"description", describe(c.status)}});
+    const nlohmann::json record = {
+        {"format", "dstrain-worker-exits"},   {"version", 1},      {"host", host_name()}, {"node", o_.workers.front().group_rank},
+        {"launcher_status", launcher_status}, {"workers", workers}};
+    try {
+      write_file_atomic(exit_record_path(o_.log_dir, o_.workers.front().group_rank), record.dump(2) + "\n");
+    } catch (const std::exception& e) {
+      log::warn(std::string("could not write the workers' exit record: ") + e.what());
+    }
   }
   bool quiet() const { return !first_failure_ && !watched_failure_ && !forwarded_signal_; }
 
@@ -393,6 +422,10 @@ class Group {
 };
 
 }  // namespace
+
+std::string exit_record_path(const std::string& log_dir, int node) {
+  return (std::filesystem::path(log_dir) / fmt::format("exits.node{}.json", node)).string();
+}
 
 int supervise(const SupervisorOptions& o, WorkerFailure* failure) {
   std::filesystem::create_directories(o.log_dir);

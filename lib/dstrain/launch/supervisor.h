@@ -55,6 +55,9 @@ struct SupervisorOptions {
 // Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
 // dstrain error status (2-6, 8); kWorkerFailed for crashes, signals and other statuses;
 // kInterrupted; kComm after a hang the watchdog found. `failure` (optional) receives the first failure.
+// Before returning, writes LOG_DIR/exits.nodeN.json (exit_record_path): how each worker ended
+// (exit code or signal, and any signal the launcher sent it) and the launcher's status.
 int supervise(const SupervisorOptions& options, WorkerFailure* failure = nullptr);
+std::string exit_record_path(const std::string& log_dir, int node);
 
 }  // namespace dstrain::launch

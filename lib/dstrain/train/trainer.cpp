@@ -12,6 +12,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/shutdown_sequence.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/core/log.h"
@@ -100,6 +101,7 @@ struct Trainer::Parts {
   int64_t cursor = 0;  // samples consumed: the global data position
   double save_ms = 0;  // the last step's checkpoint time (wall_clock_breakdown)
   bool timed_phases = false;
+  ShutdownSequence ending;
 
   Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
       : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size),
@@ -147,11 +149,45 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.timed_phases = device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown;
+  plan_shutdown();
 }
 
-Trainer::~Trainer() = default;
+void Trainer::plan_shutdown() {
+  Parts& p = *p_;
+  // Threads first (they use the communicators and the engine), then the device's queued work,
+  // then the tensors, then the communicators that the tensors' collectives ran on.
+  p.ending.add("data prefetch thread", [&p] { p.data.reset(); });
+  p.ending.add("checkpoint writer thread", [&p] {
+    std::unique_ptr<Checkpointer> c = std::move(p.checkpointer);
+    c->finish();
+  });
+  p.ending.add("metrics and TensorBoard files", [&p] { p.telemetry.reset(); });
+  p.ending.add("heartbeat thread", [&p] { p.heartbeat.reset(); });
+  p.ending.add("device work", [&p] { device::synchronize(p.device.device); });
+  p.ending.add("engine, model and buffers", [&p] { p.engine.reset(), p.buffers.reset(), p.model.reset(); });
+  p.ending.add("NCCL communicator", [&p] { p.comm.nccl.reset(); });
+  p.ending.add("Gloo communicator and its threads", [&p] { p.comm.gloo.reset(); });
+  p.ending.add("device memory cache", [&p] { device::release_cached_memory(p.device.device); });
+}
+
+Trainer::~Trainer() {
+  if (p_) p_->ending.run_quietly();  // an error unwinds: end in the same order, without new errors
+}
+
+void Trainer::shutdown() {
+  p_->ending.run();
+  log::debug(fmt::format("shut down ({} threads left in this process)", thread_count()));
+}
+
+const std::vector<std::string>& Trainer::shutdown_steps() const { return p_->ending.ran(); }
 
 int Trainer::run() {
+  const int status = train_to_end();
+  shutdown();
+  return status;
+}
+
+int Trainer::train_to_end() {
   Parts& p = *p_;
   // Batches are built one step ahead on a background thread, so a step waits for data only
   // when reading is slower than computing.

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace dstrain::run {
 struct WorkerEnv;
@@ -34,11 +35,21 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains to the last step (0) or to a coordinated stop with a checkpoint (exit_status::kStopped).
+  // Trains to the last step (0) or to a coordinated stop with a checkpoint (exit_status::kStopped),
+  // then shuts down (below).
   int run();
+  // The worker's end, in order: data prefetch, checkpoint writer (its error, if any, is thrown),
+  // telemetry files, heartbeat (a last "finished" beat); the device synchronized; engine, model
+  // and buffers freed; NCCL then Gloo communicators destroyed; the CUDA allocator's cache
+  // returned. Runs once; the destructor runs it quietly if run() did not get there.
+  void shutdown();
+  // The shutdown steps that have run, in order (for tests).
+  const std::vector<std::string>& shutdown_steps() const;
 
  private:
   enum class StepEnd { kNext, kRolledBack, kStopped };
+  int train_to_end();
+  void plan_shutdown();
   StepEnd step();
   double micro_step(const at::Tensor& batch, size_t micro, bool last);
   at::Tensor update_expert_bias();

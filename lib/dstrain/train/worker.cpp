@@ -5,8 +5,11 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <csignal>
+
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/fault_injector.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
 #include "dstrain/run/worker_env.h"
@@ -33,7 +36,12 @@ int run_worker(const run::WorkerEnv& env) {
                  device::out_of_memory_hint(recipe));
   };
   try {
-    return Trainer(env, device).run();
+    const int status = Trainer(env, device).run();
+    if (FaultInjector::get().crash_at_exit(env.rank)) {
+      std::signal(SIGSEGV, SIG_DFL);
+      std::raise(SIGSEGV);
+    }
+    return status;
   } catch (const c10::OutOfMemoryError& e) {
     throw out_of_memory(first_line(e.what_without_backtrace()));
   } catch (const c10::Error& e) {

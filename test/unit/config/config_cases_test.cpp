@@ -1,6 +1,6 @@
 // Table-driven tests of the configuration layer: recipe YAML + ds_config JSON + --set, resolved
 // with DeepSpeed's semantics (../shared/docs/reference/deepspeed-semantics.md).
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <fstream>
 #include <functional>

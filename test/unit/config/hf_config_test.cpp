@@ -1,7 +1,7 @@
 // model.hf_config read as transformers reads a config.json: both layouts of the RoPE settings
 // (transformers 4's rope_theta + rope_scaling, 5's rope_parameters), transformers' defaults for
 // the keys a file omits, linear and YaRN scaling, and other RoPE types refused by name.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <fstream>
 #include <string>

@@ -1,5 +1,5 @@
 // Parameter counts from configs alone (nothing allocated) against the published totals.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include "test_support.h"
 #include "dstrain/config/describe.h"

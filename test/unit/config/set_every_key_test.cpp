@@ -2,7 +2,7 @@
 // model.hf_config) included: one row per key, each set through --set on a small recipe and read
 // back from the resolved config. A key added to the schema is covered by the generic value for
 // its type, or fails here until it gets a row below.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 #include <fmt/format.h>
 
 #include <filesystem>

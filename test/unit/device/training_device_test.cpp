@@ -1,6 +1,6 @@
 // The training device's pure parts: the spec, the datasheet table for MFU, the activation
 // estimate, and the out-of-memory message and hint.
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"

@@ -5,7 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 #include <fmt/format.h>
 
 #include <cstdlib>

@@ -1,7 +1,7 @@
 // The Checkpointer in one process (ranks are threads): save at one world size and ZeRO stage,
 // load at another, and compare with the run that was never interrupted.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <filesystem>
 #include <string>

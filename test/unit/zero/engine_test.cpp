@@ -2,7 +2,7 @@
 // stage 0 is the reference; every stage at 1, 2 and 4 ranks must give its losses, gradient norms
 // and final master weights within fp32 rounding.
 #include <ATen/ATen.h>
-#include <catch2/catch.hpp>
+#include "catch_torch.h"
 
 #include <cmath>
 #include <mutex>
