@@ -11,3 +11,16 @@ DSTRAIN_BUILD_DIR="${DSTRAIN_BUILD_DIR:-$DSTRAIN_ROOT/build}"
 
 say() { printf '\033[1m[dstrain]\033[0m %s\n' "$*" >&2; }
 die() { printf '[dstrain] error: %s\n' "$*" >&2; exit 1; }
+
+# fuzz_build TARGET...: configures (once) and builds the libFuzzer project test/fuzz with clang in
+# $DSTRAIN_FUZZ_BUILD_DIR (default build-fuzz/), and prints that directory.
+fuzz_build() {
+  local build="${DSTRAIN_FUZZ_BUILD_DIR:-$DSTRAIN_ROOT/build-fuzz}"
+  command -v clang++ >/dev/null || die "clang++ is missing: run scripts/setup.sh"
+  if [ ! -f "$build/build.ninja" ]; then
+    CXX=clang++ cmake -S "$DSTRAIN_ROOT/test/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  fi
+  cmake --build "$build" --target "$@" | grep -vE "^\[[0-9]+/[0-9]+\]" >&2 || true
+  mkdir -p "$build/crashes"
+  echo "$build"
+}

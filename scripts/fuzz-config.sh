@@ -7,13 +7,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-600}"
-build="${DSTRAIN_FUZZ_BUILD_DIR:-$DSTRAIN_ROOT/build-fuzz}"
-command -v clang++ >/dev/null || die "clang++ is missing: run scripts/setup.sh"
-if [ ! -f "$build/build.ninja" ]; then
-  CXX=clang++ cmake -S "$DSTRAIN_ROOT/test/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-fi
-cmake --build "$build" | grep -vE "^\[[0-9]+/[0-9]+\]" || true
-mkdir -p "$build/corpus" "$build/crashes"
+build="$(fuzz_build config_fuzz)"
+mkdir -p "$build/corpus"
 say "fuzzing the config readers for $seconds s"
 # -rss_limit_mb: a config reader must never need much memory; -timeout: nor much time.
 "$build/config_fuzz" "$build/corpus" "$DSTRAIN_ROOT/test/fuzz/corpus" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \

@@ -61,7 +61,7 @@ std::string resolve_dir(const std::string& path) {
 int inspect(const Options& o) {
   const std::string dir = resolve_dir(o.path);
   const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
-  bool ok = in.committed;
+  bool ok = in.committed && in.manifest_problem.empty();
   uint64_t bytes = 0;
   for (const auto& f : in.files) ok &= f.ok, bytes += f.bytes;
   int64_t elements = 0;
@@ -82,6 +82,7 @@ int inspect(const Options& o) {
          {"bytes", bytes},
          {"elements", elements},
          {"ok", ok},
+         {"manifest_problem", in.manifest_problem},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
     for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
@@ -120,6 +121,7 @@ int inspect(const Options& o) {
   if (o.json) {
     fmt::print("{}\n", j.dump(1));
   } else {
+    if (!in.manifest_problem.empty()) fmt::print("manifest     CORRUPT: {}\n", in.manifest_problem);
     for (const auto& f : in.files)
       if (!f.ok || o.verify || in.files.size() <= 8)
         fmt::print("file         {} {} bytes: {}\n", f.name, f.bytes, f.ok ? "OK (crc32c)" : "CORRUPT: " + f.problem);

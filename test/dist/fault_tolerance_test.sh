@@ -99,4 +99,17 @@ PY
 (check_worker_exits) 2>/dev/null && fail "check_worker_exits accepted a worker that died of SIGSEGV"
 mv exitcrash/logs/exits.node0.json exitcrash/exits.checked.json  # this crash was on purpose
 ok "a worker's SIGSEGV after its last step: exit 7 naming rank 1, recorded as signal 11, caught by the tests' exit check"
+
+# --- SIGTERM during the restart backoff (issue 20): a clean stop with the report, not 143 --------
+DSTRAIN_TEST_FAULTS=crash_at_exit=1 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=12 --max-restarts 1 --set run_dir=backoff > backoff.log 2>&1 &
+launcher=$!
+for _ in $(seq 1 1200); do grep -q "restart 1 of 1 in" backoff.log && break; sleep 0.05; done
+grep -q "restart 1 of 1 in" backoff.log || fail "no restart backoff: $(tail -5 backoff.log)"
+kill -TERM $launcher
+set +e; wait $launcher; status=$?; set -e
+[ $status -eq 75 ] || fail "SIGTERM during the backoff exited $status, expected 75: $(tail -5 backoff.log)"
+grep -q "stopped by SIGTERM during the restart backoff; continue with \`dstrain resume" backoff.log || fail "no stop report: $(tail -5 backoff.log)"
+grep -q "failure in this run (run_dir/failures.jsonl); the first:" backoff.log || fail "the failure report is missing: $(tail -8 backoff.log)"
+mv backoff/logs/exits.node0.json backoff/exits.checked.json  # rank 1's SIGSEGV was on purpose
+ok "SIGTERM during the restart backoff: exit 75 with the failure report and how to resume"
 finish

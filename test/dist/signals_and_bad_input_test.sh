@@ -74,4 +74,18 @@ expect_out "GiB of activations for a micro-batch of 4096 x 128 tokens"
 expect_out "hint: lower train.micro_batch_size (now 4096; more gradient accumulation keeps the global batch)"
 [ "$(wc -l 2>/dev/null < oom/failures.jsonl)" -eq 1 ] || fail "an out-of-memory failure was retried"
 ok "out of memory exits 5 with the per-rank estimate and what to change, and is not retried"
+
+# A run directory in use (issue 20): resume or train of a running run is refused at once, naming it.
+"$DSTRAIN" train "$demo_recipe" --set train.steps=400 --set launch.threads_per_worker=1 --set checkpoint.interval_steps=5 --set run_dir=busy > busy.log 2>&1 &
+busy=$!
+wait_for busy/ckpt/latest 120
+expect_status 2 "$DSTRAIN" resume busy
+expect_out "is in use by pid $busy on"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set run_dir=busy
+expect_out "is in use by pid $busy"
+kill -TERM $busy
+set +e; wait $busy; status=$?; set -e
+[ $status -eq 75 ] || fail "the running run was disturbed: exit $status: $(tail -5 busy.log)"
+expect_status 0 "$DSTRAIN" inspect-ckpt busy/ckpt --verify
+ok "a run directory in use: resume and train are refused (exit 2) naming the holder's pid; the running run is untouched"
 finish

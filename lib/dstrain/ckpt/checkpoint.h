@@ -154,6 +154,9 @@ struct Inspection {
   std::vector<TensorMeta> tensors;
   std::map<std::string, std::vector<std::string>> files_of_tensor;  // which files hold each tensor
   std::vector<FileCheck> files;
+  // What the reader refuses in the manifest itself (COMMITTED's checksum, names, shapes, pieces
+  // that do not tile the files); empty when it would load.
+  std::string manifest_problem;
 };
 // Reads the manifest and checks every file without throwing on corrupt data (for inspect-ckpt).
 Inspection inspect_checkpoint(const std::string& dir);

@@ -22,12 +22,15 @@ using namespace detail;
 
 namespace {
 
-nlohmann::json read_manifest(const std::string& dir) {
+// The manifest, parsed; `text` (optional) receives its bytes, for the COMMITTED checksum.
+nlohmann::json read_manifest(const std::string& dir, std::string* text = nullptr) {
   const std::string path = (fs::path(dir) / kManifest).string();
-  if (!fs::exists(path)) corrupt(dir, "manifest.json is missing");
+  if (!fs::is_regular_file(path)) corrupt(dir, "manifest.json is missing");
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_file(path));
+    const std::string bytes = read_file(path);
+    if (text) *text = bytes;
+    m = nlohmann::json::parse(bytes);
   } catch (const nlohmann::json::exception& e) {
     corrupt(path, fmt::format("not valid JSON ({})", e.what()));
   }
@@ -51,6 +54,25 @@ TrainState state_from(const nlohmann::json& m) {
   s.model = m.at("model").get<std::string>();
   s.created = m.at("created").get<std::string>();
   return s;
+}
+
+// The tensor's element count, refusing negative dimensions and counts no memory could hold.
+int64_t checked_numel(const TensorMeta& t, const std::string& manifest) {
+  int64_t n = 1;
+  for (int64_t d : t.shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t{1} << 48))
+      corrupt(manifest, fmt::format("tensor {}: shape [{}] is negative or too large", t.name, fmt::join(t.shape, ", ")));
+  return n;
+}
+
+// A regular file's size; a checkpoint error (never a filesystem exception) for anything else.
+uint64_t regular_file_size(const std::string& path, const std::string& holds) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) corrupt(path, "is missing" + holds);
+  if (!fs::is_regular_file(path, ec)) corrupt(path, "is not a regular file" + holds);
+  const uint64_t size = fs::file_size(path, ec);
+  if (ec) corrupt(path, "cannot be read: " + ec.message() + holds);
+  return size;
 }
 
 // "a, b, c, d and 7 more": the tensors a damaged file held, for the message.
@@ -102,8 +124,7 @@ struct Reader::Impl {
     const FileEntry& f = files.at(name);
     const std::string path = (fs::path(dir) / name).string();
     const std::string holds = " (it holds " + name_list(std::vector<std::string>(f.tensors.begin(), f.tensors.end())) + ")";
-    if (!fs::exists(path)) corrupt(path, "is missing" + holds);
-    const uint64_t size = fs::file_size(path);
+    const uint64_t size = regular_file_size(path, holds);
     if (size != f.bytes) corrupt(path, fmt::format("has {} bytes, the manifest says {}: truncated or overwritten{}", size, f.bytes, holds));
     if (!trust_crc && crc32c_of_file(path) != f.crc) corrupt(path, "checksum mismatch: the file is corrupt" + holds);
     std::lock_guard<std::mutex> lock(mu);
@@ -113,16 +134,26 @@ struct Reader::Impl {
 
 Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::make_unique<Impl>()) {
   impl_->trust_crc = verified;
-  if (!fs::exists(fs::path(dir) / kCommitted)) corrupt(dir, "has no COMMITTED marker (the save did not finish)");
-  const nlohmann::json m = read_manifest(dir);
+  if (!fs::is_regular_file(fs::path(dir) / kCommitted)) corrupt(dir, "has no COMMITTED marker (the save did not finish)");
+  std::string manifest_text;
+  const nlohmann::json m = read_manifest(dir, &manifest_text);
   const std::string manifest = (fs::path(dir) / kManifest).string();
+  if (!committed_matches(read_file((fs::path(dir) / kCommitted).string()), crc32c(manifest_text.data(), manifest_text.size())))
+    corrupt(manifest, "does not match the checksum recorded in COMMITTED: it was changed after the save");
   try {
     state_ = state_from(m);
-    for (const auto& f : m.at("files"))
-      impl_->files[f.at("name").get<std::string>()] = {f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}};
+    for (const auto& f : m.at("files")) {
+      const std::string name = f.at("name").get<std::string>();
+      if (!is_plain_file_name(name)) corrupt(manifest, fmt::format("file name '{}' is not a plain file name in the checkpoint", name));
+      if (!impl_->files.emplace(name, FileEntry{f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}}).second)
+        corrupt(manifest, fmt::format("file {} is listed twice", name));
+    }
+    std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> extents;  // per file: [offset, end) of each piece
     for (const auto& t : m.at("tensors")) {
       TensorMeta meta{t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()};
       const int64_t esize = dtype_size(meta.dtype);
+      const int64_t numel = checked_numel(meta, manifest);
+      if (impl_->pieces.count(meta.name)) corrupt(manifest, fmt::format("tensor {} is listed twice", meta.name));
       auto& list = impl_->pieces[meta.name];
       for (const auto& p : t.at("pieces")) {
         const std::string file = p.at("file");
@@ -130,9 +161,12 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
         if (fit == impl_->files.end())
           corrupt(manifest, fmt::format("tensor {} names file {}, which the manifest does not list", meta.name, file));
         Piece piece{meta.name, p.at("start").get<int64_t>(), p.at("count").get<int64_t>(), p.at("offset").get<uint64_t>()};
-        if (piece.start < 0 || piece.count < 0 || piece.start + piece.count > meta.numel() ||
-            piece.offset + static_cast<uint64_t>(piece.count * esize) > fit->second.bytes)
+        uint64_t end = 0;
+        if (piece.start < 0 || piece.count < 0 || piece.start > numel || piece.count > numel - piece.start ||
+            __builtin_add_overflow(piece.offset, static_cast<uint64_t>(piece.count) * static_cast<uint64_t>(esize), &end) ||
+            end > fit->second.bytes)
           corrupt(manifest, fmt::format("tensor {}: a piece lies outside the tensor or its file {}", meta.name, file));
+        extents[file].emplace_back(piece.offset, end);
         fit->second.tensors.insert(meta.name);
         list.push_back({file, piece});
       }
@@ -142,8 +176,22 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
         if (piece.start != next) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
         next += piece.count;
       }
-      if (next != meta.numel()) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
+      if (next != numel) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
       tensors_.push_back(std::move(meta));
+    }
+    // The pieces tile each file exactly: no gap, no overlap, nothing past the end (a shifted
+    // offset would otherwise load other bytes as weights).
+    for (auto& [name, file] : impl_->files) {
+      auto& spans = extents[name];
+      std::sort(spans.begin(), spans.end());
+      uint64_t at = 0;
+      for (const auto& [begin, end] : spans) {
+        if (begin != at)
+          corrupt(manifest, fmt::format("file {}: bytes from {} are {} (pieces must tile it exactly)", name, std::min(at, begin),
+                                        begin > at ? "in no piece" : "in two pieces"));
+        at = end;
+      }
+      if (at != file.bytes) corrupt(manifest, fmt::format("file {}: bytes from {} of {} are in no piece", name, at, file.bytes));
     }
   } catch (const nlohmann::json::exception& e) {
     corrupt(manifest, fmt::format("missing or mistyped entry ({})", e.what()));
@@ -215,8 +263,7 @@ std::optional<std::string> usable_checkpoint(const std::string& root, std::vecto
   std::vector<fs::path> candidates;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
-    if (e.is_directory() && name.rfind("step_", 0) == 0 && name.find('.') == std::string::npos && fs::exists(e.path() / kCommitted))
-      candidates.push_back(e.path());
+    if (e.is_directory() && step_of_name(name) && fs::exists(e.path() / kCommitted)) candidates.push_back(e.path());
   }
   std::sort(candidates.rbegin(), candidates.rend());
   // `latest` first (it may name an older one on purpose), then the rest from the newest.
@@ -234,6 +281,8 @@ std::optional<std::string> usable_checkpoint(const std::string& root, std::vecto
       return dir.string();
     } catch (const Error& e) {
       if (skipped) skipped->push_back(e.what());
+    } catch (const std::exception& e) {  // whatever a damaged checkpoint provokes, the next one is tried
+      if (skipped) skipped->push_back(fmt::format("checkpoint {}: {}", dir.string(), e.what()));
     }
   }
   return std::nullopt;
@@ -272,10 +321,13 @@ Inspection inspect_checkpoint(const std::string& dir) {
     for (const auto& f : m.at("files")) {
       FileCheck fc{f.at("name"), f.at("bytes"), true, ""};
       const std::string path = (fs::path(dir) / fc.name).string();
-      if (!fs::exists(path))
+      std::error_code ec;
+      if (!fs::exists(path, ec))
         fc.ok = false, fc.problem = "missing";
-      else if (fs::file_size(path) != fc.bytes)
-        fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path), fc.bytes);
+      else if (!is_plain_file_name(fc.name) || !fs::is_regular_file(path, ec))
+        fc.ok = false, fc.problem = "not a plain file name or not a regular file";
+      else if (fs::file_size(path, ec) != fc.bytes)
+        fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path, ec), fc.bytes);
       else if (crc32c_of_file(path) != f.at("crc32c").get<uint32_t>())
         fc.ok = false, fc.problem = "crc32c mismatch (corrupt)";
       if (!fc.ok) {
@@ -288,6 +340,13 @@ Inspection inspect_checkpoint(const std::string& dir) {
     }
   } catch (const nlohmann::json::exception& e) {
     corrupt((fs::path(dir) / kManifest).string(), fmt::format("missing or mistyped entry ({})", e.what()));
+  }
+  if (in.committed) {
+    try {
+      (void)Reader(dir, /*verified=*/true);  // the manifest's own checks; the files were checked above
+    } catch (const Error& e) {
+      in.manifest_problem = e.what();
+    }
   }
   return in;
 }

@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +28,38 @@ void corrupt(const std::string& where, const std::string& what) {
               "run `dstrain inspect-ckpt --verify` on it; `dstrain resume` falls back to the previous checkpoint that verifies");
 }
 void crash_point() { FaultInjector::get().save_point(); }
+
+std::optional<int64_t> step_of_name(const std::string& name) {
+  if (name.size() < 13 || name.size() > 23 || name.rfind("step_", 0) != 0) return std::nullopt;
+  for (size_t i = 5; i < name.size(); ++i)
+    if (name[i] < '0' || name[i] > '9') return std::nullopt;
+  return std::stoll(name.substr(5));
+}
+
+bool is_staging_name(const std::string& name) {
+  const std::string suffix = kPartialSuffix;
+  return name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+         step_of_name(name.substr(0, name.size() - suffix.size()));
+}
+
+bool is_plain_file_name(const std::string& name) {
+  if (name.empty() || name.size() > 255 || name == "." || name == "..") return false;
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-'; });
+}
+
+std::string committed_text(int64_t step, uint32_t manifest_crc) {
+  return fmt::format("step {}\nmanifest crc32c {:08x}\n", step, manifest_crc);
+}
+
+bool committed_matches(const std::string& text, uint32_t manifest_crc) {
+  const std::string key = "manifest crc32c ";
+  const auto at = text.find(key);
+  if (at == std::string::npos) return true;  // written before the checksum existed
+  const std::string hex = text.substr(at + key.size(), 8);
+  return hex.size() == 8 && hex.find_first_not_of("0123456789abcdef") == std::string::npos &&
+         static_cast<uint32_t>(std::stoul(hex, nullptr, 16)) == manifest_crc;
+}
 }  // namespace detail
 
 namespace {
@@ -34,8 +68,6 @@ nlohmann::json piece_json(const Piece& p) { return {{"tensor", p.tensor}, {"star
 Piece piece_from(const nlohmann::json& j) {
   return {j.at("tensor").get<std::string>(), j.at("start").get<int64_t>(), j.at("count").get<int64_t>(), j.at("offset").get<uint64_t>()};
 }
-
-int64_t step_of(const fs::path& dir) { return std::stoll(dir.filename().string().substr(5)); }
 
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -49,28 +81,30 @@ std::string utc_now() {
 // Deletes committed checkpoints older than `newest` that the policy does not keep, and the
 // leftovers of crashed saves. Never touches `newest` or anything newer.
 void prune(const std::string& root, int64_t newest, Retention retention) {
-  std::vector<fs::path> committed;
+  std::vector<std::pair<int64_t, fs::path>> committed;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.rfind("step_", 0) != 0) continue;
-    if (name.find('.') != std::string::npos) {  // step_X.partial of a crashed save (not ours: ours was renamed)
+    if (!e.is_directory()) continue;
+    if (is_staging_name(name)) {  // step_X.partial of a crashed save (not ours: ours was renamed)
       fs::remove_all(e.path());
       continue;
     }
+    const std::optional<int64_t> step = step_of_name(name);
+    if (!step) continue;  // not a name dstrain writes: a user's copy, never touched
     if (!fs::exists(e.path() / kCommitted)) {
-      if (step_of(e.path()) < newest) fs::remove_all(e.path());  // renamed by a save that crashed before committing
+      if (*step < newest) fs::remove_all(e.path());  // renamed by a save that crashed before committing
       continue;
     }
-    if (step_of(e.path()) <= newest) committed.push_back(e.path());
+    if (*step <= newest) committed.emplace_back(*step, e.path());
   }
   std::sort(committed.begin(), committed.end());
   if (retention.keep_last <= 0 || static_cast<int64_t>(committed.size()) <= retention.keep_last) return;
   for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < committed.size(); ++i)
-    if (retention.keep_every <= 0 || step_of(committed[i]) % retention.keep_every != 0) {
+    if (retention.keep_every <= 0 || committed[i].first % retention.keep_every != 0) {
       // Uncommit first: a crash halfway through removing leaves no half checkpoint that claims to be whole.
-      fs::remove(committed[i] / kCommitted);
+      fs::remove(committed[i].second / kCommitted);
       crash_point();
-      fs::remove_all(committed[i]);
+      fs::remove_all(committed[i].second);
     }
 }
 
@@ -138,7 +172,14 @@ ShardFile write_shard(const std::string& staging, int rank, const std::vector<Te
   }
   crash_point();  // all written, not flushed
   out.flush();
-  if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}'", path), "check free disk space");
+  if (!out) {
+    const int err = errno;
+    out.close();
+    std::error_code ec;
+    fs::remove(path, ec);  // a partial shard must not keep the disk full
+    throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}': {}", path, std::strerror(err)),
+                "check free disk space (`df -h`); the previous checkpoint is intact");
+  }
   out.close();
   fsync_path(path);
   crash_point();  // on disk, not yet in any manifest
@@ -188,16 +229,29 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   m["files"] = nlohmann::json::array();
   for (const auto& f : files) m["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
   const std::string staging = staging_dir(root, state.step);
-  write_file_atomic((fs::path(staging) / kManifest).string(), m.dump(1) + "\n");
+  const std::string manifest_text = m.dump(1) + "\n";
+  write_file_atomic((fs::path(staging) / kManifest).string(), manifest_text);
   fsync_path(staging);
   crash_point();  // complete but uncommitted, under the staging name
 
   // Commit: the directory appears whole under its final name, then the marker, then `latest`.
   const fs::path final_dir = fs::path(root) / step_dir_name(state.step);
-  if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an uncommitted or superseded copy of this step
-  rename_atomic(staging, final_dir.string());
-  crash_point();  // renamed, not COMMITTED
-  write_file_atomic((final_dir / kCommitted).string(), fmt::format("step {}\n", state.step));
+  const std::string committed = committed_text(state.step, crc32c(manifest_text.data(), manifest_text.size()));
+  if (fs::exists(final_dir / kCommitted)) {
+    // The same step saved again (a rollback, a resumed run): the new copy is committed under
+    // the staging name and swapped in atomically, so a committed copy (perhaps the one `latest`
+    // names) is under the final name at every instant; then the old one is removed.
+    write_file_atomic((fs::path(staging) / kCommitted).string(), committed);
+    exchange_atomic(staging, final_dir.string());
+    crash_point();  // swapped: the old copy is under the staging name
+    fs::remove_all(staging);
+  } else {
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);  // an uncommitted copy of this step
+    rename_atomic(staging, final_dir.string());
+    crash_point();  // renamed, not COMMITTED
+    write_file_atomic((final_dir / kCommitted).string(), committed);
+  }
+  fsync_path(root);
   crash_point();  // COMMITTED, `latest` still names the previous one
   write_file_atomic((fs::path(root) / "latest").string(), step_dir_name(state.step) + "\n");
   crash_point();  // `latest` moved, nothing pruned

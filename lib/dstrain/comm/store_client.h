@@ -14,9 +14,11 @@ class StoreClient {
   StoreClient(const std::string& host, int port, std::chrono::milliseconds timeout);
   ~StoreClient();
   StoreClient(StoreClient&&) noexcept;
-  // Each throws Error{kComm} when the store cannot be reached (its host is gone).
+  // Each throws Error{kComm} when the store cannot be reached (its host is gone). Values are
+  // signed with the job's secret and verified when read (store_auth.h): a value that does not
+  // verify, or is over max_bytes, reads as not set.
   void set(const std::string& key, const std::string& value);
-  std::optional<std::string> try_get(const std::string& key);  // nullopt: not set
+  std::optional<std::string> try_get(const std::string& key, size_t max_bytes = size_t{1} << 20);  // nullopt: not set
   int64_t add(const std::string& key, int64_t delta);
 
   struct Impl;

@@ -2,6 +2,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "dstrain/comm/store_server.h"
+
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/comm/store_client_impl.h"
 #include "dstrain/core/error.h"
 
@@ -36,7 +38,8 @@ StoreClient StoreServer::client() const {
 }
 
 void StoreServer::publish(const std::string& key, const std::string& value) {
-  impl_->store->set("dstrain/published/" + key, std::vector<uint8_t>(value.begin(), value.end()));
+  const std::string stored = sign_store_value("dstrain/published/" + key, value);
+  impl_->store->set("dstrain/published/" + key, std::vector<uint8_t>(stored.begin(), stored.end()));
 }
 
 NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::string& key, std::chrono::milliseconds timeout) {
@@ -45,7 +48,14 @@ NodeZeroInfo fetch_from_node_zero(const std::string& host, int port, const std::
     auto store = open_tcp_store(host, port, timeout, /*is_server=*/false);
     auto run = store->get("dstrain/run");
     auto value = store->get("dstrain/published/" + key);
-    return {std::string(run.begin(), run.end()), std::string(value.begin(), value.end())};
+    const auto verified = verify_store_value("dstrain/published/" + key, std::string(value.begin(), value.end()), size_t{64} << 20);
+    if (!verified)
+      throw Error(ErrorCode::kComm, "the " + key + " served at " + where + " is not signed with this node's " + kSecretVariable,
+                  "give every node the same secret (the variable or DSTRAIN_STORE_SECRET_FILE); if they have it, another program is "
+                  "serving that port");
+    return {std::string(run.begin(), run.end()), *verified};
+  } catch (const Error&) {
+    throw;
   } catch (const std::exception& e) {
     throw Error(
         ErrorCode::kComm,

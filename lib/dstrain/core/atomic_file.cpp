@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <stdio.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -62,12 +64,19 @@ void AtomicFileWriter::write(const void* data, size_t bytes) {
 
 void AtomicFileWriter::commit() {
   const int fd = std::exchange(fd_, -1);
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  const bool synced = ::fsync(fd) == 0;
+  const int sync_errno = errno;
+  const bool closed = ::close(fd) == 0;  // always closed, even when fsync failed
+  if (!synced || !closed) {
+    const int err = synced ? errno : sync_errno;
     ::unlink(tmp_.c_str());
+    errno = err;  // the message names the flush's error (ENOSPC, EIO), not unlink's
     io_fail("cannot flush", tmp_);
   }
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
     ::unlink(tmp_.c_str());
+    errno = err;
     io_fail("cannot rename into place", path_);
   }
   fsync_path(parent_dir(path_));
@@ -81,6 +90,18 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 
 void rename_atomic(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) io_fail("cannot rename '" + from + "' to", to);
+  fsync_path(parent_dir(to));
+}
+
+void exchange_atomic(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) != 0) {
+    if (errno != EINVAL && errno != ENOSYS) io_fail("cannot exchange '" + from + "' with", to);
+    std::error_code ec;
+    std::filesystem::remove_all(to, ec);
+    if (ec) io_fail("cannot remove", to);
+    rename_atomic(from, to);
+    return;
+  }
   fsync_path(parent_dir(to));
 }
 

@@ -30,6 +30,9 @@ class AtomicFileWriter {
 };
 // Renames a finished directory into place and fsyncs the parent (checkpoint commit).
 void rename_atomic(const std::string& from, const std::string& to);
+// Swaps two existing directories (renameat2 RENAME_EXCHANGE) and fsyncs their parent. On a
+// filesystem without exchange: `to` is removed, then `from` renamed onto it.
+void exchange_atomic(const std::string& from, const std::string& to);
 void fsync_path(const std::string& path);
 // Reads a whole file; throws Error{code} naming the path when it cannot.
 std::string read_file(const std::string& path);

@@ -9,15 +9,15 @@
 namespace dstrain::progress {
 namespace {
 
-std::atomic<int64_t> g_step{0};
-std::atomic<int> g_phase{0};
-std::atomic<int64_t> g_since_ns{0};
-std::atomic<const char*> g_op{nullptr};  // string literals only
-std::atomic<uint64_t> g_seq{0};
-
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+std::atomic<int64_t> g_step{0};
+std::atomic<int> g_phase{0};
+std::atomic<int64_t> g_since_ns{now_ns()};  // "starting" began when the process did, not at boot
+std::atomic<const char*> g_op{nullptr};     // string literals only
+std::atomic<uint64_t> g_seq{0};
 
 constexpr const char* kNames[] = {"starting", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "finished"};
 

@@ -6,8 +6,9 @@
 
 namespace dstrain::data {
 
-SampleStream::SampleStream(std::vector<std::unique_ptr<TokenFile>> files, std::vector<double> weights, int64_t seq_len, uint64_t seed)
-    : files_(std::move(files)), seq_len_(seq_len) {
+SampleStream::SampleStream(std::vector<std::unique_ptr<TokenFile>> files, std::vector<double> weights, int64_t seq_len, uint64_t seed,
+                           int64_t vocab_size)
+    : files_(std::move(files)), seq_len_(seq_len), vocab_size_(vocab_size) {
   if (weights.empty())  // several files without weights: in proportion to their sizes
     for (const auto& f : files_) weights.push_back(static_cast<double>((f->size() - 1) / seq_len));
   double total = 0;
@@ -47,7 +48,16 @@ void SampleStream::read(int64_t position, int64_t* out) {
   const int s = source_of(position, k);
   const int64_t start = samplers_[static_cast<size_t>(s)].sample_at(k) * seq_len_;
   const TokenFile& f = *files_[static_cast<size_t>(s)];
-  for (int64_t t = 0; t <= seq_len_; ++t) out[t] = f.at(start + t);
+  for (int64_t t = 0; t <= seq_len_; ++t) {
+    out[t] = f.at(start + t);
+    if (vocab_size_ > 0 && (out[t] < 0 || out[t] >= vocab_size_))
+      throw Error(ErrorCode::kData,
+                  fmt::format("{}: the token at offset {} is {}", f.path(), start + t,
+                              out[t] == kNotWhole ? "not a whole number (NaN, infinite or fractional)"
+                                                  : fmt::format("{}, outside the model's vocabulary [0, {})", out[t], vocab_size_)),
+                  "the data was tokenized for another vocabulary or is corrupt: re-tokenize it, or set model.vocab_size to the "
+                  "tokenizer's size");
+  }
 }
 
 }  // namespace dstrain::data

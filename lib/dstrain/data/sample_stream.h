@@ -16,8 +16,11 @@ namespace dstrain::data {
 
 class SampleStream {
  public:
-  SampleStream(std::vector<std::unique_ptr<TokenFile>> files, std::vector<double> weights, int64_t seq_len, uint64_t seed);
-  // Global sample `position`: seq_len + 1 tokens into out.
+  // vocab_size > 0: every token read is checked against [0, vocab_size).
+  SampleStream(std::vector<std::unique_ptr<TokenFile>> files, std::vector<double> weights, int64_t seq_len, uint64_t seed,
+               int64_t vocab_size = 0);
+  // Global sample `position`: seq_len + 1 tokens into out. Throws Error{kData} naming the file
+  // and token offset of a token outside the vocabulary (never an index error in the model).
   void read(int64_t position, int64_t* out);
   int64_t num_samples() const;
   size_t num_sources() const { return files_.size(); }
@@ -29,6 +32,7 @@ class SampleStream {
   std::vector<GlobalSampler> samplers_;
   std::vector<double> weights_;  // normalised
   int64_t seq_len_;
+  int64_t vocab_size_;
   // Blend state after assigning positions [0, next_)
   int64_t next_ = 0;
   std::vector<int64_t> counts_;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -56,6 +57,13 @@ T read_le(const uint8_t* p) {
   return v;
 }
 
+// A float token as an integer; kNotWhole for NaN, infinities, fractions and values no vocabulary
+// has (converting those to int64 would be undefined behaviour).
+int64_t whole(double v) {
+  if (!(std::fabs(v) < 9.0e15) || v != std::floor(v)) return kNotWhole;
+  return static_cast<int64_t>(v);
+}
+
 int64_t element(const uint8_t* base, int code, int64_t i) {
   switch (code) {
     case 1:
@@ -69,9 +77,9 @@ int64_t element(const uint8_t* base, int code, int64_t i) {
     case 5:
       return read_le<int64_t>(base + 8 * i);
     case 6:
-      return static_cast<int64_t>(read_le<double>(base + 8 * i));
+      return whole(read_le<double>(base + 8 * i));
     case 7:
-      return static_cast<int64_t>(read_le<float>(base + 4 * i));
+      return whole(read_le<float>(base + 4 * i));
     case 8:
       return read_le<uint16_t>(base + 2 * i);
   }
@@ -172,6 +180,9 @@ class MegatronFile final : public TokenFile {
     for (uint64_t d = 0; d + 1 < docs; ++d) {
       const int64_t first = read_le<int64_t>(doc_index + 8 * d), next = read_le<int64_t>(doc_index + 8 * (d + 1));
       if (next < first) bad(idx_path, fmt::format("its document index decreases at entry {}", d + 1));
+      if (first < 0 || static_cast<uint64_t>(next) > seqs)  // checked before starts_[first] is read
+        bad(idx_path, fmt::format("its document index entry {} ({}) is outside the {} sequences",
+                                  next > static_cast<int64_t>(seqs) ? d + 1 : d, next > static_cast<int64_t>(seqs) ? next : first, seqs));
       document_starts_.push_back(starts_[static_cast<size_t>(first)]);
     }
     size_ = tokens;

@@ -15,12 +15,15 @@
 
 namespace dstrain::data {
 
+// What at() returns for a float token that is not a whole number (NaN, inf, 2.5, 1e300).
+constexpr int64_t kNotWhole = INT64_MIN;
+
 class TokenFile {
  public:
   virtual ~TokenFile() = default;
   const std::string& path() const { return path_; }
   int64_t size() const { return size_; }  // tokens
-  // Token `i` of the stream, widened to int64.
+  // Token `i` of the stream, widened to int64 (kNotWhole for a float that is not a whole number).
   virtual int64_t at(int64_t i) const = 0;
   // Where documents start, in token offsets (empty when the format has no documents).
   const std::vector<int64_t>& document_starts() const { return document_starts_; }

@@ -44,7 +44,10 @@ std::string field_of(const std::string& path, const std::string& key, char sep) 
 
 std::string cuda_version_text(int v) { return v > 0 ? fmt::format("{}.{}", v / 1000, (v % 1000) / 10) : "none"; }
 
-std::string gib(double bytes) { return fmt::format("{:.1f} GiB", bytes / 1073741824.0); }
+// GiB with one decimal; MiB below 1 GiB (a nearly full disk is not "0.0 GiB free").
+std::string gib(double bytes) {
+  return bytes < 1073741824.0 ? fmt::format("{:.1f} MiB", bytes / 1048576.0) : fmt::format("{:.1f} GiB", bytes / 1073741824.0);
+}
 
 // The vector extensions the fused kernels can use, from /proc/cpuinfo's flags.
 std::string cpu_isa() {

@@ -4,23 +4,28 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/log.h"
 
 namespace dstrain::launch {
 
 int64_t last_logged_step(const std::string& metrics_path) {
   std::ifstream in(metrics_path);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  if (last.empty()) return 0;
-  try {
-    return nlohmann::json::parse(last).value("step", int64_t{0});
-  } catch (const nlohmann::json::exception&) {
-    return 0;  // a line cut by the crash
+  std::string line;
+  int64_t step = 0;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    try {
+      step = nlohmann::json::parse(line).value("step", step);
+    } catch (const nlohmann::json::exception&) {
+      // a line cut by the crash: the step before it stands
+    }
   }
+  return step;
 }
 
 void append_failure(const std::string& path, const FailureRecord& r) {
@@ -39,6 +44,9 @@ void append_failure(const std::string& path, const FailureRecord& r) {
   if (f.signal) j["signal"] = f.signal;
   std::ofstream out(path, std::ios::app);
   out << j.dump() << "\n";
+  out.flush();
+  if (!out)  // a full disk must not hide the failure itself: it is in the log either way
+    log::warn(fmt::format("could not append to {}: {}; the failure above is not recorded there", path, std::strerror(errno)));
 }
 
 std::string describe_failure(const launch::WorkerFailure& f) {

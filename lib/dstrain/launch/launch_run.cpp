@@ -6,19 +6,23 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <random>
 #include <thread>
 
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/comm/store_client.h"
 #include "dstrain/comm/store_server.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/launch/failures.h"
+#include "dstrain/run/run_lock.h"
 #include "dstrain/launch/group_watch.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/launch/preflight.h"
@@ -87,6 +91,7 @@ class Launcher {
   bool resume_;
   std::string resume_from_;
   std::vector<FailureRecord> failures_;
+  int stopped_by_ = 0;  // SIGINT/SIGTERM during a restart backoff
 };
 
 // Node 0 hosts the store and publishes the run id and the resolved config; the other nodes'
@@ -149,6 +154,7 @@ GroupWatchOptions Launcher::watch_options() const {
 }
 
 int Launcher::run() {
+  const SignalScope signals;  // for the whole launch: restart backoffs included
   open_rendezvous();
   const int nproc = topo_.nproc_per_node;
   const int threads = threads_per_worker(static_cast<int>(recipe_.launch.threads_per_worker), nproc, online_cores());
@@ -177,6 +183,12 @@ int Launcher::run() {
     if (!failure.happened || !restart_after(failure, watch, generation)) break;
   }
   if (!failures_.empty() && topo_.node_rank == 0) log::warn(root_cause_report(failures_));
+  if (stopped_by_) {
+    const bool resumable = ckpt::has_committed_checkpoint(run_dir_.ckpt_dir(recipe_));
+    log::warn(fmt::format("stopped by {} during the restart backoff; {}", stopped_by_ == SIGINT ? "SIGINT" : "SIGTERM",
+                          resumable ? fmt::format("continue with `dstrain resume {}`", run_dir_.root()) : "no checkpoint to resume from"));
+    return resumable ? exit_status::kStopped : exit_status::kInterrupted;
+  }
   if (status == 0 && topo_.node_rank == 0)
     log::info(fmt::format("run finished; metrics in {}, checkpoints in {}", run_dir_.metrics_path(), run_dir_.ckpt_dir(recipe_)));
   return status;
@@ -236,16 +248,33 @@ bool Launcher::decide_on_node_zero(WorkerFailure failure, GroupWatch& watch, int
                         !resume_               ? "the start"
                         : resume_from_.empty() ? "the latest committed checkpoint"
                                                : resume_from_));
-  std::this_thread::sleep_for(std::chrono::seconds(wait));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait);
+  while (std::chrono::steady_clock::now() < until) {
+    if ((stopped_by_ = SignalScope::stop_signal()) != 0) return false;  // no new generation; run() reports
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   return true;
 }
 
 }  // namespace
 
+void use_store_secret(const Topology& topo, bool warn) {
+  const std::string secret = comm::store_secret_from_environment(topo.nnodes == 1 && topo.mode == Topology::Mode::kLauncher);
+  if (secret.empty() && warn)
+    log::warn(
+        fmt::format("the rendezvous store's control values (heartbeats, decisions, the config) are not authenticated: give every "
+                    "node's launcher the same secret in {} or {} (README: threat model)",
+                    comm::kSecretVariable, comm::kSecretFileVariable));
+  comm::set_store_secret(secret);
+  if (!secret.empty()) ::setenv(comm::kSecretVariable, secret.c_str(), 1);  // the workers' copy, through their environment
+}
+
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
+  use_store_secret(options.topology, options.topology.nnodes > 1);
   refuse_unsupported(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);
   refuse_if_memory_short(recipe, options.topology.nproc_per_node);
+  const run::RunDirLock lock(recipe.run_dir, options.topology.node_rank);  // one launcher per run_dir and node
   return Launcher(recipe, options).run();
 }
 

@@ -16,6 +16,10 @@ struct LaunchOptions {
   bool env_check = true;  // the workers' cross-rank preflight (--skip-env-check: false)
 };
 
+// This process's store secret (comm/store_auth.h), also exported for its workers: from the
+// environment, or generated for a one-node launch; `warn` when there is none.
+void use_store_secret(const Topology& topo, bool warn);
+
 // Returns the launcher's exit status.
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options);
 

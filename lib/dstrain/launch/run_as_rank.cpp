@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <thread>
 
 #include "dstrain/ckpt/checkpoint.h"
@@ -15,12 +16,14 @@
 #include "dstrain/launch/preflight.h"
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/run/run_lock.h"
 #include "dstrain/train/worker.h"
 
 namespace dstrain::launch {
 
 int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   refuse_unsupported(recipe);
+  use_store_secret(options.topology, options.topology.rank == 0 && options.topology.nnodes > 1);
   const auto& topo = options.topology;
   const run::RunDir run_dir(recipe.run_dir);
   const auto timeout = std::chrono::milliseconds(recipe.launch.timeout_s * 1000);
@@ -36,7 +39,9 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   // Rank 0 prepares the run directory and marks it with the run id; the others wait for the mark
   // (the run directory is on a filesystem that every node sees, as torchrun and srun jobs assume).
   const std::string mark = recipe.run_dir + "/.run_id";
+  std::optional<run::RunDirLock> lock;  // rank 0 holds the run directory for the job's lifetime
   if (topo.rank == 0) {
+    lock.emplace(recipe.run_dir);
     for (const auto& warning : recipe.warnings) log::warn(warning);
     if (options.resume && options.resume_from.empty())
       run_dir.check_resumable(recipe);

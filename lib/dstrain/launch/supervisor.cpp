@@ -201,40 +201,40 @@ std::string describe(int status) {
   return "ended";
 }
 
+// Nested scopes (the launch loop's, each supervise()'s) share the outermost one's handlers, so a
+// signal during a restart backoff is not lost between two supervise() calls.
+int g_signal_scopes = 0;
+struct sigaction g_old_int {
+}, g_old_term{}, g_old_usr1{};
+
 }  // namespace
 
+SignalScope::SignalScope() {
+  if (g_signal_scopes++ > 0) return;
+  struct sigaction stop {};
+  stop.sa_handler = on_signal;
+  sigemptyset(&stop.sa_mask);
+  sigaction(SIGINT, &stop, &g_old_int);
+  sigaction(SIGTERM, &stop, &g_old_term);
+  struct sigaction save {};
+  save.sa_handler = on_save_request;
+  sigemptyset(&save.sa_mask);
+  sigaction(SIGUSR1, &save, &g_old_usr1);
+  g_signal = 0;
+  g_signal_count = 0;
+  g_save_request = 0;
+}
+
+SignalScope::~SignalScope() {
+  if (--g_signal_scopes > 0) return;
+  sigaction(SIGINT, &g_old_int, nullptr);
+  sigaction(SIGTERM, &g_old_term, nullptr);
+  sigaction(SIGUSR1, &g_old_usr1, nullptr);
+}
+
+int SignalScope::stop_signal() { return g_signal; }
+
 namespace {
-
-// The launcher's handlers while its workers run (SIGINT/SIGTERM: a coordinated stop, SIGUSR1: a
-// checkpoint); the previous handlers come back after.
-class SignalScope {
- public:
-  SignalScope() {
-    struct sigaction stop {};
-    stop.sa_handler = on_signal;
-    sigemptyset(&stop.sa_mask);
-    sigaction(SIGINT, &stop, &old_int_);
-    sigaction(SIGTERM, &stop, &old_term_);
-    struct sigaction save {};
-    save.sa_handler = on_save_request;
-    sigemptyset(&save.sa_mask);
-    sigaction(SIGUSR1, &save, &old_usr1_);
-    g_signal = 0;
-    g_signal_count = 0;
-    g_save_request = 0;
-  }
-  ~SignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGUSR1, &old_usr1_, nullptr);
-  }
-  SignalScope(const SignalScope&) = delete;
-  SignalScope& operator=(const SignalScope&) = delete;
-
- private:
-  struct sigaction old_int_ {
-  }, old_term_{}, old_usr1_{};
-};
 
 using Clock = std::chrono::steady_clock;
 
@@ -325,10 +325,21 @@ class Group {
       const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
       // 75: a coordinated stop (a signal, or the wall-time budget) that every rank takes together.
       const bool stopped_as_asked = WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kStopped;
-      if (!ok && !stopped_as_asked && quiet()) {
-        first_failure_ = &c;
-        signal_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
+      if (ok || stopped_as_asked || !quiet()) continue;
+      // A communication error is usually a symptom: a peer crashed, and the crash may be reaped
+      // a moment later. It is the cause only if no other failure follows within the window.
+      const bool symptom = WIFEXITED(status) && WEXITSTATUS(status) == exit_status::kComm;
+      if (symptom) {
+        if (!symptom_) symptom_ = &c, attribution_deadline_ = Clock::now() + kAttributionWindow;
+        continue;
       }
+      first_failure_ = &c;
+      signal_all(SIGKILL);  // the others wait on the dead one in a collective: nothing to save
+    }
+    const bool all_ended = std::none_of(children_.begin(), children_.end(), [](const Child& c) { return c.running; });
+    if (symptom_ && quiet() && (all_ended || Clock::now() >= attribution_deadline_)) {
+      first_failure_ = symptom_;
+      signal_all(SIGKILL);
     }
   }
 
@@ -415,6 +426,9 @@ class Group {
   const SupervisorOptions& o_;
   std::vector<Child> children_;
   const Child* first_failure_ = nullptr;
+  static constexpr std::chrono::milliseconds kAttributionWindow{2000};
+  const Child* symptom_ = nullptr;  // the first communication error, while the window is open
+  Clock::time_point attribution_deadline_;
   std::optional<WorkerFailure> watched_failure_;  // from the watchdog
   Clock::time_point next_watch_;
   int forwarded_signal_ = 0;

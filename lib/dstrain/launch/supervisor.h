@@ -55,6 +55,19 @@ struct SupervisorOptions {
 // Returns the launcher's exit status: kOk; the first failed worker's own status when it is a
 // dstrain error status (2-6, 8); kWorkerFailed for crashes, signals and other statuses;
 // kInterrupted; kComm after a hang the watchdog found. `failure` (optional) receives the first failure.
+// The launcher's handlers (SIGINT/SIGTERM: a coordinated stop, SIGUSR1: a checkpoint) while one
+// lives; the previous handlers come back after the outermost. The launch loop holds one across
+// its restart generations and backoffs, supervise() one around each generation.
+class SignalScope {
+ public:
+  SignalScope();
+  ~SignalScope();
+  SignalScope(const SignalScope&) = delete;
+  SignalScope& operator=(const SignalScope&) = delete;
+  // SIGINT or SIGTERM when one has arrived (0: none).
+  static int stop_signal();
+};
+
 // Before returning, writes LOG_DIR/exits.nodeN.json (exit_record_path): how each worker ended
 // (exit code or signal, and any signal the launcher sent it) and the launcher's status.
 int supervise(const SupervisorOptions& options, WorkerFailure* failure = nullptr);

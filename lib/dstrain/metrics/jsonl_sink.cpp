@@ -9,13 +9,20 @@
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
 
 namespace dstrain::metrics {
 namespace {
 
+// The step of a complete metrics line; -1 for anything else (a line torn by a crash mid-write).
 int64_t step_of(const std::string& line) {
+  if (line.size() < 9 || line.front() != '{' || line.back() != '}') return -1;
   const auto at = line.find("\"step\":");
-  return at == std::string::npos ? -1 : std::stoll(line.substr(at + 7));
+  if (at == std::string::npos) return -1;
+  int64_t step = -1;
+  for (size_t i = at + 7; i < line.size() && line[i] >= '0' && line[i] <= '9' && step < (int64_t{1} << 50); ++i)
+    step = (step < 0 ? 0 : step * 10) + (line[i] - '0');
+  return step;
 }
 
 }  // namespace
@@ -24,8 +31,14 @@ JsonlSink::JsonlSink(const std::string& path, int64_t keep_through_step) {
   if (keep_through_step > 0 && std::filesystem::exists(path)) {
     std::istringstream in(read_file(path));
     std::string kept, line;
-    while (std::getline(in, line))
-      if (!line.empty() && step_of(line) >= 0 && step_of(line) <= keep_through_step) kept += line + "\n";
+    int torn = 0;
+    while (std::getline(in, line)) {
+      if (line.empty()) continue;
+      const int64_t step = step_of(line);
+      if (step < 0) ++torn;
+      if (step >= 0 && step <= keep_through_step) kept += line + "\n";
+    }
+    if (torn > 0) log::warn(fmt::format("{}: dropped {} incomplete line(s) (written when the run was stopped mid-write)", path, torn));
     write_file_atomic(path, kept);
     out_.open(path, std::ios::app);
   } else {

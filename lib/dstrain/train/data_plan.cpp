@@ -46,7 +46,7 @@ DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world) : recipe_(
   for (const auto& path : recipe.data.paths.empty() ? std::vector<std::string>{recipe.data.path} : recipe.data.paths)
     files.push_back(data::open_token_file(path, recipe.data.format, recipe.data.seq_len));
   const uint64_t seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
-  stream_ = std::make_unique<data::SampleStream>(std::move(files), recipe.data.weights, recipe.data.seq_len, seed);
+  stream_ = std::make_unique<data::SampleStream>(std::move(files), recipe.data.weights, recipe.data.seq_len, seed, recipe.model.vocab_size);
 }
 
 DataPlan::~DataPlan() { discard(); }

@@ -7,6 +7,7 @@
 
 #include <csignal>
 
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/fault_injector.h"
@@ -22,6 +23,7 @@ namespace dstrain::train {
 
 int run_worker(const run::WorkerEnv& env) {
   StepTriggers::install_signal_handlers();  // first: SIGUSR1 must never kill a worker, SIGTERM must stop it cleanly
+  comm::set_store_secret(comm::store_secret_from_environment(false));  // the launcher's, through the environment
   log::set_rank(env.rank);
   const device::TrainingDevice device = device::open_training_device(env.device, env.rank);
   // Out of memory (CUDA's caching allocator, or the host's when RAM or `ulimit -v` runs out):

@@ -7,6 +7,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/sha256.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/run/progress_line.h"
@@ -136,4 +137,19 @@ TEST_CASE("progress lines: the worker's record reads back as written, other line
   CHECK_FALSE(run::decode_line("@@progress 1 2"));
   CHECK_FALSE(run::decode_line("@@progress 1 0 10 2.0 5.0 1.0 trailing"));
   CHECK_FALSE(run::is_progress_line("step 17/150 | loss 2.3"));
+}
+
+TEST_CASE("SHA-256 and HMAC-SHA256 match the NIST and RFC 4231 vectors", "[core]") {
+  CHECK(to_hex(sha256("")) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(to_hex(sha256("abc")) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(to_hex(sha256("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq")) ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(to_hex(sha256(std::string(1000000, 'a'))) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  CHECK(to_hex(sha256(std::string(55, 'x'))) != to_hex(sha256(std::string(56, 'x'))));  // the one- and two-block tails
+  CHECK(to_hex(hmac_sha256(std::string(20, '\x0b'), "Hi There")) == "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+  CHECK(to_hex(hmac_sha256("Jefe", "what do ya want for nothing?")) == "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+  CHECK(to_hex(hmac_sha256(std::string(131, '\xaa'), "Test Using Larger Than Block-Size Key - Hash Key First")) ==
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+  CHECK(digests_equal(sha256("a"), sha256("a")));
+  CHECK_FALSE(digests_equal(sha256("a"), sha256("b")));
 }

@@ -1,10 +1,13 @@
 #include "catch_torch.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
+#include <limits>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/sample_stream.h"
 #include "dstrain/data/token_file.h"
 #include "test_support.h"
 
@@ -107,4 +110,54 @@ TEST_CASE("corrupt data files give a clear error naming the file", "[data]") {
   CHECK_THAT(data_error(d + "/odd.bin", "raw_u16"), Catch::Contains("3 bytes is not a whole number of uint16 tokens"));
   write_file_atomic(d + "/one.bin", "a");
   CHECK_THAT(data_error(d + "/one.bin", "bytes"), Catch::Contains("has 1 tokens, fewer than one sample of seq_len + 1 = 2"));
+}
+
+TEST_CASE("a Megatron document index pointing past the sequences is a data error, not a crash", "[data]") {
+  test::TempDir dir;
+  const std::string d = dir.path();
+  data::write_megatron(d + "/m", {{1, 2}, {3, 4}, {5, 6}});  // 3 sequences, document index [0, 1, 2, 3]
+  std::string idx = read_file(d + "/m.idx");
+  const size_t doc_index = 34 + 12 * 3;
+  const int64_t far = int64_t{1} << 40, farther = far + 1;
+  std::memcpy(&idx[doc_index + 8], &far, 8);  // the audit's [0, 2^40, 2^40+1, 3]
+  std::memcpy(&idx[doc_index + 16], &farther, 8);
+  write_file_atomic(d + "/m.idx", idx);
+  CHECK_THAT(data_error(d + "/m", "megatron"), Catch::Contains("document index entry 1 (1099511627776) is outside the 3 sequences"));
+}
+
+namespace {
+// The error reading every sample of PATH (Megatron) with a vocabulary of 256 gives.
+std::string vocab_error(const std::string& prefix) {
+  std::vector<std::unique_ptr<data::TokenFile>> files;
+  files.push_back(data::open_token_file(prefix, config::DataFormat::kMegatron, 2));
+  data::SampleStream s(std::move(files), {}, 2, 1, 256);
+  int64_t out[3];
+  try {
+    for (int64_t i = 0; i < s.num_samples(); ++i) s.read(i, out);
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kData);
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("tokens outside the vocabulary are a data error naming the file and offset", "[data]") {
+  test::TempDir dir;
+  const std::string d = dir.path();
+  data::write_megatron(d + "/ok", {{1, 2, 3, 255, 0}}, 4);
+  CHECK(vocab_error(d + "/ok").empty());
+  data::write_megatron(d + "/big", {{1, 2, 300, 4, 5}}, 4);
+  CHECK_THAT(vocab_error(d + "/big"), Catch::Contains("big.bin: the token at offset 2 is 300, outside the model's vocabulary [0, 256)"));
+  data::write_megatron(d + "/neg", {{1, 2, 3, -1, 5}}, 2);  // int8
+  CHECK_THAT(vocab_error(d + "/neg"), Catch::Contains("offset 3 is -1, outside"));
+  data::write_megatron(d + "/nan", {{1, 2, 3, 4, 5}}, 6);  // float64
+  std::string bin = read_file(d + "/nan.bin");
+  const double nan = std::numeric_limits<double>::quiet_NaN(), half = 2.5;
+  std::memcpy(&bin[8 * 1], &nan, 8);
+  write_file_atomic(d + "/nan.bin", bin);
+  CHECK_THAT(vocab_error(d + "/nan"), Catch::Contains("offset 1 is not a whole number"));
+  std::memcpy(&bin[8 * 1], &half, 8);
+  write_file_atomic(d + "/nan.bin", bin);
+  CHECK_THAT(vocab_error(d + "/nan"), Catch::Contains("offset 1 is not a whole number"));
 }

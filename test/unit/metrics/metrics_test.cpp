@@ -4,7 +4,9 @@
 #include <limits>
 #include <string>
 
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/metrics/jsonl_sink.h"
+#include "test_support.h"
 #include "dstrain/metrics/tensorboard_writer.h"
 #include "dstrain/report/png.h"
 #include <zlib.h>
@@ -47,6 +49,23 @@ TEST_CASE("JSONL lines write non-finite values as null and keep every key", "[me
   CHECK(line.rfind("{\"step\":3,\"time\":1.500,\"loss\":2,\"lr\":null,\"grad_norm\":null,", 0) == 0);
   CHECK(line.find("\"skipped\":false,\"bad_steps\":0,\"tokens\":0,\"accumulation\":0,") != std::string::npos);
   CHECK(line.find(",\"stragglers\":[1,3]}") != std::string::npos);
+}
+
+TEST_CASE("a resumed run drops a metrics line torn by a crash mid-write, and later steps", "[metrics]") {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/metrics.jsonl";
+  std::string text;
+  for (int step = 1; step <= 3; ++step) {
+    metrics::StepMetrics m;
+    m.step = step;
+    text += metrics::jsonl_line(m) + "\n";
+  }
+  write_file_atomic(path, text + "{\"step\":4,\"time\":1.2,\"lo");  // the audit's torn last line
+  { metrics::JsonlSink resumed(path, 2); }                          // resuming from the checkpoint of step 2
+  CHECK(read_file(path) == text.substr(0, text.find("{\"step\":3")));
+  write_file_atomic(path, text + "{\"step\":");
+  { metrics::JsonlSink resumed(path, 3); }
+  CHECK(read_file(path) == text);
 }
 
 TEST_CASE("PNG: chunk CRCs are CRC-32 (IEEE) and the image is stored as written", "[report]") {
