@@ -34,8 +34,13 @@ nlohmann::json read_manifest(const std::string& dir, std::string* text = nullptr
   } catch (const nlohmann::json::exception& e) {
     corrupt(path, fmt::format("not valid JSON ({})", e.what()));
   }
-  if (!m.is_object() || m.value("format", "") != kFormatName) corrupt(path, "not a dstrain checkpoint manifest");
-  const int version = m.value("format_version", 0);
+  // Typed access only after the type is checked: a number where a string belongs is a corrupt
+  // manifest, not a json::type_error escaping the fallback (found by manifest_fuzz).
+  const auto format = m.is_object() ? m.find("format") : m.end();
+  if (format == m.end() || !format->is_string() || format->get<std::string>() != kFormatName)
+    corrupt(path, "not a dstrain checkpoint manifest");
+  const auto version_entry = m.find("format_version");
+  const int version = version_entry != m.end() && version_entry->is_number_integer() ? version_entry->get<int>() : 0;
   if (version != kFormatVersion)
     corrupt(path, fmt::format("format_version {} is not supported (this dstrain reads version {}){}", version, kFormatVersion,
                               version == 1 ? "; version 1 came before sharded checkpoints: export it with the dstrain that wrote it" : ""));
