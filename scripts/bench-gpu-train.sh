@@ -3,7 +3,9 @@
 # preset (bf16, ZeRO 0, 1 rank, sequence 2048 x micro batch 4, no accumulation) and on a small MoE
 # preset (DeepSeek-V2-Lite with 4 of its 27 layers: 2.25B parameters, 0.75B active; micro batch 2
 # x 2048). Median tokens/s and MFU over the steps after the first 5; MFU against the peak the run
-# logs (the datasheet's dense bf16 peak for known GPUs). Run by scripts/gpu-check.sh.
+# logs (the datasheet's dense bf16 peak for known GPUs). Then the PyTorch peers of the dense run
+# (bench/torch_peer.py: eager with autocast, eager bf16, torch.compile; the same model, batch and
+# FLOPs formula) and the ratio dstrain / best peer. Run by scripts/gpu-check.sh.
 #   scripts/bench-gpu-train.sh [DSTRAIN_BINARY] [STEPS]
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,6 +40,22 @@ PY
 )")
 }
 bench "deepseek-coder-1.3b bf16 ZeRO-0, 4x2048" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]'
+# The PyTorch peers of the dense run (issue 21), same model and batch from its resolved config.
+dense="$work/deepseek-coder-1.3b bf16 ZeRO-0, 4x2048"
+if [ -f "$dense/config.resolved.json" ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  timeout 600 python3 "$root/bench/torch_peer.py" --config "$dense/config.resolved.json" --steps "$steps" --label "4x2048" \
+    > "$work/peer.out" 2> "$work/peer.err" || tail -5 "$work/peer.err"
+  while IFS= read -r row; do rows+=("$row"); done < <(grep "^| PyTorch" "$work/peer.out")
+  ratio=$(python3 - "$dense/metrics.jsonl" "$work/peer.out" <<'PY'
+import json, statistics, sys
+ours = statistics.median(json.loads(l)["tokens_per_s"] for l in list(open(sys.argv[1]))[5:])
+peers = [json.loads(l[len("peer-json "):]) for l in open(sys.argv[2]) if l.startswith("peer-json ")]
+best = max(peers, key=lambda p: p["tokens_per_s"])
+print(f"| dstrain / best PyTorch peer ({best['mode']}) | {ours / best['tokens_per_s']:.2f}x | | | | | |")
+PY
+)
+  rows+=("$ratio")
+fi
 bench "V2-Lite 4 layers (MoE) bf16 ZeRO-0, 2x2048" "$root/recipes/deepseek-v2-lite.yaml" --set model.num_layers=4 --set train.tokens=0 \
   --set train.micro_batch_size=2 --set train.global_batch_size=2
 echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | GPU GiB alloc / reserved peak | MFU peak used |"
