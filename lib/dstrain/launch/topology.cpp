@@ -35,13 +35,45 @@ int integer_or(const Environment& env, const std::string& key, int fallback, int
   return get(env, key) ? integer(env, key, min) : fallback;
 }
 
-// SLURM_TASKS_PER_NODE: "4(x2),3" -> tasks on the first node; we need only the first entry.
-int first_tasks_per_node(const std::string& spec) {
-  try {
-    return std::stoi(spec);
-  } catch (const std::exception&) {
-    throw Error(ErrorCode::kUsage, fmt::format("SLURM_TASKS_PER_NODE='{}' is not understood", spec), "");
+// SLURM_TASKS_PER_NODE (or SLURM_STEP_TASKS_PER_NODE): "4,2,2" or "2(x3),1" -> tasks on each node.
+std::vector<int> tasks_per_node(const std::string& spec) {
+  std::vector<int> out;
+  auto bad = [&] { return Error(ErrorCode::kUsage, fmt::format("SLURM_TASKS_PER_NODE='{}' is not understood", spec), ""); };
+  size_t at = 0;
+  while (at < spec.size()) {
+    size_t used = 0;
+    int tasks = 0, times = 1;
+    try {
+      tasks = std::stoi(spec.substr(at), &used);
+    } catch (const std::exception&) {
+      throw bad();
+    }
+    at += used;
+    if (at < spec.size() && spec[at] == '(') {  // "(xN)"
+      if (spec.compare(at, 2, "(x") != 0) throw bad();
+      try {
+        times = std::stoi(spec.substr(at + 2), &used);
+      } catch (const std::exception&) {
+        throw bad();
+      }
+      at += 2 + used;
+      if (at >= spec.size() || spec[at] != ')') throw bad();
+      ++at;
+    }
+    if (tasks < 1 || times < 1 || times > 1000000) throw bad();
+    out.insert(out.end(), static_cast<size_t>(times), tasks);
+    if (at < spec.size() && spec[at++] != ',') throw bad();
   }
+  if (out.empty()) throw bad();
+  return out;
+}
+
+// The store's port for a Slurm step without MASTER_PORT: derived from the job and step ids, so
+// that jobs and steps sharing a node do not collide on one fixed port (10000-59999).
+int slurm_port(const Environment& env) {
+  const uint64_t job = static_cast<uint64_t>(integer_or(env, "SLURM_JOB_ID", 0, 0));
+  const uint64_t step = static_cast<uint64_t>(integer_or(env, "SLURM_STEP_ID", 0, 0));
+  return 10000 + static_cast<int>((job * 131 + step * 7919) % 50000);
 }
 
 void master_from_env(Topology& t, const Environment& env, const std::string& fallback_addr) {
@@ -174,12 +206,79 @@ void rank_from_plain_env(Topology& t, const Environment& env) {
   t.host_store = t.rank == 0;
 }
 
+// Slurm: one task per node (a launcher each) or one task per rank. The step's values come first
+// (SLURM_STEP_NODELIST, SLURM_STEP_TASKS_PER_NODE): a step may run on part of the job's nodes.
+void from_slurm(Topology& t, const Environment& env, const LaunchFlags& flags, const std::string& nproc_why) {
+  t.source = "slurm";
+  const int ntasks = integer(env, "SLURM_NTASKS", 1);
+  if (!get(env, "SLURM_STEP_ID") && ntasks > 1)
+    throw Error(ErrorCode::kUsage,
+                fmt::format("this is the batch script of a Slurm job with {} tasks (SLURM_STEP_ID is not set): dstrain started here would "
+                            "be one rank waiting for {} others that nobody starts",
+                            ntasks, ntasks - 1),
+                "start it through srun in the job script: `srun dstrain train ...` (one task per GPU), or `srun --ntasks-per-node=1 "
+                "dstrain train ...` (one launcher per node); README: Slurm");
+  const int nnodes =
+      integer_or(env, "SLURM_STEP_NUM_NODES", integer_or(env, "SLURM_NNODES", integer_or(env, "SLURM_JOB_NUM_NODES", 1, 1), 1), 1);
+  const std::string* nodelist = get(env, "SLURM_STEP_NODELIST") ? get(env, "SLURM_STEP_NODELIST")
+                                : get(env, "SLURM_NODELIST")    ? get(env, "SLURM_NODELIST")
+                                                                : get(env, "SLURM_JOB_NODELIST");
+  const std::string first_host = nodelist ? expand_hostlist(*nodelist).front() : "127.0.0.1";
+  const int node = integer_or(env, "SLURM_NODEID", 0, 0);
+  if (const auto* id = get(env, "SLURM_JOB_ID"))  // the step too: a second step in one allocation is another run
+    t.job_id = "slurm-" + *id + (get(env, "SLURM_STEP_ID") ? "." + *get(env, "SLURM_STEP_ID") : "");
+  const int port = flags.master_port >= 0 ? flags.master_port : integer_or(env, "MASTER_PORT", slurm_port(env), 0);
+  const std::string port_why = flags.master_port >= 0    ? "--master-port"
+                               : get(env, "MASTER_PORT") ? "MASTER_PORT"
+                                                         : "derived from SLURM_JOB_ID and SLURM_STEP_ID";
+  if (ntasks == nnodes) {  // one task per node: run a launcher on each
+    t.nnodes = nnodes;
+    t.node_rank = integer_or(env, "SLURM_NODEID", integer(env, "SLURM_PROCID", 0), 0);
+    t.why.push_back(fmt::format(
+        "Slurm runs one task per node (SLURM_NTASKS = SLURM_NNODES = {}): this task launches the workers of node {}", nnodes, t.node_rank));
+    t.why.push_back(fmt::format("{} workers per node ({})", t.nproc_per_node, nproc_why));
+  } else {  // one task per GPU: each task is a rank
+    t.mode = Topology::Mode::kRank;
+    t.rank = integer(env, "SLURM_PROCID", 0);
+    t.world_size = ntasks;
+    t.local_rank = integer_or(env, "SLURM_LOCALID", 0, 0);
+    const std::string* spec =
+        get(env, "SLURM_STEP_TASKS_PER_NODE") ? get(env, "SLURM_STEP_TASKS_PER_NODE") : get(env, "SLURM_TASKS_PER_NODE");
+    if (spec) {
+      const std::vector<int> per_node = tasks_per_node(*spec);
+      if (node >= static_cast<int>(per_node.size()))
+        throw Error(ErrorCode::kUsage,
+                    fmt::format("SLURM_NODEID={} but SLURM_TASKS_PER_NODE='{}' lists {} node(s)", node, *spec, per_node.size()),
+                    "fix the scheduler environment, or pass explicit flags");
+      t.local_world_size = per_node[static_cast<size_t>(node)];
+    } else {
+      t.local_world_size = get(env, "SLURM_NTASKS_PER_NODE") ? integer(env, "SLURM_NTASKS_PER_NODE", 1) : ntasks / nnodes;
+    }
+    // Nodes may run different numbers of tasks ("4,2,2"): the node is Slurm's, not rank / tasks.
+    if (t.rank >= t.world_size || t.local_rank >= t.local_world_size)
+      throw Error(ErrorCode::kUsage,
+                  fmt::format("inconsistent SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID: rank {} of {}, local rank {} of {}", t.rank,
+                              t.world_size, t.local_rank, t.local_world_size),
+                  "fix the scheduler environment, or pass explicit flags");
+    t.nnodes = nnodes;
+    t.node_rank = node;
+    t.why.push_back(fmt::format("Slurm runs {} tasks on {} node(s): each task is one rank", ntasks, nnodes));
+    t.host_store = t.rank == 0;
+  }
+  t.master_addr = get(env, "MASTER_ADDR") ? *get(env, "MASTER_ADDR") : first_host;
+  t.master_port = port;
+  t.why.push_back(fmt::format("master {}:{} ({}; port {})", t.master_addr, t.master_port,
+                              get(env, "MASTER_ADDR") ? "MASTER_ADDR" : "the first host of the step's nodelist", port_why));
+}
+
 }  // namespace
 
 Topology detect_topology(const LaunchFlags& flags, const Environment& env, int recipe_nproc, int recipe_nnodes,
                          const std::string& recipe_master_addr, int recipe_master_port, int visible_gpus) {
   Topology t;
-  const bool any_flag = flags.nnodes > 0 || flags.node_rank >= 0 || !flags.master_addr.empty() || flags.master_port >= 0;
+  // Under Slurm, --master-port alone only picks the port; the rest still comes from Slurm.
+  const bool slurm = get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS");
+  const bool any_flag = flags.nnodes > 0 || flags.node_rank >= 0 || !flags.master_addr.empty() || (flags.master_port >= 0 && !slurm);
   const int default_nproc = recipe_nproc > 0 ? recipe_nproc : (visible_gpus > 0 ? visible_gpus : 1);
   const std::string nproc_why = flags.nproc_per_node > 0 ? "--nproc-per-node"
                                 : recipe_nproc > 0       ? "launch.nproc_per_node in the recipe"
@@ -199,37 +298,8 @@ Topology detect_topology(const LaunchFlags& flags, const Environment& env, int r
     rank_from_torchrun(t, env);
   } else if (get(env, "RANK") && get(env, "WORLD_SIZE") && get(env, "MASTER_ADDR") && get(env, "MASTER_PORT")) {
     rank_from_plain_env(t, env);
-  } else if (get(env, "SLURM_PROCID") && get(env, "SLURM_NTASKS")) {
-    t.source = "slurm";
-    const int ntasks = integer(env, "SLURM_NTASKS", 1);
-    const int nnodes = integer_or(env, "SLURM_NNODES", integer_or(env, "SLURM_JOB_NUM_NODES", 1, 1), 1);
-    const std::string* nodelist = get(env, "SLURM_JOB_NODELIST") ? get(env, "SLURM_JOB_NODELIST") : get(env, "SLURM_NODELIST");
-    const std::string first_host = nodelist ? expand_hostlist(*nodelist).front() : "127.0.0.1";
-    if (const auto* id = get(env, "SLURM_JOB_ID")) t.job_id = "slurm-" + *id;
-    if (ntasks == nnodes) {  // one task per node: run a launcher on each
-      t.nnodes = nnodes;
-      t.node_rank = integer_or(env, "SLURM_NODEID", integer(env, "SLURM_PROCID", 0), 0);
-      t.why.push_back(
-          fmt::format("Slurm runs one task per node (SLURM_NTASKS = SLURM_NNODES = {}): this task launches the workers of node {}", nnodes,
-                      t.node_rank));
-      t.why.push_back(fmt::format("{} workers per node ({})", t.nproc_per_node, nproc_why));
-      t.master_addr = get(env, "MASTER_ADDR") ? *get(env, "MASTER_ADDR") : first_host;
-      t.master_port = integer_or(env, "MASTER_PORT", kDefaultPort, 1);
-      t.why.push_back(
-          fmt::format("master {}:{} (the first host of the job's nodelist unless MASTER_ADDR is set)", t.master_addr, t.master_port));
-    } else {  // one task per GPU: each task is a rank
-      t.mode = Topology::Mode::kRank;
-      t.rank = integer(env, "SLURM_PROCID", 0);
-      t.world_size = ntasks;
-      t.local_rank = integer(env, "SLURM_LOCALID", 0);
-      t.local_world_size = get(env, "SLURM_NTASKS_PER_NODE")  ? integer(env, "SLURM_NTASKS_PER_NODE", 1)
-                           : get(env, "SLURM_TASKS_PER_NODE") ? first_tasks_per_node(*get(env, "SLURM_TASKS_PER_NODE"))
-                                                              : ntasks / nnodes;
-      check_rank(t, "SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID");
-      t.why.push_back(fmt::format("Slurm runs {} tasks on {} node(s): each task is one rank", ntasks, nnodes));
-      master_from_env(t, env, first_host);
-      t.host_store = t.rank == 0;
-    }
+  } else if (slurm) {
+    from_slurm(t, env, flags, nproc_why);
   } else if (get(env, "OMPI_COMM_WORLD_RANK") && get(env, "OMPI_COMM_WORLD_SIZE")) {
     t.source = "openmpi";
     t.mode = Topology::Mode::kRank;
@@ -265,8 +335,7 @@ Topology detect_topology(const LaunchFlags& flags, const Environment& env, int r
 
   if (t.mode == Topology::Mode::kRank) {
     t.nproc_per_node = t.local_world_size;
-    t.nnodes = t.world_size / t.local_world_size;
-    t.node_rank = t.rank / t.local_world_size;
+    if (t.source != "slurm") t.nnodes = t.world_size / t.local_world_size, t.node_rank = t.rank / t.local_world_size;
   }
   if (t.node_rank >= t.nnodes)
     throw Error(ErrorCode::kUsage, fmt::format("node rank {} is not below the number of nodes {}", t.node_rank, t.nnodes),

@@ -86,6 +86,7 @@ TEST_CASE("a torchrun environment makes this process that rank", "[launch]") {
 TEST_CASE("Slurm: one task per node runs a launcher per node", "[launch]") {
   // Recorded from `srun --nodes=4 --ntasks-per-node=1` (sbatch -N4).
   const Environment env = {{"SLURM_JOB_ID", "81234"},
+                           {"SLURM_STEP_ID", "0"},
                            {"SLURM_PROCID", "2"},
                            {"SLURM_NTASKS", "4"},
                            {"SLURM_NNODES", "4"},
@@ -100,13 +101,14 @@ TEST_CASE("Slurm: one task per node runs a launcher per node", "[launch]") {
   CHECK(t.node_rank == 2);
   CHECK(t.nproc_per_node == 8);
   CHECK(t.master_addr == "gpu07");
-  CHECK(t.master_port == 29500);
-  CHECK(t.job_id == "slurm-81234");
+  CHECK(t.master_port == 10000 + (81234 * 131) % 50000);  // from the job and step ids, not a fixed 29500
+  CHECK(t.job_id == "slurm-81234.0");
 }
 
 TEST_CASE("Slurm: one task per GPU makes each task a rank", "[launch]") {
   // Recorded from `srun --nodes=2 --ntasks-per-node=4`.
   const Environment env = {{"SLURM_JOB_ID", "555"},
+                           {"SLURM_STEP_ID", "3"},
                            {"SLURM_PROCID", "6"},
                            {"SLURM_NTASKS", "8"},
                            {"SLURM_NNODES", "2"},
@@ -125,6 +127,65 @@ TEST_CASE("Slurm: one task per GPU makes each task a rank", "[launch]") {
   CHECK(t.master_addr == "node1");
   CHECK(t.master_port == 12345);
   CHECK_FALSE(t.host_store);
+}
+
+TEST_CASE("Slurm: the batch script of a multi-task job is refused at once, naming srun", "[launch]") {
+  // sbatch --ntasks=2 with dstrain started in the script itself: no SLURM_STEP_ID.
+  const Environment env = {
+      {"SLURM_JOB_ID", "77"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_NODELIST", "node1"}};
+  try {
+    (void)detect(env);
+    FAIL("the batch script was taken for rank 0");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kUsage);
+    CHECK_THAT(e.what(), Catch::Contains("batch script of a Slurm job with 2 tasks"));
+    CHECK_THAT(e.hint(), Catch::Contains("srun dstrain train"));
+  }
+  // A one-task batch script is a plain launcher, as before.
+  CHECK(detect({{"SLURM_JOB_ID", "77"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "1"}}).mode ==
+        Topology::Mode::kLauncher);
+}
+
+TEST_CASE("Slurm: ports and run ids differ per job and step; --master-port keeps Slurm's topology", "[launch]") {
+  auto step = [](const std::string& job, const std::string& id) {
+    return Environment{{"SLURM_JOB_ID", job}, {"SLURM_STEP_ID", id}, {"SLURM_PROCID", "0"},
+                       {"SLURM_NTASKS", "1"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_NODELIST", "node1"}};
+  };
+  const Topology a = detect(step("900", "0")), b = detect(step("900", "1")), c = detect(step("901", "0"));
+  CHECK(a.master_port != b.master_port);
+  CHECK(a.master_port != c.master_port);
+  for (const auto& t : {a, b, c}) CHECK((t.master_port >= 10000 && t.master_port < 60000));
+  CHECK(a.job_id == "slurm-900.0");
+  CHECK(b.job_id == "slurm-900.1");  // a second step in one allocation is another run
+  LaunchFlags port;
+  port.master_port = 23456;
+  const Topology p = detect(step("900", "0"), port);
+  CHECK(p.source == "slurm");
+  CHECK(p.master_port == 23456);
+}
+
+TEST_CASE("Slurm: the step's node list and uneven tasks per node", "[launch]") {
+  // A step on gpu-a[1-2] of a job on node01 and gpu-a[1-2]; 4 + 2 + 2 tasks over three nodes.
+  const Environment env = {{"SLURM_JOB_ID", "42"},
+                           {"SLURM_STEP_ID", "0"},
+                           {"SLURM_PROCID", "6"},
+                           {"SLURM_NTASKS", "8"},
+                           {"SLURM_NNODES", "3"},
+                           {"SLURM_NODEID", "2"},
+                           {"SLURM_LOCALID", "0"},
+                           {"SLURM_JOB_NODELIST", "node01,gpu-a[1-2]"},
+                           {"SLURM_STEP_NODELIST", "gpu-a[1-3]"},
+                           {"SLURM_TASKS_PER_NODE", "4,2(x2)"}};
+  const Topology t = detect(env);
+  CHECK(t.master_addr == "gpu-a1");
+  CHECK(t.mode == Topology::Mode::kRank);
+  CHECK(t.nnodes == 3);
+  CHECK(t.node_rank == 2);
+  CHECK(t.local_world_size == 2);
+  CHECK(t.nproc_per_node == 2);
+  Environment bad = env;
+  bad["SLURM_TASKS_PER_NODE"] = "4,2(x";
+  CHECK_THROWS_WITH(detect(bad), Catch::Contains("SLURM_TASKS_PER_NODE='4,2(x' is not understood"));
 }
 
 TEST_CASE("OpenMPI and PMI processes are ranks", "[launch]") {
