@@ -103,6 +103,40 @@ Environment current_environment() {
   return env;
 }
 
+// One hostlist item, prefix[ranges]rest, where rest may hold more bracket groups
+// ("rack[1-2]-node[01-02]": the first group outermost, as `scontrol show hostnames` lists them).
+template <typename Bad>
+void expand_item(const std::string& item, const Bad& bad, std::vector<std::string>& hosts) {
+  const auto open = item.find('[');
+  if (open == std::string::npos) return hosts.push_back(item);
+  const auto close = item.find(']', open);
+  const std::string prefix = item.substr(0, open), rest = item.substr(close + 1), ranges = item.substr(open + 1, close - open - 1);
+  std::vector<std::string> tails;
+  expand_item(rest, bad, tails);
+  size_t r = 0;
+  while (r <= ranges.size()) {
+    const size_t comma = std::min(ranges.find(',', r), ranges.size());
+    const std::string range = ranges.substr(r, comma - r);
+    const auto dash = range.find('-');
+    const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
+        hi.find_first_not_of("0123456789") != std::string::npos || lo.size() > 9 || hi.size() > 9)
+      throw bad(fmt::format("range '{}' is not N or N-M", range));
+    const long a = std::stol(lo), b = std::stol(hi);
+    if (b < a) throw bad(fmt::format("range '{}' runs backwards", range));
+    if (b - a > 100000) throw bad(fmt::format("range '{}' is too large", range));
+    for (long n = a; n <= b; ++n) {
+      std::string digits = std::to_string(n);
+      if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');
+      for (const std::string& tail : tails) {
+        if (hosts.size() >= 1000000) throw bad("more than 1,000,000 hosts");
+        hosts.push_back(prefix + digits + tail);
+      }
+    }
+    r = comma + 1;
+  }
+}
+
 std::vector<std::string> expand_hostlist(const std::string& list) {
   std::vector<std::string> hosts;
   auto bad = [&](const std::string& why) {
@@ -122,33 +156,7 @@ std::vector<std::string> expand_hostlist(const std::string& list) {
     if (depth != 0) throw bad("unclosed '['");
     const std::string item = list.substr(i, end - i);
     if (item.empty()) throw bad("empty host name");
-    const auto open = item.find('[');
-    if (open == std::string::npos) {
-      hosts.push_back(item);
-    } else {
-      const auto close = item.find(']', open);
-      const std::string prefix = item.substr(0, open), suffix = item.substr(close + 1), ranges = item.substr(open + 1, close - open - 1);
-      if (suffix.find('[') != std::string::npos) throw bad("more than one bracket group in one name");
-      size_t r = 0;
-      while (r <= ranges.size()) {
-        const size_t comma = std::min(ranges.find(',', r), ranges.size());
-        const std::string range = ranges.substr(r, comma - r);
-        const auto dash = range.find('-');
-        const std::string lo = range.substr(0, dash), hi = dash == std::string::npos ? lo : range.substr(dash + 1);
-        if (lo.empty() || hi.empty() || lo.find_first_not_of("0123456789") != std::string::npos ||
-            hi.find_first_not_of("0123456789") != std::string::npos)
-          throw bad(fmt::format("range '{}' is not N or N-M", range));
-        const long a = std::stol(lo), b = std::stol(hi);
-        if (b < a) throw bad(fmt::format("range '{}' runs backwards", range));
-        if (b - a > 100000) throw bad(fmt::format("range '{}' is too large", range));
-        for (long n = a; n <= b; ++n) {
-          std::string digits = std::to_string(n);
-          if (digits.size() < lo.size()) digits.insert(0, lo.size() - digits.size(), '0');
-          hosts.push_back(prefix + digits + suffix);
-        }
-        r = comma + 1;
-      }
-    }
+    expand_item(item, bad, hosts);
     i = end + 1;
   }
   return hosts;

@@ -22,7 +22,10 @@ TEST_CASE("hostlists expand as Slurm writes them", "[launch]") {
   CHECK(launch::expand_hostlist("gpu[001-002]x,login,c[3]") == V{"gpu001x", "gpu002x", "login", "c3"});
   CHECK(launch::expand_hostlist("n[098-101]") == V{"n098", "n099", "n100", "n101"});
   CHECK(launch::expand_hostlist("rack1-n[1-2],rack2-n[1-2]") == V{"rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"});
-  for (const char* bad : {"node[1-", "node[a-b]", "node[4-2]", "n[[1]]", "a,,b", "n[1-2][3-4]", "n[]"}) {
+  // Several bracket groups in one name, the first outermost, as `scontrol show hostnames` lists them.
+  CHECK(launch::expand_hostlist("rack[1-2]-node[01-02]") == V{"rack1-node01", "rack1-node02", "rack2-node01", "rack2-node02"});
+  CHECK(launch::expand_hostlist("n[1-2][3-4],x") == V{"n13", "n14", "n23", "n24", "x"});
+  for (const char* bad : {"node[1-", "node[a-b]", "node[4-2]", "n[[1]]", "a,,b", "n[]", "n[1-2]-[x]", "n[1-100000][1-100000]"}) {
     INFO(bad);
     CHECK_THROWS_AS(launch::expand_hostlist(bad), Error);
   }
