@@ -13,7 +13,13 @@ find_package(CLI11 REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
 find_package(fmt 9 REQUIRED)
-find_package(ZLIB REQUIRED)  # the report's PNG charts
+find_package(ZLIB REQUIRED)  # the report's PNG charts, gzip input of prepare-data
+# prepare-data's tokenizer: Oniguruma, the regex engine of Hugging Face tokenizers (so patterns
+# mean what they mean there), and utf8proc for Unicode normalization (NFC/NFKC) and categories.
+find_path(DSTRAIN_ONIG_INCLUDE_DIR oniguruma.h REQUIRED)
+find_library(DSTRAIN_ONIG_LIBRARY onig PATH_SUFFIXES x86_64-linux-gnu aarch64-linux-gnu REQUIRED)
+find_path(DSTRAIN_UTF8PROC_INCLUDE_DIR utf8proc.h REQUIRED)
+find_library(DSTRAIN_UTF8PROC_LIBRARY NAMES libutf8proc.a utf8proc PATH_SUFFIXES x86_64-linux-gnu aarch64-linux-gnu REQUIRED)
 if(DSTRAIN_TESTS)
   find_package(Catch2 2 REQUIRED)
 endif()

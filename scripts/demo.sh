@@ -3,16 +3,29 @@
 # processes on CPU (Gloo) on the Python standard library's source, which `dstrain prepare-data`
 # first turns into a byte-level Megatron dataset (no download). Extra arguments go to
 # `dstrain train`.
+#   DSTRAIN_DEMO_TOKENIZER=path/tokenizer.json scripts/demo.sh
+#     prepares the corpus with that Hugging Face tokenizer instead (e.g. one trained with the
+#     `tokenizers` package) and sizes the model's vocabulary and end-of-document token from it.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh"
 "$DSTRAIN_ROOT/scripts/build.sh"
 cd "$DSTRAIN_ROOT"
 data="$DSTRAIN_ROOT/recipes/data/pycode"
+prepare=()
+overrides=()
+if [ -n "${DSTRAIN_DEMO_TOKENIZER:-}" ]; then
+  data="$DSTRAIN_ROOT/recipes/data/pycode-$(sha256sum "$DSTRAIN_DEMO_TOKENIZER" 2>/dev/null | cut -c1-12 || echo bpe)"
+  prepare=(--tokenizer "$DSTRAIN_DEMO_TOKENIZER")
+fi
 if [ ! -f "$data.idx" ] || [ ! -f "$data.bin" ]; then
   stdlib="$(python3 -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')"
   say "building the demo corpus from $stdlib (Python sources, first 8 MB)"
-  "$DSTRAIN_BUILD_DIR/dstrain" prepare-data "$stdlib" --ext .py --output "$data" --max-bytes 8000000
+  "$DSTRAIN_BUILD_DIR/dstrain" prepare-data "$stdlib" --ext .py --output "$data" --max-bytes 8000000 "${prepare[@]}"
+fi
+if [ -n "${DSTRAIN_DEMO_TOKENIZER:-}" ]; then
+  read -r vocab eos < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["vocab_size"], j["eos"])' "$data.json")
+  overrides=(--set data.path="$data" --set model.vocab_size="$vocab" --set data.eos_token="$eos")
 fi
 # A fresh run directory each time: dstrain never trains into an existing run.
-exec "$DSTRAIN_BUILD_DIR/dstrain" train recipes/demo-coder.yaml --set run_dir="runs/demo-$(date +%Y%m%d-%H%M%S)" "$@"
+exec "$DSTRAIN_BUILD_DIR/dstrain" train recipes/demo-coder.yaml --set run_dir="runs/demo-$(date +%Y%m%d-%H%M%S)" "${overrides[@]}" "$@"

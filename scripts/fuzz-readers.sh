@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the file readers with libFuzzer (clang, ASan + UBSan), issue 20: data_fuzz (Megatron,
 # llm.c, raw uint16, bytes), safetensors_fuzz and manifest_fuzz (checkpoints), each from its
-# seed corpus in test/fuzz/corpus-*.
+# seed corpus in test/fuzz/corpus-*; and tokenizer_fuzz (issue 24: prepare-data's tokenizer on
+# hostile text and hostile tokenizer.json files).
 #   scripts/fuzz-readers.sh           60 s each
 #   scripts/fuzz-readers.sh 15        15 s each (CI's smoke run)
 #   DSTRAIN_FUZZ_SEED=1 ...           a fixed random seed (CI's smoke run: the same inputs every time)
@@ -9,8 +10,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 seconds="${1:-60}"
-build="$(fuzz_build data_fuzz safetensors_fuzz manifest_fuzz)"
-for target in data safetensors manifest; do
+build="$(fuzz_build data_fuzz safetensors_fuzz manifest_fuzz tokenizer_fuzz)"
+for target in data safetensors manifest tokenizer; do
   mkdir -p "$build/corpus-$target"
   say "fuzzing ${target}_fuzz for $seconds s"
   # -rss_limit_mb: a reader must never need much memory for a small file; -timeout: nor much time.

@@ -3,28 +3,78 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "commands.h"
+#include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
 #include "dstrain/data/token_file.h"
+#include "dstrain/text/tokenizer.h"
 
 namespace dstrain::app {
+namespace {
+
+// The first `count` documents of `file` as text: through the tokenizer named by --tokenizer or
+// by the dataset's PREFIX.json, or byte by byte for prepare-data's byte-level datasets.
+void print_documents(const data::TokenFile& file, const std::string& path, const std::string& tokenizer_path, int64_t count) {
+  const auto sidecar = config::read_dataset_sidecar(path, [](const std::string& p) -> std::optional<std::string> {
+    if (!std::filesystem::is_regular_file(p)) return std::nullopt;
+    return read_file(p);
+  });
+  std::string from = tokenizer_path;
+  if (from.empty() && sidecar && sidecar->tokenizer == "huggingface") from = sidecar->tokenizer_dir;
+  const bool bytes = from.empty() && sidecar && sidecar->tokenizer == "bytes+eos";
+  if (from.empty() && !bytes)
+    throw Error(ErrorCode::kUsage, fmt::format("no tokenizer is known for '{}'", path),
+                "pass the tokenizer it was prepared with: --tokenizer tokenizer.json (or its folder)");
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  if (!bytes) tokenizer = text::Tokenizer::load(from);
+  const auto& starts = file.document_starts();
+  for (int64_t d = 0; d < count && d < static_cast<int64_t>(starts.size()); ++d) {
+    const int64_t begin = starts[static_cast<size_t>(d)];
+    const int64_t end = d + 1 < static_cast<int64_t>(starts.size()) ? starts[static_cast<size_t>(d) + 1] : file.size();
+    std::vector<uint32_t> ids;
+    std::string text;
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t t = file.at(i);
+      if (t < 0 || t > 0xffffffffLL) throw Error(ErrorCode::kData, fmt::format("{}: token {} at offset {} is not an id", path, t, i), "");
+      if (bytes) {
+        text += t < 256 ? std::string(1, static_cast<char>(t)) : fmt::format("<|endoftext:{}|>", t);
+      } else {
+        ids.push_back(static_cast<uint32_t>(t));
+      }
+    }
+    if (tokenizer) text = tokenizer->decode(ids);
+    fmt::print("--- document {} ({} tokens) ---\n{}\n", d, end - begin, text);
+  }
+}
+
+}  // namespace
 
 void register_inspect_data(CLI::App& app, Run& run) {
   auto path = std::make_shared<std::string>();
   auto format = std::make_shared<std::string>("megatron");
   auto head = std::make_shared<int64_t>(16);
+  auto decode = std::make_shared<int64_t>(0);
+  auto tokenizer = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("inspect-data", "Show what a token file holds: tokens, documents, the first tokens");
   cmd->footer(
       "Opens the file as training would (memory-mapped, validated) and prints its token and document\n"
-      "counts and the first tokens. Exit status 3 when the file is missing or malformed.\n\n"
+      "counts and the first tokens. With --decode N, also the first N documents as text, through the\n"
+      "tokenizer prepare-data copied beside the dataset (PREFIX.tokenizer/) or the one given with\n"
+      "--tokenizer. Exit status 3 when the file is missing or malformed.\n\n"
       "Examples:\n"
       "  dstrain inspect-data data/pycode --format megatron\n"
-      "  dstrain inspect-data fineweb_train_000001.bin --format llmc --head 32");
+      "  dstrain inspect-data fineweb_train_000001.bin --format llmc --head 32\n"
+      "  dstrain inspect-data data/corpus --decode 3");
   cmd->add_option("path", *path, "Data file (for megatron: the prefix or either file)")->required();
   cmd->add_option("--format", *format, "bytes, megatron, llmc or raw_u16")->check(CLI::IsMember(config::enum_names<config::DataFormat>()));
   cmd->add_option("--head", *head, "How many tokens to print")->check(CLI::Range(int64_t{0}, int64_t{1} << 20));
-  cmd->callback([path, format, head, &run] {
-    run = [path, format, head] {
+  cmd->add_option("--decode", *decode, "Print the first N documents decoded to text")->check(CLI::Range(int64_t{0}, int64_t{1} << 30));
+  cmd->add_option("--tokenizer", *tokenizer, "The tokenizer.json (or folder) to decode with (default: the dataset's own)");
+  cmd->callback([path, format, head, decode, tokenizer, &run] {
+    run = [path, format, head, decode, tokenizer] {
       config::DataFormat data_format{};
       config::parse_enum(*format, data_format);  // CLI11 checked the name
       const auto file = data::open_token_file(*path, data_format, 0);
@@ -34,6 +84,7 @@ void register_inspect_data(CLI::App& app, Run& run) {
                  file->document_starts().empty() ? std::string("(no document boundaries in this format)")
                                                  : std::to_string(file->document_starts().size()),
                  fmt::join(first, ", "));
+      if (*decode > 0) print_documents(*file, *path, *tokenizer, *decode);
       return 0;
     };
   });

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/error.h"
@@ -224,6 +225,7 @@ void validate(LoadContext& ctx) {
     else if (!megatron && !std::filesystem::is_regular_file(path))
       ctx.data_problems.push_back(fmt::format("{}: '{}' does not exist or is not a file", key, path));
   }
+  for (const auto& message : sidecar_problems(r, ctx.read)) ctx.problems.push_back(message);
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
     problem(
         fmt::format("data.weights has {} entries for {} data.paths; give one weight per path", r.data.weights.size(), r.data.paths.size()));

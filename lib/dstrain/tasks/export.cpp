@@ -15,6 +15,9 @@
 #include "dstrain/core/log.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/text/byte_level.h"
+#include "dstrain/text/tokenizer.h"
+#include "dstrain/config/dataset_sidecar.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -46,35 +49,11 @@ std::string safetensors_dtype(const std::string& dtype) {
   throw Error(ErrorCode::kUsage, fmt::format("--dtype {} is not fp32, bf16 or fp16", dtype), "");
 }
 
-// GPT-2's byte-to-character table, which the ByteLevel pre-tokenizer and decoder use.
-std::vector<std::string> byte_level_alphabet() {
-  std::vector<int> printable;
-  for (int b = '!'; b <= '~'; ++b) printable.push_back(b);
-  for (int b = 0xA1; b <= 0xAC; ++b) printable.push_back(b);
-  for (int b = 0xAE; b <= 0xFF; ++b) printable.push_back(b);
-  std::vector<int> code(256, -1);
-  for (int b : printable) code[static_cast<size_t>(b)] = b;
-  int extra = 0;
-  for (int b = 0; b < 256; ++b)
-    if (code[static_cast<size_t>(b)] < 0) code[static_cast<size_t>(b)] = 256 + extra++;
-  std::vector<std::string> out;
-  for (int c : code) {  // UTF-8 of code point c (< 0x800)
-    std::string s;
-    if (c < 0x80)
-      s += static_cast<char>(c);
-    else
-      s += static_cast<char>(0xC0 | (c >> 6)), s += static_cast<char>(0x80 | (c & 0x3F));
-    out.push_back(s);
-  }
-  return out;
-}
-
 // A tokenizer.json whose ids are the bytes (byte b is token b), with `eos` as the special token
 // that ends a document when there is one.
 void write_byte_tokenizer(const std::string& out_dir, std::optional<int64_t> eos, int64_t max_length) {
   nlohmann::json vocab = nlohmann::json::object();
-  const auto alphabet = byte_level_alphabet();
-  for (int b = 0; b < 256; ++b) vocab[alphabet[static_cast<size_t>(b)]] = b;
+  for (int b = 0; b < 256; ++b) vocab[text::byte_level_encode(std::string(1, static_cast<char>(b)))] = b;
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
   nlohmann::json added = nlohmann::json::array();
   if (eos)
@@ -114,14 +93,42 @@ void write_byte_tokenizer(const std::string& out_dir, std::optional<int64_t> eos
 }
 
 // The dataset's own description (prepare-data writes PREFIX.json next to PREFIX.bin/.idx).
-std::optional<nlohmann::json> dataset_sidecar(const config::Recipe& r) {
-  std::string prefix = r.data.paths.empty() ? r.data.path : r.data.paths.front();
-  for (const char* ext : {".bin", ".idx"})
-    if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, ext) == 0) prefix.resize(prefix.size() - 4);
-  try {
-    if (fs::is_regular_file(prefix + ".json")) return nlohmann::json::parse(read_file(prefix + ".json"));
-  } catch (const nlohmann::json::exception&) {}
-  return std::nullopt;
+std::optional<config::DatasetSidecar> dataset_sidecar(const config::Recipe& r) {
+  return config::read_dataset_sidecar(r.data.paths.empty() ? r.data.path : r.data.paths.front(),
+                                      [](const std::string& path) -> std::optional<std::string> {
+                                        if (!fs::is_regular_file(path)) return std::nullopt;
+                                        return read_file(path);
+                                      });
+}
+
+// prepare-data's copy of a Hugging Face tokenizer, with its special ids; a tokenizer_config.json
+// for transformers when the tokenizer came without one.
+std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const std::string& out_dir, int64_t max_length,
+                                   std::optional<int64_t>& bos, std::optional<int64_t>& eos) {
+  const auto tokenizer = text::Tokenizer::load(sidecar.tokenizer_dir);
+  for (const auto& file : tokenizer->files())
+    fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(), fs::copy_options::overwrite_existing);
+  nlohmann::json config = nlohmann::json::object();
+  const auto config_path = fs::path(sidecar.tokenizer_dir) / "tokenizer_config.json";
+  if (fs::is_regular_file(config_path)) config = nlohmann::json::parse(read_file(config_path.string()), nullptr, false);
+  if (!config.is_object()) config = nlohmann::json::object();
+  const auto id_of = [&](const char* key) -> std::optional<int64_t> {
+    if (!config.contains(key)) return std::nullopt;
+    const auto& v = config.at(key);
+    const auto& content = v.is_object() && v.contains("content") ? v.at("content") : v;
+    if (!content.is_string()) return std::nullopt;
+    if (auto id = tokenizer->token_id(content.get<std::string>())) return int64_t{*id};
+    return std::nullopt;
+  };
+  if (!bos) bos = id_of("bos_token");
+  if (!eos) eos = sidecar.eos >= 0 ? std::optional<int64_t>(sidecar.eos) : id_of("eos_token");
+  if (!fs::is_regular_file(config_path)) {
+    config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", max_length}, {"clean_up_tokenization_spaces", false}};
+    if (eos) config["eos_token"] = tokenizer->decode({static_cast<uint32_t>(*eos)});
+    write_file_atomic(out_dir + "/tokenizer_config.json", config.dump(2) + "\n");
+  }
+  return fmt::format("the tokenizer the data was prepared with ({}, sha256 {})", sidecar.tokenizer_dir,
+                     sidecar.tokenizer_sha256.substr(0, 12));
 }
 
 struct Tokens {
@@ -149,8 +156,10 @@ Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
       fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing), copied = true;
   if (copied) return t.tokenizer = "the files of " + from, t;
   const auto sidecar = dataset_sidecar(r);
-  const bool byte_dataset = sidecar && sidecar->value("tokenizer", "") == "bytes+eos";
-  if (byte_dataset && !t.eos) t.eos = sidecar->value("eos", int64_t{256});
+  if (sidecar && sidecar->tokenizer == "huggingface" && !sidecar->tokenizer_dir.empty())
+    return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t.bos, t.eos), t;
+  const bool byte_dataset = sidecar && sidecar->tokenizer == "bytes+eos";
+  if (byte_dataset && !t.eos) t.eos = sidecar->eos >= 0 ? sidecar->eos : int64_t{256};
   if (byte_dataset || r.data.format == config::DataFormat::kBytes) {
     write_byte_tokenizer(out_dir, t.eos, r.data.seq_len);
     t.tokenizer = "byte-level (token b is byte b" + std::string(t.eos ? fmt::format(", {} ends a document)", *t.eos) : ")");

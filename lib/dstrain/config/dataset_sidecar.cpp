@@ -1,0 +1,61 @@
+#include "dstrain/config/dataset_sidecar.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+namespace dstrain::config {
+
+std::string megatron_prefix(const std::string& path) {
+  const bool suffixed = path.size() > 4 && (path.compare(path.size() - 4, 4, ".bin") == 0 || path.compare(path.size() - 4, 4, ".idx") == 0);
+  return suffixed ? path.substr(0, path.size() - 4) : path;
+}
+
+std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
+                                                   const std::function<std::optional<std::string>(const std::string&)>& read) {
+  DatasetSidecar s;
+  s.file = megatron_prefix(data_path) + ".json";
+  const auto text = read(s.file);
+  if (!text) return std::nullopt;
+  const auto j = nlohmann::json::parse(*text, nullptr, false);
+  if (!j.is_object() || j.value("format", "") != "megatron" || !j.contains("vocab_size") || !j.at("vocab_size").is_number_integer())
+    return std::nullopt;
+  s.vocab_size = j.at("vocab_size").get<int64_t>();
+  if (j.contains("eos") && j.at("eos").is_number_integer()) s.eos = j.at("eos").get<int64_t>();
+  s.tokenizer = j.value("tokenizer", "");
+  s.tokenizer_sha256 = j.value("tokenizer_sha256", "");
+  if (const std::string dir = j.value("tokenizer_dir", ""); !dir.empty())
+    s.tokenizer_dir = (std::filesystem::path(s.file).parent_path() / dir).string();
+  return s;
+}
+
+std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read) {
+  std::vector<std::string> problems;
+  if (r.data.format != DataFormat::kMegatron) return problems;
+  const bool several = !r.data.paths.empty();
+  const std::vector<std::string> sources = several ? r.data.paths : std::vector<std::string>{r.data.path};
+  std::optional<DatasetSidecar> first;
+  for (const auto& path : sources) {
+    const auto s = read_dataset_sidecar(path, read);
+    if (!s) continue;
+    if (s->vocab_size > r.model.vocab_size)
+      problems.push_back(
+          fmt::format("model.vocab_size: {} is smaller than the vocabulary '{}' was tokenized with ({} ids, {}); set "
+                      "model.vocab_size to at least {}",
+                      r.model.vocab_size, path, s->vocab_size, s->file, s->vocab_size));
+    if (r.data.eos_token >= 0 && s->eos >= 0 && r.data.eos_token != s->eos)
+      problems.push_back(
+          fmt::format("data.eos_token: {} is not the end-of-document token of '{}', which is {} ({}); set data.eos_token: {}",
+                      r.data.eos_token, path, s->eos, s->file, s->eos));
+    if (first && first->tokenizer_sha256 != s->tokenizer_sha256)
+      problems.push_back(
+          fmt::format("data.paths: '{}' and '{}' were tokenized with different tokenizers ({} and {}); blend datasets of one "
+                      "tokenizer",
+                      sources.front(), path, first->file, s->file));
+    if (!first) first = s;
+  }
+  return problems;
+}
+
+}  // namespace dstrain::config

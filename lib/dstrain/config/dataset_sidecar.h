@@ -1,0 +1,35 @@
+#pragma once
+// What `dstrain prepare-data` wrote about a Megatron dataset, in PREFIX.json beside PREFIX.bin:
+// the vocabulary it was tokenized for, its end-of-document token and the tokenizer's hash. The
+// config checks the recipe against it (model.vocab_size, data.eos_token, one tokenizer for all
+// blended sources); export-hf finds the tokenizer through it.
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dstrain/config/recipe.h"
+
+namespace dstrain::config {
+
+struct DatasetSidecar {
+  std::string file;  // PREFIX.json
+  int64_t vocab_size = -1, eos = -1;
+  std::string tokenizer;         // "bytes+eos" or "huggingface"
+  std::string tokenizer_sha256;  // huggingface only
+  std::string tokenizer_dir;     // huggingface only: the copied tokenizer files (absolute)
+};
+
+// The PREFIX of a Megatron data path given as PREFIX, PREFIX.bin or PREFIX.idx.
+std::string megatron_prefix(const std::string& path);
+
+// PREFIX.json of `data_path`; nullopt when there is none or it is not prepare-data's. `read`
+// returns a file's text (nullopt when missing).
+std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
+                                                   const std::function<std::optional<std::string>(const std::string&)>& read);
+
+// What in the recipe contradicts its datasets' sidecars, one message each.
+std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read);
+
+}  // namespace dstrain::config
