@@ -9,7 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 # --- Debian packages --------------------------------------------------------------------------
 DEB_PACKAGES=(build-essential cmake ninja-build ccache pkg-config git
               libcli11-dev libyaml-cpp-dev nlohmann-json3-dev libfmt-dev catch2 libgloo-dev zlib1g-dev libonig-dev libutf8proc-dev
-              clang clang-format libclang-rt-14-dev openmpi-bin python3 iproute2 procps chromium)
+              clang clang-format libclang-rt-14-dev openmpi-bin slurm-wlm munge python3 iproute2 procps chromium)
 missing=()
 for p in "${DEB_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -88,4 +88,15 @@ set +e; wait $busy; status=$?; set -e
 [ $status -eq 75 ] || fail "the running run was disturbed: exit $status: $(tail -5 busy.log)"
 expect_status 0 "$DSTRAIN" inspect-ckpt busy/ckpt --verify
 ok "a run directory in use: resume and train are refused (exit 2) naming the holder's pid; the running run is untouched"
+
+# A store port in use (issue 25, defect 2): exit 6 with one line saying so, not c10d's backtrace.
+python3 -c 'import socket, time; s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(); print(s.getsockname()[1], flush=True); time.sleep(60)' > held_port &
+holder=$!
+for _ in $(seq 1 50); do [ -s held_port ] && break; sleep 0.1; done
+expect_status 6 "$DSTRAIN" train "$demo_recipe" --set run_dir=port_in_use --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 \
+  --master-port "$(cat held_port)" --set launch.timeout_s=5 --set train.global_batch_size=32
+kill $holder 2>/dev/null || true
+expect_out "cannot host the rendezvous store on 127.0.0.1:$(cat held_port)"
+! grep -qE "frame #|Exception raised from" <<<"$OUT" || fail "the port-in-use error carries a C++ backtrace: $OUT"
+ok "a store port in use: exit 6 and one line naming the address, no C++ backtrace"
 finish

@@ -20,7 +20,8 @@ StoreServer::StoreServer(const std::string& host, int port, const std::string& r
     const std::string value = run_id;
     impl_->store->set("dstrain/run", std::vector<uint8_t>(value.begin(), value.end()));
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kComm, "cannot host the rendezvous store on " + host + ":" + std::to_string(port) + ": " + e.what(),
+    // c10d's message carries a C++ backtrace after its first line: the user needs the first line.
+    throw Error(ErrorCode::kComm, "cannot host the rendezvous store on " + host + ":" + std::to_string(port) + ": " + first_line(e.what()),
                 port == 0 ? "check the address is local to this machine"
                           : "the port may be in use: choose another with --master-port, or 0 for a free one");
   }

@@ -6,6 +6,7 @@
 namespace dstrain {
 
 int threads_per_worker(int requested, int local_workers, int online_cores);
-int online_cores();
+int online_cores();  // in this process's CPU affinity mask
+int node_cores();    // online on the machine, whatever the mask
 
 }  // namespace dstrain

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -269,7 +270,25 @@ void use_store_secret(const Topology& topo, bool warn) {
   if (!secret.empty()) ::setenv(comm::kSecretVariable, secret.c_str(), 1);  // the workers' copy, through their environment
 }
 
+namespace {
+
+// Started by a Slurm batch script without srun or exec: signals meant for the job (scancel,
+// --signal=B:TERM@N) reach the script's shell, which does not pass them on, and when the shell
+// ends dstrain would train on outside its job (issue 25). So the launcher asks the kernel for a
+// SIGTERM when its parent dies: it then stops at a step boundary with a checkpoint (exit 75).
+void follow_batch_shell() {
+  if (!std::getenv("SLURM_JOB_ID") || std::getenv("SLURM_STEP_ID")) return;  // not in a batch script
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;
+  if (::getppid() == 1) std::raise(SIGTERM);  // the shell is already gone
+  log::info(
+      "started from a Slurm batch script: stopping with a checkpoint if the script's shell ends; use `exec dstrain ...` or "
+      "`srun dstrain ...` so that scancel and --signal reach dstrain directly");
+}
+
+}  // namespace
+
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
+  follow_batch_shell();
   use_store_secret(options.topology, options.topology.nnodes > 1);
   refuse_unsupported(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);

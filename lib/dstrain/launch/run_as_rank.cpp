@@ -6,22 +6,49 @@
 #include <optional>
 #include <thread>
 
+#include <unistd.h>
+
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
+#include "dstrain/launch/failures.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/preflight.h"
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/run/run_lock.h"
+#include "dstrain/train/startup_guard.h"
+#include "dstrain/train/step_triggers.h"
 #include "dstrain/train/worker.h"
 
 namespace dstrain::launch {
+namespace {
 
-int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
+// A rank started on its own has no launcher to record its failure: it appends its own record to
+// failures.jsonl (what the hints point to) and keeps its log lines in logs/rank_XXXXX.log.
+void record_own_failure(const run::RunDir& run_dir, const Topology& topo, int exit_code, const std::string& what) {
+  if (!std::filesystem::is_directory(run_dir.root())) return;  // failed before the run existed: the message is enough
+  WorkerFailure f;
+  f.happened = true;
+  f.kind = FailureKind::kExit;
+  f.rank = topo.rank;
+  f.node = topo.node_rank;
+  f.pid = static_cast<int>(::getpid());
+  f.host = host_name();
+  f.exit_code = exit_code;
+  f.description = fmt::format("exited with status {}: {}", exit_code, what);
+  f.unix_time = static_cast<double>(
+                    std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()) /
+                1000.0;
+  append_failure(run_dir.root() + "/failures.jsonl", {f, topo.restart_count, last_logged_step(run_dir.metrics_path())});
+}
+
+int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) {
   refuse_unsupported(recipe);
   use_store_secret(options.topology, options.topology.rank == 0 && options.topology.nnodes > 1);
   const auto& topo = options.topology;
@@ -39,6 +66,10 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
   // Rank 0 prepares the run directory and marks it with the run id; the others wait for the mark
   // (the run directory is on a filesystem that every node sees, as torchrun and srun jobs assume).
   const std::string mark = recipe.run_dir + "/.run_id";
+  train::StepTriggers::install_signal_handlers();  // SIGTERM while waiting below must end this rank at once
+  std::optional<train::StartupStopGuard> starting;
+  starting.emplace(topo.rank, "startup (waiting for rank 0 to prepare the run directory)",
+                   [&recipe] { return train::startup_stop_status(recipe.run_dir); });
   std::optional<run::RunDirLock> lock;  // rank 0 holds the run directory for the job's lifetime
   if (topo.rank == 0) {
     lock.emplace(recipe.run_dir);
@@ -59,13 +90,31 @@ int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
-  run::WorkerEnv env =
-      rank_env(topo, run_id, recipe.run_dir,
-               threads_per_worker(static_cast<int>(recipe.launch.threads_per_worker), topo.local_world_size, online_cores()));
+  starting.reset();  // run_worker guards its own startup
+  if (std::filesystem::is_directory(run_dir.log_dir())) log::set_file(fmt::format("{}/rank_{:05d}.log", run_dir.log_dir(), topo.rank));
+  run::WorkerEnv env = rank_env(topo, run_id, recipe.run_dir,
+                                rank_threads(static_cast<int>(recipe.launch.threads_per_worker), topo, online_cores(), node_cores()));
   env.resume = resume;
   env.resume_from = options.resume_from;
   env.env_check = options.env_check;
   return train::run_worker(env);
+}
+
+}  // namespace
+
+int run_as_rank(const config::Recipe& recipe, const LaunchOptions& options) {
+  const run::RunDir run_dir(recipe.run_dir);
+  try {
+    return prepare_and_run(recipe, options);
+  } catch (const Error& e) {
+    log::write_to_file(log::Level::kError, fmt::format("{}{}", e.what(), e.hint().empty() ? "" : " (hint: " + e.hint() + ")"));
+    record_own_failure(run_dir, options.topology, exit_status_for(e.code()), first_line(e.what()));
+    throw;
+  } catch (const std::exception& e) {
+    log::write_to_file(log::Level::kError, e.what());
+    record_own_failure(run_dir, options.topology, exit_status::kInternal, first_line(e.what()));
+    throw;
+  }
 }
 
 }  // namespace dstrain::launch

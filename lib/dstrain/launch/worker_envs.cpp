@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "dstrain/core/threads.h"
+
 #include "dstrain_cuda.h"
 
 namespace dstrain::launch {
@@ -49,8 +51,19 @@ run::WorkerEnv rank_env(const Topology& t, const std::string& run_id, const std:
   env.host_store = t.host_store;
   env.publish_run_id = t.rank == 0;
   env.restart_count = t.restart_count;
-  env.device = device_for(t.local_rank);
+  env.device = rank_device(t.local_rank, t.local_world_size, dstrain_cuda_device_count());
   return env;
+}
+
+std::string rank_device(int local_rank, int local_world_size, int visible) {
+  if (visible <= 0) return "cpu";
+  if (visible == 1 && local_world_size > 1) return "cuda:0";  // a GPU of its own, as --gpus-per-task=1 gives
+  return fmt::format("cuda:{}", local_rank);                  // past the visible GPUs: refused by name when opened
+}
+
+int rank_threads(int requested, const Topology& t, int cores_in_mask, int cores_on_node) {
+  const bool own_cores = t.source == "slurm" && cores_in_mask < cores_on_node;
+  return threads_per_worker(requested, own_cores ? 1 : t.local_world_size, cores_in_mask);
 }
 
 }  // namespace dstrain::launch

@@ -83,7 +83,7 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
 
 int run_comm_task_as_rank(const launch::Topology& topo, const CommTask& task) {
   const std::string run_id = topo.shared_run_id();
-  const run::WorkerEnv env = launch::rank_env(topo, run_id, "", threads_per_worker(0, topo.local_world_size, online_cores()));
+  const run::WorkerEnv env = launch::rank_env(topo, run_id, "", launch::rank_threads(0, topo, online_cores(), node_cores()));
   return run_comm_task(env, task);
 }
 

@@ -93,7 +93,7 @@ int launch_env_task(const launch::Topology& topo, const EnvCheckTask& task_in, b
 }
 
 int run_env_task_as_rank(const launch::Topology& topo, const EnvCheckTask& task) {
-  run::WorkerEnv env = launch::rank_env(topo, topo.shared_run_id(), "", threads_per_worker(0, topo.local_world_size, online_cores()));
+  run::WorkerEnv env = launch::rank_env(topo, topo.shared_run_id(), "", launch::rank_threads(0, topo, online_cores(), node_cores()));
   return run_env_task(env, task, /*print=*/true);
 }
 

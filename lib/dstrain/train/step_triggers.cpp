@@ -37,6 +37,8 @@ void StepTriggers::install_signal_handlers() {
   sigaction(SIGINT, &stop, nullptr);
 }
 
+bool StepTriggers::stop_signal_received() { return g_stop_requested != 0; }
+
 StepTriggers::StepTriggers(const config::Recipe& recipe, const run::RunDir& run_dir, int rank)
     : recipe_(recipe), save_now_file_(run_dir.root() + "/SAVE_NOW"), rank_(rank), started_(std::chrono::steady_clock::now()),
       last_save_(started_) {}

@@ -27,6 +27,7 @@ class StepTriggers {
   // SIGUSR1 asks for a checkpoint, SIGTERM/SIGINT for a coordinated stop: the first thing a
   // worker does, so that neither ever kills it.
   static void install_signal_handlers();
+  static bool stop_signal_received();  // SIGTERM or SIGINT arrived since the handlers were installed
 
   StepTriggers(const config::Recipe& recipe, const run::RunDir& run_dir, int rank);
   // This rank's wishes now. save_wanted() consumes a SIGUSR1 or SAVE_NOW request.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <csignal>
+#include <optional>
 
 #include "dstrain/comm/store_auth.h"
 #include "dstrain/config/recipe.h"
@@ -15,6 +16,7 @@
 #include "dstrain/core/progress.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/train/startup_guard.h"
 #include "dstrain/train/step_triggers.h"
 #include "dstrain/train/trainer.h"
 #include "dstrain/device/training_device.h"
@@ -38,7 +40,11 @@ int run_worker(const run::WorkerEnv& env) {
                  device::out_of_memory_hint(recipe));
   };
   try {
-    const int status = Trainer(env, device).run();
+    std::optional<StartupStopGuard> starting;  // SIGTERM in the rendezvous or before the first step ends the rank at once
+    starting.emplace(env.rank, "startup (rendezvous, store, first collectives)", [&env] { return startup_stop_status(env.run_dir); });
+    Trainer trainer(env, device);
+    starting.reset();  // from here on the loop stops at a step boundary, with a checkpoint
+    const int status = trainer.run();
     if (FaultInjector::get().crash_at_exit(env.rank)) {
       std::signal(SIGSEGV, SIG_DFL);
       std::raise(SIGSEGV);

@@ -1,5 +1,8 @@
 #include "catch_torch.h"
 
+#include <cstdio>
+#include <string>
+
 #include "dstrain/core/error.h"
 #include "dstrain/launch/topology.h"
 
@@ -215,4 +218,36 @@ TEST_CASE("describe explains the decision", "[launch]") {
   const std::string text = detect({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).describe();
   CHECK_THAT(text, Catch::Contains("topology from openmpi: this process is rank 1 of 2"));
   CHECK_THAT(text, Catch::Contains("because: OMPI_COMM_WORLD_RANK/SIZE are set (mpirun)"));
+}
+
+// Run by test/slurm/slurm_test.sh with a test cluster's SLURM_CONF: scontrol is the reference.
+TEST_CASE("hostlists expand as scontrol show hostnames does", "[.scontrol]") {
+  // Every form Slurm accepts (a suffix after the last bracket, e.g. n[1-2]x, is "Invalid hostlist"
+  // to scontrol; dstrain reads it anyway, and Slurm never produces it).
+  const char* forms[] = {"node1",
+                         "node[01-04,07]",
+                         "a[8-11]",
+                         "gpu[001-002],login,c[3]",
+                         "n[098-101]",
+                         "rack1-n[1-2],rack2-n[1-2]",
+                         "rack[1-2]-node[01-02]",
+                         "n[1-2][3-4],x",
+                         "c[0-1,5,10-11]",
+                         "host-[9-10]",
+                         "a[1],b[2-3],c",
+                         "x[00001-00003]",
+                         "pre[01-02]mid[1-2]",
+                         "gpu-a[1-2],gpu-b1"};
+  for (const char* form : forms) {
+    std::string reference;
+    FILE* p = popen(("scontrol show hostnames '" + std::string(form) + "' 2>&1").c_str(), "r");
+    REQUIRE(p != nullptr);
+    char buf[4096];
+    while (size_t n = std::fread(buf, 1, sizeof buf, p)) reference.append(buf, n);
+    REQUIRE(pclose(p) == 0);
+    std::string ours;
+    for (const auto& host : launch::expand_hostlist(form)) ours += host + "\n";
+    INFO(form);
+    CHECK(ours == reference);
+  }
 }

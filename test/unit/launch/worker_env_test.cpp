@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "dstrain/core/error.h"
+#include "dstrain/launch/worker_envs.h"
 #include "dstrain/run/worker_env.h"
 
 using namespace dstrain;
@@ -54,4 +55,23 @@ TEST_CASE("worker variables round-trip through the environment", "[launch]") {
     ::setenv("RANK", "4", 1);
     CHECK_THROWS_WITH(run::worker_env_from_environment(), Catch::Contains("RANK=4 is not below WORLD_SIZE=4"));
   }
+}
+
+TEST_CASE("a rank started on its own finds its GPU and its threads as Slurm binds them (issue 25, defect 8)", "[launch]") {
+  using launch::rank_device;
+  CHECK(rank_device(0, 4, 0) == "cpu");
+  CHECK(rank_device(2, 4, 4) == "cuda:2");  // --gpus-per-node / torchrun: every rank sees the node's GPUs
+  CHECK(rank_device(3, 4, 1) == "cuda:0");  // --gpus-per-task=1: each task sees its own GPU as device 0
+  CHECK(rank_device(0, 1, 1) == "cuda:0");
+  CHECK(rank_device(3, 4, 2) == "cuda:3");  // neither: refused by name when opened
+  launch::Topology slurm;
+  slurm.mode = launch::Topology::Mode::kRank;
+  slurm.source = "slurm";
+  slurm.local_world_size = 4;
+  CHECK(launch::rank_threads(0, slurm, 4, 16) == 4);   // srun --cpus-per-task=4 bound the task: its 4 cores are its own
+  CHECK(launch::rank_threads(0, slurm, 16, 16) == 4);  // no binding: the node's 16 cores shared by 4 ranks
+  CHECK(launch::rank_threads(3, slurm, 4, 16) == 3);   // the recipe's launch.threads_per_worker wins
+  launch::Topology torchrun = slurm;
+  torchrun.source = "torchrun";
+  CHECK(launch::rank_threads(0, torchrun, 8, 16) == 2);  // a job's cpuset shared by its ranks: divided
 }
