@@ -100,6 +100,23 @@ std::optional<std::string> StoreClient::try_get(const std::string& key, size_t m
   }
 }
 
+std::vector<std::optional<std::string>> StoreClient::try_get_many(const std::vector<std::string>& keys, size_t max_bytes) {
+  std::vector<std::optional<std::string>> out;
+  out.reserve(keys.size());
+  try {
+    if (!keys.empty() && impl_->store->check(keys)) {
+      const std::vector<std::vector<uint8_t>> values = impl_->store->multiGet(keys);
+      for (size_t i = 0; i < keys.size(); ++i)
+        out.push_back(verify_store_value(keys[i], std::string(values[i].begin(), values[i].end()), max_bytes));
+      return out;
+    }
+  } catch (const std::exception& e) {
+    unreachable(impl_->where, e);
+  }
+  for (const auto& key : keys) out.push_back(try_get(key, max_bytes));
+  return out;
+}
+
 int64_t StoreClient::add(const std::string& key, int64_t delta) {
   try {
     return impl_->store->add(key, delta);

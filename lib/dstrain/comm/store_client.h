@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dstrain::comm {
 
@@ -19,6 +20,10 @@ class StoreClient {
   // verify, or is over max_bytes, reads as not set.
   void set(const std::string& key, const std::string& value);
   std::optional<std::string> try_get(const std::string& key, size_t max_bytes = size_t{1} << 20);  // nullopt: not set
+  // Several keys in two round trips (check, then one multi-get) when all are set, instead of two
+  // per key: node 0's liveness pass over every rank's heartbeat (issue 26). Missing keys (while
+  // ranks start) fall back to one try_get each.
+  std::vector<std::optional<std::string>> try_get_many(const std::vector<std::string>& keys, size_t max_bytes = size_t{1} << 20);
   int64_t add(const std::string& key, int64_t delta);
 
   struct Impl;

@@ -17,6 +17,7 @@
 #include "dstrain/core/build_info.h"
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/core/host.h"
+#include "dstrain/core/open_files.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/envcheck/file_checksum.h"
 #include "dstrain_cuda.h"
@@ -156,6 +157,18 @@ Facts collect_local_facts(const FactOptions& o) {
   add("/dev/shm", ::statvfs("/dev/shm", &shm) == 0 ? gib(static_cast<double>(shm.f_blocks) * static_cast<double>(shm.f_frsize)) : "missing",
       Rule::kSameInNode);
   add("ulimit open files", limit_text(RLIMIT_NOFILE), Rule::kSameInNode);
+  if (o.world_size > 0) {  // checked after main() raised the soft limit to the hard one
+    rlimit r{};
+    ::getrlimit(RLIMIT_NOFILE, &r);
+    const uint64_t needed = open_files_needed(o.world_size);
+    const bool enough = r.rlim_cur == RLIM_INFINITY || static_cast<uint64_t>(r.rlim_cur) >= needed;
+    f.push_back({"open files for the job", fmt::format("{} (needs {} for {} ranks)", limit_text(RLIMIT_NOFILE), needed, o.world_size),
+                 Rule::kLimit, enough,
+                 enough ? ""
+                        : fmt::format("each rank keeps a socket to every other rank: raise the hard limit to at least {} "
+                                      "(ulimit -Hn, /etc/security/limits.conf, or Slurm's PropagateResourceLimits)",
+                                      needed)});
+  }
   add("ulimit locked memory", limit_text(RLIMIT_MEMLOCK), Rule::kSameInNode);
   for (const auto& [name, value] : relevant_environment())  // device masks are per process under srun/mpirun
     add("env " + name, value, name == "CUDA_VISIBLE_DEVICES" ? Rule::kMayDiffer : Rule::kSame);

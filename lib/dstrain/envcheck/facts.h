@@ -2,6 +2,7 @@
 // Facts about this rank's node, binary, environment, config and data: what every rank of a job
 // must agree on (practice 1). Each fact carries the rule it is compared by (compare.h).
 // Torch-free: the LibTorch build facts come from the caller (train/env_task.cpp).
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,7 @@ struct FactOptions {
   std::string ckpt_dir;                                    // checked for writability and free space ("": not checked)
   double ckpt_bytes = 0;                                   // one checkpoint's expected size: the free space must hold it
   std::vector<std::pair<std::string, std::string>> extra;  // facts the caller knows (LibTorch build)
+  int64_t world_size = 0;  // the job's ranks: the open-files limit must hold a socket per peer (0: not checked)
 };
 
 Facts collect_local_facts(const FactOptions& options = {});

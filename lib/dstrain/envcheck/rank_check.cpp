@@ -61,6 +61,7 @@ FactOptions fact_options(const config::Recipe* recipe, int rank) {
   o.extra = torch_build_facts();
   if (!recipe) return o;
   o.extra.emplace_back("config hash", config::config_hash(*recipe));
+  o.world_size = recipe->world_size();
   if (!recipe->source_path.empty()) o.files.emplace_back("recipe file", recipe->source_path);
   if (!recipe->ds_config_path.empty()) o.files.emplace_back("ds_config file", recipe->ds_config_path);
   const std::vector<std::string> paths = recipe->data.paths.empty() ? std::vector<std::string>{recipe->data.path} : recipe->data.paths;

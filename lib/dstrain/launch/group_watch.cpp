@@ -151,7 +151,11 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
       return f;
     }
   }
-  for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, store_->try_get(run::heartbeat_key(o_.store_run_key, r)), t);
+  // One batched read of every rank's heartbeat (two round trips once all ranks have beaten).
+  if (heartbeat_keys_.empty())
+    for (int r = 0; r < o_.world_size; ++r) heartbeat_keys_.push_back(run::heartbeat_key(o_.store_run_key, r));
+  const auto beats = store_->try_get_many(heartbeat_keys_);
+  for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, beats[static_cast<size_t>(r)], t);
   const launch::HangWatch::Verdict v = hangs_.check(t);
   if (!v.hung) return std::nullopt;
   f.kind = launch::FailureKind::kHang;

@@ -83,6 +83,7 @@ class GroupWatch {
   std::unique_ptr<comm::StoreClient> store_;
   GroupWatchOptions o_;
   launch::HangWatch hangs_;
+  std::vector<std::string> heartbeat_keys_;  // every rank's, built once
   uint64_t beats_ = 0;
   double last_contact_s_;
   struct Node {

@@ -1,5 +1,7 @@
 #include "catch_torch.h"
 
+#include <sys/resource.h>
+
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -7,6 +9,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/open_files.h"
 #include "dstrain/core/sha256.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/fault_injector.h"
@@ -152,4 +155,21 @@ TEST_CASE("SHA-256 and HMAC-SHA256 match the NIST and RFC 4231 vectors", "[core]
         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
   CHECK(digests_equal(sha256("a"), sha256("a")));
   CHECK_FALSE(digests_equal(sha256("a"), sha256("b")));
+}
+
+TEST_CASE("the open-files soft limit is raised to the hard limit (issue 26)", "[core]") {
+  rlimit original{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &original) == 0);
+  if (original.rlim_max != RLIM_INFINITY && original.rlim_max < 600) return;  // nothing to lower here
+  rlimit low = original;
+  low.rlim_cur = 512;
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+  const OpenFilesLimit l = raise_open_files_limit();
+  CHECK(l.before == 512);
+  CHECK(l.soft == l.hard);
+  rlimit now{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &now) == 0);
+  CHECK(now.rlim_cur == original.rlim_max);
+  CHECK(open_files_needed(16384) >= 16384);
+  ::setrlimit(RLIMIT_NOFILE, &original);
 }
