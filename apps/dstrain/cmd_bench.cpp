@@ -1,6 +1,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "dstrain/comm/control_plane_bench.h"
 #include <fmt/format.h>
 
 #include <tuple>
@@ -59,6 +60,24 @@ void register_bench(CLI::App& app, Run& run) {
       const auto r = tasks::bench_model(recipe, iters, threads, micro, seq);
       fmt::print("dstrain  {:>10} params  batch {}x{}  threads {}: {:8.2f} ms/step  {:10.0f} tokens/s\n", r.parameters, micro, seq, threads,
                  r.ms_per_step, r.tokens_per_s);
+      return 0;
+    };
+  });
+  auto cp_ranks = std::make_shared<int>(1024);
+  auto cp_timeout = std::make_shared<int>(600);
+  CLI::App* cpcmd = bench->add_subcommand("control-plane", "The control plane of a large job, simulated in this process (issue 26)");
+  cpcmd->footer(
+      "Fake ranks (threads) run dstrain's rendezvous against its store server; node 0's liveness pass\n"
+      "reads every rank's heartbeat, per key and batched. Prints one JSON line per phase: seconds and\n"
+      "the store requests it made. Each fake rank holds two open files (the limit bounds --ranks).\n\n"
+      "Example:\n  dstrain bench control-plane --ranks 4096");
+  cpcmd->add_option("--ranks", *cp_ranks, "Fake ranks")->check(CLI::Range(1, 1 << 20));
+  cpcmd->add_option("--timeout-s", *cp_timeout, "Deadline of each phase")->check(CLI::Range(1, 86400));
+  cpcmd->callback([cp_ranks, cp_timeout, &run] {
+    run = [cp_ranks, cp_timeout] {
+      for (const auto& p : comm::bench_control_plane(*cp_ranks, std::chrono::seconds(*cp_timeout)))
+        fmt::print("{{\"phase\": \"{}\", \"ranks\": {}, \"seconds\": {:.4f}, \"store_requests\": {}}}\n", p.name, *cp_ranks, p.seconds,
+                   p.operations);
       return 0;
     };
   });

@@ -101,4 +101,9 @@ expect_out "'$WORK/empty_run' has no metrics.jsonl"
 expect_status 2 "$DSTRAIN" report nowhere
 ok "resume, inspect-ckpt and report refuse paths that are not runs or checkpoints"
 
+# The control-plane simulator (issue 26), as a smoke run: 32 fake ranks join, one heartbeat pass each way.
+TORCH_CPP_LOG_LEVEL=ERROR expect_status 0 "$DSTRAIN" bench control-plane --ranks 32
+for phase in rendezvous "heartbeat pass (per key)" "heartbeat pass (batched)"; do expect_out "\"phase\": \"$phase\", \"ranks\": 32"; done
+ok "bench control-plane: 32 fake ranks through the real rendezvous and store, a JSON line per phase"
+
 finish

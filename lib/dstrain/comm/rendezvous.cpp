@@ -84,26 +84,26 @@ c10::intrusive_ptr<c10d::Store> join_store(const Endpoint& ep, int rank, int wor
   // Announce, then wait for everyone, so that a missing rank is named instead of hanging in Gloo.
   const std::string prefix = "dstrain/" + ep.run_id + "/arrived/";
   store->set(prefix + std::to_string(rank), bytes(host_name()));
-  store->add(prefix + "count", 1);
-  const auto deadline = std::chrono::steady_clock::now() + ep.timeout;
-  while (store->add(prefix + "count", 0) < world) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      std::string missing, arrived;
-      int n_missing = 0;
-      for (int r = 0; r < world; ++r) {
-        if (store->check({prefix + std::to_string(r)})) {
-          if (arrived.size() < 200)
-            arrived += (arrived.empty() ? "" : ", ") + std::to_string(r) + "@" + text(store->get(prefix + std::to_string(r)));
-        } else if (++n_missing <= 32) {
-          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
+  // The last to arrive opens the gate; the others wait on its key (one blocking request each,
+  // not a poll every 20 ms: at 16k ranks polling alone saturated the store, issue 26).
+  if (store->add(prefix + "count", 1) >= world) store->set(prefix + "all", bytes("1"));
+  try {
+    store->wait({prefix + "all"}, std::chrono::duration_cast<std::chrono::milliseconds>(ep.timeout));
+  } catch (const std::exception&) {
+    std::string missing, arrived;
+    int n_missing = 0;
+    for (int r = 0; r < world; ++r) {
+      if (store->check({prefix + std::to_string(r)})) {
+        if (arrived.size() < 200)
+          arrived += (arrived.empty() ? "" : ", ") + std::to_string(r) + "@" + text(store->get(prefix + std::to_string(r)));
+      } else if (++n_missing <= 32) {
+        missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       }
-      throw Error(ErrorCode::kComm,
-                  std::to_string(n_missing) + " of " + std::to_string(world) + " ranks never arrived within " + seconds(ep.timeout) +
-                      ": rank" + (n_missing == 1 ? " " : "s ") + missing + (n_missing > 32 ? ", ..." : "") + " (arrived: " + arrived + ")",
-                  "check that every node's launcher was started with the same --master-addr/--master-port and --nnodes, and their logs");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    throw Error(ErrorCode::kComm,
+                std::to_string(n_missing) + " of " + std::to_string(world) + " ranks never arrived within " + seconds(ep.timeout) +
+                    ": rank" + (n_missing == 1 ? " " : "s ") + missing + (n_missing > 32 ? ", ..." : "") + " (arrived: " + arrived + ")",
+                "check that every node's launcher was started with the same --master-addr/--master-port and --nnodes, and their logs");
   }
   return store;
 }
