@@ -3,11 +3,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "commands.h"
 #include "dstrain/config/dataset_sidecar.h"
-#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/token_file.h"
 #include "dstrain/text/tokenizer.h"
@@ -18,10 +16,7 @@ namespace {
 // The first `count` documents of `file` as text: through the tokenizer named by --tokenizer or
 // by the dataset's PREFIX.json, or byte by byte for prepare-data's byte-level datasets.
 void print_documents(const data::TokenFile& file, const std::string& path, const std::string& tokenizer_path, int64_t count) {
-  const auto sidecar = config::read_dataset_sidecar(path, [](const std::string& p) -> std::optional<std::string> {
-    if (!std::filesystem::is_regular_file(p)) return std::nullopt;
-    return read_file(p);
-  });
+  const auto sidecar = config::read_dataset_sidecar(path);
   std::string from = tokenizer_path;
   if (from.empty() && sidecar && sidecar->tokenizer == "huggingface") from = sidecar->tokenizer_dir;
   const bool bytes = from.empty() && sidecar && sidecar->tokenizer == "bytes+eos";

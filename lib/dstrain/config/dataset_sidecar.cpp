@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "dstrain/core/atomic_file.h"
+
 namespace dstrain::config {
 
 std::string megatron_prefix(const std::string& path) {
@@ -28,6 +30,13 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
   if (const std::string dir = j.value("tokenizer_dir", ""); !dir.empty())
     s.tokenizer_dir = (std::filesystem::path(s.file).parent_path() / dir).string();
   return s;
+}
+
+std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path) {
+  return read_dataset_sidecar(data_path, [](const std::string& path) -> std::optional<std::string> {
+    if (!std::filesystem::is_regular_file(path)) return std::nullopt;
+    return read_file(path);
+  });
 }
 
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read) {

@@ -29,6 +29,9 @@ std::string megatron_prefix(const std::string& path);
 std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
                                                    const std::function<std::optional<std::string>(const std::string&)>& read);
 
+// The same, read from the disk.
+std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path);
+
 // What in the recipe contradicts its datasets' sidecars, one message each.
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read);
 

@@ -38,8 +38,11 @@ struct Batch {
 struct Encoded {
   uint64_t index = 0;
   std::vector<std::vector<uint32_t>> tokens, lengths;
-  std::vector<std::vector<uint32_t>> origins;  // per output and document: the record's index in the batch
-  Batch batch;                                 // kept for error messages (origins)
+  struct Origin {
+    uint32_t source;
+    uint64_t line;
+  };
+  std::vector<std::vector<Origin>> origins;  // per output and document: where it came from (error messages)
   int64_t bytes = 0, empty = 0, repaired = 0;
   std::exception_ptr error;
 };
@@ -98,7 +101,7 @@ void encode_batch(Batch& batch, const std::vector<DocumentSource>& sources, cons
       const size_t before = out.tokens[k].size();
       out.repaired += static_cast<int64_t>(encoder.encode(texts[k], out.tokens[k]));
       out.lengths[k].push_back(static_cast<uint32_t>(std::min<size_t>(out.tokens[k].size() - before, 0xffffffffu)));
-      out.origins[k].push_back(r);
+      out.origins[k].push_back({record.source, record.line});
     }
   }
 }
@@ -188,7 +191,6 @@ class Pipeline {
         encoded.error = std::current_exception();
       }
       encoded.index = batch.index;
-      encoded.batch = std::move(batch);
       std::lock_guard<std::mutex> lock(mutex_);
       done_.emplace(encoded.index, std::move(encoded));
       changed_.notify_all();
@@ -209,7 +211,7 @@ class Pipeline {
 };
 
 std::string origin_of(const Encoded& e, size_t output, size_t doc, const std::vector<DocumentSource>& sources) {
-  const Record& r = e.batch.records[e.origins[output][doc]];
+  const Encoded::Origin& r = e.origins[output][doc];
   const std::string& path = sources[r.source].path;
   return r.line ? fmt::format("{}:{}", path == "-" ? "stdin" : path, r.line) : path;
 }

@@ -94,11 +94,7 @@ void write_byte_tokenizer(const std::string& out_dir, std::optional<int64_t> eos
 
 // The dataset's own description (prepare-data writes PREFIX.json next to PREFIX.bin/.idx).
 std::optional<config::DatasetSidecar> dataset_sidecar(const config::Recipe& r) {
-  return config::read_dataset_sidecar(r.data.paths.empty() ? r.data.path : r.data.paths.front(),
-                                      [](const std::string& path) -> std::optional<std::string> {
-                                        if (!fs::is_regular_file(path)) return std::nullopt;
-                                        return read_file(path);
-                                      });
+  return config::read_dataset_sidecar(r.data.paths.empty() ? r.data.path : r.data.paths.front());
 }
 
 // prepare-data's copy of a Hugging Face tokenizer, with its special ids; a tokenizer_config.json
