@@ -2,9 +2,14 @@
 
 #include "commands.h"
 #include "dstrain/comm/control_plane_bench.h"
+#include "dstrain/launch/liveness_bench.h"
+#include "dstrain/zero/checkpoint_bench.h"
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <tuple>
+
+#include <unistd.h>
 
 #include "dstrain/optim/adam_bench.h"
 #include "dstrain/launch/plan.h"
@@ -63,21 +68,50 @@ void register_bench(CLI::App& app, Run& run) {
       return 0;
     };
   });
-  auto cp_ranks = std::make_shared<int>(1024);
+  auto cp = std::make_shared<comm::ControlPlaneOptions>();
   auto cp_timeout = std::make_shared<int>(600);
+  auto cp_per_node = std::make_shared<int>(8);
+  auto cp_pieces_up_to = std::make_shared<int>(16384);
   CLI::App* cpcmd = bench->add_subcommand("control-plane", "The control plane of a large job, simulated in this process (issue 26)");
   cpcmd->footer(
-      "Fake ranks (threads) run dstrain's rendezvous against its store server; node 0's liveness pass\n"
-      "reads every rank's heartbeat, per key and batched. Prints one JSON line per phase: seconds and\n"
-      "the store requests it made. Each fake rank holds two open files (the limit bounds --ranks).\n\n"
+      "Fake ranks (threads) run dstrain's rendezvous against its store server, then Gloo's setup\n"
+      "traffic (lazy pairs, and a full mesh up to --full-mesh-up-to ranks), the environment check's\n"
+      "facts gathered to rank 0, node 0's liveness pass over every heartbeat (per key and batched),\n"
+      "and node 0's pass over node beats that carry their ranks' heartbeats (the hierarchical\n"
+      "liveness the launchers use), and a 7B checkpoint's metadata: rank 0's commit and a rank's\n"
+      "manifest load, with the shard table and with every rank's pieces listed. Prints one JSON line\n"
+      "per phase: seconds, store requests and bytes (read, or the manifest's). Each fake rank holds\n"
+      "one open file (the limit bounds --ranks).\n\n"
       "Example:\n  dstrain bench control-plane --ranks 4096");
-  cpcmd->add_option("--ranks", *cp_ranks, "Fake ranks")->check(CLI::Range(1, 1 << 20));
+  cpcmd->add_option("--ranks", cp->ranks, "Fake ranks")->check(CLI::Range(1, 1 << 20));
   cpcmd->add_option("--timeout-s", *cp_timeout, "Deadline of each phase")->check(CLI::Range(1, 86400));
-  cpcmd->callback([cp_ranks, cp_timeout, &run] {
-    run = [cp_ranks, cp_timeout] {
-      for (const auto& p : comm::bench_control_plane(*cp_ranks, std::chrono::seconds(*cp_timeout)))
-        fmt::print("{{\"phase\": \"{}\", \"ranks\": {}, \"seconds\": {:.4f}, \"store_requests\": {}}}\n", p.name, *cp_ranks, p.seconds,
-                   p.operations);
+  cpcmd->add_option("--full-mesh-up-to", cp->full_mesh_up_to, "Simulate Gloo's full mesh (N^2 bytes) only up to this many ranks")
+      ->check(CLI::Range(0, 1 << 20));
+  cpcmd->add_option("--ranks-per-node", *cp_per_node, "Ranks per node for node 0's liveness pass over node beats (0: skip it)")
+      ->check(CLI::Range(0, 1024));
+  cpcmd
+      ->add_option("--pieces-up-to", *cp_pieces_up_to,
+                   "Time format 2's checkpoint metadata (every rank's pieces listed) up to this many ranks; -1 skips both formats")
+      ->check(CLI::Range(-1, 1 << 20));
+  cpcmd->callback([cp, cp_timeout, cp_per_node, cp_pieces_up_to, &run] {
+    run = [cp, cp_timeout, cp_per_node, cp_pieces_up_to] {
+      cp->timeout = std::chrono::seconds(*cp_timeout);
+      std::vector<comm::ControlPlanePhase> phases = comm::bench_control_plane(*cp);
+      if (*cp_per_node > 0 && cp->ranks >= *cp_per_node) {  // node 0's pass over node beats (launch/group_watch.h)
+        const int nodes = cp->ranks / *cp_per_node;
+        const launch::LivenessPass pass = launch::bench_liveness_pass(nodes, *cp_per_node);
+        phases.push_back(
+            {fmt::format("liveness pass on node 0 ({} node beats of {} ranks)", nodes, *cp_per_node), pass.seconds, 2, pass.bytes});
+      }
+      if (*cp_pieces_up_to >= 0) {  // rank 0's commit and a rank's manifest load (zero/checkpoint_bench.h)
+        const auto scratch = std::filesystem::temp_directory_path() / fmt::format("dstrain-bench-ckpt-{}", ::getpid());
+        for (const auto& c : zero::bench_checkpoint_metadata(cp->ranks, *cp_pieces_up_to, scratch.string()))
+          phases.push_back({c.name, c.seconds, 0, c.bytes});
+        std::filesystem::remove_all(scratch);
+      }
+      for (const auto& p : phases)
+        fmt::print("{{\"phase\": \"{}\", \"ranks\": {}, \"seconds\": {:.4f}, \"store_requests\": {}, \"bytes\": {}}}\n", p.name, cp->ranks,
+                   p.seconds, p.operations, p.bytes);
       return 0;
     };
   });

@@ -1,10 +1,14 @@
 #pragma once
-// dstrain's checkpoint format (version 2), free of torch so that inspect-ckpt and tests read it
-// cheaply. A checkpoint is a directory:
+// dstrain's checkpoint format (version 3; version 2 is read too), free of torch so that
+// inspect-ckpt and tests read it cheaply. A checkpoint is a directory:
 //   step_XXXXXXXX/manifest.json    format, version, step, samples and tokens consumed, world size,
 //                                  ZeRO stage, precision, config hash, model, creation time;
 //                                  every tensor's global name, dtype and shape with its pieces
-//                                  (file, byte offset, element range of the flattened tensor);
+//                                  (file, byte offset, element range of the flattened tensor),
+//                                  or, for the ZeRO engine's sharded tensors, "pieces": "shards":
+//                                  their place follows from the shard table (ShardTable, version 3),
+//                                  so the manifest grows with the parameters and the files, not with
+//                                  their product (issue 26: 11.4M pieces for 7B at 16k ranks);
 //                                  every file's size and CRC-32C
 //   step_XXXXXXXX/rank_NNNNN.bin   raw little-endian bytes: one file per writing rank (its ZeRO
 //                                  shard: ranges of the master weights and Adam moments)
@@ -23,7 +27,8 @@
 
 namespace dstrain::ckpt {
 
-constexpr int kFormatVersion = 2;
+constexpr int kFormatVersion = 3;  // written; 2 and 3 are read
+constexpr int kOldestReadableVersion = 2;
 
 struct TrainState {
   int64_t step = 0;              // optimizer steps completed
@@ -58,6 +63,31 @@ struct Piece {
   uint64_t offset = 0;  // bytes into the file
 };
 
+// Where a ZeRO engine's sharded tensors lie in the rank files (format 3). The parameters are
+// packed into units; unit u's flat buffer is split into `ranks` chunks of `chunk` elements (the
+// tail padded). The file of rank r (rank_NNNNN.bin) holds, for each state prefix in order (the
+// master weights "", then "exp_avg.", "exp_avg_sq."), for each unit in order, the parameter
+// elements that fall in chunk r, float32. Rank 0's file continues with listed pieces.
+struct ShardTable {
+  struct Param {
+    std::string name;
+    int64_t offset = 0, numel = 0;  // within the unit's flat buffer; params in offset order
+  };
+  struct Unit {
+    int64_t chunk = 0;
+    std::vector<Param> params;
+  };
+  int64_t ranks = 0;
+  std::vector<std::string> prefixes;
+  std::vector<Unit> units;
+  // Elements of one state that rank r's file holds.
+  int64_t rank_elements(int64_t rank) const;
+  // Where each unit's part begins in rank r's file, in elements of one state (size units + 1: the
+  // last entry is rank_elements).
+  std::vector<int64_t> rank_unit_starts(int64_t rank) const;
+};
+std::string shard_file_name(int64_t rank);  // rank_NNNNN.bin
+
 struct ShardFile {
   std::string name;  // rank_NNNNN.bin
   uint64_t bytes = 0;
@@ -80,10 +110,13 @@ std::string step_dir_name(int64_t step);
 std::string prepare_staging(const std::string& root, int64_t step);
 std::string staging_dir(const std::string& root, int64_t step);
 ShardFile write_shard(const std::string& staging, int rank, const std::vector<TensorMeta>& tensors, const std::vector<PieceView>& pieces);
-// Checks that the pieces cover every tensor exactly, writes the manifest, renames, marks
-// COMMITTED, moves `latest`, then prunes by `retention` (only older, committed checkpoints).
+// Checks that the pieces (and the shard table, which covers the tensors it names, with every
+// rank's file of the size it implies) cover every tensor exactly, writes the manifest, renames,
+// marks COMMITTED, moves `latest`, then prunes by `retention` (only older, committed checkpoints).
+// With a table, the files' summaries carry only their replicated pieces: only sizes and CRCs
+// travel from the ranks.
 std::string commit(const std::string& root, TrainState state, const std::vector<TensorMeta>& tensors, const std::vector<ShardFile>& files,
-                   Retention retention);
+                   Retention retention, const ShardTable* table = nullptr);
 
 // One writer, whole tensors (tests, tools): prepare_staging + write_shard + commit.
 struct TensorView {
@@ -99,7 +132,8 @@ std::string save_checkpoint(const std::string& root, const TrainState& state, co
 // size and CRC-32C are checked the first time it is read from.
 class Reader {
  public:
-  // `verified`: the caller (rank 0) already checked every file's CRC; only sizes are checked.
+  // `verified`: every file's CRC was checked already (by the ranks of a resume, each its share):
+  // reads check only sizes. verify() always checks CRCs.
   explicit Reader(const std::string& dir, bool verified = false);
   ~Reader();
   const std::string& dir() const { return dir_; }
@@ -110,6 +144,9 @@ class Reader {
   void read(const std::string& name, int64_t start, int64_t count, void* dst, const std::string& dtype) const;
   // Checks every file (size and CRC-32C); throws Error{kCheckpoint} naming the file and its tensors.
   void verify() const;
+  // The same for files part, part + parts, ... in name order: each rank of a resume checks its
+  // share, so that no rank reads every file (issue 26).
+  void verify(int part, int parts) const;
 
  private:
   struct Impl;
@@ -123,6 +160,9 @@ class Reader {
 bool has_committed_checkpoint(const std::string& root);
 // The directory `latest` names, if it exists and is committed (throws when `latest` is broken).
 std::optional<std::string> latest_checkpoint(const std::string& root);
+// The committed checkpoints under `root` in the order a resume tries them: the one `latest` names,
+// then the others from the newest (a broken `latest` is reported in `skipped`). Not verified.
+std::vector<std::string> checkpoint_candidates(const std::string& root, std::vector<std::string>* skipped = nullptr);
 // The newest committed checkpoint that verifies, starting at `latest` and falling back to older
 // ones (each skipped one is reported in `skipped`, with why). nullopt when there is none.
 std::optional<std::string> usable_checkpoint(const std::string& root, std::vector<std::string>* skipped = nullptr);

@@ -12,6 +12,7 @@ constexpr const char* kManifest = "manifest.json";
 constexpr const char* kCommitted = "COMMITTED";
 constexpr const char* kFormatName = "dstrain-checkpoint";
 constexpr const char* kPartialSuffix = ".partial";
+constexpr const char* kShardPieces = "shards";  // a tensor's "pieces" when the shard table places it
 
 [[noreturn]] void corrupt(const std::string& where, const std::string& what);
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "dstrain/ckpt/checkpoint.h"
@@ -41,10 +42,41 @@ nlohmann::json read_manifest(const std::string& dir, std::string* text = nullptr
     corrupt(path, "not a dstrain checkpoint manifest");
   const auto version_entry = m.find("format_version");
   const int version = version_entry != m.end() && version_entry->is_number_integer() ? version_entry->get<int>() : 0;
-  if (version != kFormatVersion)
-    corrupt(path, fmt::format("format_version {} is not supported (this dstrain reads version {}){}", version, kFormatVersion,
-                              version == 1 ? "; version 1 came before sharded checkpoints: export it with the dstrain that wrote it" : ""));
+  if (version < kOldestReadableVersion || version > kFormatVersion)
+    corrupt(path, fmt::format("format_version {} is not supported (this dstrain reads versions {} to {}){}", version,
+                              kOldestReadableVersion, kFormatVersion,
+                              version == 1 ? "; version 1 came before sharded checkpoints: export it with the dstrain that wrote it"
+                              : version > kFormatVersion ? "; it was written by a newer dstrain"
+                                                         : ""));
   return m;
+}
+
+// The shard table (format 3), checked so that no hostile value can overflow the arithmetic or
+// make a rank's file claim bytes it does not have.
+ShardTable shard_table_from(const nlohmann::json& j, const std::string& manifest) {
+  ShardTable t;
+  t.ranks = j.at("ranks").get<int64_t>();
+  if (t.ranks < 1 || t.ranks > (int64_t{1} << 24)) corrupt(manifest, fmt::format("shards: {} ranks is out of range", t.ranks));
+  for (const auto& p : j.at("prefixes")) t.prefixes.push_back(p.get<std::string>());
+  if (t.prefixes.empty() || t.prefixes.size() > 8 ||
+      std::set<std::string>(t.prefixes.begin(), t.prefixes.end()).size() != t.prefixes.size())
+    corrupt(manifest, "shards: the state prefixes must be 1 to 8 distinct names");
+  for (const auto& ju : j.at("units")) {
+    ShardTable::Unit u;
+    u.chunk = ju.at("chunk").get<int64_t>();
+    if (u.chunk < 1 || u.chunk > (int64_t{1} << 48) / t.ranks)
+      corrupt(manifest, fmt::format("shards: a unit's chunk of {} is out of range", u.chunk));
+    int64_t end = 0;
+    for (const auto& jp : ju.at("params")) {
+      ShardTable::Param p{jp.at(0).get<std::string>(), jp.at(1).get<int64_t>(), jp.at(2).get<int64_t>()};
+      if (p.offset < end || p.numel < 0 || p.numel > u.chunk * t.ranks - p.offset)
+        corrupt(manifest, fmt::format("shards: parameter {} lies outside its unit or overlaps another", p.name));
+      end = p.offset + p.numel;
+      u.params.push_back(std::move(p));
+    }
+    t.units.push_back(std::move(u));
+  }
+  return t;
 }
 
 TrainState state_from(const nlohmann::json& m) {
@@ -111,17 +143,97 @@ struct FileEntry {
   uint32_t crc = 0;
   std::set<std::string> tensors;  // for messages
 };
+using Extents = std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>>;  // per file: [offset, end) of each piece
+
+// `bytes` from `path` at `offset` into out; a checkpoint error on a short file.
+void pread_exact(const std::string& path, uint64_t offset, char* out, size_t bytes, const std::string& tensor) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) corrupt(path, "cannot be opened");
+  off_t at = static_cast<off_t>(offset);
+  while (bytes > 0) {
+    const ssize_t n = ::pread(fd, out, bytes, at);
+    if (n <= 0) {
+      ::close(fd);
+      corrupt(path, fmt::format("cannot read tensor {} (short file)", tensor));
+    }
+    out += n, bytes -= static_cast<size_t>(n), at += n;
+  }
+  ::close(fd);
+}
+
+int64_t overlap(const ShardTable::Param& p, int64_t lo, int64_t hi) {
+  return std::max<int64_t>(0, std::min(hi, p.offset + p.numel) - std::max(lo, p.offset));
+}
 
 }  // namespace
 
 struct Reader::Impl {
   std::map<std::string, FileEntry> files;
   std::map<std::string, std::vector<std::pair<std::string, Piece>>> pieces;  // tensor -> (file, piece), by start
+  // Format 3: the engine's sharded tensors, placed by the table (state prefix, unit, parameter).
+  std::optional<ShardTable> table;
+  struct Sharded {
+    size_t state = 0, unit = 0, param = 0;
+  };
+  std::map<std::string, Sharded> sharded;
+  mutable std::map<int64_t, std::vector<int64_t>> unit_starts;  // by rank, computed when first read (under mu)
+
+  std::vector<int64_t> unit_starts_of(int64_t rank) const {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = unit_starts.find(rank);
+    if (it == unit_starts.end()) it = unit_starts.emplace(rank, table->rank_unit_starts(rank)).first;
+    return it->second;
+  }
+
+  // Checks the table against the tensors marked "shards" and the files, and adds each rank's
+  // shard bytes to its file's extents.
+  void place_shards(ShardTable t, const std::map<std::string, const TensorMeta*>& marked, Extents& extents, const std::string& manifest) {
+    for (size_t s = 0; s < t.prefixes.size(); ++s)
+      for (size_t u = 0; u < t.units.size(); ++u)
+        for (size_t i = 0; i < t.units[u].params.size(); ++i) {
+          const std::string name = t.prefixes[s] + t.units[u].params[i].name;
+          const auto it = marked.find(name);
+          if (it == marked.end() || it->second->dtype != "float32" || it->second->numel() != t.units[u].params[i].numel)
+            corrupt(manifest,
+                    fmt::format("shards: {} is not a float32 tensor of {} elements marked \"shards\"", name, t.units[u].params[i].numel));
+          if (!sharded.emplace(name, Sharded{s, u, i}).second) corrupt(manifest, fmt::format("shards: {} is placed twice", name));
+        }
+    if (sharded.size() != marked.size()) corrupt(manifest, "shards: a tensor marked \"shards\" is not in the shard table");
+    for (int64_t r = 0; r < t.ranks; ++r) {
+      const std::string file = shard_file_name(r);
+      const auto fit = files.find(file);
+      const uint64_t bytes = static_cast<uint64_t>(t.rank_elements(r)) * t.prefixes.size() * 4;
+      if (fit == files.end() || bytes > fit->second.bytes)
+        corrupt(manifest, fmt::format("shards: {} is not listed or is smaller than rank {}'s shards ({} bytes)", file, r, bytes));
+      if (bytes > 0) extents[file].emplace_back(0, bytes);
+      fit->second.tensors.insert(fmt::format("the ZeRO shards of rank {}", r));
+    }
+    table = std::move(t);
+  }
+
+  // Elements [start, start + count) of a sharded tensor, from the ranks' files that hold them.
+  void read_shards(const std::string& dir, const std::string& name, const Sharded& s, int64_t start, int64_t count, char* out) const {
+    const ShardTable::Unit& u = table->units[s.unit];
+    const ShardTable::Param& p = u.params[s.param];
+    for (int64_t pos = p.offset + start, end = pos + count; pos < end;) {
+      const int64_t r = pos / u.chunk, lo = r * u.chunk, hi = std::min(end, lo + u.chunk);
+      int64_t before = 0;  // the unit's earlier parameters' elements in chunk r
+      for (size_t q = 0; q < s.param; ++q) before += overlap(u.params[q], lo, lo + u.chunk);
+      const std::vector<int64_t> starts = unit_starts_of(r);
+      const int64_t element = static_cast<int64_t>(s.state) * starts.back() + starts[s.unit] + before + (pos - std::max(lo, p.offset));
+      const std::string file = shard_file_name(r);
+      check_file(dir, file, !trust_crc);
+      pread_exact((fs::path(dir) / file).string(), static_cast<uint64_t>(element) * 4, out, static_cast<size_t>(hi - pos) * 4, name);
+      out += (hi - pos) * 4;
+      pos = hi;
+    }
+  }
   mutable std::mutex mu;
   mutable std::set<std::string> verified;
   bool trust_crc = false;
 
-  void check_file(const std::string& dir, const std::string& name) const {
+  // `crc`: read the whole file for its checksum (verify() always does; reads unless trust_crc).
+  void check_file(const std::string& dir, const std::string& name, bool crc) const {
     {
       std::lock_guard<std::mutex> lock(mu);
       if (verified.count(name)) return;
@@ -131,7 +243,7 @@ struct Reader::Impl {
     const std::string holds = " (it holds " + name_list(std::vector<std::string>(f.tensors.begin(), f.tensors.end())) + ")";
     const uint64_t size = regular_file_size(path, holds);
     if (size != f.bytes) corrupt(path, fmt::format("has {} bytes, the manifest says {}: truncated or overwritten{}", size, f.bytes, holds));
-    if (!trust_crc && crc32c_of_file(path) != f.crc) corrupt(path, "checksum mismatch: the file is corrupt" + holds);
+    if (crc && crc32c_of_file(path) != f.crc) corrupt(path, "checksum mismatch: the file is corrupt" + holds);
     std::lock_guard<std::mutex> lock(mu);
     verified.insert(name);
   }
@@ -153,13 +265,21 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
       if (!impl_->files.emplace(name, FileEntry{f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}}).second)
         corrupt(manifest, fmt::format("file {} is listed twice", name));
     }
-    std::map<std::string, std::vector<std::pair<uint64_t, uint64_t>>> extents;  // per file: [offset, end) of each piece
+    Extents extents;
+    std::set<std::string> marked;  // placed by the shard table
     for (const auto& t : m.at("tensors")) {
       TensorMeta meta{t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()};
       const int64_t esize = dtype_size(meta.dtype);
       const int64_t numel = checked_numel(meta, manifest);
       if (impl_->pieces.count(meta.name)) corrupt(manifest, fmt::format("tensor {} is listed twice", meta.name));
       auto& list = impl_->pieces[meta.name];
+      if (t.at("pieces").is_string()) {
+        if (t.at("pieces").get<std::string>() != kShardPieces || !m.contains("shards"))
+          corrupt(manifest, fmt::format("tensor {}: \"pieces\" must be a list, or \"shards\" with a shard table", meta.name));
+        marked.insert(meta.name);
+        tensors_.push_back(std::move(meta));
+        continue;
+      }
       for (const auto& p : t.at("pieces")) {
         const std::string file = p.at("file");
         const auto fit = impl_->files.find(file);
@@ -183,6 +303,12 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
       }
       if (next != numel) corrupt(manifest, fmt::format("tensor {}: elements from {} are in no piece", meta.name, next));
       tensors_.push_back(std::move(meta));
+    }
+    if (m.contains("shards")) {
+      std::map<std::string, const TensorMeta*> by_table;
+      for (const auto& t : tensors_)
+        if (marked.count(t.name)) by_table[t.name] = &t;
+      impl_->place_shards(shard_table_from(m.at("shards"), manifest), by_table, extents, manifest);
     }
     // The pieces tile each file exactly: no gap, no overlap, nothing past the end (a shifted
     // offset would otherwise load other bytes as weights).
@@ -217,31 +343,24 @@ void Reader::read(const std::string& name, int64_t start, int64_t count, void* d
   if (meta->dtype != dtype) corrupt(dir_, fmt::format("tensor {} is {}, expected {}", name, meta->dtype, dtype));
   if (start < 0 || start + count > meta->numel())
     corrupt(dir_, fmt::format("tensor {}: elements [{}, {}) requested of {}", name, start, start + count, meta->numel()));
+  if (const auto s = impl_->sharded.find(name); s != impl_->sharded.end())
+    return impl_->read_shards(dir_, name, s->second, start, count, static_cast<char*>(dst));
   const int64_t esize = dtype_size(dtype);
   for (const auto& [file, p] : impl_->pieces.at(name)) {
     const int64_t a = std::max(start, p.start), b = std::min(start + count, p.start + p.count);
     if (a >= b) continue;
-    impl_->check_file(dir_, file);
-    const std::string path = (fs::path(dir_) / file).string();
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) corrupt(path, "cannot be opened");
-    char* out = static_cast<char*>(dst) + (a - start) * esize;
-    size_t left = static_cast<size_t>((b - a) * esize);
-    off_t at = static_cast<off_t>(p.offset + static_cast<uint64_t>((a - p.start) * esize));
-    while (left > 0) {
-      const ssize_t n = ::pread(fd, out, left, at);
-      if (n <= 0) {
-        ::close(fd);
-        corrupt(path, fmt::format("cannot read tensor {} (short file)", name));
-      }
-      out += n, left -= static_cast<size_t>(n), at += n;
-    }
-    ::close(fd);
+    impl_->check_file(dir_, file, !impl_->trust_crc);
+    pread_exact((fs::path(dir_) / file).string(), p.offset + static_cast<uint64_t>((a - p.start) * esize),
+                static_cast<char*>(dst) + (a - start) * esize, static_cast<size_t>((b - a) * esize), name);
   }
 }
 
-void Reader::verify() const {
-  for (const auto& [name, f] : impl_->files) impl_->check_file(dir_, name);
+void Reader::verify() const { verify(0, 1); }
+
+void Reader::verify(int part, int parts) const {
+  int index = 0;
+  for (const auto& [name, f] : impl_->files)  // by name: every rank sees the same order
+    if (index++ % parts == part) impl_->check_file(dir_, name, true);
 }
 
 bool has_committed_checkpoint(const std::string& root) {
@@ -263,8 +382,8 @@ std::optional<std::string> latest_checkpoint(const std::string& root) {
   return dir.string();
 }
 
-std::optional<std::string> usable_checkpoint(const std::string& root, std::vector<std::string>* skipped) {
-  if (!fs::is_directory(root)) return std::nullopt;
+std::vector<std::string> checkpoint_candidates(const std::string& root, std::vector<std::string>* skipped) {
+  if (!fs::is_directory(root)) return {};
   std::vector<fs::path> candidates;
   for (const auto& e : fs::directory_iterator(root)) {
     const std::string name = e.path().filename().string();
@@ -280,14 +399,18 @@ std::optional<std::string> usable_checkpoint(const std::string& root, std::vecto
   } catch (const Error& e) {
     if (skipped) skipped->push_back(e.what());
   }
-  for (const auto& dir : candidates) {
+  return std::vector<std::string>(candidates.begin(), candidates.end());
+}
+
+std::optional<std::string> usable_checkpoint(const std::string& root, std::vector<std::string>* skipped) {
+  for (const auto& dir : checkpoint_candidates(root, skipped)) {
     try {
-      Reader(dir.string()).verify();
-      return dir.string();
+      Reader(dir).verify();
+      return dir;
     } catch (const Error& e) {
       if (skipped) skipped->push_back(e.what());
     } catch (const std::exception& e) {  // whatever a damaged checkpoint provokes, the next one is tried
-      if (skipped) skipped->push_back(fmt::format("checkpoint {}: {}", dir.string(), e.what()));
+      if (skipped) skipped->push_back(fmt::format("checkpoint {}: {}", dir, e.what()));
     }
   }
   return std::nullopt;
@@ -305,6 +428,21 @@ Checkpoint load_checkpoint(const std::string& dir) {
   return ck;
 }
 
+namespace {
+// Which rank files hold each sharded tensor (for inspect-ckpt).
+std::map<std::string, std::vector<std::string>> files_of_sharded(const ShardTable& t) {
+  std::map<std::string, std::vector<std::string>> out;
+  for (const auto& prefix : t.prefixes)
+    for (const auto& u : t.units)
+      for (const auto& p : u.params) {
+        auto& files = out[prefix + p.name];
+        if (p.numel > 0)
+          for (int64_t r = p.offset / u.chunk; r <= (p.offset + p.numel - 1) / u.chunk; ++r) files.push_back(shard_file_name(r));
+      }
+  return out;
+}
+}  // namespace
+
 Inspection inspect_checkpoint(const std::string& dir) {
   if (!fs::is_directory(dir))
     throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' is not a directory", dir),
@@ -315,8 +453,16 @@ Inspection inspect_checkpoint(const std::string& dir) {
   const nlohmann::json m = read_manifest(dir);
   try {
     in.state = state_from(m);
+    const std::map<std::string, std::vector<std::string>> shard_files =
+        m.contains("shards") ? files_of_sharded(shard_table_from(m.at("shards"), (fs::path(dir) / kManifest).string()))
+                             : std::map<std::string, std::vector<std::string>>{};
     for (const auto& t : m.at("tensors")) {
       in.tensors.push_back({t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()});
+      if (t.at("pieces").is_string()) {
+        if (const auto it = shard_files.find(in.tensors.back().name); it != shard_files.end())
+          in.files_of_tensor[in.tensors.back().name] = it->second;
+        continue;
+      }
       for (const auto& p : t.at("pieces")) {
         auto& files = in.files_of_tensor[in.tensors.back().name];
         const std::string f = p.at("file");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/ckpt/format.h"
@@ -69,6 +70,43 @@ Piece piece_from(const nlohmann::json& j) {
   return {j.at("tensor").get<std::string>(), j.at("start").get<int64_t>(), j.at("count").get<int64_t>(), j.at("offset").get<uint64_t>()};
 }
 
+nlohmann::json shard_table_json(const ShardTable& t) {
+  nlohmann::json units = nlohmann::json::array();
+  for (const auto& u : t.units) {
+    nlohmann::json params = nlohmann::json::array();
+    for (const auto& p : u.params) params.push_back({p.name, p.offset, p.numel});
+    units.push_back({{"chunk", u.chunk}, {"params", params}});
+  }
+  return {{"ranks", t.ranks}, {"prefixes", t.prefixes}, {"units", units}};
+}
+
+// The tensors the table covers (each once, float32, of the table's size), with every rank's file
+// there and at least as large as its shards (its listed pieces come after them).
+std::set<std::string> check_shard_table(const ShardTable& table, const std::vector<TensorMeta>& tensors,
+                                        const std::vector<ShardFile>& files) {
+  auto bug = [](const std::string& what) { throw Error(ErrorCode::kInternal, "checkpoint shard table: " + what, "this is a dstrain bug"); };
+  std::map<std::string, const TensorMeta*> meta;
+  for (const auto& t : tensors) meta[t.name] = &t;
+  std::set<std::string> covered;
+  for (const auto& prefix : table.prefixes)
+    for (const auto& u : table.units)
+      for (const auto& p : u.params) {
+        const auto it = meta.find(prefix + p.name);
+        if (it == meta.end() || it->second->dtype != "float32" || it->second->numel() != p.numel) bug("tensor " + prefix + p.name);
+        if (!covered.insert(prefix + p.name).second) bug("tensor " + prefix + p.name + " twice");
+      }
+  std::map<std::string, const ShardFile*> by_name;
+  for (const auto& f : files) by_name[f.name] = &f;
+  for (int64_t r = 0; r < table.ranks; ++r) {
+    const auto it = by_name.find(shard_file_name(r));
+    const uint64_t shard_bytes = static_cast<uint64_t>(table.rank_elements(r)) * table.prefixes.size() * 4;
+    if (it == by_name.end() || it->second->bytes < shard_bytes) bug("rank " + std::to_string(r) + "'s file is missing or short");
+    for (const auto& p : it->second->pieces)
+      if (p.offset < shard_bytes) bug("a piece of " + it->first + " overlaps its shards");
+  }
+  return covered;
+}
+
 std::string utc_now() {
   const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   std::tm tm{};
@@ -109,6 +147,22 @@ void prune(const std::string& root, int64_t newest, Retention retention) {
 }
 
 }  // namespace
+
+int64_t ShardTable::rank_elements(int64_t rank) const { return rank_unit_starts(rank).back(); }
+
+std::vector<int64_t> ShardTable::rank_unit_starts(int64_t rank) const {
+  std::vector<int64_t> starts{0};
+  starts.reserve(units.size() + 1);
+  for (const Unit& u : units) {
+    const int64_t lo = rank * u.chunk, hi = lo + u.chunk;
+    int64_t n = 0;
+    for (const Param& p : u.params) n += std::max<int64_t>(0, std::min(hi, p.offset + p.numel) - std::max(lo, p.offset));
+    starts.push_back(starts.back() + n);
+  }
+  return starts;
+}
+
+std::string shard_file_name(int64_t rank) { return fmt::format("rank_{:05d}.bin", rank); }
 
 int64_t TensorMeta::numel() const {
   int64_t n = 1;
@@ -155,7 +209,7 @@ ShardFile write_shard(const std::string& staging, int rank, const std::vector<Te
   std::map<std::string, const TensorMeta*> meta;
   for (const auto& t : tensors) meta[t.name] = &t;
   ShardFile f;
-  f.name = fmt::format("rank_{:05d}.bin", rank);
+  f.name = shard_file_name(rank);
   const std::string path = (fs::path(staging) / f.name).string();
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw Error(ErrorCode::kEnvironment, fmt::format("cannot create '{}'", path), "check the checkpoint directory is writable");
@@ -187,12 +241,18 @@ ShardFile write_shard(const std::string& staging, int rank, const std::vector<Te
 }
 
 std::string commit(const std::string& root, TrainState state, const std::vector<TensorMeta>& tensors, const std::vector<ShardFile>& files,
-                   Retention retention) {
+                   Retention retention, const ShardTable* table) {
   // Every tensor must be covered exactly once: a gap or an overlap is a bug, caught before commit.
+  const std::set<std::string> by_table = table ? check_shard_table(*table, tensors, files) : std::set<std::string>{};
   std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> ranges;
   for (const auto& f : files)
     for (const auto& p : f.pieces) ranges[p.tensor].push_back({p.start, p.count});
   for (const auto& t : tensors) {
+    if (by_table.count(t.name)) {
+      if (ranges.count(t.name))
+        throw Error(ErrorCode::kInternal, "checkpoint: tensor " + t.name + " is in the shard table and in pieces", "this is a dstrain bug");
+      continue;
+    }
     auto& r = ranges[t.name];
     std::sort(r.begin(), r.end());
     int64_t next = 0;
@@ -225,7 +285,11 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
       pieces_of[p.tensor].push_back({{"file", f.name}, {"offset", p.offset}, {"start", p.start}, {"count", p.count}});
   m["tensors"] = nlohmann::json::array();
   for (const auto& t : tensors)
-    m["tensors"].push_back({{"name", t.name}, {"dtype", t.dtype}, {"shape", t.shape}, {"pieces", pieces_of[t.name]}});
+    m["tensors"].push_back({{"name", t.name},
+                            {"dtype", t.dtype},
+                            {"shape", t.shape},
+                            {"pieces", by_table.count(t.name) ? nlohmann::json(kShardPieces) : pieces_of[t.name]}});
+  if (table) m["shards"] = shard_table_json(*table);
   m["files"] = nlohmann::json::array();
   for (const auto& f : files) m["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"crc32c", f.crc32c}});
   const std::string staging = staging_dir(root, state.step);

@@ -7,7 +7,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <vector>
+
+#include "dstrain/core/open_files.h"
 
 namespace dstrain::comm {
 namespace {
@@ -132,6 +135,14 @@ int check_collectives(Communicator& comm, uint64_t seed) {
   for (int r = 0; bytes_ok && r < comm.world_size(); ++r)
     bytes_ok = all[r] == std::string(static_cast<size_t>(r * 3 + 1), static_cast<char>('a' + r % 26));
   c.report(bytes_ok, "all_gather_bytes (varying lengths)", "wrong bytes");
+  // gather_bytes to the last rank (through the store), then broadcast_bytes from it.
+  const int last = comm.world_size() - 1;
+  const auto gathered = comm.gather_bytes(mine, last);
+  bool gather_ok = comm.rank() == last ? static_cast<int>(gathered.size()) == comm.world_size() : gathered.empty();
+  for (size_t r = 0; gather_ok && comm.rank() == last && r < gathered.size(); ++r) gather_ok = gathered[r] == all[r];
+  c.report(gather_ok, "gather_bytes to the last rank", "wrong bytes");
+  const std::string sent = comm.broadcast_bytes(comm.rank() == last ? std::string(70001, 'q') + mine : std::string(), last);
+  c.report(sent == std::string(70001, 'q') + all[static_cast<size_t>(last)], "broadcast_bytes from the last rank", "wrong bytes");
   // Every rank must agree that every rank passed.
   at::Tensor failures = at::tensor({static_cast<float>(c.failures)}, at::kFloat).to(comm.device());
   comm.all_reduce(failures)->wait();
@@ -141,6 +152,25 @@ int check_collectives(Communicator& comm, uint64_t seed) {
                total_failures);
   std::fflush(stdout);
   return total_failures;
+}
+
+// The control ops alone (what Gloo carries beside NCCL on GPUs), then this process's sockets:
+// with lazy pairs they reach the ring and tree neighbours, not all N-1 peers (issue 26).
+void report_control_sockets(Communicator& comm) {
+  at::Tensor flag = at::ones({1}, at::TensorOptions().dtype(at::kFloat).device(comm.device()));
+  comm.barrier()->wait();
+  comm.broadcast(flag, 0)->wait();
+  comm.all_reduce(flag)->wait();
+  comm.all_gather_bytes(std::to_string(comm.rank()));
+  const auto counts = comm.all_gather_bytes(std::to_string(open_socket_count()));
+  if (comm.rank() != 0) return;
+  int64_t most = -1, fewest = std::numeric_limits<int64_t>::max();
+  for (const auto& c : counts) most = std::max<int64_t>(most, std::stoll(c)), fewest = std::min<int64_t>(fewest, std::stoll(c));
+  fmt::print("sockets per rank after the control ops (barrier, broadcast, all_reduce, all_gather_bytes): {}-{} ({} peers; {})\n", fewest,
+             most, comm.world_size() - 1,
+             comm.backend() != "gloo" ? comm.backend()
+             : gloo_connects_lazily() ? "gloo pairs connect on first use"
+                                      : "gloo full mesh");
 }
 
 void bench_collectives(Communicator& comm, const BenchOptions& o) {

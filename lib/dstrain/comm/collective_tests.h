@@ -13,6 +13,10 @@ namespace dstrain::comm {
 // Returns the number of failed checks (0: all passed).
 int check_collectives(Communicator& comm, uint64_t seed);
 
+// Runs the control ops (barrier, broadcast, all_reduce, all_gather_bytes) and rank 0 prints the
+// fewest and most sockets a rank holds then, against the N-1 a full mesh needs.
+void report_control_sockets(Communicator& comm);
+
 struct BenchOptions {
   int64_t min_bytes = 1024;
   int64_t max_bytes = 256ll << 20;

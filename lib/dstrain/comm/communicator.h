@@ -48,6 +48,12 @@ class Communicator {
   virtual WorkHandle recv(at::Tensor& tensor, int src) = 0;
   // Every rank's bytes, in rank order (blocking): for facts such as versions and hostnames.
   virtual std::vector<std::string> all_gather_bytes(const std::string& mine) = 0;
+  // Every rank's bytes to `root` only (the others get an empty vector); blocks every rank until
+  // the root has them. For what one rank reads (checkpoint summaries, environment facts): at scale
+  // an all-gather would send them into every rank (issue 26). Gloo and NCCL go through the store.
+  virtual std::vector<std::string> gather_bytes(const std::string& mine, int root) = 0;
+  // root's bytes to every rank (a length, then the payload, over broadcast: a tree, not a gather).
+  virtual std::string broadcast_bytes(const std::string& bytes, int root);
 };
 
 struct Endpoint {
@@ -66,6 +72,10 @@ Endpoint endpoint_of(const run::WorkerEnv& env, std::chrono::milliseconds timeou
 // Joins (or hosts) the store, announces this rank, and builds a Gloo group. A timeout names the
 // ranks that never arrived.
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& endpoint, int rank, int world_size);
+
+// Whether Gloo's pairs connect on first use (the default) rather than as a full mesh at setup
+// (DSTRAIN_GLOO_FULL_MESH=1, PyTorch's default).
+bool gloo_connects_lazily();
 
 // The same over NCCL on GPU `device_index` (nccl.h directly: the unique id travels through the
 // store; waits poll for completion and NCCL's async errors, and abort the communicator on

@@ -13,6 +13,7 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
+#include "dstrain/comm/store_gather.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/progress.h"
 
@@ -61,8 +62,9 @@ class GlooWork final : public Work {
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<ProcessGroupGloo> group, int rank, int world,
-                   std::chrono::milliseconds timeout)
-      : store_(std::move(store)), group_(std::move(group)), rank_(rank), world_(world), timeout_(timeout) {}
+                   std::chrono::milliseconds timeout, const std::string& run_id)
+      : store_(std::move(store)), group_(std::move(group)), rank_(rank), world_(world),
+        timeout_(timeout), gather_{store_.get(), "dstrain/" + run_id + "/gather/", rank, world, timeout} {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -156,6 +158,12 @@ class GlooCommunicator final : public Communicator {
     return out;
   }
 
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override {
+    require(root >= 0 && root < world_, "gather_bytes: root is not a rank");
+    if (world_ == 1) return {mine};
+    return store_gather_bytes(gather_, ++gather_round_, mine, root);
+  }
+
  private:
   // Data movement of bf16 travels as 2-byte float16 elements: Gloo only copies the bytes.
   static at::Tensor movable(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
@@ -184,9 +192,16 @@ class GlooCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
   at::Tensor receive_buffer_;  // reduce_scatter's all-to-all target
+  StoreGather gather_;
+  uint64_t gather_round_ = 0;
 };
 
 }  // namespace
+
+bool gloo_connects_lazily() {
+  const char* full = std::getenv("DSTRAIN_GLOO_FULL_MESH");
+  return !(full && std::string(full) == "1");
+}
 
 std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int rank, int world) {
   c10::intrusive_ptr<c10d::Store> store = join_store(ep, rank, world);
@@ -196,11 +211,15 @@ std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int ran
     auto options = ProcessGroupGloo::Options::create_default(op_timeout);
     // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise bind to the address that
     // routes to the master, which works on one host, across hosts and across network namespaces.
+    // Pairs connect lazily, on a collective's first use of them: a rank publishes one address and
+    // the ring and tree collectives reach a few peers, where Gloo's full mesh makes every rank
+    // read every rank's key (N^2 store traffic) and hold N-1 sockets (issue 26).
+    const bool lazy = gloo_connects_lazily();
     const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    options->devices = {ifname && *ifname ? ProcessGroupGloo::createDeviceForInterface(ifname)
-                                          : ProcessGroupGloo::createDeviceForHostname(local_address_towards(ep.master_addr))};
+    options->devices = {ifname && *ifname ? ProcessGroupGloo::createDeviceForInterface(ifname, lazy)
+                                          : ProcessGroupGloo::createDeviceForHostname(local_address_towards(ep.master_addr), lazy)};
     auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, options);
-    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, op_timeout);
+    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, op_timeout, ep.run_id);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -15,6 +15,7 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
+#include "dstrain/comm/store_gather.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/progress.h"
 
@@ -182,6 +183,12 @@ class NcclCommunicator final : public Communicator {
     }
     return out;
   }
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override {
+    require(root >= 0 && root < world_, "gather_bytes: root is not a rank");
+    if (world_ == 1) return {mine};
+    const StoreGather g{store_.get(), "dstrain/" + run_id_ + "/nccl-gather/", rank_, world_, timeout_};
+    return store_gather_bytes(g, ++gather_round_, mine, root);
+  }
 
  private:
   static void require(bool ok, const std::string& what) {
@@ -218,7 +225,7 @@ class NcclCommunicator final : public Communicator {
   std::string run_id_;
   std::chrono::milliseconds timeout_;
   cudaStream_t stream_ = nullptr;
-  uint64_t sequence_ = 0, bytes_round_ = 0;
+  uint64_t sequence_ = 0, bytes_round_ = 0, gather_round_ = 0;
 };
 
 }  // namespace
@@ -239,7 +246,12 @@ std::unique_ptr<Communicator> make_nccl_communicator(const Endpoint& ep, int ran
     std::memcpy(&id, v.data(), sizeof(id));
   }
   auto shared = std::make_shared<Shared>();
-  nccl_check(ncclCommInitRank(&shared->comm, world, id, rank), "rank " + std::to_string(rank) + ": ncclCommInitRank");
+  {
+    // Shown in the heartbeat as a collective: an init that hangs past launch.collective_timeout_s
+    // is reported by the launcher's hang watch, naming the ranks that are not in it.
+    const progress::CollectiveWait waiting("nccl_init", 0);
+    nccl_check(ncclCommInitRank(&shared->comm, world, id, rank), "rank " + std::to_string(rank) + ": ncclCommInitRank");
+  }
   return std::make_unique<NcclCommunicator>(store, shared, rank, world, device, ep.run_id,
                                             ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout);
 }

@@ -147,6 +147,13 @@ class ThreadCommunicator final : public Communicator {
     return all;
   }
 
+  std::vector<std::string> gather_bytes(const std::string& mine, int root) override {
+    require(root >= 0 && root < world_size(), "gather_bytes: root is not a rank");
+    std::vector<std::string> all = all_gather_bytes(mine);  // in memory: nothing to save
+    if (rank_ != root) all.clear();
+    return all;
+  }
+
   // A rank of the group failed: every pending and later op of the others fails at once.
   void abort(const std::string& why) {
     std::lock_guard<std::mutex> lock(hub_->mutex);

@@ -2,8 +2,13 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <limits>
+#include <string_view>
+#include <system_error>
 
 namespace dstrain {
 namespace {
@@ -25,5 +30,19 @@ OpenFilesLimit raise_open_files_limit() {
 }
 
 uint64_t open_files_needed(int64_t world_size) { return static_cast<uint64_t>(std::max<int64_t>(world_size, 1)) + 256; }
+
+int64_t open_socket_count() {
+  std::error_code ec;
+  std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
+  if (ec) return -1;
+  int64_t sockets = 0;
+  for (; it != end; it.increment(ec)) {
+    if (ec) return -1;
+    char target[64];
+    const ssize_t n = ::readlink(it->path().c_str(), target, sizeof(target) - 1);
+    if (n > 7 && std::string_view(target, 7) == "socket:") ++sockets;
+  }
+  return sockets;
+}
 
 }  // namespace dstrain

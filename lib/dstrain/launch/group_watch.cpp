@@ -7,6 +7,7 @@
 #include <chrono>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "dstrain/comm/store_client.h"
 #include "dstrain/core/error.h"
@@ -55,15 +56,26 @@ launch::WorkerFailure decode_failure(const std::string& text) {
 }
 
 std::string encode_node_beat(const NodeBeat& b) {
-  return fmt::format("{} {} {}", b.count, b.host, b.state == NodeState::kStopped ? "stopped" : "running");
+  std::string out = fmt::format("{} {} {}", b.count, b.host, b.state == NodeState::kStopped ? "stopped" : "running");
+  for (const auto& w : b.workers) out += fmt::format("\n{} {} {}", w.rank, static_cast<int64_t>(w.age_s * 1000.0), w.heartbeat);
+  return out;
 }
 
 std::optional<NodeBeat> decode_node_beat(const std::string& text) {
   std::istringstream in(text);
   NodeBeat b;
-  std::string state;
+  std::string state, line;
   if (!(in >> b.count >> b.host >> state) || (state != "running" && state != "stopped")) return std::nullopt;
   b.state = state == "stopped" ? NodeState::kStopped : NodeState::kRunning;
+  std::getline(in, line);  // the rest of the first line
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    WorkerSeen w;
+    int64_t age_ms = 0;
+    if (!(fields >> w.rank >> age_ms) || !std::getline(fields >> std::ws, w.heartbeat)) continue;  // an unreadable line: that worker unseen
+    w.age_s = static_cast<double>(age_ms) / 1000.0;
+    b.workers.push_back(std::move(w));
+  }
   return b;
 }
 
@@ -81,23 +93,54 @@ std::optional<Decision> decode_decision(const std::string& text) {
   return Decision{what == "restart", from == "resume", text.substr(newline + 1)};
 }
 
-GroupWatch::GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptions options)
-    : store_(std::move(store)), o_(std::move(options)), hangs_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
+GroupWatch::GroupWatch(const Connect& connect, GroupWatchOptions options)
+    : store_(connect()), o_(std::move(options)), local_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
+      local_values_(o_.local_ranks.size()), hangs_(o_.world_size, o_.heartbeat_timeout_s, o_.collective_timeout_s),
       nodes_(static_cast<size_t>(o_.nnodes)), taken_(static_cast<size_t>(o_.nnodes), false) {
   host_ = host_name();
   last_contact_s_ = now();
+  for (int r : o_.local_ranks) local_keys_.push_back(run::heartbeat_key(o_.store_run_key, r));
   beat(NodeState::kRunning);
+  if (o_.node_rank != 0) return;
+  for (int k = 0; k < o_.nnodes; ++k) pass_keys_.push_back(key("node/" + std::to_string(k)));
+  pass_store_ = connect();
+  pass_thread_ = std::thread([this] { pass_loop(); });
 }
 
-GroupWatch::~GroupWatch() = default;
+GroupWatch::~GroupWatch() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (pass_thread_.joinable()) pass_thread_.join();
+}
 
 double GroupWatch::now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string GroupWatch::key(const std::string& name) const { return run::store_key(o_.store_run_key, name); }
 
-void GroupWatch::beat(NodeState state) {
+void GroupWatch::read_local_workers() {
+  if (local_keys_.empty()) return;
   try {
-    store_->set(key("node/" + std::to_string(o_.node_rank)), encode_node_beat({++beats_, host_, state}));
+    const auto values = store_->try_get_many(local_keys_);
+    const double t = now();
+    for (size_t i = 0; i < values.size(); ++i) {
+      local_.observe(o_.local_ranks[i], values[i], t);
+      if (values[i]) local_values_[i] = *values[i];
+    }
+  } catch (const Error&) {
+    // The store is unreachable: the node beat below fails too, and node 0's loss is judged by that.
+  }
+}
+
+void GroupWatch::beat(NodeState state) {
+  NodeBeat b{++beats_, host_, state, {}};
+  const double t = now();
+  for (size_t i = 0; i < local_values_.size(); ++i)
+    if (const auto age = local_.age(o_.local_ranks[i], t)) b.workers.push_back({o_.local_ranks[i], *age, local_values_[i]});
+  try {
+    store_->set(key("node/" + std::to_string(o_.node_rank)), encode_node_beat(b));
     last_contact_s_ = now();
   } catch (const Error&) {
     // Counted below: only a silence longer than the heartbeat timeout means node 0 is gone.
@@ -105,6 +148,7 @@ void GroupWatch::beat(NodeState state) {
 }
 
 std::optional<launch::WorkerFailure> GroupWatch::poll() {
+  read_local_workers();
   beat(NodeState::kRunning);
   const double t = now();
   launch::WorkerFailure f;
@@ -128,20 +172,62 @@ std::optional<launch::WorkerFailure> GroupWatch::poll() {
     } catch (const Error&) {}
     return std::nullopt;
   }
-  // Node 0: the other nodes' reports and liveness, then the workers' heartbeats. Its store is
-  // in this process, so errors here are unexpected: they must not kill the launcher.
-  try {
-    return poll_as_node_zero(t, f);
-  } catch (const Error& e) {
-    log::warn(std::string("watchdog: ") + e.what());
-    return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(found_, std::nullopt);
+}
+
+void GroupWatch::pass_loop() {
+  const auto period = run::heartbeat_period(o_.heartbeat_timeout_s);
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!wake_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    pass();
+    lock.lock();
   }
 }
 
-std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, launch::WorkerFailure f) {
+void GroupWatch::pass() {
+  // Node 0's store is in this process, so errors here are unexpected: they must not kill the launcher.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (found_) return;  // one finding at a time, until poll() hands it out
+  }
+  std::vector<std::optional<std::string>> values;
+  try {
+    values = pass_store_->try_get_many(pass_keys_);  // every node's beat: one batched read
+    // Failure reports are rare: a counter says when there are new ones to read.
+    const int64_t reports = pass_store_->add(key("failures"), 0);
+    if (reports > reports_read_) {
+      reports_read_ = reports;
+      for (int k = 1; k < o_.nnodes; ++k)
+        values.push_back(handed_out(k) ? std::nullopt : pass_store_->try_get(key("failed/" + std::to_string(k))));
+    }
+  } catch (const Error& e) {
+    log::warn(std::string("watchdog: ") + e.what());
+    return;
+  }
+  const double t = now();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto failure = judge(values, t)) found_ = std::move(failure);
+}
+
+std::optional<launch::WorkerFailure> GroupWatch::judge(const std::vector<std::optional<std::string>>& values, double t) {
+  launch::WorkerFailure f;
+  f.happened = true;
+  f.unix_time = unix_seconds();
+  const size_t nnodes = static_cast<size_t>(o_.nnodes);
+  for (int k = 1; k < o_.nnodes && values.size() > nnodes; ++k) {
+    const auto& failed = values[nnodes + static_cast<size_t>(k) - 1];
+    if (failed && !taken_[static_cast<size_t>(k)]) {
+      taken_[static_cast<size_t>(k)] = true;
+      launch::WorkerFailure remote = decode_failure(*failed);
+      remote.node = k;
+      return remote;
+    }
+  }
+  for (int k = 0; k < o_.nnodes; ++k) note_node(k, values[static_cast<size_t>(k)], t);
   for (int k = 1; k < o_.nnodes; ++k) {
-    if (auto remote = report_of(k)) return remote;
-    const Node& n = refresh_node(k, t);
+    const Node& n = nodes_[static_cast<size_t>(k)];
     if (n.seen && t - n.last_change_s > o_.heartbeat_timeout_s) {
       f.kind = launch::FailureKind::kNodeLost;
       f.host = n.beat.host;
@@ -151,11 +237,6 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
       return f;
     }
   }
-  // One batched read of every rank's heartbeat (two round trips once all ranks have beaten).
-  if (heartbeat_keys_.empty())
-    for (int r = 0; r < o_.world_size; ++r) heartbeat_keys_.push_back(run::heartbeat_key(o_.store_run_key, r));
-  const auto beats = store_->try_get_many(heartbeat_keys_);
-  for (int r = 0; r < o_.world_size; ++r) hangs_.observe(r, beats[static_cast<size_t>(r)], t);
   const launch::HangWatch::Verdict v = hangs_.check(t);
   if (!v.hung) return std::nullopt;
   f.kind = launch::FailureKind::kHang;
@@ -165,12 +246,24 @@ std::optional<launch::WorkerFailure> GroupWatch::poll_as_node_zero(double t, lau
   return f;
 }
 
-const GroupWatch::Node& GroupWatch::refresh_node(int k, double t) {
+void GroupWatch::note_node(int k, const std::optional<std::string>& value, double t) {
   Node& n = nodes_[static_cast<size_t>(k)];
+  if (!value || *value == n.last) return;
+  n.last = *value, n.beat = decode_node_beat(*value).value_or(NodeBeat{}), n.last_change_s = t, n.seen = true;
+  // Its workers' heartbeats, aged as that node saw them: the verdict follows every rank.
+  for (const auto& w : n.beat.workers) hangs_.observe_aged(w.rank, w.heartbeat, w.age_s, t);
+}
+
+bool GroupWatch::handed_out(int k) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return taken_[static_cast<size_t>(k)];
+}
+
+GroupWatch::Node GroupWatch::refresh_node(int k, double t) {
   const std::optional<std::string> value = store_->try_get(key("node/" + std::to_string(k)));
-  if (value && *value != n.last)
-    n.last = *value, n.beat = decode_node_beat(*value).value_or(NodeBeat{}), n.last_change_s = t, n.seen = true;
-  return n;
+  std::lock_guard<std::mutex> lock(mu_);
+  note_node(k, value, t);
+  return nodes_[static_cast<size_t>(k)];
 }
 
 bool GroupWatch::stopped_or_gone(int k) {
@@ -183,7 +276,7 @@ bool GroupWatch::stopped_or_gone(int k) {
 bool GroupWatch::node_silent(int k, double t) {
   // After a failure there is no time for the full heartbeat timeout: a launcher that missed a
   // few of its beats (it beats every watch period) is gone.
-  const Node& n = refresh_node(k, t);
+  const Node n = refresh_node(k, t);
   const double period = static_cast<double>(run::heartbeat_period(o_.heartbeat_timeout_s).count()) / 1000.0;
   return n.seen && t - n.last_change_s > std::min(o_.heartbeat_timeout_s, 3.0 * period + 0.5);
 }
@@ -198,9 +291,14 @@ std::vector<int> GroupWatch::lost_nodes() {
 }
 
 std::optional<launch::WorkerFailure> GroupWatch::report_of(int node) {
-  if (taken_[static_cast<size_t>(node)]) return std::nullopt;  // already handed out
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (taken_[static_cast<size_t>(node)]) return std::nullopt;  // already handed out
+  }
   const auto failed = store_->try_get(key("failed/" + std::to_string(node)));
   if (!failed) return std::nullopt;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (taken_[static_cast<size_t>(node)]) return std::nullopt;
   taken_[static_cast<size_t>(node)] = true;
   launch::WorkerFailure remote = decode_failure(*failed);
   remote.node = node;
@@ -217,7 +315,7 @@ std::vector<launch::WorkerFailure> GroupWatch::gather_reports(double wait_s) {
     try {
       for (int k = 1; k < o_.nnodes; ++k) {
         if (done[static_cast<size_t>(k)]) continue;
-        if (taken_[static_cast<size_t>(k)]) {
+        if (handed_out(k)) {
           done[static_cast<size_t>(k)] = true;
         } else if (auto r = report_of(k)) {
           out.push_back(*r);
@@ -235,11 +333,16 @@ std::vector<launch::WorkerFailure> GroupWatch::gather_reports(double wait_s) {
   return out;
 }
 
-std::string GroupWatch::positions() const { return o_.node_rank == 0 ? hangs_.positions(now()) : std::string(); }
+std::string GroupWatch::positions() const {
+  if (o_.node_rank != 0) return "";
+  std::lock_guard<std::mutex> lock(mu_);
+  return hangs_.positions(now());
+}
 
 void GroupWatch::report_failure(const launch::WorkerFailure& failure) {
   try {
     store_->set(key("failed/" + std::to_string(o_.node_rank)), encode_failure(failure));
+    store_->add(key("failures"), 1);  // node 0's pass reads the reports when this count moves
   } catch (const Error& e) {
     log::warn(std::string("could not report the failure to node 0: ") + e.what());
   }

@@ -1,14 +1,25 @@
 #pragma once
 // The launchers' control plane for one restart generation, kept in node 0's store:
-//   node/<k>    each node launcher's heartbeat ("<count> <host> running|stopped")
-//   failed/<k>  a node's report of its own worker's failure (node 0 reads these)
+//   node/<k>    each node launcher's heartbeat ("<count> <host> running|stopped"), followed by a
+//               line per worker of that node: its latest heartbeat and how long ago it changed
+//   failed/<k>  a node's report of its own worker's failure (node 0 reads these when the
+//               `failures` counter, which each report adds to, moves)
 //   decision    node 0's order to every node: stop now, then "restart" or "final"
-//   hb/<rank>   every worker's heartbeat (train/heartbeat.h), read by node 0's HangWatch
-// poll() runs in the supervisor's watchdog on every node: node 0 spots hangs, lost nodes and
-// other nodes' failures; the other nodes follow node 0's decision, or stop when node 0 is lost.
+//   hb/<rank>   every worker's heartbeat (train/heartbeat.h), read by its own node's launcher
+// Liveness is hierarchical (issue 26): each node's launcher reads its own workers' heartbeats and
+// passes them on in its beat; node 0 reads the node keys (and failure reports) in one batched
+// request per pass, on a thread of its own, so that at 16k ranks the supervisor never waits on
+// the store and node 0 reads N/ranks-per-node keys, not N.
+// poll() runs in the supervisor's watchdog on every node: node 0 reports hangs, lost nodes and
+// other nodes' failures that its pass found; the other nodes follow node 0's decision, or stop
+// when node 0 is lost.
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dstrain/launch/hang_watch.h"
@@ -25,7 +36,8 @@ struct GroupWatchOptions {
   int node_rank = 0;
   int nnodes = 1;
   int world_size = 1;
-  std::string master;  // "addr:port", for messages
+  std::vector<int> local_ranks;  // this node's workers
+  std::string master;            // "addr:port", for messages
   double heartbeat_timeout_s = 60;
   double collective_timeout_s = 600;
 };
@@ -37,22 +49,35 @@ struct Decision {
   std::string reason;
 };
 
-// A node launcher's beat: a counter that changes with every beat, its host, and whether its
-// workers still run.
+// A node launcher's beat: a counter that changes with every beat, its host, whether its
+// workers still run, and what it last saw of each of its workers.
 enum class NodeState { kRunning, kStopped };
+struct WorkerSeen {
+  int rank = 0;
+  double age_s = 0;       // since its heartbeat last changed, on the node's clock
+  std::string heartbeat;  // the raw value (progress::encode)
+};
 struct NodeBeat {
   uint64_t count = 0;
   std::string host;
   NodeState state = NodeState::kRunning;
+  std::vector<WorkerSeen> workers;
 };
 
 class GroupWatch {
  public:
-  GroupWatch(std::unique_ptr<comm::StoreClient> store, GroupWatchOptions options);
+  // `connect` opens a store client: one for the supervisor's thread and, on node 0, one for the
+  // liveness pass's thread.
+  using Connect = std::function<std::unique_ptr<comm::StoreClient>()>;
+  GroupWatch(const Connect& connect, GroupWatchOptions options);
   ~GroupWatch();
 
-  // The supervisor's watchdog. Also sends this node's heartbeat.
+  // The supervisor's watchdog: reads this node's workers' heartbeats and sends this node's beat;
+  // returns what went wrong (on node 0: what the last pass found).
   std::optional<launch::WorkerFailure> poll();
+  // Node 0: one liveness pass now (the pass thread runs one every heartbeat period); its finding
+  // is returned by the next poll(). Public for `dstrain bench control-plane`.
+  void pass();
   // Where every rank is (node 0; empty elsewhere): for the report after any failure.
   std::string positions() const;
 
@@ -72,33 +97,51 @@ class GroupWatch {
 
  private:
   std::string key(const std::string& name) const;
+  void read_local_workers();
   void beat(NodeState state);
   bool stopped_or_gone(int k);  // never joined, stopped its workers, or silent
-  std::optional<launch::WorkerFailure> poll_as_node_zero(double now_s, launch::WorkerFailure f);
+  std::optional<launch::WorkerFailure> judge(const std::vector<std::optional<std::string>>& values, double now_s);
   std::optional<launch::WorkerFailure> report_of(int node);
   struct Node;
-  const Node& refresh_node(int k, double now_s);
+  void note_node(int k, const std::optional<std::string>& value, double now_s);  // under mu_
+  Node refresh_node(int k, double now_s);
+  bool handed_out(int k) const;  // node k's failure report went to the supervisor already
   bool node_silent(int k, double now_s);
   double now() const;
-  std::unique_ptr<comm::StoreClient> store_;
+  void pass_loop();
+
+  std::unique_ptr<comm::StoreClient> store_;  // the supervisor's thread
   GroupWatchOptions o_;
-  launch::HangWatch hangs_;
-  std::vector<std::string> heartbeat_keys_;  // every rank's, built once
+  launch::HangWatch local_;                // this node's workers, as read from the store
+  std::vector<std::string> local_keys_;    // their heartbeat keys
+  std::vector<std::string> local_values_;  // their latest raw heartbeats ("" before the first)
   uint64_t beats_ = 0;
   double last_contact_s_;
+  std::string host_;
   struct Node {
     std::string last;  // the raw value: any change is a sign of life
     NodeBeat beat;
     double last_change_s = 0;
     bool seen = false;
   };
+  // Node 0's view, shared by the pass thread and the supervisor's thread.
+  mutable std::mutex mu_;
+  launch::HangWatch hangs_;
   std::vector<Node> nodes_;
-  std::vector<bool> taken_;  // nodes whose failure report was handed out
-  std::string host_;
+  std::vector<bool> taken_;                     // nodes whose failure report was handed out
+  std::optional<launch::WorkerFailure> found_;  // the pass's finding, until poll() hands it out
+  // Node 0's pass thread and its own store client.
+  std::unique_ptr<comm::StoreClient> pass_store_;
+  std::vector<std::string> pass_keys_;  // node/0..N-1
+  int64_t reports_read_ = 0;            // the "failures" count at the last read of the reports
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  std::thread pass_thread_;
 };
 
 // The store values, and back (exposed for tests): failed/<k>, node/<k> ("<count> <host>
-// running|stopped") and decision ("restart|final resume|fresh\n<reason>").
+// running|stopped", then "<rank> <age_ms> <heartbeat>" per worker) and decision
+// ("restart|final resume|fresh\n<reason>").
 std::string encode_failure(const launch::WorkerFailure& f);
 launch::WorkerFailure decode_failure(const std::string& text);
 std::string encode_node_beat(const NodeBeat& beat);

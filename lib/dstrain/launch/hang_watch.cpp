@@ -22,6 +22,21 @@ void HangWatch::observe(int rank, const std::optional<std::string>& value, doubl
   r.beat = beat;
 }
 
+void HangWatch::observe_aged(int rank, const std::string& value, double age_s, double now_s) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size())) return;
+  progress::Beat beat;
+  if (!progress::decode(value, beat)) return;
+  Rank& r = ranks_[static_cast<size_t>(rank)];
+  r.seen = true;
+  r.beat = beat;
+  r.last_change_s = now_s - std::max(age_s, 0.0);
+}
+
+std::optional<double> HangWatch::age(int rank, double now_s) const {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || !ranks_[static_cast<size_t>(rank)].seen) return std::nullopt;
+  return stale_for(ranks_[static_cast<size_t>(rank)], now_s);
+}
+
 HangWatch::Verdict HangWatch::check(double now_s) const {
   Verdict v;
   // 1. Frozen or vanished processes: their heartbeat thread stopped too.

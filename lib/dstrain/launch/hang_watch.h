@@ -19,6 +19,11 @@ class HangWatch {
 
   // The latest raw heartbeat value of `rank` (nullopt: none yet), seen at launcher time now_s.
   void observe(int rank, const std::optional<std::string>& value, double now_s);
+  // The same as another node's launcher saw it: its heartbeat last changed `age_s` ago (on that
+  // launcher's clock, so skew does not matter).
+  void observe_aged(int rank, const std::string& value, double age_s, double now_s);
+  // Seconds since `rank`'s heartbeat last changed (nullopt: none yet).
+  std::optional<double> age(int rank, double now_s) const;
 
   struct Verdict {
     bool hung = false;

@@ -170,13 +170,18 @@ int Launcher::run() {
       host_generation(generation);
     else if (generation > 0)
       run_key_ = await_generation(topo_, generation, timeout_ + std::chrono::seconds(60));
-    GroupWatch watch(topo_.node_rank == 0
-                         ? std::make_unique<comm::StoreClient>(store_->client())
-                         : std::make_unique<comm::StoreClient>(topo_.master_addr, topo_.master_port,
-                                                               std::chrono::milliseconds(recipe_.launch.heartbeat_timeout_s * 1000)),
-                     watch_options());
-    sup.watchdog = [&watch] { return watch.poll(); };
     sup.workers = local_worker_envs(topo_, port_, run_id_, recipe_.run_dir, threads);
+    GroupWatchOptions watching = watch_options();
+    for (const auto& env : sup.workers) watching.local_ranks.push_back(env.rank);
+    GroupWatch watch(
+        [this] {
+          return topo_.node_rank == 0
+                     ? std::make_unique<comm::StoreClient>(store_->client())
+                     : std::make_unique<comm::StoreClient>(topo_.master_addr, topo_.master_port,
+                                                           std::chrono::milliseconds(recipe_.launch.heartbeat_timeout_s * 1000));
+        },
+        watching);
+    sup.watchdog = [&watch] { return watch.poll(); };
     for (auto& env : sup.workers)
       env.resume = resume_, env.resume_from = resume_from_, env.restart_count = generation, env.env_check = options_.env_check;
     WorkerFailure failure;

@@ -37,6 +37,7 @@ int run_comm_task(const run::WorkerEnv& env, const CommTask& task) {
                 "use --backend gloo on machines without GPUs");
   auto comm = nccl ? comm::make_nccl_communicator(ep, env.rank, env.world_size, std::stoi(env.device.substr(5)))
                    : comm::make_gloo_communicator(ep, env.rank, env.world_size);
+  comm::report_control_sockets(*comm);
   if (task.check) return comm::check_collectives(*comm, 20261129) == 0 ? exit_status::kOk : exit_status::kComm;
   comm::bench_collectives(*comm, task.bench);
   return exit_status::kOk;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
@@ -31,6 +32,20 @@ std::string model_line(const config::Recipe& r) {
   const auto& m = r.model;
   return fmt::format("{} hidden {} layers {} heads {} vocab {}", config::name(m.family), m.hidden_size, m.num_layers, m.num_heads,
                      m.vocab_size);
+}
+
+// What a rank tells rank 0 about its file: with a shard table, its size, CRC and the pieces the
+// table does not place (rank 0's replicated tensors).
+ckpt::ShardFile summary_of(ckpt::ShardFile file, const ckpt::ShardTable* table) {
+  if (!table) return file;
+  std::set<std::string> placed;
+  for (const auto& prefix : table->prefixes)
+    for (const auto& u : table->units)
+      for (const auto& p : u.params) placed.insert(prefix + p.name);
+  file.pieces.erase(
+      std::remove_if(file.pieces.begin(), file.pieces.end(), [&](const ckpt::Piece& p) { return placed.count(p.tensor) > 0; }),
+      file.pieces.end());
+  return file;
 }
 
 }  // namespace
@@ -103,22 +118,26 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
       mine.push_back({t.name, 0, t.tensor.numel(), host_copies.back().data_ptr()});
     }
   }
+  // Sharded: the shard table places every rank's shards, so a rank reports only its file's size,
+  // CRC and replicated pieces (issue 26: not 3 pieces per unit and rank).
+  const std::shared_ptr<const ckpt::ShardTable> table =
+      shared_ && !engine_.shard_replicated() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
   if (async_) {
-    std::string dir = save_in_background(step, samples_consumed, staging, metas, mine);  // copies the pieces first
+    std::string dir = save_in_background(step, samples_consumed, staging, metas, mine, table);  // copies the pieces first
     engine_.drop_host_copies();
     return dir;
   }
   std::string summary;
-  if (!mine.empty()) summary = ckpt::to_json(ckpt::write_shard(staging, rank, metas, mine));
+  if (!mine.empty()) summary = ckpt::to_json(summary_of(ckpt::write_shard(staging, rank, metas, mine), table.get()));
   engine_.drop_host_copies();
-  const auto summaries = comm_.all_gather_bytes(summary);
+  const auto summaries = comm_.gather_bytes(summary, 0);  // only rank 0 commits (issue 26)
   std::string committed;
   if (rank == 0) {
     std::vector<ckpt::ShardFile> files;
     for (const auto& s : summaries)
       if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
     committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files,
-                             {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every});
+                             {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every}, table.get());
   }
   comm_.barrier()->wait();
   return committed;
@@ -138,7 +157,8 @@ ckpt::TrainState Checkpointer::train_state(int64_t step, int64_t samples_consume
 }
 
 std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging,
-                                             const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces) {
+                                             const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces,
+                                             std::shared_ptr<const ckpt::ShardTable> table) {
   // The only time training waits: copying this rank's pieces into host memory.
   auto snapshot = std::make_shared<std::vector<std::vector<char>>>();
   std::vector<ckpt::PieceView> owned;
@@ -161,7 +181,7 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
     try {
       const auto t0 = std::chrono::steady_clock::now();
       if (!owned.empty()) {
-        const ckpt::ShardFile f = ckpt::write_shard(staging, rank, metas, owned);
+        const ckpt::ShardFile f = summary_of(ckpt::write_shard(staging, rank, metas, owned), table.get());
         write_file_atomic((fs::path(staging) / fmt::format("rank_{:05d}.json", rank)).string(), ckpt::to_json(f));
       }
       if (rank != 0) return;
@@ -180,7 +200,7 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
         files.push_back(ckpt::shard_file_from_json(read_file(summary.string())));
         fs::remove(summary);
       }
-      const std::string dir = ckpt::commit(root, ts, metas, files, retention);
+      const std::string dir = ckpt::commit(root, ts, metas, files, retention, table.get());
       log::info(fmt::format("checkpoint saved in the background: {} ({:.2f} s)", dir,
                             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
     } catch (...) {
@@ -190,47 +210,79 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
   return (fs::path(root) / ckpt::step_dir_name(step)).string();
 }
 
+std::string Checkpointer::verify_share(const std::string& dir, std::unique_ptr<ckpt::Reader>& reader) const {
+  try {
+    reader = std::make_unique<ckpt::Reader>(dir, /*verified=*/true);  // sizes only; the CRCs of this rank's share next
+    reader->verify(comm_.rank(), comm_.world_size());
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  } catch (const std::exception& e) {  // whatever a damaged checkpoint provokes, the next one is tried
+    return fmt::format("checkpoint {}: {}", dir, e.what());
+  }
+}
+
 Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
-  // Rank 0 picks the checkpoint (verifying it whole) and tells the others.
-  std::string chosen;
+  // Rank 0 lists the candidates; every rank checks its share of each one's files, so that at
+  // scale no rank reads every file while the others wait (issue 26).
   const std::string root = from.empty() ? dir_ : from;
+  const bool named = fs::exists(fs::path(root) / "manifest.json");  // one checkpoint, named: it must verify
+  std::string listing;
   if (comm_.rank() == 0) {
     std::vector<std::string> skipped;
-    std::optional<std::string> dir;
-    if (fs::exists(fs::path(root) / "manifest.json")) {  // one checkpoint, named: it must verify
-      ckpt::Reader(root).verify();
-      dir = root;
-    } else {
-      dir = ckpt::usable_checkpoint(root, &skipped);
-    }
+    const std::vector<std::string> candidates = named ? std::vector<std::string>{root} : ckpt::checkpoint_candidates(root, &skipped);
     for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
-    if (dir && !skipped.empty()) log::warn(fmt::format("falling back to {}", *dir));
-    chosen = dir.value_or("");
+    listing = fmt::format("{}", fmt::join(candidates, "\n"));
   }
-  chosen = comm_.all_gather_bytes(chosen).at(0);
+  listing = comm_.broadcast_bytes(listing, 0);
+  std::unique_ptr<ckpt::Reader> reader;
+  std::string chosen;
+  bool fell_back = false;
+  for (size_t at = 0; !listing.empty() && at <= listing.size();) {
+    const size_t end = std::min(listing.find('\n', at), listing.size());
+    const std::string dir = listing.substr(at, end - at);
+    at = end + 1;
+    const std::string problem = verify_share(dir, reader);
+    at::Tensor bad = at::tensor({problem.empty() ? 0.0f : 1.0f}, at::kFloat);
+    comm_.all_reduce(bad)->wait();
+    if (bad.item<float>() == 0) {
+      chosen = dir;
+      break;
+    }
+    // Every rank learns the first problem (by rank) from rank 0.
+    std::string first;
+    if (comm_.rank() == 0)
+      for (const auto& p : comm_.gather_bytes(problem, 0))
+        if (first.empty()) first = p;
+    if (comm_.rank() != 0) comm_.gather_bytes(problem, 0);
+    first = comm_.broadcast_bytes(first, 0);
+    if (named) throw Error(ErrorCode::kCheckpoint, first, "the checkpoint is damaged; resume from another one (--resume-from)");
+    if (comm_.rank() == 0) log::warn("skipping a checkpoint that does not verify: " + first);
+    fell_back = true;
+  }
   if (chosen.empty())
     throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", root),
                 "see the warnings above for each one; start the run again with `dstrain train`");
-  const ckpt::Reader reader(chosen, /*verified=*/true);  // rank 0 just checked every CRC
+  if (fell_back && comm_.rank() == 0) log::warn(fmt::format("falling back to {}", chosen));
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
-  for (const auto& run : engine_.shard_runs()) reader.read(run.tensor, run.start, run.count, run.data, "float32");
+  for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");
   for (model::Stateful* s : replicated_) {
     model::NamedTensors loaded;
     for (const auto& t : s->state()) {
-      const ckpt::TensorMeta* meta = reader.find(t.name);
+      const ckpt::TensorMeta* meta = reader->find(t.name);
       if (!meta || meta->shape != t.tensor.sizes().vec())
         throw Error(ErrorCode::kCheckpoint,
                     fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,
                                 meta ? fmt::format("[{}]", fmt::join(meta->shape, ", ")) : "missing", fmt::join(t.tensor.sizes(), ", ")),
                     "resume with the recipe that wrote the checkpoint");
       at::Tensor host = at::empty(t.tensor.sizes(), t.tensor.options().device(at::kCPU));
-      reader.read(t.name, 0, t.tensor.numel(), host.data_ptr(), dtype_name(t.tensor));
+      reader->read(t.name, 0, t.tensor.numel(), host.data_ptr(), dtype_name(t.tensor));
       loaded.push_back({t.name, host});
     }
     s->load_state(loaded);
   }
   engine_.publish_loaded_shard();
-  return {chosen, reader.state().step, reader.state().samples_consumed};
+  return {chosen, reader->state().step, reader->state().samples_consumed};
 }
 
 }  // namespace dstrain::train

@@ -28,6 +28,8 @@ namespace dstrain::zero {
 class Engine;
 }
 namespace dstrain::ckpt {
+class Reader;
+struct ShardTable;
 struct TrainState;
 struct TensorMeta;
 struct PieceView;
@@ -60,6 +62,8 @@ class Checkpointer {
   Resumed resume(const std::string& from = "");
 
  private:
+  // Opens `dir` and checks this rank's share of its files; returns what is wrong ("" if nothing).
+  std::string verify_share(const std::string& dir, std::unique_ptr<ckpt::Reader>& reader) const;
   const config::Recipe& recipe_;
   std::string dir_;
   comm::Communicator& comm_;
@@ -67,7 +71,8 @@ class Checkpointer {
   std::vector<model::Stateful*> replicated_;  // the engine first
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;
   std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging,
-                                 const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces);
+                                 const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces,
+                                 std::shared_ptr<const ckpt::ShardTable> table);
   bool shared_ = true;
   bool async_ = false;
   std::thread writer_;

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/log.h"
 #include "dstrain/data/global_sampler.h"
@@ -86,18 +85,23 @@ void ShardBalancer::add_compute(double seconds, int64_t samples) {
   computed_samples_ += samples;
 }
 
-bool ShardBalancer::rebalance(int64_t done, comm::Communicator& comm) {
-  if (!recipe_.data.auto_balance || done != recipe_.data.balance_steps || done >= recipe_.train.steps) return false;
-  at::Tensor rates = at::zeros({world_}, at::kFloat);
-  rates[rank_] = static_cast<float>(static_cast<double>(computed_samples_) / std::max(compute_s_, 1e-9));
-  if (world_ > 1) comm.all_reduce(rates)->wait();
-  weights_.assign(rates.data_ptr<float>(), rates.data_ptr<float>() + world_);
+bool ShardBalancer::rebalance_due(int64_t done) const {
+  return recipe_.data.auto_balance && done == recipe_.data.balance_steps && done < recipe_.train.steps;
+}
+
+double ShardBalancer::rate() const {
+  // fp32, as the rates are summed (and were all-reduced before): the shares stay bit-identical.
+  return static_cast<float>(static_cast<double>(computed_samples_) / std::max(compute_s_, 1e-9));
+}
+
+void ShardBalancer::rebalance(int64_t done, const std::vector<double>& rates) {
+  weights_.clear();
+  for (double r : rates) weights_.push_back(static_cast<float>(r));
   if (rank_ == 0) {
     const int64_t next_batch = config::global_batch_at(recipe_, done);
     log::info(fmt::format("auto balance: measured {:.1f} samples/s per rank -> shares of {} samples: [{}]", fmt::join(weights_, ", "),
                           next_batch, fmt::join(data::weighted_shares(next_batch, weights_), ", ")));
   }
-  return true;
 }
 
 model::NamedTensors ShardBalancer::state() const {

@@ -17,9 +17,6 @@
 
 #include "dstrain/model/stateful.h"
 
-namespace dstrain::comm {
-class Communicator;
-}
 namespace dstrain::config {
 struct Recipe;
 }
@@ -57,9 +54,11 @@ class ShardBalancer final : public model::Stateful {
   const std::vector<double>& weights() const { return weights_; }
   // This rank's forward + backward time for `samples` samples (auto balancing measures them).
   void add_compute(double seconds, int64_t samples);
-  // After step `done` (1-based): at the end of auto balancing's measured steps, every rank's
-  // speed sets the shares (collective on every rank). True when they changed.
-  bool rebalance(int64_t done, comm::Communicator& comm);
+  // Whether step `done` (1-based) ends auto balancing's measured steps: then every rank's rate()
+  // travels in the step's all-reduce (StepSums) and rebalance() sets the shares from them.
+  bool rebalance_due(int64_t done) const;
+  double rate() const;  // this rank's samples per second of compute so far
+  void rebalance(int64_t done, const std::vector<double>& rates);
 
   model::NamedTensors state() const override;  // data.shard_weights, when the shares are weighted
   void load_state(const model::NamedTensors& state) override;

@@ -102,22 +102,32 @@ void Telemetry::restart_at(int64_t step) {
   }
   first_step_ = step;
   forward_ms_ = backward_ms_ = interval_compute_ms_ = interval_wait_ms_ = 0;
-  interval_steps_ = 0;
+  interval_steps_ = interval_wait_steps_ = 0;
 }
 
-void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m) {
-  // Per-step means over the interval: compute (forward + backward) and time blocked in collectives.
-  at::Tensor mine = at::tensor({interval_compute_ms_ / interval_steps_, interval_wait_ms_ / interval_steps_}, at::kFloat);
-  at::Tensor all = at::empty({comm_.world_size() * 2}, at::kFloat);
-  comm_.all_gather(mine, all)->wait();
+bool Telemetry::stragglers_due(int64_t step) const {
+  const int64_t every = recipe_.logging.straggler_interval;
+  return every > 0 && comm_.world_size() > 1 && step % every == 0;
+}
+
+std::vector<double> Telemetry::straggler_sample() const {
+  const double steps = static_cast<double>(interval_steps_ + 1);  // this step's compute is in forward_ms_/backward_ms_
+  // A step's wait is known once it ends, so this interval holds the waits of the steps since the
+  // last sample (the last interval's final step and this one's, but for this one).
+  return {(interval_compute_ms_ + forward_ms_ + backward_ms_) / steps,
+          interval_wait_steps_ > 0 ? interval_wait_ms_ / static_cast<double>(interval_wait_steps_) : 0.0};
+}
+
+void Telemetry::check_stragglers(int64_t step, metrics::StepMetrics& m, const std::vector<double>& all) {
   interval_compute_ms_ = interval_wait_ms_ = 0;
   const int64_t steps = interval_steps_;
-  interval_steps_ = 0;
+  interval_steps_ = interval_wait_steps_ = 0;
   if (comm_.rank() != 0) return;
   const int world = comm_.world_size();
   std::vector<double> compute(static_cast<size_t>(world)), wait(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r)
-    compute[static_cast<size_t>(r)] = all[2 * r].item<double>(), wait[static_cast<size_t>(r)] = all[2 * r + 1].item<double>();
+    compute[static_cast<size_t>(r)] = all.at(2 * static_cast<size_t>(r)),
+    wait[static_cast<size_t>(r)] = all.at(2 * static_cast<size_t>(r) + 1);
   std::vector<double> sorted = compute;
   std::sort(sorted.begin(), sorted.end());
   // The lower median: with two ranks, the faster one is the reference for the slower.
@@ -186,11 +196,11 @@ void Telemetry::finish_step(const StepOutcome& o) {
     m.checkpoint_ms = o.checkpoint_ms;
   }
   interval_compute_ms_ += forward_ms_ + backward_ms_;
-  interval_wait_ms_ += o.comm_wait_ms;
   ++interval_steps_;
   forward_ms_ = backward_ms_ = 0;
-  const int64_t every = recipe_.logging.straggler_interval;
-  if (every > 0 && comm_.world_size() > 1 && o.step % every == 0) check_stragglers(o.step, m);
+  if (!o.straggler_times.empty()) check_stragglers(o.step, m, o.straggler_times);
+  interval_wait_ms_ += o.comm_wait_ms;  // after the check: this step's wait belongs to the next sample
+  ++interval_wait_steps_;
   if (comm_.rank() != 0) return;
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;

@@ -2,8 +2,9 @@
 // The trainer's metrics for each step: rank 0 assembles them (throughput, MFU, memory, MoE
 // balance, the wall-clock breakdown), writes them to the sinks (metrics/sinks.h), prints the
 // console line and, when the launcher's terminal is a TTY, a progress line it draws as a bar.
-// Every logging.straggler_interval steps all ranks exchange their compute and wait times and
-// rank 0 reports the slow ones (log, metrics, run_dir/stragglers.jsonl).
+// Every logging.straggler_interval steps all ranks' compute and wait times travel in the step's
+// all-reduce (straggler_sample, StepSums) and rank 0 reports the slow ones (log, metrics,
+// run_dir/stragglers.jsonl).
 #include <ATen/core/Tensor.h>
 
 #include <chrono>
@@ -45,6 +46,8 @@ struct StepOutcome {
   int64_t accumulation = 0;
   double step_ms = 0, data_wait_ms = 0, comm_wait_ms = 0, reduce_ms = 0, gather_ms = 0, optimizer_ms = 0, checkpoint_ms = 0;
   at::Tensor expert_load;  // global, [layers, experts] (MoE), else undefined
+  // On straggler steps: every rank's (compute ms, wait ms) per step, rank-major; else empty.
+  std::vector<double> straggler_times;
 };
 
 class Telemetry {
@@ -58,11 +61,17 @@ class Telemetry {
   // Phase timers of this rank's current step (forward/backward sums over micro-batches).
   void add_forward(double ms) { forward_ms_ += ms; }
   void add_backward(double ms) { backward_ms_ += ms; }
-  // Collective on straggler-check steps: every rank must call it for every step.
+  // Whether step `step` (1-based) ends a straggler interval; then the loop sends
+  // straggler_sample() of every rank in the step's all-reduce and passes the result in
+  // StepOutcome::straggler_times. Call before finish_step.
+  bool stragglers_due(int64_t step) const;
+  // This rank's per-step means over the interval: compute (forward + backward, this step's
+  // included) and time blocked in collectives (the steps whose waits are known: up to the last).
+  std::vector<double> straggler_sample() const;
   void finish_step(const StepOutcome& outcome);
 
  private:
-  void check_stragglers(int64_t step, metrics::StepMetrics& m);
+  void check_stragglers(int64_t step, metrics::StepMetrics& m, const std::vector<double>& times);
   const config::Recipe& recipe_;
   const run::RunDir& run_dir_;
   comm::Communicator& comm_;
@@ -72,7 +81,7 @@ class Telemetry {
   c10::Device device_ = c10::Device(c10::kCPU);
   double forward_ms_ = 0, backward_ms_ = 0;
   double interval_compute_ms_ = 0, interval_wait_ms_ = 0;  // since the last straggler check
-  int64_t interval_steps_ = 0;
+  int64_t interval_steps_ = 0, interval_wait_steps_ = 0;
   int64_t first_step_ = 0;
   std::vector<std::string> hosts_;  // by rank, for straggler reports
   bool console_ = true, progress_ = false;

@@ -39,6 +39,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
+std::vector<double> values_of(const at::Tensor& t) {
+  const at::Tensor flat = t.to(at::kCPU, at::kDouble).contiguous().view(-1);
+  return std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+}
+
 config::Recipe checked_recipe(const run::WorkerEnv& env) {
   config::Recipe recipe = config::read_resolved_config(run::RunDir(env.run_dir).config_path());
   if (env.world_size != recipe.world_size())
@@ -220,8 +225,18 @@ Trainer::StepEnd Trainer::step() {
   if (!std::isfinite(local_loss)) p.engine->inject_overflow();
   const auto o0 = Clock::now();
   const StepSignals mine{local_loss, p.triggers.save_wanted(), p.triggers.stop_wanted()};
-  const zero::StepResult result = p.engine->step(lr, applied + 1, mine.pack(), betas.beta1, betas.beta2);
-  const StepSignals all = StepSignals::unpack(result.sums);
+  // The step's control data rides the engine's one scalar all-reduce (NCCL on GPUs).
+  StepSums sums;
+  sums.add(mine.pack());
+  const at::Tensor local_load = p.model->take_expert_load();  // MoE: this step's tokens per expert
+  const bool moe = local_load.defined() && local_load.numel() > 0;
+  const size_t load_part = moe ? sums.add(values_of(local_load)) : 0;
+  const bool stragglers = p.telemetry->stragglers_due(p.step + 1);
+  const size_t straggler_part = stragglers ? sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample()) : 0;
+  const bool rebalance = p.balancer.rebalance_due(p.step + 1);
+  const size_t rate_part = rebalance ? sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()}) : 0;
+  const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
+  const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
   const double optimizer_ms = ms_since(o0);
   if (p.bad_steps.judge(p.step + 1, result, all.loss) == BadStepPolicy::Action::kRollback) {
     roll_back();
@@ -230,10 +245,15 @@ Trainer::StepEnd Trainer::step() {
   if (result.skipped && p.recipe.precision.dtype == config::Dtype::kFp16 && p.env.rank == 0)
     log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}",
                           p.step + 1, result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
-  const at::Tensor expert_load = update_expert_bias();
+  at::Tensor expert_load;
+  if (moe) {  // every rank moves V3's selection bias by the same, globally summed expert load
+    expert_load = at::tensor(sums.segment(result.sums, load_part), at::kDouble).view(local_load.sizes()).to(at::kFloat);
+    p.model->update_expert_bias(expert_load);
+  }
   const int64_t batch = p.global_batch(p.step);
   p.cursor += batch;
-  if (p.balancer.rebalance(p.step + 1, *p.comm.gloo)) {  // the next step's batches were built with the old shares
+  if (rebalance) {  // the next step's batches were built with the old shares
+    p.balancer.rebalance(p.step + 1, sums.segment(result.sums, rate_part));
     p.data->discard();
     p.data->prefetch(p.step + 1, p.cursor, p.balancer.weights());
   }
@@ -247,6 +267,7 @@ Trainer::StepEnd Trainer::step() {
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
   o.expert_load = expert_load;
+  if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
   p.telemetry->finish_step(o);
   return end_step(all);
 }
@@ -284,17 +305,6 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   p.telemetry->add_backward(ms_since(f1));  // a slowed rank's sleep counts as compute
   p.balancer.add_compute(ms_since(c0) / 1000.0, batch.size(0));
   return value;
-}
-
-// MoE: every rank moves V3's selection bias by the same, globally summed expert load.
-at::Tensor Trainer::update_expert_bias() {
-  Parts& p = *p_;
-  at::Tensor load = p.model->take_expert_load();
-  if (!load.defined() || load.numel() == 0) return {};
-  at::Tensor global = load.to(at::kCPU, at::kFloat).contiguous();
-  if (p.env.world_size > 1) p.comm.gloo->all_reduce(global)->wait();
-  p.model->update_expert_bias(global);
-  return global;
 }
 
 void Trainer::roll_back() {

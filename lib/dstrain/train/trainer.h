@@ -52,7 +52,6 @@ class Trainer {
   void plan_shutdown();
   StepEnd step();
   double micro_step(const at::Tensor& batch, size_t micro, bool last);
-  at::Tensor update_expert_bias();
   void roll_back();
   void save(int64_t steps_done);
   StepEnd end_step(const StepSignals& all);

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 
+#include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
@@ -534,6 +535,22 @@ std::vector<Engine::ShardRun> Engine::shard_runs() const {
       out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel,
                      shard->data_ptr<float>() + s.shard_offset});
   return out;
+}
+
+ckpt::ShardTable Engine::shard_table() const {
+  const Layout& layout = impl_->layout;
+  ckpt::ShardTable t;
+  t.ranks = layout.world_size();
+  t.prefixes = {"", "exp_avg.", "exp_avg_sq."};  // shard_runs()' order
+  for (const Unit& u : layout.units()) {
+    ckpt::ShardTable::Unit unit{u.chunk(), {}};
+    for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
+      const ParamSlot& p = layout.params()[static_cast<size_t>(i)];
+      unit.params.push_back({p.name, p.offset, p.numel});
+    }
+    t.units.push_back(std::move(unit));
+  }
+  return t;
 }
 
 std::vector<Engine::StateTensor> Engine::state_tensors() const {

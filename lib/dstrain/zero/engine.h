@@ -29,6 +29,9 @@
 #include "dstrain/zero/layout.h"
 #include "dstrain/zero/loss_scaler.h"
 
+namespace dstrain::ckpt {
+struct ShardTable;
+}
 namespace dstrain::comm {
 class Communicator;
 }
@@ -135,6 +138,9 @@ class Engine final : public model::Stateful {
     std::string name, dtype;
     std::vector<int64_t> shape;
   };
+  // Where shard_runs() lie in every rank's checkpoint file (format 3): the layout's units, so
+  // that the manifest need not list every rank's pieces. Meaningful when !shard_replicated().
+  ckpt::ShardTable shard_table() const;
   std::vector<StateTensor> state_tensors() const;
   bool shard_replicated() const;
   // engine.state (EngineState), as a float64 tensor.

@@ -7,7 +7,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,25 @@ std::string load_error(const std::string& dir) {
   }
 }
 
+using Edits = std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>>;
+
+// Each edit of a fresh checkpoint (made by `save` under a root) is a checkpoint error, and
+// inspect-ckpt's reader reports it instead of throwing another kind of exception.
+void expect_refused(const Edits& cases, const std::function<std::string(const std::string&)>& save) {
+  for (const auto& [what, edit] : cases) {
+    test::TempDir tmp;
+    const std::string dir = save(tmp.path());
+    edit_manifest(dir, edit, true);
+    INFO(what);
+    CHECK_FALSE(load_error(dir).empty());
+    try {
+      (void)ckpt::inspect_checkpoint(dir);
+    } catch (const Error& e) {
+      CHECK(e.code() == ErrorCode::kCheckpoint);
+    }
+  }
+}
+
 }  // namespace
 
 TEST_CASE("a manifest edited after the commit is refused by the checksum in COMMITTED", "[ckpt]") {
@@ -77,7 +98,7 @@ TEST_CASE("a checkpoint without the checksum still has its pieces tile every fil
 }
 
 TEST_CASE("impossible shapes, dtypes, counts and file names are checkpoint errors", "[ckpt]") {
-  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> cases{
+  const Edits cases{
       {"a huge shape", [](nlohmann::json& m) { m["tensors"][0]["shape"] = {(int64_t{1} << 62) + 1}; }},
       {"a negative shape",
        [](nlohmann::json& m) {
@@ -94,19 +115,7 @@ TEST_CASE("impossible shapes, dtypes, counts and file names are checkpoint error
        }},
       {"file name ../x", [](nlohmann::json& m) { m["files"][0]["name"] = "../x"; }},
   };
-  for (const auto& [what, edit] : cases) {
-    test::TempDir tmp;
-    const std::string dir = save_step(tmp.path(), 1);
-    edit_manifest(dir, edit, true);
-    INFO(what);
-    CHECK_FALSE(load_error(dir).empty());
-    // inspect-ckpt's reader reports instead of throwing another kind of exception
-    try {
-      (void)ckpt::inspect_checkpoint(dir);
-    } catch (const Error& e) {
-      CHECK(e.code() == ErrorCode::kCheckpoint);
-    }
-  }
+  expect_refused(cases, [](const std::string& root) { return save_step(root, 1); });
 }
 
 TEST_CASE("resume falls back past a checkpoint whose manifest names a directory", "[ckpt]") {
@@ -148,4 +157,97 @@ TEST_CASE("saving a step again swaps the new copy in before the old one goes", "
   for (const auto& e : fs::directory_iterator(tmp.path()))  // no staging or old copy left behind
     CHECK(e.path().filename().string().find(".partial") == std::string::npos);
   (void)manifest_before;
+}
+
+namespace {
+
+// A format-3 checkpoint written as the engine writes one: tensors a, b, c (and their "m."
+// moments) in two units over 3 ranks, placed by the shard table; rank 0's file ends with a
+// replicated tensor. Element i of tensor T holds value_of(T, i).
+float value_of(const std::string& tensor, int64_t i) { return static_cast<float>(tensor.size() * 100 + tensor.back() * 10) + i; }
+
+std::string save_sharded(const std::string& root) {
+  ckpt::ShardTable table;
+  table.ranks = 3;
+  table.prefixes = {"", "m."};
+  table.units = {{4, {{"a", 0, 5}, {"b", 5, 7}}}, {2, {{"c", 0, 4}}}};
+  std::vector<ckpt::TensorMeta> metas;
+  for (const auto& prefix : table.prefixes)
+    for (const auto& u : table.units)
+      for (const auto& p : u.params) metas.push_back({prefix + p.name, "float32", {p.numel}});
+  metas.push_back({"rep", "float32", {3}});
+  std::map<std::string, std::vector<float>> values;
+  for (const auto& m : metas)
+    for (int64_t i = 0; i < m.numel(); ++i) values[m.name].push_back(value_of(m.name, i));
+  const std::string staging = ckpt::prepare_staging(root, 7);
+  std::vector<ckpt::ShardFile> files;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<ckpt::PieceView> pieces;
+    for (const auto& prefix : table.prefixes)
+      for (const auto& u : table.units)
+        for (const auto& p : u.params) {
+          const int64_t a = std::max<int64_t>(r * u.chunk, p.offset), b = std::min<int64_t>((r + 1) * u.chunk, p.offset + p.numel);
+          if (a < b) pieces.push_back({prefix + p.name, a - p.offset, b - a, values[prefix + p.name].data() + (a - p.offset)});
+        }
+    if (r == 0) pieces.push_back({"rep", 0, 3, values["rep"].data()});
+    ckpt::ShardFile f = ckpt::write_shard(staging, r, metas, pieces);
+    f.pieces.erase(std::remove_if(f.pieces.begin(), f.pieces.end(), [](const ckpt::Piece& p) { return p.tensor != "rep"; }),
+                   f.pieces.end());
+    files.push_back(f);
+  }
+  ckpt::TrainState state;
+  state.step = 7, state.world_size = 3, state.config_hash = "abc";
+  return ckpt::commit(root, state, metas, files, {}, &table);
+}
+
+}  // namespace
+
+TEST_CASE("format 3: the shard table places every rank's shards, and the manifest lists no per-rank pieces", "[ckpt]") {
+  test::TempDir tmp;
+  const std::string dir = save_sharded(tmp.path());
+  const nlohmann::json m = nlohmann::json::parse(read_file(dir + "/manifest.json"));
+  CHECK(m["format_version"] == 3);
+  CHECK(m["shards"]["ranks"] == 3);
+  for (const auto& t : m["tensors"]) CHECK((t["name"] == "rep" ? t["pieces"].is_array() : t["pieces"] == "shards"));
+  const ckpt::Reader reader(dir);
+  reader.verify();
+  for (const auto& t : reader.tensors()) {
+    std::vector<float> got(static_cast<size_t>(t.numel()));
+    reader.read(t.name, 0, t.numel(), got.data(), "float32");
+    for (int64_t i = 0; i < t.numel(); ++i) CHECK(got[static_cast<size_t>(i)] == value_of(t.name, i));
+    if (t.numel() > 2) {  // a range across chunk boundaries
+      std::vector<float> part(2);
+      reader.read(t.name, t.numel() - 3, 2, part.data(), "float32");
+      CHECK(part[0] == value_of(t.name, t.numel() - 3));
+      CHECK(part[1] == value_of(t.name, t.numel() - 2));
+    }
+  }
+  const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
+  CHECK(in.manifest_problem.empty());
+  CHECK(in.files_of_tensor.at("m.b") == std::vector<std::string>{"rank_00001.bin", "rank_00002.bin"});
+  CHECK(in.files_of_tensor.at("c") == std::vector<std::string>{"rank_00000.bin", "rank_00001.bin"});
+}
+
+TEST_CASE("format 3: a hostile shard table is a checkpoint error", "[ckpt]") {
+  const Edits cases{
+      {"0 ranks", [](nlohmann::json& m) { m["shards"]["ranks"] = 0; }},
+      {"2^40 ranks", [](nlohmann::json& m) { m["shards"]["ranks"] = int64_t{1} << 40; }},
+      {"4 ranks (no 4th file)", [](nlohmann::json& m) { m["shards"]["ranks"] = 4; }},
+      {"chunk 0", [](nlohmann::json& m) { m["shards"]["units"][0]["chunk"] = 0; }},
+      {"chunk 2^60", [](nlohmann::json& m) { m["shards"]["units"][0]["chunk"] = int64_t{1} << 60; }},
+      {"a chunk larger than the files", [](nlohmann::json& m) { m["shards"]["units"][1]["chunk"] = 3; }},
+      {"overlapping parameters", [](nlohmann::json& m) { m["shards"]["units"][0]["params"][1][1] = 4; }},
+      {"a parameter past its unit", [](nlohmann::json& m) { m["shards"]["units"][1]["params"][0][1] = 9; }},
+      {"a size that is not the tensor's", [](nlohmann::json& m) { m["shards"]["units"][0]["params"][0][2] = 4; }},
+      {"an unknown tensor", [](nlohmann::json& m) { m["shards"]["units"][0]["params"][0][0] = "z"; }},
+      {"a tensor placed twice",
+       [](nlohmann::json& m) {
+         m["shards"]["prefixes"] = {"", ""};
+       }},
+      {"a marked tensor the table misses", [](nlohmann::json& m) { m["shards"]["prefixes"] = {""}; }},
+      {"\"shards\" without a table", [](nlohmann::json& m) { m.erase("shards"); }},
+      {"a mistyped table", [](nlohmann::json& m) { m["shards"]["units"][0]["params"][0] = "a"; }},
+      {"format 4", [](nlohmann::json& m) { m["format_version"] = 4; }},
+  };
+  expect_refused(cases, save_sharded);
 }

@@ -1,9 +1,16 @@
 #include "catch_torch.h"
 
+#include <chrono>
+#include <memory>
+#include <thread>
+
 #include "dstrain/core/progress.h"
 #include "dstrain/core/rank_list.h"
 #include "dstrain/launch/hang_watch.h"
+#include "dstrain/comm/store_client.h"
+#include "dstrain/comm/store_server.h"
 #include "dstrain/launch/group_watch.h"
+#include "dstrain/run/store_keys.h"
 
 using namespace dstrain;
 
@@ -139,14 +146,27 @@ TEST_CASE("a node's failure report round-trips through the store value", "[launc
 }
 
 TEST_CASE("node beats and node 0's decision round-trip through their store values", "[launch]") {
-  const launch::NodeBeat beat{41, "node-b", launch::NodeState::kStopped};
-  const auto b = launch::decode_node_beat(launch::encode_node_beat(beat));
+  const launch::NodeBeat stopped{41, "node-b", launch::NodeState::kStopped, {}};
+  const auto b = launch::decode_node_beat(launch::encode_node_beat(stopped));
   REQUIRE(b);
   CHECK(b->count == 41);
   CHECK(b->host == "node-b");
   CHECK(b->state == launch::NodeState::kStopped);
   CHECK_FALSE(launch::decode_node_beat("41 node-b sleeping"));
   CHECK_FALSE(launch::decode_node_beat("garbage"));
+  // With what the node saw of its workers (an unreadable line leaves that worker out).
+  launch::NodeBeat with{
+      42,
+      "node-b",
+      launch::NodeState::kRunning,
+      {{8, 1.25, beat(3, 7, progress::Phase::kForward)}, {9, 0, beat(4, 7, progress::Phase::kCollective, "all_reduce", 9)}}};
+  const auto w = launch::decode_node_beat(launch::encode_node_beat(with) + "\nnot a worker line");
+  REQUIRE(w);
+  REQUIRE(w->workers.size() == 2);
+  CHECK(w->workers[0].rank == 8);
+  CHECK(w->workers[0].age_s == Approx(1.25));
+  CHECK(w->workers[0].heartbeat == with.workers[0].heartbeat);
+  CHECK(w->workers[1].heartbeat == with.workers[1].heartbeat);
 
   const launch::Decision d{true, true, "rank 3 on node-b was killed by signal 9\nmore"};
   const auto e = launch::decode_decision(launch::encode_decision(d));
@@ -159,4 +179,39 @@ TEST_CASE("node beats and node 0's decision round-trip through their store value
   CHECK_FALSE(f->restart);
   CHECK_FALSE(f->resume);
   CHECK_FALSE(launch::decode_decision("maybe fresh\nwhy"));
+}
+
+TEST_CASE("node 0 names a frozen rank of another node from that node's beat, reading node keys only", "[launch][group_watch]") {
+  comm::StoreServer server("127.0.0.1", 0, "gw-test/0", std::chrono::seconds(30));
+  launch::GroupWatchOptions o;
+  o.store_run_key = "gw-test/0";
+  o.nnodes = 2;
+  o.world_size = 4;
+  o.heartbeat_timeout_s = 1.2;  // a pass every 200 ms
+  o.collective_timeout_s = 600;
+  auto connect = [&server] { return std::make_unique<comm::StoreClient>(server.client()); };
+  launch::GroupWatchOptions node0 = o, node1 = o;
+  node0.local_ranks = {0, 1};
+  node1.node_rank = 1, node1.local_ranks = {2, 3};
+  launch::GroupWatch watch0(connect, node0), watch1(connect, node1);
+  comm::StoreClient workers = server.client();
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<launch::WorkerFailure> found;
+  for (uint64_t n = 1; !found && std::chrono::steady_clock::now() - start < std::chrono::seconds(10); ++n) {
+    for (int r = 0; r < 4; ++r)  // rank 3 beats once, then freezes in backward
+      if (r != 3 || n == 1)
+        workers.set(run::heartbeat_key("gw-test/0", r),
+                    beat(n, 5, r == 3 ? progress::Phase::kBackward : progress::Phase::kForward, "", 0, 0, r < 2 ? "host-a" : "host-b"));
+    CHECK_FALSE(watch1.poll());
+    found = watch0.poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  REQUIRE(found);
+  CHECK(found->kind == launch::FailureKind::kHang);
+  CHECK(found->rank == 3);
+  CHECK(found->host == "host-b");
+  CHECK_THAT(found->description, Catch::Contains("rank 3 (host-b) stopped responding") && Catch::Contains("backward of step 5"));
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  CHECK(waited < 1.2 + 1.0);  // the timeout plus a node beat and a pass, not more
+  CHECK_THAT(watch0.positions(), Catch::Contains("ranks 0\u20132: forward of step 5"));
 }

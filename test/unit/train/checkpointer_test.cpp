@@ -1,15 +1,19 @@
 // The Checkpointer in one process (ranks are threads): save at one world size and ZeRO stage,
 // load at another, and compare with the run that was never interrupted.
 #include <ATen/ATen.h>
+#include <nlohmann/json.hpp>
+
 #include "catch_torch.h"
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/thread_communicator.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/train/checkpointer.h"
@@ -158,4 +162,52 @@ TEST_CASE("checkpointer: resuming with nothing committed names the directory", "
     CHECK(e.code() == ErrorCode::kCheckpoint);
     CHECK_THAT(e.what(), Catch::Contains(tmp.path()));
   }
+}
+
+TEST_CASE("checkpointer: each rank verifies its share of the files, and a corrupt one falls back for all", "[checkpointer]") {
+  test::TempDir tmp;
+  EngineSpec spec;
+  spec.world = 3;
+  spec.stage = 3;
+  spec.steps = 4;
+  const config::Recipe recipe = recipe_for(spec, false);
+  EngineRun record;
+  comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
+    const auto model = test::make_tiny_model(spec.dtype);
+    zero::Engine engine(*model, comm, test::engine_options(spec));
+    model::TensorState shares({{"data.shard_weights", replicated_values()}});
+    train::Checkpointer checkpointer(recipe, tmp.path(), comm, engine, {&shares}, "run1");
+    for (int64_t step : {2, 4}) {
+      test::train_steps(engine, *model, comm, spec, step - 2, 2, record);
+      checkpointer.save(step, step * 8);
+    }
+  });
+  const std::string newest = (std::filesystem::path(tmp.path()) / "step_00000004").string();
+  // Format 3: the sharded tensors are placed by the shard table, not listed per rank.
+  const nlohmann::json manifest = nlohmann::json::parse(read_file(newest + "/manifest.json"));
+  CHECK(manifest["shards"]["ranks"] == 3);
+  for (const auto& t : manifest["tensors"])
+    CHECK((t["name"] == "engine.state" || t["name"] == "data.shard_weights" ? t["pieces"].is_array() : t["pieces"] == "shards"));
+  // Reader::verify(part, parts) checks files part, part + parts, ... in name order.
+  {
+    std::fstream f(newest + "/rank_00001.bin", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(3);
+    f.put('\x7f');
+  }
+  const ckpt::Reader reader(newest, /*verified=*/true);
+  CHECK_NOTHROW(reader.verify(0, 3));
+  CHECK_NOTHROW(reader.verify(2, 3));
+  CHECK_THROWS_WITH(reader.verify(1, 3), Catch::Contains("rank_00001.bin") && Catch::Contains("checksum mismatch"));
+  // Every rank of the resume takes the older checkpoint, though only rank 1 read the bad file.
+  const Resumed resumed = resume_and_finish(spec, tmp.path());
+  CHECK(resumed.step == 2);
+  CHECK(resumed.cursor == 16);
+  // Named, the damaged one is refused on every rank with the reason.
+  comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
+    const auto model = test::make_tiny_model(spec.dtype);
+    zero::Engine engine(*model, comm, test::engine_options(spec));
+    model::TensorState shares({{"data.shard_weights", at::zeros({5}, at::kFloat)}});
+    train::Checkpointer checkpointer(recipe, tmp.path(), comm, engine, {&shares}, "run3");
+    CHECK_THROWS_WITH(checkpointer.resume(newest), Catch::Contains("rank_00001.bin") && Catch::Contains("checksum mismatch"));
+  });
 }

@@ -1,0 +1,91 @@
+// gather_bytes and broadcast_bytes over real Gloo groups (threads as ranks, one store server):
+// the root gets every rank's bytes, the store forgets each round, a missing rank is named.
+#include "catch_torch.h"
+
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_server.h"
+#include "dstrain/core/error.h"
+
+namespace {
+
+using namespace dstrain;
+
+// Runs fn(rank's Gloo communicator) on `world` threads; returns each rank's exception message ("" if none).
+std::vector<std::string> on_gloo_ranks(int world, std::chrono::milliseconds timeout, const std::function<void(comm::Communicator&)>& fn,
+                                       comm::StoreServer& server) {
+  std::vector<std::string> errors(static_cast<size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        comm::Endpoint ep{"127.0.0.1", server.port(), "gather-test", timeout, false, timeout};
+        auto c = comm::make_gloo_communicator(ep, r, world);
+        fn(*c);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+}  // namespace
+
+TEST_CASE("gather_bytes brings every rank's bytes to the root only, and the store forgets them", "[comm][gather]") {
+  comm::StoreServer server("127.0.0.1", 0, "gather-test", std::chrono::seconds(30));
+  const int world = 4;
+  std::vector<std::vector<std::string>> got(world);
+  std::vector<std::string> broadcasted(world);
+  const auto errors = on_gloo_ranks(
+      world, std::chrono::seconds(30),
+      [&](comm::Communicator& c) {
+        const int r = c.rank();
+        for (int round = 0; round < 3; ++round) {  // the last round's result is kept
+          const std::string mine(static_cast<size_t>(r * 1000 + round), static_cast<char>('a' + r));
+          got[static_cast<size_t>(r)] = c.gather_bytes(mine, round % world);
+        }
+        broadcasted[static_cast<size_t>(r)] = c.broadcast_bytes(r == 3 ? std::string(5000, 'z') : "ignored", 3);
+      },
+      server);
+  for (const auto& e : errors) REQUIRE(e.empty());
+  // The third round (round 2) gathered to rank 2.
+  for (int r = 0; r < world; ++r) {
+    if (r != 2) {
+      CHECK(got[static_cast<size_t>(r)].empty());
+      continue;
+    }
+    REQUIRE(got[2].size() == static_cast<size_t>(world));
+    for (int from = 0; from < world; ++from)
+      CHECK(got[2][static_cast<size_t>(from)] == std::string(static_cast<size_t>(from * 1000 + 2), static_cast<char>('a' + from)));
+  }
+  for (const auto& b : broadcasted) CHECK(b == std::string(5000, 'z'));
+  // Each rank deleted its keys once the root had them; only the last round's "done" flag stays.
+  auto client = server.client();
+  for (int round = 1; round <= 3; ++round)
+    for (int r = 0; r < world; ++r)
+      CHECK_FALSE(client.try_get("dstrain/gather-test/gather/" + std::to_string(round) + "/" + std::to_string(r)).has_value());
+  CHECK_FALSE(client.try_get("dstrain/gather-test/gather/2/done").has_value());
+  CHECK(client.try_get("dstrain/gather-test/gather/3/done").has_value());
+}
+
+TEST_CASE("gather_bytes names the ranks that never sent theirs", "[comm][gather]") {
+  comm::StoreServer server("127.0.0.1", 0, "gather-test", std::chrono::seconds(30));
+  const auto errors = on_gloo_ranks(
+      3, std::chrono::seconds(2),
+      [&](comm::Communicator& c) {
+        if (c.rank() == 2) return;  // never gathers
+        c.gather_bytes("x", 0);
+      },
+      server);
+  CHECK_THAT(errors[0], Catch::Contains("gathered from 2 of 3 ranks") && Catch::Contains("rank 2 never sent theirs"));
+  CHECK_THAT(errors[1], Catch::Contains("gather_bytes #1 on rank 1 of 3 failed"));
+  CHECK(errors[2].empty());
+}
