@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/config/inert_keys.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/error.h"
@@ -260,6 +261,8 @@ void validate(LoadContext& ctx) {
   if (z.offload_param != OffloadDevice::kNone && z.stage != 3)
     warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed",
                      name(z.offload_param), z.stage));
+  for (auto& w : inert_key_warnings(r))
+    if (w.rfind("zero.offload_param", 0) != 0 || z.stage == 3) warn(std::move(w));  // below stage 3 the line above says it
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
   if (r.precision.dtype != Dtype::kFp16 &&

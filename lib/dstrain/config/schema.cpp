@@ -166,18 +166,18 @@ std::vector<Field> zero_fields() {
   return {
     {"zero.stage", 0, 3, {}, "ZeRO stage 0-3.", DS_FIELD(zero.stage)},
     {"zero.reduce_bucket_size", 0, kMaxInt, {}, "Elements per gradient-reduction bucket.", DS_FIELD(zero.reduce_bucket_size)},
-    {"zero.allgather_bucket_size", 0, kMaxInt, {}, "Elements per parameter all-gather bucket.", DS_FIELD(zero.allgather_bucket_size)},
+    {"zero.allgather_bucket_size", 0, kMaxInt, {}, "No effect (DeepSpeed's all-gather bucket): units are all-gathered whole.", DS_FIELD(zero.allgather_bucket_size)},
     {"zero.overlap_comm", 0, 0, {}, "Overlap gradient reduction with backward.", DS_FIELD(zero.overlap_comm)},
-    {"zero.contiguous_gradients", 0, 0, {}, "Copy gradients into a contiguous buffer as produced.", DS_FIELD(zero.contiguous_gradients)},
-    {"zero.reduce_scatter", 0, 0, {}, "Reduce-scatter (vs all-reduce) gradients.", DS_FIELD(zero.reduce_scatter)},
+    {"zero.contiguous_gradients", 0, 0, {}, "No effect: gradients always go to one flat buffer per unit.", DS_FIELD(zero.contiguous_gradients)},
+    {"zero.reduce_scatter", 0, 0, {}, "No effect: gradients are always reduce-scattered.", DS_FIELD(zero.reduce_scatter)},
     {"zero.offload_optimizer", 0, 0, DS_CHOICES(zero.offload_optimizer), "Where optimizer states live.", DS_ENUM(zero.offload_optimizer)},
-    {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Where stage-3 parameters live.", DS_ENUM(zero.offload_param)},
+    {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Stage 3 parameter offload: not implemented yet (warns; issue 23).", DS_ENUM(zero.offload_param)},
     {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
     {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
-    {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "Stage 3: cap on gathered elements.", DS_FIELD(zero.stage3_max_live_parameters)},
-    {"zero.stage3_max_reuse_distance", 0, kMaxInt, {}, "Stage 3: keep a param reused within this many elements.", DS_FIELD(zero.stage3_max_reuse_distance)},
-    {"zero.stage3_gather_16bit_weights_on_model_save", 0, 0, {}, "Stage 3: consolidate 16-bit weights on save.", DS_FIELD(zero.stage3_gather_16bit_weights_on_model_save)},
-    {"zero.sub_group_size", 0, kMaxInt, {}, "Optimizer-step tile (elements).", DS_FIELD(zero.sub_group_size)},
+    {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "No effect: stage 3 holds the running and the prefetched group.", DS_FIELD(zero.stage3_max_live_parameters)},
+    {"zero.stage3_max_reuse_distance", 0, kMaxInt, {}, "No effect: stage 3 re-gathers a group for its backward.", DS_FIELD(zero.stage3_max_reuse_distance)},
+    {"zero.stage3_gather_16bit_weights_on_model_save", 0, 0, {}, "No effect: checkpoints hold fp32 masters; use export-hf.", DS_FIELD(zero.stage3_gather_16bit_weights_on_model_save)},
+    {"zero.sub_group_size", 0, kMaxInt, {}, "No effect: the optimizer steps the whole shard in one pass.", DS_FIELD(zero.sub_group_size)},
   };
 }
 

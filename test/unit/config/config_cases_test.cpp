@@ -4,8 +4,11 @@
 
 #include <fstream>
 #include <functional>
+#include <set>
 
+#include "dstrain/config/inert_keys.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/config/schema.h"
 #include "dstrain/core/error.h"
 #include "test_support.h"
 
@@ -153,6 +156,22 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK(o.recipe.zero.stage3_gather_16bit_weights_on_model_save);
+       }},
+      {"keys without effect are accepted and said to be (issue 23)",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8, "allgather_bucket_size": 2e8, "stage3_max_live_parameters": 5e8,
+           "stage3_max_reuse_distance": 1e8, "offload_param": {"device": "cpu"}, "contiguous_gradients": false,
+           "reduce_scatter": true}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         for (const char* key : {"zero.sub_group_size = 100000000 (", "zero.allgather_bucket_size = 200000000 (",
+                                 "zero.stage3_max_live_parameters = 500000000 (", "zero.stage3_max_reuse_distance = 100000000 (",
+                                 "zero.offload_param = cpu (", "zero.contiguous_gradients = false ("})
+           CHECK_THAT(o.warnings, Catch::Contains(key));
+         CHECK_THAT(o.warnings, Catch::Contains("ds.json") && Catch::Contains("has no effect in dstrain: the optimizer steps"));
+         CHECK_THAT(o.warnings, Catch::Contains("parameter offload is not implemented yet"));
+         CHECK_THAT(o.warnings, !Catch::Contains("zero.reduce_scatter"));  // DeepSpeed's default spelled out: no word
        }},
       {"unprefixed stage-3 aliases",
        "train: {steps: 10, micro_batch_size: 2}\n",
@@ -551,5 +570,26 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
     const Outcome o = load(c.yaml, c.ds, {}, c.name == std::string("MoE hf_config") ? files : std::map<std::string, std::string>{});
     REQUIRE_FALSE(o.ok);
     for (const auto& e : c.expected) CHECK_THAT(o.error, Catch::Contains(e));
+  }
+}
+
+TEST_CASE("every zero.* key either changes what the engine does or is listed as having no effect", "[config-cases]") {
+  // The keys zero::options_from reads; any other zero key must say why it does nothing.
+  const std::set<std::string> acting{"zero.stage",
+                                     "zero.reduce_bucket_size",
+                                     "zero.overlap_comm",
+                                     "zero.offload_optimizer",
+                                     "zero.stage3_prefetch_bucket_size",
+                                     "zero.stage3_param_persistence_threshold"};
+  std::set<std::string> inert;
+  for (const auto& k : config::inert_keys()) {
+    CHECK_FALSE(k.why.empty());
+    CHECK(config::find_field(k.key) != nullptr);
+    inert.insert(k.key);
+  }
+  for (const auto& f : config::recipe_schema()) {
+    if (f.path.rfind("zero.", 0) != 0) continue;
+    INFO(f.path);
+    CHECK(acting.count(f.path) + inert.count(f.path) == 1);
   }
 }
