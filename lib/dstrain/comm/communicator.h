@@ -53,7 +53,7 @@ class Communicator {
   // an all-gather would send them into every rank (issue 26). Gloo and NCCL go through the store.
   virtual std::vector<std::string> gather_bytes(const std::string& mine, int root) = 0;
   // root's bytes to every rank (a length, then the payload, over broadcast: a tree, not a gather).
-  virtual std::string broadcast_bytes(const std::string& bytes, int root);
+  std::string broadcast_bytes(const std::string& bytes, int root);
 };
 
 struct Endpoint {

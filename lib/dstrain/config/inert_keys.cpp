@@ -25,13 +25,13 @@ const std::vector<InertKey>& inert_keys() {
   return keys;
 }
 
-std::vector<std::string> inert_key_warnings(const Recipe& r) {
+std::vector<std::string> inert_key_warnings(const Recipe& r, const std::set<std::string>& except) {
   std::vector<std::string> out;
   Recipe copy = r, defaults;  // value_text reads through the schema's (non-const) field targets
   for (const auto& k : inert_keys()) {
     const auto source = r.sources.find(k.key);
     const Field* field = find_field(k.key);
-    if (source == r.sources.end() || source->second == "default" || !field) continue;
+    if (source == r.sources.end() || source->second == "default" || !field || except.count(k.key)) continue;
     // A ds_config that spells out DeepSpeed's default asks for nothing dstrain does not do.
     const std::string value = value_text(*field, copy);
     if (value == value_text(*field, defaults)) continue;

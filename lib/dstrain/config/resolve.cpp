@@ -5,6 +5,7 @@
 #include <cmath>
 #include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/inert_keys.h"
@@ -261,8 +262,9 @@ void validate(LoadContext& ctx) {
   if (z.offload_param != OffloadDevice::kNone && z.stage != 3)
     warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed",
                      name(z.offload_param), z.stage));
-  for (auto& w : inert_key_warnings(r))
-    if (w.rfind("zero.offload_param", 0) != 0 || z.stage == 3) warn(std::move(w));  // below stage 3 the line above says it
+  // Below stage 3 the line above says why offload_param does nothing.
+  for (auto& w : inert_key_warnings(r, z.stage == 3 ? std::set<std::string>{} : std::set<std::string>{"zero.offload_param"}))
+    warn(std::move(w));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
   if (r.precision.dtype != Dtype::kFp16 &&

@@ -217,13 +217,7 @@ std::optional<launch::WorkerFailure> GroupWatch::judge(const std::vector<std::op
   f.unix_time = unix_seconds();
   const size_t nnodes = static_cast<size_t>(o_.nnodes);
   for (int k = 1; k < o_.nnodes && values.size() > nnodes; ++k) {
-    const auto& failed = values[nnodes + static_cast<size_t>(k) - 1];
-    if (failed && !taken_[static_cast<size_t>(k)]) {
-      taken_[static_cast<size_t>(k)] = true;
-      launch::WorkerFailure remote = decode_failure(*failed);
-      remote.node = k;
-      return remote;
-    }
+    if (auto remote = take_report(k, values[nnodes + static_cast<size_t>(k) - 1])) return remote;
   }
   for (int k = 0; k < o_.nnodes; ++k) note_node(k, values[static_cast<size_t>(k)], t);
   for (int k = 1; k < o_.nnodes; ++k) {
@@ -296,11 +290,14 @@ std::optional<launch::WorkerFailure> GroupWatch::report_of(int node) {
     if (taken_[static_cast<size_t>(node)]) return std::nullopt;  // already handed out
   }
   const auto failed = store_->try_get(key("failed/" + std::to_string(node)));
-  if (!failed) return std::nullopt;
   std::lock_guard<std::mutex> lock(mu_);
-  if (taken_[static_cast<size_t>(node)]) return std::nullopt;
+  return take_report(node, failed);
+}
+
+std::optional<launch::WorkerFailure> GroupWatch::take_report(int node, const std::optional<std::string>& value) {
+  if (!value || taken_[static_cast<size_t>(node)]) return std::nullopt;  // none, or already handed out
   taken_[static_cast<size_t>(node)] = true;
-  launch::WorkerFailure remote = decode_failure(*failed);
+  launch::WorkerFailure remote = decode_failure(*value);
   remote.node = node;
   return remote;
 }

@@ -102,6 +102,8 @@ class GroupWatch {
   bool stopped_or_gone(int k);  // never joined, stopped its workers, or silent
   std::optional<launch::WorkerFailure> judge(const std::vector<std::optional<std::string>>& values, double now_s);
   std::optional<launch::WorkerFailure> report_of(int node);
+  // Node's failure report `value`, once: marks it handed out (under mu_).
+  std::optional<launch::WorkerFailure> take_report(int node, const std::optional<std::string>& value);
   struct Node;
   void note_node(int k, const std::optional<std::string>& value, double now_s);  // under mu_
   Node refresh_node(int k, double now_s);

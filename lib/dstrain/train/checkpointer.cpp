@@ -251,10 +251,8 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
     }
     // Every rank learns the first problem (by rank) from rank 0.
     std::string first;
-    if (comm_.rank() == 0)
-      for (const auto& p : comm_.gather_bytes(problem, 0))
-        if (first.empty()) first = p;
-    if (comm_.rank() != 0) comm_.gather_bytes(problem, 0);
+    for (const auto& p : comm_.gather_bytes(problem, 0))  // empty on the other ranks
+      if (first.empty()) first = p;
     first = comm_.broadcast_bytes(first, 0);
     if (named) throw Error(ErrorCode::kCheckpoint, first, "the checkpoint is damaged; resume from another one (--resume-from)");
     if (comm_.rank() == 0) log::warn("skipping a checkpoint that does not verify: " + first);
