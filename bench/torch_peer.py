@@ -155,7 +155,7 @@ def main():
     for mode in a.modes.split(","):
         r = run(mode, m, micro, T, a.steps, a.warmup, device, c["optimizer"]["lr"], a.peak_tflops * 1e12)
         label = f"PyTorch {mode}" + (f", {a.label}" if a.label else "")
-        print(f"| {label} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {100 * r['mfu']:.1f}% | {r['step_ms']:.0f} | "
+        print(f"| {label} | {r['tokens_per_s']:,.0f} | {r['tflops']:.1f} | {100 * r['mfu']:.1f}% | {r['step_ms']:.0f} | - | "
               f"{r['gib_alloc']:.1f} / {r['gib_reserved']:.1f} | {a.peak_tflops:.1f} TFLOP/s |")
         print("peer-json " + json.dumps(r), flush=True)
 

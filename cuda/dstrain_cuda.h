@@ -45,6 +45,48 @@ int dstrain_cuda_adam_f32(float* p, const float* g, float* m, float* v, size_t n
  * and leaves it alone otherwise (clear it before the first buffer of a step). */
 int dstrain_cuda_unscale_found_inf_f32(float* g, size_t n, float inv_scale, int* found_inf, void* stream);
 
+/* The optimizer step over flat buffers (lib/dstrain/optim/fused_step.h): one piece is at most
+ * 65,536 elements of one parameter run, and one thread block works on one piece. grad and
+ * param_out hold elements of the model dtype (DSTRAIN_ELEM_*); param_out may be NULL. */
+typedef struct DstrainStepPiece {
+  float* master;
+  float* exp_avg;
+  float* exp_avg_sq;
+  const void* grad;
+  void* param_out;
+  long long n;
+  int decay; /* 1: weight decay applies to this piece */
+  int reserved;
+} DstrainStepPiece;
+
+enum { DSTRAIN_ELEM_F32 = 0, DSTRAIN_ELEM_BF16 = 1, DSTRAIN_ELEM_F16 = 2 };
+
+/* Sum of the squared gradients of `num_pieces` pieces (a device array), in double: each piece's
+ * sum into partials[i] (device, num_pieces doubles), then their total into *out (device) in a fixed
+ * order, so the result does not depend on scheduling. Returns 0 or a CUDA error code. */
+int dstrain_cuda_step_sum_squares(const DstrainStepPiece* pieces, int num_pieces, int elem, double* partials, double* out, void* stream);
+
+/* The fused Adam step over every piece, one launch: the gradient (model dtype) scaled by
+ * grad_scale, m, v and the fp32 master updated with dstrain_cuda_adam_f32's math (no weight decay
+ * where a piece's decay is 0), and the new master written to param_out in the model dtype
+ * (rounded to nearest even) where it is not NULL. Returns 0 or a CUDA error code. */
+int dstrain_cuda_step_adam(const DstrainStepPiece* pieces, int num_pieces, int elem, const DstrainAdamParams* params, float grad_scale,
+                           void* stream);
+
+/* SwiGLU's activation, element-wise over n elements of DSTRAIN_ELEM_* type (fp32 math, one
+ * rounding): out = silu(gate) * up; backward: grad_gate = grad * up * silu'(gate),
+ * grad_up = grad * silu(gate). Returns 0 or a CUDA error code. */
+int dstrain_cuda_swiglu_forward(const void* gate, const void* up, void* out, long long n, int elem, void* stream);
+int dstrain_cuda_swiglu_backward(const void* grad, const void* gate, const void* up, void* grad_gate, void* grad_up, long long n, int elem,
+                                 void* stream);
+
+/* Rotary embeddings on `rows` contiguous rows of `dim` elements laid out [B, seq, heads, dim]
+ * (row r is at position (r / heads) % seq), with tables cos/sin [>= seq, dim] of the same type:
+ * out = x cos + rotate_half(x) sin; backward = 1: the transpose, for the gradient. out must not
+ * alias x. Returns 0 or a CUDA error code. */
+int dstrain_cuda_rope(const void* x, const void* cos, const void* sin, void* out, long long rows, int heads, int seq, int dim, int backward,
+                      int elem, void* stream);
+
 /* Last CUDA error as text (for error messages). */
 const char* dstrain_cuda_error_string(int code);
 

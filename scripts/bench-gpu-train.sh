@@ -23,7 +23,7 @@ bench() {  # bench LABEL RECIPE [--set ...]
   local dir="$work/$label" status=0
   "$dstrain" train "$recipe" "${common[@]}" --set run_dir="$dir" "$@" > "$work/$label.out" 2>&1 || status=$?
   if [ $status -ne 0 ]; then
-    rows+=("| $label | failed (exit $status): $(grep -m1 -E "error" "$work/$label.out" | cut -c1-160) | | | | |")
+    rows+=("| $label | failed (exit $status): $(grep -m1 -E "error" "$work/$label.out" | cut -c1-160) | | | | | | |")
     tail -5 "$work/$label.out"
     return
   fi
@@ -34,12 +34,21 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
 med = lambda k: statistics.median(r[k] for r in rows)
 last = rows[-1]
-print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | "
+phases = " / ".join(f"{med(k):.0f}" if rows[0].get(k) is not None else "-" for k in ("forward_ms", "backward_ms", "optimizer_ms"))
+print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | {phases} | "
       f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f} | {sys.argv[3]} |")
 PY
 )")
 }
 bench "deepseek-coder-1.3b bf16 ZeRO-0, 4x2048" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]'
+# Where the step's time goes (wall_clock_breakdown waits for the GPU at each phase's end), and
+# the same run with the full logits instead of the fused, chunked cross-entropy.
+bench "1.3b, phases timed" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]' \
+  --set logging.wall_clock_breakdown=true
+bench "1.3b, full logits (loss_chunk_tokens 0)" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 \
+  --set 'train.accumulation=[{steps: 1}]' --set train.loss_chunk_tokens=0
+DSTRAIN_FUSED_LAYERS=0 bench "1.3b, ATen element-wise layers (DSTRAIN_FUSED_LAYERS=0)" "$root/recipes/deepseek-coder-1.3b.yaml" \
+  --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]'
 # The PyTorch peers of the dense run (issue 21), same model and batch from its resolved config.
 dense="$work/deepseek-coder-1.3b bf16 ZeRO-0, 4x2048"
 if [ -f "$dense/config.resolved.json" ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
@@ -51,13 +60,13 @@ import json, statistics, sys
 ours = statistics.median(json.loads(l)["tokens_per_s"] for l in list(open(sys.argv[1]))[5:])
 peers = [json.loads(l[len("peer-json "):]) for l in open(sys.argv[2]) if l.startswith("peer-json ")]
 best = max(peers, key=lambda p: p["tokens_per_s"])
-print(f"| dstrain / best PyTorch peer ({best['mode']}) | {ours / best['tokens_per_s']:.2f}x | | | | | |")
+print(f"| dstrain / best PyTorch peer ({best['mode']}) | {ours / best['tokens_per_s']:.2f}x | | | | | | |")
 PY
 )
   rows+=("$ratio")
 fi
 bench "V2-Lite 4 layers (MoE) bf16 ZeRO-0, 2x2048" "$root/recipes/deepseek-v2-lite.yaml" --set model.num_layers=4 --set train.tokens=0 \
   --set train.micro_batch_size=2 --set train.global_batch_size=2
-echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | GPU GiB alloc / reserved peak | MFU peak used |"
-echo "|---|---|---|---|---|---|---|"
+echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer ms | GPU GiB alloc / reserved peak | MFU peak used |"
+echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "dstrain/config/schema.h"
 
 namespace dstrain::config {
@@ -63,7 +65,13 @@ double activation_bytes_estimate(const Recipe& r) {
   const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
   // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
   const double per_layer = B * T * (34.0 * H + (r.data.document_mask ? 5.0 * heads * T : 0.0)) * elem / 2.0;
-  const double logits = B * T * static_cast<double>(m.vocab_size) * (4.0 + 4.0 + elem);
+  const double V = static_cast<double>(m.vocab_size);
+  const double chunk = static_cast<double>(r.train.loss_chunk_tokens);
+  // Unchunked: the logits, their fp32 copy and its gradient, for every token. Chunked: one chunk's
+  // logits (model dtype, fp32, the gradient in the model dtype), plus the hidden states' and the
+  // head's gradients (fp32) that the loss holds until backward.
+  const double logits =
+      chunk <= 0 ? B * T * V * (4.0 + 4.0 + elem) : std::min(B * T, chunk) * V * (elem + 4.0 + elem) + B * T * H * elem + V * H * 4.0;
   return L * per_layer + logits;
 }
 

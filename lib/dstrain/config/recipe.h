@@ -143,6 +143,9 @@ struct TrainConfig {
   // update (at most max_bad_steps in a run), or "rollback" to the latest checkpoint in-process.
   BadStepAction on_bad_step = BadStepAction::kStop;
   int64_t max_bad_steps = 10;
+  // The LM head and the cross-entropy run this many tokens at a time, fused: the logits of the
+  // whole micro-batch never exist (model/chunked_cross_entropy.h). 0: all logits, then the loss.
+  int64_t loss_chunk_tokens = 4096;
 };
 
 struct PrecisionConfig {

@@ -147,6 +147,7 @@ std::vector<Field> train_fields() {
     {"train.grad_clip", 0, kInf, {}, "Clip the global gradient norm to this (gradient_clipping); 0 disables.", DS_FIELD(train.grad_clip)},
     {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
     {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
+    {"train.loss_chunk_tokens", 0, kMaxInt, {}, "The LM head and the cross-entropy run this many tokens at a time, fused: the full logits never exist, their gradients are computed as each chunk's loss is. 0: all logits at once, then the loss.", DS_FIELD(train.loss_chunk_tokens)},
   };
 }
 

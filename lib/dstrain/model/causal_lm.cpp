@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dstrain/model/chunked_cross_entropy.h"
 #include "dstrain/model/dense_model.h"
 #include "dstrain/model/mla_moe_model.h"
 
@@ -12,15 +13,26 @@ at::Tensor LossParts::mean() const {
   return aux.defined() ? m + aux : m;
 }
 
+at::Tensor CausalLM::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
+  const Trunk t = trunk(inputs, aux, attention_mask);
+  return leave_group(t.final_group, at::linear(t.hidden, t.head));
+}
+
 LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask) const {
   at::Tensor aux;
-  const at::Tensor out = forward(inputs, &aux, attention_mask);
+  const Trunk t = trunk(inputs, &aux, attention_mask);
   const at::Tensor flat_targets = targets.reshape({-1});
   LossParts parts;
-  // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
-  // bf16/fp16 logits: the softmax and the sum run in fp32.
-  const at::Tensor logits = out.scalar_type() == at::kDouble ? out : out.to(at::kFloat);
-  parts.sum = at::cross_entropy_loss(logits.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
+  if (loss_chunk_tokens_ > 0) {
+    const at::Tensor hidden = t.hidden.reshape({flat_targets.size(0), -1});
+    parts.sum = leave_group(t.final_group, chunked_linear_cross_entropy(hidden, t.head, flat_targets, loss_chunk_tokens_, kIgnoreIndex));
+  } else {
+    const at::Tensor out = leave_group(t.final_group, at::linear(t.hidden, t.head));
+    // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
+    // bf16/fp16 logits: the softmax and the sum run in fp32.
+    const at::Tensor logits = out.scalar_type() == at::kDouble ? out : out.to(at::kFloat);
+    parts.sum = at::cross_entropy_loss(logits.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
+  }
   parts.count = flat_targets.ne(kIgnoreIndex).sum().item<int64_t>();
   parts.aux = aux;
   return parts;

@@ -39,6 +39,10 @@ class CausalLM {
   at::Tensor logits(const at::Tensor& inputs, const at::Tensor& attention_mask = {}) const {
     return forward(inputs, nullptr, attention_mask);
   }
+  // The loss computes the head's logits this many tokens at a time, fused with the
+  // cross-entropy (chunked_cross_entropy.h); 0: all logits at once, then the cross-entropy.
+  void set_loss_chunk_tokens(int64_t tokens) { loss_chunk_tokens_ = tokens; }
+  int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
   // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
   virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const;
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const {
@@ -66,9 +70,17 @@ class CausalLM {
   }
   at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
   LayerGate* gate_ = nullptr;
+  int64_t loss_chunk_tokens_ = 0;
 
+  // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], and
+  // the final layer group, entered (the caller leaves it with the logits or the loss).
+  struct Trunk {
+    at::Tensor hidden, head;
+    int final_group = 0;
+  };
+  virtual Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
   // Logits plus auxiliary losses of the same forward pass.
-  virtual at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
+  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const;
 };
 
 // Causal attention that stays within documents: token t sees token s <= t only when no

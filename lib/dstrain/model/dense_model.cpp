@@ -60,18 +60,17 @@ const NamedTensors& DenseModel::parameters() const { return impl_->params; }
 
 void DenseModel::move_buffers_to(const c10::Device& device) { impl_->rope.move_to(device); }
 
-at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
   const int64_t nkv = cfg.num_kv_heads > 0 ? cfg.num_kv_heads : nh;
   auto heads = [&](const at::Tensor& x) { return x.view({B, T, nh, d}).transpose(1, 2); };
-  // Grouped KV heads: each of the nkv heads serves nh/nkv query heads.
-  auto kv_heads = [&](const at::Tensor& x) {
-    const at::Tensor h = x.view({B, T, nkv, d}).transpose(1, 2);
-    return nkv == nh ? h : h.repeat_interleave(nh / nkv, 1);
-  };
+  // Grouped KV heads: each of the nkv heads serves nh/nkv query heads (RoPE before the repeat:
+  // the same values, on nkv heads only, in the layout the fused kernel takes).
+  auto kv_view = [&](const at::Tensor& x) { return x.view({B, T, nkv, d}).transpose(1, 2); };
+  auto repeat_kv = [&](const at::Tensor& h) { return nkv == nh ? h : h.repeat_interleave(nh / nkv, 1); };
   auto rope = [&](const at::Tensor& x) { return m.rope.apply(x); };
 
   enter_group(0);
@@ -82,8 +81,8 @@ at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const 
     const size_t b = 1 + static_cast<size_t>(layer) * kPerLayer;
     const at::Tensor h = rms_norm(x, m.p(b), cfg.rms_norm_eps);
     const at::Tensor q = rope(heads(at::linear(h, m.p(b + 1))));
-    const at::Tensor k = rope(kv_heads(at::linear(h, m.p(b + 2))));
-    const at::Tensor v = kv_heads(at::linear(h, m.p(b + 3)));
+    const at::Tensor k = repeat_kv(rope(kv_view(at::linear(h, m.p(b + 2)))));
+    const at::Tensor v = repeat_kv(kv_view(at::linear(h, m.p(b + 3))));
     const at::Tensor attn = attention_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attention_mask, 0.0, /*is_causal=*/false)
                                                      : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
     x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
@@ -93,7 +92,7 @@ at::Tensor DenseModel::forward(const at::Tensor& inputs, at::Tensor* aux, const 
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
   const int final_group = static_cast<int>(cfg.num_layers) + 1;
   enter_group(final_group);
-  return leave_group(final_group, at::linear(rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1)));
+  return {rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1), final_group};
 }
 
 }  // namespace dstrain::model

@@ -23,7 +23,7 @@ class DenseModel final : public CausalLM {
   void move_buffers_to(const c10::Device& device) override;
 
  protected:
-  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   struct Impl;

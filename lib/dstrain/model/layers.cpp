@@ -5,16 +5,23 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dstrain/model/fused_layers.h"
+
 namespace dstrain::model {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.is_cuda() && x.scalar_type() == weight.scalar_type()) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
+  return rms_norm_composite(x, weight, eps);
+}
+
+at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
   const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
   const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean({-1}, true) + eps);
   return normed.to(x.scalar_type()) * weight;
 }
 
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return at::linear(at::silu(at::linear(x, gate)) * at::linear(x, up), down);
+  return at::linear(silu_mul(at::linear(x, gate), at::linear(x, up)), down);
 }
 
 double yarn_get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }
@@ -86,10 +93,6 @@ void Rope::move_to(const c10::Device& device) {
   sin = sin.to(device);
 }
 
-at::Tensor Rope::apply(const at::Tensor& x) const {
-  const int64_t T = x.size(-2), half = x.size(-1) / 2;
-  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
-  return x * cos.narrow(0, 0, T) + rotated * sin.narrow(0, 0, T);
-}
+at::Tensor Rope::apply(const at::Tensor& x) const { return rope(x, cos, sin); }
 
 }  // namespace dstrain::model

@@ -8,8 +8,11 @@
 
 namespace dstrain::model {
 
-// HF RMSNorm: computed in at least fp32, cast back, times weight.
+// HF RMSNorm: computed in at least fp32, cast back, times weight. On a GPU, ATen's fused kernel
+// (_fused_rms_norm: one pass forward and one backward, fp32 inside, one rounding at the end
+// instead of two); on the CPU the composite below, transformers' exact roundings.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps);
 // SwiGLU MLP: down(silu(gate(x)) * up(x)).
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
 

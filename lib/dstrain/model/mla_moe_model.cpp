@@ -212,7 +212,7 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
 
 }  // namespace
 
-at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   const Impl& m = *impl_;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
@@ -234,7 +234,7 @@ at::Tensor MlaMoeModel::forward(const at::Tensor& inputs, at::Tensor* aux, const
   }
   const int final_group = static_cast<int>(c.num_layers) + 1;
   enter_group(final_group);
-  return leave_group(final_group, at::linear(rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight")));
+  return {rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"), final_group};
 }
 
 }  // namespace dstrain::model

@@ -24,7 +24,7 @@ class MlaMoeModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
 
  protected:
-  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -2,6 +2,8 @@
 // `dstrain bench optimizer`: the fused CPU Adam against torch::optim::AdamW on the same
 // parameters, next to a memory-bandwidth reference kernel with the same traffic (read 4 fp32
 // arrays, write 3), all in this process.
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <string>
 
@@ -25,5 +27,21 @@ AdamBenchResult bench_adam(int64_t params, int threads, int iters);
 // device-to-device copy moving the same bytes as the bandwidth reference. Throws
 // Error{kEnvironment} without a GPU.
 AdamBenchResult bench_adam_cuda(int64_t params, int iters);
+
+// The optimizer phase of a bf16 model as the ZeRO engine runs it (issue 21), over runs shaped
+// like a model's (4M-element matrices with a 2K-element norm after each): the fused step
+// (FusedStep: the norm from the bf16 gradients, then one Adam pass that writes the bf16 copy)
+// against the engine's previous way, in the same process: an fp32 copy of the gradients, the
+// norm in 1M-element chunks, Adam per run, then the bf16 copy.
+struct StepBenchResult {
+  int64_t params = 0;
+  int64_t runs = 0;
+  double fused_ms = 0, previous_ms = 0;  // median per step
+  // What the fused step must move per parameter: the bf16 gradient read twice (norm, update),
+  // master, m and v read and written, the bf16 copy written: 30 bytes.
+  double bytes() const { return 30.0 * static_cast<double>(params); }
+  double fused_gb_per_s() const { return bytes() / (fused_ms / 1e3) / 1e9; }
+};
+StepBenchResult bench_optimizer_step(c10::Device device, int64_t params, int iters);
 
 }  // namespace dstrain::optim

@@ -17,6 +17,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/optim/device_adam.h"
+#include "dstrain/optim/fused_step.h"
 
 namespace dstrain::zero {
 namespace {
@@ -81,6 +82,10 @@ struct Engine::Impl final : model::LayerGate {
   std::vector<at::Tensor> unit_grad;  // stage 0/1: full per-unit gradient buffers (p.grad are views);
                                       // stage 1 reduce-scatters each into its own chunk
   at::Tensor grad_shard;              // stage 2/3: this rank's gradient chunks, model dtype
+  // Stage 1/2 on several ranks: this rank's updated chunks in the model dtype, all-gathered from
+  // here (stage 3 uses param_shard; stage 0 and one rank write the full buffers directly).
+  at::Tensor model_shard;
+  std::unique_ptr<optim::FusedStep> fused;  // the norm and the update over the shard's runs
   struct Pending {
     comm::WorkHandle work;
     at::Tensor received;  // stage 1-3: the reduce-scatter's output
@@ -184,6 +189,36 @@ struct Engine::Impl final : model::LayerGate {
         }
       }
     }
+    if (opt.stage != 3 && !offload && world > 1 && opt.stage > 0) model_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
+    fused = std::make_unique<optim::FusedStep>(device, dtype, step_runs());
+  }
+
+  // The optimizer's runs: per shard segment, where its gradient is (the reduced full buffer at
+  // stage 0/1, the gradient shard at 2/3) and where its updated model-dtype copy goes. Offloaded,
+  // only the gradients are read here (for the norm): the update runs on the host.
+  std::vector<optim::StepRun> step_runs() {
+    std::vector<optim::StepRun> runs;
+    const int64_t esz = at::elementSize(dtype);
+    for (const ShardSegment& s : segments) {
+      const ParamSlot& slot = layout.params()[static_cast<size_t>(s.param)];
+      const auto u = static_cast<size_t>(slot.unit);
+      const int64_t in_unit = slot.offset + s.param_offset;  // in the unit's full buffer
+      optim::StepRun r;
+      r.n = s.numel;
+      r.decay = s.decay;
+      r.grad = opt.stage <= 1 ? static_cast<const char*>(unit_grad[u].data_ptr()) + in_unit * esz
+                              : static_cast<const char*>(grad_shard.data_ptr()) + s.shard_offset * esz;
+      if (!offload) {
+        r.master = master.data_ptr<float>() + s.shard_offset;
+        r.exp_avg = exp_avg.data_ptr<float>() + s.shard_offset;
+        r.exp_avg_sq = exp_avg_sq.data_ptr<float>() + s.shard_offset;
+        const at::Tensor& shard = opt.stage == 3 ? param_shard : model_shard;
+        r.param_out = shard.defined() ? static_cast<char*>(shard.data_ptr()) + s.shard_offset * esz
+                                      : static_cast<char*>(unit_full[u].data_ptr()) + in_unit * esz;
+      }
+      runs.push_back(r);
+    }
+    return runs;
   }
 
   // The shard range [begin, end) that segments [first, last) span.
@@ -230,6 +265,23 @@ struct Engine::Impl final : model::LayerGate {
       uploaded.record(current_stream(device));
       uploaded.synchronize();
     }
+  }
+
+  // The shard's first gradient element (where a test injects an overflow).
+  at::Tensor first_grad() {
+    if (opt.stage >= 2) return grad_shard.narrow(0, 0, 1);
+    return unit_grad[0].narrow(0, my_chunk_start(layout.units()[0]), 1);
+  }
+  // The gradient shard in fp32, contiguous, for the offloaded update (stage 0/1: this rank's
+  // chunks of the reduced full buffers).
+  at::Tensor grads_fp32() const {
+    if (opt.stage >= 2) return grad_shard.to(at::kFloat);
+    std::vector<at::Tensor> pieces;
+    for (size_t u = 0; u < unit_grad.size(); ++u) {
+      const Unit& unit = layout.units()[u];
+      pieces.push_back(unit_grad[u].narrow(0, my_chunk_start(unit), unit.chunk()));
+    }
+    return at::cat(pieces).to(at::kFloat);
   }
 
   // --- stage 3 parameter gathering ------------------------------------------------------------
@@ -323,25 +375,22 @@ struct Engine::Impl final : model::LayerGate {
     pending.clear();
   }
 
-  // New parameters from the master shard (offloaded: from its device copy in the model dtype):
-  // this rank's chunks, then everyone's (all-gathered; stage 3 gathers non-resident units on
-  // demand instead).
+  // The updated chunks in the model dtype, already written by the step (or write_params) to the
+  // full buffers, param_shard or model_shard (offloaded: to `published`), go to everyone's full
+  // buffers (all-gathered; stage 3 gathers non-resident units on demand instead).
   void publish_params() {
     const auto& units = layout.units();
-    const at::Tensor& source = offload ? published : master;
+    const at::Tensor& source = offload ? published : opt.stage == 3 ? param_shard : model_shard;
+    if (!source.defined()) return;  // stage 0 or one rank: written in place
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& unit = units[u];
       const at::Tensor mine = source.narrow(0, unit.shard_offset, unit.chunk());
-      if (opt.stage == 3) {
-        if (!offload) param_shard.narrow(0, unit.shard_offset, unit.chunk()).copy_(mine);  // offloaded: published is param_shard
-        if (!resident[u]) continue;
-      }
+      if (opt.stage == 3 && !resident[u]) continue;
       if (opt.stage == 0 || world == 1) {
         unit_full[u].narrow(0, my_chunk_start(unit), unit.chunk()).copy_(mine);
         continue;
       }
-      const at::Tensor chunk = mine.to(dtype).contiguous();
-      pending.push_back({comm.all_gather(chunk, unit_full[u]), {}, -1});
+      pending.push_back({comm.all_gather(mine, unit_full[u]), {}, -1});
     }
     for (auto& pend : pending) timed_wait(*pend.work, waited_gather_ms);
     pending.clear();
@@ -410,32 +459,15 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   m.drain();
   StepResult result;
   result.loss_scale = loss_scale();
-  // The gradient shard in fp32: stage 0 reads the whole (all-reduced) flat buffer.
-  at::Tensor grads;
-  if (m.opt.stage <= 1) {
-    std::vector<at::Tensor> pieces;
-    for (size_t u = 0; u < m.unit_grad.size(); ++u) {
-      const Unit& unit = m.layout.units()[u];
-      pieces.push_back(m.unit_grad[u].narrow(0, m.my_chunk_start(unit), unit.chunk()));
-    }
-    grads = at::cat(pieces).to(at::kFloat);
-  } else {
-    grads = m.grad_shard.to(at::kFloat);
-  }
   if (inject_overflow_) {
-    grads[0] = std::numeric_limits<float>::infinity();
+    m.first_grad().fill_(std::numeric_limits<float>::infinity());
     inject_overflow_ = false;
   }
   // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
-  // inf/nan also signals an fp16 overflow on any rank.
-  // Squares summed in double, 1M elements at a time (no double copy of the whole shard): the norm
-  // decides clipping, and fp32 accumulation here lets ranks and the single process drift apart.
-  // Accumulated on the device in one double (one synchronisation, the same additions as on CPU).
-  at::Tensor sq = at::zeros({}, m.on_device(at::kDouble));
-  constexpr int64_t kChunk = 1 << 20;
-  for (int64_t at = 0; at < grads.numel(); at += kChunk)
-    sq += grads.narrow(0, at, std::min(kChunk, grads.numel() - at)).to(at::kDouble).pow(2).sum();
-  const double local_sq = sq.item<double>();
+  // inf/nan also signals an fp16 overflow on any rank. The squares are summed in double straight
+  // from the model-dtype gradients (one pass, one synchronisation): the norm decides clipping,
+  // and fp32 accumulation here would let ranks and the single process drift apart.
+  const double local_sq = m.fused->grad_sum_squares();
   std::vector<float> scalars(sums.begin(), sums.end());
   scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
   at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
@@ -458,20 +490,10 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     h.step = applied_step;
     if (beta1 >= 0) h.beta1 = beta1;
     if (beta2 >= 0) h.beta2 = beta2;
-    if (m.offload) {
-      m.offload_update(grads, h, static_cast<float>(scale));
-    } else {
-      float* p = m.master.data_ptr<float>();
-      float* g = grads.data_ptr<float>();
-      float* mm = m.exp_avg.data_ptr<float>();
-      float* vv = m.exp_avg_sq.data_ptr<float>();
-      for (const ShardSegment& s : m.segments) {
-        optim::AdamHyper seg = h;
-        if (!s.decay) seg.weight_decay = 0;
-        optim::fused_adam_on(m.device, p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg,
-                             static_cast<float>(scale));
-      }
-    }
+    if (m.offload)
+      m.offload_update(m.grads_fp32(), h, static_cast<float>(scale));
+    else
+      m.fused->apply(h, static_cast<float>(scale));  // writes the model-dtype copy too
     m.publish_params();
   }
   // Zero the gradients for the next step.
@@ -600,7 +622,10 @@ void Engine::publish_loaded_shard() {
     for (int i = 0; i < 3; ++i) states[i]->copy_(m.mirror[i]), m.mirror[i] = at::Tensor();
     m.mirrored = false;
   }
-  if (m.offload) m.published.copy_(m.master);
+  if (m.offload)
+    m.published.copy_(m.master);
+  else
+    m.fused->write_params();
   m.publish_params();
 }
 

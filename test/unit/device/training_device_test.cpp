@@ -45,12 +45,16 @@ TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + sco
   config::Recipe r;
   r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256;
   r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16;
+  r.train.loss_chunk_tokens = 0;  // the full logits
   const double tokens = 8.0 * 128;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + tokens * 256 * (4 + 4 + 2)));
   r.precision.dtype = config::Dtype::kFp32;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 * 2 + tokens * 256 * (4 + 4 + 4)));
   r.data.document_mask = true;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * (34 * 64 + 5 * 4 * 128) * 2 + tokens * 256 * 12));
+  // Chunked loss: one chunk's logits (bf16, fp32, bf16 gradient), the hidden gradient, the fp32 head gradient.
+  r.data.document_mask = false, r.precision.dtype = config::Dtype::kBf16, r.train.loss_chunk_tokens = 100;
+  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4));
 }
 
 TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[device]") {

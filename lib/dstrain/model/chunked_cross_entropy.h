@@ -1,0 +1,22 @@
+#pragma once
+// The LM head and the cross-entropy together, a chunk of tokens at a time (issue 21): the
+// logits of `chunk_tokens` rows exist at once, never those of the whole micro-batch (at
+// 4 x 2048 tokens and a 32,256-token vocabulary the full fp32 logits alone are 1 GiB, and
+// autograd kept them and their gradient). Each chunk's gradients for the hidden states and the
+// head are computed in the forward pass, while its logits are at hand (as Liger's fused linear
+// cross-entropy does); backward only scales them by the incoming gradient. Same math as
+// at::cross_entropy_loss(linear(hidden, weight)) with reduction sum: the softmax in fp32 (double
+// for a double model), ignored targets (kIgnoreIndex) contribute nothing.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace dstrain::model {
+
+// hidden [N, H], weight [V, H] (the model dtype), targets int64 [N]: the summed cross-entropy,
+// a scalar in fp32 (double for double inputs) that autograd differentiates w.r.t. hidden and
+// weight. chunk_tokens >= 1.
+at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
+                                        int64_t ignore_index);
+
+}  // namespace dstrain::model

@@ -1,0 +1,201 @@
+#include "dstrain/optim/fused_step.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "dstrain/core/error.h"
+#include "dstrain_cuda.h"
+
+#ifdef DSTRAIN_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace dstrain::optim {
+namespace {
+
+// Elements of a CPU run converted to fp32 at a time (bounded scratch memory).
+constexpr int64_t kConvertChunk = int64_t{1} << 20;
+
+int elem_code(c10::ScalarType t) {
+  switch (t) {
+    case c10::ScalarType::Float:
+      return DSTRAIN_ELEM_F32;
+    case c10::ScalarType::BFloat16:
+      return DSTRAIN_ELEM_BF16;
+    case c10::ScalarType::Half:
+      return DSTRAIN_ELEM_F16;
+    default:
+      throw Error(ErrorCode::kConfig,
+                  std::string("the fused optimizer step reads float, bfloat16 or half gradients, not ") + c10::toString(t),
+                  "train in fp32, bf16 or fp16");
+  }
+}
+
+// Four independent accumulators: the loop vectorizes without reassociating one long chain.
+template <typename T>
+double sum_squares_of(const T* g, int64_t n) {
+  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const double x0 = static_cast<float>(g[i]), x1 = static_cast<float>(g[i + 1]), x2 = static_cast<float>(g[i + 2]),
+                 x3 = static_cast<float>(g[i + 3]);
+    a0 += x0 * x0, a1 += x1 * x1, a2 += x2 * x2, a3 += x3 * x3;
+  }
+  for (; i < n; ++i) {
+    const double x = static_cast<float>(g[i]);
+    a0 += x * x;
+  }
+  return (a0 + a1) + (a2 + a3);
+}
+
+double sum_squares_as(c10::ScalarType t, const void* g, int64_t n) {
+  switch (t) {
+    case c10::ScalarType::BFloat16:
+      return sum_squares_of(static_cast<const c10::BFloat16*>(g), n);
+    case c10::ScalarType::Half:
+      return sum_squares_of(static_cast<const c10::Half*>(g), n);
+    default:
+      return sum_squares_of(static_cast<const float*>(g), n);
+  }
+}
+
+// A run's piece: [offset, offset + n) of run `run`.
+struct Piece {
+  size_t run;
+  int64_t offset, n;
+};
+
+std::vector<Piece> pieces_of(const std::vector<StepRun>& runs) {
+  std::vector<Piece> out;
+  for (size_t r = 0; r < runs.size(); ++r)
+    for (int64_t at = 0; at < runs[r].n; at += FusedStep::kPieceElements)
+      out.push_back({r, at, std::min(FusedStep::kPieceElements, runs[r].n - at)});
+  return out;
+}
+
+at::Tensor view_of(void* data, int64_t n, c10::ScalarType t, c10::Device device) {
+  return at::from_blob(data, {n}, at::TensorOptions().dtype(t).device(device));
+}
+
+}  // namespace
+
+struct FusedStep::Device {
+  at::Tensor table;     // DstrainStepPiece[pieces], on the GPU
+  at::Tensor partials;  // double[pieces]
+  at::Tensor total;     // double
+  int pieces = 0;
+};
+
+FusedStep::FusedStep(c10::Device device, c10::ScalarType grad_dtype, std::vector<StepRun> runs)
+    : device_(device), dtype_(grad_dtype), runs_(std::move(runs)) {
+  elem_code(grad_dtype);
+  if (device.is_cpu()) return;
+  if (!device.is_cuda() || !dstrain_cuda_built())
+    throw Error(ErrorCode::kEnvironment, "the optimizer state is on " + device.str() + " but this dstrain was built without CUDA",
+                "build dstrain with DSTRAIN_CUDA=ON on a machine with nvcc, NCCL and a CUDA LibTorch");
+  std::vector<DstrainStepPiece> table;
+  for (const Piece& p : pieces_of(runs_)) {
+    const StepRun& r = runs_[p.run];
+    const int64_t esz = c10::elementSize(dtype_);
+    // Runs without fp32 state (an offloaded update: only the norm is computed here) keep nulls.
+    const auto at = [&](float* x) { return x ? x + p.offset : nullptr; };
+    table.push_back({at(r.master), at(r.exp_avg), at(r.exp_avg_sq), static_cast<const char*>(r.grad) + p.offset * esz,
+                     r.param_out ? static_cast<char*>(r.param_out) + p.offset * esz : nullptr, p.n, r.decay ? 1 : 0, 0});
+  }
+  if (table.size() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    throw Error(ErrorCode::kConfig, "the optimizer shard has more pieces than one kernel launch can cover", "raise the world size");
+  gpu_ = std::make_unique<Device>();
+  gpu_->pieces = static_cast<int>(table.size());
+  const int64_t bytes = static_cast<int64_t>(table.size() * sizeof(DstrainStepPiece));
+  gpu_->table = at::from_blob(table.data(), {bytes}, at::kByte).to(device);  // a blocking copy: `table` may go
+  gpu_->partials = at::zeros({std::max<int64_t>(1, gpu_->pieces)}, at::TensorOptions().dtype(at::kDouble).device(device));
+  gpu_->total = at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device));
+}
+
+FusedStep::~FusedStep() = default;
+
+int64_t FusedStep::pieces() const {
+  int64_t n = 0;
+  for (const StepRun& r : runs_) n += (r.n + kPieceElements - 1) / kPieceElements;
+  return n;
+}
+
+#ifdef DSTRAIN_WITH_CUDA
+namespace {
+void check_launch(int rc, const char* what) {
+  if (rc != 0)
+    throw Error(ErrorCode::kInternal, std::string("the CUDA ") + what + " kernel failed to launch: " + dstrain_cuda_error_string(rc),
+                "check the GPU with nvidia-smi and `dstrain check-env`; this may be a dstrain bug");
+}
+}  // namespace
+#endif
+
+double FusedStep::grad_sum_squares() const {
+  if (gpu_) {
+#ifdef DSTRAIN_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(device_);
+    check_launch(dstrain_cuda_step_sum_squares(static_cast<const DstrainStepPiece*>(gpu_->table.data_ptr()), gpu_->pieces,
+                                               elem_code(dtype_), gpu_->partials.data_ptr<double>(), gpu_->total.data_ptr<double>(),
+                                               c10::cuda::getCurrentCUDAStream(device_.index()).stream()),
+                 "gradient norm");
+    return gpu_->total.item<double>();
+#endif
+  }
+  // Per piece in parallel, then summed in piece order: the same total for any thread count.
+  const std::vector<Piece> pieces = pieces_of(runs_);
+  std::vector<double> partial(pieces.size());
+  const int64_t esz = c10::elementSize(dtype_);
+  at::parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const Piece& p = pieces[static_cast<size_t>(i)];
+      partial[static_cast<size_t>(i)] = sum_squares_as(dtype_, static_cast<const char*>(runs_[p.run].grad) + p.offset * esz, p.n);
+    }
+  });
+  double total = 0;
+  for (double x : partial) total += x;
+  return total;
+}
+
+void FusedStep::apply(const AdamHyper& h, float grad_scale) const {
+  if (gpu_) {
+#ifdef DSTRAIN_WITH_CUDA
+    const c10::cuda::CUDAGuard guard(device_);
+    const DstrainAdamParams params{h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, h.adamw ? 1 : 0, static_cast<long long>(h.step)};
+    check_launch(dstrain_cuda_step_adam(static_cast<const DstrainStepPiece*>(gpu_->table.data_ptr()), gpu_->pieces, elem_code(dtype_),
+                                        &params, grad_scale, c10::cuda::getCurrentCUDAStream(device_.index()).stream()),
+                 "Adam");
+    return;
+#endif
+  }
+  const int64_t esz = c10::elementSize(dtype_);
+  at::Tensor scratch;
+  for (const StepRun& r : runs_) {
+    AdamHyper hr = h;
+    if (!r.decay) hr.weight_decay = 0;
+    if (dtype_ == c10::ScalarType::Float) {
+      fused_adam(r.master, static_cast<const float*>(r.grad), r.exp_avg, r.exp_avg_sq, r.n, hr, grad_scale);
+    } else {
+      for (int64_t at = 0; at < r.n; at += kConvertChunk) {
+        const int64_t n = std::min(kConvertChunk, r.n - at);
+        void* g = const_cast<char*>(static_cast<const char*>(r.grad)) + at * esz;
+        scratch = view_of(g, n, dtype_, device_).to(at::kFloat);
+        fused_adam(r.master + at, scratch.data_ptr<float>(), r.exp_avg + at, r.exp_avg_sq + at, n, hr, grad_scale);
+      }
+    }
+    if (r.param_out) view_of(r.param_out, r.n, dtype_, device_).copy_(view_of(r.master, r.n, at::kFloat, device_));
+  }
+}
+
+void FusedStep::write_params() const {
+  for (const StepRun& r : runs_)
+    if (r.param_out) view_of(r.param_out, r.n, dtype_, device_).copy_(view_of(r.master, r.n, at::kFloat, device_));
+}
+
+}  // namespace dstrain::optim
