@@ -15,6 +15,7 @@
 #include "dstrain/launch/plan.h"
 #include "dstrain/core/error.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain_cuda.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -85,6 +86,18 @@ void register_train(CLI::App& app, Run& run) {
       const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
         std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
+        // This node's first GPU, when it has one: does the plan fit it?
+        char gpu[256] = {0};
+        int major = 0, minor = 0;
+        size_t total = 0;
+        if (dstrain_cuda_device_count() > 0 && dstrain_cuda_device_name(0, gpu, sizeof gpu) == 0 &&
+            dstrain_cuda_device_props(0, &major, &minor, &total) == 0 && total > 0) {
+          const config::MemoryPlan plan = config::memory_plan(recipe);
+          out += fmt::format("  on this node's GPU 0    {} ({:.1f} GiB): {} (at most ~{:.3g} parameters at this shape, batch and mode)\n",
+                             gpu, static_cast<double>(total) / 1073741824.0,
+                             plan.device_total() <= 0.9 * static_cast<double>(total) ? "fits" : "does not fit",
+                             config::largest_model_fitting(recipe, static_cast<double>(total)));
+        }
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
         for (const auto& m : train::unsupported_by_engine(recipe)) out += "not runnable yet: " + m + "\n";
         out += "the configuration is valid; --dry-run: no worker started, nothing written\n";

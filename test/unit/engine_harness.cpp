@@ -102,6 +102,7 @@ EngineRun run_engine(const EngineSpec& spec) {
   EngineRun record;
   comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
     const auto model = make_tiny_model(spec.dtype);
+    model->set_activation_checkpointing(spec.recompute);
     zero::Engine engine(*model, comm, engine_options(spec));
     train_steps(engine, *model, comm, spec, 0, spec.steps, record);
     gather_state(engine, comm, record);

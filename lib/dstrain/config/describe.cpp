@@ -64,7 +64,19 @@ double activation_bytes_estimate(const Recipe& r) {
   const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads), L = static_cast<double>(m.num_layers);
   const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
   // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
-  const double per_layer = B * T * (34.0 * H + (r.data.document_mask ? 5.0 * heads * T : 0.0)) * elem / 2.0;
+  const double scores = r.data.document_mask ? 5.0 * heads * T : 0.0;
+  const double per_layer = B * T * (34.0 * H + scores) * elem / 2.0;
+  double layers = L * per_layer;
+  switch (r.train.activation_checkpointing) {
+    case Recompute::kFull:  // every layer's input, and one layer's activations while it is recomputed
+      layers = L * B * T * H * elem + per_layer;
+      break;
+    case Recompute::kSelective:  // no scores, norms or element-wise intermediates: the GEMM outputs
+      layers = L * B * T * 26.0 * H * elem / 2.0;
+      break;
+    case Recompute::kNone:
+      break;
+  }
   const double V = static_cast<double>(m.vocab_size);
   const double chunk = static_cast<double>(r.train.loss_chunk_tokens);
   // Unchunked: the logits, their fp32 copy and its gradient, for every token. Chunked: one chunk's
@@ -72,7 +84,31 @@ double activation_bytes_estimate(const Recipe& r) {
   // head's gradients (fp32) that the loss holds until backward.
   const double logits =
       chunk <= 0 ? B * T * V * (4.0 + 4.0 + elem) : std::min(B * T, chunk) * V * (elem + 4.0 + elem) + B * T * H * elem + V * H * 4.0;
-  return L * per_layer + logits;
+  return layers + logits;
+}
+
+MemoryPlan memory_plan(const Recipe& r) {
+  MemoryPlan plan;
+  const ModelStateMemory states = model_state_memory(r);
+  plan.device_states = states.device_bytes;
+  plan.host_states = states.host_bytes;
+  plan.device_activations = activation_bytes_estimate(r);
+  if (r.zero.offload_optimizer == OffloadDevice::kCpu) {
+    const double psi = static_cast<double>(parameter_counts(r.model).total);
+    const double shard = r.zero.stage == 0 ? psi : psi / static_cast<double>(r.world_size());
+    const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
+    plan.device_staging = shard * 4.0 + (r.zero.stage == 3 ? 0.0 : shard * elem);  // stage 3 updates param_shard in place
+    plan.host_staging = shard * 4.0;                                               // pinned gradient shard (GPU runs)
+  }
+  return plan;
+}
+
+double largest_model_fitting(const Recipe& r, double device_bytes) {
+  const MemoryPlan plan = memory_plan(r);
+  const double psi = static_cast<double>(parameter_counts(r.model).total);
+  const double per_parameter = (plan.device_states + plan.device_staging) / std::max(psi, 1.0);
+  const double room = 0.9 * device_bytes - plan.device_activations;
+  return room <= 0 || per_parameter <= 0 ? 0.0 : room / per_parameter;
 }
 
 namespace {
@@ -130,11 +166,25 @@ std::string describe_resolved(const Recipe& recipe) {
                      flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
   out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", name(r.precision.dtype), r.zero.stage,
                      r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU" : "");
-  const auto mem = model_state_memory(r);
-  out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(mem.device_bytes),
-                     mem.host_bytes > 0 ? fmt::format(" + {} in host memory", bytes_text(mem.host_bytes)) : "");
-  out += fmt::format("  activations per rank    ~{} per micro-batch of {} x {} tokens (rough estimate, no recomputation)\n",
-                     bytes_text(activation_bytes_estimate(r)), r.train.micro_batch_size, r.data.seq_len);
+  const MemoryPlan plan = memory_plan(r);
+  out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(plan.device_states),
+                     plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "");
+  const char* recompute = r.train.activation_checkpointing == Recompute::kFull        ? "full recompute: each layer's input kept"
+                          : r.train.activation_checkpointing == Recompute::kSelective ? "selective recompute: the GEMM outputs kept"
+                                                                                      : "no recompute";
+  out += fmt::format("  activations per rank    ~{} per micro-batch of {} x {} tokens (rough estimate, {}; logits {})\n",
+                     bytes_text(activation_bytes_estimate(r)), r.train.micro_batch_size, r.data.seq_len, recompute,
+                     r.train.loss_chunk_tokens > 0 ? fmt::format("{} tokens at a time", r.train.loss_chunk_tokens) : "all at once");
+  out += fmt::format("  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),
+                     bytes_text(plan.device_states), bytes_text(plan.device_activations),
+                     plan.device_staging > 0 ? fmt::format(" + {} offload staging", bytes_text(plan.device_staging)) : "",
+                     plan.host_total() > 0 ? fmt::format("{} = {} optimizer states + {} pinned staging", bytes_text(plan.host_total()),
+                                                         bytes_text(plan.host_states), bytes_text(plan.host_staging))
+                                           : "none beyond the process");
+  for (const double gib : {80.0, 141.0})
+    out += fmt::format("  {:<24}{} (at most ~{} parameters at this shape, batch and mode)\n", fmt::format("on {:.0f} GiB GPUs", gib),
+                       plan.device_total() <= 0.9 * gib * 1073741824.0 ? "fits" : "does not fit",
+                       count_text(largest_model_fitting(r, gib * 1073741824.0)));
   return out;
 }
 

@@ -33,8 +33,26 @@ ModelStateMemory model_state_memory(const Recipe& recipe);
 // Activation memory per rank for one micro-batch (bytes), a rough estimate: what a decoder layer
 // keeps for backward (34 H bytes per token at 16 bits, Korthikanti et al., without recomputation;
 // + 5 heads T for the attention scores when data.document_mask rules out fused attention) in
-// the training dtype, plus the fp32 logits, their gradient and the dtype copy.
+// the training dtype, as train.activation_checkpointing reduces it, plus what the loss holds
+// (the logits, or one chunk of them and the head's gradient: train.loss_chunk_tokens).
 double activation_bytes_estimate(const Recipe& recipe);
+
+// Memory per rank in the chosen mode (bytes): on the training device the model states, the
+// activations and, with optimizer offload, the staging the step uses there (the fp32 gradient
+// shard and the model-dtype copy of the updated shard); in host memory the offloaded states and
+// the pinned gradient staging.
+struct MemoryPlan {
+  double device_states = 0, device_activations = 0, device_staging = 0;
+  double host_states = 0, host_staging = 0;
+  double device_total() const { return device_states + device_activations + device_staging; }
+  double host_total() const { return host_states + host_staging; }
+};
+MemoryPlan memory_plan(const Recipe& recipe);
+// The most parameters whose model states and staging fit in `device_bytes` beside this recipe's
+// activations, at its stage, precision, offload and world size, keeping 10% for the allocator's
+// fragmentation and workspaces: what "the biggest model that fits" means for the plan. 0 when
+// the activations alone do not fit.
+double largest_model_fitting(const Recipe& recipe, double device_bytes);
 
 // Every key with its value and source, then the derived numbers.
 std::string describe_resolved(const Recipe& recipe);

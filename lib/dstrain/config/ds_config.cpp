@@ -271,8 +271,7 @@ class DsReader {
         {"log_level", "null", Policy::kSilent, ""},
         {"graph_harvesting", "false", Policy::kWarn, "not applicable to dstrain"},
         {"aio", "null", Policy::kWarn, "dstrain has no NVMe offload"},
-        {"activation_checkpointing", "null", Policy::kWarn,
-         "activation checkpointing is not implemented yet; the math is the same without it"},
+        {"activation_checkpointing", "null", Policy::kWarn, "it sets train.activation_checkpointing: full"},
         {"flops_profiler", "null", Policy::kWarn, "dstrain reports MFU in its metrics"},
         {"comms_logger", "null", Policy::kWarn, "dstrain's communication benchmark is `scripts/bench-comm.sh`"},
         {"checkpoint", "null", Policy::kWarn, "dstrain checkpoints are always resharded on load (universal) and checksummed"},
@@ -315,6 +314,8 @@ class DsReader {
           checkpoint_section(value, where);
         else if (key == "data_types")
           data_types(value);
+        else if (key == "activation_checkpointing")
+          activation_checkpointing(value, where);
         else if (enabled(value) || (value.find("enabled") == nullptr && !value.members.empty() && key != "aio"))
           ctx_.warning(where, fmt::format("{} has no effect in dstrain. {}", key, u.instead));
         return true;
@@ -350,6 +351,35 @@ class DsReader {
               std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
               if (v != "warn" && v != "ignore" && v != "fail")
                 ctx_.problem(where, fmt::format("checkpoint.tag_validation: '{}' is not one of Warn, Ignore, Fail", value.text));
+              return true;
+            });
+  }
+
+  // DeepSpeed's block configures checkpointing that the model code opts into; here it asks for
+  // full recompute unless the recipe chose a mode itself.
+  void activation_checkpointing(const Node& node, const Location& where) {
+    const std::string target = "train.activation_checkpointing";
+    if (!ctx_.explicitly_set(target))
+      ctx_.set(target, Node{Node::Kind::kString, "full", {}, {}, {}, where}, where, false, "activation_checkpointing");
+    else if (ctx_.recipe.train.activation_checkpointing == Recompute::kNone)
+      ctx_.warning(where, fmt::format("activation_checkpointing is ignored: {} sets {} = none", ctx_.recipe.sources[target], target));
+    section(node, "activation_checkpointing",
+            {{"partition_activations", "false", Policy::kWarn,
+              "It splits checkpoints over model-parallel ranks, and dstrain has no tensor parallelism"},
+             {"contiguous_memory_optimization", "false", Policy::kWarn, "Checkpointed inputs come from the caching allocator"},
+             {"number_checkpoints", "null", Policy::kWarn, "Every decoder layer is a checkpoint"},
+             {"synchronize_checkpoint_boundary", "false", Policy::kWarn, "dstrain does not synchronize at checkpoint boundaries"},
+             {"profile", "false", Policy::kWarn, "Use logging.wall_clock_breakdown for forward and backward times"}},
+            {"cpu_checkpointing"}, [&](const std::string& key, const Node& value, const Location& at) {
+              if (key != "cpu_checkpointing") return false;
+              bool on = false;
+              if (!node_bool(value, true, on))
+                ctx_.problem(at, "activation_checkpointing.cpu_checkpointing: expected true or false");
+              else if (on)
+                ctx_.problem(at,
+                             "activation_checkpointing.cpu_checkpointing = true is not supported by dstrain: checkpointed layer inputs "
+                             "stay on the device (one micro-batch x seq_len x hidden_size tensor per layer). Set it to false; "
+                             "zero.offload_optimizer: cpu or a smaller train.micro_batch_size free GPU memory instead");
               return true;
             });
   }

@@ -22,6 +22,7 @@ DSTRAIN_ENUM_NAMES(Dtype, "fp32", "bf16", "fp16")
 DSTRAIN_ENUM_NAMES(OffloadDevice, "none", "cpu")
 DSTRAIN_ENUM_NAMES(Sink, "console", "jsonl", "csv", "tensorboard")
 DSTRAIN_ENUM_NAMES(RopeScaling, "none", "linear", "yarn")
+DSTRAIN_ENUM_NAMES(Recompute, "none", "full", "selective")
 
 #undef DSTRAIN_ENUM_NAMES
 

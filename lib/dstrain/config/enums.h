@@ -21,6 +21,7 @@ enum class Dtype { kFp32, kBf16, kFp16 };                  // training precision
 enum class OffloadDevice { kNone, kCpu };                  // zero.offload_optimizer/param
 enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };  // logging.sinks
 enum class RopeScaling { kNone, kLinear, kYarn };          // model.rope_scaling: HF's default, linear, yarn
+enum class Recompute { kNone, kFull, kSelective };         // train.activation_checkpointing
 
 template <typename E>
 const std::vector<std::string>& enum_names();
@@ -50,6 +51,8 @@ template <>
 const std::vector<std::string>& enum_names<Sink>();
 template <>
 const std::vector<std::string>& enum_names<RopeScaling>();
+template <>
+const std::vector<std::string>& enum_names<Recompute>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -146,6 +146,10 @@ struct TrainConfig {
   // The LM head and the cross-entropy run this many tokens at a time, fused: the logits of the
   // whole micro-batch never exist (model/chunked_cross_entropy.h). 0: all logits, then the loss.
   int64_t loss_chunk_tokens = 4096;
+  // Activation checkpointing: "full" keeps only each decoder layer's input and recomputes the
+  // layer in backward; "selective" keeps the GEMM outputs and recomputes the norms, SwiGLU's
+  // activation and the attention core (Korthikanti et al.); "none" keeps everything.
+  Recompute activation_checkpointing = Recompute::kNone;
 };
 
 struct PrecisionConfig {

@@ -148,6 +148,7 @@ std::vector<Field> train_fields() {
     {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
     {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
     {"train.loss_chunk_tokens", 0, kMaxInt, {}, "The LM head and the cross-entropy run this many tokens at a time, fused: the full logits never exist, their gradients are computed as each chunk's loss is. 0: all logits at once, then the loss.", DS_FIELD(train.loss_chunk_tokens)},
+    {"train.activation_checkpointing", 0, 0, DS_CHOICES(train.activation_checkpointing), "Recompute activations in backward instead of keeping them: full (each decoder layer from its input; least memory, one more forward), selective (the norms, SwiGLU's activation and the attention core; the GEMM outputs are kept), or none. ds_config's activation_checkpointing block sets full.", DS_ENUM(train.activation_checkpointing)},
   };
 }
 

@@ -126,9 +126,12 @@ void release_cached_memory(const c10::Device& device) {
 }
 
 std::string out_of_memory_hint(const config::Recipe& r) {
-  const std::string batch =
+  std::string batch =
       fmt::format("lower train.micro_batch_size (now {}; more gradient accumulation keeps the global batch) or data.seq_len (now {})",
                   r.train.micro_batch_size, r.data.seq_len);
+  if (r.train.activation_checkpointing != config::Recompute::kFull)
+    batch += fmt::format(", or set train.activation_checkpointing: full (now {}; one more forward per step)",
+                         config::name(r.train.activation_checkpointing));
   std::vector<std::string> state;
   if (r.zero.stage < 3) state.push_back(fmt::format("raise zero.stage (now {})", r.zero.stage));
   if (r.zero.offload_optimizer != config::OffloadDevice::kCpu)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "dstrain/config/enums.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/named_tensor.h"
 
@@ -43,6 +44,9 @@ class CausalLM {
   // cross-entropy (chunked_cross_entropy.h); 0: all logits at once, then the cross-entropy.
   void set_loss_chunk_tokens(int64_t tokens) { loss_chunk_tokens_ = tokens; }
   int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
+  // Activation checkpointing of the decoder layers (model/recompute.h): the same values and
+  // gradients, less memory for one more forward of what is recomputed.
+  void set_activation_checkpointing(config::Recompute mode) { recompute_mode_ = mode; }
   // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
   virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const;
   at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const {
@@ -71,6 +75,7 @@ class CausalLM {
   at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
   LayerGate* gate_ = nullptr;
   int64_t loss_chunk_tokens_ = 0;
+  config::Recompute recompute_mode_ = config::Recompute::kNone;
 
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], and
   // the final layer group, entered (the caller leaves it with the logits or the loss).

@@ -1,11 +1,13 @@
 #include "dstrain/model/dense_model.h"
-#include "dstrain/model/layers.h"
 
 #include <ATen/ATen.h>
-
-#include <cmath>
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+
+#include <cmath>
+
+#include "dstrain/model/layers.h"
+#include "dstrain/model/recompute.h"
 
 namespace dstrain::model {
 
@@ -60,34 +62,73 @@ const NamedTensors& DenseModel::parameters() const { return impl_->params; }
 
 void DenseModel::move_buffers_to(const c10::Device& device) { impl_->rope.move_to(device); }
 
+namespace {
+
+// One decoder layer of the dense model. Everything it reads is held by value (or through the
+// model's Impl, which outlives the step): a recomputed layer runs again in backward, after
+// trunk() has returned.
+struct DenseLayer {
+  const DenseModel::Impl* m;
+  size_t b;  // the layer's first parameter
+  int64_t B, T, H, nh, nkv, d;
+  double eps;
+  at::Tensor attention_mask;
+  bool selective;
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    const at::Tensor h = norm(x, m->p(b));
+    const at::Tensor q = at::linear(h, m->p(b + 1)), k = at::linear(h, m->p(b + 2)), v = at::linear(h, m->p(b + 3));
+    const at::Tensor attn = selective
+                                ? recompute([self = *this](const std::vector<at::Tensor>& in,
+                                                           bool) { return std::vector<at::Tensor>{self.attend(in[0], in[1], in[2])}; },
+                                            {q, k, v})
+                                      .at(0)
+                                : attend(q, k, v);
+    const at::Tensor x1 = x + at::linear(attn, m->p(b + 4));
+    return x1 + swiglu(norm(x1, m->p(b + 5)), m->p(b + 6), m->p(b + 7), m->p(b + 8), selective);
+  }
+
+  at::Tensor norm(const at::Tensor& x, const at::Tensor& w) const { return rms_norm(x, w, eps, selective); }
+
+  // The attention core from the q/k/v projections: heads, RoPE, GQA's repeat (after RoPE: the
+  // same values on nkv heads only, in the layout the fused kernel takes), SDPA, back to [B, T, H].
+  at::Tensor attend(const at::Tensor& q_lin, const at::Tensor& k_lin, const at::Tensor& v_lin) const {
+    auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, d}).transpose(1, 2); };
+    auto repeat_kv = [&](const at::Tensor& t) { return nkv == nh ? t : t.repeat_interleave(nh / nkv, 1); };
+    const at::Tensor q = m->rope.apply(heads(q_lin, nh));
+    const at::Tensor k = repeat_kv(m->rope.apply(heads(k_lin, nkv)));
+    const at::Tensor v = repeat_kv(heads(v_lin, nkv));
+    const at::Tensor o = attention_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attention_mask, 0.0, /*is_causal=*/false)
+                                                  : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
+    return o.transpose(1, 2).reshape({B, T, H});
+  }
+};
+
+}  // namespace
+
 CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
   const int64_t nkv = cfg.num_kv_heads > 0 ? cfg.num_kv_heads : nh;
-  auto heads = [&](const at::Tensor& x) { return x.view({B, T, nh, d}).transpose(1, 2); };
-  // Grouped KV heads: each of the nkv heads serves nh/nkv query heads (RoPE before the repeat:
-  // the same values, on nkv heads only, in the layout the fused kernel takes).
-  auto kv_view = [&](const at::Tensor& x) { return x.view({B, T, nkv, d}).transpose(1, 2); };
-  auto repeat_kv = [&](const at::Tensor& h) { return nkv == nh ? h : h.repeat_interleave(nh / nkv, 1); };
-  auto rope = [&](const at::Tensor& x) { return m.rope.apply(x); };
-
   enter_group(0);
   at::Tensor x = leave_group(0, at::embedding(m.p(0), inputs));
   for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
     const int group = static_cast<int>(layer) + 1;
     enter_group(group);
-    const size_t b = 1 + static_cast<size_t>(layer) * kPerLayer;
-    const at::Tensor h = rms_norm(x, m.p(b), cfg.rms_norm_eps);
-    const at::Tensor q = rope(heads(at::linear(h, m.p(b + 1))));
-    const at::Tensor k = repeat_kv(rope(kv_view(at::linear(h, m.p(b + 2)))));
-    const at::Tensor v = repeat_kv(kv_view(at::linear(h, m.p(b + 3))));
-    const at::Tensor attn = attention_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attention_mask, 0.0, /*is_causal=*/false)
-                                                     : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
-    x = x + at::linear(attn.transpose(1, 2).reshape({B, T, H}), m.p(b + 4));
-    const at::Tensor h2 = rms_norm(x, m.p(b + 5), cfg.rms_norm_eps);
-    x = leave_group(group, x + swiglu(h2, m.p(b + 6), m.p(b + 7), m.p(b + 8)));
+    const DenseLayer body{&m,
+                          1 + static_cast<size_t>(layer) * kPerLayer,
+                          B,
+                          T,
+                          H,
+                          nh,
+                          nkv,
+                          d,
+                          cfg.rms_norm_eps,
+                          attention_mask,
+                          recompute_mode_ == config::Recompute::kSelective};
+    x = leave_group(group, recompute_mode_ == config::Recompute::kFull ? recompute(body, x) : body(x));
   }
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
   const int final_group = static_cast<int>(cfg.num_layers) + 1;

@@ -22,11 +22,12 @@ class DenseModel final : public CausalLM {
   const NamedTensors& parameters() const override;
   void move_buffers_to(const c10::Device& device) override;
 
+  struct Impl;  // defined in the .cpp; public so that the layer helpers there can take it
+
  protected:
   Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "dstrain/model/fused_layers.h"
+#include "dstrain/model/recompute.h"
 
 namespace dstrain::model {
 
@@ -14,14 +15,25 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   return rms_norm_composite(x, weight, eps);
 }
 
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool recompute_in_backward) {
+  if (!recompute_in_backward) return rms_norm(x, weight, eps);
+  return recompute([weight, eps](const at::Tensor& t) { return rms_norm(t, weight, eps); }, x);
+}
+
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps) {
-  const at::Tensor wide = x.scalar_type() == at::kDouble ? x : x.to(at::kFloat);
+  // x enters the graph once (through a view when it is already wide): its gradient is then the
+  // same sum whether or not the norm is recomputed (selective checkpointing, bit-identical).
+  const bool is_wide = x.scalar_type() == at::kDouble || x.scalar_type() == at::kFloat;
+  const at::Tensor wide = is_wide ? at::alias(x) : x.to(at::kFloat);
   const at::Tensor normed = wide * at::rsqrt(wide.pow(2).mean({-1}, true) + eps);
   return normed.to(x.scalar_type()) * weight;
 }
 
-at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down) {
-  return at::linear(silu_mul(at::linear(x, gate), at::linear(x, up)), down);
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down, bool recompute_activation) {
+  const at::Tensor g = at::linear(x, gate), u = at::linear(x, up);
+  if (!recompute_activation) return at::linear(silu_mul(g, u), down);
+  const Region activation = [](const std::vector<at::Tensor>& in, bool) { return std::vector<at::Tensor>{silu_mul(in[0], in[1])}; };
+  return at::linear(recompute(activation, {g, u}).at(0), down);
 }
 
 double yarn_get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }

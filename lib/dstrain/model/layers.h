@@ -13,8 +13,12 @@ namespace dstrain::model {
 // instead of two); on the CPU the composite below, transformers' exact roundings.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps);
-// SwiGLU MLP: down(silu(gate(x)) * up(x)).
-at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down);
+// rms_norm, recomputed in backward from x when `recompute_in_backward` (selective checkpointing).
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool recompute_in_backward);
+// SwiGLU MLP: down(silu(gate(x)) * up(x)). recompute_activation: silu(gate) * up is recomputed
+// in backward from the two projections (selective activation checkpointing).
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
+                  bool recompute_activation = false);
 
 // YaRN's mscale: 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1).
 double yarn_get_mscale(double scale, double mscale);

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "dstrain/model/layers.h"
+#include "dstrain/model/recompute.h"
 
 namespace dstrain::model {
 
@@ -121,34 +122,45 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
 namespace {
 
 // MLA, the training form: per-head K and V are materialised from the compressed latent.
-at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask) {
+// `selective`: the norms and the attention core (RoPE, SDPA) are recomputed in backward from
+// the projections' outputs, which are kept.
+at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask, bool selective) {
   const auto& c = m.cfg;
-  const int64_t B = h.size(0), T = h.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim, dv = c.v_head_dim;
   const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")),
-                                                                    m.p(l + "self_attn.q_a_layernorm.weight"), c.rms_norm_eps),
+                                                                    m.p(l + "self_attn.q_a_layernorm.weight"), c.rms_norm_eps, selective),
                                                            m.p(l + "self_attn.q_b_proj.weight"))
                                               : at::linear(h, m.p(l + "self_attn.q_proj.weight"));
-  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                 // [B, nh, T, dqk]
   const at::Tensor ckv = at::linear(h, m.p(l + "self_attn.kv_a_proj_with_mqa.weight"));  // [B, T, kvr + dr]
-  const at::Tensor c_kv = ckv.narrow(-1, 0, c.kv_lora_rank);
-  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
-  const at::Tensor kv =
-      at::linear(rms_norm(c_kv, m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps), m.p(l + "self_attn.kv_b_proj.weight"))
-          .view({B, T, nh, dn + dv})
-          .transpose(1, 2);
-  const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
-  const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
-  const at::Tensor value = kv.narrow(-1, dn, dv);
-  // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
-  const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
-  const at::Tensor o = attention_mask.defined()
-                           ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
-                           : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
-  return at::linear(o.transpose(1, 2).reshape({B, T, nh * dv}), m.p(l + "self_attn.o_proj.weight"));
+  const at::Tensor kv_lin =
+      at::linear(rms_norm(ckv.narrow(-1, 0, c.kv_lora_rank), m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps, selective),
+                 m.p(l + "self_attn.kv_b_proj.weight"));
+  const MlaMoeModel::Impl* mp = &m;
+  const Region core = [mp, attention_mask](const std::vector<at::Tensor>& in, bool) {
+    const auto& c = mp->cfg;
+    const at::Tensor &q_flat = in[0], &ckv = in[1], &kv_lin = in[2];
+    const int64_t B = q_flat.size(0), T = q_flat.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
+    const int64_t dv = c.v_head_dim;
+    const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                    // [B, nh, T, dqk]
+    const at::Tensor k_pe = mp->rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
+    const at::Tensor kv = kv_lin.view({B, T, nh, dn + dv}).transpose(1, 2);
+    const at::Tensor query = at::cat({q.narrow(-1, 0, dn), mp->rope.apply(q.narrow(-1, dn, dr))}, -1);
+    const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
+    const at::Tensor value = kv.narrow(-1, dn, dv);
+    // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
+    const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
+    const at::Tensor o = attention_mask.defined()
+                             ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
+                             : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
+    return std::vector<at::Tensor>{o.transpose(1, 2).reshape({B, T, nh * dv})};
+  };
+  const at::Tensor o = selective ? recompute(core, {q_flat, ckv, kv_lin}).at(0) : core({q_flat, ckv, kv_lin}, false).at(0);
+  return at::linear(o, m.p(l + "self_attn.o_proj.weight"));
 }
 
-// DeepSeekMoE over x [B, T, H]. Adds this layer's balance loss to *aux and its expert load to `load`.
-at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& x, at::Tensor* aux, at::Tensor load_row) {
+// DeepSeekMoE over x [B, T, H]. Adds this layer's balance loss to *aux and its expert load to
+// `load_row` (when defined). `selective`: the experts' SwiGLU activations are recomputed in backward.
+at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& x, at::Tensor* aux, at::Tensor load_row,
+               bool selective) {
   const auto& c = m.cfg;
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), N = B * T, Nr = c.n_routed_experts, K = c.num_experts_per_tok;
   const at::Tensor flat = x.reshape({N, H});
@@ -187,13 +199,13 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
     const at::Tensor rows = token_of.narrow(0, start, count[e]);
     const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
     const at::Tensor y =
-        swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"));
+        swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"), selective);
     out = out.index_add(0, rows, y * weight_of.narrow(0, start, count[e]).unsqueeze(1));
     start += count[e];
   }
   if (c.n_shared_experts > 0)
     out = out + swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
-                       m.p(l + "mlp.shared_experts.down_proj.weight"));
+                       m.p(l + "mlp.shared_experts.down_proj.weight"), selective);
   if (load_row.defined()) load_row.add_(counts.to(at::kDouble));
 
   // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
@@ -218,19 +230,32 @@ CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, co
   if (aux) *aux = at::Tensor();
   enter_group(0);
   at::Tensor x = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
-  size_t moe_index = 0;
+  int64_t moe_index = 0;
+  const bool selective = recompute_mode_ == config::Recompute::kSelective;
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const int group = static_cast<int>(i) + 1;
     enter_group(group);
     const std::string l = fmt::format("model.layers.{}.", i);
-    x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps), attention_mask);
-    const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps);
-    if (c.is_moe_layer(i)) {
-      x = x + moe(m, l, h, aux, m.load[static_cast<int64_t>(moe_index++)]);
-    } else {
-      x = x + swiglu(h, m.p(l + "mlp.gate_proj.weight"), m.p(l + "mlp.up_proj.weight"), m.p(l + "mlp.down_proj.weight"));
-    }
-    x = leave_group(group, x);
+    const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_index++] : at::Tensor();
+    // The layer as a region (model/recompute.h): {x} -> {x, and its balance loss when it has one}.
+    // Held by value: a recomputed layer runs again in backward; the expert load counts once.
+    const Impl* mp = &m;
+    const Region layer = [mp, l, i, load_row, attention_mask, selective, want_aux = aux != nullptr](const std::vector<at::Tensor>& in,
+                                                                                                    bool again) {
+      const auto& c = mp->cfg;
+      at::Tensor x = in[0];
+      x = x + mla(*mp, l, rms_norm(x, mp->p(l + "input_layernorm.weight"), c.rms_norm_eps, selective), attention_mask, selective);
+      const at::Tensor h = rms_norm(x, mp->p(l + "post_attention_layernorm.weight"), c.rms_norm_eps, selective);
+      if (!c.is_moe_layer(i))
+        return std::vector<at::Tensor>{x + swiglu(h, mp->p(l + "mlp.gate_proj.weight"), mp->p(l + "mlp.up_proj.weight"),
+                                                  mp->p(l + "mlp.down_proj.weight"), selective)};
+      at::Tensor layer_aux;
+      x = x + moe(*mp, l, h, want_aux ? &layer_aux : nullptr, again ? at::Tensor() : load_row, selective);
+      return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
+    };
+    const std::vector<at::Tensor> out = recompute_mode_ == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
+    if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];
+    x = leave_group(group, out[0]);
   }
   const int final_group = static_cast<int>(c.num_layers) + 1;
   enter_group(final_group);

@@ -17,7 +17,8 @@ ModelBenchResult bench_model(const std::string& recipe_path, int iters, int thre
   const config::Recipe recipe = config::load_recipe(recipe_path);
   at::set_num_threads(threads);
   const auto model = model::make_model(recipe.model, recipe.seed);
-  model->set_loss_chunk_tokens(recipe.train.loss_chunk_tokens);  // the loss as training computes it
+  model->set_loss_chunk_tokens(recipe.train.loss_chunk_tokens);  // the loss and recompute as training does them
+  model->set_activation_checkpointing(recipe.train.activation_checkpointing);
   const at::Tensor tokens =
       at::randint(0, recipe.model.vocab_size, {micro_batch, seq_len + 1}, at::detail::createCPUGenerator(1), at::kLong);
   const at::Tensor in = tokens.narrow(1, 0, seq_len), target = tokens.narrow(1, 1, seq_len);

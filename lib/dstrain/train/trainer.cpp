@@ -125,9 +125,10 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // Every rank's software, hardware, config and data files alike (check-env without its probes).
   if (p.recipe.launch.env_check && env.env_check) envcheck::preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
   p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype));
+  // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
-  p.model->set_loss_chunk_tokens(
-      p.recipe.train.loss_chunk_tokens);  // initialised on the CPU (the same values everywhere); the engine moves the parameters
+  p.model->set_loss_chunk_tokens(p.recipe.train.loss_chunk_tokens);
+  p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
   p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size);
   if (!env.resume && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());

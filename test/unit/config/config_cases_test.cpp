@@ -173,6 +173,35 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK_THAT(o.warnings, Catch::Contains("parameter offload is not implemented yet"));
          CHECK_THAT(o.warnings, !Catch::Contains("zero.reduce_scatter"));  // DeepSpeed's default spelled out: no word
        }},
+      {"the activation_checkpointing block asks for full recompute; what it cannot do is named (issue 23)",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"activation_checkpointing": {"partition_activations": true, "contiguous_memory_optimization": true, "number_checkpoints": 4,
+           "synchronize_checkpoint_boundary": false, "profile": true, "cpu_checkpointing": false}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.train.activation_checkpointing == config::Recompute::kFull);
+         CHECK_THAT(o.warnings, Catch::Contains("activation_checkpointing.partition_activations = true has no effect in dstrain"));
+         CHECK_THAT(o.warnings, Catch::Contains("activation_checkpointing.number_checkpoints = 4 has no effect"));
+         CHECK_THAT(o.warnings, !Catch::Contains("synchronize_checkpoint_boundary"));  // DeepSpeed's default: no word
+       }},
+      {"the recipe's recompute mode stays beside the block",
+       "train: {steps: 10, micro_batch_size: 2, activation_checkpointing: selective}\n",
+       R"({"activation_checkpointing": {}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.train.activation_checkpointing == config::Recompute::kSelective);
+       }},
+      {"activation_checkpointing.cpu_checkpointing is refused by name",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"activation_checkpointing": {"cpu_checkpointing": true}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE_FALSE(o.ok);
+         CHECK_THAT(o.error,
+                    Catch::Contains("ds.json") && Catch::Contains("activation_checkpointing.cpu_checkpointing = true is not supported"));
+       }},
       {"unprefixed stage-3 aliases",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "prefetch_bucket_size": 1234, "max_live_parameters": 99}})",

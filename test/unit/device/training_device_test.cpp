@@ -55,6 +55,37 @@ TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + sco
   // Chunked loss: one chunk's logits (bf16, fp32, bf16 gradient), the hidden gradient, the fp32 head gradient.
   r.data.document_mask = false, r.precision.dtype = config::Dtype::kBf16, r.train.loss_chunk_tokens = 100;
   CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4));
+  // Recompute: full keeps each layer's input plus one layer's activations; selective the GEMM outputs.
+  const double head = 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4;
+  r.train.activation_checkpointing = config::Recompute::kFull;
+  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 64 * 2 + tokens * 34 * 64 + head));
+  r.train.activation_checkpointing = config::Recompute::kSelective;
+  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 26 * 64 + head));
+}
+
+TEST_CASE("memory plan: model states, activations and offload staging per rank; the largest model that fits", "[config]") {
+  config::Recipe r;
+  r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256, r.model.intermediate_size = 172;
+  r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16;
+  r.launch.nproc_per_node = 4, r.zero.stage = 2;
+  const double psi = static_cast<double>(config::parameter_counts(r.model).total);
+  config::MemoryPlan plan = config::memory_plan(r);
+  CHECK(plan.device_states == Approx(psi * (2 + 2.0 / 4 + 12.0 / 4)));
+  CHECK(plan.device_activations == Approx(config::activation_bytes_estimate(r)));
+  CHECK(plan.device_staging == 0);
+  CHECK(plan.host_total() == 0);
+  const double gib80 = 80.0 * 1073741824.0;
+  CHECK(config::largest_model_fitting(r, gib80) == Approx((0.9 * gib80 - plan.device_activations) / (2 + 2.0 / 4 + 12.0 / 4)));
+  // Offloaded: the states move to the host; the step stages the fp32 gradient shard and the
+  // updated bf16 shard on the device, and the gradient shard in pinned host memory.
+  r.zero.offload_optimizer = config::OffloadDevice::kCpu;
+  plan = config::memory_plan(r);
+  CHECK(plan.device_states == Approx(psi * (2 + 2.0 / 4)));
+  CHECK(plan.device_staging == Approx(psi / 4 * (4 + 2)));
+  CHECK(plan.host_states == Approx(psi * 12.0 / 4));
+  CHECK(plan.host_staging == Approx(psi / 4 * 4));
+  // Activations alone beyond the GPU: nothing fits.
+  CHECK(config::largest_model_fitting(r, plan.device_activations) == 0);
 }
 
 TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[device]") {
@@ -72,6 +103,7 @@ TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever fi
   // A big micro-batch: the activations dominate, so the batch comes first.
   r.train.micro_batch_size = 512;
   CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 512;"));
+  CHECK_THAT(device::out_of_memory_hint(r), Catch::Contains("or set train.activation_checkpointing: full (now none;"));
   CHECK_THAT(device::out_of_memory_hint(r),
              Catch::Contains("first: activations are most of it; then raise zero.stage (now 0) or set zero.offload_optimizer: cpu"));
   // A small one with a big model: the model state dominates, so ZeRO and offload come first.
