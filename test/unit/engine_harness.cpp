@@ -66,7 +66,7 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
   const int64_t world = comm.world_size(), micro = kGlobalBatch / (world * kAccumulation);
   for (int64_t step = first; step < first + count; ++step) {
     const at::Tensor batch = global_batch(step);
-    if (step + 1 == spec.overflow_at_step) engine.inject_overflow();
+    if (step + 1 == spec.overflow_at_step && (spec.overflow_rank < 0 || spec.overflow_rank == comm.rank())) engine.inject_overflow();
     double local_loss = 0;
     for (int64_t m = 0; m < kAccumulation; ++m) {
       engine.begin_micro(m + 1 == kAccumulation);

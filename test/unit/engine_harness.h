@@ -32,6 +32,7 @@ struct EngineSpec {
   int64_t offload_chunk = int64_t{16} << 20;
   int64_t steps = 4;
   int64_t overflow_at_step = -1;  // 1-based step whose gradients get an inf
+  int overflow_rank = -1;         // ... on this rank only (-1: every rank)
   config::Recompute recompute = config::Recompute::kNone;
 };
 

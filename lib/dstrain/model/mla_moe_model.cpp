@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <vector>
 
 #include "dstrain/model/layers.h"
 #include "dstrain/model/recompute.h"
@@ -184,25 +185,27 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   if (c.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
   if (!c.norm_topk_prob || c.scoring_func == config::ScoringFunc::kSigmoid) weights = weights * c.routed_scaling_factor;
 
-  // Group tokens by expert: one gather, one expert MLP and one scatter-add per expert.
+  // Grouped expert compute (dropless): the token copies sorted by expert (one sort), gathered
+  // once into expert order, each expert's SwiGLU on its contiguous rows, the outputs weighted
+  // and scattered back once. Per expert only the GEMMs remain.
   const at::Tensor flat_idx = idx.reshape({-1});
-  const at::Tensor order = flat_idx.argsort();
+  const at::Tensor order = flat_idx.argsort(/*stable=*/true);
   const at::Tensor token_of = at::arange(N, x.options().dtype(at::kLong)).repeat_interleave(K).index_select(0, order);
   const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(x.scalar_type());
   const at::Tensor counts = at::bincount(flat_idx, {}, Nr);
-  const at::Tensor host_counts = counts.cpu();  // the per-expert loop runs on the host (one sync per MoE layer on a GPU)
+  const at::Tensor host_counts = counts.cpu();  // the expert loop runs on the host (one sync per MoE layer on a GPU)
   const auto* count = host_counts.data_ptr<int64_t>();
-  at::Tensor out = at::zeros_like(flat);
+  const at::Tensor grouped = flat.index_select(0, token_of);  // [N * K, H], expert by expert
+  std::vector<at::Tensor> expert_out;
   int64_t start = 0;
   for (int64_t e = 0; e < Nr; ++e) {
     if (count[e] == 0) continue;
-    const at::Tensor rows = token_of.narrow(0, start, count[e]);
     const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
-    const at::Tensor y =
-        swiglu(flat.index_select(0, rows), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"), m.p(p + "down_proj.weight"), selective);
-    out = out.index_add(0, rows, y * weight_of.narrow(0, start, count[e]).unsqueeze(1));
+    expert_out.push_back(swiglu(grouped.narrow(0, start, count[e]), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"),
+                                m.p(p + "down_proj.weight"), selective));
     start += count[e];
   }
+  at::Tensor out = at::zeros_like(flat).index_add(0, token_of, at::cat(expert_out) * weight_of.unsqueeze(1));
   if (c.n_shared_experts > 0)
     out = out + swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
                        m.p(l + "mlp.shared_experts.down_proj.weight"), selective);

@@ -267,11 +267,16 @@ struct Engine::Impl final : model::LayerGate {
     }
   }
 
-  // The shard's first gradient element (where a test injects an overflow).
+  // Where a test injects an overflow: the first gradient element of this rank's first parameter
+  // run (never padding, which the norm does not read); undefined when the rank owns no elements.
   at::Tensor first_grad() {
-    if (opt.stage >= 2) return grad_shard.narrow(0, 0, 1);
-    return unit_grad[0].narrow(0, my_chunk_start(layout.units()[0]), 1);
+    if (segments.empty()) return {};
+    const ShardSegment& s = segments.front();
+    if (opt.stage >= 2) return grad_shard.narrow(0, s.shard_offset, 1);
+    const ParamSlot& slot = layout.params()[static_cast<size_t>(s.param)];
+    return unit_grad[static_cast<size_t>(slot.unit)].narrow(0, slot.offset + s.param_offset, 1);
   }
+
   // The gradient shard in fp32, contiguous, for the offloaded update (stage 0/1: this rank's
   // chunks of the reduced full buffers).
   at::Tensor grads_fp32() const {
@@ -460,16 +465,17 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   StepResult result;
   result.loss_scale = loss_scale();
   if (inject_overflow_) {
-    m.first_grad().fill_(std::numeric_limits<float>::infinity());
+    if (const at::Tensor first = m.first_grad(); first.defined()) first.fill_(std::numeric_limits<float>::infinity());
     inject_overflow_ = false;
   }
   // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
-  // inf/nan also signals an fp16 overflow on any rank. The squares are summed in double straight
-  // from the model-dtype gradients (one pass, one synchronisation): the norm decides clipping,
-  // and fp32 accumulation here would let ranks and the single process drift apart.
+  // inf/nan also signals an fp16 overflow on any rank; unsharded (stage 0), a count of the ranks
+  // whose norm is not finite, so that no rank updates while another skips. The squares are summed
+  // in double straight from the model-dtype gradients (one pass, one synchronisation): the norm
+  // decides clipping, and fp32 accumulation here would let ranks and the single process drift apart.
   const double local_sq = m.fused->grad_sum_squares();
   std::vector<float> scalars(sums.begin(), sums.end());
-  scalars.push_back(static_cast<float>(m.opt.stage == 0 ? 0.0 : local_sq));
+  scalars.push_back(static_cast<float>(m.opt.stage == 0 ? (std::isfinite(local_sq) ? 0.0 : 1.0) : local_sq));
   at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
   if (m.world > 1) timed_wait(*m.comm.all_reduce(packed), m.waited_ms);
   const at::Tensor reduced = packed.cpu();
@@ -478,7 +484,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   const double total_sq = m.opt.stage == 0 ? local_sq : reduced_values[sums.size()];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
-  result.skipped = !std::isfinite(total_sq);
+  result.skipped = m.opt.stage == 0 ? reduced_values[sums.size()] > 0 || !std::isfinite(local_sq) : !std::isfinite(total_sq);
   if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
   if (result.skipped) {
     ++skipped_;

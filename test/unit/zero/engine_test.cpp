@@ -118,6 +118,16 @@ TEST_CASE("engine: bf16 at stage 2 over 2 ranks follows the single-rank bf16 run
   CHECK(drift(run.master, reference.master) <= 0.5 * bf16_vs_fp32);
 }
 
+TEST_CASE("engine: an overflow on one rank's shard skips the step on every rank, at every stage", "[engine]") {
+  for (int stage : {0, 1, 2, 3}) {
+    DYNAMIC_SECTION("stage " << stage) {
+      EngineSpec spec;
+      spec.dtype = config::Dtype::kFp16, spec.world = 4, spec.stage = stage, spec.overflow_at_step = 3, spec.overflow_rank = 3;
+      CHECK(test::run_engine(spec).skipped == std::vector<bool>{false, false, true, false});
+    }
+  }
+}
+
 TEST_CASE("engine: fp16 skips an overflowing step on every rank and halves the scale (hysteresis 1)", "[engine]") {
   EngineSpec spec;
   spec.dtype = config::Dtype::kFp16;
