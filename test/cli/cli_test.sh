@@ -26,6 +26,8 @@ expect_out "usage error"
 expect_status 2 "$DSTRAIN" train
 expect_status 2 "$DSTRAIN" train missing.yaml
 expect_out "missing.yaml"
+expect_status 2 "$DSTRAIN" bench model "$demo_recipe" --seq-len 4096 --iters 1
+expect_out "--seq-len 4096 exceeds model.max_seq_len 128"
 ok "unknown commands, flags and missing arguments exit 2 with a message"
 
 expect_status 2 "$DSTRAIN" trian

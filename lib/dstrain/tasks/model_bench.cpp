@@ -3,18 +3,24 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <vector>
 
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
 
 namespace dstrain::tasks {
 
 ModelBenchResult bench_model(const std::string& recipe_path, int iters, int threads, int micro_batch, int seq_len) {
   const config::Recipe recipe = config::load_recipe(recipe_path);
+  if (seq_len > recipe.model.max_seq_len)
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--seq-len {} exceeds model.max_seq_len {} of {}", seq_len, recipe.model.max_seq_len, recipe_path),
+                fmt::format("pass --seq-len {} or less, or use a recipe with a larger model.max_seq_len", recipe.model.max_seq_len));
   at::set_num_threads(threads);
   const auto model = model::make_model(recipe.model, recipe.seed);
   model->set_loss_chunk_tokens(recipe.train.loss_chunk_tokens);  // the loss and recompute as training does them
