@@ -92,10 +92,10 @@ void register_train(CLI::App& app, Run& run) {
         size_t total = 0;
         if (dstrain_cuda_device_count() > 0 && dstrain_cuda_device_name(0, gpu, sizeof gpu) == 0 &&
             dstrain_cuda_device_props(0, &major, &minor, &total) == 0 && total > 0) {
-          const config::MemoryPlan plan = config::memory_plan(recipe);
+          const config::MemoryPlan memory = config::memory_plan(recipe);
           out += fmt::format("  on this node's GPU 0    {} ({:.1f} GiB): {} (at most ~{:.3g} parameters at this shape, batch and mode)\n",
                              gpu, static_cast<double>(total) / 1073741824.0,
-                             plan.device_total() <= 0.9 * static_cast<double>(total) ? "fits" : "does not fit",
+                             memory.device_total() <= 0.9 * static_cast<double>(total) ? "fits" : "does not fit",
                              config::largest_model_fitting(recipe, static_cast<double>(total)));
         }
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";

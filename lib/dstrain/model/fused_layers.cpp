@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "dstrain/core/cuda_elem.h"
 #include "dstrain/core/error.h"
 #include "dstrain_cuda.h"
 
@@ -21,20 +22,7 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-int elem_of(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return DSTRAIN_ELEM_F32;
-    case at::kBFloat16:
-      return DSTRAIN_ELEM_BF16;
-    case at::kHalf:
-      return DSTRAIN_ELEM_F16;
-    default:
-      return -1;
-  }
-}
-
-bool fusable(const at::Tensor& t) { return fused_layers_enabled() && t.is_cuda() && elem_of(t.scalar_type()) >= 0; }
+bool fusable(const at::Tensor& t) { return fused_layers_enabled() && t.is_cuda() && cuda_elem_code(t.scalar_type()) >= 0; }
 
 #ifdef DSTRAIN_WITH_CUDA
 void* stream_of(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
@@ -50,7 +38,7 @@ struct SiluMul : torch::autograd::Function<SiluMul> {
     const c10::cuda::CUDAGuard guard(gate.device());
     const at::Tensor g = gate.contiguous(), u = up.contiguous();
     at::Tensor out = at::empty_like(g);
-    check(dstrain_cuda_swiglu_forward(g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), elem_of(g.scalar_type()), stream_of(g)),
+    check(dstrain_cuda_swiglu_forward(g.data_ptr(), u.data_ptr(), out.data_ptr(), g.numel(), cuda_elem_code(g.scalar_type()), stream_of(g)),
           "SwiGLU");
     ctx->save_for_backward({g, u});
     return out;
@@ -62,7 +50,7 @@ struct SiluMul : torch::autograd::Function<SiluMul> {
     const at::Tensor d = grads[0].to(g.scalar_type()).contiguous();
     at::Tensor grad_gate = at::empty_like(g), grad_up = at::empty_like(g);
     check(dstrain_cuda_swiglu_backward(d.data_ptr(), g.data_ptr(), saved[1].data_ptr(), grad_gate.data_ptr(), grad_up.data_ptr(), g.numel(),
-                                       elem_of(g.scalar_type()), stream_of(g)),
+                                       cuda_elem_code(g.scalar_type()), stream_of(g)),
           "SwiGLU backward");
     return {grad_gate, grad_up};
   }
@@ -72,10 +60,10 @@ struct SiluMul : torch::autograd::Function<SiluMul> {
 at::Tensor rope_rows(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin, bool backward) {
   at::Tensor out = at::empty_like(x);
   const int64_t rows = x.numel() / x.size(3);
-  check(
-      dstrain_cuda_rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), rows, static_cast<int>(x.size(2)),
-                        static_cast<int>(x.size(1)), static_cast<int>(x.size(3)), backward ? 1 : 0, elem_of(x.scalar_type()), stream_of(x)),
-      "RoPE");
+  check(dstrain_cuda_rope(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr(), rows, static_cast<int>(x.size(2)),
+                          static_cast<int>(x.size(1)), static_cast<int>(x.size(3)), backward ? 1 : 0, cuda_elem_code(x.scalar_type()),
+                          stream_of(x)),
+        "RoPE");
   return out;
 }
 

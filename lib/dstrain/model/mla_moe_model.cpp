@@ -122,6 +122,26 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
 
 namespace {
 
+// MLA's attention core: RoPE, the per-head K and V, and SDPA from the projections' outputs.
+at::Tensor mla_core(const MlaMoeModel::Impl& m, const at::Tensor& q_flat, const at::Tensor& ckv, const at::Tensor& kv_lin,
+                    const at::Tensor& attention_mask) {
+  const auto& c = m.cfg;
+  const int64_t B = q_flat.size(0), T = q_flat.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
+  const int64_t dv = c.v_head_dim;
+  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                  // [B, nh, T, dqk]
+  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
+  const at::Tensor kv = kv_lin.view({B, T, nh, dn + dv}).transpose(1, 2);
+  const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
+  const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
+  const at::Tensor value = kv.narrow(-1, dn, dv);
+  // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
+  const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
+  const at::Tensor o = attention_mask.defined()
+                           ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
+                           : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
+  return o.transpose(1, 2).reshape({B, T, nh * dv});
+}
+
 // MLA, the training form: per-head K and V are materialised from the compressed latent.
 // `selective`: the norms and the attention core (RoPE, SDPA) are recomputed in backward from
 // the projections' outputs, which are kept.
@@ -137,22 +157,7 @@ at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
                  m.p(l + "self_attn.kv_b_proj.weight"));
   const MlaMoeModel::Impl* mp = &m;
   const Region core = [mp, attention_mask](const std::vector<at::Tensor>& in, bool) {
-    const auto& c = mp->cfg;
-    const at::Tensor &q_flat = in[0], &ckv = in[1], &kv_lin = in[2];
-    const int64_t B = q_flat.size(0), T = q_flat.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
-    const int64_t dv = c.v_head_dim;
-    const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                    // [B, nh, T, dqk]
-    const at::Tensor k_pe = mp->rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
-    const at::Tensor kv = kv_lin.view({B, T, nh, dn + dv}).transpose(1, 2);
-    const at::Tensor query = at::cat({q.narrow(-1, 0, dn), mp->rope.apply(q.narrow(-1, dn, dr))}, -1);
-    const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
-    const at::Tensor value = kv.narrow(-1, dn, dv);
-    // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
-    const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
-    const at::Tensor o = attention_mask.defined()
-                             ? at::scaled_dot_product_attention(query, key, value, attention_mask, 0.0, /*is_causal=*/false, scale)
-                             : at::scaled_dot_product_attention(query, key, value, {}, 0.0, /*is_causal=*/true, scale);
-    return std::vector<at::Tensor>{o.transpose(1, 2).reshape({B, T, nh * dv})};
+    return std::vector<at::Tensor>{mla_core(*mp, in[0], in[1], in[2], attention_mask)};
   };
   const at::Tensor o = selective ? recompute(core, {q_flat, ckv, kv_lin}).at(0) : core({q_flat, ckv, kv_lin}, false).at(0);
   return at::linear(o, m.p(l + "self_attn.o_proj.weight"));
@@ -225,6 +230,19 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   return out.view({B, T, H});
 }
 
+// One decoder layer: {x} -> {x, and its balance loss when it has one and `want_aux`}.
+std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, const std::string& l, int64_t i, at::Tensor x,
+                                      const at::Tensor& attention_mask, bool want_aux, const at::Tensor& load_row, bool selective) {
+  const auto& c = m.cfg;
+  x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps, selective), attention_mask, selective);
+  const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps, selective);
+  if (!c.is_moe_layer(i))
+    return {x + swiglu(h, m.p(l + "mlp.gate_proj.weight"), m.p(l + "mlp.up_proj.weight"), m.p(l + "mlp.down_proj.weight"), selective)};
+  at::Tensor layer_aux;
+  x = x + moe(m, l, h, want_aux ? &layer_aux : nullptr, load_row, selective);
+  return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
+}
+
 }  // namespace
 
 CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
@@ -245,16 +263,7 @@ CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, co
     const Impl* mp = &m;
     const Region layer = [mp, l, i, load_row, attention_mask, selective, want_aux = aux != nullptr](const std::vector<at::Tensor>& in,
                                                                                                     bool again) {
-      const auto& c = mp->cfg;
-      at::Tensor x = in[0];
-      x = x + mla(*mp, l, rms_norm(x, mp->p(l + "input_layernorm.weight"), c.rms_norm_eps, selective), attention_mask, selective);
-      const at::Tensor h = rms_norm(x, mp->p(l + "post_attention_layernorm.weight"), c.rms_norm_eps, selective);
-      if (!c.is_moe_layer(i))
-        return std::vector<at::Tensor>{x + swiglu(h, mp->p(l + "mlp.gate_proj.weight"), mp->p(l + "mlp.up_proj.weight"),
-                                                  mp->p(l + "mlp.down_proj.weight"), selective)};
-      at::Tensor layer_aux;
-      x = x + moe(*mp, l, h, want_aux ? &layer_aux : nullptr, again ? at::Tensor() : load_row, selective);
-      return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
+      return decoder_layer(*mp, l, i, in[0], attention_mask, want_aux, again ? at::Tensor() : load_row, selective);
     };
     const std::vector<at::Tensor> out = recompute_mode_ == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];

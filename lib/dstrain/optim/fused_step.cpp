@@ -9,6 +9,7 @@
 #include <limits>
 #include <string>
 
+#include "dstrain/core/cuda_elem.h"
 #include "dstrain/core/error.h"
 #include "dstrain_cuda.h"
 
@@ -24,18 +25,12 @@ namespace {
 constexpr int64_t kConvertChunk = int64_t{1} << 20;
 
 int elem_code(c10::ScalarType t) {
-  switch (t) {
-    case c10::ScalarType::Float:
-      return DSTRAIN_ELEM_F32;
-    case c10::ScalarType::BFloat16:
-      return DSTRAIN_ELEM_BF16;
-    case c10::ScalarType::Half:
-      return DSTRAIN_ELEM_F16;
-    default:
-      throw Error(ErrorCode::kConfig,
-                  std::string("the fused optimizer step reads float, bfloat16 or half gradients, not ") + c10::toString(t),
-                  "train in fp32, bf16 or fp16");
-  }
+  const int code = cuda_elem_code(t);
+  if (code < 0)
+    throw Error(ErrorCode::kConfig,
+                std::string("the fused optimizer step reads float, bfloat16 or half gradients, not ") + c10::toString(t),
+                "train in fp32, bf16 or fp16");
+  return code;
 }
 
 // Four independent accumulators: the loop vectorizes without reassociating one long chain.
@@ -82,6 +77,11 @@ std::vector<Piece> pieces_of(const std::vector<StepRun>& runs) {
 
 at::Tensor view_of(void* data, int64_t n, c10::ScalarType t, c10::Device device) {
   return at::from_blob(data, {n}, at::TensorOptions().dtype(t).device(device));
+}
+
+// The run's model-dtype weights from its fp32 master (one rounding to nearest even).
+void write_param_of(const StepRun& r, c10::ScalarType dtype, c10::Device device) {
+  if (r.param_out) view_of(r.param_out, r.n, dtype, device).copy_(view_of(r.master, r.n, at::kFloat, device));
 }
 
 }  // namespace
@@ -189,13 +189,12 @@ void FusedStep::apply(const AdamHyper& h, float grad_scale) const {
         fused_adam(r.master + at, scratch.data_ptr<float>(), r.exp_avg + at, r.exp_avg_sq + at, n, hr, grad_scale);
       }
     }
-    if (r.param_out) view_of(r.param_out, r.n, dtype_, device_).copy_(view_of(r.master, r.n, at::kFloat, device_));
+    write_param_of(r, dtype_, device_);
   }
 }
 
 void FusedStep::write_params() const {
-  for (const StepRun& r : runs_)
-    if (r.param_out) view_of(r.param_out, r.n, dtype_, device_).copy_(view_of(r.master, r.n, at::kFloat, device_));
+  for (const StepRun& r : runs_) write_param_of(r, dtype_, device_);
 }
 
 }  // namespace dstrain::optim
