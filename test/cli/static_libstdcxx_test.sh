@@ -23,6 +23,6 @@ ok "every C++ runtime symbol is libstdc++'s, none left for libtorch.so"
 
 # The launcher removes its workers' log folder after a passing collective check: remove_all.
 expect_status 0 "$relinked" bench comm --nproc-per-node 2 --check
-expect_out "78 passed, 0 failed"
+expect_out "82 passed, 0 failed"
 ok "bench comm --check exits 0 (it died of SIGSEGV in std::filesystem::remove_all)"
 finish

@@ -4,14 +4,14 @@
 source "$(dirname "$0")/../lib.sh"
 for n in 1 2 4; do
   expect_status 0 "$DSTRAIN" bench comm --nproc-per-node $n --check
-  expect_out "collective check on $n ranks (gloo): 78 passed, 0 failed"
+  expect_out "collective check on $n ranks (gloo): 82 passed, 0 failed"
 done
-ok "all_reduce, reduce_scatter, all_gather, broadcast, barrier and all_gather_bytes are correct on 1, 2 and 4 ranks"
+ok "all_reduce, reduce_scatter, all_gather, broadcast, uneven all_to_all, split groups, barrier and the byte ops are correct on 1, 2 and 4 ranks"
 
 expect_status 0 "$DSTRAIN" bench comm --nproc-per-node 2 --max-bytes 65536
 expect_out "# memcpy 256 MiB"
 expect_out "algbw (GB/s)"
-for op in all_reduce reduce_scatter all_gather; do expect_out "64 KiB  $op"; done
+for op in all_reduce reduce_scatter all_gather all_to_all; do expect_out "64 KiB  $op"; done
 ok "the benchmark prints the nccl-tests-style table (smoke run)"
 # Gloo's pairs connect on first use: the control ops reach a few peers (ring and tree
 # neighbours, ~2 log2 N), not the N-1 sockets of PyTorch's full mesh (issue 26).

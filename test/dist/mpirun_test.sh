@@ -6,6 +6,6 @@ if ! command -v mpirun >/dev/null; then echo "SKIPPED: mpirun not installed (scr
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 expect_status 0 timeout 300 mpirun --allow-run-as-root --oversubscribe -n 4 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=$port \
   "$DSTRAIN" bench comm --check
-expect_out "collective check on 4 ranks (gloo): 78 passed, 0 failed"
+expect_out "collective check on 4 ranks (gloo): 82 passed, 0 failed"
 ok "mpirun -n 4: every rank found its place and every collective is correct"
 finish

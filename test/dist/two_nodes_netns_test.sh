@@ -25,7 +25,7 @@ ip netns exec "$a" "$DSTRAIN" bench comm "${flags[@]}" --node-rank 0 --check --t
 pa=$!
 ip netns exec "$b" "$DSTRAIN" bench comm "${flags[@]}" --node-rank 1 --check --timeout 60 > b.log 2>&1 || fail "node 1 failed: $(cat b.log)"
 wait $pa || fail "node 0 failed: $(cat a.log)"
-grep -q "collective check on 4 ranks (gloo): 78 passed, 0 failed" a.log || fail "no passing check on node 0: $(cat a.log)"
+grep -q "collective check on 4 ranks (gloo): 82 passed, 0 failed" a.log || fail "no passing check on node 0: $(cat a.log)"
 ok "2 nodes x 2 workers rendezvous across the link and pass the collective check"
 
 common=(--set train.steps=10 --set train.micro_batch_size=4 --set checkpoint.interval_steps=0 --set launch.threads_per_worker=1)

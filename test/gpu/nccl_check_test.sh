@@ -6,7 +6,7 @@ gpus=$("$DSTRAIN" check-env --local --skip probes --json | python3 -c 'import js
 if [ "$gpus" = "0" ]; then echo "SKIPPED: no GPU visible"; exit 77; fi
 n=$(( gpus >= 2 ? 2 : 1 ))
 expect_status 0 "$DSTRAIN" bench comm --backend nccl --nproc-per-node $n --check
-expect_out "collective check on $n ranks (nccl): 78 passed, 0 failed"
+expect_out "collective check on $n ranks (nccl): 82 passed, 0 failed"
 ok "NCCL collectives are correct on $n GPU rank(s)"
 expect_status 0 "$DSTRAIN" bench comm --backend nccl --nproc-per-node $n --max-bytes 268435456
 echo "$OUT" | grep -v INFO

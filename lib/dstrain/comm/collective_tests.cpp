@@ -29,6 +29,7 @@ struct Checker {
     ++total;
     if (!ok) ++failures;
     if (comm.rank() == 0 || !ok) fmt::print("{} {}{}\n", ok ? "ok  " : "FAIL", what, ok ? "" : " -- " + detail);
+    std::fflush(stdout);  // a check that hangs shows after the last one that passed
   }
 
   static bool close(const at::Tensor& got, const at::Tensor& want, double rtol, std::string& detail) {
@@ -81,6 +82,41 @@ struct Checker {
   }
 };
 
+// Rows rank `src` sends to rank `dst` in the uneven all-to-all checks: 0-4, zeros included.
+int64_t rows_between(int src, int dst, uint64_t seed) {
+  return static_cast<int64_t>((static_cast<uint64_t>(src) * 7 + static_cast<uint64_t>(dst) * 3 + seed) % 5);
+}
+
+// Uneven all-to-all among `members` (global ranks; comm is their group, ranked in that order),
+// rows of 3 elements, bit for bit against every member's seeded rows; the counts through
+// exchange_counts. Returns "" or what went wrong.
+std::string check_uneven_all_to_all(Communicator& comm, const std::vector<int>& members, uint64_t seed, at::ScalarType dtype) {
+  const int n = static_cast<int>(members.size()), me = comm.rank();
+  auto sends = [&](int src) {  // rows src sends to each member, and src's whole input
+    std::vector<int64_t> rows;
+    for (int d = 0; d < n; ++d) rows.push_back(rows_between(members[static_cast<size_t>(src)], members[static_cast<size_t>(d)], seed));
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    return std::make_pair(rows, seeded(total * 3, seed + 9, members[static_cast<size_t>(src)], dtype).view({total, 3}));
+  };
+  const auto [send_rows, input] = sends(me);
+  const std::vector<int64_t> recv_rows = exchange_counts(comm, send_rows);
+  std::vector<at::Tensor> want;
+  for (int src = 0; src < n; ++src) {
+    const auto [rows, theirs] = sends(src);
+    int64_t first = 0;
+    for (int d = 0; d < me; ++d) first += rows[static_cast<size_t>(d)];
+    if (recv_rows[static_cast<size_t>(src)] != rows[static_cast<size_t>(me)])
+      return fmt::format("exchange_counts: {} rows from rank {}, expected {}", recv_rows[static_cast<size_t>(src)], src,
+                         rows[static_cast<size_t>(me)]);
+    want.push_back(theirs.narrow(0, first, rows[static_cast<size_t>(me)]));
+  }
+  const at::Tensor expected = at::cat(want);
+  at::Tensor output = at::full({expected.size(0), 3}, 7.0, at::TensorOptions().dtype(dtype).device(comm.device()));
+  comm.all_to_all(input.to(comm.device()), output, send_rows, recv_rows)->wait();
+  return at::equal(output.cpu(), expected) ? "" : "rows differ from the senders' rows";
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -126,6 +162,27 @@ int check_collectives(Communicator& comm, uint64_t seed) {
     std::string detail;
     const bool ok = Checker::close(out1.cpu(), want1, 1e-5, detail) && Checker::close(out2.cpu(), want2, 1e-5, detail);
     c.report(ok, "two reduce_scatters in flight", detail);
+  }
+  // Uneven all-to-all (MoE's dispatch), and the same inside the groups of a split.
+  {
+    std::vector<int> everyone;
+    for (int r = 0; r < comm.world_size(); ++r) everyone.push_back(r);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      const std::string why = check_uneven_all_to_all(comm, everyone, seed, dtype);
+      c.report(why.empty(), fmt::format("all_to_all     {:<8} uneven rows, some zero", dtype == at::kFloat ? "float32" : "bfloat16"), why);
+    }
+    std::vector<std::vector<int>> parity(comm.world_size() > 1 ? 2 : 1);  // even ranks, odd ranks
+    for (int r = 0; r < comm.world_size(); ++r) parity[static_cast<size_t>(r % 2)].push_back(r);
+    const std::vector<int>& mine = parity[static_cast<size_t>(comm.rank() % 2)];
+    std::unique_ptr<Communicator> sub = comm.split(parity);
+    at::Tensor t = seeded(1001, seed + 10, comm.rank(), at::kFloat).to(comm.device()), want = at::zeros({1001});
+    for (int r : mine) want += seeded(1001, seed + 10, r, at::kFloat);
+    sub->all_reduce(t)->wait();
+    std::string detail;
+    c.report(sub->world_size() == static_cast<int>(mine.size()) && Checker::close(t.cpu(), want, 1e-5, detail),
+             "split into even and odd ranks: all_reduce within each", detail);
+    const std::string why = check_uneven_all_to_all(*sub, mine, seed + 1, at::kFloat);
+    c.report(why.empty(), "split into even and odd ranks: uneven all_to_all within each", why);
   }
   comm.barrier()->wait();
   c.report(true, "barrier", "");
@@ -186,7 +243,8 @@ void bench_collectives(Communicator& comm, const BenchOptions& o) {
     const double s = seconds_since(t0) / 4;
     fmt::print("# memcpy 256 MiB: {:.2f} GB/s (copy rate; {:.2f} GB/s read+write)\n", bytes / s / 1e9, 2 * bytes / s / 1e9);
     fmt::print(
-        "# {} ranks, backend {}, float32; busbw as nccl-tests: all_reduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n of the total "
+        "# {} ranks, backend {}, float32; busbw as nccl-tests: all_reduce 2(n-1)/n, reduce_scatter, all_gather and all_to_all (n-1)/n of "
+        "the total "
         "size\n",
         world, comm.backend());
     fmt::print("{:>10}  {:<15}{:>12}{:>14}{:>14}\n", "size", "op", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
@@ -199,16 +257,20 @@ void bench_collectives(Communicator& comm, const BenchOptions& o) {
       double factor;
     };
     for (const Op op : {Op{"all_reduce", 2.0 * (world - 1) / world}, Op{"reduce_scatter", double(world - 1) / world},
-                        Op{"all_gather", double(world - 1) / world}}) {
+                        Op{"all_gather", double(world - 1) / world}, Op{"all_to_all", double(world - 1) / world}}) {
       const auto opts = at::TensorOptions().dtype(at::kFloat).device(comm.device());
-      at::Tensor full = at::ones({n}, opts), part = at::ones({n / world}, opts);
+      at::Tensor full = at::ones({n}, opts), part = at::ones({n / world}, opts), received = at::empty({n}, opts);
+      const std::vector<int64_t> even(static_cast<size_t>(world), n / world);  // MoE's dispatch, balanced
+      const std::string name = op.name;
       auto once = [&] {
-        if (op.name[4] == 'r')
+        if (name == "all_reduce")
           comm.all_reduce(full)->wait();
-        else if (op.name[0] == 'r')
+        else if (name == "reduce_scatter")
           comm.reduce_scatter(full, part)->wait();
-        else
+        else if (name == "all_gather")
           comm.all_gather(part, full)->wait();
+        else
+          comm.all_to_all(full, received, even, even)->wait();
       };
       once();
       comm.barrier()->wait();

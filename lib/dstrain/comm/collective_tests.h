@@ -22,7 +22,7 @@ struct BenchOptions {
   int64_t max_bytes = 256ll << 20;
   int64_t max_iters = 20;
 };
-// Times all_reduce, reduce_scatter and all_gather from min to max bytes (x4 steps); rank 0
+// Times all_reduce, reduce_scatter, all_gather and all_to_all from min to max bytes (x4 steps); rank 0
 // prints size, time, algbw and busbw per op, and an in-process memcpy bandwidth for scale.
 void bench_collectives(Communicator& comm, const BenchOptions& options);
 

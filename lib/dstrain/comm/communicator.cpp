@@ -2,8 +2,13 @@
 
 #include <ATen/ATen.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstring>
+#include <numeric>
+
+#include "dstrain/core/error.h"
 
 namespace dstrain::comm {
 
@@ -19,6 +24,60 @@ std::string Communicator::broadcast_bytes(const std::string& bytes, int root) {
   broadcast(data, root)->wait();
   const at::Tensor host = data.cpu();
   return std::string(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(n));
+}
+
+std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows) {
+  const int world = comm.world_size();
+  if (static_cast<int>(send_rows.size()) != world)
+    throw Error(ErrorCode::kInternal, fmt::format("exchange_counts: {} counts for {} ranks", send_rows.size(), world),
+                "this is a dstrain bug; please report it");
+  at::Tensor send = at::tensor(send_rows, at::kLong).to(comm.device());
+  at::Tensor recv = at::empty({world}, send.options());
+  const std::vector<int64_t> ones(static_cast<size_t>(world), 1);
+  comm.all_to_all(send, recv, ones, ones)->wait();
+  const at::Tensor host = recv.cpu();
+  return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world);
+}
+
+GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int rank, int world) {
+  std::vector<int> seen(static_cast<size_t>(world), 0);
+  GroupPlace place{-1, -1};
+  for (size_t g = 0; g < groups.size(); ++g) {
+    if (groups[g].empty())
+      throw Error(ErrorCode::kInternal, fmt::format("split: group {} is empty", g), "this is a dstrain bug; please report it");
+    for (size_t i = 0; i < groups[g].size(); ++i) {
+      const int r = groups[g][i];
+      if (r < 0 || r >= world || seen[static_cast<size_t>(r)]++)
+        throw Error(ErrorCode::kInternal, fmt::format("split: rank {} is out of range or in two groups (world size {})", r, world),
+                    "this is a dstrain bug; please report it");
+      if (r == rank) place = {static_cast<int>(g), static_cast<int>(i)};
+    }
+  }
+  for (int r = 0; r < world; ++r)
+    if (!seen[static_cast<size_t>(r)])
+      throw Error(ErrorCode::kInternal, fmt::format("split: rank {} is in no group", r), "this is a dstrain bug; please report it");
+  return place;
+}
+
+void check_all_to_all(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_rows,
+                      const std::vector<int64_t>& recv_rows, int world) {
+  auto bug = [](const std::string& what) {
+    return Error(ErrorCode::kInternal, "all_to_all: " + what, "this is a dstrain bug; please report it");
+  };
+  if (static_cast<int>(send_rows.size()) != world || static_cast<int>(recv_rows.size()) != world)
+    throw bug(fmt::format("{} send and {} receive counts for {} ranks", send_rows.size(), recv_rows.size(), world));
+  if (!input.defined() || !output.defined() || input.dim() == 0 || output.dim() == 0)
+    throw bug("input and output must be tensors of at least one dimension");
+  if (input.scalar_type() != output.scalar_type() || input.sizes().slice(1) != output.sizes().slice(1))
+    throw bug("input and output rows differ in shape or dtype");
+  const auto negative = [](int64_t n) { return n < 0; };
+  if (std::any_of(send_rows.begin(), send_rows.end(), negative) || std::any_of(recv_rows.begin(), recv_rows.end(), negative))
+    throw bug("a negative count");
+  const int64_t sent = std::accumulate(send_rows.begin(), send_rows.end(), int64_t{0});
+  const int64_t received = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
+  if (sent != input.size(0) || received != output.size(0))
+    throw bug(fmt::format("counts sum to {} sent and {} received rows, the tensors hold {} and {}", sent, received, input.size(0),
+                          output.size(0)));
 }
 
 }  // namespace dstrain::comm

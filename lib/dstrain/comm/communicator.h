@@ -54,7 +54,39 @@ class Communicator {
   virtual std::vector<std::string> gather_bytes(const std::string& mine, int root) = 0;
   // root's bytes to every rank (a length, then the payload, over broadcast: a tree, not a gather).
   std::string broadcast_bytes(const std::string& bytes, int root);
+
+  // Uneven all-to-all over dim 0 (MoE's token dispatch): rows [sum(send_rows[0..r)), +send_rows[r])
+  // of input go to rank r; output receives recv_rows[r] rows from rank r, in rank order. Rows of
+  // input and output have one shape and dtype. Counts must agree pairwise (what rank a sends to b
+  // is what b receives from a): exchange_counts() gives recv_rows from send_rows. Data only, bit
+  // for bit; zero counts are allowed (a rank may send or receive nothing).
+  virtual WorkHandle all_to_all(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& send_rows,
+                                const std::vector<int64_t>& recv_rows) = 0;
+
+  // The groups of a partition of this communicator's ranks, each a communicator of its own (expert
+  // parallelism: the ranks that exchange tokens, and the ranks that hold one expert's replicas).
+  // Every rank calls it with the same partition, in the same order relative to its other ops; each
+  // gets the group it is in, ranked by its position in that group's list. Blocks until the group
+  // is formed. A partition that misses or repeats a rank is refused.
+  virtual std::unique_ptr<Communicator> split(const std::vector<std::vector<int>>& groups) = 0;
 };
+
+// The row counts each rank receives from every rank, given what this rank sends to each (one
+// all-to-all of world_size integers): the first half of an uneven exchange.
+std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows);
+
+// This rank's group in `groups` and its position there; throws Error{kInternal} (naming the rank)
+// when `groups` is not a partition of 0..world-1. For split()'s implementations.
+struct GroupPlace {
+  int index;  // which group
+  int rank;   // position in it
+};
+GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int rank, int world);
+
+// Checks all_to_all's arguments against the communicator's size and the tensors (a dstrain bug
+// otherwise): counts per rank, non-negative, summing to the tensors' row counts.
+void check_all_to_all(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_rows,
+                      const std::vector<int64_t>& recv_rows, int world);
 
 struct Endpoint {
   std::string master_addr;

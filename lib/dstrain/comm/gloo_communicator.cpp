@@ -21,6 +21,12 @@ namespace dstrain::comm {
 namespace {
 
 using c10d::ProcessGroupGloo;
+using OptionsFactory = std::function<c10::intrusive_ptr<ProcessGroupGloo::Options>()>;
+
+std::string fmt_split_name(uint64_t split, int group) { return "split" + std::to_string(split) + "-" + std::to_string(group); }
+std::string fmt_split_failure(int rank, int size, const std::string& why) {
+  return "rank " + std::to_string(rank) + " could not form its Gloo subgroup of " + std::to_string(size) + " ranks: " + first_line(why);
+}
 
 // A c10d work plus what to do once it is done (e.g. convert a bf16 result back, sum chunks).
 class GlooWork final : public Work {
@@ -61,10 +67,10 @@ class GlooWork final : public Work {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<ProcessGroupGloo> group, int rank, int world,
-                   std::chrono::milliseconds timeout, const std::string& run_id)
-      : store_(std::move(store)), group_(std::move(group)), rank_(rank), world_(world),
-        timeout_(timeout), gather_{store_.get(), "dstrain/" + run_id + "/gather/", rank, world, timeout} {}
+  GlooCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<ProcessGroupGloo> group, OptionsFactory options, int rank,
+                   int world, std::chrono::milliseconds timeout, const std::string& run_id)
+      : store_(std::move(store)), group_(std::move(group)), options_(std::move(options)), rank_(rank), world_(world), timeout_(timeout),
+        run_id_(run_id), gather_{store_.get(), "dstrain/" + run_id + "/gather/", rank, world, timeout} {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
@@ -164,6 +170,37 @@ class GlooCommunicator final : public Communicator {
     return store_gather_bytes(gather_, ++gather_round_, mine, root);
   }
 
+  WorkHandle all_to_all(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    check(input, "all_to_all");
+    check(output, "all_to_all");
+    check_all_to_all(input, output, send_rows, recv_rows, world_);
+    at::Tensor send = movable(input), recv = movable(output);
+    // Gloo reads a data pointer even for no rows: give it one.
+    if (send.numel() == 0) send = at::empty({1}, send.options()).narrow(0, 0, 0);
+    if (recv.numel() == 0) recv = at::empty({1}, recv.options()).narrow(0, 0, 0);
+    std::vector<int64_t> out_splits = recv_rows, in_splits = send_rows;
+    return make("all_to_all", group_->alltoall_base(recv, send, out_splits, in_splits), {});
+  }
+
+  std::unique_ptr<Communicator> split(const std::vector<std::vector<int>>& groups) override {
+    const GroupPlace place = place_in_partition(groups, rank_, world_);
+    const int size = static_cast<int>(groups[static_cast<size_t>(place.index)].size());
+    // A key space of its own in the run's store: this communicator's split count and the group.
+    const std::string name = fmt_split_name(++splits_, place.index);
+    try {
+      auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dstrain/" + run_id_ + "/gloo/" + name, store_);
+      // A device of its own: two groups sharing one (with lazily connected pairs) hang.
+      auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, place.rank, size, options_());
+      return std::make_unique<GlooCommunicator>(store_, std::move(group), options_, place.rank, size, timeout_, run_id_ + "/" + name);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::kComm, fmt_split_failure(rank_, size, e.what()),
+                  "a rank of the group did not arrive in time; check every rank's log in run_dir/logs/");
+    }
+  }
+
  private:
   // Data movement of bf16 travels as 2-byte float16 elements: Gloo only copies the bytes.
   static at::Tensor movable(const at::Tensor& t) { return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t; }
@@ -188,9 +225,11 @@ class GlooCommunicator final : public Communicator {
 
   c10::intrusive_ptr<c10d::Store> store_;  // keeps a self-hosted store alive
   c10::intrusive_ptr<ProcessGroupGloo> group_;
+  OptionsFactory options_;  // a new group's options and device (split)
   int rank_, world_;
   std::chrono::milliseconds timeout_;
-  uint64_t sequence_ = 0;
+  std::string run_id_;  // the run's, or the run's and a split's: its keys in the store
+  uint64_t sequence_ = 0, splits_ = 0;
   at::Tensor receive_buffer_;  // reduce_scatter's all-to-all target
   StoreGather gather_;
   uint64_t gather_round_ = 0;
@@ -208,18 +247,23 @@ std::unique_ptr<Communicator> make_gloo_communicator(const Endpoint& ep, int ran
   try {
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("dstrain/" + ep.run_id + "/gloo", store);
     const std::chrono::milliseconds op_timeout = ep.collective_timeout.count() > 0 ? ep.collective_timeout : ep.timeout;
-    auto options = ProcessGroupGloo::Options::create_default(op_timeout);
     // GLOO_SOCKET_IFNAME picks the interface, as in PyTorch; otherwise bind to the address that
     // routes to the master, which works on one host, across hosts and across network namespaces.
     // Pairs connect lazily, on a collective's first use of them: a rank publishes one address and
     // the ring and tree collectives reach a few peers, where Gloo's full mesh makes every rank
     // read every rank's key (N^2 store traffic) and hold N-1 sockets (issue 26).
     const bool lazy = gloo_connects_lazily();
-    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-    options->devices = {ifname && *ifname ? ProcessGroupGloo::createDeviceForInterface(ifname, lazy)
-                                          : ProcessGroupGloo::createDeviceForHostname(local_address_towards(ep.master_addr), lazy)};
-    auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, options);
-    return std::make_unique<GlooCommunicator>(store, std::move(group), rank, world, op_timeout, ep.run_id);
+    const char* env_ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    const std::string ifname = env_ifname ? env_ifname : "";
+    const std::string address = ifname.empty() ? local_address_towards(ep.master_addr) : "";
+    OptionsFactory make_options = [op_timeout, lazy, ifname, address] {
+      auto options = ProcessGroupGloo::Options::create_default(op_timeout);
+      options->devices = {!ifname.empty() ? ProcessGroupGloo::createDeviceForInterface(ifname, lazy)
+                                          : ProcessGroupGloo::createDeviceForHostname(address, lazy)};
+      return options;
+    };
+    auto group = c10::make_intrusive<ProcessGroupGloo>(prefixed, rank, world, make_options());
+    return std::make_unique<GlooCommunicator>(store, std::move(group), make_options, rank, world, op_timeout, ep.run_id);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -190,6 +190,47 @@ class NcclCommunicator final : public Communicator {
     return store_gather_bytes(g, ++gather_round_, mine, root);
   }
 
+  WorkHandle all_to_all(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    check(input, "all_to_all");
+    check(output, "all_to_all");
+    check_all_to_all(input, output, send_rows, recv_rows, world_);
+    // One NCCL group of a send and a receive per peer with rows to move (what
+    // ProcessGroupNCCL's alltoall_base does).
+    const int64_t in_row = input.size(0) ? input.numel() / input.size(0) : 0,
+                  out_row = output.size(0) ? output.numel() / output.size(0) : 0;
+    const size_t elem = input.element_size();
+    return launch("all_to_all", {input, output}, [&](cudaStream_t s) {
+      ncclResult_t rc = ncclGroupStart();
+      int64_t sent = 0, received = 0;
+      for (int r = 0; r < world_ && rc == ncclSuccess; ++r) {
+        const int64_t ns = send_rows[static_cast<size_t>(r)], nr = recv_rows[static_cast<size_t>(r)];
+        if (ns > 0)
+          rc = ncclSend(static_cast<const char*>(input.data_ptr()) + sent * in_row * elem, static_cast<size_t>(ns * in_row),
+                        nccl_type(input), r, shared_->comm, s);
+        if (rc == ncclSuccess && nr > 0)
+          rc = ncclRecv(static_cast<char*>(output.data_ptr()) + received * out_row * elem, static_cast<size_t>(nr * out_row),
+                        nccl_type(output), r, shared_->comm, s);
+        sent += ns, received += nr;
+      }
+      const ncclResult_t end = ncclGroupEnd();
+      return rc != ncclSuccess ? rc : end;
+    });
+  }
+
+  std::unique_ptr<Communicator> split(const std::vector<std::vector<int>>& groups) override {
+    const GroupPlace place = place_in_partition(groups, rank_, world_);
+    const int size = static_cast<int>(groups[static_cast<size_t>(place.index)].size());
+    auto sub = std::make_shared<Shared>();
+    {
+      const progress::CollectiveWait waiting("nccl_split", 0);  // collective over this communicator: a hang shows
+      nccl_check(ncclCommSplit(shared_->comm, place.index, place.rank, &sub->comm, nullptr),
+                 "rank " + std::to_string(rank_) + ": ncclCommSplit");
+    }
+    const std::string name = "split" + std::to_string(++splits_) + "-" + std::to_string(place.index);
+    return std::make_unique<NcclCommunicator>(store_, sub, place.rank, size, device_, run_id_ + "/" + name, timeout_);
+  }
+
  private:
   static void require(bool ok, const std::string& what) {
     if (!ok) throw Error(ErrorCode::kInternal, what, "this is a dstrain bug; please report it");
@@ -225,7 +266,7 @@ class NcclCommunicator final : public Communicator {
   std::string run_id_;
   std::chrono::milliseconds timeout_;
   cudaStream_t stream_ = nullptr;
-  uint64_t sequence_ = 0, bytes_round_ = 0, gather_round_ = 0;
+  uint64_t sequence_ = 0, bytes_round_ = 0, gather_round_ = 0, splits_ = 0;
 };
 
 }  // namespace

@@ -22,6 +22,8 @@ struct Part {
   int root = 0;
   const std::string* bytes = nullptr;
   std::vector<std::string>* gathered = nullptr;
+  const std::vector<int64_t>* send_rows = nullptr;  // all_to_all's counts
+  const std::vector<int64_t>* recv_rows = nullptr;
 };
 
 // One collective: every rank's part, completed by the last rank to arrive.
@@ -33,15 +35,25 @@ struct Round {
   std::string error;
 };
 
-// The memory the group's ranks share.
-struct Hub {
-  int world = 1;
+struct Hub;
+
+// What a thread group and every group split from it share: one lock, so that a failed rank
+// breaks every group at once (no rank waits out a timeout in a subgroup).
+struct Core {
   std::chrono::milliseconds timeout;
   std::mutex mutex;
   std::condition_variable changed;
+  std::string broken;                                   // why the groups cannot go on
+  std::map<std::string, std::shared_ptr<Hub>> subhubs;  // split groups, by name, made by their first rank
+};
+
+// The memory one group's ranks share.
+struct Hub {
+  std::shared_ptr<Core> core;
+  std::string name;  // "" for the group make_thread_group made
+  int world = 1;
   std::map<uint64_t, Round> rounds;                            // by sequence number
   std::map<std::pair<int, int>, std::deque<at::Tensor>> mail;  // (src, dst) -> sent tensors
-  std::string broken;                                          // why the group cannot go on
 };
 
 at::Tensor accumulation_copy(const at::Tensor& t) {
@@ -76,6 +88,22 @@ void complete(const std::string& op, std::vector<Part>& parts) {
       if (p.root != root) throw std::runtime_error(fmt::format("ranks name different roots ({} and {})", root, p.root));
     const at::Tensor source = parts[static_cast<size_t>(root)].input->clone();
     for (auto& p : parts) p.output->copy_(source);
+  } else if (op == "all_to_all") {
+    for (int dst = 0; dst < world; ++dst) {
+      const Part& to = parts[static_cast<size_t>(dst)];
+      int64_t row = 0;
+      for (int src = 0; src < world; ++src) {
+        const Part& from = parts[static_cast<size_t>(src)];
+        const int64_t n = (*from.send_rows)[static_cast<size_t>(dst)];
+        if (n != (*to.recv_rows)[static_cast<size_t>(src)])
+          throw std::runtime_error(
+              fmt::format("rank {} sends {} rows to rank {}, which expects {}", src, n, dst, (*to.recv_rows)[static_cast<size_t>(src)]));
+        int64_t first = 0;
+        for (int r = 0; r < dst; ++r) first += (*from.send_rows)[static_cast<size_t>(r)];
+        to.output->narrow(0, row, n).copy_(from.input->narrow(0, first, n));
+        row += n;
+      }
+    }
   } else if (op == "all_gather_bytes") {
     std::vector<std::string> all;
     for (const auto& p : parts) all.push_back(*p.bytes);
@@ -122,18 +150,21 @@ class ThreadCommunicator final : public Communicator {
   WorkHandle send(const at::Tensor& tensor, int dst) override {
     check(tensor, "send");
     require(dst >= 0 && dst < world_size() && dst != rank_, "send: dst is not another rank");
-    std::lock_guard<std::mutex> lock(hub_->mutex);
+    std::lock_guard<std::mutex> lock(hub_->core->mutex);
     hub_->mail[{rank_, dst}].push_back(tensor.clone());
-    hub_->changed.notify_all();
+    hub_->core->changed.notify_all();
     return std::make_unique<CompletedWork>();
   }
   WorkHandle recv(at::Tensor& tensor, int src) override {
     check(tensor, "recv");
     require(src >= 0 && src < world_size() && src != rank_, "recv: src is not another rank");
-    std::unique_lock<std::mutex> lock(hub_->mutex);
+    std::unique_lock<std::mutex> lock(hub_->core->mutex);
     auto& box = hub_->mail[{src, rank_}];
-    if (!hub_->changed.wait_for(lock, hub_->timeout, [&] { return !box.empty() || !hub_->broken.empty(); }) || box.empty())
-      fail("recv", 0, hub_->broken.empty() ? fmt::format("nothing from rank {} within {} ms", src, hub_->timeout.count()) : hub_->broken);
+    if (!hub_->core->changed.wait_for(lock, hub_->core->timeout, [&] { return !box.empty() || !hub_->core->broken.empty(); }) ||
+        box.empty())
+      fail("recv", 0,
+           hub_->core->broken.empty() ? fmt::format("nothing from rank {} within {} ms", src, hub_->core->timeout.count())
+                                      : hub_->core->broken);
     tensor.copy_(box.front());
     box.pop_front();
     return std::make_unique<CompletedWork>();
@@ -154,18 +185,47 @@ class ThreadCommunicator final : public Communicator {
     return all;
   }
 
+  WorkHandle all_to_all(const at::Tensor& input, at::Tensor& output, const std::vector<int64_t>& send_rows,
+                        const std::vector<int64_t>& recv_rows) override {
+    check(input, "all_to_all");
+    check(output, "all_to_all");
+    check_all_to_all(input, output, send_rows, recv_rows, world_size());
+    Part part{&input, &output};
+    part.send_rows = &send_rows;
+    part.recv_rows = &recv_rows;
+    return collective("all_to_all", part);
+  }
+
+  std::unique_ptr<Communicator> split(const std::vector<std::vector<int>>& groups) override {
+    const GroupPlace place = place_in_partition(groups, rank_, world_size());
+    const std::string name = fmt::format("{}/split{}-{}", hub_->name, ++splits_, place.index);
+    std::shared_ptr<Hub> sub;
+    {
+      std::lock_guard<std::mutex> lock(hub_->core->mutex);
+      std::shared_ptr<Hub>& slot = hub_->core->subhubs[name];
+      if (!slot) {
+        slot = std::make_shared<Hub>();
+        slot->core = hub_->core;
+        slot->name = name;
+        slot->world = static_cast<int>(groups[static_cast<size_t>(place.index)].size());
+      }
+      sub = slot;
+    }
+    return std::make_unique<ThreadCommunicator>(std::move(sub), place.rank);
+  }
+
   // A rank of the group failed: every pending and later op of the others fails at once.
   void abort(const std::string& why) {
-    std::lock_guard<std::mutex> lock(hub_->mutex);
-    if (hub_->broken.empty()) hub_->broken = why;
-    hub_->changed.notify_all();
+    std::lock_guard<std::mutex> lock(hub_->core->mutex);
+    if (hub_->core->broken.empty()) hub_->core->broken = why;
+    hub_->core->changed.notify_all();
   }
 
  private:
   WorkHandle collective(const char* op, Part part) {
     const uint64_t seq = ++sequence_;
-    std::unique_lock<std::mutex> lock(hub_->mutex);
-    if (!hub_->broken.empty()) fail(op, seq, hub_->broken);
+    std::unique_lock<std::mutex> lock(hub_->core->mutex);
+    if (!hub_->core->broken.empty()) fail(op, seq, hub_->core->broken);
     Round& round = hub_->rounds[seq];
     if (round.parts.empty()) round.parts.resize(static_cast<size_t>(world_size())), round.op = op;
     if (round.op != op && round.error.empty())
@@ -180,9 +240,12 @@ class ThreadCommunicator final : public Communicator {
         }
       }
       round.done = true;
-      hub_->changed.notify_all();
-    } else if (!hub_->changed.wait_for(lock, hub_->timeout, [&] { return round.done || !hub_->broken.empty(); }) || !round.done) {
-      fail(op, seq, hub_->broken.empty() ? fmt::format("not every rank arrived within {} ms", hub_->timeout.count()) : hub_->broken);
+      hub_->core->changed.notify_all();
+    } else if (!hub_->core->changed.wait_for(lock, hub_->core->timeout, [&] { return round.done || !hub_->core->broken.empty(); }) ||
+               !round.done) {
+      fail(op, seq,
+           hub_->core->broken.empty() ? fmt::format("not every rank arrived within {} ms", hub_->core->timeout.count())
+                                      : hub_->core->broken);
     }
     const std::string error = round.error;
     if (++round.left == world_size()) hub_->rounds.erase(seq);
@@ -191,7 +254,8 @@ class ThreadCommunicator final : public Communicator {
   }
 
   [[noreturn]] void fail(const char* op, uint64_t seq, const std::string& why) const {
-    throw Error(ErrorCode::kComm, fmt::format("{} #{} on rank {} of {} (threads) failed: {}", op, seq, rank_, world_size(), why),
+    throw Error(ErrorCode::kComm,
+                fmt::format("{} #{} on rank {} of {} (threads{}) failed: {}", op, seq, rank_, world_size(), hub_->name, why),
                 "another rank of the thread group failed or issued other collectives");
   }
   static void require(bool ok, const std::string& what) {
@@ -204,7 +268,7 @@ class ThreadCommunicator final : public Communicator {
 
   std::shared_ptr<Hub> hub_;
   int rank_;
-  uint64_t sequence_ = 0;
+  uint64_t sequence_ = 0, splits_ = 0;
 };
 
 }  // namespace
@@ -212,8 +276,9 @@ class ThreadCommunicator final : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_thread_group(int world_size, std::chrono::milliseconds timeout) {
   if (world_size < 1) throw Error(ErrorCode::kUsage, "a thread group needs at least one rank");
   auto hub = std::make_shared<Hub>();
+  hub->core = std::make_shared<Core>();
+  hub->core->timeout = timeout;
   hub->world = world_size;
-  hub->timeout = timeout;
   std::vector<std::unique_ptr<Communicator>> group;
   for (int r = 0; r < world_size; ++r) group.push_back(std::make_unique<ThreadCommunicator>(hub, r));
   return group;

@@ -9,7 +9,10 @@
 #include <map>
 #include <vector>
 
+#include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
 #include "dstrain/model/layers.h"
+#include "dstrain/model/moe_experts.h"
 #include "dstrain/model/recompute.h"
 
 namespace dstrain::model {
@@ -21,14 +24,25 @@ struct MlaMoeModel::Impl {
   Rope rope;        // over qk_rope_head_dim
   at::Tensor load;  // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
   std::vector<int64_t> moe_layers;
+  comm::Communicator* expert_group = nullptr;  // expert parallelism: the ranks the routed experts are spread over
 
   const at::Tensor& p(const std::string& name) const { return by_name.at(name); }
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
 };
 
-MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype) : impl_(std::make_unique<Impl>()) {
+MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype, comm::Communicator* expert_group)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = c;
+  m.expert_group = expert_group;
+  const int64_t ep = expert_group ? expert_group->world_size() : 1;
+  if (c.n_routed_experts % ep != 0)
+    throw Error(ErrorCode::kConfig, fmt::format("{} routed experts cannot be spread evenly over {} ranks", c.n_routed_experts, ep),
+                "choose an expert-parallel size that divides model.n_routed_experts");
+  const int64_t first_expert = expert_group ? expert_group->rank() * (c.n_routed_experts / ep) : 0;
+  // Every rank draws every expert's initial weights (the same stream as without expert
+  // parallelism, so the same model) and keeps its own.
+  auto mine = [&](int64_t e) { return e >= first_expert && e < first_expert + c.n_routed_experts / ep; };
   const int64_t H = c.hidden_size, V = c.vocab_size, nh = c.num_heads, dqk = c.qk_nope_head_dim + c.qk_rope_head_dim;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   // Init: N(0, init_std) for matrices, ones for norms; residual projections (o_proj, down_proj)
@@ -67,9 +81,12 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
     add(l + "mlp.gate.weight", normal({c.n_routed_experts, H}, c.init_std));
     for (int64_t e = 0; e < c.n_routed_experts; ++e) {
       const std::string x = fmt::format("{}mlp.experts.{}.", l, e);
-      add(x + "gate_proj.weight", normal({c.moe_intermediate_size, H}, c.init_std));
-      add(x + "up_proj.weight", normal({c.moe_intermediate_size, H}, c.init_std));
-      add(x + "down_proj.weight", normal({H, c.moe_intermediate_size}, residual_std));
+      at::Tensor gate = normal({c.moe_intermediate_size, H}, c.init_std), up = normal({c.moe_intermediate_size, H}, c.init_std),
+                 down = normal({H, c.moe_intermediate_size}, residual_std);
+      if (!mine(e)) continue;
+      add(x + "gate_proj.weight", gate);
+      add(x + "up_proj.weight", up);
+      add(x + "down_proj.weight", down);
     }
     if (c.n_shared_experts > 0) {
       const int64_t w = c.moe_intermediate_size * c.n_shared_experts;
@@ -190,31 +207,20 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   if (c.norm_topk_prob) weights = weights / (weights.sum(-1, true) + 1e-20);
   if (!c.norm_topk_prob || c.scoring_func == config::ScoringFunc::kSigmoid) weights = weights * c.routed_scaling_factor;
 
-  // Grouped expert compute (dropless): the token copies sorted by expert (one sort), gathered
-  // once into expert order, each expert's SwiGLU on its contiguous rows, the outputs weighted
-  // and scattered back once. Per expert only the GEMMs remain.
-  const at::Tensor flat_idx = idx.reshape({-1});
-  const at::Tensor order = flat_idx.argsort(/*stable=*/true);
-  const at::Tensor token_of = at::arange(N, x.options().dtype(at::kLong)).repeat_interleave(K).index_select(0, order);
-  const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(x.scalar_type());
-  const at::Tensor counts = at::bincount(flat_idx, {}, Nr);
-  const at::Tensor host_counts = counts.cpu();  // the expert loop runs on the host (one sync per MoE layer on a GPU)
-  const auto* count = host_counts.data_ptr<int64_t>();
-  const at::Tensor grouped = flat.index_select(0, token_of);  // [N * K, H], expert by expert
-  std::vector<at::Tensor> expert_out;
-  int64_t start = 0;
-  for (int64_t e = 0; e < Nr; ++e) {
-    if (count[e] == 0) continue;
+  LocalExperts experts;
+  experts.first = m.expert_group ? m.expert_group->rank() * (Nr / m.expert_group->world_size()) : 0;
+  for (int64_t e = experts.first; e < experts.first + (m.expert_group ? Nr / m.expert_group->world_size() : Nr); ++e) {
     const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
-    expert_out.push_back(swiglu(grouped.narrow(0, start, count[e]), m.p(p + "gate_proj.weight"), m.p(p + "up_proj.weight"),
-                                m.p(p + "down_proj.weight"), selective));
-    start += count[e];
+    experts.gate.push_back(m.p(p + "gate_proj.weight"));
+    experts.up.push_back(m.p(p + "up_proj.weight"));
+    experts.down.push_back(m.p(p + "down_proj.weight"));
   }
-  at::Tensor out = at::zeros_like(flat).index_add(0, token_of, at::cat(expert_out) * weight_of.unsqueeze(1));
+  const RoutedOutput routed = routed_experts(flat, idx, weights, Nr, experts, m.expert_group, selective);
+  at::Tensor out = routed.out;
   if (c.n_shared_experts > 0)
     out = out + swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
                        m.p(l + "mlp.shared_experts.down_proj.weight"), selective);
-  if (load_row.defined()) load_row.add_(counts.to(at::kDouble));
+  if (load_row.defined()) load_row.add_(routed.counts.to(at::kDouble));
 
   // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
   // P = mean over the sequence of the (normalised) scores.

@@ -2,17 +2,25 @@
 // DeepSeek-V2/V3: Multi-head Latent Attention (low-rank q and kv, decoupled RoPE on a shared key
 // part) and DeepSeekMoE (shared + routed experts; softmax or sigmoid scores; greedy, group-limited
 // or V3's bias-corrected top-k; sequence-wise balance loss; aux-loss-free bias). Parameters carry
-// the Hugging Face names. Routed tokens are grouped by expert with gather/scatter.
+// the Hugging Face names. Routed tokens are grouped by expert (model/moe_experts.h), optionally
+// with the experts spread over ranks (expert parallelism).
 #include <cstdint>
 #include <memory>
 
 #include "dstrain/model/causal_lm.h"
 
+namespace dstrain::comm {
+class Communicator;
+}
+
 namespace dstrain::model {
 
 class MlaMoeModel final : public CausalLM {
  public:
-  MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+  // expert_group: expert parallelism (model/moe_experts.h): this rank holds only its block of
+  // each layer's routed experts, under their global names; the group must outlive the model.
+  MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
+              comm::Communicator* expert_group = nullptr);
   ~MlaMoeModel() override;
 
   const NamedTensors& parameters() const override;

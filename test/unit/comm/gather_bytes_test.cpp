@@ -13,31 +13,10 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/store_server.h"
 #include "dstrain/core/error.h"
-
-namespace {
+#include "gloo_ranks.h"
 
 using namespace dstrain;
-
-// Runs fn(rank's Gloo communicator) on `world` threads; returns each rank's exception message ("" if none).
-std::vector<std::string> on_gloo_ranks(int world, std::chrono::milliseconds timeout, const std::function<void(comm::Communicator&)>& fn,
-                                       comm::StoreServer& server) {
-  std::vector<std::string> errors(static_cast<size_t>(world));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        comm::Endpoint ep{"127.0.0.1", server.port(), "gather-test", timeout, false, timeout};
-        auto c = comm::make_gloo_communicator(ep, r, world);
-        fn(*c);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-}  // namespace
+using test::on_gloo_ranks;
 
 TEST_CASE("gather_bytes brings every rank's bytes to the root only, and the store forgets them", "[comm][gather]") {
   comm::StoreServer server("127.0.0.1", 0, "gather-test", std::chrono::seconds(30));
@@ -54,7 +33,7 @@ TEST_CASE("gather_bytes brings every rank's bytes to the root only, and the stor
         }
         broadcasted[static_cast<size_t>(r)] = c.broadcast_bytes(r == 3 ? std::string(5000, 'z') : "ignored", 3);
       },
-      server);
+      server, "gather-test");
   for (const auto& e : errors) REQUIRE(e.empty());
   // The third round (round 2) gathered to rank 2.
   for (int r = 0; r < world; ++r) {
@@ -84,7 +63,7 @@ TEST_CASE("gather_bytes names the ranks that never sent theirs", "[comm][gather]
         if (c.rank() == 2) return;  // never gathers
         c.gather_bytes("x", 0);
       },
-      server);
+      server, "gather-test");
   CHECK_THAT(errors[0], Catch::Contains("gathered from 2 of 3 ranks") && Catch::Contains("rank 2 never sent theirs"));
   CHECK_THAT(errors[1], Catch::Contains("gather_bytes #1 on rank 1 of 3 failed"));
   CHECK(errors[2].empty());

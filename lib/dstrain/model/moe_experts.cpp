@@ -1,0 +1,120 @@
+#include "dstrain/model/moe_experts.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include <numeric>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
+#include "dstrain/model/layers.h"
+
+namespace dstrain::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+at::Tensor exchange_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                         const std::vector<int64_t>& recv_rows) {
+  const at::Tensor in = input.contiguous();
+  std::vector<int64_t> shape = in.sizes().vec();
+  shape[0] = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
+  at::Tensor out = at::empty(shape, in.options());
+  group.all_to_all(in, out, send_rows, recv_rows)->wait();
+  return out;
+}
+
+struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, comm::Communicator* group, std::vector<int64_t> send_rows,
+                            std::vector<int64_t> recv_rows) {
+    ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->saved_data["send"] = send_rows;
+    ctx->saved_data["recv"] = recv_rows;
+    return exchange_rows(*group, input, send_rows, recv_rows);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto* group = reinterpret_cast<comm::Communicator*>(ctx->saved_data["group"].toInt());
+    const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
+    return {exchange_rows(*group, grads[0], recv, send), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// Experts [0, counts.size()) of `experts` on rows sorted by expert (counts[e] rows each).
+// Always a function of `rows` (even when no expert has a row): autograd must reach every
+// all-to-all behind it on every rank, or the ranks' exchanges would not pair up.
+at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective) {
+  std::vector<at::Tensor> outs;
+  int64_t start = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    outs.push_back(swiglu(rows.narrow(0, start, counts[e]), experts.gate[e], experts.up[e], experts.down[e], selective));
+    start += counts[e];
+  }
+  return outs.empty() ? rows : at::cat(outs);
+}
+
+// Sorted rows -> their experts' ranks -> the local experts -> back, in the same order.
+at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sorted, const std::vector<int64_t>& counts,
+                                const at::Tensor& device_counts, const LocalExperts& experts, bool selective) {
+  const int E = group.world_size();
+  const int64_t local = static_cast<int64_t>(experts.gate.size());
+  // Counts first: rank r receives, from every rank, how many rows it routes to each of r's experts.
+  const std::vector<int64_t> block(static_cast<size_t>(E), local);
+  const at::Tensor arrived_counts = exchange_rows(group, device_counts, block, block).cpu();  // [E * local]: (src, expert)
+  const int64_t* from = arrived_counts.data_ptr<int64_t>();
+  std::vector<int64_t> send_rows(static_cast<size_t>(E), 0), recv_rows(static_cast<size_t>(E), 0);
+  for (int r = 0; r < E; ++r)
+    for (int64_t e = 0; e < local; ++e) {
+      send_rows[static_cast<size_t>(r)] += counts[static_cast<size_t>(r * local + e)];
+      recv_rows[static_cast<size_t>(r)] += from[r * local + e];
+    }
+  const at::Tensor arrived = AllToAllRows::apply(sorted, &group, send_rows, recv_rows);  // (src, expert) order
+  // Into (expert, src) order, so that each local expert's rows are contiguous.
+  std::vector<int64_t> offset(static_cast<size_t>(E * local) + 1, 0);
+  for (int64_t i = 0; i < E * local; ++i) offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + from[i];
+  std::vector<int64_t> perm, per_expert(static_cast<size_t>(local), 0);
+  perm.reserve(static_cast<size_t>(offset.back()));
+  for (int64_t e = 0; e < local; ++e)
+    for (int r = 0; r < E; ++r) {
+      const int64_t i = r * local + e;
+      for (int64_t k = offset[static_cast<size_t>(i)]; k < offset[static_cast<size_t>(i) + 1]; ++k) perm.push_back(k);
+      per_expert[static_cast<size_t>(e)] += from[i];
+    }
+  const at::Tensor order = at::tensor(perm, at::kLong).to(sorted.device());
+  const at::Tensor by_expert = run_local_experts(arrived.index_select(0, order), per_expert, experts, selective);
+  const at::Tensor back = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));  // the inverse
+  return AllToAllRows::apply(by_expert.index_select(0, back).contiguous(), &group, recv_rows, send_rows);
+}
+
+}  // namespace
+
+at::Tensor all_to_all_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                           const std::vector<int64_t>& recv_rows) {
+  return AllToAllRows::apply(input, &group, send_rows, recv_rows);
+}
+
+RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
+                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective) {
+  const int E = ep_group ? ep_group->world_size() : 1;
+  const int64_t local = static_cast<int64_t>(experts.gate.size());
+  if (n_experts % E != 0 || local * E != n_experts || (ep_group && experts.first != ep_group->rank() * local))
+    throw Error(ErrorCode::kInternal,
+                fmt::format("routed experts: rank holds experts [{}, +{}) of {} over {} ranks", experts.first, local, n_experts, E),
+                "this is a dstrain bug; please report it");
+  const int64_t N = flat.size(0), K = idx.size(1);
+  const at::Tensor flat_idx = idx.reshape({-1});
+  const at::Tensor order = flat_idx.argsort(/*stable=*/true);
+  const at::Tensor token_of = at::arange(N, flat.options().dtype(at::kLong)).repeat_interleave(K).index_select(0, order);
+  const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(flat.scalar_type());
+  const at::Tensor counts = at::bincount(flat_idx, {}, n_experts);
+  const at::Tensor host_counts = counts.cpu();  // the expert loop runs on the host (one sync per MoE layer on a GPU)
+  const std::vector<int64_t> count(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + n_experts);
+  const at::Tensor sorted = flat.index_select(0, token_of);  // [N * K, H], expert by expert
+  const at::Tensor expert_out = ep_group ? run_parallel_experts(*ep_group, sorted, count, counts, experts, selective)
+                                         : run_local_experts(sorted, count, experts, selective);
+  return {at::zeros_like(flat).index_add(0, token_of, expert_out * weight_of.unsqueeze(1)), counts};
+}
+
+}  // namespace dstrain::model

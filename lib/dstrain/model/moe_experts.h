@@ -1,0 +1,45 @@
+#pragma once
+// The routed experts of one DeepSeekMoE layer (dropless, as DeepSeek trains): every token's K
+// chosen experts' SwiGLU outputs, weighted by the routing weights and summed. The token copies
+// are sorted by expert once, each expert's GEMMs run on its contiguous rows, and the weighted
+// rows are scattered back once.
+//
+// Expert parallelism: with a group of E ranks, each holds N_r / E experts (rank r: the r-th
+// block). The sorted rows go to their experts' ranks in one uneven all-to-all (the counts are
+// exchanged first), the local experts run on what arrived, and a second all-to-all brings the
+// outputs back; both are differentiable (backward is the reverse exchange). Every rank of the
+// group must call this for the same layer at the same time, in forward and in backward.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace dstrain::comm {
+class Communicator;
+}
+
+namespace dstrain::model {
+
+// The SwiGLU weights of the experts this rank holds: experts [first, first + gate.size()).
+struct LocalExperts {
+  int64_t first = 0;
+  std::vector<at::Tensor> gate, up, down;
+};
+
+struct RoutedOutput {
+  at::Tensor out;     // [N, H]: sum over a token's experts of weight * expert(x)
+  at::Tensor counts;  // [n_experts] int64: token copies routed to each expert by this rank
+};
+
+// flat [N, H]; idx [N, K] chosen experts (global ids); weights [N, K] their weights.
+// ep_group: nullptr (every expert here) or the ranks the experts are spread over.
+// selective: SwiGLU's activation recomputed in backward.
+RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
+                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective);
+
+// An uneven all-to-all over dim 0 (comm/communicator.h) that autograd differentiates: backward
+// sends the rows' gradients back the way they came. Blocks until done.
+at::Tensor all_to_all_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                           const std::vector<int64_t>& recv_rows);
+
+}  // namespace dstrain::model

@@ -1,0 +1,182 @@
+// The routed experts: grouped compute against a dense per-expert reference (values and every
+// gradient, fp32), and expert parallelism over 2 and 4 ranks against the same layer on one rank;
+// then the whole MLA + MoE model with its experts spread over ranks.
+#include "catch_torch.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/thread_communicator.h"
+#include "dstrain/model/layers.h"
+#include "dstrain/model/mla_moe_model.h"
+#include "dstrain/model/moe_experts.h"
+#include "tiny_models.h"
+
+using namespace dstrain;
+
+namespace {
+
+constexpr int64_t kExperts = 8, kHidden = 16, kInner = 12, kTopK = 3;
+
+at::Tensor randn(std::vector<int64_t> shape, uint64_t seed) {
+  at::Generator gen = at::detail::createCPUGenerator(seed);
+  return at::randn(shape, gen, at::kFloat);
+}
+
+// Every expert's weights, drawn from one seed (leaves with gradients).
+model::LocalExperts all_experts(uint64_t seed) {
+  model::LocalExperts x;
+  for (int64_t e = 0; e < kExperts; ++e) {
+    x.gate.push_back((randn({kInner, kHidden}, seed + 3 * e) * 0.3).set_requires_grad(true));
+    x.up.push_back((randn({kInner, kHidden}, seed + 3 * e + 1) * 0.3).set_requires_grad(true));
+    x.down.push_back((randn({kHidden, kInner}, seed + 3 * e + 2) * 0.3).set_requires_grad(true));
+  }
+  return x;
+}
+
+model::LocalExperts block_of(const model::LocalExperts& all, int64_t first, int64_t count) {
+  model::LocalExperts x;
+  x.first = first;
+  for (int64_t e = first; e < first + count; ++e) {
+    x.gate.push_back(all.gate[e].detach().clone().set_requires_grad(true));
+    x.up.push_back(all.up[e].detach().clone().set_requires_grad(true));
+    x.down.push_back(all.down[e].detach().clone().set_requires_grad(true));
+  }
+  return x;
+}
+
+// One rank's tokens and routing: idx from the top-k of random scores (+ `avoid` pushes experts
+// [0, avoid) out of every choice), weights that carry gradients.
+struct Tokens {
+  at::Tensor flat, idx, weights, upstream;
+};
+Tokens tokens_of(int rank, int64_t n, int64_t avoid) {
+  Tokens t;
+  t.flat = randn({n, kHidden}, 100 + rank).set_requires_grad(true);
+  at::Tensor scores = randn({n, kExperts}, 200 + rank);
+  if (avoid > 0) scores.narrow(1, 0, avoid).sub_(100);
+  t.idx = std::get<1>(scores.topk(kTopK, -1));
+  t.weights = at::softmax(randn({n, kTopK}, 300 + rank), -1).set_requires_grad(true);
+  t.upstream = randn({n, kHidden}, 400 + rank);
+  return t;
+}
+
+at::Tensor grad_or_zeros(const at::Tensor& t) { return t.grad().defined() ? t.grad() : at::zeros_like(t); }
+
+double worst(const at::Tensor& got, const at::Tensor& want) {
+  return (got - want).abs().max().item<double>() / std::max(1.0, want.abs().max().item<double>());
+}
+
+}  // namespace
+
+TEST_CASE("grouped routed experts equal a dense per-expert reference, values and gradients (fp32, 1e-6)", "[model][moe]") {
+  const Tokens t = tokens_of(0, 37, 0);
+  const model::LocalExperts grouped = all_experts(7), dense = block_of(grouped, 0, kExperts);
+  const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, grouped, nullptr, false);
+  // Reference: every expert on every token, times the token's weight for it (zero when not chosen).
+  const at::Tensor flat2 = t.flat.detach().clone().set_requires_grad(true), weights2 = t.weights.detach().clone().set_requires_grad(true);
+  at::Tensor want = at::zeros_like(flat2);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const at::Tensor w = (weights2 * t.idx.eq(e).to(at::kFloat)).sum(-1, true);
+    want = want + w * model::swiglu(flat2, dense.gate[e], dense.up[e], dense.down[e]);
+  }
+  CHECK(worst(got.out, want) <= 1e-6);
+  CHECK(at::equal(got.counts, at::bincount(t.idx.reshape({-1}), {}, kExperts)));
+  (got.out * t.upstream).sum().backward();
+  (want * t.upstream).sum().backward();
+  CHECK(worst(t.flat.grad(), flat2.grad()) <= 1e-6);
+  CHECK(worst(t.weights.grad(), weights2.grad()) <= 1e-6);
+  for (int64_t e = 0; e < kExperts; ++e) {
+    INFO("expert " << e);
+    CHECK(worst(grad_or_zeros(grouped.gate[e]), grad_or_zeros(dense.gate[e])) <= 1e-6);
+    CHECK(worst(grad_or_zeros(grouped.up[e]), grad_or_zeros(dense.up[e])) <= 1e-6);
+    CHECK(worst(grad_or_zeros(grouped.down[e]), grad_or_zeros(dense.down[e])) <= 1e-6);
+  }
+}
+
+TEST_CASE("expert parallelism over 2 and 4 ranks gives the one-rank outputs and gradients", "[model][moe][expert-parallel]") {
+  for (const int E : {2, 4})
+    for (const int64_t avoid : {int64_t{0}, kExperts / E}) {  // avoid: nobody routes to rank 0's experts
+      INFO(fmt::format("{} ranks, experts [0, {}) never chosen", E, avoid));
+      const int64_t local = kExperts / E;
+      std::vector<std::string> failures(static_cast<size_t>(E));
+      comm::run_on_threads(E, [&](comm::Communicator& group) {
+        const int r = group.rank();
+        const Tokens t = tokens_of(r, 11 + 5 * r, avoid);  // a different number of tokens per rank
+        const model::LocalExperts all = all_experts(7), mine = block_of(all, r * local, local);
+        const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, mine, &group, false);
+        (got.out * t.upstream).sum().backward();
+        // The reference: every rank's tokens through all experts here (the expert gradients sum over ranks).
+        std::string& fail = failures[static_cast<size_t>(r)];
+        for (int src = 0; src < E; ++src) {
+          const Tokens s = tokens_of(src, 11 + 5 * src, avoid);
+          const model::RoutedOutput want = model::routed_experts(s.flat, s.idx, s.weights, kExperts, all, nullptr, false);
+          (want.out * s.upstream).sum().backward();
+          if (src != r) continue;
+          if (worst(got.out, want.out) > 1e-6) fail += " output;";
+          if (worst(t.flat.grad(), s.flat.grad()) > 1e-6) fail += " input gradient;";
+          if (worst(t.weights.grad(), s.weights.grad()) > 1e-6) fail += " weight gradient;";
+        }
+        for (int64_t e = 0; e < local; ++e) {
+          const int64_t g = r * local + e;
+          if (worst(grad_or_zeros(mine.gate[e]), grad_or_zeros(all.gate[g])) > 1e-6 ||
+              worst(grad_or_zeros(mine.up[e]), grad_or_zeros(all.up[g])) > 1e-6 ||
+              worst(grad_or_zeros(mine.down[e]), grad_or_zeros(all.down[g])) > 1e-6)
+            fail += fmt::format(" expert {} gradient;", g);
+        }
+      });
+      for (int r = 0; r < E; ++r) {
+        INFO("rank " << r);
+        CHECK(failures[static_cast<size_t>(r)] == "");
+      }
+    }
+}
+
+TEST_CASE("the MLA + MoE model with its experts over 2 ranks: one rank's losses and gradients", "[model][moe][expert-parallel]") {
+  const config::ModelConfig cfg = test::tiny_v3();  // 4 experts
+  const int E = 2;
+  std::vector<std::string> failures(E);
+  comm::run_on_threads(E, [&](comm::Communicator& world) {
+    const int r = world.rank();
+    std::unique_ptr<comm::Communicator> group = world.split({{0, 1}});
+    model::MlaMoeModel spread(cfg, 11, c10::ScalarType::Float, group.get());
+    auto batch = [&](int src) {
+      at::Generator gen = at::detail::createCPUGenerator(50 + src);
+      return at::randint(cfg.vocab_size, {2, 9}, gen, at::kLong);
+    };
+    std::map<std::string, at::Tensor> spread_params;
+    for (const auto& p : spread.parameters()) spread_params[p.name] = p.tensor;
+    const at::Tensor loss = spread.loss(batch(r), batch(r).roll(-1, 1));
+    loss.backward();
+    std::string& fail = failures[static_cast<size_t>(r)];
+    if (spread_params.count("model.layers.1.mlp.experts.0.gate_proj.weight") != (r == 0 ? 1u : 0u)) fail += " wrong experts held;";
+    // The reference: the whole model on each rank's batch; expert gradients sum over the ranks.
+    model::MlaMoeModel whole(cfg, 11);
+    std::map<std::string, at::Tensor> sum;
+    for (int src = 0; src < E; ++src) {
+      for (const auto& p : whole.parameters()) p.tensor.mutable_grad() = at::Tensor();
+      const at::Tensor want = whole.loss(batch(src), batch(src).roll(-1, 1));
+      want.backward();
+      if (src == r && std::abs(want.item<double>() - loss.item<double>()) > 1e-6 * std::abs(want.item<double>())) fail += " loss;";
+      for (const auto& p : whole.parameters()) {
+        const at::Tensor g = grad_or_zeros(p.tensor);
+        const bool expert = p.name.find(".mlp.experts.") != std::string::npos;
+        if (expert) sum[p.name] = sum.count(p.name) ? sum[p.name] + g : g.clone();
+        if (!expert && src == r && worst(grad_or_zeros(spread_params.at(p.name)), g) > 1e-5) fail += " " + p.name + ";";
+      }
+    }
+    for (const auto& [name, t] : spread_params)
+      if (name.find(".mlp.experts.") != std::string::npos && worst(grad_or_zeros(t), sum.at(name)) > 1e-5) fail += " " + name + ";";
+  });
+  for (int r = 0; r < E; ++r) {
+    INFO("rank " << r);
+    CHECK(failures[static_cast<size_t>(r)] == "");
+  }
+}
