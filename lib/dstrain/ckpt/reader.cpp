@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -22,6 +24,28 @@ namespace fs = std::filesystem;
 using namespace detail;
 
 namespace {
+
+// An integer field, read exactly. nlohmann turns a float (1e30, or a 40-digit literal it parsed as
+// one) into an integer with a cast whose overflow is undefined behaviour (found by
+// manifest_fuzz): anything but an integer in T's range is a type error, as a string would be.
+template <typename T>
+T integer(const nlohmann::json& j) {
+  bool fits = false;
+  if (j.is_number_unsigned())
+    fits = j.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max());
+  else if (j.is_number_integer())
+    fits = std::numeric_limits<T>::is_signed && j.get<int64_t>() >= static_cast<int64_t>(std::numeric_limits<T>::min());
+  if (!fits)
+    throw nlohmann::json::type_error::create(302, "expected an integer that fits in " + std::to_string(sizeof(T) * 8) + " bits", &j);
+  return j.get<T>();
+}
+
+std::vector<int64_t> integers(const nlohmann::json& j) {
+  if (!j.is_array()) throw nlohmann::json::type_error::create(302, "expected a list of integers", &j);
+  std::vector<int64_t> out;
+  for (const auto& v : j) out.push_back(integer<int64_t>(v));
+  return out;
+}
 
 // The manifest, parsed; `text` (optional) receives its bytes, for the COMMITTED checksum.
 nlohmann::json read_manifest(const std::string& dir, std::string* text = nullptr) {
@@ -55,7 +79,7 @@ nlohmann::json read_manifest(const std::string& dir, std::string* text = nullptr
 // make a rank's file claim bytes it does not have.
 ShardTable shard_table_from(const nlohmann::json& j, const std::string& manifest) {
   ShardTable t;
-  t.ranks = j.at("ranks").get<int64_t>();
+  t.ranks = integer<int64_t>(j.at("ranks"));
   if (t.ranks < 1 || t.ranks > (int64_t{1} << 24)) corrupt(manifest, fmt::format("shards: {} ranks is out of range", t.ranks));
   for (const auto& p : j.at("prefixes")) t.prefixes.push_back(p.get<std::string>());
   if (t.prefixes.empty() || t.prefixes.size() > 8 ||
@@ -63,12 +87,12 @@ ShardTable shard_table_from(const nlohmann::json& j, const std::string& manifest
     corrupt(manifest, "shards: the state prefixes must be 1 to 8 distinct names");
   for (const auto& ju : j.at("units")) {
     ShardTable::Unit u;
-    u.chunk = ju.at("chunk").get<int64_t>();
+    u.chunk = integer<int64_t>(ju.at("chunk"));
     if (u.chunk < 1 || u.chunk > (int64_t{1} << 48) / t.ranks)
       corrupt(manifest, fmt::format("shards: a unit's chunk of {} is out of range", u.chunk));
     int64_t end = 0;
     for (const auto& jp : ju.at("params")) {
-      ShardTable::Param p{jp.at(0).get<std::string>(), jp.at(1).get<int64_t>(), jp.at(2).get<int64_t>()};
+      ShardTable::Param p{jp.at(0).get<std::string>(), integer<int64_t>(jp.at(1)), integer<int64_t>(jp.at(2))};
       if (p.offset < end || p.numel < 0 || p.numel > u.chunk * t.ranks - p.offset)
         corrupt(manifest, fmt::format("shards: parameter {} lies outside its unit or overlaps another", p.name));
       end = p.offset + p.numel;
@@ -81,11 +105,11 @@ ShardTable shard_table_from(const nlohmann::json& j, const std::string& manifest
 
 TrainState state_from(const nlohmann::json& m) {
   TrainState s;
-  s.step = m.at("step").get<int64_t>();
-  s.samples_consumed = m.at("samples_consumed").get<int64_t>();
-  s.tokens_consumed = m.at("tokens_consumed").get<int64_t>();
-  s.world_size = m.at("world_size").get<int64_t>();
-  s.zero_stage = m.at("zero_stage").get<int64_t>();
+  s.step = integer<int64_t>(m.at("step"));
+  s.samples_consumed = integer<int64_t>(m.at("samples_consumed"));
+  s.tokens_consumed = integer<int64_t>(m.at("tokens_consumed"));
+  s.world_size = integer<int64_t>(m.at("world_size"));
+  s.zero_stage = integer<int64_t>(m.at("zero_stage"));
   s.precision = m.at("precision").get<std::string>();
   s.config_hash = m.at("config_hash").get<std::string>();
   s.model = m.at("model").get<std::string>();
@@ -262,13 +286,13 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
     for (const auto& f : m.at("files")) {
       const std::string name = f.at("name").get<std::string>();
       if (!is_plain_file_name(name)) corrupt(manifest, fmt::format("file name '{}' is not a plain file name in the checkpoint", name));
-      if (!impl_->files.emplace(name, FileEntry{f.at("bytes").get<uint64_t>(), f.at("crc32c").get<uint32_t>(), {}}).second)
+      if (!impl_->files.emplace(name, FileEntry{integer<uint64_t>(f.at("bytes")), integer<uint32_t>(f.at("crc32c")), {}}).second)
         corrupt(manifest, fmt::format("file {} is listed twice", name));
     }
     Extents extents;
     std::set<std::string> marked;  // placed by the shard table
     for (const auto& t : m.at("tensors")) {
-      TensorMeta meta{t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()};
+      TensorMeta meta{t.at("name"), t.at("dtype"), integers(t.at("shape"))};
       const int64_t esize = dtype_size(meta.dtype);
       const int64_t numel = checked_numel(meta, manifest);
       if (impl_->pieces.count(meta.name)) corrupt(manifest, fmt::format("tensor {} is listed twice", meta.name));
@@ -285,7 +309,7 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
         const auto fit = impl_->files.find(file);
         if (fit == impl_->files.end())
           corrupt(manifest, fmt::format("tensor {} names file {}, which the manifest does not list", meta.name, file));
-        Piece piece{meta.name, p.at("start").get<int64_t>(), p.at("count").get<int64_t>(), p.at("offset").get<uint64_t>()};
+        Piece piece{meta.name, integer<int64_t>(p.at("start")), integer<int64_t>(p.at("count")), integer<uint64_t>(p.at("offset"))};
         uint64_t end = 0;
         if (piece.start < 0 || piece.count < 0 || piece.start > numel || piece.count > numel - piece.start ||
             __builtin_add_overflow(piece.offset, static_cast<uint64_t>(piece.count) * static_cast<uint64_t>(esize), &end) ||
@@ -457,7 +481,7 @@ Inspection inspect_checkpoint(const std::string& dir) {
         m.contains("shards") ? files_of_sharded(shard_table_from(m.at("shards"), (fs::path(dir) / kManifest).string()))
                              : std::map<std::string, std::vector<std::string>>{};
     for (const auto& t : m.at("tensors")) {
-      in.tensors.push_back({t.at("name"), t.at("dtype"), t.at("shape").get<std::vector<int64_t>>()});
+      in.tensors.push_back({t.at("name"), t.at("dtype"), integers(t.at("shape"))});
       if (t.at("pieces").is_string()) {
         if (const auto it = shard_files.find(in.tensors.back().name); it != shard_files.end())
           in.files_of_tensor[in.tensors.back().name] = it->second;
@@ -479,7 +503,7 @@ Inspection inspect_checkpoint(const std::string& dir) {
         fc.ok = false, fc.problem = "not a plain file name or not a regular file";
       else if (fs::file_size(path, ec) != fc.bytes)
         fc.ok = false, fc.problem = fmt::format("{} bytes, expected {} (truncated)", fs::file_size(path, ec), fc.bytes);
-      else if (crc32c_of_file(path) != f.at("crc32c").get<uint32_t>())
+      else if (crc32c_of_file(path) != integer<uint32_t>(f.at("crc32c")))
         fc.ok = false, fc.problem = "crc32c mismatch (corrupt)";
       if (!fc.ok) {
         std::vector<std::string> held;

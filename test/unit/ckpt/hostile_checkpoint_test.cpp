@@ -114,6 +114,12 @@ TEST_CASE("impossible shapes, dtypes, counts and file names are checkpoint error
          m["tensors"][1]["pieces"][0]["file"] = ".";
        }},
       {"file name ../x", [](nlohmann::json& m) { m["files"][0]["name"] = "../x"; }},
+      // Numbers that are not integers: nlohmann's cast of a float out of range is undefined (manifest_fuzz).
+      {"tokens_consumed 1e40", [](nlohmann::json& m) { m["tokens_consumed"] = 1e40; }},
+      {"a step of 2.5", [](nlohmann::json& m) { m["step"] = 2.5; }},
+      {"a shape of 1e30", [](nlohmann::json& m) { m["tensors"][0]["shape"] = {1e30}; }},
+      {"a crc32c above 2^32", [](nlohmann::json& m) { m["files"][0]["crc32c"] = uint64_t{1} << 40; }},
+      {"a start of -1e300", [](nlohmann::json& m) { m["tensors"][0]["pieces"][0]["start"] = -1e300; }},
   };
   expect_refused(cases, [](const std::string& root) { return save_step(root, 1); });
 }
