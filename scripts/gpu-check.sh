@@ -9,7 +9,7 @@
 #   offload   the offloaded (CPU) optimizer against Adam on the device, fp32 and bf16, one chunk
 #             and many (not in the default set: a diagnosis);
 #   tests     the gpu-labelled CTest tests (gpu.kernels, gpu.nccl, gpu.train);
-#   bench     the NCCL and fused-Adam benchmarks, and training tokens/s (when time is left).
+#   bench     the NCCL, fused-Adam and MoE-expert benchmarks, and training tokens/s (when time is left).
 # Every crash leaves a core (core_pattern and ulimit -c, when allowed) whose backtrace cuda-gdb
 # prints into the logs. The summary table comes last; 4 files come back in $OUT: summary.md,
 # gpu-check.log, logs.tar.gz (every other log), gpu.txt.
@@ -183,6 +183,14 @@ if [[ "$phases" == *" bench "* ]] && [ "$(left)" -gt 60 ]; then
   limit 60 ./dstrain bench optimizer --device cuda --params 1350000000 --iters 10 > "$logs/bench-adam.log" 2>&1
   row "fused AdamW (1.35B fp32 params)" "$(grep -m1 "fused is" "$logs/bench-adam.log")"
   row "bf16 optimizer step (1.35B)" "$(grep -m1 "bf16 optimizer step" "$logs/bench-adam.log")"
+  # One DeepSeek-V2-Lite MoE layer's routed experts (64 of width 1408, top-6, hidden 2048) at
+  # 2 x 2048 tokens, bf16 (issue 22): per-expert, grouped loop, grouped GEMMs; and PyTorch's.
+  moe_shape=(--tokens 4096 --hidden 2048 --inner 1408 --experts 64 --top-k 6 --dtype bf16 --device cuda --iters 10)
+  limit 60 ./dstrain bench moe "${moe_shape[@]}" > "$logs/bench-moe.log" 2>&1
+  limit 60 python3 "$root/bench/torch_moe.py" "${moe_shape[@]}" >> "$logs/bench-moe.log" 2>&1
+  for way in "per expert (previous)" "grouped, expert loop" "grouped GEMMs" "torch grouped_mm" "torch loop"; do
+    row "moe experts: $way (ms, TFLOP/s)" "$(grep -m1 "^$way " "$logs/bench-moe.log" | tr -s ' ' | sed "s/^$way //")"
+  done
   limit $(($(left) - 10)) bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 25 > "$logs/bench-train.md" 2>&1
 fi
 summary

@@ -15,6 +15,7 @@
 #include "dstrain/launch/plan.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/model_bench.h"
+#include "dstrain/tasks/moe_bench.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -65,6 +66,38 @@ void register_bench(CLI::App& app, Run& run) {
       const auto r = tasks::bench_model(recipe, iters, threads, micro, seq);
       fmt::print("dstrain  {:>10} params  batch {}x{}  threads {}: {:8.2f} ms/step  {:10.0f} tokens/s\n", r.parameters, micro, seq, threads,
                  r.ms_per_step, r.tokens_per_s);
+      return 0;
+    };
+  });
+  auto moe = std::make_shared<tasks::MoeBenchOptions>();
+  CLI::App* moecmd = bench->add_subcommand("moe", "One MoE layer's routed experts: per-expert, grouped loop and grouped GEMMs");
+  moecmd->footer(
+      "Forward + backward of the routed experts of one DeepSeekMoE layer (median of --iters), three ways\n"
+      "on the same tokens and routing: the per-expert layer dstrain had before (a gather and a scatter\n"
+      "per expert), the grouped layer (tokens sorted by expert once) with its expert loop, and the\n"
+      "grouped GEMMs (at::_grouped_mm; on a GPU Hopper's grouped kernels for bf16). TFLOP/s counts\n"
+      "the experts' GEMMs (18 x hidden x inner per routed token copy); err is the largest difference\n"
+      "from the per-expert output.\n\n"
+      "Examples:\n  dstrain bench moe --tokens 2048 --threads 2\n"
+      "  dstrain bench moe --device cuda --dtype bf16 --tokens 4096 --hidden 2048 --inner 1408 --experts 64 --top-k 6");
+  moecmd->add_option("--tokens", moe->tokens, "Tokens in the layer's batch")->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  moecmd->add_option("--hidden", moe->hidden, "Hidden size")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  moecmd->add_option("--inner", moe->inner, "Each expert's SwiGLU width (moe_intermediate_size)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  moecmd->add_option("--experts", moe->experts, "Routed experts")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  moecmd->add_option("--top-k", moe->top_k, "Experts per token")->check(CLI::Range(int64_t{1}, int64_t{4096}));
+  moecmd->add_option("--dtype", moe->dtype, "fp32 or bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  moecmd->add_option("--device", moe->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  moecmd->add_option("--iters", moe->iters, "Timed iterations (after one warm-up)")->check(CLI::Range(1, 100000));
+  moecmd->add_option("--threads", moe->threads, "Intra-op threads (CPU; default ATen's)")->check(CLI::Range(1, 1024));
+  moecmd->callback([moe, &run] {
+    run = [moe] {
+      const auto rows = tasks::bench_moe(*moe);
+      fmt::print("# {} tokens x top-{} of {} experts, hidden {}, inner {}, {} on {}\n", moe->tokens, moe->top_k, moe->experts, moe->hidden,
+                 moe->inner, moe->dtype, moe->device);
+      fmt::print("{:<24} {:>10} {:>9} {:>10} {:>10}\n", "experts", "ms", "TFLOP/s", "vs first", "err");
+      for (const auto& r : rows)
+        fmt::print("{:<24} {:>10.2f} {:>9.3f} {:>9.2f}x {:>10.2e}\n", r.name, r.ms, r.tflops, rows.front().ms / r.ms, r.max_abs_err);
       return 0;
     };
   });

@@ -87,6 +87,13 @@ ok "an uneven batch split is refused with the numbers"
 
 expect_status 0 "$DSTRAIN" bench model "$SRC/recipes/tiny-mla-moe.yaml" --iters 1 --seq-len 16
 expect_out "tokens/s"
+expect_status 0 "$DSTRAIN" bench moe --tokens 64 --hidden 32 --inner 16 --experts 8 --top-k 2 --iters 1 --threads 1
+for row in "per expert (previous)" "grouped, expert loop" "grouped GEMMs"; do expect_out "$row"; done
+# The three ways compute the same layer: the err column (against the per-expert output) is tiny.
+awk '/^(grouped|per expert)/ { if ($NF + 0 > 1e-5) bad = 1 } END { exit bad }' <<<"$OUT" || fail "bench moe: the ways disagree: $OUT"
+expect_status 2 "$DSTRAIN" bench moe --experts 8 --top-k 9
+expect_out "--top-k must be between 1 and --experts"
+ok "bench moe times the three expert layers on the same routing, and refuses a top-k above the experts"
 expect_status 0 "$DSTRAIN" check-env
 for word in host os cpu memory libtorch "cuda kernels" gpus; do expect_out "$word"; done
 expect_status 0 "$DSTRAIN" check-env --local --json

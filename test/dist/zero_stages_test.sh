@@ -48,6 +48,24 @@ for cfg in "2 zero.stage=2 fp32" "3 zero.stage=3 bf16"; do
 done
 ok "offload_optimizer: cpu in many chunks is bit-identical to no offload (stage 2 fp32, stage 3 bf16: losses and saved states)"
 
+# offload_param at stage 3 (ZeRO-Infinity's CPU tier): the bf16 parameter shard lives in host
+# memory and goes up per layer group; the same numbers again, bit for bit, and memory.json says where.
+DSTRAIN_TEST_FAULTS=offload_chunk=5000 run off3param 2 8 --set zero.stage=3 --set precision.dtype=bf16 --set zero.offload_optimizer=cpu \
+  --set zero.offload_param=cpu
+python3 "$cmp" off3plain/metrics.jsonl off3param/metrics.jsonl --exact || fail "offload_param is not bit-identical"
+grep -q "parameter shards in host memory" off3param/logs/rank_00000.log || fail "offload_param not reported in the log"
+for r in 0 1; do
+  cmp -s off3plain/ckpt/step_00000030/rank_0000$r.bin off3param/ckpt/step_00000030/rank_0000$r.bin ||
+    fail "rank $r's saved state differs with offload_param"
+done
+python3 - off3plain/memory.json off3param/memory.json <<'PY' || fail "memory.json does not move the parameter shard to host memory"
+import json, sys
+plain, off = (json.load(open(p)) for p in sys.argv[1:])
+assert plain["host_params_bytes"] == 0 and off["host_params_bytes"] > 0, (plain, off)
+assert off["params_bytes"] + off["host_params_bytes"] == plain["params_bytes"], (plain, off)
+PY
+ok "offload_param: cpu at stage 3 is bit-identical too, with the parameter shard counted in host memory"
+
 moe=(--set train.steps=20 --set train.global_batch_size=8 --set launch.threads_per_worker=1 --set zero.stage3_param_persistence_threshold=0)
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" "${moe[@]}" --nproc-per-node 1 --set train.micro_batch_size=8 --set run_dir=moe1
 for stage in 2 3; do

@@ -6,15 +6,9 @@
 
 #include "dstrain/model/fused_layers.h"
 #include "dstrain/model/layers.h"
+#include "relative_error.h"
 
-namespace {
-
-double rel(const at::Tensor& a, const at::Tensor& b) {
-  const at::Tensor x = a.to(at::kDouble), y = b.to(at::kDouble);
-  return ((x - y).abs().max() / y.abs().max()).item<double>();
-}
-
-}  // namespace
+using dstrain::test::rel;
 
 TEST_CASE("RMSNorm on the GPU (ATen's fused kernel) matches the composite, forward and backward", "[gpu]") {
   for (const at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {

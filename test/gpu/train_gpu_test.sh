@@ -109,6 +109,15 @@ python3 "$cmp" gpu32/metrics.jsonl gpuoff32/metrics.jsonl --rtol 1e-5 || fail "o
 DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff "$demo_recipe" "${dense[@]}" --set precision.dtype=bf16 --set zero.stage=1 --set zero.offload_optimizer=cpu
 python3 "$cmp" cpu32/metrics.jsonl gpuoff/metrics.jsonl --rtol 0.05 || fail "offloaded bf16 diverges from the fp32 CPU curve"
 ok "offload_optimizer: cpu on the GPU (pinned, chunked): fp32 matches Adam on the device (rtol 1e-5), bf16 follows the fp32 CPU curve (rtol 5%)"
+# offload_param at stage 3: the bf16 parameter shard in pinned host memory (written by the CPU
+# update, copied up before each layer group's all-gather). Both paths round fp32 to bf16 to
+# nearest even, on the host or on the device: the same losses, bit for bit.
+off3=(--set precision.dtype=bf16 --set zero.stage=3 --set zero.offload_optimizer=cpu --set zero.stage3_param_persistence_threshold=0 --set zero.overlap_comm=true)
+gpu_train gpuoff3 "$demo_recipe" "${dense[@]}" "${off3[@]}"
+gpu_train gpuoff3p "$demo_recipe" "${dense[@]}" "${off3[@]}" --set zero.offload_param=cpu
+gpu_check grep -q "parameter shards in host memory" gpuoff3p/logs/rank_00000.log || fail "offload_param is not reported"
+python3 "$cmp" gpuoff3/metrics.jsonl gpuoff3p/metrics.jsonl --exact || fail "offload_param changes the bf16 losses"
+ok "offload_param: cpu at stage 3 on the GPU: the losses of the parameter shard on the device, bit for bit"
 
 # Checkpoints from GPU memory: a coordinated stop at step ~10 and a resume match the uninterrupted run.
 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 "${dense[@]}" --set precision.dtype=fp32 --set run_dir=stop > stop.out 2>&1 &

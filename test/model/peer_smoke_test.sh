@@ -21,4 +21,10 @@ theirs = torch_peer.flops_per_token(c["model"], c["data"]["seq_len"])
 assert abs(theirs / float(sys.argv[3]) - 1) < 1e-2, (theirs, sys.argv[3])
 PY
 ok "the PyTorch peer trains the run's model from its resolved config and counts dstrain's FLOPs per token"
+
+# bench/torch_moe.py, the PyTorch MoE layer beside `dstrain bench moe` (issue 22).
+expect_status 0 "$py" "$SRC/bench/torch_moe.py" --tokens 64 --hidden 32 --inner 16 --experts 8 --top-k 2 --iters 1
+expect_out "torch grouped_mm"
+expect_out "torch loop"
+ok "the PyTorch MoE reference runs both of its layers (CPU smoke run)"
 finish

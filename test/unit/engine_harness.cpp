@@ -51,6 +51,7 @@ zero::EngineOptions engine_options(const EngineSpec& spec) {
   o.overlap_comm = spec.overlap_comm;
   o.reduce_bucket_size = spec.bucket;
   o.offload_optimizer = spec.offload;
+  o.offload_param = spec.offload_param;
   o.offload_chunk = spec.offload_chunk;
   o.persistence_threshold = 64;  // stage 3 really shards the tiny model's matrices
   o.prefetch_bucket_size = 4096;

@@ -29,6 +29,7 @@ struct EngineSpec {
   bool overlap_comm = false;
   int64_t bucket = 500000000;
   bool offload = false;
+  bool offload_param = false;  // stage 3, with offload
   int64_t offload_chunk = int64_t{16} << 20;
   int64_t steps = 4;
   int64_t overflow_at_step = -1;  // 1-based step whose gradients get an inf

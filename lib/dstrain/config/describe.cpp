@@ -43,6 +43,13 @@ double flops_per_token(const ModelConfig& m, int64_t seq_len) {
   return matmul + 6.0 * static_cast<double>(m.num_layers * m.num_heads * seq_len) * (dqk + dv);
 }
 
+namespace {
+// Stage 3 offload_param (with offload_optimizer): the parameter shard is host memory.
+bool param_shard_on_host(const Recipe& r) {
+  return r.zero.stage == 3 && r.zero.offload_param == OffloadDevice::kCpu && r.zero.offload_optimizer == OffloadDevice::kCpu;
+}
+}  // namespace
+
 ModelStateMemory model_state_memory(const Recipe& r) {
   const double psi = static_cast<double>(parameter_counts(r.model).total);
   const double n = static_cast<double>(r.world_size());
@@ -55,6 +62,7 @@ ModelStateMemory model_state_memory(const Recipe& r) {
   if (r.zero.stage >= 3) p /= n;
   ModelStateMemory mem{psi * (p + g + s), 0};
   if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
+  if (param_shard_on_host(r)) mem.device_bytes -= psi * p, mem.host_bytes += psi * p;
   return mem;
 }
 
@@ -99,6 +107,13 @@ MemoryPlan memory_plan(const Recipe& r) {
     const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
     plan.device_staging = shard * 4.0 + (r.zero.stage == 3 ? 0.0 : shard * elem);  // stage 3 updates param_shard in place
     plan.host_staging = shard * 4.0;                                               // pinned gradient shard (GPU runs)
+  }
+  if (param_shard_on_host(r)) {  // the gathered layer groups: the running one and the one prefetched
+    const auto& m = r.model;
+    const double embedding = static_cast<double>(m.vocab_size * m.hidden_size);
+    const double psi = static_cast<double>(parameter_counts(m).total);
+    const double layer = (psi - 2.0 * embedding) / static_cast<double>(std::max<int64_t>(1, m.num_layers));
+    plan.device_staging += 2.0 * std::max(embedding, layer) * (r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0);
   }
   return plan;
 }
@@ -165,7 +180,9 @@ std::string describe_resolved(const Recipe& recipe) {
   out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {})\n",
                      flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
   out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", name(r.precision.dtype), r.zero.stage,
-                     r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU" : "");
+                     param_shard_on_host(r)                            ? ", optimizer and parameter shards offloaded to CPU"
+                     : r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU"
+                                                                       : "");
   const MemoryPlan plan = memory_plan(r);
   out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(plan.device_states),
                      plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "");
@@ -175,12 +192,14 @@ std::string describe_resolved(const Recipe& recipe) {
   out += fmt::format("  activations per rank    ~{} per micro-batch of {} x {} tokens (rough estimate, {}; logits {})\n",
                      bytes_text(activation_bytes_estimate(r)), r.train.micro_batch_size, r.data.seq_len, recompute,
                      r.train.loss_chunk_tokens > 0 ? fmt::format("{} tokens at a time", r.train.loss_chunk_tokens) : "all at once");
-  out += fmt::format("  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),
-                     bytes_text(plan.device_states), bytes_text(plan.device_activations),
-                     plan.device_staging > 0 ? fmt::format(" + {} offload staging", bytes_text(plan.device_staging)) : "",
-                     plan.host_total() > 0 ? fmt::format("{} = {} optimizer states + {} pinned staging", bytes_text(plan.host_total()),
-                                                         bytes_text(plan.host_states), bytes_text(plan.host_staging))
-                                           : "none beyond the process");
+  out += fmt::format(
+      "  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),
+      bytes_text(plan.device_states), bytes_text(plan.device_activations),
+      plan.device_staging > 0 ? fmt::format(" + {} offload staging", bytes_text(plan.device_staging)) : "",
+      plan.host_total() > 0
+          ? fmt::format("{} = {} {} + {} pinned staging", bytes_text(plan.host_total()), bytes_text(plan.host_states),
+                        param_shard_on_host(r) ? "optimizer states and parameters" : "optimizer states", bytes_text(plan.host_staging))
+          : "none beyond the process");
   for (const double gib : {80.0, 141.0})
     out += fmt::format("  {:<24}{} (at most ~{} parameters at this shape, batch and mode)\n", fmt::format("on {:.0f} GiB GPUs", gib),
                        plan.device_total() <= 0.9 * gib * 1073741824.0 ? "fits" : "does not fit",

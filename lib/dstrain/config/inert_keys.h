@@ -3,7 +3,6 @@
 // in how it trains (issue 23: no key accepted without a word). Setting one to anything but its
 // default (DeepSpeed's) warns at load, so `--dry-run` and the launcher's log say why it has no
 // effect; a ds_config that spells out the default stays quiet.
-#include <set>
 #include <string>
 #include <vector>
 
@@ -18,7 +17,7 @@ struct InertKey {
 const std::vector<InertKey>& inert_keys();
 
 // "zero.sub_group_size = 100000000 (ds_config.json:7) has no effect in dstrain: ..." for each
-// inert key the recipe sets away from its default, but those in `except`.
-std::vector<std::string> inert_key_warnings(const Recipe& recipe, const std::set<std::string>& except = {});
+// inert key the recipe sets away from its default.
+std::vector<std::string> inert_key_warnings(const Recipe& recipe);
 
 }  // namespace dstrain::config

@@ -262,9 +262,12 @@ void validate(LoadContext& ctx) {
   if (z.offload_param != OffloadDevice::kNone && z.stage != 3)
     warn(fmt::format("zero.offload_param = {} only applies to ZeRO stage 3 (the stage is {}); it is ignored, as in DeepSpeed",
                      name(z.offload_param), z.stage));
-  // Below stage 3 the line above says why offload_param does nothing.
-  for (auto& w : inert_key_warnings(r, z.stage == 3 ? std::set<std::string>{} : std::set<std::string>{"zero.offload_param"}))
-    warn(std::move(w));
+  else if (z.offload_param != OffloadDevice::kNone && z.offload_optimizer == OffloadDevice::kNone)
+    problem(
+        fmt::format("zero.offload_param = {} ({}) needs zero.offload_optimizer = cpu as well: the parameter shard lives where the "
+                    "optimizer updates it (ZeRO-Infinity's CPU tier offloads both)",
+                    name(z.offload_param), r.sources.at("zero.offload_param")));
+  for (auto& w : inert_key_warnings(r)) warn(std::move(w));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
   if (r.precision.dtype != Dtype::kFp16 &&

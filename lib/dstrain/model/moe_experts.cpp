@@ -4,11 +4,15 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <numeric>
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
+#include "dstrain/model/fused_layers.h"
 #include "dstrain/model/layers.h"
+#include "dstrain/model/recompute.h"
 
 namespace dstrain::model {
 namespace {
@@ -44,20 +48,43 @@ struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
 // Experts [0, counts.size()) of `experts` on rows sorted by expert (counts[e] rows each).
 // Always a function of `rows` (even when no expert has a row): autograd must reach every
 // all-to-all behind it on every rank, or the ranks' exchanges would not pair up.
+// One split, not a narrow per expert: a narrow's backward writes a zero tensor of all the rows
+// (E of them per layer), the split's backward one concatenation.
 at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective) {
+  const std::vector<at::Tensor> parts = rows.split_with_sizes(counts);
   std::vector<at::Tensor> outs;
-  int64_t start = 0;
-  for (size_t e = 0; e < counts.size(); ++e) {
-    if (counts[e] == 0) continue;
-    outs.push_back(swiglu(rows.narrow(0, start, counts[e]), experts.gate[e], experts.up[e], experts.down[e], selective));
-    start += counts[e];
-  }
+  for (size_t e = 0; e < counts.size(); ++e)
+    if (counts[e] > 0) outs.push_back(swiglu(parts[e], experts.gate[e], experts.up[e], experts.down[e], selective));
   return outs.empty() ? rows : at::cat(outs);
+}
+
+// All local experts at once: rows sorted by expert, `counts` [local] int64 on the rows' device.
+// Each projection is one grouped GEMM over the experts' stacked weights ([E, out, in], read
+// transposed: the column-major operand the grouped kernels take).
+at::Tensor run_grouped_experts(const at::Tensor& rows, const at::Tensor& counts, const LocalExperts& experts, bool selective) {
+  const at::Tensor offsets = counts.cumsum(0).to(at::kInt);
+  const at::Tensor gate = at::stack(experts.gate), up = at::stack(experts.up), down = at::stack(experts.down);
+  const at::Tensor g = at::_grouped_mm(rows, gate.transpose(1, 2), offsets), u = at::_grouped_mm(rows, up.transpose(1, 2), offsets);
+  at::Tensor act;
+  if (selective) {
+    const Region activation = [](const std::vector<at::Tensor>& in, bool) { return std::vector<at::Tensor>{silu_mul(in[0], in[1])}; };
+    act = recompute(activation, {g, u}).at(0);
+  } else {
+    act = silu_mul(g, u);
+  }
+  return at::_grouped_mm(act, down.transpose(1, 2), offsets);
+}
+
+at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& device_counts,
+                       const LocalExperts& experts, bool selective, bool grouped) {
+  if (!grouped || rows.size(0) == 0) return run_local_experts(rows, counts, experts, selective);  // (no rows: kept connected)
+  return run_grouped_experts(rows, device_counts.defined() ? device_counts : at::tensor(counts, at::kLong).to(rows.device()), experts,
+                             selective);
 }
 
 // Sorted rows -> their experts' ranks -> the local experts -> back, in the same order.
 at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sorted, const std::vector<int64_t>& counts,
-                                const at::Tensor& device_counts, const LocalExperts& experts, bool selective) {
+                                const at::Tensor& device_counts, const LocalExperts& experts, bool selective, bool grouped) {
   const int E = group.world_size();
   const int64_t local = static_cast<int64_t>(experts.gate.size());
   // Counts first: rank r receives, from every rank, how many rows it routes to each of r's experts.
@@ -83,7 +110,7 @@ at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sor
       per_expert[static_cast<size_t>(e)] += from[i];
     }
   const at::Tensor order = at::tensor(perm, at::kLong).to(sorted.device());
-  const at::Tensor by_expert = run_local_experts(arrived.index_select(0, order), per_expert, experts, selective);
+  const at::Tensor by_expert = run_experts(arrived.index_select(0, order), per_expert, {}, experts, selective, grouped);
   const at::Tensor back = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));  // the inverse
   return AllToAllRows::apply(by_expert.index_select(0, back).contiguous(), &group, recv_rows, send_rows);
 }
@@ -95,8 +122,18 @@ at::Tensor all_to_all_rows(comm::Communicator& group, const at::Tensor& input, c
   return AllToAllRows::apply(input, &group, send_rows, recv_rows);
 }
 
+bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DSTRAIN_GROUPED_MM");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  if (!enabled || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || experts.gate.empty()) return false;
+  const int64_t H = rows.size(1), I = experts.gate[0].size(0);
+  return H % 8 == 0 && I % 8 == 0;  // 16-byte rows of bf16
+}
+
 RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
-                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective) {
+                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective, ExpertKernels kernels) {
   const int E = ep_group ? ep_group->world_size() : 1;
   const int64_t local = static_cast<int64_t>(experts.gate.size());
   if (n_experts % E != 0 || local * E != n_experts || (ep_group && experts.first != ep_group->rank() * local))
@@ -109,11 +146,17 @@ RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const
   const at::Tensor token_of = at::arange(N, flat.options().dtype(at::kLong)).repeat_interleave(K).index_select(0, order);
   const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(flat.scalar_type());
   const at::Tensor counts = at::bincount(flat_idx, {}, n_experts);
-  const at::Tensor host_counts = counts.cpu();  // the expert loop runs on the host (one sync per MoE layer on a GPU)
-  const std::vector<int64_t> count(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + n_experts);
   const at::Tensor sorted = flat.index_select(0, token_of);  // [N * K, H], expert by expert
-  const at::Tensor expert_out = ep_group ? run_parallel_experts(*ep_group, sorted, count, counts, experts, selective)
-                                         : run_local_experts(sorted, count, experts, selective);
+  const bool grouped = kernels == ExpertKernels::kGroupedMm || (kernels == ExpertKernels::kAuto && grouped_mm_fits(sorted, experts));
+  at::Tensor expert_out;
+  if (grouped && !ep_group) {
+    expert_out = run_grouped_experts(sorted, counts, experts, selective);  // no host synchronisation
+  } else {
+    const at::Tensor host_counts = counts.cpu();  // the loop and the exchange run on the host (one sync per MoE layer on a GPU)
+    const std::vector<int64_t> count(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + n_experts);
+    expert_out = ep_group ? run_parallel_experts(*ep_group, sorted, count, counts, experts, selective, grouped)
+                          : run_local_experts(sorted, count, experts, selective);
+  }
   return {at::zeros_like(flat).index_add(0, token_of, expert_out * weight_of.unsqueeze(1)), counts};
 }
 

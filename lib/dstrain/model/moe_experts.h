@@ -31,11 +31,22 @@ struct RoutedOutput {
   at::Tensor counts;  // [n_experts] int64: token copies routed to each expert by this rank
 };
 
+// How the local experts' GEMMs run. kLoop: one SwiGLU per expert on its rows (CPU, and any
+// dtype). kGroupedMm: three grouped GEMMs over all experts (at::_grouped_mm: Hopper's grouped
+// kernels for bf16 on sm_90), the experts' weights stacked, no host synchronisation without
+// expert parallelism. kAuto: grouped on a GPU for bf16 when the sizes are 16-byte aligned and
+// DSTRAIN_GROUPED_MM is not 0, else the loop.
+enum class ExpertKernels { kAuto, kLoop, kGroupedMm };
+
 // flat [N, H]; idx [N, K] chosen experts (global ids); weights [N, K] their weights.
 // ep_group: nullptr (every expert here) or the ranks the experts are spread over.
 // selective: SwiGLU's activation recomputed in backward.
 RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
-                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective);
+                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective,
+                            ExpertKernels kernels = ExpertKernels::kAuto);
+
+// Whether kAuto picks the grouped GEMMs for rows like `rows` and these experts.
+bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts);
 
 // An uneven all-to-all over dim 0 (comm/communicator.h) that autograd differentiates: backward
 // sends the rows' gradients back the way they came. Blocks until done.

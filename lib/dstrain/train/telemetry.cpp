@@ -38,9 +38,11 @@ metrics::SinkOptions sink_options(const config::Recipe& r, const run::RunDir& ru
 void write_memory_report(const run::RunDir& run_dir, const zero::Engine& engine) {
   const zero::MemoryReport m = engine.memory();
   const std::string json = fmt::format(
-      "{{\"version\": 1, \"params_bytes\": {}, \"grads_bytes\": {}, \"master_bytes\": {}, \"optimizer_bytes\": {}, "
-      "\"formula_params_bytes\": {}, \"formula_grads_bytes\": {}, \"formula_optimizer_bytes\": {}, \"parameters\": {}}}\n",
-      m.params, m.grads, m.master, m.optimizer, m.formula_params, m.formula_grads, m.formula_optimizer, engine.layout().numel());
+      "{{\"version\": 1, \"params_bytes\": {}, \"host_params_bytes\": {}, \"grads_bytes\": {}, \"master_bytes\": {}, "
+      "\"optimizer_bytes\": {}, \"formula_params_bytes\": {}, \"formula_grads_bytes\": {}, \"formula_optimizer_bytes\": {}, "
+      "\"parameters\": {}}}\n",
+      m.params, m.host_params, m.grads, m.master, m.optimizer, m.formula_params, m.formula_grads, m.formula_optimizer,
+      engine.layout().numel());
   write_file_atomic(run_dir.root() + "/memory.json", json);
 }
 

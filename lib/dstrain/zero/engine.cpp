@@ -63,6 +63,7 @@ struct Engine::Impl final : model::LayerGate {
   at::Device device;        // model, gradients, collectives
   at::Device optim_device;  // master weights and Adam states: the device, or the CPU when offloaded
   bool offload = false;
+  bool params_on_host = false;  // stage 3 offload_param: param_shard in (pinned) host memory
   Layout layout;
   std::vector<ShardSegment> segments;
   std::vector<at::Tensor> params;           // the model's parameter handles
@@ -102,7 +103,8 @@ struct Engine::Impl final : model::LayerGate {
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
       : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
         dtype(model::scalar_type(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device),
-        offload(o.offload_optimizer), layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
+        offload(o.offload_optimizer), params_on_host(o.offload_param && o.stage == 3 && o.offload_optimizer),
+        layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
         segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
         scaler(o.dtype == config::Dtype::kFp16 ? o.loss_scaler : LossScalerConfig{1.0}) {
     if (c.device() != o.device)
@@ -113,6 +115,10 @@ struct Engine::Impl final : model::LayerGate {
   }
 
   at::TensorOptions on_device(at::ScalarType t) const { return at::TensorOptions().dtype(t).device(device); }
+  // A piece of the parameter shard where the collectives work: itself, or (offload_param) an
+  // asynchronous copy up from pinned host memory, ordered before the all-gather on the stream
+  // (the communicator holds it until the op is done).
+  at::Tensor on_device_copy(const at::Tensor& piece) const { return piece.to(device, /*non_blocking=*/true); }
   // fp32 optimizer state on optim_device. `copied`: offloaded from a GPU, it is the source or
   // target of the per-step copies (master weights, gradient staging), so it is pinned for DMA;
   // the Adam moments never move and stay pageable.
@@ -140,7 +146,9 @@ struct Engine::Impl final : model::LayerGate {
     exp_avg = state_buffer(layout.shard_numel());
     exp_avg_sq = state_buffer(layout.shard_numel());
     if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
-    if (opt.stage == 3) param_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
+    if (opt.stage == 3)
+      param_shard = params_on_host ? at::zeros({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda()))
+                                   : at::zeros({layout.shard_numel()}, on_device(dtype));
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
       units_of_group[static_cast<size_t>(u.group)].push_back(static_cast<int>(ui));
@@ -257,8 +265,10 @@ struct Engine::Impl final : model::LayerGate {
         optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
       }
       const auto [begin, end] = span_of(offload_chunks[c]);
-      // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered).
-      published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin).to(device, /*non_blocking=*/true));
+      if (params_on_host)  // the parameter shard is host memory too: converted here, gathered up per layer group
+        published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
+      else  // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered)
+        published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin).to(device, /*non_blocking=*/true));
     }
     if (gpu) {  // the host must not touch master again (a checkpoint load) while a copy reads it
       c10::Event uploaded(device.type());
@@ -296,7 +306,7 @@ struct Engine::Impl final : model::LayerGate {
       if (resident[u] || gathering[u] || storage_present(unit_full[u])) continue;
       const Unit& unit = layout.units()[u];
       allocate_storage(unit_full[u]);
-      gathering[u] = comm.all_gather(param_shard.narrow(0, unit.shard_offset, unit.chunk()), unit_full[u]);
+      gathering[u] = comm.all_gather(on_device_copy(param_shard.narrow(0, unit.shard_offset, unit.chunk())), unit_full[u]);
     }
   }
   void finish_gather(int group) {
@@ -395,7 +405,7 @@ struct Engine::Impl final : model::LayerGate {
         unit_full[u].narrow(0, my_chunk_start(unit), unit.chunk()).copy_(mine);
         continue;
       }
-      pending.push_back({comm.all_gather(mine, unit_full[u]), {}, -1});
+      pending.push_back({comm.all_gather(on_device_copy(mine), unit_full[u]), {}, -1});
     }
     for (auto& pend : pending) timed_wait(*pend.work, waited_gather_ms);
     pending.clear();
@@ -433,6 +443,10 @@ struct Engine::Impl final : model::LayerGate {
 Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options)
     : impl_(std::make_unique<Impl>(model, comm, options)) {
   if (options.stage < 0 || options.stage > 3) throw Error(ErrorCode::kConfig, fmt::format("zero.stage {} is not 0-3", options.stage));
+  if (options.offload_param && options.stage == 3 && !options.offload_optimizer)
+    throw Error(ErrorCode::kConfig,
+                "zero.offload_param needs zero.offload_optimizer: the parameter shard is updated where the optimizer runs",
+                "set zero.offload_optimizer: cpu as well");
   impl_->build();
   model.set_layer_gate(impl_.get());
 }
@@ -518,7 +532,7 @@ MemoryReport Engine::memory() const {
   const int64_t elem = at::elementSize(m.dtype);
   for (size_t u = 0; u < m.unit_full.size(); ++u)
     if (m.resident[u]) r.params += m.layout.units()[u].padded * elem;
-  if (m.param_shard.defined()) r.params += m.param_shard.numel() * elem;
+  if (m.param_shard.defined()) (m.params_on_host ? r.host_params : r.params) += m.param_shard.numel() * elem;
   for (const auto& g : m.unit_grad) r.grads += g.numel() * elem;
   if (m.grad_shard.defined()) r.grads += m.grad_shard.numel() * elem;
   r.master = m.master.numel() * 4;
@@ -536,8 +550,9 @@ std::string Engine::describe() const {
   const MemoryReport r = memory();
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   const std::string where =
-      m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{})", optim::fused_adam_isa(), m.offload_chunks.size(),
-                              m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "")
+      m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{}{})", optim::fused_adam_isa(), m.offload_chunks.size(),
+                              m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "",
+                              m.params_on_host ? fmt::format("; parameter shards in host memory, {:.2f} MiB", mb(r.host_params)) : "")
                 : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   return fmt::format(
       "ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "

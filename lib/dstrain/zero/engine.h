@@ -14,7 +14,10 @@
 // kernel, or the CUDA kernel on a GPU). With offload_optimizer the shard and its Adam states live
 // in pinned host memory: the gradient shard is copied down in chunks of whole parameters while
 // the CPU kernel works on the previous chunk, and each updated chunk goes back up at once (in
-// the model dtype). fp16 uses the dynamic loss scaler.
+// the model dtype). With offload_param as well (stage 3, ZeRO-Infinity's CPU tier), the
+// model-dtype parameter shard lives in pinned host memory, written there by the CPU update, and a
+// layer group's chunks go up to the device just before its all-gather (with the prefetch).
+// fp16 uses the dynamic loss scaler.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -49,6 +52,7 @@ struct EngineOptions {
   int64_t reduce_bucket_size = 500000000;  // elements per unit of communication
   bool overlap_comm = false;
   bool offload_optimizer = false;              // master weights + Adam states in (pinned) host memory, the step on the CPU
+  bool offload_param = false;                  // stage 3 with offload_optimizer: the model-dtype parameter shard in host memory too
   at::Device device = at::kCPU;                // the model, gradients and collectives: the communicator's device
   int64_t offload_chunk = int64_t{16} << 20;   // offload: elements per copy/update chunk (whole parameter segments)
   int64_t prefetch_bucket_size = 50000000;     // stage 3: prefetch the next group when it is at most this
@@ -64,10 +68,11 @@ struct EngineOptions {
 EngineOptions options_from(const config::Recipe& recipe, const at::Device& device);
 
 struct MemoryReport {
-  int64_t params = 0;     // model-dtype parameters resident on this rank
-  int64_t grads = 0;      // gradient storage kept across micro-batches
-  int64_t master = 0;     // fp32 master weights (the shard)
-  int64_t optimizer = 0;  // Adam exp_avg + exp_avg_sq (the shard)
+  int64_t params = 0;       // model-dtype parameters resident on this rank's device
+  int64_t host_params = 0;  // stage 3 offload_param: the parameter shard in host memory
+  int64_t grads = 0;        // gradient storage kept across micro-batches
+  int64_t master = 0;       // fp32 master weights (the shard)
+  int64_t optimizer = 0;    // Adam exp_avg + exp_avg_sq (the shard)
   // The ZeRO paper's formula for the same numbers (Psi parameters, N ranks).
   int64_t formula_params = 0, formula_grads = 0, formula_optimizer = 0;
 };

@@ -160,18 +160,35 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
       {"keys without effect are accepted and said to be (issue 23)",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "sub_group_size": 1e8, "allgather_bucket_size": 2e8, "stage3_max_live_parameters": 5e8,
-           "stage3_max_reuse_distance": 1e8, "offload_param": {"device": "cpu"}, "contiguous_gradients": false,
-           "reduce_scatter": true}})",
+           "stage3_max_reuse_distance": 1e8, "contiguous_gradients": false, "reduce_scatter": true}})",
        {},
        [](const Outcome& o) {
          REQUIRE(o.ok);
          for (const char* key : {"zero.sub_group_size = 100000000 (", "zero.allgather_bucket_size = 200000000 (",
                                  "zero.stage3_max_live_parameters = 500000000 (", "zero.stage3_max_reuse_distance = 100000000 (",
-                                 "zero.offload_param = cpu (", "zero.contiguous_gradients = false ("})
+                                 "zero.contiguous_gradients = false ("})
            CHECK_THAT(o.warnings, Catch::Contains(key));
          CHECK_THAT(o.warnings, Catch::Contains("ds.json") && Catch::Contains("has no effect in dstrain: the optimizer steps"));
-         CHECK_THAT(o.warnings, Catch::Contains("parameter offload is not implemented yet"));
          CHECK_THAT(o.warnings, !Catch::Contains("zero.reduce_scatter"));  // DeepSpeed's default spelled out: no word
+       }},
+      {"offload_param at stage 3 keeps the parameter shard in host memory beside the offloaded optimizer (issue 23)",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", "pin_memory": true},
+           "offload_optimizer": {"device": "cpu"}}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.zero.offload_param == config::OffloadDevice::kCpu);
+         CHECK_THAT(o.warnings, !Catch::Contains("offload_param"));
+       }},
+      {"offload_param without offload_optimizer is refused, naming both keys",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE_FALSE(o.ok);
+         CHECK_THAT(o.error, Catch::Contains("zero.offload_param = cpu (") && Catch::Contains("ds.json:1:") &&
+                                 Catch::Contains("needs zero.offload_optimizer = cpu"));
        }},
       {"the activation_checkpointing block asks for full recompute; what it cannot do is named (issue 23)",
        "train: {steps: 10, micro_batch_size: 2}\n",
@@ -608,6 +625,7 @@ TEST_CASE("every zero.* key either changes what the engine does or is listed as 
                                      "zero.reduce_bucket_size",
                                      "zero.overlap_comm",
                                      "zero.offload_optimizer",
+                                     "zero.offload_param",
                                      "zero.stage3_prefetch_bucket_size",
                                      "zero.stage3_param_persistence_threshold"};
   std::set<std::string> inert;

@@ -77,9 +77,13 @@ double worst(const at::Tensor& got, const at::Tensor& want) {
 }  // namespace
 
 TEST_CASE("grouped routed experts equal a dense per-expert reference, values and gradients (fp32, 1e-6)", "[model][moe]") {
+  // The expert loop, and the grouped GEMMs (at::_grouped_mm: on the CPU in fp32 too).
+  const model::ExpertKernels kernels = GENERATE(model::ExpertKernels::kLoop, model::ExpertKernels::kGroupedMm);
+  const bool selective = GENERATE(false, true);
+  INFO("grouped GEMMs " << (kernels == model::ExpertKernels::kGroupedMm) << ", selective " << selective);
   const Tokens t = tokens_of(0, 37, 0);
   const model::LocalExperts grouped = all_experts(7), dense = block_of(grouped, 0, kExperts);
-  const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, grouped, nullptr, false);
+  const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, grouped, nullptr, selective, kernels);
   // Reference: every expert on every token, times the token's weight for it (zero when not chosen).
   const at::Tensor flat2 = t.flat.detach().clone().set_requires_grad(true), weights2 = t.weights.detach().clone().set_requires_grad(true);
   at::Tensor want = at::zeros_like(flat2);
@@ -102,6 +106,8 @@ TEST_CASE("grouped routed experts equal a dense per-expert reference, values and
 }
 
 TEST_CASE("expert parallelism over 2 and 4 ranks gives the one-rank outputs and gradients", "[model][moe][expert-parallel]") {
+  const model::ExpertKernels kernels = GENERATE(model::ExpertKernels::kLoop, model::ExpertKernels::kGroupedMm);
+  INFO("grouped GEMMs " << (kernels == model::ExpertKernels::kGroupedMm));
   for (const int E : {2, 4})
     for (const int64_t avoid : {int64_t{0}, kExperts / E}) {  // avoid: nobody routes to rank 0's experts
       INFO(fmt::format("{} ranks, experts [0, {}) never chosen", E, avoid));
@@ -111,7 +117,7 @@ TEST_CASE("expert parallelism over 2 and 4 ranks gives the one-rank outputs and 
         const int r = group.rank();
         const Tokens t = tokens_of(r, 11 + 5 * r, avoid);  // a different number of tokens per rank
         const model::LocalExperts all = all_experts(7), mine = block_of(all, r * local, local);
-        const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, mine, &group, false);
+        const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, mine, &group, false, kernels);
         (got.out * t.upstream).sum().backward();
         // The reference: every rank's tokens through all experts here (the expert gradients sum over ranks).
         std::string& fail = failures[static_cast<size_t>(r)];

@@ -99,6 +99,26 @@ TEST_CASE("engine: optimizer offload in small chunks matches the on-device optim
   check_two_ranks({1, 3}, [](EngineSpec& s) { s.offload = true, s.offload_chunk = 500; });
 }
 
+TEST_CASE("engine: parameter offload at stage 3 gives the optimizer offload's run bit for bit, shards in host memory", "[engine]") {
+  for (const bool overlap : {false, true}) {
+    DYNAMIC_SECTION("overlap_comm " << overlap) {
+      EngineSpec spec;
+      spec.world = 2, spec.stage = 3, spec.offload = true, spec.offload_chunk = 500, spec.overlap_comm = overlap;
+      const EngineRun optimizer_only = test::run_engine(spec);
+      spec.offload_param = true;
+      const EngineRun both = test::run_engine(spec);
+      CHECK(both.losses == optimizer_only.losses);
+      CHECK(at::equal(both.master, optimizer_only.master));
+      // The parameter shard is counted in host memory, no longer on the device.
+      CHECK(both.memory.host_params == optimizer_only.memory.params - both.memory.params);
+      CHECK(both.memory.host_params > 0);
+    }
+  }
+  EngineSpec alone;
+  alone.world = 1, alone.stage = 3, alone.offload_param = true;
+  CHECK_THROWS_WITH(test::run_engine(alone), Catch::Contains("zero.offload_param needs zero.offload_optimizer"));
+}
+
 TEST_CASE("engine: bf16 at stage 2 over 2 ranks follows the single-rank bf16 run", "[engine]") {
   EngineSpec one;
   one.dtype = config::Dtype::kBf16;
