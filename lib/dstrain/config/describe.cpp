@@ -105,8 +105,10 @@ MemoryPlan memory_plan(const Recipe& r) {
     const double psi = static_cast<double>(parameter_counts(r.model).total);
     const double shard = r.zero.stage == 0 ? psi : psi / static_cast<double>(r.world_size());
     const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
-    plan.device_staging = shard * 4.0 + (r.zero.stage == 3 ? 0.0 : shard * elem);  // stage 3 updates param_shard in place
-    plan.host_staging = shard * 4.0;                                               // pinned gradient shard (GPU runs)
+    // Stage 0/1: this rank's gradient chunks gathered into one shard; stages 1/2: the updated
+    // chunks in the model dtype (stage 3 updates param_shard in place).
+    plan.device_staging = (r.zero.stage <= 1 ? shard * elem : 0.0) + (r.zero.stage == 3 ? 0.0 : shard * elem);
+    plan.host_staging = shard * elem;  // the pinned gradient shard, in the model dtype (GPU runs)
   }
   if (param_shard_on_host(r)) {  // the gathered layer groups: the running one and the one prefetched
     const auto& m = r.model;

@@ -184,7 +184,9 @@ struct Engine::Impl final : model::LayerGate {
         if (!resident[ui]) free_storage(unit_full[ui]);
     if (offload) {
       published = opt.stage == 3 ? param_shard : master.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
-      if (device.is_cuda()) host_grads = state_buffer(layout.shard_numel(), /*copied=*/true);
+      // The gradient shard comes down in the model dtype (half the bytes of fp32 in bf16), to pinned
+      // memory, and is widened to fp32 on the CPU a chunk at a time, just before its update.
+      if (device.is_cuda()) host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(true));
       // Whole segments: the CPU kernel sees exactly the calls it would without offload
       // (bit-identical results), and the copy of chunk k+1 overlaps the update of chunk k.
       int64_t elements = 0;
@@ -236,13 +238,15 @@ struct Engine::Impl final : model::LayerGate {
     return {a.shard_offset, b.shard_offset + b.numel};
   }
 
-  // Offloaded update: gradient chunks go down to pinned memory (all queued at once, an event
-  // after each); the CPU kernel updates chunk k as soon as it has arrived, while later chunks are
-  // still in flight; each updated chunk goes straight back up in the model dtype.
+  // Offloaded update: gradient chunks go down to pinned memory in the model dtype (all queued at
+  // once, an event after each); the CPU widens chunk k to fp32 and updates it as soon as it has
+  // arrived, while later chunks are still in flight; each updated chunk goes straight back up in
+  // the model dtype. The fp32 values are the model-dtype ones exactly: bit-identical to widening
+  // on the device.
   void offload_update(const at::Tensor& grads, const optim::AdamHyper& h, float scale) {
     const bool gpu = device.is_cuda();
     std::vector<c10::Event> arrived;
-    const float* g = grads.data_ptr<float>();
+    at::Tensor source = grads;  // model dtype, contiguous, the shard's length
     if (gpu) {
       const c10::Stream stream = current_stream(device);
       for (const auto& chunk : offload_chunks) {
@@ -251,20 +255,30 @@ struct Engine::Impl final : model::LayerGate {
         arrived.emplace_back(device.type());
         arrived.back().record(stream);
       }
-      g = host_grads.data_ptr<float>();
+      source = host_grads;
     }
     float* p = master.data_ptr<float>();
     float* mm = exp_avg.data_ptr<float>();
     float* vv = exp_avg_sq.data_ptr<float>();
+    at::Tensor wide;  // fp32 scratch for one chunk (none in fp32 training)
     for (size_t c = 0; c < offload_chunks.size(); ++c) {
       if (gpu) arrived[c].synchronize();
+      const auto [begin, end] = span_of(offload_chunks[c]);
+      const float* g = nullptr;  // the gradient at shard offset `origin`
+      int64_t origin = 0;
+      if (dtype == at::kFloat) {
+        g = source.data_ptr<float>();
+      } else {
+        if (!wide.defined() || wide.numel() < end - begin) wide = at::empty({end - begin}, at::kFloat);
+        wide.narrow(0, 0, end - begin).copy_(source.narrow(0, begin, end - begin));
+        g = wide.data_ptr<float>(), origin = begin;
+      }
       for (size_t i = offload_chunks[c].first; i < offload_chunks[c].second; ++i) {
         const ShardSegment& s = segments[i];
         optim::AdamHyper seg = h;
         if (!s.decay) seg.weight_decay = 0;
-        optim::fused_adam(p + s.shard_offset, g + s.shard_offset, mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
+        optim::fused_adam(p + s.shard_offset, g + (s.shard_offset - origin), mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
       }
-      const auto [begin, end] = span_of(offload_chunks[c]);
       if (params_on_host)  // the parameter shard is host memory too: converted here, gathered up per layer group
         published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
       else  // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered)
@@ -287,16 +301,16 @@ struct Engine::Impl final : model::LayerGate {
     return unit_grad[static_cast<size_t>(slot.unit)].narrow(0, slot.offset + s.param_offset, 1);
   }
 
-  // The gradient shard in fp32, contiguous, for the offloaded update (stage 0/1: this rank's
-  // chunks of the reduced full buffers).
-  at::Tensor grads_fp32() const {
-    if (opt.stage >= 2) return grad_shard.to(at::kFloat);
+  // The gradient shard in the model dtype, contiguous, for the offloaded update: the shard itself
+  // at stage 2/3, this rank's chunks of the reduced full buffers at stage 0/1.
+  at::Tensor grad_shard_contiguous() const {
+    if (opt.stage >= 2) return grad_shard;
     std::vector<at::Tensor> pieces;
     for (size_t u = 0; u < unit_grad.size(); ++u) {
       const Unit& unit = layout.units()[u];
       pieces.push_back(unit_grad[u].narrow(0, my_chunk_start(unit), unit.chunk()));
     }
-    return at::cat(pieces).to(at::kFloat);
+    return at::cat(pieces);
   }
 
   // --- stage 3 parameter gathering ------------------------------------------------------------
@@ -511,7 +525,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     if (beta1 >= 0) h.beta1 = beta1;
     if (beta2 >= 0) h.beta2 = beta2;
     if (m.offload)
-      m.offload_update(m.grads_fp32(), h, static_cast<float>(scale));
+      m.offload_update(m.grad_shard_contiguous(), h, static_cast<float>(scale));
     else
       m.fused->apply(h, static_cast<float>(scale));  // writes the model-dtype copy too
     m.publish_params();

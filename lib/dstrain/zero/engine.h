@@ -12,9 +12,9 @@
 // group, while backward goes on, and stage 3 prefetches the next group's parameters.
 // The optimizer is the fused Adam on the rank's fp32 shard, on the training device (the CPU
 // kernel, or the CUDA kernel on a GPU). With offload_optimizer the shard and its Adam states live
-// in pinned host memory: the gradient shard is copied down in chunks of whole parameters while
-// the CPU kernel works on the previous chunk, and each updated chunk goes back up at once (in
-// the model dtype). With offload_param as well (stage 3, ZeRO-Infinity's CPU tier), the
+// in pinned host memory: the gradient shard is copied down in the model dtype, in chunks of whole
+// parameters, while the CPU widens and updates the previous chunk, and each updated chunk goes
+// back up at once (in the model dtype). With offload_param as well (stage 3, ZeRO-Infinity's CPU tier), the
 // model-dtype parameter shard lives in pinned host memory, written there by the CPU update, and a
 // layer group's chunks go up to the device just before its all-gather (with the prefetch).
 // fp16 uses the dynamic loss scaler.

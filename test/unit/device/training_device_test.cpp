@@ -76,14 +76,24 @@ TEST_CASE("memory plan: model states, activations and offload staging per rank; 
   CHECK(plan.host_total() == 0);
   const double gib80 = 80.0 * 1073741824.0;
   CHECK(config::largest_model_fitting(r, gib80) == Approx((0.9 * gib80 - plan.device_activations) / (2 + 2.0 / 4 + 12.0 / 4)));
-  // Offloaded: the states move to the host; the step stages the fp32 gradient shard and the
-  // updated bf16 shard on the device, and the gradient shard in pinned host memory.
+  // Offloaded: the states move to the host; the step stages the updated bf16 shard on the
+  // device, and the bf16 gradient shard in pinned host memory.
   r.zero.offload_optimizer = config::OffloadDevice::kCpu;
   plan = config::memory_plan(r);
   CHECK(plan.device_states == Approx(psi * (2 + 2.0 / 4)));
-  CHECK(plan.device_staging == Approx(psi / 4 * (4 + 2)));
+  CHECK(plan.device_staging == Approx(psi / 4 * 2));
   CHECK(plan.host_states == Approx(psi * 12.0 / 4));
-  CHECK(plan.host_staging == Approx(psi / 4 * 4));
+  CHECK(plan.host_staging == Approx(psi / 4 * 2));
+  // Stage 3 with offload_param: the parameter shard joins the host's states; the device holds the
+  // gathered groups (the running one and the prefetched one; a decoder layer is the largest here).
+  r.zero.stage = 3, r.zero.offload_param = config::OffloadDevice::kCpu;
+  plan = config::memory_plan(r);
+  CHECK(plan.device_states == Approx(psi * 2.0 / 4));
+  CHECK(plan.host_states == Approx(psi * (2.0 + 12.0) / 4));
+  const double layer = (psi - 2.0 * 256 * 64) / 2;
+  REQUIRE(layer > 256 * 64);
+  CHECK(plan.device_staging == Approx(2.0 * layer * 2));
+  CHECK(plan.host_staging == Approx(psi / 4 * 2));
   // Activations alone beyond the GPU: nothing fits.
   CHECK(config::largest_model_fitting(r, plan.device_activations) == 0);
 }
