@@ -17,7 +17,7 @@ PY
 expect_status 0 "$DSTRAIN" check-env --nproc-per-node 4
 expect_out "check-env: 4 ranks on 1 node"
 expect_out "consistent: "
-for fact in "libtorch" "libtorch build" "nccl" "glibc" "cpu isa" "/dev/shm" "ulimit open files" "clock offset from rank 0" "all-reduce result" \
+for fact in "libtorch" "libtorch build" "nccl" "glibc" "cpu isa" "/dev/shm" "ulimit open files" "clock offset from rank 0" "all-reduce result" "all-to-all result" \
             "all-reduce bus bandwidth" "gemm throughput" "checkpoint dir write speed"; do
   grep -q "✓ $fact " <<<"$OUT" || fail "no passing '$fact' row: $OUT"
 done

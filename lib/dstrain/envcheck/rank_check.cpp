@@ -122,6 +122,27 @@ std::vector<Fact> allreduce_facts(comm::Communicator& comm) {
   return out;
 }
 
+// Uneven all-to-all correctness (MoE's token dispatch): rank s sends (s + d) % 3 rows to rank d,
+// zero rows to some, each row naming its sender, receiver and place; every rank checks what it got.
+Fact alltoall_fact(comm::Communicator& comm) {
+  const int world = comm.world_size(), me = comm.rank();
+  auto rows = [](int src, int dst) { return static_cast<int64_t>((src + dst) % 3); };
+  auto row_value = [](int src, int dst, int64_t i) { return static_cast<float>(src * 10000 + dst * 10 + i); };
+  std::vector<int64_t> send(static_cast<size_t>(world)), recv(static_cast<size_t>(world));
+  std::vector<float> out, want;
+  for (int r = 0; r < world; ++r) {
+    send[static_cast<size_t>(r)] = rows(me, r), recv[static_cast<size_t>(r)] = rows(r, me);
+    for (int64_t i = 0; i < rows(me, r); ++i) out.insert(out.end(), 4, row_value(me, r, i));
+    for (int64_t i = 0; i < rows(r, me); ++i) want.insert(want.end(), 4, row_value(r, me, i));
+  }
+  const at::Tensor input = at::tensor(out, at::kFloat).view({static_cast<int64_t>(out.size()) / 4, 4}).to(comm.device());
+  at::Tensor got = at::full({static_cast<int64_t>(want.size()) / 4, 4}, -1.0f, at::TensorOptions().device(comm.device()));
+  comm.all_to_all(input, got, send, recv)->wait();
+  const bool right = at::equal(got.cpu(), at::tensor(want, at::kFloat).view({static_cast<int64_t>(want.size()) / 4, 4}));
+  return {"all-to-all result", right ? "correct" : "wrong", Rule::kLimit, right,
+          right ? "" : "the rows this rank received differ from what the others sent it (uneven all-to-all)"};
+}
+
 // Links between nodes: the first rank of each node exchanges 16 MiB with the first rank of every
 // other node, in rounds of disjoint pairs (the circle method); each reports its slowest link.
 std::vector<Fact> pairwise_facts(comm::Communicator& comm, int nnodes, int per_node) {
@@ -223,8 +244,10 @@ Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* rec
     per_node_max = std::max(per_node_max, c);
   }
   const bool first_of_node = local_index == 0;
-  if (task.allreduce)
+  if (task.allreduce) {
     for (auto& f : allreduce_facts(comm)) facts.push_back(std::move(f));
+    facts.push_back(alltoall_fact(comm));
+  }
   if (task.pairwise)
     for (auto& f : pairwise_facts(comm, nnodes, world / std::max(nnodes, 1))) facts.push_back(std::move(f));
   // GEMM: the ranks of a node take turns (the nodes in parallel), so each measures its own
