@@ -34,7 +34,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
 med = lambda k: statistics.median(r[k] for r in rows)
 last = rows[-1]
-phases = " / ".join(f"{med(k):.0f}" if rows[0].get(k) is not None else "-" for k in ("forward_ms", "backward_ms", "optimizer_ms"))
+phases = " / ".join(f"{med(k):.0f}" if rows[0].get(k) is not None else "-" for k in ("forward_ms", "backward_ms", "optimizer_ms", "issue_ms"))
 print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | {phases} | "
       f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f} | {sys.argv[3]} |")
 PY
@@ -67,6 +67,14 @@ PY
 fi
 bench "V2-Lite 4 layers (MoE) bf16 ZeRO-0, 2x2048" "$root/recipes/deepseek-v2-lite.yaml" --set model.num_layers=4 --set train.tokens=0 \
   --set train.micro_batch_size=2 --set train.global_batch_size=2
-echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer ms | GPU GiB alloc / reserved peak | MFU peak used |"
+# Issue 21, deliverables 4 and 5: micro batch 1, 2 and 8 and the recipe's own seq 4096, phases
+# timed: issue ms near fwd + bwd means the host's launches, not the GPU, set the pace.
+for micro in 1 2 8; do
+  bench "1.3b, ${micro}x2048, phases timed" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=$micro \
+    --set 'train.accumulation=[{steps: 1}]' --set logging.wall_clock_breakdown=true
+done
+bench "1.3b, 2x4096, phases timed" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=2 --set data.seq_len=4096 \
+  --set 'train.accumulation=[{steps: 1}]' --set logging.wall_clock_breakdown=true
+echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak | MFU peak used |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

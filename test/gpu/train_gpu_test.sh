@@ -44,6 +44,7 @@ assert last["device_alloc_peak_mb"] and last["device_alloc_peak_mb"] > 0, last
 assert last["device_reserved_peak_mb"] >= last["device_alloc_peak_mb"], last
 assert last["mfu"] is not None and 0 < last["mfu"] < 1, last
 assert last["forward_ms"] > 0 and last["backward_ms"] > 0, last
+assert sys.argv[2] == "1" or 0 < last["issue_ms"] <= last["forward_ms"] + last["backward_ms"], last
 print("device peak %.1f MiB allocated, %.1f reserved; mfu %.2e" % (last["device_alloc_peak_mb"], last["device_reserved_peak_mb"], last["mfu"]))
 PY
 ok "bf16 on the GPU follows the fp32 CPU curve (rtol 5%); CUDA memory peaks and MFU are reported"

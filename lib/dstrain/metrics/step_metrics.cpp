@@ -26,6 +26,7 @@ std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) 
           {"expert_imbalance", m.expert_imbalance},
           {"forward_ms", m.forward_ms},
           {"backward_ms", m.backward_ms},
+          {"issue_ms", m.issue_ms},
           {"reduce_ms", m.reduce_ms},
           {"gather_ms", m.gather_ms},
           {"optimizer_ms", m.optimizer_ms},

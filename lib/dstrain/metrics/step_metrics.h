@@ -42,6 +42,7 @@ struct StepMetrics {
   // forward/backward when overlapped).
   double forward_ms = kNone;
   double backward_ms = kNone;
+  double issue_ms = kNone;   // GPU: host time spent issuing forward and backward; near forward + backward: launch-bound
   double reduce_ms = kNone;  // blocked on gradient reductions
   double gather_ms = kNone;  // blocked on parameter all-gathers
   double optimizer_ms = kNone;

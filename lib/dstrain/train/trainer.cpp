@@ -291,6 +291,7 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   // whatever the shares, accumulation steps or world size.
   const model::LossParts parts = p.model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
   at::Tensor loss = parts.sum / global_tokens;
+  const auto issued = Clock::now();  // the forward's work is queued (launch overhead, below)
   if (p.timed_phases)
     device::synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();
@@ -299,9 +300,16 @@ double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last)
   if (micro == 0 && p.faults.nan_loss_due(p.env.rank, p.step + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
   const double value = loss.item<double>();
   progress::enter(progress::Phase::kBackward);
+  const auto b0 = Clock::now();
   (p.engine->loss_scale() == 1.0 ? loss : loss * p.engine->loss_scale()).backward();
   p.engine->end_micro();
-  if (p.timed_phases) device::synchronize(p.device.device);
+  if (p.timed_phases) {
+    // Host time to issue the work, against the time the GPU took to do it: near equal means the
+    // step is launch-bound (issue 21).
+    const std::chrono::duration<double, std::milli> forward_issue = issued - c0, backward_issue = Clock::now() - b0;
+    p.telemetry->add_issue(forward_issue.count() + backward_issue.count());
+    device::synchronize(p.device.device);
+  }
   const double slowdown = p.faults.slowdown(p.env.rank);
   if (slowdown > 1.0)
     std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
