@@ -107,9 +107,13 @@ ok "the MLA + MoE model in fp16 on the GPU follows the fp32 CPU curve (rtol 1%)"
 DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff32 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp32 --set zero.stage=1 --set zero.offload_optimizer=cpu
 gpu_check grep -q "pinned, copies overlapped with the update" gpuoff32/logs/rank_00000.log || fail "offload is not pinned and overlapped"
 python3 "$cmp" gpu32/metrics.jsonl gpuoff32/metrics.jsonl --rtol 1e-5 || fail "offloaded fp32 diverges from fp32 Adam on the GPU"
+DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff32page "$demo_recipe" "${dense[@]}" --set precision.dtype=fp32 --set zero.stage=1 \
+  --set zero.offload_optimizer=cpu --set zero.pin_memory=false
+gpu_check grep -q "pageable host memory" gpuoff32page/logs/rank_00000.log || fail "zero.pin_memory false is not reported"
+python3 "$cmp" gpuoff32/metrics.jsonl gpuoff32page/metrics.jsonl --exact || fail "pageable offload memory changes the losses"
 DSTRAIN_TEST_FAULTS=offload_chunk=20000 gpu_train gpuoff "$demo_recipe" "${dense[@]}" --set precision.dtype=bf16 --set zero.stage=1 --set zero.offload_optimizer=cpu
 python3 "$cmp" cpu32/metrics.jsonl gpuoff/metrics.jsonl --rtol 0.05 || fail "offloaded bf16 diverges from the fp32 CPU curve"
-ok "offload_optimizer: cpu on the GPU (pinned, chunked): fp32 matches Adam on the device (rtol 1e-5), bf16 follows the fp32 CPU curve (rtol 5%)"
+ok "offload_optimizer: cpu on the GPU (pinned, chunked): fp32 matches Adam on the device (rtol 1e-5) and the pageable run (zero.pin_memory false) bit for bit, bf16 follows the fp32 CPU curve (rtol 5%)"
 # offload_param at stage 3: the bf16 parameter shard in pinned host memory (written by the CPU
 # update, copied up before each layer group's all-gather). Both paths round fp32 to bf16 to
 # nearest even, on the host or on the device: the same losses, bit for bit.

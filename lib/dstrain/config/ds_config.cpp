@@ -825,8 +825,7 @@ class DsReader {
     const std::string ds_section = "zero_optimization." + name;
     if (node.kind == Node::Kind::kNull) return;
     std::vector<Unimplemented> ignored = {{"nvme_path", "null", Policy::kWarn, "dstrain has no NVMe offload"},
-                                          {"buffer_count", name == "offload_param" ? "5" : "4", Policy::kSilent, ""},
-                                          {"pin_memory", "true", Policy::kSilent, ""}};
+                                          {"buffer_count", name == "offload_param" ? "5" : "4", Policy::kSilent, ""}};
     if (name == "offload_optimizer") {
       ignored.insert(ignored.end(),
                      {{"pipeline_read", "false", Policy::kSilent, ""},
@@ -838,7 +837,11 @@ class DsReader {
     } else {
       ignored.insert(ignored.end(), {{"buffer_size", "100000000", Policy::kSilent, ""}, {"max_in_cpu", "1000000000", Policy::kSilent, ""}});
     }
-    section(node, ds_section, ignored, {"device"}, [&](const std::string& key, const Node& value, const Location& where) {
+    section(node, ds_section, ignored, {"device", "pin_memory"}, [&](const std::string& key, const Node& value, const Location& where) {
+      if (key == "pin_memory") {
+        map(ds_section + ".pin_memory", value, where, "zero.pin_memory");
+        return true;
+      }
       if (key != "device") return false;
       if (value.text == "nvme")
         ctx_.problem(where, fmt::format("{}.device \"nvme\" is not supported by dstrain; use \"cpu\" (pinned host memory)", ds_section));

@@ -172,6 +172,7 @@ struct ZeroConfig {
   bool reduce_scatter = true;
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3
+  bool pin_memory = true;                              // offloaded host state and staging page-locked
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;

@@ -174,6 +174,7 @@ std::vector<Field> zero_fields() {
     {"zero.reduce_scatter", 0, 0, {}, "No effect: gradients are always reduce-scattered.", DS_FIELD(zero.reduce_scatter)},
     {"zero.offload_optimizer", 0, 0, DS_CHOICES(zero.offload_optimizer), "Where optimizer states live.", DS_ENUM(zero.offload_optimizer)},
     {"zero.offload_param", 0, 0, DS_CHOICES(zero.offload_param), "Stage 3 with offload_optimizer cpu: the model-dtype parameter shard lives in pinned host memory, updated there by the CPU optimizer; each layer group goes up to the GPU just before its all-gather (ZeRO-Infinity's CPU tier). Ignored below stage 3.", DS_ENUM(zero.offload_param)},
+    {"zero.pin_memory", 0, 0, {}, "Offload: the host memory of the offloaded states and of the gradient staging is pinned (page-locked), so that copies overlap the update; false keeps it pageable (copies then block). DeepSpeed's offload_optimizer/offload_param pin_memory; dstrain pins by default, DeepSpeed does not.", DS_FIELD(zero.pin_memory)},
     {"zero.stage3_prefetch_bucket_size", 0, kMaxInt, {}, "Stage 3: elements prefetched ahead.", DS_FIELD(zero.stage3_prefetch_bucket_size)},
     {"zero.stage3_param_persistence_threshold", 0, kMaxInt, {}, "Stage 3: smaller params stay unpartitioned.", DS_FIELD(zero.stage3_param_persistence_threshold)},
     {"zero.stage3_max_live_parameters", 0, kMaxInt, {}, "No effect: stage 3 holds the running and the prefetched group.", DS_FIELD(zero.stage3_max_live_parameters)},

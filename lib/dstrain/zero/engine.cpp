@@ -123,7 +123,7 @@ struct Engine::Impl final : model::LayerGate {
   // target of the per-step copies (master weights, gradient staging), so it is pinned for DMA;
   // the Adam moments never move and stay pageable.
   at::Tensor state_buffer(int64_t n, bool copied = false) const {
-    const bool pin = copied && offload && device.is_cuda();
+    const bool pin = copied && offload && device.is_cuda() && opt.pin_memory;
     return at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(optim_device).pinned_memory(pin)).zero_();
   }
 
@@ -147,7 +147,8 @@ struct Engine::Impl final : model::LayerGate {
     exp_avg_sq = state_buffer(layout.shard_numel());
     if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
     if (opt.stage == 3)
-      param_shard = params_on_host ? at::zeros({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda()))
+      param_shard = params_on_host ? at::zeros({layout.shard_numel()},
+                                               at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda() && opt.pin_memory))
                                    : at::zeros({layout.shard_numel()}, on_device(dtype));
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
@@ -186,7 +187,7 @@ struct Engine::Impl final : model::LayerGate {
       published = opt.stage == 3 ? param_shard : master.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
       // The gradient shard comes down in the model dtype (half the bytes of fp32 in bf16), to pinned
       // memory, and is widened to fp32 on the CPU a chunk at a time, just before its update.
-      if (device.is_cuda()) host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(true));
+      if (device.is_cuda()) host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(opt.pin_memory));
       // Whole segments: the CPU kernel sees exactly the calls it would without offload
       // (bit-identical results), and the copy of chunk k+1 overlaps the update of chunk k.
       int64_t elements = 0;
@@ -565,7 +566,9 @@ std::string Engine::describe() const {
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   const std::string where =
       m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{}{})", optim::fused_adam_isa(), m.offload_chunks.size(),
-                              m.device.is_cuda() ? ", pinned, copies overlapped with the update" : "",
+                              !m.device.is_cuda() ? ""
+                              : m.opt.pin_memory  ? ", pinned, copies overlapped with the update"
+                                                  : ", pageable host memory (zero.pin_memory false): copies block",
                               m.params_on_host ? fmt::format("; parameter shards in host memory, {:.2f} MiB", mb(r.host_params)) : "")
                 : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   return fmt::format(

@@ -53,6 +53,7 @@ struct EngineOptions {
   bool overlap_comm = false;
   bool offload_optimizer = false;              // master weights + Adam states in (pinned) host memory, the step on the CPU
   bool offload_param = false;                  // stage 3 with offload_optimizer: the model-dtype parameter shard in host memory too
+  bool pin_memory = true;                      // offloaded host memory page-locked (GPU runs): copies overlap
   at::Device device = at::kCPU;                // the model, gradients and collectives: the communicator's device
   int64_t offload_chunk = int64_t{16} << 20;   // offload: elements per copy/update chunk (whole parameter segments)
   int64_t prefetch_bucket_size = 50000000;     // stage 3: prefetch the next group when it is at most this

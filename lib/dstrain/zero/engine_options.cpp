@@ -13,6 +13,7 @@ EngineOptions options_from(const config::Recipe& r, const at::Device& device) {
   o.overlap_comm = r.zero.overlap_comm;
   o.offload_optimizer = r.zero.offload_optimizer == config::OffloadDevice::kCpu;
   o.offload_param = r.zero.offload_param == config::OffloadDevice::kCpu && r.zero.stage == 3;
+  o.pin_memory = r.zero.pin_memory;
   o.prefetch_bucket_size = r.zero.stage3_prefetch_bucket_size;
   o.persistence_threshold = r.zero.stage3_param_persistence_threshold;
   o.dtype = r.precision.dtype;

@@ -181,6 +181,16 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.zero.offload_param == config::OffloadDevice::kCpu);
          CHECK_THAT(o.warnings, !Catch::Contains("offload_param"));
        }},
+      {"offload's pin_memory is honoured: false keeps the host memory pageable (issue 23)",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": false}}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK_FALSE(o.recipe.zero.pin_memory);
+         CHECK(o.recipe.sources.at("zero.pin_memory").find("ds.json") != std::string::npos);
+         CHECK_THAT(o.warnings, !Catch::Contains("pin_memory"));
+       }},
       {"offload_param without offload_optimizer is refused, naming both keys",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})",
@@ -626,6 +636,7 @@ TEST_CASE("every zero.* key either changes what the engine does or is listed as 
                                      "zero.overlap_comm",
                                      "zero.offload_optimizer",
                                      "zero.offload_param",
+                                     "zero.pin_memory",
                                      "zero.stage3_prefetch_bucket_size",
                                      "zero.stage3_param_persistence_threshold"};
   std::set<std::string> inert;
