@@ -24,7 +24,8 @@ struct MlaMoeModel::Impl {
   Rope rope;        // over qk_rope_head_dim
   at::Tensor load;  // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
   std::vector<int64_t> moe_layers;
-  comm::Communicator* expert_group = nullptr;  // expert parallelism: the ranks the routed experts are spread over
+  comm::Communicator* expert_group = nullptr;   // expert parallelism: the ranks the routed experts are spread over
+  int64_t first_expert = 0, local_experts = 0;  // the routed experts this rank holds: [first, first + local)
 
   const at::Tensor& p(const std::string& name) const { return by_name.at(name); }
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
@@ -39,10 +40,11 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   if (c.n_routed_experts % ep != 0)
     throw Error(ErrorCode::kConfig, fmt::format("{} routed experts cannot be spread evenly over {} ranks", c.n_routed_experts, ep),
                 "choose an expert-parallel size that divides model.n_routed_experts");
-  const int64_t first_expert = expert_group ? expert_group->rank() * (c.n_routed_experts / ep) : 0;
+  m.local_experts = c.n_routed_experts / ep;
+  m.first_expert = expert_group ? expert_group->rank() * m.local_experts : 0;
   // Every rank draws every expert's initial weights (the same stream as without expert
   // parallelism, so the same model) and keeps its own.
-  auto mine = [&](int64_t e) { return e >= first_expert && e < first_expert + c.n_routed_experts / ep; };
+  auto mine = [&](int64_t e) { return e >= m.first_expert && e < m.first_expert + m.local_experts; };
   const int64_t H = c.hidden_size, V = c.vocab_size, nh = c.num_heads, dqk = c.qk_nope_head_dim + c.qk_rope_head_dim;
   at::Generator gen = at::detail::createCPUGenerator(seed);
   // Init: N(0, init_std) for matrices, ones for norms; residual projections (o_proj, down_proj)
@@ -208,8 +210,8 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
   if (!c.norm_topk_prob || c.scoring_func == config::ScoringFunc::kSigmoid) weights = weights * c.routed_scaling_factor;
 
   LocalExperts experts;
-  experts.first = m.expert_group ? m.expert_group->rank() * (Nr / m.expert_group->world_size()) : 0;
-  for (int64_t e = experts.first; e < experts.first + (m.expert_group ? Nr / m.expert_group->world_size() : Nr); ++e) {
+  experts.first = m.first_expert;
+  for (int64_t e = m.first_expert; e < m.first_expert + m.local_experts; ++e) {
     const std::string p = fmt::format("{}mlp.experts.{}.", l, e);
     experts.gate.push_back(m.p(p + "gate_proj.weight"));
     experts.up.push_back(m.p(p + "up_proj.weight"));

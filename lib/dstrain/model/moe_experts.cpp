@@ -75,11 +75,10 @@ at::Tensor run_grouped_experts(const at::Tensor& rows, const at::Tensor& counts,
   return at::_grouped_mm(act, down.transpose(1, 2), offsets);
 }
 
-at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& device_counts,
-                       const LocalExperts& experts, bool selective, bool grouped) {
+at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective,
+                       bool grouped) {
   if (!grouped || rows.size(0) == 0) return run_local_experts(rows, counts, experts, selective);  // (no rows: kept connected)
-  return run_grouped_experts(rows, device_counts.defined() ? device_counts : at::tensor(counts, at::kLong).to(rows.device()), experts,
-                             selective);
+  return run_grouped_experts(rows, at::tensor(counts, at::kLong).to(rows.device()), experts, selective);
 }
 
 // Sorted rows -> their experts' ranks -> the local experts -> back, in the same order.
@@ -110,17 +109,12 @@ at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sor
       per_expert[static_cast<size_t>(e)] += from[i];
     }
   const at::Tensor order = at::tensor(perm, at::kLong).to(sorted.device());
-  const at::Tensor by_expert = run_experts(arrived.index_select(0, order), per_expert, {}, experts, selective, grouped);
+  const at::Tensor by_expert = run_experts(arrived.index_select(0, order), per_expert, experts, selective, grouped);
   const at::Tensor back = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));  // the inverse
   return AllToAllRows::apply(by_expert.index_select(0, back).contiguous(), &group, recv_rows, send_rows);
 }
 
 }  // namespace
-
-at::Tensor all_to_all_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
-                           const std::vector<int64_t>& recv_rows) {
-  return AllToAllRows::apply(input, &group, send_rows, recv_rows);
-}
 
 bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts) {
   static const bool enabled = [] {

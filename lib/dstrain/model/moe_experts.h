@@ -48,9 +48,4 @@ RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const
 // Whether kAuto picks the grouped GEMMs for rows like `rows` and these experts.
 bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts);
 
-// An uneven all-to-all over dim 0 (comm/communicator.h) that autograd differentiates: backward
-// sends the rows' gradients back the way they came. Blocks until done.
-at::Tensor all_to_all_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
-                           const std::vector<int64_t>& recv_rows);
-
 }  // namespace dstrain::model

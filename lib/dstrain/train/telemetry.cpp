@@ -192,7 +192,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
   if (recipe_.logging.wall_clock_breakdown) {
     m.forward_ms = forward_ms_;
     m.backward_ms = backward_ms_;
-    if (issue_ms_ >= 0) m.issue_ms = issue_ms_;
+    m.issue_ms = issue_ms_;
     m.reduce_ms = o.reduce_ms;
     m.gather_ms = o.gather_ms;
     m.optimizer_ms = o.optimizer_ms;
@@ -201,7 +201,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
   interval_compute_ms_ += forward_ms_ + backward_ms_;
   ++interval_steps_;
   forward_ms_ = backward_ms_ = 0;
-  issue_ms_ = -1;
+  issue_ms_ = metrics::kNone;
   if (!o.straggler_times.empty()) check_stragglers(o.step, m, o.straggler_times);
   interval_wait_ms_ += o.comm_wait_ms;  // after the check: this step's wait belongs to the next sample
   ++interval_wait_steps_;

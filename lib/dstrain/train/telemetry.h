@@ -62,7 +62,7 @@ class Telemetry {
   void add_forward(double ms) { forward_ms_ += ms; }
   void add_backward(double ms) { backward_ms_ += ms; }
   // GPU with wall_clock_breakdown: host time issuing a micro-batch's work (before waiting for it).
-  void add_issue(double ms) { issue_ms_ = (issue_ms_ > 0 ? issue_ms_ : 0) + ms; }
+  void add_issue(double ms) { issue_ms_ = (std::isnan(issue_ms_) ? 0 : issue_ms_) + ms; }
   // Whether step `step` (1-based) ends a straggler interval; then the loop sends
   // straggler_sample() of every rank in the step's all-reduce and passes the result in
   // StepOutcome::straggler_times. Call before finish_step.
@@ -82,7 +82,7 @@ class Telemetry {
   double peak_tflops_ = 0;
   c10::Device device_ = c10::Device(c10::kCPU);
   double forward_ms_ = 0, backward_ms_ = 0;
-  double issue_ms_ = -1;                                   // -1: not measured (CPU runs)
+  double issue_ms_ = metrics::kNone;                       // not measured (CPU runs): null in the metrics
   double interval_compute_ms_ = 0, interval_wait_ms_ = 0;  // since the last straggler check
   int64_t interval_steps_ = 0, interval_wait_steps_ = 0;
   int64_t first_step_ = 0;
