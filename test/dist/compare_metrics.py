@@ -4,19 +4,23 @@
   compare_metrics.py A B --exact          every step's loss identical (bit-exact resume)
   compare_metrics.py A B --rtol 1e-4      within a relative tolerance (fp32 reduction order)
   compare_metrics.py A --decreases 1.0    the loss fell by at least this much from first to last
+  compare_metrics.py A B --resumed ...    B starts later (a run started from A's checkpoint): its
+                                          steps are compared with A's same steps
 """
 import argparse
 import json
 import sys
 
 
-def losses(path):
+def losses(path, first=None):
+    """The losses of steps first..first+n-1 (first: 1, or where the file starts when None)."""
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     steps = [r["step"] for r in rows]
-    if steps != list(range(1, len(rows) + 1)):
-        sys.exit(f"{path}: steps are not 1..{len(rows)}: {steps[:5]}...")
-    return [r["loss"] for r in rows]
+    start = steps[0] if first is None and steps else 1 if first is None else first
+    if steps != list(range(start, start + len(rows))):
+        sys.exit(f"{path}: steps are not {start}..{start + len(rows) - 1}: {steps[:5]}...")
+    return start, [r["loss"] for r in rows]
 
 
 def main():
@@ -26,19 +30,23 @@ def main():
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--rtol", type=float)
     ap.add_argument("--decreases", type=float)
+    ap.add_argument("--resumed", action="store_true")
     args = ap.parse_args()
-    a = losses(args.a)
+    _, a = losses(args.a, 1)
     if args.decreases is not None:
         drop = a[0] - a[-1]
         print(f"loss {a[0]:.4f} -> {a[-1]:.4f} (drop {drop:.4f})")
         if drop < args.decreases:
             sys.exit(f"loss fell by {drop:.4f}, expected at least {args.decreases}")
         return
-    b = losses(args.b)
+    start, b = losses(args.b, None if args.resumed else 1)
+    if args.resumed and start == 1:
+        sys.exit(f"{args.b} starts at step 1: it was not resumed")
+    a = a[start - 1:]
     if len(a) != len(b):
         sys.exit(f"{len(a)} steps vs {len(b)} steps")
     worst = 0.0
-    for step, (x, y) in enumerate(zip(a, b), start=1):
+    for step, (x, y) in enumerate(zip(a, b), start=start):
         if args.exact and x != y:
             sys.exit(f"step {step}: loss {x!r} != {y!r}")
         rel = abs(x - y) / max(abs(x), 1e-12)

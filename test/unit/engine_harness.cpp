@@ -5,6 +5,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/thread_communicator.h"
 #include "dstrain/model/causal_lm.h"
+#include "model/tiny_models.h"
 
 namespace dstrain::test {
 namespace {
@@ -39,6 +40,8 @@ config::ModelConfig tiny_model_config() {
   m.max_seq_len = kSeqLen;
   return m;
 }
+
+config::ModelConfig tiny_moe_config() { return tiny_v3(); }
 
 std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype) {
   return model::make_model(tiny_model_config(), 1234, model::scalar_type(dtype));
@@ -78,7 +81,17 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
       (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
       engine.end_micro();
     }
-    const zero::StepResult r = engine.step(1e-2, step + 1 - engine.skipped_steps(), {local_loss});
+    // MoE: the selection bias moves by the load summed over ranks, as the trainer does.
+    std::vector<double> sums{local_loss};
+    const at::Tensor load = model.take_expert_load();
+    if (load.defined()) {
+      const at::Tensor flat = load.to(at::kDouble).contiguous().view(-1);
+      sums.insert(sums.end(), flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
+    }
+    const zero::StepResult r = engine.step(1e-2, step + 1 - engine.skipped_steps(), sums);
+    if (load.defined())
+      model.update_expert_bias(
+          at::tensor(std::vector<double>(r.sums.begin() + 1, r.sums.end()), at::kDouble).view(load.sizes()).to(at::kFloat));
     if (comm.rank() != 0) continue;
     record.losses.push_back(r.sums.at(0));
     record.grad_norms.push_back(r.grad_norm);
@@ -102,9 +115,19 @@ void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& rec
 EngineRun run_engine(const EngineSpec& spec) {
   EngineRun record;
   comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
-    const auto model = make_tiny_model(spec.dtype);
+    // Expert parallelism: E consecutive ranks share the experts; every E-th rank holds the same.
+    std::unique_ptr<comm::Communicator> parallel, data;
+    if (spec.expert_parallel > 1) {
+      const int E = spec.expert_parallel;
+      std::vector<std::vector<int>> p(static_cast<size_t>(spec.world / E)), d(static_cast<size_t>(E));
+      for (int r = 0; r < spec.world; ++r) p[static_cast<size_t>(r / E)].push_back(r), d[static_cast<size_t>(r % E)].push_back(r);
+      parallel = comm.split(p);
+      data = comm.split(d);
+    }
+    const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel.get())
+                                                : make_tiny_model(spec.dtype);
     model->set_activation_checkpointing(spec.recompute);
-    zero::Engine engine(*model, comm, engine_options(spec));
+    zero::Engine engine(*model, comm, engine_options(spec), {parallel.get(), data.get()});
     train_steps(engine, *model, comm, spec, 0, spec.steps, record);
     gather_state(engine, comm, record);
     if (comm.rank() == 0) record.memory = engine.memory(), record.parameters = model->num_parameters();

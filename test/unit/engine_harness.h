@@ -35,6 +35,9 @@ struct EngineSpec {
   int64_t overflow_at_step = -1;  // 1-based step whose gradients get an inf
   int overflow_rank = -1;         // ... on this rank only (-1: every rank)
   config::Recompute recompute = config::Recompute::kNone;
+  // > 0: the tiny V3-style MoE model (tiny_moe_config) instead of the dense one, its routed
+  // experts spread over this many ranks (expert parallelism; 1: every rank holds every expert).
+  int expert_parallel = 0;
 };
 
 struct EngineRun {  // rank 0's view
@@ -47,6 +50,8 @@ struct EngineRun {  // rank 0's view
 };
 
 config::ModelConfig tiny_model_config();
+// MLA + DeepSeekMoE (tiny_v3): 3 layers (2 MoE), 4 routed experts, sigmoid routing with the selection bias.
+config::ModelConfig tiny_moe_config();
 std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype);
 zero::EngineOptions engine_options(const EngineSpec& spec);
 // Trains steps [first, first + count) on this rank; rank 0 appends to `record`.

@@ -30,6 +30,7 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
     const bool moe = m.is_moe_layer(layer);
     c.total += attn + norms + (moe ? moe_total : dense);
     c.active += attn + norms + (moe ? moe_active : dense);
+    if (moe) c.routed += nr * 3 * H * mi;
   }
   return c;
 }
@@ -50,19 +51,34 @@ bool param_shard_on_host(const Recipe& r) {
 }
 }  // namespace
 
+RankParameters rank_parameters(const Recipe& r) {
+  const ParameterCounts c = parameter_counts(r.model);
+  const double ep = static_cast<double>(r.moe.expert_parallel_size), world = static_cast<double>(r.world_size());
+  RankParameters out;
+  out.dense = static_cast<double>(c.total - c.routed);
+  out.experts = static_cast<double>(c.routed) / ep;  // this rank's block of every MoE layer's routed experts
+  out.dense_ranks = world, out.expert_ranks = world / ep;
+  out.shard = r.zero.stage == 0 ? out.dense + out.experts : out.dense / out.dense_ranks + out.experts / out.expert_ranks;
+  return out;
+}
+
 ModelStateMemory model_state_memory(const Recipe& r) {
-  const double psi = static_cast<double>(parameter_counts(r.model).total);
-  const double n = static_cast<double>(r.world_size());
   const bool mixed = r.precision.dtype != Dtype::kFp32;
   // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
-  double p = param, g = grad, s = states;
-  if (r.zero.stage >= 1) s /= n;
-  if (r.zero.stage >= 2) g /= n;
-  if (r.zero.stage >= 3) p /= n;
-  ModelStateMemory mem{psi * (p + g + s), 0};
-  if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
-  if (param_shard_on_host(r)) mem.device_bytes -= psi * p, mem.host_bytes += psi * p;
+  const RankParameters held = rank_parameters(r);
+  ModelStateMemory mem{0, 0};
+  // The dense parameters are sharded over the world, the routed experts (expert parallelism)
+  // over the ranks holding the same block.
+  for (const auto& [psi, n] : {std::pair{held.dense, held.dense_ranks}, std::pair{held.experts, held.expert_ranks}}) {
+    double p = param, g = grad, s = states;
+    if (r.zero.stage >= 1) s /= n;
+    if (r.zero.stage >= 2) g /= n;
+    if (r.zero.stage >= 3) p /= n;
+    mem.device_bytes += psi * (p + g + s);
+    if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
+    if (param_shard_on_host(r)) mem.device_bytes -= psi * p, mem.host_bytes += psi * p;
+  }
   return mem;
 }
 
@@ -102,8 +118,7 @@ MemoryPlan memory_plan(const Recipe& r) {
   plan.host_states = states.host_bytes;
   plan.device_activations = activation_bytes_estimate(r);
   if (r.zero.offload_optimizer == OffloadDevice::kCpu) {
-    const double psi = static_cast<double>(parameter_counts(r.model).total);
-    const double shard = r.zero.stage == 0 ? psi : psi / static_cast<double>(r.world_size());
+    const double shard = rank_parameters(r).shard;
     const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
     // Stage 0/1: this rank's gradient chunks gathered into one shard; stages 1/2: the updated
     // chunks in the model dtype (stage 3 updates param_shard in place).
@@ -141,6 +156,25 @@ std::string count_text(double v) {
   if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
   if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
   return fmt::format("{:g}", v);
+}
+}  // namespace
+
+namespace {
+// Expert parallelism's layout: which ranks exchange tokens, which hold the same experts.
+std::string expert_parallel_text(const Recipe& r) {
+  const int64_t ep = r.moe.expert_parallel_size, world = r.world_size();
+  const RankParameters held = rank_parameters(r);
+  auto ranks = [](int64_t first, int64_t step, int64_t count) {
+    std::vector<int64_t> v;
+    for (int64_t i = 0; i < std::min<int64_t>(count, 4); ++i) v.push_back(first + i * step);
+    return fmt::format("{}{}", fmt::join(v, ","), count > 4 ? ",..." : "");
+  };
+  return fmt::format(
+      "  expert parallelism      {} ranks per group: {} of {} routed experts per rank and MoE layer, tokens dispatched by "
+      "all-to-all within {} group(s) {{{}}}{}; each expert data-parallel over {} rank(s) {{{}}}{}; {} routed expert "
+      "parameters per rank, {} other\n",
+      ep, r.model.n_routed_experts / ep, r.model.n_routed_experts, world / ep, ranks(0, 1, ep), world / ep > 1 ? ", ..." : "", world / ep,
+      ranks(0, ep, world / ep), ep > 1 ? ", ..." : "", count_text(held.experts), count_text(held.dense));
 }
 }  // namespace
 
@@ -185,6 +219,7 @@ std::string describe_resolved(const Recipe& recipe) {
                      param_shard_on_host(r)                            ? ", optimizer and parameter shards offloaded to CPU"
                      : r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU"
                                                                        : "");
+  if (r.moe.expert_parallel_size > 1) out += expert_parallel_text(r);
   const MemoryPlan plan = memory_plan(r);
   out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(plan.device_states),
                      plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "");

@@ -11,9 +11,10 @@ namespace dstrain::config {
 // Parameter counts from the config alone (nothing is allocated), with the formulas of the
 // architecture reference: dense LLaMA-style with grouped KV heads; MLA + DeepSeekMoE.
 struct ParameterCounts {
-  int64_t total;      // every parameter
-  int64_t active;     // those a token uses (MoE: top-k routed + shared experts)
-  int64_t embedding;  // the input embedding (a gather, not a matmul)
+  int64_t total;       // every parameter
+  int64_t active;      // those a token uses (MoE: top-k routed + shared experts)
+  int64_t embedding;   // the input embedding (a gather, not a matmul)
+  int64_t routed = 0;  // MoE: the routed experts' (what expert parallelism spreads over ranks)
 };
 ParameterCounts parameter_counts(const ModelConfig& model);
 
@@ -25,6 +26,15 @@ struct ModelStateMemory {
   double device_bytes;  // per rank, on the training device
   double host_bytes;    // per rank, in host memory (optimizer offload)
 };
+// The parameters one rank holds and shards: with expert parallelism (moe.expert_parallel_size E)
+// a rank holds 1/E of the routed experts, sharded over world / E ranks; the rest over the world.
+struct RankParameters {
+  double dense = 0, experts = 0;             // held: every non-routed parameter, this rank's experts
+  double dense_ranks = 1, expert_ranks = 1;  // the ranks each is data-parallel (ZeRO-sharded) over
+  double shard = 0;                          // the elements this rank's optimizer steps (stage 0: all it holds)
+};
+RankParameters rank_parameters(const Recipe& recipe);
+
 // Parameters, gradients and optimizer state per rank (activations and buffers are extra):
 // mixed precision (bf16/fp16): 2 + 2 + 12 bytes per parameter, fp32: 4 + 4 + 12; stage 1
 // partitions the optimizer state, stage 2 also gradients, stage 3 also parameters.

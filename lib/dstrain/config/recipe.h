@@ -181,6 +181,12 @@ struct ZeroConfig {
   int64_t sub_group_size = 1000000000;
 };
 
+struct MoeConfig {
+  // Expert parallelism: each MoE layer's routed experts are spread over this many consecutive
+  // ranks (tokens dispatched by all-to-all); each expert is data-parallel over world / this.
+  int64_t expert_parallel_size = 1;
+};
+
 struct CheckpointConfig {
   std::string dir;              // "" = run_dir/ckpt
   int64_t interval_steps = 0;   // 0: no step-based saves (the end is always saved)
@@ -230,6 +236,7 @@ struct Recipe {
   TrainConfig train;
   PrecisionConfig precision;
   ZeroConfig zero;
+  MoeConfig moe;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   LaunchConfig launch;

@@ -188,6 +188,22 @@ void resolve_length(LoadContext& ctx) {
   }
 }
 
+// moe.expert_parallel_size against the model and the world: also on a resume at another size.
+template <typename Problem>
+void check_expert_parallel(const Recipe& r, Problem&& problem) {
+  const int64_t ep = r.moe.expert_parallel_size;
+  if (ep == 1) return;
+  if (r.model.family != ModelFamily::kMlaMoe)
+    problem(
+        fmt::format("moe.expert_parallel_size {} needs an MoE model (model.family mla_moe); this model is {}", ep, name(r.model.family)));
+  else if (r.model.n_routed_experts % ep != 0)
+    problem(fmt::format("moe.expert_parallel_size {} does not divide model.n_routed_experts {}: every rank must hold as many experts", ep,
+                        r.model.n_routed_experts));
+  if (r.world_size() % ep != 0)
+    problem(fmt::format("moe.expert_parallel_size {} does not divide the world size {} ({} node(s) x {} per node)", ep, r.world_size(),
+                        r.launch.nnodes, r.launch.nproc_per_node));
+}
+
 void validate(LoadContext& ctx) {
   const Recipe& r = ctx.recipe;
   auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
@@ -207,6 +223,7 @@ void validate(LoadContext& ctx) {
     if (m.topk_method == TopkMethod::kNoauxTc && m.scoring_func != ScoringFunc::kSigmoid)
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
   }
+  check_expert_parallel(r, problem);
   if (m.family == ModelFamily::kMlaMoe) {
   } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
@@ -323,6 +340,11 @@ Recipe resized_for(const Recipe& recipe, int64_t nproc_per_node, int64_t nnodes)
                                    r.train.micro_batch_size, world),
                 fmt::format("resume on one of these rank counts: {}", fmt::join(fits, ", ")));
   }
+  if (world % r.moe.expert_parallel_size != 0)
+    throw Error(ErrorCode::kUsage,
+                what + fmt::format(": moe.expert_parallel_size {} does not divide {} ranks", r.moe.expert_parallel_size, world),
+                "resume on a multiple of moe.expert_parallel_size ranks, or with --set moe.expert_parallel_size=N for an N that divides "
+                "both (checkpoints hold every expert under its global name)");
   r.launch.nproc_per_node = nproc_per_node;
   r.launch.nnodes = nnodes;
   r.train.gradient_accumulation_steps = r.train.global_batch_size / per_step;

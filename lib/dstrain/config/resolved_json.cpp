@@ -117,9 +117,10 @@ Recipe read_resolved_config(const std::string& path) {
     const auto& c = doc.at("config");
     for (const auto& f : recipe_schema()) {
       const auto dot = f.path.find('.');
-      const auto* section = dot == std::string::npos ? &c : &c.at(f.path.substr(0, dot));
+      const bool new_section = dot != std::string::npos && !c.contains(f.path.substr(0, dot));  // e.g. moe
+      const auto* section = dot == std::string::npos || new_section ? &c : &c.at(f.path.substr(0, dot));
       const std::string key = dot == std::string::npos ? f.path : f.path.substr(dot + 1);
-      if (!section->contains(key)) {
+      if (new_section || !section->contains(key)) {
         added_since.push_back(f.path);
         continue;
       }

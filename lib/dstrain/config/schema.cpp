@@ -184,6 +184,12 @@ std::vector<Field> zero_fields() {
   };
 }
 
+std::vector<Field> moe_fields() {
+  return {
+    {"moe.expert_parallel_size", 1, 65536, {}, "mla_moe: expert parallelism (DeepSpeed-MoE's ep_size). Each MoE layer's routed experts are spread over this many consecutive ranks, and tokens go to their experts by all-to-all; each expert's parameters are data-parallel (and ZeRO-sharded) over world_size / this ranks, the rest of the model over all ranks. Must divide the world size and model.n_routed_experts. 1: every rank holds every expert.", DS_FIELD(moe.expert_parallel_size)},
+  };
+}
+
 std::vector<Field> checkpoint_fields() {
   return {
     {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
@@ -233,7 +239,7 @@ const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
     for (auto section : {top_fields, model_fields, data_fields, optimizer_fields, schedule_fields, train_fields, precision_fields,
-                         zero_fields, checkpoint_fields, logging_fields, launch_fields}) {
+                         zero_fields, moe_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
     }
@@ -253,8 +259,8 @@ const Field* find_field(const std::string& path) {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> sections = {"model",     "data", "optimizer",  "schedule", "train",
-                                                    "precision", "zero", "checkpoint", "logging",  "launch"};
+  static const std::vector<std::string> sections = {"model", "data", "optimizer",  "schedule", "train", "precision",
+                                                    "zero",  "moe",  "checkpoint", "logging",  "launch"};
   return sections;
 }
 

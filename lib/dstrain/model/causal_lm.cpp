@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
 #include "dstrain/model/chunked_cross_entropy.h"
 #include "dstrain/model/dense_model.h"
 #include "dstrain/model/mla_moe_model.h"
@@ -69,8 +71,11 @@ c10::ScalarType scalar_type(config::Dtype dtype) {
   return c10::ScalarType::Float;
 }
 
-std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype) {
-  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype);
+std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype,
+                                     comm::Communicator* expert_group) {
+  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype, expert_group);
+  if (expert_group && expert_group->world_size() > 1)
+    throw Error(ErrorCode::kConfig, "expert parallelism needs an MoE model: this one is dense", "set moe.expert_parallel_size: 1");
   return std::make_unique<DenseModel>(config, seed, dtype);
 }
 

@@ -9,6 +9,10 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/named_tensor.h"
 
+namespace dstrain::comm {
+class Communicator;
+}
+
 namespace dstrain::model {
 
 constexpr int64_t kIgnoreIndex = -100;  // targets with this value do not count (HF convention)
@@ -97,7 +101,9 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
 c10::ScalarType scalar_type(config::Dtype dtype);
 
 // The model of config.family, initialised from `seed` alone (identical on every rank), in
-// `dtype` (float32 for training; float64 for gradient checks).
-std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+// `dtype` (float32 for training; float64 for gradient checks). expert_group: expert parallelism
+// (MoE models only): the model holds this rank's block of routed experts (MlaMoeModel).
+std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
+                                     comm::Communicator* expert_group = nullptr);
 
 }  // namespace dstrain::model

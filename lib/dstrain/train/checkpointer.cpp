@@ -104,8 +104,7 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   std::vector<ckpt::PieceView> mine;
   model::NamedTensors gathered;  // no shared filesystem: rank 0's full copy
   if (shared_) {
-    if (!engine_.shard_replicated() || rank == 0)
-      for (const auto& run : engine_.shard_runs()) mine.push_back({run.tensor, run.start, run.count, run.data});
+    for (const auto& run : engine_.saved_shard_runs()) mine.push_back({run.tensor, run.start, run.count, run.data});
   } else {
     gathered = rank == 0 ? engine_.full_state() : model::NamedTensors{};
     engine_.gather_full_state(gathered);
@@ -121,7 +120,7 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   // Sharded: the shard table places every rank's shards, so a rank reports only its file's size,
   // CRC and replicated pieces (issue 26: not 3 pieces per unit and rank).
   const std::shared_ptr<const ckpt::ShardTable> table =
-      shared_ && !engine_.shard_replicated() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
+      shared_ && engine_.has_shard_table() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
   if (async_) {
     std::string dir = save_in_background(step, samples_consumed, staging, metas, mine, table);  // copies the pieces first
     engine_.drop_host_copies();
@@ -170,7 +169,7 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
     owned.push_back({p.tensor, p.start, p.count, snapshot->back().data()});
   }
   const int rank = comm_.rank();
-  const int writers = engine_.shard_replicated() ? 1 : comm_.world_size();
+  const int writers = engine_.shard_writers();
   const ckpt::TrainState ts = train_state(step, samples_consumed);
   const ckpt::Retention retention{recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every};
   const auto timeout = std::chrono::seconds(recipe_.launch.timeout_s);

@@ -58,8 +58,24 @@ config::Recipe checked_recipe(const run::WorkerEnv& env) {
 // summaries and barriers, the environment check).
 struct Communicators {
   std::unique_ptr<comm::Communicator> gloo, nccl;
+  // Expert parallelism (moe.expert_parallel_size E > 1), split from the engine's: E consecutive
+  // ranks exchange tokens; the ranks with the same experts (every E-th) reduce their gradients.
+  std::unique_ptr<comm::Communicator> expert_parallel, expert_data;
   comm::Communicator& engine() { return nccl ? *nccl : *gloo; }
+  zero::ExpertGroups experts() const { return {expert_parallel.get(), expert_data.get()}; }
 };
+
+void split_expert_groups(Communicators& c, int64_t expert_parallel_size) {
+  const int world = c.engine().world_size(), ep = static_cast<int>(expert_parallel_size);
+  if (ep <= 1) return;
+  std::vector<std::vector<int>> parallel(static_cast<size_t>(world / ep)), data(static_cast<size_t>(ep));
+  for (int r = 0; r < world; ++r) {
+    parallel[static_cast<size_t>(r / ep)].push_back(r);
+    data[static_cast<size_t>(r % ep)].push_back(r);
+  }
+  c.expert_parallel = c.engine().split(parallel);
+  c.expert_data = c.engine().split(data);
+}
 
 Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
   const comm::Endpoint endpoint =
@@ -72,6 +88,7 @@ Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe
     client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
   }
+  split_expert_groups(c, recipe.moe.expert_parallel_size);
   if (env.rank == 0)
     log::info(device.device.is_cuda() ? fmt::format("training on GPUs: rank 0 on {} ({}, {:.1f} GiB); gradients and parameters over NCCL",
                                                     device.device.str(), device.name, device.memory_gib)
@@ -124,7 +141,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.heartbeat = std::make_unique<HeartbeatSender>(env, static_cast<double>(p.recipe.launch.heartbeat_timeout_s));
   // Every rank's software, hardware, config and data files alike (check-env without its probes).
   if (p.recipe.launch.env_check && env.env_check) envcheck::preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
-  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype));
+  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get());
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
   p.model->set_loss_chunk_tokens(p.recipe.train.loss_chunk_tokens);
@@ -134,7 +151,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }
-  p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device));
+  p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts());
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
   p.buffers = std::make_unique<model::TensorState>(p.model->buffers());
   p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine,
@@ -173,6 +190,7 @@ void Trainer::plan_shutdown() {
   p.ending.add("heartbeat thread", [&p] { p.heartbeat.reset(); });
   p.ending.add("device work", [&p] { device::synchronize(p.device.device); });
   p.ending.add("engine, model and buffers", [&p] { p.engine.reset(), p.buffers.reset(), p.model.reset(); });
+  p.ending.add("expert-parallel communicators", [&p] { p.comm.expert_parallel.reset(), p.comm.expert_data.reset(); });
   p.ending.add("NCCL communicator", [&p] { p.comm.nccl.reset(); });
   p.ending.add("Gloo communicator and its threads", [&p] { p.comm.gloo.reset(); });
   p.ending.add("device memory cache", [&p] { device::release_cached_memory(p.device.device); });

@@ -64,6 +64,11 @@ struct Engine::Impl final : model::LayerGate {
   at::Device optim_device;  // master weights and Adam states: the device, or the CPU when offloaded
   bool offload = false;
   bool params_on_host = false;  // stage 3 offload_param: param_shard in (pinned) host memory
+  // Expert parallelism: E ranks share one layer's routed experts; the world / E ranks with the
+  // same block (the expert-data-parallel group) reduce and gather the expert units among them.
+  ExpertGroups experts;
+  int ep = 1, ep_rank = 0, edp_world = 1, edp_rank = 0;
+  int64_t first_local_expert = 0, local_experts = 0;  // this rank's block of each layer's routed experts
   Layout layout;
   std::vector<ShardSegment> segments;
   std::vector<at::Tensor> params;           // the model's parameter handles
@@ -87,6 +92,10 @@ struct Engine::Impl final : model::LayerGate {
   // here (stage 3 uses param_shard; stage 0 and one rank write the full buffers directly).
   at::Tensor model_shard;
   std::unique_ptr<optim::FusedStep> fused;  // the norm and the update over the shard's runs
+  // Stage 0 with expert parallelism: the runs whose gradients this rank counts in the global norm
+  // (the dense ones on rank 0, an expert block's on its first holder); null when all or none are.
+  std::unique_ptr<optim::FusedStep> norm_only;
+  bool norm_counts_none = false;
   struct Pending {
     comm::WorkHandle work;
     at::Tensor received;  // stage 1-3: the reduce-scatter's output
@@ -100,18 +109,32 @@ struct Engine::Impl final : model::LayerGate {
   double waited_gather_ms = 0;  // blocked on parameter all-gathers since then
   LossScaler scaler;
 
-  Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o)
+  Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o, const ExpertGroups& x)
       : model(m), comm(c), opt(o), rank(c.rank()), world(c.world_size()), shard_world(o.stage == 0 ? 1 : c.world_size()),
         dtype(model::scalar_type(o.dtype)), device(o.device), optim_device(o.offload_optimizer ? at::Device(at::kCPU) : o.device),
-        offload(o.offload_optimizer), params_on_host(o.offload_param && o.stage == 3 && o.offload_optimizer),
-        layout(layout_params(m), shard_world, std::max<int64_t>(1, o.reduce_bucket_size)),
-        segments(layout.segments(o.stage == 0 ? 0 : c.rank())),
+        offload(o.offload_optimizer), params_on_host(o.offload_param && o.stage == 3 && o.offload_optimizer), experts(checked_groups(c, x)),
+        ep(experts.parallel ? experts.parallel->world_size() : 1), ep_rank(experts.parallel ? experts.parallel->rank() : 0),
+        edp_world(experts.data ? experts.data->world_size() : world), edp_rank(experts.data ? experts.data->rank() : rank),
+        layout(layout_params(m, ep > 1), shard_world, std::max<int64_t>(1, o.reduce_bucket_size), o.stage == 0 ? 1 : edp_world),
+        segments(layout.segments(o.stage == 0 ? 0 : rank, o.stage == 0 ? 0 : edp_rank)),
         scaler(o.dtype == config::Dtype::kFp16 ? o.loss_scaler : LossScalerConfig{1.0}) {
-    if (c.device() != o.device)
-      throw Error(
-          ErrorCode::kInternal,
-          fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), c.backend(), c.device().str()),
-          "this is a dstrain bug; please report it");
+    for (const comm::Communicator* group :
+         {static_cast<const comm::Communicator*>(&c), static_cast<const comm::Communicator*>(experts.data)})
+      if (group && group->device() != o.device)
+        throw Error(ErrorCode::kInternal,
+                    fmt::format("the ZeRO engine trains on {} but its {} communicator works on {}", o.device.str(), group->backend(),
+                                group->device().str()),
+                    "this is a dstrain bug; please report it");
+  }
+
+  // Both groups or none; E x (world / E) ranks. Without expert parallelism (E = 1) there are none.
+  static ExpertGroups checked_groups(const comm::Communicator& c, const ExpertGroups& x) {
+    if (!x.parallel && !x.data) return {};
+    if (!x.parallel || !x.data || x.parallel->world_size() * x.data->world_size() != c.world_size())
+      throw Error(ErrorCode::kInternal, "the ZeRO engine's expert groups do not partition its ranks",
+                  "this is a dstrain bug; please report it");
+    if (x.parallel->world_size() == 1) return {};
+    return x;
   }
 
   at::TensorOptions on_device(at::ScalarType t) const { return at::TensorOptions().dtype(t).device(device); }
@@ -127,13 +150,29 @@ struct Engine::Impl final : model::LayerGate {
     return at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(optim_device).pinned_memory(pin)).zero_();
   }
 
-  static std::vector<Layout::Param> layout_params(const model::CausalLM& m) {
+  static std::vector<Layout::Param> layout_params(const model::CausalLM& m, bool expert_parallel) {
     std::vector<Layout::Param> out;
-    for (const auto& p : m.parameters()) out.push_back({p.name, p.tensor.numel(), p.tensor.dim()});
+    for (const auto& p : m.parameters())
+      out.push_back({p.name, p.tensor.numel(), p.tensor.dim(), expert_parallel && expert_index_of(p.name) >= 0});
     return out;
   }
 
-  int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : rank) * u.chunk(); }
+  // A unit's group: the world, or (expert units) the expert-data-parallel group.
+  comm::Communicator& comm_of(const Unit& u) const { return u.expert ? *experts.data : comm; }
+  int place_of(const Unit& u) const { return u.expert ? edp_rank : rank; }
+  int ranks_of(const Unit& u) const { return u.expert ? edp_world : world; }
+  int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : place_of(u)) * u.chunk(); }
+  // Stage 0 without expert parallelism: every rank holds every reduced gradient, its own norm is the norm.
+  bool replicated_norm() const { return opt.stage == 0 && ep == 1; }
+  // The name of this rank's expert parameter `name` in expert-parallel rank `target`'s block.
+  std::string name_on(const std::string& name, int target) const {
+    const int64_t j = expert_index_of(name);
+    if (j < 0 || target == ep_rank) return name;
+    const std::string key = fmt::format(".mlp.experts.{}.", j);
+    const auto at = name.find(key);
+    return name.substr(0, at) + fmt::format(".mlp.experts.{}.", j - first_local_expert + target * local_experts) +
+           name.substr(at + key.size());
+  }
   int last_group() const { return layout.num_groups() - 1; }
 
   void build() {
@@ -201,7 +240,32 @@ struct Engine::Impl final : model::LayerGate {
       }
     }
     if (opt.stage != 3 && !offload && world > 1 && opt.stage > 0) model_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
-    fused = std::make_unique<optim::FusedStep>(device, dtype, step_runs());
+    const std::vector<optim::StepRun> runs = step_runs();
+    fused = std::make_unique<optim::FusedStep>(device, dtype, runs);
+    if (ep > 1) plan_expert_norm(runs);
+  }
+
+  // Expert parallelism: this rank's block of routed experts, and (stage 0) the runs it counts in
+  // the gradient norm, so that the world's sum counts every gradient once.
+  void plan_expert_norm(const std::vector<optim::StepRun>& runs) {
+    int64_t lo = -1, hi = -1;
+    for (const ParamSlot& p : layout.params()) {
+      const int64_t j = expert_index_of(p.name);
+      if (j >= 0) lo = lo < 0 ? j : std::min(lo, j), hi = std::max(hi, j);
+    }
+    first_local_expert = std::max<int64_t>(lo, 0), local_experts = hi - lo + 1;
+    if (opt.stage != 0) return;
+    std::vector<optim::StepRun> counted;
+    for (size_t i = 0; i < segments.size(); ++i)
+      if (layout.params()[static_cast<size_t>(segments[i].param)].expert ? edp_rank == 0 : rank == 0) counted.push_back(runs[i]);
+    norm_counts_none = counted.empty();
+    if (!counted.empty() && counted.size() < runs.size()) norm_only = std::make_unique<optim::FusedStep>(device, dtype, counted);
+  }
+
+  // This rank's part of the global squared gradient norm, given the squares of all it holds.
+  double counted_sum_squares(double all) const {
+    if (replicated_norm() || norm_counts_none) return 0;
+    return norm_only ? norm_only->grad_sum_squares() : all;
   }
 
   // The optimizer's runs: per shard segment, where its gradient is (the reduced full buffer at
@@ -321,7 +385,7 @@ struct Engine::Impl final : model::LayerGate {
       if (resident[u] || gathering[u] || storage_present(unit_full[u])) continue;
       const Unit& unit = layout.units()[u];
       allocate_storage(unit_full[u]);
-      gathering[u] = comm.all_gather(on_device_copy(param_shard.narrow(0, unit.shard_offset, unit.chunk())), unit_full[u]);
+      gathering[u] = comm_of(unit).all_gather(on_device_copy(param_shard.narrow(0, unit.shard_offset, unit.chunk())), unit_full[u]);
     }
   }
   void finish_gather(int group) {
@@ -358,13 +422,15 @@ struct Engine::Impl final : model::LayerGate {
     for (int ui : units_of_group[static_cast<size_t>(group)]) {
       const auto u = static_cast<size_t>(ui);
       const Unit& unit = layout.units()[u];
+      comm::Communicator& group_comm = comm_of(unit);
+      const bool shared = ranks_of(unit) > 1;
       if (opt.stage == 0) {
-        if (world > 1) pending.push_back({comm.all_reduce(unit_grad[u]), {}, ui});
+        if (shared) pending.push_back({group_comm.all_reduce(unit_grad[u]), {}, ui});
         continue;
       }
       if (opt.stage == 1) {  // in place: this rank's chunk of the full buffer receives the sum
         at::Tensor mine = unit_grad[u].narrow(0, my_chunk_start(unit), unit.chunk());
-        if (world > 1) pending.push_back({comm.reduce_scatter(unit_grad[u], mine), {}, ui});
+        if (shared) pending.push_back({group_comm.reduce_scatter(unit_grad[u], mine), {}, ui});
         continue;
       }
       at::Tensor input;
@@ -380,8 +446,8 @@ struct Engine::Impl final : model::LayerGate {
         }
       }
       at::Tensor received = at::empty({unit.chunk()}, on_device(dtype));
-      if (world > 1) {
-        pending.push_back({comm.reduce_scatter(input, received), received, ui});
+      if (shared) {
+        pending.push_back({group_comm.reduce_scatter(input, received), received, ui});
       } else {
         received.copy_(input);
         pending.push_back({nullptr, received, ui});
@@ -416,15 +482,18 @@ struct Engine::Impl final : model::LayerGate {
       const Unit& unit = units[u];
       const at::Tensor mine = source.narrow(0, unit.shard_offset, unit.chunk());
       if (opt.stage == 3 && !resident[u]) continue;
-      if (opt.stage == 0 || world == 1) {
+      if (opt.stage == 0 || ranks_of(unit) == 1) {
         unit_full[u].narrow(0, my_chunk_start(unit), unit.chunk()).copy_(mine);
         continue;
       }
-      pending.push_back({comm.all_gather(on_device_copy(mine), unit_full[u]), {}, -1});
+      pending.push_back({comm_of(unit).all_gather(on_device_copy(mine), unit_full[u]), {}, -1});
     }
     for (auto& pend : pending) timed_wait(*pend.work, waited_gather_ms);
     pending.clear();
   }
+
+  // This rank's runs of the optimizer state (Engine::shard_runs); saved_only: those it writes.
+  std::vector<ShardRun> runs(bool saved_only) const;
 
   // --- model::LayerGate -----------------------------------------------------------------------
   void before_group(int group) override {
@@ -455,8 +524,8 @@ struct Engine::Impl final : model::LayerGate {
   }
 };
 
-Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, comm, options)) {
+Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts)
+    : impl_(std::make_unique<Impl>(model, comm, options, experts)) {
   if (options.stage < 0 || options.stage > 3) throw Error(ErrorCode::kConfig, fmt::format("zero.stage {} is not 0-3", options.stage));
   if (options.offload_param && options.stage == 3 && !options.offload_optimizer)
     throw Error(ErrorCode::kConfig,
@@ -497,23 +566,26 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     if (const at::Tensor first = m.first_grad(); first.defined()) first.fill_(std::numeric_limits<float>::infinity());
     inject_overflow_ = false;
   }
-  // One small all-reduce: the caller's sums and (when sharded) the squared gradient norm, whose
-  // inf/nan also signals an fp16 overflow on any rank; unsharded (stage 0), a count of the ranks
-  // whose norm is not finite, so that no rank updates while another skips. The squares are summed
-  // in double straight from the model-dtype gradients (one pass, one synchronisation): the norm
-  // decides clipping, and fp32 accumulation here would let ranks and the single process drift apart.
+  // One small all-reduce: the caller's sums, this rank's part of the squared gradient norm (its
+  // shard's; unsharded, nothing: its own norm is the norm) and a count of the ranks whose
+  // gradients are not finite, so that no rank updates while another skips (an fp16 overflow).
+  // With expert parallelism at stage 0 the parts count each gradient once (plan_expert_norm).
+  // The squares are summed in double straight from the model-dtype gradients (one pass, one
+  // synchronisation): the norm decides clipping, and fp32 accumulation here would let ranks and
+  // the single process drift apart.
   const double local_sq = m.fused->grad_sum_squares();
   std::vector<float> scalars(sums.begin(), sums.end());
-  scalars.push_back(static_cast<float>(m.opt.stage == 0 ? (std::isfinite(local_sq) ? 0.0 : 1.0) : local_sq));
+  scalars.push_back(static_cast<float>(m.counted_sum_squares(local_sq)));
+  scalars.push_back(std::isfinite(local_sq) ? 0.0f : 1.0f);
   at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
   if (m.world > 1) timed_wait(*m.comm.all_reduce(packed), m.waited_ms);
   const at::Tensor reduced = packed.cpu();
   const float* reduced_values = reduced.data_ptr<float>();
   for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(reduced_values[i]);
-  const double total_sq = m.opt.stage == 0 ? local_sq : reduced_values[sums.size()];
+  const double total_sq = m.replicated_norm() || m.world == 1 ? local_sq : reduced_values[sums.size()];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
-  result.skipped = m.opt.stage == 0 ? reduced_values[sums.size()] > 0 || !std::isfinite(local_sq) : !std::isfinite(total_sq);
+  result.skipped = reduced_values[sums.size() + 1] > 0 || !std::isfinite(total_sq);
   if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
   if (result.skipped) {
     ++skipped_;
@@ -571,15 +643,29 @@ std::string Engine::describe() const {
                                                   : ", pageable host memory (zero.pin_memory false): copies block",
                               m.params_on_host ? fmt::format("; parameter shards in host memory, {:.2f} MiB", mb(r.host_params)) : "")
                 : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
+  const std::string experts = m.ep > 1
+                                  ? fmt::format(" (routed experts over {} ranks, {} per rank and layer, each expert data-parallel over {})",
+                                                m.ep, m.local_experts, m.edp_world)
+                                  : "";
   return fmt::format(
-      "ZeRO stage {} on {} rank(s), {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
+      "ZeRO stage {} on {} rank(s){}, {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
       "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
-      m.opt.stage, m.world, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off", where,
-      mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
+      m.opt.stage, m.world, experts, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off",
+      where, mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
 }
 
-std::vector<Engine::ShardRun> Engine::shard_runs() const {
+std::vector<Engine::ShardRun> Engine::shard_runs() const { return impl_->runs(/*saved_only=*/false); }
+
+std::vector<Engine::ShardRun> Engine::saved_shard_runs() const { return impl_->runs(/*saved_only=*/true); }
+
+int Engine::shard_writers() const {
   const Impl& m = *impl_;
+  // Stage 0: rank 0, and with expert parallelism ranks 0..E-1 (the first of each block's holders).
+  return m.opt.stage == 0 ? m.ep : m.world;
+}
+
+std::vector<Engine::ShardRun> Engine::Impl::runs(bool saved_only) const {
+  const Impl& m = *this;
   std::vector<ShardRun> out;
   // The checkpointer reads and writes host memory: a shard on a GPU goes through host copies,
   // refreshed here and uploaded again by publish_loaded_shard().
@@ -591,9 +677,12 @@ std::vector<Engine::ShardRun> Engine::shard_runs() const {
   }
   const std::pair<const char*, const at::Tensor*> kinds[] = {{"", states[0]}, {"exp_avg.", states[1]}, {"exp_avg_sq.", states[2]}};
   for (const auto& [prefix, shard] : kinds)
-    for (const ShardSegment& s : m.segments)
-      out.push_back({prefix + m.layout.params()[static_cast<size_t>(s.param)].name, s.param_offset, s.numel,
-                     shard->data_ptr<float>() + s.shard_offset});
+    for (const ShardSegment& s : m.segments) {
+      const ParamSlot& slot = m.layout.params()[static_cast<size_t>(s.param)];
+      // Stage 0 replicates every run over its group: the group's first rank saves it.
+      if (saved_only && m.opt.stage == 0 && (slot.expert ? m.edp_rank : m.rank) != 0) continue;
+      out.push_back({prefix + slot.name, s.param_offset, s.numel, shard->data_ptr<float>() + s.shard_offset});
+    }
   return out;
 }
 
@@ -613,10 +702,25 @@ ckpt::ShardTable Engine::shard_table() const {
   return t;
 }
 
+bool Engine::has_shard_table() const { return !shard_replicated() && impl_->ep == 1; }
+
 std::vector<Engine::StateTensor> Engine::state_tensors() const {
+  const Impl& m = *impl_;
+  // The model's parameters in order; with expert parallelism each run of this rank's expert
+  // parameters stands for every rank's block, in expert order (the unsharded model's order).
+  std::vector<StateTensor> params;
+  const model::NamedTensors& mine = m.model.parameters();
+  for (size_t i = 0; i < mine.size();) {
+    size_t end = i + 1;
+    const bool expert = m.ep > 1 && expert_index_of(mine[i].name) >= 0;
+    while (expert && end < mine.size() && expert_index_of(mine[end].name) >= 0) ++end;
+    for (int target = 0; target < (expert ? m.ep : 1); ++target)
+      for (size_t k = i; k < end; ++k) params.push_back({m.name_on(mine[k].name, target), "float32", mine[k].tensor.sizes().vec()});
+    i = end;
+  }
   std::vector<StateTensor> out;
   for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
-    for (const auto& p : impl_->model.parameters()) out.push_back({prefix + p.name, "float32", p.tensor.sizes().vec()});
+    for (const auto& p : params) out.push_back({prefix + p.name, p.dtype, p.shape});
   return out;
 }
 
@@ -673,39 +777,39 @@ void Engine::drop_host_copies() {
 }
 
 model::NamedTensors Engine::full_state() const {
-  const Impl& m = *impl_;
   model::NamedTensors out;
-  for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
-    for (const auto& p : m.model.parameters()) out.push_back({prefix + p.name, at::zeros(p.tensor.sizes(), at::kFloat)});
+  for (const StateTensor& t : state_tensors()) out.push_back({t.name, at::zeros(t.shape, at::kFloat)});
   return out;
 }
-
-namespace {
-// For each shard tensor, the full-state tensors it maps to, in full_state() order.
-struct StateMap {
-  const at::Tensor* shard;
-  size_t first;  // index of the first parameter's tensor in the full state
-};
-}  // namespace
 
 void Engine::gather_full_state(const model::NamedTensors& full) {
   Impl& m = *impl_;
   c10::NoGradGuard no_grad;
-  const size_t np = m.params.size();
-  const StateMap maps[] = {{&m.master, 0}, {&m.exp_avg, np}, {&m.exp_avg_sq, 2 * np}};
-  for (const auto& map : maps) {
+  std::map<std::string, const at::Tensor*> by_name;
+  for (const auto& t : full) by_name[t.name] = &t.tensor;
+  const std::pair<const char*, const at::Tensor*> kinds[] = {{"", &m.master}, {"exp_avg.", &m.exp_avg}, {"exp_avg_sq.", &m.exp_avg_sq}};
+  for (const auto& [prefix, shard] : kinds) {
     for (const Unit& unit : m.layout.units()) {
       at::Tensor whole = at::empty({unit.padded}, m.on_device(at::kFloat));
-      const at::Tensor mine = map.shard->narrow(0, unit.shard_offset, unit.chunk()).to(m.device).contiguous();
-      if (m.opt.stage == 0 || m.world == 1)
+      const at::Tensor mine = shard->narrow(0, unit.shard_offset, unit.chunk()).to(m.device).contiguous();
+      if (m.opt.stage == 0 || m.ranks_of(unit) == 1)
         whole.copy_(mine);
       else
-        m.comm.all_gather(mine, whole)->wait();
-      if (full.empty()) continue;
-      for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
-        const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
-        full[map.first + static_cast<size_t>(i)].tensor.view({-1}).copy_(whole.narrow(0, slot.offset, slot.numel));
+        m.comm_of(unit).all_gather(mine, whole)->wait();
+      // An expert unit: every expert-parallel rank's block of the same shape, in rank order.
+      std::vector<at::Tensor> blocks{whole};
+      if (unit.expert) {
+        at::Tensor all = at::empty({m.ep * unit.padded}, m.on_device(at::kFloat));
+        m.experts.parallel->all_gather(whole, all)->wait();
+        blocks = all.chunk(m.ep);
       }
+      if (full.empty()) continue;
+      for (size_t target = 0; target < blocks.size(); ++target)
+        for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+          const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
+          const std::string name = prefix + (unit.expert ? m.name_on(slot.name, static_cast<int>(target)) : slot.name);
+          by_name.at(name)->view({-1}).copy_(blocks[target].narrow(0, slot.offset, slot.numel));
+        }
     }
   }
 }

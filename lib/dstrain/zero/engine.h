@@ -18,6 +18,11 @@
 // model-dtype parameter shard lives in pinned host memory, written there by the CPU update, and a
 // layer group's chunks go up to the device just before its all-gather (with the prefetch).
 // fp16 uses the dynamic loss scaler.
+// Expert parallelism (ExpertGroups): the model holds only its block of routed experts. Their
+// units are split, reduced and gathered over the expert-data-parallel group (the ranks holding
+// the same block), every other unit over the world; gradients are still averaged over the world
+// (each rank's loss is its share of the global batch), and the gradient norm counts each expert
+// once. Checkpoints hold every expert under its global name, whatever the expert-parallel size.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -65,6 +70,12 @@ struct EngineOptions {
   LossScalerConfig loss_scaler;                // fp16 only
 };
 
+// Expert parallelism's two groups, split from the engine's communicator (they outlive the engine).
+struct ExpertGroups {
+  comm::Communicator* parallel = nullptr;  // the ranks one layer's routed experts are spread over (E consecutive ranks)
+  comm::Communicator* data = nullptr;      // the ranks that hold the same experts (world / E, every E-th rank)
+};
+
 // The recipe's zero, precision and optimizer sections for an engine on `device`.
 EngineOptions options_from(const config::Recipe& recipe, const at::Device& device);
 
@@ -103,7 +114,8 @@ class Engine final : public model::Stateful {
  public:
   // Takes over the model's parameters: they become views of the engine's flat buffers, in the
   // configured dtype. Collective: every rank constructs it at the same point.
-  Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options);
+  // With expert groups (expert_parallel_size > 1), the model must hold this rank's experts only.
+  Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -139,14 +151,22 @@ class Engine final : public model::Stateful {
     float* data = nullptr;
   };
   std::vector<ShardRun> shard_runs() const;
+  // The runs this rank writes into a checkpoint: every rank's own at stage 1-3; at stage 0 the
+  // replicated runs once (rank 0, and with expert parallelism each expert block's first holder).
+  std::vector<ShardRun> saved_shard_runs() const;
+  // The ranks 0..n-1 whose saved_shard_runs() are not empty.
+  int shard_writers() const;
   // Name, dtype and shape of every sharded tensor the engine saves (no allocation).
   struct StateTensor {
     std::string name, dtype;
     std::vector<int64_t> shape;
   };
   // Where shard_runs() lie in every rank's checkpoint file (format 3): the layout's units, so
-  // that the manifest need not list every rank's pieces. Meaningful when !shard_replicated().
+  // that the manifest need not list every rank's pieces. Only when has_shard_table(): sharded,
+  // one domain (with expert parallelism the manifest lists every rank's pieces).
   ckpt::ShardTable shard_table() const;
+  bool has_shard_table() const;
+  // Every expert's, not only this rank's (global names).
   std::vector<StateTensor> state_tensors() const;
   bool shard_replicated() const;
   // engine.state (EngineState), as a float64 tensor.

@@ -5,6 +5,10 @@
 // multiple of world_size * kAlignment elements and split into world_size equal chunks: rank r owns
 // chunk r of every unit, and its shard is those chunks back to back. Equal chunks let every
 // collective be a plain reduce-scatter / all-gather; the padding (the uneven tail) is zeros.
+// Expert parallelism adds a second domain: the routed experts' parameters are replicated only over
+// the expert-data-parallel group (world / expert_parallel_size ranks), so their units are split
+// into that many chunks, and a rank owns chunk <its place in that group> of them. A unit never
+// spans the two domains.
 // Pure arithmetic on sizes: no tensors, so it is unit-tested on its own.
 #include <cstdint>
 #include <string>
@@ -17,10 +21,11 @@ constexpr int64_t kAlignment = 16;  // elements: 64 bytes of fp32, one AVX-512 v
 struct ParamSlot {
   std::string name;
   int64_t numel = 0;
-  int group = 0;       // layer group: 0 embeddings, 1..L decoder layers, L+1 the rest
-  int unit = 0;        // the unit holding it
-  int64_t offset = 0;  // within the unit's flat buffer
-  bool decay = true;   // weight decay applies (not to norms, biases or routing biases)
+  int group = 0;        // layer group: 0 embeddings, 1..L decoder layers, L+1 the rest
+  int unit = 0;         // the unit holding it
+  int64_t offset = 0;   // within the unit's flat buffer
+  bool decay = true;    // weight decay applies (not to norms, biases or routing biases)
+  bool expert = false;  // a routed expert's parameter (expert parallelism's domain)
 };
 
 struct Unit {
@@ -31,7 +36,8 @@ struct Unit {
   int64_t flat_offset = 0;   // start in the full flat buffer (sum of earlier units' padded sizes)
   int64_t shard_offset = 0;  // start of this unit's chunk within every rank's shard
   int64_t chunk() const { return padded / world; }
-  int world = 1;
+  int world = 1;        // ranks the unit is split over: the world, or the expert-data-parallel group
+  bool expert = false;  // routed experts' parameters (the expert domain)
 };
 
 // A run of one parameter inside one rank's shard: the optimizer's unit of work.
@@ -49,22 +55,27 @@ class Layout {
     std::string name;
     int64_t numel = 0;
     int64_t ndim = 2;
+    bool expert = false;  // split over expert_world_size ranks instead of world_size
   };
-  // The parameters in the model's order.
-  Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements);
+  // The parameters in the model's order. expert_world_size: the ranks an expert parameter is
+  // split over (0: world_size, as every other parameter).
+  Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements, int expert_world_size = 0);
 
   int world_size() const { return world_; }
+  int expert_world_size() const { return expert_world_; }
   const std::vector<ParamSlot>& params() const { return params_; }
   const std::vector<Unit>& units() const { return units_; }
   int64_t numel() const { return numel_; }      // real parameters
   int64_t flat_numel() const { return flat_; }  // with padding
-  int64_t shard_numel() const { return flat_ / world_; }
+  int64_t shard_numel() const { return shard_; }
   int num_groups() const { return num_groups_; }
-  // The parameter runs rank `rank` owns, in shard order.
-  std::vector<ShardSegment> segments(int rank) const;
+  // The parameter runs a rank owns, in shard order: chunk `rank` of the dense units and chunk
+  // `expert_rank` (its place in the expert-data-parallel group; -1: `rank`) of the expert units.
+  std::vector<ShardSegment> segments(int rank, int expert_rank = -1) const;
 
  private:
-  int world_;
+  int world_, expert_world_;
+  int64_t shard_ = 0;
   std::vector<ParamSlot> params_;
   std::vector<Unit> units_;
   int64_t numel_ = 0, flat_ = 0;
@@ -73,6 +84,9 @@ class Layout {
 
 // The decoder layer of a Hugging Face name ("model.layers.<i>.*" -> i), or -1.
 int layer_index_of(const std::string& name);
+// The routed expert of a Hugging Face name ("*.mlp.experts.<j>.*" -> j), or -1 (shared experts
+// and everything else).
+int expert_index_of(const std::string& name);
 // Weight decay applies to matrices, never to norms, biases or the MoE routing bias.
 bool decays(const std::string& name, int64_t ndim);
 

@@ -524,6 +524,22 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": "auto"}}})",
        {"optimizer.params.weight_decay is \"auto\", but the recipe does not set optimizer.weight_decay"}},
+      {"expert parallelism on a dense model",
+       "launch: {nproc_per_node: 2}\ntrain: {steps: 10, micro_batch_size: 2}\nmoe: {expert_parallel_size: 2}\n",
+       "",
+       {"moe.expert_parallel_size 2 needs an MoE model (model.family mla_moe); this model is dense"}},
+      {"expert parallelism that splits no expert evenly",
+       "launch: {nproc_per_node: 4}\ntrain: {steps: 10, micro_batch_size: 2}\nmodel: {family: mla_moe, n_routed_experts: 6, "
+       "num_experts_per_tok: 2}\n"
+       "moe: {expert_parallel_size: 4}\n",
+       "",
+       {"moe.expert_parallel_size 4 does not divide model.n_routed_experts 6"}},
+      {"expert parallelism beyond the world",
+       "launch: {nproc_per_node: 2}\ntrain: {steps: 10, micro_batch_size: 2}\nmodel: {family: mla_moe, n_routed_experts: 4, "
+       "num_experts_per_tok: 2}\n"
+       "moe: {expert_parallel_size: 4}\n",
+       "",
+       {"moe.expert_parallel_size 4 does not divide the world size 2 (1 node(s) x 2 per node)"}},
       {"fp16 and bf16 together",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})",

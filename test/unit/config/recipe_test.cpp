@@ -154,6 +154,8 @@ TEST_CASE("a resolved config written before a key existed still reads, the key a
   CHECK(recipe.model.rope_scaling == config::RopeScaling::kNone);
   CHECK(recipe.model.hidden_size == 128);
   CHECK(recipe.sources.at("model.rope_scaling").find("written by an earlier dstrain") != std::string::npos);
+  CHECK(recipe.moe.expert_parallel_size == 1);  // a whole section added since (issue 22)
+  CHECK(recipe.sources.at("moe.expert_parallel_size").find("written by an earlier dstrain") != std::string::npos);
 
   test::TempDir dir;  // tampering is still refused
   std::string text = read_file(old);

@@ -58,6 +58,52 @@ TEST_CASE("engine: stages 0-3 at 1, 2 and 4 ranks give the single-rank losses an
   }
 }
 
+TEST_CASE("engine: expert parallelism 1, 2 and 4 at stages 0-3 on 4 ranks gives the single-rank MoE run", "[engine][expert-parallel]") {
+  EngineSpec one;
+  one.expert_parallel = 1;
+  const EngineRun reference = test::run_engine(one);
+  CHECK(reference.losses.back() < reference.losses.front());  // it trains
+  for (int ep : {1, 2, 4}) {
+    for (int stage : {0, 1, 2, 3}) {
+      DYNAMIC_SECTION("E = " << ep << ", stage " << stage) {
+        EngineSpec spec;
+        spec.world = 4, spec.stage = stage, spec.expert_parallel = ep;
+        spec.overlap_comm = stage == 3, spec.bucket = stage == 2 ? 700 : spec.bucket;
+        // Every expert's state, gathered under its global name: the whole model's, in its order.
+        const EngineRun run = test::run_engine(spec);
+        check_matches(run, reference, 2e-6);
+        if (ep > 1) CHECK(run.parameters < reference.parameters);  // a rank holds only its experts
+        CHECK(run.master.numel() == reference.master.numel());
+      }
+    }
+  }
+  SECTION("E = 2 with the optimizer and the parameters offloaded (stage 3)") {
+    EngineSpec spec;
+    spec.world = 4, spec.stage = 3, spec.expert_parallel = 2, spec.offload = spec.offload_param = true, spec.offload_chunk = 300;
+    check_matches(test::run_engine(spec), reference, 2e-6);
+  }
+  SECTION("E = 2 over 2 ranks: each expert on one rank (no expert data parallelism)") {
+    EngineSpec spec;
+    spec.world = 2, spec.stage = 2, spec.expert_parallel = 2;
+    check_matches(test::run_engine(spec), reference, 2e-6);
+  }
+}
+
+TEST_CASE("engine: with expert parallelism an overflow on any rank skips the step everywhere, stage 0 included",
+          "[engine][expert-parallel]") {
+  for (int stage : {0, 2}) {
+    for (int rank : {1, 3}) {
+      DYNAMIC_SECTION("stage " << stage << ", overflow on rank " << rank) {
+        EngineSpec spec;
+        spec.world = 4, spec.stage = stage, spec.expert_parallel = 2, spec.steps = 3, spec.overflow_at_step = 2, spec.overflow_rank = rank;
+        const EngineRun run = test::run_engine(spec);
+        CHECK(run.skipped == std::vector<bool>{false, true, false});
+        CHECK(run.skipped_steps == 1);
+      }
+    }
+  }
+}
+
 // Two ranks at each of `stages`, with `variant` applied, against the single-rank reference.
 template <typename Variant>
 void check_two_ranks(std::initializer_list<int> stages, Variant variant) {

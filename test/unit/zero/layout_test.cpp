@@ -76,3 +76,41 @@ TEST_CASE("layout: no weight decay on norms, biases and the routing bias", "[zer
                       l.params()[static_cast<size_t>(s.param)].name.find("embed") != std::string::npos ||
                       l.params()[static_cast<size_t>(s.param)].name == "lm_head.weight"));
 }
+
+TEST_CASE("layout: with expert parallelism the routed experts' units are split over the expert-data-parallel ranks", "[zero]") {
+  CHECK(expert_index_of("model.layers.3.mlp.experts.12.down_proj.weight") == 12);
+  CHECK(expert_index_of("model.layers.3.mlp.shared_experts.down_proj.weight") == -1);
+  CHECK(expert_index_of("model.layers.3.mlp.gate.weight") == -1);
+  // Layer 1 holds this rank's block: experts 2 and 3, between the router and a shared expert.
+  const std::vector<Layout::Param> params = {{"model.embed_tokens.weight", 100, 2, false},
+                                             {"model.layers.1.mlp.gate.weight", 40, 2, false},
+                                             {"model.layers.1.mlp.experts.2.up_proj.weight", 70, 2, true},
+                                             {"model.layers.1.mlp.experts.3.up_proj.weight", 70, 2, true},
+                                             {"model.layers.1.mlp.shared_experts.up_proj.weight", 50, 2, false},
+                                             {"lm_head.weight", 100, 2, false}};
+  const int world = 4, expert_world = 2;  // E = 2: each expert on 2 of the 4 ranks
+  const Layout l(params, world, 1000, expert_world);
+  // A unit never spans the two domains: embeddings | gate | experts | shared | head.
+  REQUIRE(l.units().size() == 5);
+  CHECK(l.units()[2].expert);
+  CHECK(l.units()[2].num_params == 2);
+  CHECK(l.units()[2].world == expert_world);
+  CHECK(l.units()[2].padded % (expert_world * kAlignment) == 0);
+  for (int u : {0, 1, 3, 4}) CHECK(l.units()[static_cast<size_t>(u)].world == world);
+  int64_t shard = 0;
+  for (const Unit& u : l.units()) {
+    CHECK(u.shard_offset == shard);
+    shard += u.chunk();
+  }
+  CHECK(l.shard_numel() == shard);
+  // Rank r is at place r / 2 of its expert-data-parallel group {r % 2, r % 2 + 2}: the dense
+  // elements once over the 4 ranks, the expert elements once per group (each group holds a block).
+  int64_t dense = 0, expert = 0;
+  for (int rank = 0; rank < world; ++rank)
+    for (const ShardSegment& s : l.segments(rank, rank / 2)) {
+      CHECK(s.shard_offset + s.numel <= l.shard_numel());
+      (l.params()[static_cast<size_t>(s.param)].expert ? expert : dense) += s.numel;
+    }
+  CHECK(dense == 100 + 40 + 50 + 100);
+  CHECK(expert == 2 * 140);
+}
