@@ -26,7 +26,14 @@ for ep in 1 2 4; do
 done
 grep -q "routed experts over 4 ranks, 1 per rank and layer, each expert data-parallel over 1" e4s2/logs/rank_00000.log ||
   fail "the engine's line does not describe the expert layout"
-ok "V3 routing: E = 1, 2, 4 at ZeRO 0-3 on 4 ranks give the single-process losses within 1e-5"
+python3 - e2s1/metrics.jsonl e1s1/metrics.jsonl <<'PY' || fail "all_to_all_ms is wrong"
+import json, sys
+ep, plain = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert all(r["all_to_all_ms"] is not None and r["all_to_all_ms"] >= 0 for r in ep), [r["all_to_all_ms"] for r in ep]
+assert sum(r["all_to_all_ms"] for r in ep) > 0, "no exchange time at all"
+assert all(r["all_to_all_ms"] is None for r in plain), "all_to_all_ms without expert parallelism"
+PY
+ok "V3 routing: E = 1, 2, 4 at ZeRO 0-3 on 4 ranks give the single-process losses within 1e-5; all_to_all_ms logged with E > 1"
 
 run v2one 1 "${v2[@]}"
 for case in "2 0" "2 1" "4 3"; do
@@ -34,7 +41,9 @@ for case in "2 0" "2 1" "4 3"; do
   run v2e$1s$2 4 "${v2[@]}" --set moe.expert_parallel_size=$1 --set zero.stage=$2
   python3 "$cmp" v2one/metrics.jsonl v2e$1s$2/metrics.jsonl --rtol 1e-5 || fail "V2 routing, E=$1 at ZeRO-$2 differs from one process"
 done
-ok "V2 routing (softmax, balance loss): E = 2 at ZeRO 0/1 and E = 4 at ZeRO-3 give the single-process losses"
+DSTRAIN_EP_OVERLAP=0 run v2e2s2 4 "${v2[@]}" --set moe.expert_parallel_size=2 --set zero.stage=2
+python3 "$cmp" v2one/metrics.jsonl v2e2s2/metrics.jsonl --rtol 1e-5 || fail "V2 routing, E=2 without overlap differs from one process"
+ok "V2 routing (softmax, balance loss): E = 2 at ZeRO 0/1/2 (2: the shared experts after the dispatch) and E = 4 at ZeRO-3 give the single-process losses"
 
 # Checkpoints at E = 4 (stage 0: the four expert blocks written by ranks 0-3, asynchronously; stage 1:
 # every rank its shard) hold every expert under its global name and continue at E = 2.

@@ -24,6 +24,7 @@ std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) 
           {"device_alloc_peak_mb", m.device_alloc_peak_mb},
           {"device_reserved_peak_mb", m.device_reserved_peak_mb},
           {"expert_imbalance", m.expert_imbalance},
+          {"all_to_all_ms", m.all_to_all_ms},
           {"forward_ms", m.forward_ms},
           {"backward_ms", m.backward_ms},
           {"issue_ms", m.issue_ms},

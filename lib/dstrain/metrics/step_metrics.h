@@ -38,6 +38,7 @@ struct StepMetrics {
   double device_alloc_peak_mb = kNone;  // CUDA caching allocator peaks (GPU runs)
   double device_reserved_peak_mb = kNone;
   double expert_imbalance = kNone;  // MoE: the busiest expert's load over the mean (1 = balanced)
+  double all_to_all_ms = kNone;     // expert parallelism: blocked on the token all-to-alls (what overlap did not hide)
   // wall_clock_breakdown: rank 0's step split into phases (collective waits may fall inside
   // forward/backward when overlapped).
   double forward_ms = kNone;

@@ -3,6 +3,7 @@
 // global parameter index), logits, a token-summed loss for token-weighted accumulation, and the
 // MoE hooks (expert load, bias update) that are no-ops for dense models.
 #include <cstdint>
+#include <limits>
 #include <memory>
 
 #include "dstrain/config/enums.h"
@@ -68,6 +69,9 @@ class CausalLM {
   // for dense models); then the aux-loss-free bias update with the load summed over all ranks.
   virtual at::Tensor take_expert_load() { return {}; }
   virtual void update_expert_bias(const at::Tensor& global_load) {}
+  // Expert parallelism: ms blocked on the token all-to-alls (forward and backward) since the last
+  // call; NaN for a model that exchanges nothing.
+  virtual double take_all_to_all_wait_ms() { return std::numeric_limits<double>::quiet_NaN(); }
 
   // The gate stays owned by the caller and must outlive every forward; nullptr removes it.
   void set_layer_gate(LayerGate* gate) { gate_ = gate; }

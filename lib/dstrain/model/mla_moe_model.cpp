@@ -5,7 +5,9 @@
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -24,8 +26,9 @@ struct MlaMoeModel::Impl {
   Rope rope;        // over qk_rope_head_dim
   at::Tensor load;  // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
   std::vector<int64_t> moe_layers;
-  comm::Communicator* expert_group = nullptr;   // expert parallelism: the ranks the routed experts are spread over
-  int64_t first_expert = 0, local_experts = 0;  // the routed experts this rank holds: [first, first + local)
+  comm::Communicator* expert_group = nullptr;        // expert parallelism: the ranks the routed experts are spread over
+  int64_t first_expert = 0, local_experts = 0;       // the routed experts this rank holds: [first, first + local)
+  mutable std::atomic<int64_t> exchange_wait_ns{0};  // blocked on the expert all-to-alls since take_all_to_all_wait_ms
 
   const at::Tensor& p(const std::string& name) const { return by_name.at(name); }
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
@@ -119,6 +122,11 @@ void MlaMoeModel::move_buffers_to(const c10::Device& device) {
   impl_->load = impl_->load.to(device);
   // set_data keeps every handle (buffers(), by_name, the checkpointer's list) pointing at it.
   for (auto& b : impl_->buffers) b.tensor.set_data(b.tensor.to(device));
+}
+
+double MlaMoeModel::take_all_to_all_wait_ms() {
+  if (!impl_->expert_group) return CausalLM::take_all_to_all_wait_ms();
+  return static_cast<double>(impl_->exchange_wait_ns.exchange(0)) / 1e6;
 }
 
 at::Tensor MlaMoeModel::take_expert_load() {
@@ -217,11 +225,23 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
     experts.up.push_back(m.p(p + "up_proj.weight"));
     experts.down.push_back(m.p(p + "down_proj.weight"));
   }
-  const RoutedOutput routed = routed_experts(flat, idx, weights, Nr, experts, m.expert_group, selective);
-  at::Tensor out = routed.out;
-  if (c.n_shared_experts > 0)
-    out = out + swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
-                       m.p(l + "mlp.shared_experts.down_proj.weight"), selective);
+  // The shared experts run while the routed tokens are dispatched to their experts' ranks.
+  at::Tensor shared;
+  auto shared_experts = [&] {
+    if (c.n_shared_experts > 0)
+      shared = swiglu(flat, m.p(l + "mlp.shared_experts.gate_proj.weight"), m.p(l + "mlp.shared_experts.up_proj.weight"),
+                      m.p(l + "mlp.shared_experts.down_proj.weight"), selective);
+  };
+  static const bool overlap = [] {  // DSTRAIN_EP_OVERLAP=0: after the exchange (for measuring what overlap hides)
+    const char* v = std::getenv("DSTRAIN_EP_OVERLAP");
+    return !(v && std::string(v) == "0");
+  }();
+  ExchangeHooks hooks;
+  hooks.wait_ns = &m.exchange_wait_ns;
+  if (m.expert_group && overlap) hooks.while_dispatching = shared_experts;
+  const RoutedOutput routed = routed_experts(flat, idx, weights, Nr, experts, m.expert_group, selective, ExpertKernels::kAuto, hooks);
+  if (!hooks.while_dispatching) shared_experts();
+  const at::Tensor out = shared.defined() ? routed.out + shared : routed.out;
   if (load_row.defined()) load_row.add_(routed.counts.to(at::kDouble));
 
   // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
@@ -20,30 +21,50 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+// The rows of `input` exchanged over `group`; `meanwhile` runs while the exchange is in flight.
+// The time blocked on it is added to *wait_ns.
 at::Tensor exchange_rows(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
-                         const std::vector<int64_t>& recv_rows) {
+                         const std::vector<int64_t>& recv_rows, std::atomic<int64_t>* wait_ns,
+                         const std::function<void()>& meanwhile = {}) {
   const at::Tensor in = input.contiguous();
   std::vector<int64_t> shape = in.sizes().vec();
   shape[0] = std::accumulate(recv_rows.begin(), recv_rows.end(), int64_t{0});
   at::Tensor out = at::empty(shape, in.options());
-  group.all_to_all(in, out, send_rows, recv_rows)->wait();
+  const comm::WorkHandle work = group.all_to_all(in, out, send_rows, recv_rows);
+  if (meanwhile) meanwhile();
+  const auto t0 = std::chrono::steady_clock::now();
+  work->wait();
+  if (wait_ns) *wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
+// The rows of `input` as exchanged (`received`, already there), differentiably: the gradient
+// goes back through the reverse exchange.
 struct AllToAllRows : torch::autograd::Function<AllToAllRows> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, comm::Communicator* group, std::vector<int64_t> send_rows,
-                            std::vector<int64_t> recv_rows) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& received, comm::Communicator* group,
+                            std::vector<int64_t> send_rows, std::vector<int64_t> recv_rows, std::atomic<int64_t>* wait_ns) {
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
+    ctx->saved_data["wait_ns"] = reinterpret_cast<int64_t>(wait_ns);
     ctx->saved_data["send"] = send_rows;
     ctx->saved_data["recv"] = recv_rows;
-    return exchange_rows(*group, input, send_rows, recv_rows);
+    return received;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto* group = reinterpret_cast<comm::Communicator*>(ctx->saved_data["group"].toInt());
+    auto* wait_ns = reinterpret_cast<std::atomic<int64_t>*>(ctx->saved_data["wait_ns"].toInt());
     const std::vector<int64_t> send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
-    return {exchange_rows(*group, grads[0], recv, send), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {exchange_rows(*group, grads[0], recv, send, wait_ns), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// exchange_rows, differentiable.
+at::Tensor exchange_differentiable(comm::Communicator& group, const at::Tensor& input, const std::vector<int64_t>& send_rows,
+                                   const std::vector<int64_t>& recv_rows, const ExchangeHooks& hooks,
+                                   const std::function<void()>& meanwhile = {}) {
+  // The payload only (detached; `meanwhile` records its own graph): AllToAllRows puts it in the graph.
+  const at::Tensor received = exchange_rows(group, input.detach(), send_rows, recv_rows, hooks.wait_ns, meanwhile);
+  return AllToAllRows::apply(input, received, &group, send_rows, recv_rows, hooks.wait_ns);
+}
 
 // Experts [0, counts.size()) of `experts` on rows sorted by expert (counts[e] rows each).
 // Always a function of `rows` (even when no expert has a row): autograd must reach every
@@ -82,13 +103,15 @@ at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& count
 }
 
 // Sorted rows -> their experts' ranks -> the local experts -> back, in the same order.
+// The dispatch is issued before hooks.while_dispatching runs and waited for after it.
 at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sorted, const std::vector<int64_t>& counts,
-                                const at::Tensor& device_counts, const LocalExperts& experts, bool selective, bool grouped) {
+                                const at::Tensor& device_counts, const LocalExperts& experts, bool selective, bool grouped,
+                                const ExchangeHooks& hooks) {
   const int E = group.world_size();
   const int64_t local = static_cast<int64_t>(experts.gate.size());
   // Counts first: rank r receives, from every rank, how many rows it routes to each of r's experts.
   const std::vector<int64_t> block(static_cast<size_t>(E), local);
-  const at::Tensor arrived_counts = exchange_rows(group, device_counts, block, block).cpu();  // [E * local]: (src, expert)
+  const at::Tensor arrived_counts = exchange_rows(group, device_counts, block, block, hooks.wait_ns).cpu();  // [E * local]: (src, expert)
   const int64_t* from = arrived_counts.data_ptr<int64_t>();
   std::vector<int64_t> send_rows(static_cast<size_t>(E), 0), recv_rows(static_cast<size_t>(E), 0);
   for (int r = 0; r < E; ++r)
@@ -96,7 +119,7 @@ at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sor
       send_rows[static_cast<size_t>(r)] += counts[static_cast<size_t>(r * local + e)];
       recv_rows[static_cast<size_t>(r)] += from[r * local + e];
     }
-  const at::Tensor arrived = AllToAllRows::apply(sorted, &group, send_rows, recv_rows);  // (src, expert) order
+  const at::Tensor arrived = exchange_differentiable(group, sorted, send_rows, recv_rows, hooks, hooks.while_dispatching);  // (src, expert)
   // Into (expert, src) order, so that each local expert's rows are contiguous.
   std::vector<int64_t> offset(static_cast<size_t>(E * local) + 1, 0);
   for (int64_t i = 0; i < E * local; ++i) offset[static_cast<size_t>(i) + 1] = offset[static_cast<size_t>(i)] + from[i];
@@ -111,7 +134,7 @@ at::Tensor run_parallel_experts(comm::Communicator& group, const at::Tensor& sor
   const at::Tensor order = at::tensor(perm, at::kLong).to(sorted.device());
   const at::Tensor by_expert = run_experts(arrived.index_select(0, order), per_expert, experts, selective, grouped);
   const at::Tensor back = at::empty_like(order).scatter_(0, order, at::arange(order.numel(), order.options()));  // the inverse
-  return AllToAllRows::apply(by_expert.index_select(0, back).contiguous(), &group, recv_rows, send_rows);
+  return exchange_differentiable(group, by_expert.index_select(0, back), recv_rows, send_rows, hooks);
 }
 
 }  // namespace
@@ -127,7 +150,8 @@ bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts) {
 }
 
 RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
-                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective, ExpertKernels kernels) {
+                            const LocalExperts& experts, comm::Communicator* ep_group, bool selective, ExpertKernels kernels,
+                            const ExchangeHooks& hooks) {
   const int E = ep_group ? ep_group->world_size() : 1;
   const int64_t local = static_cast<int64_t>(experts.gate.size());
   if (n_experts % E != 0 || local * E != n_experts || (ep_group && experts.first != ep_group->rank() * local))
@@ -148,7 +172,7 @@ RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const
   } else {
     const at::Tensor host_counts = counts.cpu();  // the loop and the exchange run on the host (one sync per MoE layer on a GPU)
     const std::vector<int64_t> count(host_counts.data_ptr<int64_t>(), host_counts.data_ptr<int64_t>() + n_experts);
-    expert_out = ep_group ? run_parallel_experts(*ep_group, sorted, count, counts, experts, selective, grouped)
+    expert_out = ep_group ? run_parallel_experts(*ep_group, sorted, count, counts, experts, selective, grouped, hooks)
                           : run_local_experts(sorted, count, experts, selective);
   }
   return {at::zeros_like(flat).index_add(0, token_of, expert_out * weight_of.unsqueeze(1)), counts};

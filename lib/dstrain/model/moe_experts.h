@@ -11,7 +11,9 @@
 // group must call this for the same layer at the same time, in forward and in backward.
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace dstrain::comm {
@@ -38,12 +40,19 @@ struct RoutedOutput {
 // DSTRAIN_GROUPED_MM is not 0, else the loop.
 enum class ExpertKernels { kAuto, kLoop, kGroupedMm };
 
+// Expert parallelism's exchanges: where the time blocked on them goes, and the work that hides
+// the token dispatch (DeepSeek-V3 and Megatron overlap it with the shared experts).
+struct ExchangeHooks {
+  std::atomic<int64_t>* wait_ns = nullptr;  // += ns blocked on the all-to-alls: counts, dispatch, combine, and their backward
+  std::function<void()> while_dispatching;  // with an expert group: runs after the dispatch is issued, before it is waited for
+};
+
 // flat [N, H]; idx [N, K] chosen experts (global ids); weights [N, K] their weights.
 // ep_group: nullptr (every expert here) or the ranks the experts are spread over.
 // selective: SwiGLU's activation recomputed in backward.
 RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,
                             const LocalExperts& experts, comm::Communicator* ep_group, bool selective,
-                            ExpertKernels kernels = ExpertKernels::kAuto);
+                            ExpertKernels kernels = ExpertKernels::kAuto, const ExchangeHooks& hooks = {});
 
 // Whether kAuto picks the grouped GEMMs for rows like `rows` and these experts.
 bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts);

@@ -189,6 +189,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
     const at::Tensor mean = load.mean(1).clamp_min(1e-12);
     m.expert_imbalance = (std::get<0>(load.max(1)) / mean).max().item<double>();  // the worst layer
   }
+  m.all_to_all_ms = o.all_to_all_ms;
   if (recipe_.logging.wall_clock_breakdown) {
     m.forward_ms = forward_ms_;
     m.backward_ms = backward_ms_;

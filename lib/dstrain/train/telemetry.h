@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,7 +46,8 @@ struct StepOutcome {
   int64_t global_batch = 0;
   int64_t accumulation = 0;
   double step_ms = 0, data_wait_ms = 0, comm_wait_ms = 0, reduce_ms = 0, gather_ms = 0, optimizer_ms = 0, checkpoint_ms = 0;
-  at::Tensor expert_load;  // global, [layers, experts] (MoE), else undefined
+  at::Tensor expert_load;                                           // global, [layers, experts] (MoE), else undefined
+  double all_to_all_ms = std::numeric_limits<double>::quiet_NaN();  // expert parallelism: blocked on token exchanges
   // On straggler steps: every rank's (compute ms, wait ms) per step, rank-major; else empty.
   std::vector<double> straggler_times;
 };

@@ -288,6 +288,7 @@ Trainer::StepEnd Trainer::step() {
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
   o.expert_load = expert_load;
+  o.all_to_all_ms = p.model->take_all_to_all_wait_ms();
   if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
   p.telemetry->finish_step(o);
   return end_step(all);

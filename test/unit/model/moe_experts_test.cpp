@@ -7,12 +7,17 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include <atomic>
+#include <chrono>
 #include <map>
 #include <memory>
+#include <thread>
 #include <string>
 #include <vector>
 
+#include "comm/gloo_ranks.h"
 #include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_server.h"
 #include "dstrain/comm/thread_communicator.h"
 #include "dstrain/model/layers.h"
 #include "dstrain/model/mla_moe_model.h"
@@ -146,7 +151,7 @@ TEST_CASE("expert parallelism over 2 and 4 ranks gives the one-rank outputs and 
 }
 
 TEST_CASE("the MLA + MoE model with its experts over 2 ranks: one rank's losses and gradients", "[model][moe][expert-parallel]") {
-  const config::ModelConfig cfg = test::tiny_v3();  // 4 experts
+  const config::ModelConfig cfg = dstrain::test::tiny_v3();  // 4 experts
   const int E = 2;
   std::vector<std::string> failures(E);
   comm::run_on_threads(E, [&](comm::Communicator& world) {
@@ -183,6 +188,55 @@ TEST_CASE("the MLA + MoE model with its experts over 2 ranks: one rank's losses 
   });
   for (int r = 0; r < E; ++r) {
     INFO("rank " << r);
+    CHECK(failures[static_cast<size_t>(r)] == "");
+  }
+}
+
+TEST_CASE("expert parallelism on real Gloo ranks: the dispatch overlaps the caller's work, and the exchange waits are counted",
+          "[model][moe][expert-parallel]") {
+  // Rank 1's work during the dispatch takes 150 ms; rank 0's does nothing. Rank 0 then waits for
+  // rank 1's combine: its counted wait is at least ~150 ms, in forward. In backward rank 1 starts
+  // 150 ms late: rank 0's counted wait grows by as much again. The outputs equal the run without work.
+  const std::string run_id = "moe-overlap";
+  comm::StoreServer server("127.0.0.1", 0, run_id, std::chrono::seconds(30));
+  std::vector<std::string> failures(2);
+  const model::LocalExperts all = all_experts(7);
+  const auto errors = ::test::on_gloo_ranks(
+      2, std::chrono::seconds(30),
+      [&](comm::Communicator& group) {
+        const int r = group.rank();
+        std::string& fail = failures[static_cast<size_t>(r)];
+        const model::LocalExperts mine = block_of(all, r * kExperts / 2, kExperts / 2);
+        const Tokens t = tokens_of(r, 24, 0);
+        std::atomic<int64_t> wait_ns{0};
+        int calls = 0;
+        at::Tensor side;
+        model::ExchangeHooks hooks;
+        hooks.wait_ns = &wait_ns;
+        hooks.while_dispatching = [&] {
+          ++calls;
+          side = t.flat * 2;  // recorded: its gradient must reach flat
+          if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        };
+        const model::RoutedOutput got =
+            model::routed_experts(t.flat, t.idx, t.weights, kExperts, mine, &group, false, model::ExpertKernels::kLoop, hooks);
+        const double forward_ms = static_cast<double>(wait_ns.load()) / 1e6;
+        if (calls != 1) fail += fmt::format(" the work ran {} times;", calls);
+        if (r == 0 && forward_ms < 120) fail += fmt::format(" forward wait {:.1f} ms;", forward_ms);
+        const model::RoutedOutput plain =
+            model::routed_experts(t.flat.detach(), t.idx, t.weights.detach(), kExperts, mine, &group, false, model::ExpertKernels::kLoop);
+        if (!at::equal(got.out, plain.out)) fail += " outputs differ;";
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(150));
+        const int64_t before = wait_ns.load();
+        (got.out * t.upstream + side).sum().backward();
+        const double backward_ms = static_cast<double>(wait_ns.load() - before) / 1e6;
+        if (r == 0 && backward_ms < 120) fail += fmt::format(" backward wait {:.1f} ms;", backward_ms);
+        if (!t.flat.grad().defined()) fail += " no gradient;";
+      },
+      server, run_id);
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[static_cast<size_t>(r)] == "");
     CHECK(failures[static_cast<size_t>(r)] == "");
   }
 }
