@@ -147,4 +147,20 @@ assert [r["loss_scale"] for r in rows] == [65536, 65536, 65536, 32768, 32768, 32
 assert rows[3]["lr"] == rows[2]["lr"], "a skipped step must not advance the LR schedule"
 PY
 ok "fp16: an injected inf skips its step, halves the scale and holds the LR schedule"
+
+# zero.delayed_update (DPU): each step's CPU update is applied at the end of the next one. It
+# trains (another trajectory than without the delay), and a checkpoint applies the pending update
+# first, so a run continued from it with the same checkpoint steps matches the uninterrupted run
+# exactly (the save at step 20 applies its update early in both).
+run dpu 2 4 --set zero.stage=2 --set zero.offload_optimizer=cpu --set zero.delayed_update=true --set zero.delayed_update_after=5 --set checkpoint.interval_steps=10 \
+  --set checkpoint.keep_last=0
+expect_out "delayed update: each step's update runs during the next step"
+python3 "$cmp" dpu/metrics.jsonl --decreases 1.0 || fail "the delayed update does not train"
+if python3 "$cmp" s2n2/metrics.jsonl dpu/metrics.jsonl --rtol 1e-3 > /dev/null 2>&1; then fail "the delayed update changed nothing"; fi
+run dpu_resumed 2 4 --set zero.stage=2 --set zero.offload_optimizer=cpu --set zero.delayed_update=true --set zero.delayed_update_after=5 --set checkpoint.interval_steps=10 \
+  --set checkpoint.keep_last=0 --resume dpu/ckpt/step_00000010
+python3 "$cmp" dpu/metrics.jsonl dpu_resumed/metrics.jsonl --resumed --exact || fail "a run continued from a delayed-update checkpoint differs"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set zero.delayed_update=true --set run_dir=dpu_bad
+expect_out "zero.delayed_update (--set) needs zero.offload_optimizer = cpu"
+ok "zero.delayed_update trains another trajectory, resumes exactly from its checkpoints, and needs offload_optimizer"
 finish

@@ -56,6 +56,8 @@ zero::EngineOptions engine_options(const EngineSpec& spec) {
   o.offload_optimizer = spec.offload;
   o.offload_param = spec.offload_param;
   o.offload_chunk = spec.offload_chunk;
+  o.delayed_update = spec.delayed_update;
+  o.delayed_update_after = spec.delayed_after;
   o.persistence_threshold = 64;  // stage 3 really shards the tiny model's matrices
   o.prefetch_bucket_size = 4096;
   o.adam = {1e-2, 0.9, 0.95, 1e-8, 0.1, true, 1};
@@ -88,7 +90,7 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
       const at::Tensor flat = load.to(at::kDouble).contiguous().view(-1);
       sums.insert(sums.end(), flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
     }
-    const zero::StepResult r = engine.step(1e-2, step + 1 - engine.skipped_steps(), sums);
+    const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), sums);
     if (load.defined())
       model.update_expert_bias(
           at::tensor(std::vector<double>(r.sums.begin() + 1, r.sums.end()), at::kDouble).view(load.sizes()).to(at::kFloat));

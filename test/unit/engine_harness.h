@@ -38,6 +38,9 @@ struct EngineSpec {
   // > 0: the tiny V3-style MoE model (tiny_moe_config) instead of the dense one, its routed
   // experts spread over this many ranks (expert parallelism; 1: every rank holds every expert).
   int expert_parallel = 0;
+  bool delayed_update = false;  // with offload
+  int64_t delayed_after = 0;    // updates applied without delay first
+  double lr = 1e-2;
 };
 
 struct EngineRun {  // rank 0's view

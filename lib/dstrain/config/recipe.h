@@ -173,6 +173,8 @@ struct ZeroConfig {
   OffloadDevice offload_optimizer = OffloadDevice::kNone;
   OffloadDevice offload_param = OffloadDevice::kNone;  // stage 3
   bool pin_memory = true;                              // offloaded host state and staging page-locked
+  bool delayed_update = false;                         // offload: ZeRO-Offload's one-step delayed parameter update (changes the math)
+  int64_t delayed_update_after = 40;                   // ... from this many applied updates on (the first ones undelayed)
   int64_t stage3_prefetch_bucket_size = 50000000;
   int64_t stage3_param_persistence_threshold = 100000;
   int64_t stage3_max_live_parameters = 1000000000;

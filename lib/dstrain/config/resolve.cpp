@@ -284,6 +284,9 @@ void validate(LoadContext& ctx) {
         fmt::format("zero.offload_param = {} ({}) needs zero.offload_optimizer = cpu as well: the parameter shard lives where the "
                     "optimizer updates it (ZeRO-Infinity's CPU tier offloads both)",
                     name(z.offload_param), r.sources.at("zero.offload_param")));
+  if (z.delayed_update && z.offload_optimizer == OffloadDevice::kNone)
+    problem(fmt::format("zero.delayed_update ({}) needs zero.offload_optimizer = cpu: it delays the CPU optimizer's update",
+                        r.sources.at("zero.delayed_update")));
   for (auto& w : inert_key_warnings(r)) warn(std::move(w));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));

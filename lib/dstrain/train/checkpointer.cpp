@@ -87,7 +87,8 @@ void Checkpointer::finish() {
 }
 
 std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
-  finish();  // at most one save pending
+  finish();          // at most one save pending
+  engine_.settle();  // zero.delayed_update: the pending update goes into the model before the state is saved
   const int rank = comm_.rank();
   // The global tensors: the engine's sharded ones (master weights, moments), then the replicated state.
   std::vector<ckpt::TensorMeta> metas;

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <map>
+#include <thread>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
@@ -82,6 +84,12 @@ struct Engine::Impl final : model::LayerGate {
   // the pinned staging of the gradient shard (GPU only), and the chunks as segment index ranges.
   at::Tensor published, host_grads;
   std::vector<std::pair<size_t, size_t>> offload_chunks;
+  // delayed_update: the CPU update of the last step runs on `updater`, from its gradients copied
+  // to host_grads, into master and `staged` (model dtype, host); the next step applies it.
+  std::thread updater;
+  std::exception_ptr update_error;
+  bool update_pending = false;
+  at::Tensor staged;
   // Host copies of the optimizer shard for checkpoints when it lives on a GPU.
   mutable at::Tensor mirror[3];
   mutable bool mirrored = false;
@@ -226,7 +234,10 @@ struct Engine::Impl final : model::LayerGate {
       published = opt.stage == 3 ? param_shard : master.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
       // The gradient shard comes down in the model dtype (half the bytes of fp32 in bf16), to pinned
       // memory, and is widened to fp32 on the CPU a chunk at a time, just before its update.
-      if (device.is_cuda()) host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(opt.pin_memory));
+      const bool pin = device.is_cuda() && opt.pin_memory;
+      if (device.is_cuda() || opt.delayed_update)  // delayed: the gradients must outlive the step
+        host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(pin));
+      if (opt.delayed_update) staged = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(pin));
       // Whole segments: the CPU kernel sees exactly the calls it would without offload
       // (bit-identical results), and the copy of chunk k+1 overlaps the update of chunk k.
       int64_t elements = 0;
@@ -322,28 +333,10 @@ struct Engine::Impl final : model::LayerGate {
       }
       source = host_grads;
     }
-    float* p = master.data_ptr<float>();
-    float* mm = exp_avg.data_ptr<float>();
-    float* vv = exp_avg_sq.data_ptr<float>();
     at::Tensor wide;  // fp32 scratch for one chunk (none in fp32 training)
     for (size_t c = 0; c < offload_chunks.size(); ++c) {
       if (gpu) arrived[c].synchronize();
-      const auto [begin, end] = span_of(offload_chunks[c]);
-      const float* g = nullptr;  // the gradient at shard offset `origin`
-      int64_t origin = 0;
-      if (dtype == at::kFloat) {
-        g = source.data_ptr<float>();
-      } else {
-        if (!wide.defined() || wide.numel() < end - begin) wide = at::empty({end - begin}, at::kFloat);
-        wide.narrow(0, 0, end - begin).copy_(source.narrow(0, begin, end - begin));
-        g = wide.data_ptr<float>(), origin = begin;
-      }
-      for (size_t i = offload_chunks[c].first; i < offload_chunks[c].second; ++i) {
-        const ShardSegment& s = segments[i];
-        optim::AdamHyper seg = h;
-        if (!s.decay) seg.weight_decay = 0;
-        optim::fused_adam(p + s.shard_offset, g + (s.shard_offset - origin), mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
-      }
+      const auto [begin, end] = update_chunk(c, source, wide, h, scale);
       if (params_on_host)  // the parameter shard is host memory too: converted here, gathered up per layer group
         published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
       else  // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered)
@@ -354,6 +347,63 @@ struct Engine::Impl final : model::LayerGate {
       uploaded.record(current_stream(device));
       uploaded.synchronize();
     }
+  }
+
+  // Adam on chunk c of the shard from `source` (the host gradient shard, model dtype), widening
+  // 16-bit gradients into `wide` first. Returns the chunk's shard range.
+  std::pair<int64_t, int64_t> update_chunk(size_t c, const at::Tensor& source, at::Tensor& wide, const optim::AdamHyper& h, float scale) {
+    const auto [begin, end] = span_of(offload_chunks[c]);
+    const float* g = nullptr;  // the gradient at shard offset `origin`
+    int64_t origin = 0;
+    if (dtype == at::kFloat) {
+      g = source.data_ptr<float>();
+    } else {
+      if (!wide.defined() || wide.numel() < end - begin) wide = at::empty({end - begin}, at::kFloat);
+      wide.narrow(0, 0, end - begin).copy_(source.narrow(0, begin, end - begin));
+      g = wide.data_ptr<float>(), origin = begin;
+    }
+    float* p = master.data_ptr<float>();
+    float* mm = exp_avg.data_ptr<float>();
+    float* vv = exp_avg_sq.data_ptr<float>();
+    for (size_t i = offload_chunks[c].first; i < offload_chunks[c].second; ++i) {
+      const ShardSegment& s = segments[i];
+      optim::AdamHyper seg = h;
+      if (!s.decay) seg.weight_decay = 0;
+      optim::fused_adam(p + s.shard_offset, g + (s.shard_offset - origin), mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
+    }
+    return {begin, end};
+  }
+
+  // --- delayed_update (ZeRO-Offload's DPU) ----------------------------------------------------
+  // This step's gradients go to host memory, and the CPU update from them starts on `updater`;
+  // the model keeps the parameters it has until apply_delayed() at the end of the next step.
+  void start_delayed(const at::Tensor& grads, const optim::AdamHyper& h, float scale) {
+    host_grads.copy_(grads);  // blocking: the device's gradient buffers are zeroed for the next step
+    update_pending = true;
+    updater = std::thread([this, h, scale] {
+      try {
+        at::Tensor wide;
+        for (size_t c = 0; c < offload_chunks.size(); ++c) {
+          const auto [begin, end] = update_chunk(c, host_grads, wide, h, scale);
+          staged.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
+        }
+      } catch (...) {
+        update_error = std::current_exception();
+      }
+    });
+  }
+  // Waits for a running update (master and the moments are then complete); rethrows its error.
+  void join_delayed() {
+    if (updater.joinable()) updater.join();
+    if (update_error) std::rethrow_exception(std::exchange(update_error, nullptr));
+  }
+  // The pending update into the model: `published`, then every rank's full buffers (collective).
+  void apply_delayed() {
+    join_delayed();
+    if (!update_pending) return;
+    update_pending = false;
+    published.copy_(staged, /*non_blocking=*/false);
+    publish_params();
   }
 
   // Where a test injects an overflow: the first gradient element of this rank's first parameter
@@ -531,11 +581,22 @@ Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOpt
     throw Error(ErrorCode::kConfig,
                 "zero.offload_param needs zero.offload_optimizer: the parameter shard is updated where the optimizer runs",
                 "set zero.offload_optimizer: cpu as well");
+  if (options.delayed_update && !options.offload_optimizer)
+    throw Error(ErrorCode::kConfig, "zero.delayed_update needs zero.offload_optimizer: it delays the CPU optimizer's update",
+                "set zero.offload_optimizer: cpu, or zero.delayed_update: false");
   impl_->build();
   model.set_layer_gate(impl_.get());
 }
 
-Engine::~Engine() { impl_->model.set_layer_gate(nullptr); }
+Engine::~Engine() {
+  if (impl_->updater.joinable()) impl_->updater.join();  // an error it had is moot now
+  impl_->model.set_layer_gate(nullptr);
+}
+
+void Engine::settle() {
+  c10::NoGradGuard no_grad;
+  if (impl_->opt.delayed_update) impl_->apply_delayed();
+}
 
 const Layout& Engine::layout() const { return impl_->layout; }
 
@@ -587,6 +648,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   result.grad_norm = std::sqrt(total_sq) / divisor;
   result.skipped = reduced_values[sums.size() + 1] > 0 || !std::isfinite(total_sq);
   if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
+  if (m.opt.delayed_update) m.apply_delayed();  // the previous step's update, computed while this step ran
   if (result.skipped) {
     ++skipped_;
   } else {
@@ -597,11 +659,15 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     h.step = applied_step;
     if (beta1 >= 0) h.beta1 = beta1;
     if (beta2 >= 0) h.beta2 = beta2;
-    if (m.offload)
-      m.offload_update(m.grad_shard_contiguous(), h, static_cast<float>(scale));
-    else
-      m.fused->apply(h, static_cast<float>(scale));  // writes the model-dtype copy too
-    m.publish_params();
+    if (m.opt.delayed_update && applied_step > m.opt.delayed_update_after) {
+      m.start_delayed(m.grad_shard_contiguous(), h, static_cast<float>(scale));  // applied at the end of the next step
+    } else {
+      if (m.offload)
+        m.offload_update(m.grad_shard_contiguous(), h, static_cast<float>(scale));
+      else
+        m.fused->apply(h, static_cast<float>(scale));  // writes the model-dtype copy too
+      m.publish_params();
+    }
   }
   // Zero the gradients for the next step.
   for (auto& g : m.unit_grad) g.zero_();
@@ -637,12 +703,15 @@ std::string Engine::describe() const {
   const MemoryReport r = memory();
   auto mb = [](int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   const std::string where =
-      m.offload ? fmt::format("offloaded to the CPU (fused Adam, {}; {} chunks{}{})", optim::fused_adam_isa(), m.offload_chunks.size(),
-                              !m.device.is_cuda() ? ""
-                              : m.opt.pin_memory  ? ", pinned, copies overlapped with the update"
-                                                  : ", pageable host memory (zero.pin_memory false): copies block",
-                              m.params_on_host ? fmt::format("; parameter shards in host memory, {:.2f} MiB", mb(r.host_params)) : "")
-                : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
+      m.offload
+          ? fmt::format(
+                "offloaded to the CPU (fused Adam, {}; {} chunks{}{}{})", optim::fused_adam_isa(), m.offload_chunks.size(),
+                !m.device.is_cuda() ? ""
+                : m.opt.pin_memory  ? ", pinned, copies overlapped with the update"
+                                    : ", pageable host memory (zero.pin_memory false): copies block",
+                m.params_on_host ? fmt::format("; parameter shards in host memory, {:.2f} MiB", mb(r.host_params)) : "",
+                m.opt.delayed_update ? "; delayed update: each step's update runs during the next step and is applied at its end" : "")
+          : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   const std::string experts = m.ep > 1
                                   ? fmt::format(" (routed experts over {} ranks, {} per rank and layer, each expert data-parallel over {})",
                                                 m.ep, m.local_experts, m.edp_world)
@@ -654,9 +723,16 @@ std::string Engine::describe() const {
       where, mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
 }
 
-std::vector<Engine::ShardRun> Engine::shard_runs() const { return impl_->runs(/*saved_only=*/false); }
+// A delayed update still running writes the master weights and moments: it finishes first.
+std::vector<Engine::ShardRun> Engine::shard_runs() const {
+  impl_->join_delayed();
+  return impl_->runs(/*saved_only=*/false);
+}
 
-std::vector<Engine::ShardRun> Engine::saved_shard_runs() const { return impl_->runs(/*saved_only=*/true); }
+std::vector<Engine::ShardRun> Engine::saved_shard_runs() const {
+  impl_->join_delayed();
+  return impl_->runs(/*saved_only=*/true);
+}
 
 int Engine::shard_writers() const {
   const Impl& m = *impl_;
@@ -759,6 +835,8 @@ void Engine::load_state(const model::NamedTensors& state) {
 void Engine::publish_loaded_shard() {
   c10::NoGradGuard no_grad;
   Impl& m = *impl_;
+  m.join_delayed();
+  m.update_pending = false;  // the loaded state replaces what it computed
   if (m.mirrored) {
     at::Tensor* states[] = {&m.master, &m.exp_avg, &m.exp_avg_sq};
     for (int i = 0; i < 3; ++i) states[i]->copy_(m.mirror[i]), m.mirror[i] = at::Tensor();
@@ -785,6 +863,7 @@ model::NamedTensors Engine::full_state() const {
 void Engine::gather_full_state(const model::NamedTensors& full) {
   Impl& m = *impl_;
   c10::NoGradGuard no_grad;
+  m.join_delayed();
   std::map<std::string, const at::Tensor*> by_name;
   for (const auto& t : full) by_name[t.name] = &t.tensor;
   const std::pair<const char*, const at::Tensor*> kinds[] = {{"", &m.master}, {"exp_avg.", &m.exp_avg}, {"exp_avg_sq.", &m.exp_avg_sq}};

@@ -17,6 +17,8 @@
 // back up at once (in the model dtype). With offload_param as well (stage 3, ZeRO-Infinity's CPU tier), the
 // model-dtype parameter shard lives in pinned host memory, written there by the CPU update, and a
 // layer group's chunks go up to the device just before its all-gather (with the prefetch).
+// With delayed_update (ZeRO-Offload's DPU), step t's CPU update runs on a thread during step t+1
+// and is applied at the end of step t+1 (a checkpoint applies it first: settle()).
 // fp16 uses the dynamic loss scaler.
 // Expert parallelism (ExpertGroups): the model holds only its block of routed experts. Their
 // units are split, reduced and gathered over the expert-data-parallel group (the ranks holding
@@ -59,6 +61,8 @@ struct EngineOptions {
   bool offload_optimizer = false;              // master weights + Adam states in (pinned) host memory, the step on the CPU
   bool offload_param = false;                  // stage 3 with offload_optimizer: the model-dtype parameter shard in host memory too
   bool pin_memory = true;                      // offloaded host memory page-locked (GPU runs): copies overlap
+  bool delayed_update = false;                 // offload: step t's CPU update runs during step t+1, applied at its end
+  int64_t delayed_update_after = 0;            // ... once this many updates were applied without delay
   at::Device device = at::kCPU;                // the model, gradients and collectives: the communicator's device
   int64_t offload_chunk = int64_t{16} << 20;   // offload: elements per copy/update chunk (whole parameter segments)
   int64_t prefetch_bucket_size = 50000000;     // stage 3: prefetch the next group when it is at most this
@@ -177,6 +181,10 @@ class Engine final : public model::Stateful {
   // A shard on a GPU is read and written through host copies that shard_runs() makes; after a
   // save they are no longer needed (12 bytes per shard element of host memory).
   void drop_host_copies();
+
+  // delayed_update: applies a pending CPU update now and publishes it (collective; before a
+  // checkpoint, so that the saved and the running parameters agree). No-op otherwise.
+  void settle();
 
   // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
   void inject_overflow() { inject_overflow_ = true; }

@@ -14,6 +14,8 @@ EngineOptions options_from(const config::Recipe& r, const at::Device& device) {
   o.offload_optimizer = r.zero.offload_optimizer == config::OffloadDevice::kCpu;
   o.offload_param = r.zero.offload_param == config::OffloadDevice::kCpu && r.zero.stage == 3;
   o.pin_memory = r.zero.pin_memory;
+  o.delayed_update = o.offload_optimizer && r.zero.delayed_update;
+  o.delayed_update_after = r.zero.delayed_update_after;
   o.prefetch_bucket_size = r.zero.stage3_prefetch_bucket_size;
   o.persistence_threshold = r.zero.stage3_param_persistence_threshold;
   o.dtype = r.precision.dtype;

@@ -524,6 +524,10 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": "auto"}}})",
        {"optimizer.params.weight_decay is \"auto\", but the recipe does not set optimizer.weight_decay"}},
+      {"delayed update without offload",
+       "train: {steps: 10, micro_batch_size: 2}\nzero: {stage: 2, delayed_update: true}\n",
+       "",
+       {"zero.delayed_update (", "recipe.yaml:4:", "needs zero.offload_optimizer = cpu"}},
       {"expert parallelism on a dense model",
        "launch: {nproc_per_node: 2}\ntrain: {steps: 10, micro_batch_size: 2}\nmoe: {expert_parallel_size: 2}\n",
        "",
@@ -653,6 +657,8 @@ TEST_CASE("every zero.* key either changes what the engine does or is listed as 
                                      "zero.offload_optimizer",
                                      "zero.offload_param",
                                      "zero.pin_memory",
+                                     "zero.delayed_update",
+                                     "zero.delayed_update_after",
                                      "zero.stage3_prefetch_bucket_size",
                                      "zero.stage3_param_persistence_threshold"};
   std::set<std::string> inert;

@@ -68,6 +68,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"model.topk_method", {"group_limited_greedy", {}}},
       {"model.n_group", {"2", {}}},
       {"model.topk_group", {"2", {"model.n_group=2"}}},
+      {"zero.delayed_update", {"true", {"zero.stage=2", "zero.offload_optimizer=cpu"}}},
       {"moe.expert_parallel_size",
        {"2", {"model.family=mla_moe", "model.n_routed_experts=4", "model.num_experts_per_tok=2", "launch.nproc_per_node=2"}}},
       {"data.path", {dir + "/other.txt", {}}},

@@ -89,6 +89,48 @@ TEST_CASE("engine: expert parallelism 1, 2 and 4 at stages 0-3 on 4 ranks gives 
   }
 }
 
+TEST_CASE("engine: delayed update (DPU): the update of step t is applied at the end of step t+1, alike at every stage and rank count",
+          "[engine]") {
+  EngineSpec plain;
+  plain.stage = 2, plain.offload = true, plain.offload_chunk = 300;
+  EngineSpec delayed = plain;
+  delayed.delayed_update = true;
+  SECTION("one step: the same update as without the delay") {
+    plain.steps = delayed.steps = 1;
+    const EngineRun a = test::run_engine(plain), b = test::run_engine(delayed);
+    CHECK(at::equal(a.master, b.master));
+    CHECK(at::equal(a.exp_avg_sq, b.exp_avg_sq));
+  }
+  SECTION("step 2 still runs on the initial parameters; step 3 on the first update's") {
+    plain.steps = delayed.steps = 2;
+    EngineSpec frozen = plain;
+    frozen.lr = 0;  // Adam with lr 0 leaves the parameters as they are
+    const EngineRun d = test::run_engine(delayed), f = test::run_engine(frozen), p = test::run_engine(plain);
+    CHECK(d.losses[1] == f.losses[1]);
+    CHECK(d.losses[1] != p.losses[1]);
+  }
+  SECTION("after 2 undelayed updates: steps 1-3 as without the delay, step 4 on the second update's parameters") {
+    plain.steps = delayed.steps = 4;
+    delayed.delayed_after = 2;
+    const EngineRun d = test::run_engine(delayed), p = test::run_engine(plain);
+    for (size_t i = 0; i < 3; ++i) CHECK(d.losses[i] == p.losses[i]);
+    CHECK(d.losses[3] != p.losses[3]);
+  }
+  SECTION("ZeRO 1-3 on 2 ranks (and the parameter shard offloaded) give the one-rank delayed run") {
+    delayed.steps = plain.steps = 6;
+    const EngineRun reference = test::run_engine(delayed);
+    CHECK(reference.losses.back() < reference.losses.front());                       // it trains
+    CHECK(worst_relative(reference.losses, test::run_engine(plain).losses) > 1e-4);  // and is another method
+    for (int stage : {1, 2, 3}) {
+      DYNAMIC_SECTION("stage " << stage) {
+        EngineSpec spec = delayed;
+        spec.world = 2, spec.stage = stage, spec.offload_param = stage == 3;
+        check_matches(test::run_engine(spec), reference, 2e-6);
+      }
+    }
+  }
+}
+
 TEST_CASE("engine: with expert parallelism an overflow on any rank skips the step everywhere, stage 0 included",
           "[engine][expert-parallel]") {
   for (int stage : {0, 2}) {
