@@ -75,6 +75,17 @@ for micro in 1 2 8; do
 done
 bench "1.3b, 2x4096, phases timed" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=2 --set data.seq_len=4096 \
   --set 'train.accumulation=[{steps: 1}]' --set logging.wall_clock_breakdown=true
+# Issue 23 (DSTRAIN_BENCH_OFFLOAD=1, a call of its own: these steps take seconds): ZeRO-3 with the
+# optimizer on the CPU at accumulation 8 against ZeRO-0 on the device, and with the one-step
+# delayed update (zero.delayed_update, from the first step) that hides the CPU Adam.
+if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" = 1 ]; then
+  acc8=(--set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 8}]' --set logging.wall_clock_breakdown=true)
+  bench "1.3b, 4x2048 x 8 accumulation, ZeRO-0" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}"
+  bench "1.3b, x 8, ZeRO-3 + offload_optimizer" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}" --set zero.stage=3 \
+    --set zero.offload_optimizer=cpu
+  bench "1.3b, x 8, ZeRO-3 + offload_optimizer, delayed update" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}" --set zero.stage=3 \
+    --set zero.offload_optimizer=cpu --set zero.delayed_update=true --set zero.delayed_update_after=0
+fi
 echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak | MFU peak used |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

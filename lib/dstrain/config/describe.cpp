@@ -123,7 +123,8 @@ MemoryPlan memory_plan(const Recipe& r) {
     // Stage 0/1: this rank's gradient chunks gathered into one shard; stages 1/2: the updated
     // chunks in the model dtype (stage 3 updates param_shard in place).
     plan.device_staging = (r.zero.stage <= 1 ? shard * elem : 0.0) + (r.zero.stage == 3 ? 0.0 : shard * elem);
-    plan.host_staging = shard * elem;  // the pinned gradient shard, in the model dtype (GPU runs)
+    plan.host_staging = shard * elem;                              // the pinned gradient shard, in the model dtype (GPU runs)
+    if (r.zero.delayed_update) plan.host_staging += shard * elem;  // the delayed update's parameters, staged on the host
   }
   if (param_shard_on_host(r)) {  // the gathered layer groups: the running one and the one prefetched
     const auto& m = r.model;

@@ -94,6 +94,10 @@ TEST_CASE("memory plan: model states, activations and offload staging per rank; 
   REQUIRE(layer > 256 * 64);
   CHECK(plan.device_staging == Approx(2.0 * layer * 2));
   CHECK(plan.host_staging == Approx(psi / 4 * 2));
+  // The delayed update stages its bf16 parameters on the host too.
+  r.zero.delayed_update = true;
+  CHECK(config::memory_plan(r).host_staging == Approx(psi / 4 * 2 * 2));
+  r.zero.delayed_update = false;
   // Activations alone beyond the GPU: nothing fits.
   CHECK(config::largest_model_fitting(r, plan.device_activations) == 0);
 }
