@@ -118,18 +118,12 @@ EngineRun run_engine(const EngineSpec& spec) {
   EngineRun record;
   comm::run_on_threads(spec.world, [&](comm::Communicator& comm) {
     // Expert parallelism: E consecutive ranks share the experts; every E-th rank holds the same.
-    std::unique_ptr<comm::Communicator> parallel, data;
-    if (spec.expert_parallel > 1) {
-      const int E = spec.expert_parallel;
-      std::vector<std::vector<int>> p(static_cast<size_t>(spec.world / E)), d(static_cast<size_t>(E));
-      for (int r = 0; r < spec.world; ++r) p[static_cast<size_t>(r / E)].push_back(r), d[static_cast<size_t>(r % E)].push_back(r);
-      parallel = comm.split(p);
-      data = comm.split(d);
-    }
-    const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel.get())
+    const comm::ExpertCommunicators groups = comm::split_expert_groups(comm, spec.expert_parallel);
+    comm::Communicator* parallel = groups.parallel.get();
+    const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel)
                                                 : make_tiny_model(spec.dtype);
     model->set_activation_checkpointing(spec.recompute);
-    zero::Engine engine(*model, comm, engine_options(spec), {parallel.get(), data.get()});
+    zero::Engine engine(*model, comm, engine_options(spec), {parallel, groups.data.get()});
     train_steps(engine, *model, comm, spec, 0, spec.steps, record);
     gather_state(engine, comm, record);
     if (comm.rank() == 0) record.memory = engine.memory(), record.parameters = model->num_parameters();

@@ -59,6 +59,30 @@ GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int r
   return place;
 }
 
+ExpertPartitions expert_partitions(int world, int expert_parallel_size) {
+  const int ep = expert_parallel_size;
+  if (ep < 1 || world % ep != 0)
+    throw Error(ErrorCode::kInternal, fmt::format("an expert-parallel size of {} does not divide {} ranks", ep, world),
+                "this is a dstrain bug (the config check refuses it); please report it");
+  ExpertPartitions p;
+  p.parallel.resize(static_cast<size_t>(world / ep));
+  p.data.resize(static_cast<size_t>(ep));
+  for (int r = 0; r < world; ++r) {
+    p.parallel[static_cast<size_t>(r / ep)].push_back(r);
+    p.data[static_cast<size_t>(r % ep)].push_back(r);
+  }
+  return p;
+}
+
+ExpertCommunicators split_expert_groups(Communicator& comm, int expert_parallel_size) {
+  if (expert_parallel_size <= 1) return {};
+  const ExpertPartitions p = expert_partitions(comm.world_size(), expert_parallel_size);
+  ExpertCommunicators c;
+  c.parallel = comm.split(p.parallel);
+  c.data = comm.split(p.data);
+  return c;
+}
+
 void check_all_to_all(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_rows,
                       const std::vector<int64_t>& recv_rows, int world) {
   auto bug = [](const std::string& what) {

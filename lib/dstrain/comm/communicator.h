@@ -83,6 +83,20 @@ struct GroupPlace {
 };
 GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int rank, int world);
 
+// Expert parallelism's two partitions of `world` ranks for an expert-parallel size E that divides
+// it: `parallel`, E consecutive ranks each (they exchange tokens and share one layer's experts);
+// `data`, every E-th rank (they hold the same experts and reduce their gradients).
+struct ExpertPartitions {
+  std::vector<std::vector<int>> parallel, data;
+};
+ExpertPartitions expert_partitions(int world, int expert_parallel_size);
+
+// Both groups split from `comm` (a collective, as split() is); none when E <= 1.
+struct ExpertCommunicators {
+  std::unique_ptr<Communicator> parallel, data;
+};
+ExpertCommunicators split_expert_groups(Communicator& comm, int expert_parallel_size);
+
 // Checks all_to_all's arguments against the communicator's size and the tensors (a dstrain bug
 // otherwise): counts per rank, non-negative, summing to the tensors' row counts.
 void check_all_to_all(const at::Tensor& input, const at::Tensor& output, const std::vector<int64_t>& send_rows,

@@ -72,6 +72,12 @@ class CausalLM {
   // Expert parallelism: ms blocked on the token all-to-alls (forward and backward) since the last
   // call; NaN for a model that exchanges nothing.
   virtual double take_all_to_all_wait_ms() { return std::numeric_limits<double>::quiet_NaN(); }
+  // The routed experts of each MoE layer this model holds: [first, first + count) (expert
+  // parallelism holds a block; without it, all of them; a dense model, none).
+  struct ExpertBlock {
+    int64_t first = 0, count = 0;
+  };
+  virtual ExpertBlock local_experts() const { return {}; }
 
   // The gate stays owned by the caller and must outlive every forward; nullptr removes it.
   void set_layer_gate(LayerGate* gate) { gate_ = gate; }

@@ -129,6 +129,8 @@ double MlaMoeModel::take_all_to_all_wait_ms() {
   return static_cast<double>(impl_->exchange_wait_ns.exchange(0)) / 1e6;
 }
 
+CausalLM::ExpertBlock MlaMoeModel::local_experts() const { return {impl_->first_expert, impl_->local_experts}; }
+
 at::Tensor MlaMoeModel::take_expert_load() {
   at::Tensor out = impl_->load.clone();
   impl_->load.zero_();

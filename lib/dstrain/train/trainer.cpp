@@ -65,18 +65,6 @@ struct Communicators {
   zero::ExpertGroups experts() const { return {expert_parallel.get(), expert_data.get()}; }
 };
 
-void split_expert_groups(Communicators& c, int64_t expert_parallel_size) {
-  const int world = c.engine().world_size(), ep = static_cast<int>(expert_parallel_size);
-  if (ep <= 1) return;
-  std::vector<std::vector<int>> parallel(static_cast<size_t>(world / ep)), data(static_cast<size_t>(ep));
-  for (int r = 0; r < world; ++r) {
-    parallel[static_cast<size_t>(r / ep)].push_back(r);
-    data[static_cast<size_t>(r % ep)].push_back(r);
-  }
-  c.expert_parallel = c.engine().split(parallel);
-  c.expert_data = c.engine().split(data);
-}
-
 Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
   const comm::Endpoint endpoint =
       comm::endpoint_of(env, std::chrono::seconds(recipe.launch.timeout_s),
@@ -88,7 +76,9 @@ Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe
     client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
   }
-  split_expert_groups(c, recipe.moe.expert_parallel_size);
+  comm::ExpertCommunicators experts = comm::split_expert_groups(c.engine(), static_cast<int>(recipe.moe.expert_parallel_size));
+  c.expert_parallel = std::move(experts.parallel);
+  c.expert_data = std::move(experts.data);
   if (env.rank == 0)
     log::info(device.device.is_cuda() ? fmt::format("training on GPUs: rank 0 on {} ({}, {:.1f} GiB); gradients and parameters over NCCL",
                                                     device.device.str(), device.name, device.memory_gib)

@@ -70,7 +70,7 @@ struct Engine::Impl final : model::LayerGate {
   // same block (the expert-data-parallel group) reduce and gather the expert units among them.
   ExpertGroups experts;
   int ep = 1, ep_rank = 0, edp_world = 1, edp_rank = 0;
-  int64_t first_local_expert = 0, local_experts = 0;  // this rank's block of each layer's routed experts
+  model::CausalLM::ExpertBlock block;  // this rank's block of each layer's routed experts
   Layout layout;
   std::vector<ShardSegment> segments;
   std::vector<at::Tensor> params;           // the model's parameter handles
@@ -178,8 +178,7 @@ struct Engine::Impl final : model::LayerGate {
     if (j < 0 || target == ep_rank) return name;
     const std::string key = fmt::format(".mlp.experts.{}.", j);
     const auto at = name.find(key);
-    return name.substr(0, at) + fmt::format(".mlp.experts.{}.", j - first_local_expert + target * local_experts) +
-           name.substr(at + key.size());
+    return name.substr(0, at) + fmt::format(".mlp.experts.{}.", j - block.first + target * block.count) + name.substr(at + key.size());
   }
   int last_group() const { return layout.num_groups() - 1; }
 
@@ -259,12 +258,12 @@ struct Engine::Impl final : model::LayerGate {
   // Expert parallelism: this rank's block of routed experts, and (stage 0) the runs it counts in
   // the gradient norm, so that the world's sum counts every gradient once.
   void plan_expert_norm(const std::vector<optim::StepRun>& runs) {
-    int64_t lo = -1, hi = -1;
-    for (const ParamSlot& p : layout.params()) {
-      const int64_t j = expert_index_of(p.name);
-      if (j >= 0) lo = lo < 0 ? j : std::min(lo, j), hi = std::max(hi, j);
-    }
-    first_local_expert = std::max<int64_t>(lo, 0), local_experts = hi - lo + 1;
+    block = model.local_experts();
+    if (block.count <= 0 || block.first != ep_rank * block.count)
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("expert-parallel rank {} of {} holds experts [{}, {}): the model was not built for this group", ep_rank, ep,
+                              block.first, block.first + block.count),
+                  "this is a dstrain bug; please report it");
     if (opt.stage != 0) return;
     std::vector<optim::StepRun> counted;
     for (size_t i = 0; i < segments.size(); ++i)
@@ -714,7 +713,7 @@ std::string Engine::describe() const {
           : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   const std::string experts = m.ep > 1
                                   ? fmt::format(" (routed experts over {} ranks, {} per rank and layer, each expert data-parallel over {})",
-                                                m.ep, m.local_experts, m.edp_world)
+                                                m.ep, m.block.count, m.edp_world)
                                   : "";
   return fmt::format(
       "ZeRO stage {} on {} rank(s){}, {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "

@@ -109,6 +109,21 @@ TEST_CASE("all_to_all names mismatched counts; split refuses a partition that mi
   CHECK(comm::place_in_partition({{2, 0}, {1}}, 0, 3).rank == 1);
 }
 
+TEST_CASE("expert parallelism's partitions: E consecutive ranks exchange, every E-th rank holds the same experts", "[comm][split]") {
+  const comm::ExpertPartitions p = comm::expert_partitions(8, 4);
+  CHECK(p.parallel == std::vector<std::vector<int>>{{0, 1, 2, 3}, {4, 5, 6, 7}});
+  CHECK(p.data == std::vector<std::vector<int>>{{0, 4}, {1, 5}, {2, 6}, {3, 7}});
+  CHECK(comm::expert_partitions(4, 1).parallel == std::vector<std::vector<int>>{{0}, {1}, {2}, {3}});
+  CHECK_THROWS_WITH(comm::expert_partitions(6, 4), Catch::Contains("does not divide 6 ranks"));
+  comm::run_on_threads(4, [](comm::Communicator& c) {
+    const comm::ExpertCommunicators none = comm::split_expert_groups(c, 1);
+    if (none.parallel || none.data) throw std::runtime_error("E = 1 split groups");
+    const comm::ExpertCommunicators g = comm::split_expert_groups(c, 2);
+    if (g.parallel->world_size() != 2 || g.parallel->rank() != c.rank() % 2 || g.data->world_size() != 2 || g.data->rank() != c.rank() / 2)
+      throw std::runtime_error("rank " + std::to_string(c.rank()) + " is in the wrong expert groups");
+  });
+}
+
 TEST_CASE("a rank that fails breaks its subgroup at once, not after the timeout", "[comm][split]") {
   const auto t0 = std::chrono::steady_clock::now();
   try {
