@@ -183,6 +183,11 @@ if [[ "$phases" == *" bench "* ]] && [ "$(left)" -gt 60 ]; then
   limit 60 ./dstrain bench optimizer --device cuda --params 1350000000 --iters 10 > "$logs/bench-adam.log" 2>&1
   row "fused AdamW (1.35B fp32 params)" "$(grep -m1 "fused is" "$logs/bench-adam.log")"
   row "bf16 optimizer step (1.35B)" "$(grep -m1 "bf16 optimizer step" "$logs/bench-adam.log")"
+  # The host's CPU Adam, as offload_optimizer runs it, against the host's bandwidth (issue 23:
+  # >= 0.8x), on every core, 200M parameters.
+  limit 60 ./dstrain bench optimizer --params 200000000 --threads "$(nproc)" --iters 5 > "$logs/bench-cpu-adam.log" 2>&1
+  row "host CPU Adam (200M fp32, $(nproc) threads)" "$(grep -m1 "fused is" "$logs/bench-cpu-adam.log")"
+  row "host bf16 update (200M)" "$(grep -m1 "bf16 update" "$logs/bench-cpu-adam.log")"
   # One DeepSeek-V2-Lite MoE layer's routed experts (64 of width 1408, top-6, hidden 2048) at
   # 2 x 2048 tokens, bf16 (issue 22): per-expert, grouped loop, grouped GEMMs; and PyTorch's.
   moe_shape=(--tokens 4096 --hidden 2048 --inner 1408 --experts 64 --top-k 6 --dtype bf16 --device cuda --iters 10)

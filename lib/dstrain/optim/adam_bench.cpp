@@ -26,9 +26,10 @@ double median_ms(int iters, F&& f) {
   return ms[ms.size() / 2];
 }
 
-// The bandwidth reference: the same 4 reads and 3 writes per element as Adam, with the least
-// arithmetic that keeps every stream live (vectorised by the compiler).
-void traffic(float* p, const float* g, float* m, float* v, int64_t n) {
+}  // namespace
+
+// Vectorised by the compiler.
+void bandwidth_reference(float* p, const float* g, float* m, float* v, int64_t n) {
   at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const float a = p[i] + g[i], b = m[i] + v[i];
@@ -38,8 +39,6 @@ void traffic(float* p, const float* g, float* m, float* v, int64_t n) {
     }
   });
 }
-
-}  // namespace
 
 AdamBenchResult bench_adam(int64_t params, int threads, int iters) {
   at::set_num_threads(threads);
@@ -53,8 +52,8 @@ AdamBenchResult bench_adam(int64_t params, int threads, int iters) {
     fused_adam(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params, h);
     ++h.step;
   });
-  r.bandwidth_ms =
-      median_ms(iters, [&] { traffic(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params); });
+  r.bandwidth_ms = median_ms(
+      iters, [&] { bandwidth_reference(p.data_ptr<float>(), g.data_ptr<float>(), m.data_ptr<float>(), v.data_ptr<float>(), params); });
   {
     at::Tensor w = at::randn({params}).set_requires_grad(true);
     w.mutable_grad() = at::randn({params}) * 1e-2;

@@ -23,6 +23,9 @@ struct AdamBenchResult {
 };
 
 AdamBenchResult bench_adam(int64_t params, int threads, int iters);
+// The bandwidth reference on the CPU: Adam's traffic over four fp32 arrays (read p, g, m, v;
+// write p, m, v) with the least arithmetic that keeps every stream live, on every thread.
+void bandwidth_reference(float* p, const float* g, float* m, float* v, int64_t n);
 // The same on the GPU: the fused CUDA kernel, torch::optim::AdamW on CUDA tensors, and a
 // device-to-device copy moving the same bytes as the bandwidth reference. Throws
 // Error{kEnvironment} without a GPU.
@@ -37,6 +40,10 @@ struct StepBenchResult {
   int64_t params = 0;
   int64_t runs = 0;
   double fused_ms = 0, previous_ms = 0;  // median per step
+  double norm_ms = 0, update_ms = 0;     // the fused step's two phases alone (medians)
+  // CPU: the bandwidth reference over as many fp32 parameters, timed alternately with the update
+  // (the same moments of a shared machine's noise); 0 on a GPU.
+  double reference_ms = 0;
   // What the fused step must move per parameter: the bf16 gradient read twice (norm, update),
   // master, m and v read and written, the bf16 copy written: 30 bytes.
   double bytes() const { return 30.0 * static_cast<double>(params); }

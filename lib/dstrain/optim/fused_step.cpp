@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <algorithm>
 #include <limits>
@@ -21,9 +19,6 @@
 namespace dstrain::optim {
 namespace {
 
-// Elements of a CPU run converted to fp32 at a time (bounded scratch memory).
-constexpr int64_t kConvertChunk = int64_t{1} << 20;
-
 int elem_code(c10::ScalarType t) {
   const int code = cuda_elem_code(t);
   if (code < 0)
@@ -31,34 +26,6 @@ int elem_code(c10::ScalarType t) {
                 std::string("the fused optimizer step reads float, bfloat16 or half gradients, not ") + c10::toString(t),
                 "train in fp32, bf16 or fp16");
   return code;
-}
-
-// Four independent accumulators: the loop vectorizes without reassociating one long chain.
-template <typename T>
-double sum_squares_of(const T* g, int64_t n) {
-  double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
-  int64_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const double x0 = static_cast<float>(g[i]), x1 = static_cast<float>(g[i + 1]), x2 = static_cast<float>(g[i + 2]),
-                 x3 = static_cast<float>(g[i + 3]);
-    a0 += x0 * x0, a1 += x1 * x1, a2 += x2 * x2, a3 += x3 * x3;
-  }
-  for (; i < n; ++i) {
-    const double x = static_cast<float>(g[i]);
-    a0 += x * x;
-  }
-  return (a0 + a1) + (a2 + a3);
-}
-
-double sum_squares_as(c10::ScalarType t, const void* g, int64_t n) {
-  switch (t) {
-    case c10::ScalarType::BFloat16:
-      return sum_squares_of(static_cast<const c10::BFloat16*>(g), n);
-    case c10::ScalarType::Half:
-      return sum_squares_of(static_cast<const c10::Half*>(g), n);
-    default:
-      return sum_squares_of(static_cast<const float*>(g), n);
-  }
 }
 
 // A run's piece: [offset, offset + n) of run `run`.
@@ -85,6 +52,11 @@ void write_param_of(const StepRun& r, c10::ScalarType dtype, c10::Device device)
 }
 
 }  // namespace
+
+AdamElem adam_elem(c10::ScalarType t) {
+  elem_code(t);
+  return t == c10::ScalarType::BFloat16 ? AdamElem::kBFloat16 : t == c10::ScalarType::Half ? AdamElem::kHalf : AdamElem::kFloat;
+}
 
 struct FusedStep::Device {
   at::Tensor table;     // DstrainStepPiece[pieces], on the GPU
@@ -149,13 +121,14 @@ double FusedStep::grad_sum_squares() const {
 #endif
   }
   // Per piece in parallel, then summed in piece order: the same total for any thread count.
+  const AdamElem elem = adam_elem(dtype_);
   const std::vector<Piece> pieces = pieces_of(runs_);
   std::vector<double> partial(pieces.size());
   const int64_t esz = c10::elementSize(dtype_);
   at::parallel_for(0, static_cast<int64_t>(pieces.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Piece& p = pieces[static_cast<size_t>(i)];
-      partial[static_cast<size_t>(i)] = sum_squares_as(dtype_, static_cast<const char*>(runs_[p.run].grad) + p.offset * esz, p.n);
+      partial[static_cast<size_t>(i)] = sum_squares(static_cast<const char*>(runs_[p.run].grad) + p.offset * esz, elem, p.n);
     }
   });
   double total = 0;
@@ -174,22 +147,12 @@ void FusedStep::apply(const AdamHyper& h, float grad_scale) const {
     return;
 #endif
   }
-  const int64_t esz = c10::elementSize(dtype_);
-  at::Tensor scratch;
+  // One pass per run: the model-dtype gradients widened and the model-dtype copy written in the kernel.
+  const AdamElem elem = adam_elem(dtype_);
   for (const StepRun& r : runs_) {
     AdamHyper hr = h;
     if (!r.decay) hr.weight_decay = 0;
-    if (dtype_ == c10::ScalarType::Float) {
-      fused_adam(r.master, static_cast<const float*>(r.grad), r.exp_avg, r.exp_avg_sq, r.n, hr, grad_scale);
-    } else {
-      for (int64_t at = 0; at < r.n; at += kConvertChunk) {
-        const int64_t n = std::min(kConvertChunk, r.n - at);
-        void* g = const_cast<char*>(static_cast<const char*>(r.grad)) + at * esz;
-        scratch = view_of(g, n, dtype_, device_).to(at::kFloat);
-        fused_adam(r.master + at, scratch.data_ptr<float>(), r.exp_avg + at, r.exp_avg_sq + at, n, hr, grad_scale);
-      }
-    }
-    write_param_of(r, dtype_, device_);
+    fused_adam_mixed(r.master, r.grad, r.exp_avg, r.exp_avg_sq, r.param_out, elem, r.n, hr, grad_scale);
   }
 }
 

@@ -29,6 +29,9 @@ struct StepRun {
   bool decay = true;  // weight decay applies
 };
 
+// The CPU kernel's name for a step dtype (float, bfloat16 or half; Error{kConfig} otherwise).
+AdamElem adam_elem(c10::ScalarType t);
+
 class FusedStep {
  public:
   // grad_dtype: float, bfloat16 or half (gradients and the model copy). The runs' pointers must

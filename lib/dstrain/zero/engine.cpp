@@ -314,10 +314,10 @@ struct Engine::Impl final : model::LayerGate {
   }
 
   // Offloaded update: gradient chunks go down to pinned memory in the model dtype (all queued at
-  // once, an event after each); the CPU widens chunk k to fp32 and updates it as soon as it has
-  // arrived, while later chunks are still in flight; each updated chunk goes straight back up in
-  // the model dtype. The fp32 values are the model-dtype ones exactly: bit-identical to widening
-  // on the device.
+  // once, an event after each); the CPU updates chunk k as soon as it has arrived, while later
+  // chunks are still in flight, in one pass that widens the gradients in registers (exactly:
+  // bit-identical to widening on the device) and writes the updated weights in the model dtype;
+  // each updated chunk goes straight back up, in the model dtype.
   void offload_update(const at::Tensor& grads, const optim::AdamHyper& h, float scale) {
     const bool gpu = device.is_cuda();
     std::vector<c10::Event> arrived;
@@ -332,14 +332,18 @@ struct Engine::Impl final : model::LayerGate {
       }
       source = host_grads;
     }
-    at::Tensor wide;  // fp32 scratch for one chunk (none in fp32 training)
+    // Where the kernel writes the model-dtype weights: `published` itself when that is host memory
+    // (CPU training; offload_param, whose shard is gathered up per layer group); on a GPU, over the
+    // staged gradients it has just read (element by element, read before written), and uploaded
+    // from there by DMA: half the bytes of the fp32 master, no second pass. fp32 uploads the master.
+    const at::Tensor out = published.is_cpu() ? published : dtype == at::kFloat ? at::Tensor() : host_grads;
     for (size_t c = 0; c < offload_chunks.size(); ++c) {
       if (gpu) arrived[c].synchronize();
-      const auto [begin, end] = update_chunk(c, source, wide, h, scale);
-      if (params_on_host)  // the parameter shard is host memory too: converted here, gathered up per layer group
-        published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
-      else  // fp32 up by DMA from pinned memory, then converted on the device (stream-ordered)
-        published.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin).to(device, /*non_blocking=*/true));
+      const auto [begin, end] = update_chunk(c, source, out, h, scale);
+      if (!published.is_cpu()) {
+        const at::Tensor& up = out.defined() ? out : master;
+        published.narrow(0, begin, end - begin).copy_(up.narrow(0, begin, end - begin), /*non_blocking=*/true);
+      }
     }
     if (gpu) {  // the host must not touch master again (a checkpoint load) while a copy reads it
       c10::Event uploaded(device.type());
@@ -348,19 +352,14 @@ struct Engine::Impl final : model::LayerGate {
     }
   }
 
-  // Adam on chunk c of the shard from `source` (the host gradient shard, model dtype), widening
-  // 16-bit gradients into `wide` first. Returns the chunk's shard range.
-  std::pair<int64_t, int64_t> update_chunk(size_t c, const at::Tensor& source, at::Tensor& wide, const optim::AdamHyper& h, float scale) {
-    const auto [begin, end] = span_of(offload_chunks[c]);
-    const float* g = nullptr;  // the gradient at shard offset `origin`
-    int64_t origin = 0;
-    if (dtype == at::kFloat) {
-      g = source.data_ptr<float>();
-    } else {
-      if (!wide.defined() || wide.numel() < end - begin) wide = at::empty({end - begin}, at::kFloat);
-      wide.narrow(0, 0, end - begin).copy_(source.narrow(0, begin, end - begin));
-      g = wide.data_ptr<float>(), origin = begin;
-    }
+  // Adam on chunk c of the shard from `source` (the host gradient shard, model dtype), the updated
+  // weights also written to `out` (host, model dtype, the shard's length; undefined: nowhere).
+  // Returns the chunk's shard range.
+  std::pair<int64_t, int64_t> update_chunk(size_t c, const at::Tensor& source, const at::Tensor& out, const optim::AdamHyper& h,
+                                           float scale) {
+    const int64_t esz = at::elementSize(dtype);
+    const char* g = static_cast<const char*>(source.data_ptr());
+    char* o = out.defined() ? static_cast<char*>(out.data_ptr()) : nullptr;
     float* p = master.data_ptr<float>();
     float* mm = exp_avg.data_ptr<float>();
     float* vv = exp_avg_sq.data_ptr<float>();
@@ -368,9 +367,10 @@ struct Engine::Impl final : model::LayerGate {
       const ShardSegment& s = segments[i];
       optim::AdamHyper seg = h;
       if (!s.decay) seg.weight_decay = 0;
-      optim::fused_adam(p + s.shard_offset, g + (s.shard_offset - origin), mm + s.shard_offset, vv + s.shard_offset, s.numel, seg, scale);
+      optim::fused_adam_mixed(p + s.shard_offset, g + s.shard_offset * esz, mm + s.shard_offset, vv + s.shard_offset,
+                              o ? o + s.shard_offset * esz : nullptr, optim::adam_elem(dtype), s.numel, seg, scale);
     }
-    return {begin, end};
+    return span_of(offload_chunks[c]);
   }
 
   // --- delayed_update (ZeRO-Offload's DPU) ----------------------------------------------------
@@ -381,11 +381,7 @@ struct Engine::Impl final : model::LayerGate {
     update_pending = true;
     updater = std::thread([this, h, scale] {
       try {
-        at::Tensor wide;
-        for (size_t c = 0; c < offload_chunks.size(); ++c) {
-          const auto [begin, end] = update_chunk(c, host_grads, wide, h, scale);
-          staged.narrow(0, begin, end - begin).copy_(master.narrow(0, begin, end - begin));
-        }
+        for (size_t c = 0; c < offload_chunks.size(); ++c) update_chunk(c, host_grads, staged, h, scale);
       } catch (...) {
         update_error = std::current_exception();
       }
