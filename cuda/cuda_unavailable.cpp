@@ -14,6 +14,8 @@ int dstrain_cuda_device_name(int, char* buf, size_t buf_size) {
   return 100;  // cudaErrorNoDevice
 }
 int dstrain_cuda_device_props(int, int*, int*, size_t*) { return 100; }  // cudaErrorNoDevice
+int dstrain_cuda_host_register(void*, size_t) { return 35; }
+int dstrain_cuda_host_unregister(void*) { return 35; }
 int dstrain_cuda_adam_f32(float*, const float*, float*, float*, size_t, const DstrainAdamParams*, float, void*) { return 35; }
 int dstrain_cuda_unscale_found_inf_f32(float*, size_t, float, int*, void*) { return 35; }
 int dstrain_cuda_sum_squares_f32(const float*, size_t, double*, void*) { return 35; }  // cudaErrorInsufficientDriver

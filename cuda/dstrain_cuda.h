@@ -23,6 +23,12 @@ int dstrain_cuda_device_name(int index, char* buf, size_t buf_size);
 /* Compute capability and total memory of device `index`; returns 0 or a CUDA error code. */
 int dstrain_cuda_device_props(int index, int* cc_major, int* cc_minor, size_t* total_bytes);
 
+/* Page-locks [p, p + bytes) of ordinary host memory for DMA with every GPU (cudaHostRegister,
+ * portable): pinned memory of exactly that size (ATen's pinned allocator rounds to a power of
+ * two). Unregister before freeing it. Return 0 or a CUDA error code. */
+int dstrain_cuda_host_register(void* p, size_t bytes);
+int dstrain_cuda_host_unregister(void* p);
+
 /* Sum of squares of n floats at device pointer x, accumulated in double into *out (a device
  * pointer to one double, overwritten). Launched on `stream` (cudaStream_t, NULL = default).
  * Returns 0 or a CUDA error code. Used for global gradient norms. */

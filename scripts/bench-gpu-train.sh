@@ -36,10 +36,12 @@ med = lambda k: statistics.median(r[k] for r in rows)
 last = rows[-1]
 phases = " / ".join(f"{med(k):.0f}" if rows[0].get(k) is not None else "-" for k in ("forward_ms", "backward_ms", "optimizer_ms", "issue_ms"))
 print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | {phases} | "
-      f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f} | {sys.argv[3]} |")
+      f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f}; host {(last.get('host_peak_rss_mb') or 0) / 1024:.1f} | {sys.argv[3]} |")
 PY
 )")
 }
+# The main rows (DSTRAIN_BENCH_OFFLOAD=only skips them).
+if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" != only ]; then
 bench "deepseek-coder-1.3b bf16 ZeRO-0, 4x2048" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 1}]'
 # Where the step's time goes (wall_clock_breakdown waits for the GPU at each phase's end), and
 # the same run with the full logits instead of the fused, chunked cross-entropy.
@@ -75,17 +77,27 @@ for micro in 1 2 8; do
 done
 bench "1.3b, 2x4096, phases timed" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=2 --set data.seq_len=4096 \
   --set 'train.accumulation=[{steps: 1}]' --set logging.wall_clock_breakdown=true
-# Issue 23 (DSTRAIN_BENCH_OFFLOAD=1, a call of its own: these steps take seconds): ZeRO-3 with the
-# optimizer on the CPU at accumulation 8 against ZeRO-0 on the device, and with the one-step
-# delayed update (zero.delayed_update, from the first step) that hides the CPU Adam.
-if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" = 1 ]; then
+fi
+# Issue 23 (DSTRAIN_BENCH_OFFLOAD=1 adds these rows, =only runs only them, in a call of its own:
+# these steps take seconds): ZeRO-3 with the optimizer on the CPU at accumulation 8 against ZeRO-0
+# on the device, and with the one-step delayed update (zero.delayed_update, from the first step)
+# that hides the CPU Adam; full recompute; the 7B model with parameter offload.
+if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" != 0 ]; then
   acc8=(--set train.micro_batch_size=4 --set 'train.accumulation=[{steps: 8}]' --set logging.wall_clock_breakdown=true)
   bench "1.3b, 4x2048 x 8 accumulation, ZeRO-0" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}"
   bench "1.3b, x 8, ZeRO-3 + offload_optimizer" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}" --set zero.stage=3 \
     --set zero.offload_optimizer=cpu
   bench "1.3b, x 8, ZeRO-3 + offload_optimizer, delayed update" "$root/recipes/deepseek-coder-1.3b.yaml" "${acc8[@]}" --set zero.stage=3 \
     --set zero.offload_optimizer=cpu --set zero.delayed_update=true --set zero.delayed_update_after=0
+  # Full recompute at the recipe's own 4 x 4096 (about 30 GiB of activations without it).
+  bench "1.3b, 4x4096, full recompute" "$root/recipes/deepseek-coder-1.3b.yaml" --set train.micro_batch_size=4 --set data.seq_len=4096 \
+    --set 'train.accumulation=[{steps: 1}]' --set train.activation_checkpointing=full --set logging.wall_clock_breakdown=true
+  # deepseek-llm-7b on one GPU: parameters and optimizer in host memory (--dry-run: 20.6 GiB on
+  # the device, 103 GiB of host memory), full recompute, 1 x 4096, 8 steps (a step takes seconds).
+  bench "7b, 1x4096, ZeRO-3 + offload_optimizer + offload_param, full recompute" "$root/recipes/deepseek-llm-7b.yaml" --set train.tokens=0 \
+    --set train.steps=8 --set data.seq_len=4096 --set train.micro_batch_size=1 --set train.global_batch_size=1 --set zero.stage=3 \
+    --set zero.offload_optimizer=cpu --set zero.offload_param=cpu --set train.activation_checkpointing=full --set logging.wall_clock_breakdown=true
 fi
-echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak | MFU peak used |"
+echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak; host GiB peak RSS | MFU peak used |"
 echo "|---|---|---|---|---|---|---|---|"
 printf '%s\n' "${rows[@]}"

@@ -9,7 +9,10 @@
 #   offload   the offloaded (CPU) optimizer against Adam on the device, fp32 and bf16, one chunk
 #             and many (not in the default set: a diagnosis);
 #   tests     the gpu-labelled CTest tests (gpu.kernels, gpu.nccl, gpu.train);
-#   bench     the NCCL, fused-Adam and MoE-expert benchmarks, and training tokens/s (when time is left).
+#   bench     the NCCL, fused-Adam and MoE-expert benchmarks, and training tokens/s (when time is left);
+#   offload-bench  issue 23's rows (a call of its own; not in the default set): the host's CPU Adam
+#             against its bandwidth, 1.3B ZeRO-3 + offload at accumulation 8 against ZeRO-0, full
+#             recompute at 4 x 4096, deepseek-llm-7b with the optimizer and parameters offloaded.
 # Every crash leaves a core (core_pattern and ulimit -c, when allowed) whose backtrace cuda-gdb
 # prints into the logs. The summary table comes last; 4 files come back in $OUT: summary.md,
 # gpu-check.log, logs.tar.gz (every other log), gpu.txt.
@@ -183,11 +186,6 @@ if [[ "$phases" == *" bench "* ]] && [ "$(left)" -gt 60 ]; then
   limit 60 ./dstrain bench optimizer --device cuda --params 1350000000 --iters 10 > "$logs/bench-adam.log" 2>&1
   row "fused AdamW (1.35B fp32 params)" "$(grep -m1 "fused is" "$logs/bench-adam.log")"
   row "bf16 optimizer step (1.35B)" "$(grep -m1 "bf16 optimizer step" "$logs/bench-adam.log")"
-  # The host's CPU Adam, as offload_optimizer runs it, against the host's bandwidth (issue 23:
-  # >= 0.8x), on every core, 200M parameters.
-  limit 60 ./dstrain bench optimizer --params 200000000 --threads "$(nproc)" --iters 5 > "$logs/bench-cpu-adam.log" 2>&1
-  row "host CPU Adam (200M fp32, $(nproc) threads)" "$(grep -m1 "fused is" "$logs/bench-cpu-adam.log")"
-  row "host bf16 update (200M)" "$(grep -m1 "bf16 update" "$logs/bench-cpu-adam.log")"
   # One DeepSeek-V2-Lite MoE layer's routed experts (64 of width 1408, top-6, hidden 2048) at
   # 2 x 2048 tokens, bf16 (issue 22): per-expert, grouped loop, grouped GEMMs; and PyTorch's.
   moe_shape=(--tokens 4096 --hidden 2048 --inner 1408 --experts 64 --top-k 6 --dtype bf16 --device cuda --iters 10)
@@ -197,6 +195,16 @@ if [[ "$phases" == *" bench "* ]] && [ "$(left)" -gt 60 ]; then
     row "moe experts: $way (ms, TFLOP/s)" "$(grep -m1 "^$way " "$logs/bench-moe.log" | tr -s ' ' | sed "s/^$way //")"
   done
   limit $(($(left) - 10)) bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 25 > "$logs/bench-train.md" 2>&1
+fi
+
+if [[ "$phases" == *" offload-bench "* ]] && [ "$(left)" -gt 60 ]; then
+  step "issue 23 benchmarks: the host's CPU Adam, offload, recompute, 7B"
+  # The CPU Adam as offload_optimizer runs it, on every core, against the host's bandwidth (>= 0.8x).
+  limit 60 ./dstrain bench optimizer --params 200000000 --threads "$(nproc)" --iters 5 > "$logs/bench-cpu-adam.log" 2>&1
+  row "host CPU Adam (200M fp32, $(nproc) threads)" "$(grep -m1 "fused is" "$logs/bench-cpu-adam.log")"
+  row "host bf16 update (200M)" "$(grep -m1 "bf16 update" "$logs/bench-cpu-adam.log")"
+  limit $(($(left) - 10)) env DSTRAIN_BENCH_OFFLOAD=only bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 10 \
+    > "$logs/bench-train.md" 2>&1
 fi
 summary
 exit $gpu_tests

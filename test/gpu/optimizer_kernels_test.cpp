@@ -11,6 +11,7 @@
 #include <limits>
 #include <vector>
 
+#include "dstrain/device/pinned_memory.h"
 #include "dstrain_cuda.h"
 
 namespace {
@@ -142,4 +143,17 @@ TEST_CASE("unscale multiplies in place and raises the overflow flag for any inf 
   REQUIRE(cudaMemcpy(&found, flag, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess);
   CHECK(found == 1);
   cudaFree(flag);
+}
+
+TEST_CASE("pinned host memory (cudaHostRegister): exactly the size asked for, and asynchronous copies through it are exact", "[gpu]") {
+  const int64_t n = (int64_t{1} << 24) + 3;  // the caching host allocator would pin 2x this
+  at::Tensor host = dstrain::device::pinned_empty(n, at::kBFloat16, "a test buffer");
+  CHECK(host.is_pinned());
+  CHECK(host.storage().nbytes() == static_cast<size_t>(2 * n));
+  const at::Tensor source = at::randn({n}, at::TensorOptions().device(at::kCUDA)).to(at::kBFloat16);
+  host.copy_(source, /*non_blocking=*/true);
+  at::Tensor back = at::empty({n}, source.options());
+  back.copy_(host, /*non_blocking=*/true);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  CHECK(at::equal(back, source));
 }

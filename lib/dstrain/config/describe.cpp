@@ -144,13 +144,14 @@ double largest_model_fitting(const Recipe& r, double device_bytes) {
   return room <= 0 || per_parameter <= 0 ? 0.0 : room / per_parameter;
 }
 
-namespace {
 std::string bytes_text(double b) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
   while (b >= 1024 && u < 4) b /= 1024, ++u;
   return fmt::format("{:.1f} {}", b, units[u]);
 }
+
+namespace {
 std::string count_text(double v) {
   if (v >= 1e12) return fmt::format("{:.2f}T", v / 1e12);
   if (v >= 1e9) return fmt::format("{:.2f}B", v / 1e9);

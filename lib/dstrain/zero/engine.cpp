@@ -1,6 +1,7 @@
 #include "dstrain/zero/engine.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/core/Event.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -17,6 +18,7 @@
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
+#include "dstrain/device/pinned_memory.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/optim/device_adam.h"
 #include "dstrain/optim/fused_step.h"
@@ -154,8 +156,14 @@ struct Engine::Impl final : model::LayerGate {
   // target of the per-step copies (master weights, gradient staging), so it is pinned for DMA;
   // the Adam moments never move and stay pageable.
   at::Tensor state_buffer(int64_t n, bool copied = false) const {
-    const bool pin = copied && offload && device.is_cuda() && opt.pin_memory;
-    return at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(optim_device).pinned_memory(pin)).zero_();
+    if (copied && offload) return host_buffer(n, at::kFloat, "the offloaded fp32 master weights").zero_();
+    return at::zeros({n}, at::TensorOptions().dtype(at::kFloat).device(optim_device));
+  }
+  // A host buffer that copies go to and from a GPU: pinned (exactly its size; ATen's pinned
+  // allocator would round it up to a power of two) unless pin_memory is off or there is no GPU.
+  at::Tensor host_buffer(int64_t n, at::ScalarType t, const char* what) const {
+    if (device.is_cuda() && opt.pin_memory) return device::pinned_empty(n, t, what);
+    return at::empty({n}, at::TensorOptions().dtype(t));
   }
 
   static std::vector<Layout::Param> layout_params(const model::CausalLM& m, bool expert_parallel) {
@@ -189,12 +197,9 @@ struct Engine::Impl final : model::LayerGate {
     units_of_group.assign(static_cast<size_t>(layout.num_groups()), {});
     group_flushed.assign(static_cast<size_t>(layout.num_groups()), false);
     master = state_buffer(layout.shard_numel(), /*copied=*/true);
-    exp_avg = state_buffer(layout.shard_numel());
-    exp_avg_sq = state_buffer(layout.shard_numel());
     if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
     if (opt.stage == 3)
-      param_shard = params_on_host ? at::zeros({layout.shard_numel()},
-                                               at::TensorOptions().dtype(dtype).pinned_memory(device.is_cuda() && opt.pin_memory))
+      param_shard = params_on_host ? host_buffer(layout.shard_numel(), dtype, "the offloaded parameter shard (offload_param)").zero_()
                                    : at::zeros({layout.shard_numel()}, on_device(dtype));
     for (size_t ui = 0; ui < units.size(); ++ui) {
       const Unit& u = units[ui];
@@ -229,14 +234,17 @@ struct Engine::Impl final : model::LayerGate {
     if (opt.stage == 3)
       for (size_t ui = 0; ui < units.size(); ++ui)
         if (!resident[ui]) free_storage(unit_full[ui]);
+    // The Adam moments after the loop, which has freed the model's own parameter memory (offloaded,
+    // both live in host memory: the peak is one of them lower).
+    exp_avg = state_buffer(layout.shard_numel());
+    exp_avg_sq = state_buffer(layout.shard_numel());
     if (offload) {
       published = opt.stage == 3 ? param_shard : master.to(device, dtype, /*non_blocking=*/false, /*copy=*/true);
       // The gradient shard comes down in the model dtype (half the bytes of fp32 in bf16), to pinned
-      // memory, and is widened to fp32 on the CPU a chunk at a time, just before its update.
-      const bool pin = device.is_cuda() && opt.pin_memory;
+      // memory, where the CPU update reads it (and, on a GPU, writes the updated weights over it).
       if (device.is_cuda() || opt.delayed_update)  // delayed: the gradients must outlive the step
-        host_grads = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(pin));
-      if (opt.delayed_update) staged = at::empty({layout.shard_numel()}, at::TensorOptions().dtype(dtype).pinned_memory(pin));
+        host_grads = host_buffer(layout.shard_numel(), dtype, "the offloaded gradient staging");
+      if (opt.delayed_update) staged = host_buffer(layout.shard_numel(), dtype, "the delayed update's parameters");
       // Whole segments: the CPU kernel sees exactly the calls it would without offload
       // (bit-identical results), and the copy of chunk k+1 overlaps the update of chunk k.
       int64_t elements = 0;
@@ -379,8 +387,12 @@ struct Engine::Impl final : model::LayerGate {
   void start_delayed(const at::Tensor& grads, const optim::AdamHyper& h, float scale) {
     host_grads.copy_(grads);  // blocking: the device's gradient buffers are zeroed for the next step
     update_pending = true;
-    updater = std::thread([this, h, scale] {
+    // On a GPU the main thread keeps launching the next step's kernels meanwhile: the update
+    // leaves it a core, or the GPU would wait for launches.
+    const int threads = device.is_cuda() ? std::max(1, at::get_num_threads() - 1) : at::get_num_threads();
+    updater = std::thread([this, h, scale, threads] {
       try {
+        at::set_num_threads(threads);
         for (size_t c = 0; c < offload_chunks.size(); ++c) update_chunk(c, host_grads, staged, h, scale);
       } catch (...) {
         update_error = std::current_exception();

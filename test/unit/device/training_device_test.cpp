@@ -5,6 +5,7 @@
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/device/pinned_memory.h"
 #include "dstrain/device/training_device.h"
 #include "dstrain_cuda.h"
 
@@ -127,4 +128,23 @@ TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever fi
   r.zero.stage = 3, r.zero.offload_optimizer = config::OffloadDevice::kCpu;
   CHECK_THAT(device::out_of_memory_hint(r), Catch::StartsWith("lower train.micro_batch_size (now 1;"));
   CHECK_THAT(device::out_of_memory_hint(r), !Catch::Contains("zero.stage"));
+}
+
+TEST_CASE("pinned host memory of the exact size, or an error that says how to go without it", "[device]") {
+  if (dstrain_cuda_device_count() > 0) {
+    // With a GPU (test/gpu runs it too): pinned, exactly the size asked for, usable for async copies.
+    const at::Tensor t = device::pinned_empty(1000003, at::kBFloat16, "a test buffer");
+    CHECK(t.numel() == 1000003);
+    CHECK(t.storage().nbytes() == 2000006u);
+    CHECK(t.is_pinned());
+    return;
+  }
+  try {
+    device::pinned_empty(1024, at::kFloat, "the offloaded fp32 master weights");
+    FAIL("pinning succeeded without a GPU");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kEnvironment);
+    CHECK_THAT(std::string(e.what()), Catch::Contains("could not pin 4.0 KiB of host memory for the offloaded fp32 master weights"));
+    CHECK_THAT(e.hint(), Catch::Contains("zero.pin_memory: false"));
+  }
 }
