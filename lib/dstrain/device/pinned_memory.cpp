@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 
 #include "dstrain/config/describe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
 #include "dstrain_cuda.h"
 
 namespace dstrain::device {
@@ -21,19 +23,34 @@ at::Tensor pinned_empty(int64_t numel, at::ScalarType dtype, const std::string& 
   if (posix_memalign(&p, page, rounded) != 0)
     throw Error(ErrorCode::kEnvironment, fmt::format("could not allocate {} of host memory for {}", size, what),
                 "free host memory, use more ranks (the shard shrinks), or drop offload_param / offload_optimizer");
-  if (const int rc = dstrain_cuda_host_register(p, rounded); rc != 0) {
-    std::free(p);
+  const int rc = dstrain_cuda_host_register(p, rounded);
+  if (rc == 0)
+    return at::from_blob(
+        p, {numel},
+        [](void* q) {
+          dstrain_cuda_host_unregister(q);
+          std::free(q);
+        },
+        at::TensorOptions().dtype(dtype));
+  std::free(p);
+  if (!dstrain_cuda_built() || dstrain_cuda_device_count() == 0)
     throw Error(ErrorCode::kEnvironment,
                 fmt::format("could not pin {} of host memory for {}: {}", size, what, dstrain_cuda_error_string(rc)),
-                "set zero.pin_memory: false (pageable host memory: slower copies), or raise the locked-memory limit (ulimit -l)");
+                "pinned memory is for copies to a GPU; set zero.pin_memory: false");
+  // Some sandboxes refuse to register memory they did not allocate: ATen's pinned allocator
+  // (cudaHostAlloc) still works there, at its power-of-two sizes.
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    log::warn(
+        fmt::format("cudaHostRegister refused ({}): pinned host buffers come from ATen's allocator, rounded up to powers of two "
+                    "(more host memory; zero.pin_memory: false avoids it at the price of slower copies)",
+                    dstrain_cuda_error_string(rc)));
+  try {
+    return at::empty({numel}, at::TensorOptions().dtype(dtype).pinned_memory(true));
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kEnvironment, fmt::format("could not pin {} of host memory for {}: {}", size, what, e.what()),
+                "set zero.pin_memory: false (pageable host memory: slower copies), or free host memory");
   }
-  return at::from_blob(
-      p, {numel},
-      [](void* q) {
-        dstrain_cuda_host_unregister(q);
-        std::free(q);
-      },
-      at::TensorOptions().dtype(dtype));
 }
 
 }  // namespace dstrain::device

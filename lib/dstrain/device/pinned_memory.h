@@ -13,8 +13,9 @@
 namespace dstrain::device {
 
 // A 1-D host tensor of `numel` elements of `dtype`, uninitialised, pinned for DMA. `what` names
-// the buffer in the error. Throws Error{kEnvironment} when the memory cannot be had or pinned
-// (hint: zero.pin_memory: false), or in a build without CUDA.
+// the buffer in the error. Where CUDA refuses to register memory (some sandboxes), it falls back
+// to ATen's pinned allocator with a warning. Throws Error{kEnvironment} when the memory cannot be
+// had or pinned (hint: zero.pin_memory: false), and without a GPU.
 at::Tensor pinned_empty(int64_t numel, at::ScalarType dtype, const std::string& what);
 
 }  // namespace dstrain::device
