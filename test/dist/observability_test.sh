@@ -184,4 +184,29 @@ print(f"screenshot {w}x{h}: {len(colors)} colours, {white:.0%} white; {len(serie
       f"{max(os.path.getsize(p) for p in pngs)} bytes with titles, ticks, labels and legends")
 PY
 ok "dstrain report: headless Chromium renders the page (not blank, every series, the failure and the straggler); 8 compressed PNG charts a person can read (title, ticks, axis labels, legend)"
+
+# --- logging.profile_step: one step recorded with the PyTorch profiler, a trace per rank
+"$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 --set launch.threads_per_worker=1 --set train.steps=4 --set schedule.warmup_steps=1 \
+  --set train.micro_batch_size=4 --set train.global_batch_size=16 --set checkpoint.interval_steps=0 --set logging.profile_step=3 \
+  --set run_dir=prof > prof.log 2>&1 || fail "the profiled run failed: $(tail -5 prof.log)"
+for r in 00000 00001; do
+  grep -q "profile of step 3: [1-9][0-9]* CPU ops, 0 kernel launches, 0 GPU kernels (0.0 ms of kernel time), 0 GPU copies; trace .*/prof/profile/step_3_rank_$r.json" \
+    "prof/logs/rank_$r.log" || fail "rank $r logged no profile summary: $(grep -i profile "prof/logs/rank_$r.log")"
+done
+python3 - prof <<'PY' || fail "the profile traces are wrong"
+import glob, json, sys
+run = sys.argv[1]
+traces = sorted(glob.glob(f"{run}/profile/*"))
+assert [t.split("/")[-1] for t in traces] == ["step_3_rank_00000.json", "step_3_rank_00001.json"], traces
+for t in traces:
+    events = json.load(open(t))["traceEvents"]
+    names = {e.get("name") for e in events}
+    # The step's matmuls forward and backward, and its gradient all-reduce on Gloo.
+    assert "aten::mm" in names and any(n and "gloo" in n.lower() or n and "all_reduce" in n for n in names), sorted(n for n in names if n)[:40]
+    print(f"{t}: {len(events)} events")
+PY
+[ "$(wc -l < prof/metrics.jsonl)" -eq 4 ] || fail "the profiled run did not record its 4 steps' metrics"
+err=$("$DSTRAIN" train "$demo_recipe" --set train.steps=4 --set schedule.warmup_steps=1 --set logging.profile_step=9 --dry-run 2>&1) && fail "profile_step past the end was accepted"
+grep -q "logging.profile_step 9 (--set) is past the run's last step 4" <<< "$err" || fail "unclear error: $err"
+ok "logging.profile_step: each rank writes a Chrome trace of step 3 (its matmuls and collectives) and logs its op counts; a step past the end is refused"
 finish

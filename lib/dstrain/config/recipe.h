@@ -208,6 +208,7 @@ struct LoggingConfig {
   bool wall_clock_breakdown = false;  // forward/backward/reduce/gather/optimizer/checkpoint times per step
   int64_t straggler_interval = 20;    // steps between straggler checks (0: never)
   double straggler_threshold = 0.2;   // slower than the median compute time by this fraction
+  int64_t profile_step = 0;           // this step (1-based) recorded with the PyTorch profiler (0: none)
 };
 
 struct LaunchConfig {

@@ -269,6 +269,11 @@ void validate(LoadContext& ctx) {
       warn(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps: the LR never reaches its peak", s.warmup_steps,
                        r.sources.at("schedule.warmup_steps"), r.train.steps));
   }
+  if (r.logging.profile_step > r.train.steps)
+    problem(
+        fmt::format("logging.profile_step {} ({}) is past the run's last step {}: pick a step the run reaches (a few after the first, "
+                    "which warms up), or 0",
+                    r.logging.profile_step, r.sources.at("logging.profile_step"), r.train.steps));
   for (const auto& stage : r.train.accumulation)
     if (stage.until_step > r.train.steps)
       warn(fmt::format("train.accumulation: the stage ending at step {} reaches past the last step {}", stage.until_step, r.train.steps));

@@ -213,6 +213,7 @@ std::vector<Field> logging_fields() {
     {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
     {"logging.straggler_interval", 0, kMaxInt, {}, "Every N steps the ranks' compute and wait times are compared; slow ranks are reported (0: never).", DS_FIELD(logging.straggler_interval)},
     {"logging.straggler_threshold", 0, kInf, {}, "A rank whose compute time exceeds the median by more than this fraction is a straggler.", DS_FIELD(logging.straggler_threshold)},
+    {"logging.profile_step", 0, kMaxInt, {}, "Record this step (1-based) with the PyTorch profiler (Kineto): a Chrome trace per rank in run_dir/profile, for Perfetto or chrome://tracing, and a log line with the CPU ops, kernel launches and GPU kernels it ran (0: none).", DS_FIELD(logging.profile_step)},
   };
 }
 

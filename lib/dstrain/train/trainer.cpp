@@ -29,6 +29,7 @@
 #include "dstrain/run/run_dir.h"
 #include "dstrain/train/step_signals.h"
 #include "dstrain/train/step_triggers.h"
+#include "dstrain/train/step_profiler.h"
 #include "dstrain/train/telemetry.h"
 #include "dstrain/device/training_device.h"
 #include "dstrain/zero/engine.h"
@@ -107,6 +108,7 @@ struct Trainer::Parts {
   std::unique_ptr<model::TensorState> buffers;
   std::unique_ptr<Checkpointer> checkpointer;
   std::unique_ptr<Telemetry> telemetry;
+  std::unique_ptr<StepProfiler> profiler;
   StepTriggers triggers;
   BadStepPolicy bad_steps;
   int64_t step = 0;    // the step being computed, 0-based
@@ -163,6 +165,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
+  p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
   p.timed_phases = device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown;
   plan_shutdown();
 }
@@ -208,8 +211,12 @@ int Trainer::train_to_end() {
   // Batches are built one step ahead on a background thread, so a step waits for data only
   // when reading is slower than computing.
   if (p.step < p.steps()) p.data->prefetch(p.step, p.cursor, p.balancer.weights());
-  while (p.step < p.steps())
-    if (step() == StepEnd::kStopped) return exit_status::kStopped;
+  while (p.step < p.steps()) {
+    p.profiler->begin(p.step + 1);  // logging.profile_step
+    const StepEnd end = step();
+    p.profiler->end();
+    if (end == StepEnd::kStopped) return exit_status::kStopped;
+  }
   p.checkpointer->finish();  // an asynchronous save must be committed before the run ends
   progress::enter(progress::Phase::kFinished);
   return 0;

@@ -106,6 +106,8 @@ TEST_CASE("range, choice and cross-field checks", "[config]") {
              Catch::Contains("train_batch_size 12 != micro 8 x accumulation 1 x 1 rank = 8"));
   CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})),
              Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps"));
+  CHECK_THAT(config_error(path, with_batch({"logging.profile_step=11"})),
+             Catch::Contains("logging.profile_step 11 (--set) is past the run's last step 10"));
   CHECK_THAT(config_error(path, with_batch({"zero.offload_optimizer=cpu"})), Catch::Contains("needs ZeRO stage 1, 2 or 3"));
   CHECK_THAT(config_error(path, {"train.stepz=3"}), Catch::Contains("--set train.stepz: unknown key (did you mean 'train.steps'?)"));
   CHECK_THAT(config_error(path, {"novalue"}), Catch::Contains("expected key.path=value"));
