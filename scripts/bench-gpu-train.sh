@@ -17,13 +17,17 @@ if ! "$dstrain" --version 2>/dev/null | grep -q "^cuda: yes"; then echo "skipped
 if ! nvidia-smi -L > /dev/null 2>&1; then echo "skipped: no GPU visible"; exit 0; fi
 common=(--nproc-per-node 1 --nnodes 1 --set zero.stage=0 --set zero.offload_optimizer=none --set data.seq_len=2048 --set train.steps="$steps"
         --set schedule.warmup_steps=5 --set checkpoint.interval_steps=0 --set checkpoint.interval_minutes=0 --set launch.env_check=false)
-declare -a rows profiles
+profiles=()
+# Each row is printed as soon as it is measured: a time limit that cuts the script short keeps
+# the rows measured before it.
+echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak; host GiB peak RSS | MFU peak used |"
+echo "|---|---|---|---|---|---|---|---|"
 bench() {  # bench LABEL RECIPE [--set ...]
   local label=$1 recipe=$2; shift 2
   local dir="$work/$label" status=0
   "$dstrain" train "$recipe" "${common[@]}" --set run_dir="$dir" "$@" > "$work/$label.out" 2>&1 || status=$?
   if [ $status -ne 0 ]; then
-    rows+=("| $label | failed (exit $status): $(grep -m1 -E "error" "$work/$label.out" | cut -c1-160) | | | | | | |")
+    echo "| $label | failed (exit $status): $(grep -m1 -A1 -E "error" "$work/$label.out" | tr -s '\n ' ' ' | cut -c1-200) | | | | | | |"
     tail -5 "$work/$label.out"
     return
   fi
@@ -31,16 +35,15 @@ bench() {  # bench LABEL RECIPE [--set ...]
   profile=$(grep -m1 -o "profile of step .*; trace" "$dir/logs/rank_00000.log" | sed 's/; trace$//')
   [ -n "$profile" ] && profiles+=("| $label | $profile |")
   peak=$(grep -o "against a peak of [0-9.]* TFLOP/s per rank, [^)]*" "$dir/logs/rank_00000.log" | head -1 | sed 's/against a peak of //')
-  rows+=("$(python3 - "$dir/metrics.jsonl" "$label" "$peak" <<'PY'
+  python3 - "$dir/metrics.jsonl" "$label" "$peak" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][5:]
 med = lambda k: statistics.median(r[k] for r in rows)
 last = rows[-1]
 phases = " / ".join(f"{med(k):.0f}" if rows[0].get(k) is not None else "-" for k in ("forward_ms", "backward_ms", "optimizer_ms", "issue_ms"))
 print(f"| {sys.argv[2]} | {med('tokens_per_s'):,.0f} | {med('tflops_per_rank'):.1f} | {100 * med('mfu'):.1f}% | {med('step_ms'):.0f} | {phases} | "
-      f"{last['device_alloc_peak_mb'] / 1024:.1f} / {last['device_reserved_peak_mb'] / 1024:.1f}; host {(last.get('host_peak_rss_mb') or 0) / 1024:.1f} | {sys.argv[3]} |")
+      f"{(last['device_alloc_peak_mb'] or 0) / 1024:.1f} / {(last['device_reserved_peak_mb'] or 0) / 1024:.1f}; host {(last.get('host_peak_rss_mb') or 0) / 1024:.1f} | {sys.argv[3]} |")
 PY
-)")
 }
 # The main rows (DSTRAIN_BENCH_OFFLOAD=only skips them).
 if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" != only ]; then
@@ -58,7 +61,7 @@ dense="$work/deepseek-coder-1.3b bf16 ZeRO-0, 4x2048"
 if [ -f "$dense/config.resolved.json" ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
   timeout 600 python3 "$root/bench/torch_peer.py" --config "$dense/config.resolved.json" --steps "$steps" --label "4x2048" \
     > "$work/peer.out" 2> "$work/peer.err" || tail -5 "$work/peer.err"
-  while IFS= read -r row; do rows+=("$row"); done < <(grep "^| PyTorch" "$work/peer.out")
+  grep "^| PyTorch" "$work/peer.out"
   ratio=$(python3 - "$dense/metrics.jsonl" "$work/peer.out" <<'PY'
 import json, statistics, sys
 ours = statistics.median(json.loads(l)["tokens_per_s"] for l in list(open(sys.argv[1]))[5:])
@@ -67,7 +70,7 @@ best = max(peers, key=lambda p: p["tokens_per_s"])
 print(f"| dstrain / best PyTorch peer ({best['mode']}) | {ours / best['tokens_per_s']:.2f}x | | | | | | |")
 PY
 )
-  rows+=("$ratio")
+  echo "$ratio"
 fi
 bench "V2-Lite 4 layers (MoE) bf16 ZeRO-0, 2x2048" "$root/recipes/deepseek-v2-lite.yaml" --set model.num_layers=4 --set train.tokens=0 \
   --set train.micro_batch_size=2 --set train.global_batch_size=2
@@ -101,9 +104,6 @@ if [ "${DSTRAIN_BENCH_OFFLOAD:-0}" != 0 ]; then
     --set train.steps=8 --set data.seq_len=4096 --set train.micro_batch_size=1 --set train.global_batch_size=1 --set zero.stage=3 \
     --set zero.offload_optimizer=cpu --set zero.offload_param=cpu --set train.activation_checkpointing=full --set logging.wall_clock_breakdown=true
 fi
-echo "| run (1 GPU, $steps steps, medians after step 5) | tokens/s | TFLOP/s | MFU | step ms | fwd / bwd / optimizer / issue ms | GPU GiB alloc / reserved peak; host GiB peak RSS | MFU peak used |"
-echo "|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
 if [ ${#profiles[@]} -gt 0 ]; then
   echo
   echo "| run | logging.profile_step: what the recorded step ran |"
