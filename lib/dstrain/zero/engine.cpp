@@ -72,7 +72,6 @@ struct Engine::Impl final : model::LayerGate {
   // same block (the expert-data-parallel group) reduce and gather the expert units among them.
   ExpertGroups experts;
   int ep = 1, ep_rank = 0, edp_world = 1, edp_rank = 0;
-  model::CausalLM::ExpertBlock block;  // this rank's block of each layer's routed experts
   Layout layout;
   std::vector<ShardSegment> segments;
   std::vector<at::Tensor> params;           // the model's parameter handles
@@ -186,6 +185,7 @@ struct Engine::Impl final : model::LayerGate {
     if (j < 0 || target == ep_rank) return name;
     const std::string key = fmt::format(".mlp.experts.{}.", j);
     const auto at = name.find(key);
+    const model::CausalLM::ExpertBlock block = model.local_experts();
     return name.substr(0, at) + fmt::format(".mlp.experts.{}.", j - block.first + target * block.count) + name.substr(at + key.size());
   }
   int last_group() const { return layout.num_groups() - 1; }
@@ -263,10 +263,10 @@ struct Engine::Impl final : model::LayerGate {
     if (ep > 1) plan_expert_norm(runs);
   }
 
-  // Expert parallelism: this rank's block of routed experts, and (stage 0) the runs it counts in
+  // Expert parallelism: checks the model holds this rank's block of routed experts; (stage 0) the runs it counts in
   // the gradient norm, so that the world's sum counts every gradient once.
   void plan_expert_norm(const std::vector<optim::StepRun>& runs) {
-    block = model.local_experts();
+    const model::CausalLM::ExpertBlock block = model.local_experts();
     if (block.count <= 0 || block.first != ep_rank * block.count)
       throw Error(ErrorCode::kInternal,
                   fmt::format("expert-parallel rank {} of {} holds experts [{}, {}): the model was not built for this group", ep_rank, ep,
@@ -721,7 +721,7 @@ std::string Engine::describe() const {
           : fmt::format("on {} (fused Adam, {})", m.device.str(), optim::fused_adam_kind(m.device));
   const std::string experts = m.ep > 1
                                   ? fmt::format(" (routed experts over {} ranks, {} per rank and layer, each expert data-parallel over {})",
-                                                m.ep, m.block.count, m.edp_world)
+                                                m.ep, m.model.local_experts().count, m.edp_world)
                                   : "";
   return fmt::format(
       "ZeRO stage {} on {} rank(s){}, {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
