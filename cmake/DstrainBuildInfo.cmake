@@ -9,4 +9,9 @@ add_custom_target(dstrain_git_commit
   COMMENT "" VERBATIM)
 set(DSTRAIN_COMPILER "${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}")
 set(DSTRAIN_TORCH_VERSION_STR "${Torch_VERSION}")
+# The virtualenv of the torch wheel (site-packages/torch -> ../../../../bin), where setup.sh puts tensorboard.
+get_filename_component(DSTRAIN_PYTHON_BIN_DIR "${TORCH_INSTALL_PREFIX}/../../../../bin" ABSOLUTE)
+if(NOT EXISTS "${DSTRAIN_PYTHON_BIN_DIR}/python")
+  set(DSTRAIN_PYTHON_BIN_DIR "")
+endif()
 configure_file("${CMAKE_SOURCE_DIR}/cmake/build_info.cpp.in" "${DSTRAIN_BUILD_INFO_CPP}" @ONLY)

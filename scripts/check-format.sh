@@ -2,7 +2,7 @@
 # Fails when a C++ file under apps/ lib/ cuda/ test/ differs from what clang-format makes of it
 # (.clang-format at the root). Formatting differs between clang-format versions, so the check
 # needs the one the project is formatted with, Debian 12's clang-format 14 (scripts/setup.sh
-# installs it); with another version it skips (exit 77) and says so.
+# --test installs it); with another version it skips (exit 77) and says so.
 #   scripts/check-format.sh          check
 #   scripts/check-format.sh --fix    reformat the files in place
 set -euo pipefail

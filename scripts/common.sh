@@ -16,7 +16,7 @@ die() { printf '[dstrain] error: %s\n' "$*" >&2; exit 1; }
 # $DSTRAIN_FUZZ_BUILD_DIR (default build-fuzz/), and prints that directory.
 fuzz_build() {
   local build="${DSTRAIN_FUZZ_BUILD_DIR:-$DSTRAIN_ROOT/build-fuzz}"
-  command -v clang++ >/dev/null || die "clang++ is missing: run scripts/setup.sh"
+  command -v clang++ >/dev/null || die "clang++ is missing: run scripts/setup.sh --test"
   if [ ! -f "$build/build.ninja" ]; then
     CXX=clang++ cmake -S "$DSTRAIN_ROOT/test/fuzz" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   fi

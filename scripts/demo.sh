@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up, builds and runs the demo: a tiny DeepSeek-coder-style model trained by 2 worker
 # processes on CPU (Gloo) on the Python standard library's source, which `dstrain prepare-data`
-# first turns into a byte-level Megatron dataset (no download). Extra arguments go to
+# first turns into a byte-level Megatron dataset (no download). It installs and builds only what
+# dstrain itself needs (scripts/test.sh adds the test suite's). Extra arguments go to
 # `dstrain train`.
 #   DSTRAIN_DEMO_TOKENIZER=path/tokenizer.json scripts/demo.sh
 #     prepares the corpus with that Hugging Face tokenizer instead (e.g. one trained with the
@@ -9,7 +10,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh"
-"$DSTRAIN_ROOT/scripts/build.sh"
+"$DSTRAIN_ROOT/scripts/build.sh" dstrain
 cd "$DSTRAIN_ROOT"
 data="$DSTRAIN_ROOT/recipes/data/pycode"
 prepare=()
@@ -23,9 +24,7 @@ if [ ! -f "$data.idx" ] || [ ! -f "$data.bin" ]; then
   say "building the demo corpus from $stdlib (Python sources, first 8 MB)"
   "$DSTRAIN_BUILD_DIR/dstrain" prepare-data "$stdlib" --ext .py --output "$data" --max-bytes 8000000 "${prepare[@]}"
 fi
-if [ -n "${DSTRAIN_DEMO_TOKENIZER:-}" ]; then
-  read -r vocab eos < <(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["vocab_size"], j["eos"])' "$data.json")
-  overrides=(--set data.path="$data" --set model.vocab_size="$vocab" --set data.eos_token="$eos")
-fi
+# The dataset's PREFIX.json gives the model its vocabulary and end-of-document token.
+[ -n "${DSTRAIN_DEMO_TOKENIZER:-}" ] && overrides=(--set data.path="$data")
 # A fresh run directory each time: dstrain never trains into an existing run.
 exec "$DSTRAIN_BUILD_DIR/dstrain" train recipes/demo-coder.yaml --set run_dir="runs/demo-$(date +%Y%m%d-%H%M%S)" "${overrides[@]}" "$@"

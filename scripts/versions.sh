@@ -2,6 +2,9 @@
 # LibTorch comes from the torch wheel on PyPI. 2.11.0 is also the version on the GPU machines,
 # and its wheel targets CUDA 13.0, the toolkit installed on the build machines.
 DSTRAIN_TORCH_VERSION="2.11.0"
-# Python packages the tests use as independent references (installed into the same venv):
-# transformers loads dstrain's exports and gives reference logits (YaRN, DeepSeek V2/V3).
-DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema tensorboard transformers==5.24.0"
+# Python packages beside torch for every user: TensorBoard, which `dstrain tensorboard` runs.
+DSTRAIN_PY_PACKAGES="tensorboard"
+# Python packages the tests use as independent references (scripts/setup.sh --test, into the
+# same venv): transformers loads dstrain's exports and gives reference logits (YaRN, DeepSeek
+# V2/V3); the tests also read TensorBoard's event files with tensorboard itself.
+DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema transformers==5.24.0"

@@ -105,7 +105,8 @@ void register_bench(CLI::App& app, Run& run) {
   auto cp_timeout = std::make_shared<int>(600);
   auto cp_per_node = std::make_shared<int>(8);
   auto cp_pieces_up_to = std::make_shared<int>(16384);
-  CLI::App* cpcmd = bench->add_subcommand("control-plane", "The control plane of a large job, simulated in this process (issue 26)");
+  CLI::App* cpcmd =
+      bench->add_subcommand("control-plane", "The control plane of a large job (thousands of ranks), simulated in this process");
   cpcmd->footer(
       "Fake ranks (threads) run dstrain's rendezvous against its store server, then Gloo's setup\n"
       "traffic (lazy pairs, and a full mesh up to --full-mesh-up-to ranks), the environment check's\n"

@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/tasks/env_task.h"
 #include "launch_flags.h"
@@ -68,13 +69,17 @@ void register_check_env(CLI::App& app, Run& run) {
       std::string temp_dir;
       if (!args->recipe.empty()) {
         config::Recipe recipe;
+        // Data this node lacks is what the check is for: reported among the facts, on every rank.
+        config::LoadOptions lenient;
+        lenient.data_may_be_missing = true;
         if (args->local) {
-          recipe = config::load_recipe(args->recipe, args->overrides);
+          recipe = config::load_recipe(args->recipe, args->overrides, {}, lenient);
         } else {
-          launch::RunPlan plan = launch::plan_recipe(args->recipe, args->overrides, args->flags);
+          launch::RunPlan plan = launch::plan_recipe(args->recipe, args->overrides, args->flags, lenient);
           recipe = std::move(plan.recipe);
           topo = plan.topology;
         }
+        for (const auto& warning : recipe.warnings) log::warn(warning);
         recipe.launch.node_rank = 0;  // the one value that differs by node: not part of what must agree
         temp_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-check-env-config-{}", ::getpid())).string();
         std::filesystem::create_directories(temp_dir);

@@ -12,7 +12,9 @@
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
+#include "dstrain/config/recipe.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/run/run_dir.h"
 #include "dstrain/tasks/export.h"
 
 namespace dstrain::app {
@@ -50,12 +52,26 @@ Stats stats_of(const std::vector<double>& v) {
   return s;
 }
 
+// PATH as the user may give it: a checkpoint, a directory of checkpoints (its `latest`), or a
+// run directory (its checkpoint directory's `latest`), as resume, export-hf and report take.
 std::string resolve_dir(const std::string& path) {
-  if (std::filesystem::exists(std::filesystem::path(path) / "latest")) {
-    const auto latest = ckpt::latest_checkpoint(path);
+  namespace fs = std::filesystem;
+  if (!fs::exists(path))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' does not exist", path),
+                "pass a run directory, its ckpt/ directory, or one checkpoint (RUN_DIR/ckpt/step_XXXXXXXX)");
+  std::string dir = path;
+  if (fs::exists(fs::path(path) / "config.resolved.json")) {
+    const run::RunDir run_dir(path);
+    dir = run_dir.ckpt_dir(config::read_resolved_config(run_dir.config_path()));
+    if (!fs::exists(fs::path(dir) / "latest"))
+      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint yet (none in {})", path, dir),
+                  "it stopped before its first save; its logs are in " + run_dir.log_dir());
+  }
+  if (fs::exists(fs::path(dir) / "latest")) {
+    const auto latest = ckpt::latest_checkpoint(dir);
     if (latest) return *latest;
   }
-  return path;
+  return dir;
 }
 
 int inspect(const Options& o) {
@@ -169,16 +185,17 @@ void register_inspect_ckpt(CLI::App& app, Run& run) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand("inspect-ckpt", "Show what a checkpoint holds and verify its checksums");
   cmd->footer(
-      "PATH is a checkpoint directory (ckpt/step_XXXXXXXX) or a ckpt/ directory, whose `latest` is used.\n"
+      "PATH is a run directory or its ckpt/ directory (the newest committed checkpoint, `latest`), or one\n"
+      "checkpoint directory (ckpt/step_XXXXXXXX).\n"
       "The summary checks every file's size and CRC-32C. Exit status 0 when every file checks out,\n"
       "4 when one is missing, truncated or corrupt (the message names the file and its tensors).\n\n"
       "Examples:\n"
-      "  dstrain inspect-ckpt runs/demo/ckpt\n"
+      "  dstrain inspect-ckpt runs/demo\n"
       "  dstrain inspect-ckpt runs/demo/ckpt/step_00000030 --tensors\n"
       "  dstrain inspect-ckpt runs/demo/ckpt --verify --json\n"
       "  dstrain inspect-ckpt runs/a/ckpt --diff runs/b/ckpt\n"
       "  dstrain inspect-ckpt runs/demo/ckpt --export exported/demo");
-  cmd->add_option("path", o->path, "Checkpoint directory, or a run's ckpt/ directory")->required();
+  cmd->add_option("path", o->path, "A run directory, its ckpt/ directory, or one checkpoint directory")->required();
   cmd->add_flag("--tensors", o->tensors, "Every tensor: dtype, shape, files holding it, norm, min, max, CRC-32C of its values");
   cmd->add_flag("--verify", o->verify, "Report every file's check (the summary verifies too)");
   cmd->add_flag("--json", o->json, "Machine-readable output");

@@ -13,6 +13,7 @@
 #include "dstrain/train/engine_support.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/plan.h"
+#include "dstrain/launch/preflight.h"
 #include "dstrain/core/error.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain_cuda.h"
@@ -85,6 +86,7 @@ void register_train(CLI::App& app, Run& run) {
       const config::Recipe& recipe = plan.recipe;
       const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
+        launch::refuse_mismatched_init_weights(recipe);  // what training would find first
         std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
         // This node's first GPU, when it has one: does the plan fit it?
         char gpu[256] = {0};

@@ -23,6 +23,7 @@ void register_export_hf(CLI::App& app, Run& run);
 void register_prepare_data(CLI::App& app, Run& run);
 void register_inspect_data(CLI::App& app, Run& run);
 void register_report(CLI::App& app, Run& run);
+void register_tensorboard(CLI::App& app, Run& run);
 
 // Absolute path of this executable (workers are re-executions of it).
 std::string self_executable();

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  dstrain train recipes/demo.yaml          train, 2 CPU workers (see recipes/)\n"
       "  dstrain resume runs/demo                 continue a run from its last checkpoint\n"
-      "  dstrain inspect-ckpt runs/demo/ckpt      show and verify the newest checkpoint\n"
+      "  dstrain inspect-ckpt runs/demo           show and verify the newest checkpoint\n"
       "  dstrain check-env                        show this node's software and hardware\n",
       "dstrain"};
   app.require_subcommand(1);
@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
   dstrain::app::register_prepare_data(app, run);
   dstrain::app::register_inspect_data(app, run);
   dstrain::app::register_report(app, run);
+  dstrain::app::register_tensorboard(app, run);
   dstrain::app::register_worker(app, run);
   dstrain::app::register_schema(app, run);
 

@@ -47,11 +47,12 @@ expect_status 0 "$DSTRAIN" train "$demo_recipe" --dry-run --set run_dir=dry
 expect_out "global batch            16 samples = 2048 tokens per step"
 expect_out "optimizer.lr"
 expect_out "demo.yaml:29:7"
-expect_out "run_dir                                         $WORK/dry"
-expect_out "--set"
+grep -qE "^  run_dir +$WORK/dry +--set$" <<<"$OUT" || fail "no run_dir line with its source: $OUT"
 expect_out "no worker started"
+expect_out "keys that this run does not use are not shown"
+if grep -q "model.kv_lora_rank" <<<"$OUT"; then fail "--dry-run of a dense model lists MLA keys: $OUT"; fi
 [ ! -e dry ] || fail "--dry-run created the run directory"
-ok "--dry-run prints every key with its source and the derived numbers, and writes nothing"
+ok "--dry-run prints every key the run uses with its source and the derived numbers, and writes nothing"
 
 # demo-coder.yaml trains on recipes/data/pycode, which scripts/demo.sh prepares; point it at a
 # dataset prepared here.
@@ -101,9 +102,12 @@ python3 -c 'import json,sys; d=json.loads(sys.argv[1]); names=[f["name"] for f i
 ok "check-env prints the node's facts as a table and as JSON"
 
 expect_status 2 "$DSTRAIN" resume nowhere
+expect_out "run directory 'nowhere' does not exist"
+mkdir -p notarun
+expect_status 2 "$DSTRAIN" resume notarun
 expect_out "not a dstrain run directory"
-expect_status 4 "$DSTRAIN" inspect-ckpt nowhere
-expect_out "is not a directory"
+expect_status 2 "$DSTRAIN" inspect-ckpt nowhere
+expect_out "'nowhere' does not exist"
 mkdir -p empty_run
 expect_status 2 "$DSTRAIN" report empty_run
 expect_out "'$WORK/empty_run' has no metrics.jsonl"

@@ -132,7 +132,7 @@ ok "a terminal gets a progress bar (step/total, %, ETA, tokens/s, loss); logs an
 expect_status 0 "$DSTRAIN" report obs
 expect_out "obs/report/index.html (30 steps, 8 charts"
 chromium=$(command -v chromium || command -v chromium-browser || true)
-[ -n "$chromium" ] || fail "chromium is not installed (scripts/setup.sh installs it)"
+[ -n "$chromium" ] || fail "chromium is not installed (scripts/setup.sh --test installs it)"
 timeout 120 "$chromium" --headless --no-sandbox --disable-gpu --hide-scrollbars --window-size=900,2800 --screenshot="$WORK/shot.png" \
   "file://$WORK/obs/report/index.html" > chromium.log 2>&1 || fail "chromium failed: $(tail -5 chromium.log)"
 python3 - "$WORK/shot.png" obs/report <<'PY' || fail "the report does not render as expected"

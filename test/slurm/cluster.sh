@@ -9,7 +9,7 @@ slurm_start() {
   SLURM_DIR="$1"
   [ "$(id -u)" -eq 0 ] || { echo "skip: the Slurm test starts munged, slurmctld and slurmd, which needs root"; return 77; }
   for bin in munged slurmctld slurmd srun sbatch scancel scontrol sinfo; do
-    command -v "$bin" >/dev/null || { echo "skip: $bin is not installed (scripts/setup.sh installs slurm-wlm and munge)"; return 77; }
+    command -v "$bin" >/dev/null || { echo "skip: $bin is not installed (scripts/setup.sh --test installs slurm-wlm and munge)"; return 77; }
   done
   mkdir -p "$SLURM_DIR"/{state,spool,munge}
   chmod 700 "$SLURM_DIR/munge"

@@ -10,7 +10,7 @@ source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=true RAYON_NUM_THREADS=2
-"$py" -c 'import tokenizers' 2>/dev/null || fail "the test venv lacks tokenizers (scripts/setup.sh installs transformers)"
+"$py" -c 'import tokenizers' 2>/dev/null || fail "the test venv lacks tokenizers (scripts/setup.sh --test installs transformers)"
 
 "$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 10
 "$py" "$SRC/test/text/train_tokenizers.py" corpus.jsonl toks
@@ -122,9 +122,12 @@ ok "train refuses a model.vocab_size below the dataset's vocabulary and a data.e
 # The demo's path with a trained tokenizer: prepare, train, export; transformers loads and generates.
 stdlib=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["stdlib"])')
 expect_status 0 "$DSTRAIN" prepare-data "$stdlib" --ext .py --max-bytes 2000000 --tokenizer toks/gpt2 --output pycode
-expect_status 0 "$DSTRAIN" train "$SRC/recipes/demo-coder.yaml" --set data.path="$WORK/pycode" --set model.vocab_size=6000 \
-  --set data.eos_token=0 --set train.steps=4 --set schedule.warmup_steps=1 --set checkpoint.interval_steps=4 --set run_dir=run \
+# The vocabulary (6000) and the end-of-document token (0) come from pycode.json, as in the demo.
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/demo-coder.yaml" --set data.path="$WORK/pycode" \
+  --set train.steps=4 --set schedule.warmup_steps=1 --set checkpoint.interval_steps=4 --set run_dir=run \
   --set launch.nproc_per_node=1 --set train.global_batch_size=8
+python3 -c 'import json, sys; c = json.load(open(sys.argv[1]))["config"]; assert (c["model"]["vocab_size"], c["data"]["eos_token"]) == (6000, 0), c' \
+  run/config.resolved.json || fail "the vocabulary and end-of-document token were not taken from pycode.json"
 expect_status 0 "$DSTRAIN" export-hf run hf
 expect_out "the tokenizer the data was prepared with"
 "$py" - <<'PY' || fail "transformers could not use the export's tokenizer"

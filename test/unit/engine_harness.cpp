@@ -123,6 +123,11 @@ EngineRun run_engine(const EngineSpec& spec) {
     const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel)
                                                 : make_tiny_model(spec.dtype);
     model->set_activation_checkpointing(spec.recompute);
+    if (comm.rank() == 0) {
+      std::vector<at::Tensor> flat;
+      for (const auto& p : model->parameters()) flat.push_back(p.tensor.detach().to(at::kFloat).reshape({-1}));
+      record.initial = at::cat(flat);
+    }
     zero::Engine engine(*model, comm, engine_options(spec), {parallel, groups.data.get()});
     train_steps(engine, *model, comm, spec, 0, spec.steps, record);
     gather_state(engine, comm, record);

@@ -48,6 +48,7 @@ struct EngineRun {  // rank 0's view
   std::vector<bool> skipped;
   int64_t skipped_steps = 0;
   at::Tensor master, exp_avg_sq;  // every parameter's, flattened and concatenated
+  at::Tensor initial;             // rank 0's model parameters before training, in the same order (all of them when one rank holds all)
   zero::MemoryReport memory;
   int64_t parameters = 0;
 };

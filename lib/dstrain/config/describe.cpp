@@ -180,17 +180,90 @@ std::string expert_parallel_text(const Recipe& r) {
 }
 }  // namespace
 
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool is_one_of(const std::string& s, std::initializer_list<const char*> names) {
+  return std::any_of(names.begin(), names.end(), [&](const char* n) { return s == n; });
+}
+
+}  // namespace
+
+bool key_applies(const std::string& path, const Recipe& r) {
+  const bool moe = r.model.family == ModelFamily::kMlaMoe;
+  if (is_one_of(path, {"model.q_lora_rank",
+                       "model.kv_lora_rank",
+                       "model.qk_nope_head_dim",
+                       "model.qk_rope_head_dim",
+                       "model.v_head_dim",
+                       "model.moe_intermediate_size",
+                       "model.n_routed_experts",
+                       "model.n_shared_experts",
+                       "model.num_experts_per_tok",
+                       "model.first_k_dense_replace",
+                       "model.moe_layer_freq",
+                       "model.scoring_func",
+                       "model.topk_method",
+                       "model.n_group",
+                       "model.topk_group",
+                       "model.norm_topk_prob",
+                       "model.routed_scaling_factor",
+                       "model.aux_loss_alpha",
+                       "model.bias_update_speed",
+                       "moe.expert_parallel_size"}))
+    return moe;
+  if (path == "model.num_kv_heads") return !moe;
+  if (path == "model.rope_factor") return r.model.rope_scaling != RopeScaling::kNone;
+  if (starts_with(path, "model.rope_") && path != "model.rope_theta" && path != "model.rope_scaling")
+    return r.model.rope_scaling == RopeScaling::kYarn;
+  if (path == "data.path") return r.data.paths.empty();
+  if (path == "data.paths" || path == "data.weights") return !r.data.paths.empty();
+  if (path == "data.balance_steps") return r.data.auto_balance;
+  const bool one_cycle = r.schedule.type == ScheduleType::kDsOneCycle;
+  if (starts_with(path, "schedule.cycle_") ||
+      is_one_of(path, {"schedule.decay_lr_rate", "schedule.decay_step_size", "schedule.decay_mom_rate"}))
+    return one_cycle;
+  if (path == "schedule.decay_ratio") return r.schedule.type == ScheduleType::kWsd;
+  if (is_one_of(path, {"schedule.warmup_type", "schedule.warmup_min_ratio", "schedule.min_lr_ratio"})) return !one_cycle;
+  if (path == "train.tokens") return r.train.tokens > 0;
+  if (path == "train.accumulation") return !r.train.accumulation.empty();
+  if (starts_with(path, "train.batch_ramp_")) return r.train.batch_ramp_start > 0;
+  if (path == "train.max_bad_steps") return r.train.on_bad_step != BadStepAction::kStop;
+  if (starts_with(path, "precision.") && path != "precision.dtype") return r.precision.dtype == Dtype::kFp16;
+  if (starts_with(path, "zero.stage3_") || path == "zero.offload_param") return r.zero.stage == 3;
+  if (is_one_of(path, {"zero.pin_memory", "zero.delayed_update", "zero.delayed_update_after"}))
+    return r.zero.offload_optimizer != OffloadDevice::kNone;
+  if (path == "zero.sub_group_size") return r.zero.offload_optimizer != OffloadDevice::kNone;
+  if (path == "logging.tensorboard_dir") return r.logging.has_sink(Sink::kTensorboard);
+  if (path == "logging.csv_dir") return r.logging.has_sink(Sink::kCsv);
+  if (starts_with(path, "logging.straggler_")) return r.world_size() > 1;
+  return true;
+}
+
 std::string describe_resolved(const Recipe& recipe) {
   Recipe r = recipe;  // value_text reads through the schema's (mutable) targets
   std::string out = fmt::format("resolved config ({}{}):\n", r.source_path, r.ds_config_path.empty() ? "" : " + " + r.ds_config_path);
-  size_t width = 0, value_width = 0;
-  for (const auto& f : recipe_schema())
-    width = std::max(width, f.path.size()), value_width = std::max(value_width, value_text(f, r).size());
-  value_width = std::min<size_t>(value_width, 40);
+  // A key the run does not use is left out, unless something set it (then the reader should see it).
+  std::vector<const Field*> shown;
   for (const auto& f : recipe_schema()) {
     const auto it = r.sources.find(f.path);
-    out += fmt::format("  {:<{}}  {:<{}}  {}\n", f.path, width, value_text(f, r), value_width, it == r.sources.end() ? "" : it->second);
+    const bool set = it != r.sources.end() && it->second != "default";
+    if (set || key_applies(f.path, r)) shown.push_back(&f);
   }
+  size_t width = 0, value_width = 0;
+  for (const Field* f : shown) width = std::max(width, f->path.size()), value_width = std::max(value_width, value_text(*f, r).size());
+  value_width = std::min<size_t>(value_width, 40);
+  for (const Field* f : shown) {
+    const auto it = r.sources.find(f->path);
+    out += fmt::format("  {:<{}}  {:<{}}  {}\n", f->path, width, value_text(*f, r), value_width, it == r.sources.end() ? "" : it->second);
+  }
+  const size_t hidden = recipe_schema().size() - shown.size();
+  if (hidden > 0)
+    out += fmt::format(
+        "  ({} keys that this run does not use are not shown, e.g. MoE keys for a dense model; recipes/README.md lists every "
+        "key)\n",
+        hidden);
   const ParameterCounts params = parameter_counts(r.model);
   const int64_t tokens_total = samples_before(r, r.train.steps) * r.data.seq_len;
   out += "derived:\n";

@@ -64,8 +64,12 @@ MemoryPlan memory_plan(const Recipe& recipe);
 // the activations alone do not fit.
 double largest_model_fitting(const Recipe& recipe, double device_bytes);
 
-// Every key with its value and source, then the derived numbers.
+// Every key the run uses (and every key something set) with its value and source, then the
+// derived numbers.
 std::string describe_resolved(const Recipe& recipe);
+// Whether `path` changes anything for this recipe (MoE keys for a dense model, fp16's loss
+// scaling in bf16, ZeRO-3's keys at stage 2 do not).
+bool key_applies(const std::string& path, const Recipe& recipe);
 // A byte count for people: "845.3 KiB", "12.9 GiB" (powers of 1024, one decimal).
 std::string bytes_text(double bytes);
 

@@ -889,13 +889,13 @@ void finish_ds_config(LoadContext& ctx) {
     z.overlap_comm = z.stage == 3;  // DeepSpeed: None means true iff stage 3
     ctx.recipe.sources["zero.overlap_comm"] = "default (DeepSpeed: true iff stage 3)";
   }
-  for (const auto& [at, want] : {std::pair{ds.fp16_auto, "fp16"}, std::pair{ds.bf16_auto, "bf16"}}) {
-    if (at.line && !ctx.explicitly_set("precision.dtype"))
-      ctx.problem(
-          at,
-          fmt::format(
-              "{}.enabled is \"auto\" but the recipe does not set precision.dtype; set it (precision: {{dtype: {}}}) or write true/false",
-              want, want));
+  if ((ds.fp16_auto.line || ds.bf16_auto.line) && !ctx.explicitly_set("precision.dtype")) {
+    const bool both = ds.fp16_auto.line && ds.bf16_auto.line;
+    const char* want = ds.bf16_auto.line ? "bf16" : "fp16";
+    ctx.problem(ds.fp16_auto.line ? ds.fp16_auto : ds.bf16_auto,
+                fmt::format("{} \"auto\", but the recipe does not set precision.dtype; set it (precision: {{dtype: {}}}, or fp32) or "
+                            "write true/false",
+                            both ? "fp16.enabled and bf16.enabled are" : fmt::format("{}.enabled is", want), want));
   }
   if (ds.warmup_min_lr >= 0) {
     const double peak = ctx.recipe.optimizer.lr;

@@ -170,11 +170,16 @@ class HfConfigReader {
 
 }  // namespace
 
-void apply_hf_config(const std::string& path, const Location& where, LoadContext& ctx) {
+void apply_hf_config(const std::string& given, const Location& where, LoadContext& ctx) {
   const Location at{ctx.recipe.sources["model.hf_config"]};
+  // A model directory stands for its config.json.
+  const std::string path = std::filesystem::is_directory(given) ? (std::filesystem::path(given) / "config.json").string() : given;
+  ctx.recipe.model.hf_config = path;
   const auto text = ctx.read(path);
   if (!text) {
-    ctx.problem(at, fmt::format("model.hf_config: '{}' does not exist or is not a file", path));
+    ctx.problem(at, fmt::format("model.hf_config: '{}' does not exist or is not a file (give a config.json or the model directory "
+                                "that holds one)",
+                                path));
     return;
   }
   for (const char* key :

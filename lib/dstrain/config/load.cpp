@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "dstrain/config/assign.h"
+#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
@@ -86,7 +87,26 @@ std::string key_of(const std::string& spec) { return spec.substr(0, spec.find('=
 
 // Keys whose values name files the recipe layers read: --set for them applies before those
 // files are read, so that it wins like every other --set.
-bool names_a_config_file(const std::string& key) { return key == "ds_config" || key == "model.hf_config"; }
+bool names_a_config_file(const std::string& key) { return key == "ds_config" || key == "model.hf_config" || key == "model.init_from"; }
+
+constexpr const char* kModelSizeKeys[] = {"model.vocab_size", "model.hidden_size",       "model.num_layers",
+                                          "model.num_heads",  "model.intermediate_size", "model.max_seq_len"};
+
+// model.init_from without model.hf_config: the weights' own config.json gives the model (unless
+// the recipe gives the sizes itself), so that the sizes match the weights.
+void imply_hf_config_from_weights(LoadContext& ctx, const std::vector<std::string>& overrides) {
+  ModelConfig& m = ctx.recipe.model;
+  if (!m.hf_config.empty() || m.init_from.empty()) return;
+  for (const char* key : kModelSizeKeys) {
+    if (ctx.explicitly_set(key)) return;
+    for (const auto& spec : overrides)  // --set, applied after this layer
+      if (key_of(spec) == key) return;
+  }
+  const std::string config_json = (fs::path(resolve_relative(ctx.recipe.source_path, m.init_from)) / "config.json").string();
+  if (!ctx.read(config_json)) return;  // the weights' shapes are checked against the recipe's sizes instead
+  m.hf_config = config_json;
+  ctx.recipe.sources["model.hf_config"] = fmt::format("implied by model.init_from ({})", ctx.recipe.sources["model.init_from"]);
+}
 
 // Paths in the recipe are relative to the recipe file; on the command line (--set) they are
 // relative to the current directory, as a shell user expects.
@@ -100,6 +120,28 @@ void make_set_path_absolute(const std::string& key, Recipe& r) {
   if (key == "data.path") absolute(r.data.path);
   if (key == "data.paths")
     for (auto& p : r.data.paths) absolute(p);
+}
+
+// prepare-data's PREFIX.json beside the dataset gives what the recipe leaves out: the format,
+// the vocabulary and the end-of-document token (its checks against what the recipe does set are
+// in dataset_sidecar.cpp).
+void take_defaults_from_sidecar(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  const std::string& first = r.data.paths.empty() ? r.data.path : r.data.paths.front();
+  if (first.empty()) return;
+  const auto sidecar = read_dataset_sidecar(first, ctx.read);
+  if (!sidecar) return;
+  const Location where{sidecar->file, 0, 0};
+  const std::string origin = fmt::format("{} (prepare-data's description of the dataset)", sidecar->file);
+  auto take = [&](const char* key, const std::string& value) {
+    if (ctx.explicitly_set(key)) return;
+    if (ctx.set(key, Node{Node::Kind::kNumber, value, {}, {}, {}, where}, where, false)) r.sources[key] = origin;
+  };
+  if (!ctx.explicitly_set("data.format") && ctx.set("data.format", Node{Node::Kind::kString, "megatron", {}, {}, {}, where}, where, false))
+    r.sources["data.format"] = origin;
+  if (r.data.format != DataFormat::kMegatron) return;  // the recipe says the files are something else
+  if (sidecar->vocab_size > 0) take("model.vocab_size", std::to_string(sidecar->vocab_size));
+  if (sidecar->eos >= 0) take("data.eos_token", std::to_string(sidecar->eos));
 }
 
 // One "key.path=value" of --set (or of a last layer, recorded under its own source).
@@ -135,7 +177,7 @@ void apply_override(const std::string& spec, LoadContext& ctx, const std::string
 
 }  // namespace
 
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const LastLayer& last) {
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const LastLayer& last, const LoadOptions& options) {
   return load_recipe_with(
       path, overrides,
       [](const std::string& file) -> std::optional<std::string> {
@@ -147,10 +189,11 @@ Recipe load_recipe(const std::string& path, const std::vector<std::string>& over
                       "point the recipe at the right file");
         return text;
       },
-      last);
+      last, options);
 }
 
-Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last) {
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last,
+                        const LoadOptions& options) {
   LoadContext ctx;
   ctx.read = std::move(read);
   const auto recipe_text = ctx.read(path);
@@ -172,6 +215,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
   for (const auto& spec : overrides)
     if (names_a_config_file(key_of(spec))) apply_override(spec, ctx);
+  imply_hf_config_from_weights(ctx, overrides);
   if (!ctx.recipe.model.hf_config.empty()) {
     ctx.recipe.model.hf_config = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.hf_config);
     apply_hf_config(ctx.recipe.model.hf_config, Location{path, 0, 0}, ctx);
@@ -199,6 +243,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   if (last && ctx.problems.empty())
     for (const auto& v : last(ctx.recipe)) apply_override(v.assignment, ctx, v.source);
   finish_ds_config(ctx);
+  resolve_autos(ctx);
   if (!ctx.recipe.model.init_from.empty()) {
     ctx.recipe.model.init_from = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.init_from);
     if (!fs::is_directory(ctx.recipe.model.init_from))
@@ -212,6 +257,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   } else {
     ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
   }
+  if (ctx.problems.empty()) take_defaults_from_sidecar(ctx);
   if (ctx.recipe.run_dir.empty())
     ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));
   else
@@ -220,6 +266,10 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   if (ctx.problems.empty()) resolve_and_validate(ctx);
 
   if (!ctx.problems.empty()) ctx.problems.insert(ctx.problems.end(), ctx.data_problems.begin(), ctx.data_problems.end());
+  if (ctx.problems.empty() && !ctx.data_problems.empty() && options.data_may_be_missing) {
+    for (const auto& p : ctx.data_problems) ctx.warnings.push_back("training data: " + p);
+    ctx.data_problems.clear();
+  }
   if (ctx.problems.empty() && !ctx.data_problems.empty())
     throw Error(ErrorCode::kData,
                 fmt::format("{} problem{} with the training data:\n  {}", ctx.data_problems.size(),

@@ -49,7 +49,8 @@ struct LoadContext {
 };
 
 // load_recipe with documents from `read` instead of the disk (fuzzing, tests).
-Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last = {});
+Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last = {},
+                        const LoadOptions& options = {});
 
 // Reads a ds_config document into ctx (DeepSpeed's semantics; see deepspeed-semantics.md).
 void apply_ds_config(const Node& root, LoadContext& ctx);
@@ -60,6 +61,9 @@ void finish_ds_config(LoadContext& ctx);
 void apply_hf_config(const std::string& path, const Location& where, LoadContext& ctx);
 // Batch triple, length in steps, "auto" values and DeepSpeed's conditional defaults, then
 // cross-field validation. Called once every layer has been read.
+// "auto" filled from the recipe (or with HF TrainingArguments' defaults for the optimizer and
+// clipping); each one left open is a problem. After finish_ds_config, before the problem check.
+void resolve_autos(LoadContext& ctx);
 void resolve_and_validate(LoadContext& ctx);
 
 }  // namespace dstrain::config

@@ -263,7 +263,13 @@ using LastLayer = std::function<std::vector<LayerValue>(const Recipe& layered)>;
 // Reads and validates a recipe. `overrides` are "key.path=value" strings (--set), then `last`
 // (called only when the layers so far have no problem). Every problem is collected; one
 // Error{kConfig} lists them all, each with file:line:column.
-Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, const LastLayer& last = {});
+// data_may_be_missing (check-env): a dataset this node lacks is a warning, not an Error{kData},
+// so that the rank goes on to report it among its facts instead of leaving the others waiting.
+struct LoadOptions {
+  bool data_may_be_missing = false;
+};
+Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, const LastLayer& last = {},
+                   const LoadOptions& options = {});
 
 // The same run on another number of ranks (resume after losing or gaining nodes): the global
 // batch stays, the accumulation steps follow. Throws Error{kUsage} when the global batch does not

@@ -229,7 +229,14 @@ void validate(LoadContext& ctx) {
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
   else if ((m.hidden_size / m.num_heads) % 2 != 0)
     problem(fmt::format("model: head dim hidden_size/num_heads = {} must be even for rotary embeddings", m.hidden_size / m.num_heads));
-  if (r.data.seq_len > m.max_seq_len) problem(fmt::format("data.seq_len: {} exceeds model.max_seq_len {}", r.data.seq_len, m.max_seq_len));
+  if (r.data.seq_len > m.max_seq_len) {
+    const bool from_hf = !r.model.hf_config.empty() && r.sources.at("model.max_seq_len").find(".json") != std::string::npos;
+    problem(fmt::format("data.seq_len {} ({}) exceeds model.max_seq_len {} ({}): set data.seq_len: {} or less (--set data.seq_len={}){}",
+                        r.data.seq_len, r.sources.at("data.seq_len"), m.max_seq_len, r.sources.at("model.max_seq_len"), m.max_seq_len,
+                        m.max_seq_len,
+                        from_hf ? "; the model's config.json sets the longest sequence (max_position_embeddings)"
+                                : fmt::format(", or model.max_seq_len: {} (the RoPE tables' length)", r.data.seq_len)));
+  }
   if (r.data.format == DataFormat::kBytes && m.vocab_size < 256)
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
   const bool megatron = r.data.format == DataFormat::kMegatron;
@@ -242,7 +249,12 @@ void validate(LoadContext& ctx) {
     if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
       ctx.data_problems.push_back(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
     else if (!megatron && !std::filesystem::is_regular_file(path))
-      ctx.data_problems.push_back(fmt::format("{}: '{}' does not exist or is not a file", key, path));
+      ctx.data_problems.push_back(
+          std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")
+              ? fmt::format("{}: '{}' is not a file, but '{}.idx' and '{}.bin' are a Megatron dataset: set data.format: megatron "
+                            "(data.format is {}, {})",
+                            key, path, prefix, prefix, name(r.data.format), r.sources.at("data.format"))
+              : fmt::format("{}: '{}' does not exist or is not a file", key, path));
   }
   for (const auto& message : sidecar_problems(r, ctx.read)) ctx.problems.push_back(message);
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
@@ -263,12 +275,20 @@ void validate(LoadContext& ctx) {
   const auto& s = r.schedule;
   if (s.warmup_steps > r.train.steps) {
     if (s.type == ScheduleType::kWarmupCosine)
-      problem(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps", s.warmup_steps,
-                          r.sources.at("schedule.warmup_steps"), r.train.steps));
+      problem(
+          fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps ({}): shorten the warmup, e.g. --set "
+                      "schedule.warmup_steps={}, or train longer, e.g. --set train.steps={}",
+                      s.warmup_steps, r.sources.at("schedule.warmup_steps"), r.train.steps, r.sources.at("train.steps"), r.train.steps / 10,
+                      s.warmup_steps * 10));
     else if (s.type != ScheduleType::kConstant)
       warn(fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps: the LR never reaches its peak", s.warmup_steps,
                        r.sources.at("schedule.warmup_steps"), r.train.steps));
   }
+  if (r.logging.has_sink(Sink::kConsole) && r.logging.steps_per_print > r.train.steps)
+    warn(fmt::format(
+        "logging.steps_per_print {} ({}) is more than the run's {} steps: the console shows no step line (metrics.jsonl "
+        "has every step); e.g. --set logging.steps_per_print={}",
+        r.logging.steps_per_print, r.sources.at("logging.steps_per_print"), r.train.steps, std::max<int64_t>(1, r.train.steps / 10)));
   if (r.logging.profile_step > r.train.steps)
     problem(
         fmt::format("logging.profile_step {} ({}) is past the run's last step {}: pick a step the run reaches (a few after the first, "
@@ -300,25 +320,58 @@ void validate(LoadContext& ctx) {
     warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", name(r.precision.dtype)));
 }
 
+// What Hugging Face's TrainingArguments fills these "auto"s with when the recipe leaves them out:
+// its defaults, so that HF's stock ds_config files mean here what they mean there.
+struct HfAutoDefault {
+  const char* target;
+  const char* value;
+  const char* argument;  // the TrainingArguments field
+};
+constexpr HfAutoDefault kHfAutoDefaults[] = {{"optimizer.beta1", "0.9", "adam_beta1"},
+                                             {"optimizer.beta2", "0.999", "adam_beta2"},
+                                             {"optimizer.eps", "1e-08", "adam_epsilon"},
+                                             {"optimizer.weight_decay", "0.0", "weight_decay"},
+                                             {"train.grad_clip", "1.0", "max_grad_norm"}};
+
 }  // namespace
 
-void resolve_and_validate(LoadContext& ctx) {
-  // "auto" values stand for what the recipe sets; anything else would be a silent default.
+void resolve_autos(LoadContext& ctx) {
+  // "auto" values stand for what the recipe sets, or HF's default where HF has one; anything else
+  // would be a silent default. Every "auto" left open is reported at once.
+  std::vector<const PendingAuto*> open;
   for (const auto& a : ctx.autos) {
+    const auto hf =
+        std::find_if(std::begin(kHfAutoDefaults), std::end(kHfAutoDefaults), [&](const HfAutoDefault& d) { return a.target == d.target; });
     if (ctx.explicitly_set(a.target)) {
       ctx.recipe.sources[a.target] += fmt::format(" (filled into \"auto\" at {})", a.where.str());
     } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" ||
                a.target == "train.gradient_accumulation_steps") {
       // The batch triple: "auto" means "not given"; DeepSpeed's inference fills it from the others.
+    } else if (hf != std::end(kHfAutoDefaults)) {
+      if (ctx.set(a.target, Node{Node::Kind::kNumber, hf->value, {}, {}, {}, a.where}, a.where, false, a.ds_key))
+        ctx.recipe.sources[a.target] =
+            fmt::format("{} (\"auto\": {}, the default of HF TrainingArguments' {})", a.where.str(), hf->value, hf->argument);
     } else {
-      const Field* f = find_field(a.target);
-      ctx.problem(
-          a.where,
-          fmt::format("{} is \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value in the ds_config",
-                      a.ds_key, a.target, a.target, f ? value_text(*f, ctx.recipe) : "..."));
+      open.push_back(&a);
     }
   }
-  if (!ctx.problems.empty()) return;
+  // One problem per recipe key, naming every "auto" it would fill (lr and warmup_max_lr are one).
+  std::vector<std::string> done;
+  for (const PendingAuto* a : open) {
+    if (std::find(done.begin(), done.end(), a->target) != done.end()) continue;
+    done.push_back(a->target);
+    std::vector<std::string> keys;
+    for (const PendingAuto* b : open)
+      if (b->target == a->target) keys.push_back(b->ds_key);
+    const Field* f = find_field(a->target);
+    ctx.problem(a->where, fmt::format("{} {} \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value "
+                                      "in the ds_config",
+                                      fmt::join(keys, " and "), keys.size() == 1 ? "is" : "are", a->target, a->target,
+                                      f ? value_text(*f, ctx.recipe) : "..."));
+  }
+}
+
+void resolve_and_validate(LoadContext& ctx) {
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
   resolve_token_stages(ctx);

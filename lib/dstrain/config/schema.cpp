@@ -40,8 +40,8 @@ std::vector<Field> top_fields() {
 std::vector<Field> model_fields() {
   return {
     {"model.family", 0, 0, DS_CHOICES(model.family), "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_ENUM(model.family)},
-    {"model.hf_config", 0, 0, {}, "A Hugging Face config.json (model_type llama) to take the sizes from.", DS_FIELD(model.hf_config)},
-    {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file).", DS_FIELD(model.init_from)},
+    {"model.hf_config", 0, 0, {}, "A Hugging Face config.json, or the model directory holding it (model_type llama, deepseek_v2 or deepseek_v3), to take the model from (relative to the recipe file). Implied by model.init_from when the recipe gives no sizes.", DS_FIELD(model.hf_config)},
+    {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file); its config.json gives the model unless model.hf_config or the sizes are set.", DS_FIELD(model.init_from)},
     {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
     {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
     {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},
@@ -222,7 +222,7 @@ std::vector<Field> launch_fields() {
     {"launch.nproc_per_node", 1, 1024, {}, "Worker processes per node.", DS_FIELD(launch.nproc_per_node)},
     {"launch.nnodes", 1, 65536, {}, "Number of nodes.", DS_FIELD(launch.nnodes)},
     {"launch.node_rank", 0, 65535, {}, "This node's index.", DS_FIELD(launch.node_rank)},
-    {"launch.threads_per_worker", 0, 1024, {}, "Intra-op threads per worker (0: cores / workers).", DS_FIELD(launch.threads_per_worker)},
+    {"launch.threads_per_worker", 0, 1024, {}, "Intra-op threads per worker (0: OMP_NUM_THREADS when the environment sets it, as torchrun does, else cores / workers).", DS_FIELD(launch.threads_per_worker)},
     {"launch.master_addr", 0, 0, {}, "Address of the rendezvous store.", DS_FIELD(launch.master_addr)},
     {"launch.master_port", 0, 65535, {}, "Port of the rendezvous store (0: pick a free one).", DS_FIELD(launch.master_port)},
     {"launch.max_restarts", 0, 1000, {}, "Restarts from the last checkpoint after a failure.", DS_FIELD(launch.max_restarts)},

@@ -10,6 +10,7 @@ struct BuildInfo {
   std::string compiler;    // e.g. "GNU 12.2.0"
   std::string torch_version;
   std::string build_type;
+  std::string python_bin_dir;  // the bin/ of the virtualenv whose LibTorch it was built with (tensorboard lives there)
 };
 
 const BuildInfo& build_info();

@@ -83,6 +83,7 @@ Report compare(const std::vector<RankFacts>& input) {
     switch (row.rule) {
       case Rule::kSame:
         row.ok = row.groups.size() <= 1;
+        row.mismatch = !row.ok;
         break;
       case Rule::kMayDiffer:
         break;
@@ -96,6 +97,7 @@ Report compare(const std::vector<RankFacts>& input) {
         for (const auto& [node, values] : values_of_node)
           if (values.size() > 1) bad.push_back(fmt::format("node {} ({})", node, host_of_node[node]));
         row.ok = bad.empty();
+        row.mismatch = !row.ok;
         if (!row.ok) {
           std::string list;
           for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
@@ -133,6 +135,7 @@ Report compare(const std::vector<RankFacts>& input) {
     }
     if (!failed_ranks.empty()) {
       row.ok = false;
+      row.mismatch = false;  // a rank's own failure (a missing file) is the problem, whatever the others hold
       row.note = fmt::format("{}{}: {}", row.note.empty() ? "" : row.note + "; ", format_ranks(failed_ranks), failed_why);
     }
     report.rows.push_back(std::move(row));
@@ -182,16 +185,33 @@ std::string render_text(const Report& report) {
       value = spread_text(r);
     else
       value = groups_text(r.groups);
-    out += fmt::format("  {} {:<{}}  {}{}\n", r.ok ? "\u2713" : "\u2717", r.name, width, value, r.note.empty() ? "" : "  [" + r.note + "]");
+    // \u00b7: shown without a check (a host name, a bandwidth with nothing to compare it with).
+    const char* mark = !r.ok ? "\u2717" : r.rule == Rule::kMayDiffer ? "\u00b7" : "\u2713";
+    out += fmt::format("  {} {:<{}}  {}{}\n", mark, r.name, width, value, r.note.empty() ? "" : "  [" + r.note + "]");
   }
-  const auto bad = report.mismatches();
-  if (bad.empty()) {
-    out += fmt::format("consistent: {} facts agree on all {} ranks\n", report.rows.size(), report.world_size);
-  } else {
-    std::string list;
-    for (const auto& b : bad) list += (list.empty() ? "" : ", ") + b;
-    out += fmt::format("{} mismatch{}: {}\n", bad.size(), bad.size() == 1 ? "" : "es", list);
+  std::vector<std::string> mismatched, problems;
+  size_t shown = 0;
+  for (const auto& r : report.rows) {
+    if (!r.ok) (r.mismatch ? mismatched : problems).push_back(r.name);
+    shown += r.ok && r.rule == Rule::kMayDiffer;
   }
+  if (mismatched.empty() && problems.empty()) {
+    out += fmt::format("consistent: {} facts agree on all {} ranks{}\n", report.rows.size() - shown, report.world_size,
+                       shown ? fmt::format(" ({} more shown without a check, \u00b7)", shown) : "");
+    return out;
+  }
+  auto list = [](const std::vector<std::string>& names) {
+    std::string text;
+    for (const auto& n : names) text += (text.empty() ? "" : ", ") + n;
+    return text;
+  };
+  std::string verdict;
+  if (!mismatched.empty())
+    verdict = fmt::format("{} mismatch{}: {}", mismatched.size(), mismatched.size() == 1 ? "" : "es", list(mismatched));
+  if (!problems.empty())
+    verdict += fmt::format("{}{} problem{} on some ranks: {}", verdict.empty() ? "" : "; ", problems.size(),
+                           problems.size() == 1 ? "" : "s", list(problems));
+  out += "not consistent: " + verdict + "\n";
   return out;
 }
 

@@ -26,6 +26,9 @@ struct Row {
   bool ok = true;
   std::vector<ValueGroup> groups;  // in order of each value's first rank
   std::string note;                // what is wrong (limits, slow ranks, nodes that disagree)
+  // Why a row fails: its ranks disagree (a mismatch), or a rank fails a limit or a check of its
+  // own (a missing file, a slow GEMM): a problem, which no other rank's value would fix.
+  bool mismatch = false;
 };
 
 struct Report {
@@ -33,7 +36,10 @@ struct Report {
   int nodes = 0;
   std::vector<std::string> hosts;  // one per node, in node order
   std::vector<Row> rows;
-  std::vector<std::string> mismatches() const;  // names of the rows that are not ok
+  // check_ranks, on every rank: this rank's facts that fail by themselves (a missing data file, a
+  // limit), "name: value (why)" each, so that every rank can say what is wrong with it.
+  std::vector<std::string> own_failures;
+  std::vector<std::string> mismatches() const;  // names of the rows that are not ok (JSON: "mismatches")
   bool consistent() const { return mismatches().empty(); }
 };
 

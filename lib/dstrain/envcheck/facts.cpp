@@ -129,7 +129,8 @@ Facts collect_local_facts(const FactOptions& o) {
   for (const auto& [name, value] : o.extra) add(name, value, Rule::kSame);
   add("cuda kernels", dstrain_cuda_built() ? "built" : "not built", Rule::kSame);
   add("cuda runtime (built)", cuda_version_text(dstrain_cuda_runtime_version()), Rule::kSame);
-  add("cuda driver", cuda_version_text(dstrain_cuda_driver_version()), Rule::kSame);
+  const int driver = dstrain_cuda_driver_version();
+  add("cuda driver", driver > 0 ? cuda_version_text(driver) : "none (no NVIDIA driver: no GPU can run here)", Rule::kSame);
   const int nccl = dstrain_nccl_version();
   add("nccl", nccl > 0 ? fmt::format("{}.{}.{}", nccl / 10000, (nccl / 100) % 100, nccl % 100) : "none", Rule::kSame);
   add("os", field_of("/etc/os-release", "PRETTY_NAME", '='), Rule::kSame);
@@ -137,7 +138,7 @@ Facts collect_local_facts(const FactOptions& o) {
   add("glibc", gnu_get_libc_version(), Rule::kSame);
   // Hardware: GPUs of one model everywhere; counts and sizes alike within a node.
   const int gpus = dstrain_cuda_device_count();
-  add("gpus", std::to_string(gpus), Rule::kSameInNode);
+  add("gpus", gpus > 0 ? std::to_string(gpus) : "0 (none visible: the ranks would train on the CPU)", Rule::kSameInNode);
   if (gpus > 0) {
     char name[256] = {0};
     int major = 0, minor = 0;

@@ -118,7 +118,9 @@ std::vector<Fact> allreduce_facts(comm::Communicator& comm) {
   const double busbw = world > 1 ? 2.0 * (world - 1) / world * static_cast<double>(n * 4) / s / 1e9 : 0.0;
   std::vector<Fact> out{check};
   if (comm.rank() == 0)
-    out.push_back({"all-reduce bus bandwidth", fmt::format("{:.2f} GB/s (16 MiB, {} ranks)", busbw, world), Rule::kMayDiffer, true, ""});
+    out.push_back({"all-reduce bus bandwidth",
+                   world > 1 ? fmt::format("{:.2f} GB/s (16 MiB, {} ranks)", busbw, world) : "not measured (one rank has no peer)",
+                   Rule::kMayDiffer, true, ""});
   return out;
 }
 
@@ -267,12 +269,19 @@ Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* rec
   }
   // Only rank 0 compares: gathered to it, not all-gathered (21 MB into every rank at 16k ranks).
   const std::vector<std::string> all = comm.gather_bytes(encode_facts(facts), 0);
+  std::vector<std::string> own_failures;
+  for (const auto& f : facts)
+    if (!f.ok)
+      own_failures.push_back(f.why.empty() ? fmt::format("{}: {}", f.name, f.value) : fmt::format("{}: {} ({})", f.name, f.value, f.why));
   Report report;
+  report.own_failures = own_failures;
   if (rank != 0) return report;
   std::vector<RankFacts> ranks;
   for (int r = 0; r < world; ++r)
     ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
-  return compare(ranks);
+  report = compare(ranks);
+  report.own_failures = std::move(own_failures);
+  return report;
 }
 
 Report check_local(const config::Recipe* recipe, const ProbeOptions& probes) {

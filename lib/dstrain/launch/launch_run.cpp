@@ -158,10 +158,12 @@ int Launcher::run() {
   const SignalScope signals;  // for the whole launch: restart backoffs included
   open_rendezvous();
   const int nproc = topo_.nproc_per_node;
-  const int threads = threads_per_worker(static_cast<int>(recipe_.launch.threads_per_worker), nproc, online_cores());
-  log::info(fmt::format("dstrain {} run {}: node {} of {}, {} worker{} x {} thread{}, rendezvous at {}:{}",
+  const ThreadCount count = worker_threads(static_cast<int>(recipe_.launch.threads_per_worker), nproc, online_cores());
+  const int threads = count.threads;
+  if (!count.warning.empty()) log::warn(count.warning);
+  log::info(fmt::format("dstrain {} run {}: node {} of {}, {} worker{} x {} thread{} ({}), rendezvous at {}:{}",
                         options_.resume ? "resuming" : "starting", run_id_, topo_.node_rank, topo_.nnodes, nproc, nproc == 1 ? "" : "s",
-                        threads, threads == 1 ? "" : "s", topo_.master_addr, port_));
+                        threads, threads == 1 ? "" : "s", count.why, topo_.master_addr, port_));
   if (topo_.node_rank == 0) log::info(describe_plan(recipe_));
   SupervisorOptions sup = supervisor_options();
   int status = 0;
@@ -296,6 +298,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   follow_batch_shell();
   use_store_secret(options.topology, options.topology.nnodes > 1);
   refuse_unsupported(recipe);
+  if (!options.resume) refuse_mismatched_init_weights(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);
   refuse_if_memory_short(recipe, options.topology.nproc_per_node);
   const run::RunDirLock lock(recipe.run_dir, options.topology.node_rank);  // one launcher per run_dir and node

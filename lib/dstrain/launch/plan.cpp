@@ -20,7 +20,8 @@ Topology decide_topology(const LaunchFlags& flags, int recipe_nproc, bool recipe
                          recipe_master_port, dstrain_cuda_device_count());
 }
 
-RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::string>& overrides, const LaunchFlags& flags) {
+RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::string>& overrides, const LaunchFlags& flags,
+                    const config::LoadOptions& options) {
   RunPlan plan;
   // The topology layer: decided from the layered launch section, recorded as its own source. A
   // key the user --set keeps that source when the topology only echoes the recipe.
@@ -41,12 +42,15 @@ RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::strin
     }
     return out;
   };
-  plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer);
+  plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer, options);
   return plan;
 }
 
 RunPlan plan_resume(const std::string& run_dir_arg, const LaunchFlags& flags, int max_restarts) {
   const run::RunDir dir(fs::absolute(run_dir_arg).lexically_normal().string());
+  if (!fs::exists(dir.root()))
+    throw Error(ErrorCode::kUsage, fmt::format("run directory '{}' does not exist", run_dir_arg),
+                "pass the run_dir of an earlier `dstrain train` (dstrain resume RUN_DIR)");
   if (!fs::exists(dir.config_path()))
     throw Error(ErrorCode::kUsage, "'" + run_dir_arg + "' is not a dstrain run directory (no config.resolved.json)",
                 "pass the run_dir of an earlier `dstrain train`");
@@ -99,10 +103,12 @@ ResumeChoice choose_resume(const config::Recipe& recipe, const std::string& arg)
                 fmt::format("--resume auto: run_dir '{}' holds a run with another configuration (hash {} vs {})", recipe.run_dir,
                             config::config_hash(saved), config::config_hash(recipe)),
                 "use `dstrain resume RUN_DIR` to continue it as it was configured, or another run_dir");
-  if (!ckpt::has_committed_checkpoint(dir.ckpt_dir(saved)))
-    throw Error(ErrorCode::kCheckpoint,
-                fmt::format("--resume auto: run_dir '{}' holds this run but no committed checkpoint yet", recipe.run_dir),
-                "it stopped before its first save: remove the directory to start over");
+  // Stopped before its first save (a requeued job pre-empted early): nothing to resume, so it
+  // starts again, and the new run takes the directory over (RunDir::prepare_new).
+  if (!ckpt::has_committed_checkpoint(dir.ckpt_dir(saved))) {
+    log::info(fmt::format("--resume auto: run_dir '{}' holds this run without a committed checkpoint: starting it again", recipe.run_dir));
+    return {};
+  }
   return {true, ""};
 }
 

@@ -21,7 +21,8 @@ struct RunPlan {
 };
 
 // `overrides` are --set; the flags win over the environment, which wins over the recipe.
-RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::string>& overrides, const LaunchFlags& flags);
+RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::string>& overrides, const LaunchFlags& flags,
+                    const config::LoadOptions& options = {});
 
 // The run in `run_dir` on the topology the flags and environment give. When the world size or
 // the directory changed, the writer (node 0, or rank 0) rewrites config.resolved.json and says
@@ -29,10 +30,9 @@ RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::strin
 RunPlan plan_resume(const std::string& run_dir, const LaunchFlags& flags, int max_restarts);
 
 // train --resume: "" starts fresh; "auto" continues run_dir when it holds this same run (same
-// config hash) with a committed checkpoint, and starts it when run_dir is new (anything else is
-// refused rather than guessed); a PATH (made absolute) starts a new run from another run's
-// checkpoint, a step directory or a ckpt/ directory with a committed one, checked before the new
-// run directory is made.
+// config hash) with a committed checkpoint, and starts it when run_dir is new or this run stopped
+// before its first checkpoint (another configuration is refused rather than guessed); a PATH (made absolute) starts a new run from another
+// run's checkpoint, a step directory or a ckpt/ directory with a committed one, checked before the new run directory is made.
 struct ResumeChoice {
   bool resume = false;
   std::string from;  // another run's checkpoint; "" with resume: this run's latest

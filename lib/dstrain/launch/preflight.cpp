@@ -12,6 +12,8 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/device/training_device.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/hf_export.h"
 #include "dstrain/train/engine_support.h"
 #include "dstrain_cuda.h"
 
@@ -71,6 +73,11 @@ void refuse_unsupported(const config::Recipe& recipe) {
                 fmt::format("the configuration is valid, but the training engine cannot run {} of its settings yet:\n  {}",
                             missing.size() == 1 ? "one" : std::to_string(missing.size()), fmt::join(missing, "\n  ")),
                 "change these settings, or check the plan without training with --dry-run");
+}
+
+void refuse_mismatched_init_weights(const config::Recipe& recipe) {
+  if (recipe.model.init_from.empty()) return;
+  model::check_hf_weights(recipe.model.init_from, model::model_tensor_shapes(recipe.model));
 }
 
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers) {

@@ -10,6 +10,9 @@ namespace dstrain::launch {
 
 // Throws Error{kConfig} listing what train::unsupported_by_engine() finds.
 void refuse_unsupported(const config::Recipe& recipe);
+// model.init_from: every tensor of the model in the weights' safetensors headers, with its shape
+// (read without loading; a 671B model is checked in a second). Throws Error{kCheckpoint}.
+void refuse_mismatched_init_weights(const config::Recipe& recipe);
 // Throws Error{kEnvironment} when `local_workers` ranks' model state (the ZeRO formulas) exceeds
 // this node's available memory, or one rank's exceeds a GPU's.
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers);

@@ -50,6 +50,7 @@ void record_own_failure(const run::RunDir& run_dir, const Topology& topo, int ex
 
 int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) {
   refuse_unsupported(recipe);
+  if (!options.resume) refuse_mismatched_init_weights(recipe);
   use_store_secret(options.topology, options.topology.rank == 0 && options.topology.nnodes > 1);
   const auto& topo = options.topology;
   const run::RunDir run_dir(recipe.run_dir);
@@ -92,8 +93,10 @@ int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) 
   }
   starting.reset();  // run_worker guards its own startup
   if (std::filesystem::is_directory(run_dir.log_dir())) log::set_file(fmt::format("{}/rank_{:05d}.log", run_dir.log_dir(), topo.rank));
-  run::WorkerEnv env = rank_env(topo, run_id, recipe.run_dir,
-                                rank_threads(static_cast<int>(recipe.launch.threads_per_worker), topo, online_cores(), node_cores()));
+  const int requested_threads = static_cast<int>(recipe.launch.threads_per_worker);
+  if (const ThreadCount count = worker_threads(requested_threads, 1, online_cores()); topo.rank == 0 && !count.warning.empty())
+    log::warn(count.warning);
+  run::WorkerEnv env = rank_env(topo, run_id, recipe.run_dir, rank_threads(requested_threads, topo, online_cores(), node_cores()));
   env.resume = resume;
   env.resume_from = options.resume_from;
   env.env_check = options.env_check;

@@ -72,11 +72,19 @@ c10::ScalarType scalar_type(config::Dtype dtype) {
 }
 
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype,
-                                     comm::Communicator* expert_group) {
-  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype, expert_group);
+                                     comm::Communicator* expert_group, Init init) {
+  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype, expert_group, init);
   if (expert_group && expert_group->world_size() > 1)
     throw Error(ErrorCode::kConfig, "expert parallelism needs an MoE model: this one is dense", "set moe.expert_parallel_size: 1");
-  return std::make_unique<DenseModel>(config, seed, dtype);
+  return std::make_unique<DenseModel>(config, seed, dtype, init);
+}
+
+std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config) {
+  const auto model = make_model(config, 0, c10::ScalarType::Float, nullptr, Init::kShapesOnly);
+  std::vector<NamedShape> out;
+  for (const auto& p : model->parameters()) out.push_back({p.name, p.tensor.sizes().vec(), true});
+  for (const auto& b : model->buffers()) out.push_back({b.name, b.tensor.sizes().vec(), false});
+  return out;
 }
 
 }  // namespace dstrain::model

@@ -110,10 +110,17 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
 // The type of parameters, activations and gradients for a training precision.
 c10::ScalarType scalar_type(config::Dtype dtype);
 
+// kShapesOnly: every tensor on the meta device (names and shapes, no memory, no values; such
+// a model cannot run), for checks of a 671B model on a laptop.
+enum class Init { kRandom, kShapesOnly };
+
 // The model of config.family, initialised from `seed` alone (identical on every rank), in
 // `dtype` (float32 for training; float64 for gradient checks). expert_group: expert parallelism
 // (MoE models only): the model holds this rank's block of routed experts (MlaMoeModel).
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
-                                     comm::Communicator* expert_group = nullptr);
+                                     comm::Communicator* expert_group = nullptr, Init init = Init::kRandom);
+
+// Every parameter's and buffer's HF name and shape, in model order, without allocating them.
+std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config);
 
 }  // namespace dstrain::model

@@ -25,35 +25,37 @@ constexpr size_t kPerLayer = 9;  // tensors per decoder layer, in the order adde
 
 }  // namespace
 
-DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::ScalarType dtype) : impl_(std::make_unique<Impl>()) {
+DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::ScalarType dtype, Init init) : impl_(std::make_unique<Impl>()) {
   impl_->cfg = cfg;
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t kv_dim = (cfg.num_kv_heads > 0 ? cfg.num_kv_heads : cfg.num_heads) * (H / cfg.num_heads);
   at::Generator gen = at::detail::createCPUGenerator(seed);
   // N(0, init_std) for matrices; residual projections (o_proj, down_proj) N(0, init_std/sqrt(2L))
   // so that the residual stream's variance does not grow with depth; norms start at 1.
-  auto normal = [&](std::vector<int64_t> shape) { return at::normal(0.0, cfg.init_std, shape, gen); };
+  const bool meta = init == Init::kShapesOnly;
+  auto normal = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::normal(0.0, cfg.init_std, shape, gen); };
   const double residual_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
-  auto residual = [&](std::vector<int64_t> shape) { return at::normal(0.0, residual_std, shape, gen); };
+  auto residual = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::normal(0.0, residual_std, shape, gen); };
+  auto ones = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::ones(shape); };
   auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)}); };
 
   add("model.embed_tokens.weight", normal({V, H}));
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string prefix = fmt::format("model.layers.{}.", i);
-    add(prefix + "input_layernorm.weight", at::ones({H}));
+    add(prefix + "input_layernorm.weight", ones({H}));
     add(prefix + "self_attn.q_proj.weight", normal({H, H}));
     add(prefix + "self_attn.k_proj.weight", normal({kv_dim, H}));
     add(prefix + "self_attn.v_proj.weight", normal({kv_dim, H}));
     add(prefix + "self_attn.o_proj.weight", residual({H, H}));
-    add(prefix + "post_attention_layernorm.weight", at::ones({H}));
+    add(prefix + "post_attention_layernorm.weight", ones({H}));
     add(prefix + "mlp.gate_proj.weight", normal({I, H}));
     add(prefix + "mlp.up_proj.weight", normal({I, H}));
     add(prefix + "mlp.down_proj.weight", residual({H, I}));
   }
-  add("model.norm.weight", at::ones({H}));
+  add("model.norm.weight", ones({H}));
   add("lm_head.weight", normal({V, H}));
 
-  impl_->rope = Rope(H / cfg.num_heads, cfg, dtype);
+  if (!meta) impl_->rope = Rope(H / cfg.num_heads, cfg, dtype);
 }
 
 DenseModel::~DenseModel() = default;

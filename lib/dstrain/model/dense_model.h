@@ -13,7 +13,7 @@ namespace dstrain::model {
 class DenseModel final : public CausalLM {
  public:
   // Parameters are initialised from `seed` alone: every rank builds the same weights.
-  DenseModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float);
+  DenseModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float, Init init = Init::kRandom);
   ~DenseModel() override;
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;

@@ -227,8 +227,14 @@ void export_hf(const config::ModelConfig& c, const NamedTensors& params, const N
       c, tensors, [&](const TensorShape& t) { return values.at(t.name).detach().to(at::kCPU, at::kFloat); }, {}, out_dir);
 }
 
-void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {
-  // Which file holds which tensor.
+namespace {
+
+constexpr const char* kSizesHint =
+    "the model's sizes differ from the weights': drop the sizes from the recipe (model.init_from then takes the weights' own "
+    "config.json), or point model.hf_config at it";
+
+// Which file of an HF model directory holds which tensor ("" key: one model.safetensors holds all).
+std::map<std::string, std::string> weight_files(const std::string& dir) {
   std::map<std::string, std::string> where;
   const std::string index = dir + "/model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -239,42 +245,80 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
       throw Error(ErrorCode::kCheckpoint, fmt::format("{}: not a valid safetensors index: {}", index, e.what()), "re-download the model");
     }
   } else if (fs::exists(dir + "/model.safetensors")) {
-    for (const auto* group : {&params, &buffers})
-      for (const auto& p : *group) where[p.name] = dir + "/model.safetensors";
+    where[""] = dir + "/model.safetensors";
   } else {
     throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json", dir),
                 "point model.init_from at a Hugging Face model directory");
   }
+  return where;
+}
+
+const std::string* file_of(const std::map<std::string, std::string>& where, const std::string& name) {
+  auto it = where.find(name);
+  if (it == where.end()) it = where.find("");
+  return it == where.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors) {
+  const auto where = weight_files(dir);
+  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;  // headers only: the data stays mapped, unread
+  std::vector<std::string> problems;
+  for (const auto& t : tensors) {
+    const std::string* file = file_of(where, t.name);
+    if (!file) {
+      if (t.required) problems.push_back(fmt::format("{}: no tensor '{}' in the weight map", dir, t.name));
+      continue;
+    }
+    auto& reader = open[*file];
+    if (!reader) reader = std::make_unique<io::SafetensorsFile>(*file);
+    const io::TensorInfo* info = reader->find(t.name);
+    if (!info) {
+      if (t.required) problems.push_back(fmt::format("{}: no tensor '{}'", *file, t.name));
+    } else if (info->shape != t.shape) {
+      problems.push_back(fmt::format("{}: '{}' has shape [{}], the model needs [{}]", *file, t.name, fmt::join(info->shape, ", "),
+                                     fmt::join(t.shape, ", ")));
+    } else if (info->dtype != "F32" && info->dtype != "BF16" && info->dtype != "F16") {
+      problems.push_back(fmt::format("{}: '{}' has dtype {}, which dstrain does not load (F32, BF16, F16)", *file, t.name, info->dtype));
+    }
+  }
+  return problems;
+}
+
+void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors) {
+  const auto problems = hf_weight_problems(dir, tensors);
+  if (problems.empty()) return;
+  const size_t shown = std::min<size_t>(problems.size(), 8);
+  throw Error(ErrorCode::kCheckpoint,
+              fmt::format("model.init_from: {} of the model's {} tensors do not match the weights in {}:\n  {}{}", problems.size(),
+                          tensors.size(), dir, fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
+                          problems.size() > shown ? fmt::format("\n  ... and {} more", problems.size() - shown) : ""),
+              kSizesHint);
+}
+
+void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {
+  std::vector<NamedShape> shapes;
+  for (const auto& p : params) shapes.push_back({p.name, p.tensor.sizes().vec(), true});
+  for (const auto& b : buffers) shapes.push_back({b.name, b.tensor.sizes().vec(), false});
+  check_hf_weights(dir, shapes);  // every mismatch at once, before any copy
+  const auto where = weight_files(dir);
   std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
   c10::NoGradGuard no_grad;
-  auto load = [&](const NamedTensor& p, bool required) {
-    const auto w = where.find(p.name);
-    if (w == where.end() && !required) return;
-    if (w == where.end())
-      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}' in the weight map", dir, p.name),
-                  "is this a model of the same architecture?");
-    auto& file = open[w->second];
-    if (!file) file = std::make_unique<io::SafetensorsFile>(w->second);
+  auto load = [&](const NamedTensor& p) {  // checked above: present (or an optional buffer), shape and dtype
+    const std::string* name = file_of(where, p.name);
+    if (!name) return;
+    auto& file = open[*name];
+    if (!file) file = std::make_unique<io::SafetensorsFile>(*name);
     const io::TensorInfo* info = file->find(p.name);
-    if (!info && !required) return;
-    if (!info)
-      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", w->second, p.name),
-                  "is this a model of the same architecture?");
-    if (info->shape != p.tensor.sizes().vec())
-      throw Error(ErrorCode::kCheckpoint,
-                  fmt::format("{}: '{}' has shape [{}], the model needs [{}]", w->second, p.name, fmt::join(info->shape, ", "),
-                              fmt::join(p.tensor.sizes(), ", ")),
-                  "the recipe's model sizes differ from the weights' config.json; use model.hf_config to take them from it");
+    if (!info) return;
     static const std::map<std::string, at::ScalarType> kTypes = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
     const auto type = kTypes.find(info->dtype);
-    if (type == kTypes.end())
-      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has dtype {}, which dstrain does not load", w->second, p.name, info->dtype),
-                  "");
     const at::Tensor view = at::from_blob(const_cast<uint8_t*>(info->data), p.tensor.sizes(), at::TensorOptions().dtype(type->second));
     p.tensor.copy_(permute_rope_rows(config, p.name, view, false));
   };
-  for (const auto& p : params) load(p, true);
-  for (const auto& b : buffers) load(b, false);  // e_score_correction_bias: V3 checkpoints have it, V2 none
+  for (const auto& p : params) load(p);
+  for (const auto& b : buffers) load(b);  // e_score_correction_bias: V3 checkpoints have it, V2 none
 }
 
 }  // namespace dstrain::model

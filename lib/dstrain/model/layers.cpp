@@ -10,6 +10,10 @@
 
 namespace dstrain::model {
 
+at::Tensor meta_tensor(const std::vector<int64_t>& shape) {
+  return at::empty(shape, at::TensorOptions().dtype(at::kFloat).device(at::kMeta));
+}
+
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (x.is_cuda() && x.scalar_type() == weight.scalar_type()) return std::get<0>(at::_fused_rms_norm(x, {x.size(-1)}, weight, eps));
   return rms_norm_composite(x, weight, eps);

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "dstrain/config/recipe.h"
 
@@ -19,6 +20,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, b
 // in backward from the two projections (selective activation checkpointing).
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                   bool recompute_activation = false);
+
+// An fp32 tensor of `shape` on the meta device: a shape without memory (Init::kShapesOnly).
+at::Tensor meta_tensor(const std::vector<int64_t>& shape);
 
 // YaRN's mscale: 0.1 * mscale * ln(scale) + 1 (1 for scale <= 1).
 double yarn_get_mscale(double scale, double mscale);

@@ -34,7 +34,7 @@ struct MlaMoeModel::Impl {
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
 };
 
-MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype, comm::Communicator* expert_group)
+MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype, comm::Communicator* expert_group, Init init)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = c;
@@ -59,23 +59,25 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
     m.params.push_back({name, t});
     m.by_name[name] = t;
   };
-  auto normal = [&](std::vector<int64_t> shape, double std) { return at::normal(0.0, std, shape, gen); };
+  const bool meta = init == Init::kShapesOnly;
+  auto normal = [&](std::vector<int64_t> shape, double std) { return meta ? meta_tensor(shape) : at::normal(0.0, std, shape, gen); };
+  auto ones = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::ones(shape); };
   add("model.embed_tokens.weight", normal({V, H}, c.init_std));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string l = fmt::format("model.layers.{}.", i);
-    add(l + "input_layernorm.weight", at::ones({H}));
+    add(l + "input_layernorm.weight", ones({H}));
     if (c.q_lora_rank > 0) {
       add(l + "self_attn.q_a_proj.weight", normal({c.q_lora_rank, H}, c.init_std));
-      add(l + "self_attn.q_a_layernorm.weight", at::ones({c.q_lora_rank}));
+      add(l + "self_attn.q_a_layernorm.weight", ones({c.q_lora_rank}));
       add(l + "self_attn.q_b_proj.weight", normal({nh * dqk, c.q_lora_rank}, c.init_std));
     } else {
       add(l + "self_attn.q_proj.weight", normal({nh * dqk, H}, c.init_std));
     }
     add(l + "self_attn.kv_a_proj_with_mqa.weight", normal({c.kv_lora_rank + c.qk_rope_head_dim, H}, c.init_std));
-    add(l + "self_attn.kv_a_layernorm.weight", at::ones({c.kv_lora_rank}));
+    add(l + "self_attn.kv_a_layernorm.weight", ones({c.kv_lora_rank}));
     add(l + "self_attn.kv_b_proj.weight", normal({nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}, c.init_std));
     add(l + "self_attn.o_proj.weight", normal({H, nh * c.v_head_dim}, residual_std));
-    add(l + "post_attention_layernorm.weight", at::ones({H}));
+    add(l + "post_attention_layernorm.weight", ones({H}));
     if (!c.is_moe_layer(i)) {
       add(l + "mlp.gate_proj.weight", normal({c.intermediate_size, H}, c.init_std));
       add(l + "mlp.up_proj.weight", normal({c.intermediate_size, H}, c.init_std));
@@ -106,9 +108,9 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       m.by_name[name] = bias;
     }
   }
-  add("model.norm.weight", at::ones({H}));
+  add("model.norm.weight", ones({H}));
   add("lm_head.weight", normal({V, H}, c.init_std));
-  m.rope = Rope(c.qk_rope_head_dim, c, dtype);
+  if (!meta) m.rope = Rope(c.qk_rope_head_dim, c, dtype);
   m.load = at::zeros({static_cast<int64_t>(m.moe_layers.size()), c.n_routed_experts}, at::kDouble);
 }
 

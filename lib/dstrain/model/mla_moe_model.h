@@ -20,7 +20,7 @@ class MlaMoeModel final : public CausalLM {
   // expert_group: expert parallelism (model/moe_experts.h): this rank holds only its block of
   // each layer's routed experts, under their global names; the group must outlive the model.
   MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
-              comm::Communicator* expert_group = nullptr);
+              comm::Communicator* expert_group = nullptr, Init init = Init::kRandom);
   ~MlaMoeModel() override;
 
   const NamedTensors& parameters() const override;

@@ -2,6 +2,7 @@
 // A tensor with its stable (Hugging Face) name. Headers see only ATen/core/Tensor.h.
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,5 +14,12 @@ struct NamedTensor {
 };
 
 using NamedTensors = std::vector<NamedTensor>;
+
+// A tensor's name and shape alone (a model's, without its values).
+struct NamedShape {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool required = true;  // false: a buffer that some checkpoints lack (V2 has no e_score_correction_bias)
+};
 
 }  // namespace dstrain::model

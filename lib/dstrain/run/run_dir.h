@@ -4,6 +4,7 @@
 //   logs/rank_XXXXX.log    each rank's output
 //   metrics.jsonl          one JSON object per logged step (rank 0)
 //   ckpt/step_XXXXXXXX/    checkpoints; ckpt/latest names the newest committed one
+//   previous-attempts/N/   the files of attempts that ended before their first checkpoint
 #include <string>
 
 #include "dstrain/config/recipe.h"
@@ -21,11 +22,16 @@ class RunDir {
   // checkpoint.dir when the recipe sets one, else ckpt_dir().
   std::string ckpt_dir(const config::Recipe& recipe) const { return recipe.checkpoint.dir.empty() ? ckpt_dir() : recipe.checkpoint.dir; }
   // Creates the directory for a new run and writes config.resolved.json. Refuses a directory
-  // that already holds a run (never overwrites checkpoints): resume it or pick another run_dir.
+  // whose run has a committed checkpoint (never overwrites checkpoints): resume it or pick
+  // another run_dir. A run that ended before its first checkpoint has nothing to resume, so a
+  // new run takes its place: that attempt's files move to previous-attempts/N/ (kept, and said).
   void prepare_new(const config::Recipe& recipe) const;
   // A resume needs a committed checkpoint (existence only: the workers' rank 0 verifies it and,
-  // if it must, falls back to an older one). Throws Error{kCheckpoint}.
+  // if it must, falls back to an older one). Throws Error{kCheckpoint} whose hint is the
+  // `dstrain train` command line that starts the run again.
   void check_resumable(const config::Recipe& recipe) const;
+  // Where prepare_new keeps attempt `n` (1-based) of a run that never committed a checkpoint.
+  std::string previous_attempt_dir(int n) const { return root_ + "/previous-attempts/" + std::to_string(n); }
 
  private:
   std::string root_;

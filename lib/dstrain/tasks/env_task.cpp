@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/threads.h"
 #include "dstrain/envcheck/compare.h"
@@ -50,7 +52,15 @@ int run_env_task(const run::WorkerEnv& env, const EnvCheckTask& task, bool print
   probes.device = env.device;
   const envcheck::Report report = envcheck::check_ranks(*comm, env.group_rank, recipe ? &*recipe : nullptr, probes);
   comm->barrier()->wait();  // nobody leaves while another still measures
-  if (env.rank != 0) return 0;
+  if (env.rank != 0) {
+    // Ranks started one by one (torchrun, env://, srun) each say what is wrong with them.
+    if (print && !report.own_failures.empty()) {
+      fmt::print("check-env: rank {} ({}): {} (rank 0 prints the whole report)\n", env.rank, host_name(),
+                 fmt::join(report.own_failures, "; "));
+      return 1;
+    }
+    return 0;
+  }
   if (print) {
     fmt::print("{}", envcheck::render_text(report));
     return report.consistent() ? 0 : 1;
@@ -86,7 +96,7 @@ int launch_env_task(const launch::Topology& topo, const EnvCheckTask& task_in, b
   if (topo.node_rank == 0) {
     const std::string text = read_file(task.report_path + ".txt");
     fmt::print("{}", json ? read_file(task.report_path + ".json") : text);
-    result = text.find(" mismatch") != std::string::npos ? 1 : exit_status::kOk;
+    result = text.find("\nconsistent: ") == std::string::npos ? 1 : exit_status::kOk;
   }
   fs::remove_all(dir);
   return result;

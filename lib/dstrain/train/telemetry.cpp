@@ -178,7 +178,9 @@ void Telemetry::finish_step(const StepOutcome& o) {
     m.peak_tflops = peak_tflops_;
     m.mfu = peak_tflops_ > 0 ? m.tflops_per_rank / peak_tflops_ : metrics::kNone;
     m.host_rss_mb = resident_mb();
-    m.host_peak_rss_mb = peak_resident_mb();
+    // ru_maxrss and /proc/self/statm count at different moments: the peak is the largest of both.
+    host_peak_rss_mb_ = std::max({host_peak_rss_mb_, peak_resident_mb(), m.host_rss_mb});
+    m.host_peak_rss_mb = host_peak_rss_mb_;
     if (const device::DeviceMemoryPeaks peaks = device::device_memory_peaks(device_); peaks.allocated_mb >= 0) {
       m.device_alloc_peak_mb = peaks.allocated_mb;
       m.device_reserved_peak_mb = peaks.reserved_mb;

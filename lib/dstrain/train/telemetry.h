@@ -82,6 +82,7 @@ class Telemetry {
   std::unique_ptr<metrics::MetricSinks> sinks_;
   double flops_per_token_ = 0;
   double peak_tflops_ = 0;
+  double host_peak_rss_mb_ = 0;  // the highest resident size seen (getrusage's peak lags /proc's current value)
   c10::Device device_ = c10::Device(c10::kCPU);
   double forward_ms_ = 0, backward_ms_ = 0;
   double issue_ms_ = metrics::kNone;                       // not measured (CPU runs): null in the metrics

@@ -92,7 +92,10 @@ TEST_CASE("range, choice and cross-field checks", "[config]") {
   CHECK_THAT(config_error(path, with_batch({"model.family=moe"})), Catch::Contains("model.family: 'moe' is not supported; allowed: dense"));
   CHECK_THAT(config_error(path, with_batch({"model.num_heads=3"})),
              Catch::Contains("model.num_heads: 3 does not divide model.hidden_size 64"));
-  CHECK_THAT(config_error(path, with_batch({"data.seq_len=64"})), Catch::Contains("data.seq_len: 64 exceeds model.max_seq_len 32"));
+  CHECK_THAT(config_error(path, with_batch({"data.seq_len=64"})),
+             Catch::Contains("data.seq_len 64 (--set) exceeds model.max_seq_len 32 (" + path +
+                             ":6:16): set data.seq_len: 32 or less "
+                             "(--set data.seq_len=32), or model.max_seq_len: 64"));
   try {  // a missing dataset alone is a data error (exit 3); with other problems it is listed among them
     config::load_recipe(path, with_batch({"data.path=nope.bin"}));
     FAIL("no error");
@@ -104,8 +107,10 @@ TEST_CASE("range, choice and cross-field checks", "[config]") {
              Catch::Contains("nope.bin") && Catch::Contains("exceeds"));
   CHECK_THAT(config_error(path, {"train.global_batch_size=12", "train.micro_batch_size=8"}),
              Catch::Contains("train_batch_size 12 != micro 8 x accumulation 1 x 1 rank = 8"));
-  CHECK_THAT(config_error(path, with_batch({"schedule.warmup_steps=50"})),
-             Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps"));
+  CHECK_THAT(
+      config_error(path, with_batch({"schedule.warmup_steps=50"})),
+      Catch::Contains("schedule.warmup_steps 50 (--set) is longer than the run's 10 steps (" + path +
+                      ":7:16): shorten the warmup, e.g. --set schedule.warmup_steps=1, or train longer, e.g. --set train.steps=500"));
   CHECK_THAT(config_error(path, with_batch({"logging.profile_step=11"})),
              Catch::Contains("logging.profile_step 11 (--set) is past the run's last step 10"));
   CHECK_THAT(config_error(path, with_batch({"zero.offload_optimizer=cpu"})), Catch::Contains("needs ZeRO stage 1, 2 or 3"));

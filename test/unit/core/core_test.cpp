@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <regex>
 #include <string>
@@ -47,12 +48,32 @@ TEST_CASE("atomic writes replace whole files and leave no temporaries", "[core]"
 }
 
 TEST_CASE("threads are divided among local workers", "[core]") {
+  ::unsetenv("OMP_NUM_THREADS");
   CHECK(threads_per_worker(0, 2, 2) == 1);
   CHECK(threads_per_worker(0, 1, 2) == 2);
   CHECK(threads_per_worker(0, 4, 16) == 4);
   CHECK(threads_per_worker(0, 8, 2) == 1);  // never zero
   CHECK(threads_per_worker(3, 8, 2) == 3);  // the recipe wins
   CHECK(online_cores() >= 1);
+}
+
+TEST_CASE("OMP_NUM_THREADS from the environment is honoured as torchrun does, and an override of it is said", "[core]") {
+  const ThreadCount omp = worker_threads(0, 2, 16, "3");
+  CHECK(omp.threads == 3);
+  CHECK(omp.why == "OMP_NUM_THREADS=3 from the environment");
+  CHECK(omp.warning.empty());
+  const ThreadCount recipe = worker_threads(4, 2, 16, "3");
+  CHECK(recipe.threads == 4);
+  CHECK(recipe.warning == "OMP_NUM_THREADS=3 in the environment is overridden by launch.threads_per_worker=4");
+  CHECK(worker_threads(3, 2, 16, "3").warning.empty());
+  const ThreadCount unset = worker_threads(0, 2, 16, nullptr);
+  CHECK(unset.threads == 8);
+  CHECK(unset.why == "16 cores / 2 local workers");
+  for (const char* bad : {"", "0", "two", "4x", "-1"}) {
+    const ThreadCount t = worker_threads(0, 2, 16, bad);
+    CHECK(t.threads == 8);
+    if (*bad) CHECK_THAT(t.warning, Catch::Contains("is not a thread count"));
+  }
 }
 
 TEST_CASE("the README's exit code table matches the code", "[core]") {

@@ -39,8 +39,11 @@ TEST_CASE("equal facts are consistent; one rank apart is a mismatch with rank gr
   CHECK(report.mismatches() == std::vector<std::string>{"nccl"});
   const std::string text = envcheck::render_text(report);
   CHECK(text.find("\u2717 nccl  2.21.5: ranks 0\u20137; 2.19.3: ranks 8\u201315") != std::string::npos);
-  CHECK(text.find("\u2713 host") != std::string::npos);  // hosts may differ
-  CHECK(text.find("1 mismatch: nccl") != std::string::npos);
+  CHECK(text.find("\u00b7 host") != std::string::npos);  // hosts may differ: shown, not checked
+  CHECK(text.find("not consistent: 1 mismatch: nccl\n") != std::string::npos);
+  ranks.resize(8);
+  const std::string agreeing = envcheck::render_text(envcheck::compare(ranks));
+  CHECK(agreeing.find("consistent: 1 facts agree on all 8 ranks (1 more shown without a check, \u00b7)") != std::string::npos);
 }
 
 TEST_CASE("same-in-node facts may differ between nodes but not within one", "[envcheck]") {
@@ -82,6 +85,9 @@ TEST_CASE("limits fail with the rank and the reason; slow measurements are flagg
   CHECK(row(report, "clock offset from rank 0").note == "rank 3: clocks differ");
   CHECK(row(report, "gemm throughput").note == "rank 2 below half the median (0.20x at worst)");
   CHECK(report.mismatches() == std::vector<std::string>{"clock offset from rank 0", "gemm throughput"});
+  // A limit a rank fails is a problem of that rank, not ranks that disagree.
+  CHECK(envcheck::render_text(report).find("not consistent: 2 problems on some ranks: clock offset from rank 0, gemm throughput\n") !=
+        std::string::npos);
 }
 
 TEST_CASE("a fact a rank marks as failed fails its row even when every rank agrees", "[envcheck]") {

@@ -64,6 +64,7 @@ TEST_CASE("a rank started on its own finds its GPU and its threads as Slurm bind
   CHECK(rank_device(3, 4, 1) == "cuda:0");  // --gpus-per-task=1: each task sees its own GPU as device 0
   CHECK(rank_device(0, 1, 1) == "cuda:0");
   CHECK(rank_device(3, 4, 2) == "cuda:3");  // neither: refused by name when opened
+  ::unsetenv("OMP_NUM_THREADS");            // it would decide the threads (core_test checks that)
   launch::Topology slurm;
   slurm.mode = launch::Topology::Mode::kRank;
   slurm.source = "slurm";

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <iomanip>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 
 #include "dstrain/core/error.h"
 #include "dstrain/io/safetensors.h"
+#include "dstrain/model/causal_lm.h"
 #include "dstrain/model/dense_model.h"
 #include "dstrain/model/hf_export.h"
 #include "test_support.h"
@@ -53,6 +55,36 @@ TEST_CASE("a model exported to HF safetensors reads back bit-identically", "[mod
   CHECK_THROWS_WITH(model::load_hf_weights(dir.path() + "/hf", other, c.parameters()),
                     Catch::Contains("has shape [96, 48], the model needs [64, 48]"));
   CHECK_THROWS_WITH(model::load_hf_weights(dir.path(), other, c.parameters()), Catch::Contains("has neither model.safetensors"));
+}
+
+TEST_CASE("the weights' shapes are checked from the safetensors headers, against a model that holds no memory", "[model]") {
+  test::TempDir dir;
+  const model::DenseModel a(tiny(), 11);
+  model::export_hf(tiny(), a.parameters(), dir.path() + "/hf");
+  const auto shapes = model::model_tensor_shapes(tiny());
+  REQUIRE(shapes.size() == a.parameters().size());
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    CHECK(shapes[i].name == a.parameters()[i].name);
+    CHECK(shapes[i].shape == a.parameters()[i].tensor.sizes().vec());
+  }
+  CHECK(model::hf_weight_problems(dir.path() + "/hf", shapes).empty());
+  const auto meta = model::make_model(tiny(), 0, at::kFloat, nullptr, model::Init::kShapesOnly);
+  for (const auto& p : meta->parameters()) CHECK(p.tensor.is_meta());
+  // The recipe's defaults instead of the weights' sizes: every tensor that differs, at once.
+  config::ModelConfig other = tiny();
+  other.hidden_size = 64, other.num_layers = 3, other.num_heads = 4;
+  const auto problems = model::hf_weight_problems(dir.path() + "/hf", model::model_tensor_shapes(other));
+  CHECK(problems.size() == model::model_tensor_shapes(other).size());  // every shape differs, the third layer is missing
+  CHECK_THAT(problems.front(), Catch::Contains("'model.embed_tokens.weight' has shape [300, 48], the model needs [300, 64]"));
+  CHECK_THAT(problems.back(), Catch::Contains("'lm_head.weight' has shape [300, 48]"));
+  CHECK(std::count_if(problems.begin(), problems.end(),
+                      [](const std::string& p) { return p.find("no tensor 'model.layers.2.") != p.npos; }) == 9);
+  CHECK_THROWS_WITH(model::check_hf_weights(dir.path() + "/hf", model::model_tensor_shapes(other)),
+                    Catch::Contains("30 of the model's 30 tensors do not match the weights in") && Catch::Contains("... and 22 more"));
+  // A 671B-parameter shape is checked without allocating it.
+  config::ModelConfig huge = tiny();
+  huge.hidden_size = 16384, huge.num_layers = 100, huge.num_heads = 128, huge.intermediate_size = 53248, huge.vocab_size = 129280;
+  CHECK(model::model_tensor_shapes(huge).size() == 2 + 9 * 100 + 1);
 }
 
 // Writes the exported model, inputs and our logits for test/model/reference_check.py when

@@ -31,12 +31,27 @@ double worst_relative(const std::vector<double>& a, const std::vector<double>& b
 
 double worst_absolute(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
+// How far the run's master weights are from the reference's, over how far training moved them.
+double relative_displacement_error(const EngineRun& run, const EngineRun& reference) {
+  REQUIRE(reference.initial.numel() == reference.master.numel());  // the reference holds every parameter
+  return ((run.master - reference.master).norm() / (reference.master - reference.initial).norm()).item<double>();
+}
+
+// The master weights are compared two ways, because Adam amplifies rounding where a gradient is
+// near its eps: an expert's weight whose gradient sums to ~1e-8 out of terms a thousand times
+// larger differs by ~0.5% between reduction orders, and lr * g / (|g| + eps) turns that into up to
+// lr * 0.5% / 4 = 1.2e-5 (seen with ATen's AVX2 kernels; 2.2e-5 on an AMD EPYC), whatever the Adam
+// ISA. So: the weights as a whole within 10x the tolerance of what training moved them, and no
+// single weight off by 1% of one learning-rate step (a mis-sharded or unreduced element is off
+// by about a whole step).
 void check_matches(const EngineRun& run, const EngineRun& reference, double tolerance) {
+  const double lr = test::EngineSpec{}.lr;
   INFO("losses: " << run.losses.front() << " ... " << run.losses.back() << " vs " << reference.losses.front() << " ... "
                   << reference.losses.back());
   CHECK(worst_relative(run.losses, reference.losses) <= tolerance);
   CHECK(worst_relative(run.grad_norms, reference.grad_norms) <= 10 * tolerance);
-  CHECK(worst_absolute(run.master, reference.master) <= 10 * tolerance);
+  CHECK(relative_displacement_error(run, reference) <= 10 * tolerance);
+  CHECK(worst_absolute(run.master, reference.master) <= 0.01 * lr);
   CHECK(worst_absolute(run.exp_avg_sq, reference.exp_avg_sq) <= 10 * tolerance);
 }
 
