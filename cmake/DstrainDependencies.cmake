@@ -24,7 +24,9 @@ find_library(DSTRAIN_UTF8PROC_LIBRARY NAMES libutf8proc.a utf8proc PATH_SUFFIXES
 # as scripts/demo.sh does on a machine set up for the demo alone.
 if(DSTRAIN_TESTS)
   find_package(Catch2 2 QUIET)
-  if(NOT Catch2_FOUND)
+  if(NOT Catch2_FOUND AND DSTRAIN_TESTS_REQUIRED)
+    message(FATAL_ERROR "Catch2 was not found and DSTRAIN_TESTS_REQUIRED is on: install catch2 (scripts/setup.sh --test)")
+  elseif(NOT Catch2_FOUND)
     message(STATUS "dstrain: Catch2 not found: the tests are not configured (scripts/setup.sh --test installs it)")
     set(DSTRAIN_TESTS OFF)
   endif()

@@ -104,7 +104,7 @@ if [ -z "$prefix" ]; then
 fi
 deps=""
 [ -d "$root/.gpu-deps/root/usr" ] && deps=";$root/.gpu-deps/root/usr"
-limit 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=-g1" "-DCMAKE_PREFIX_PATH=$prefix$deps" \
+limit 120 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=-g1" "-DCMAKE_PREFIX_PATH=$prefix$deps" -DDSTRAIN_TESTS_REQUIRED=ON -DDSTRAIN_PCH=OFF \
   -DDSTRAIN_CUDA=ON -DDSTRAIN_CUDART=shared -DCMAKE_CUDA_ARCHITECTURES="$arch" -DTORCH_CUDA_ARCH_LIST="$((arch / 10)).$((arch % 10))" \
   > "$logs/configure.log" 2>&1 || { tail -30 "$logs/configure.log"; row configure failed; summary; exit 1; }
 grep -E "dstrain: CUDA kernels" "$logs/configure.log" | tee -a "$out/gpu-check.log"

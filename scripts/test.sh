@@ -9,6 +9,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh" --test
 "$DSTRAIN_ROOT/scripts/build.sh"
+[ -x "$DSTRAIN_BUILD_DIR/test/dstrain_unit_tests" ] || die "the unit tests were not built (is catch2 installed? scripts/setup.sh --test)"
 say "running tests"
 cd "$DSTRAIN_BUILD_DIR"
 ctest --output-on-failure -LE gpu --timeout 600 -j "${DSTRAIN_TEST_JOBS:-2}" "$@"

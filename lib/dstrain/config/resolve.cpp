@@ -315,7 +315,9 @@ void validate(LoadContext& ctx) {
   for (auto& w : inert_key_warnings(r)) warn(std::move(w));
   if (r.launch.node_rank >= r.launch.nnodes)
     problem(fmt::format("launch.node_rank {} must be below launch.nnodes {}", r.launch.node_rank, r.launch.nnodes));
-  if (r.precision.dtype != Dtype::kFp16 &&
+  // An fp16 block whose "enabled" is "auto" (HF's templates) carries its loss scaling for whoever
+  // picks fp16: nothing to warn about when the recipe picks another precision.
+  if (r.precision.dtype != Dtype::kFp16 && !ctx.ds.fp16_auto.line &&
       (r.sources.at("precision.loss_scale") != "default" || r.sources.at("precision.initial_scale_power") != "default"))
     warn(fmt::format("loss scaling settings only apply to fp16; precision is {}", name(r.precision.dtype)));
 }
@@ -327,6 +329,8 @@ struct HfAutoDefault {
   const char* value;
   const char* argument;  // the TrainingArguments field
 };
+// The "auto"s the recipe must fill, with what HF would have put there (for the message only).
+constexpr HfAutoDefault kHfAutoHints[] = {{"optimizer.lr", "5e-05", "learning_rate"}, {"schedule.warmup_steps", "0", "warmup_steps"}};
 constexpr HfAutoDefault kHfAutoDefaults[] = {{"optimizer.beta1", "0.9", "adam_beta1"},
                                              {"optimizer.beta2", "0.999", "adam_beta2"},
                                              {"optimizer.eps", "1e-08", "adam_epsilon"},
@@ -364,10 +368,14 @@ void resolve_autos(LoadContext& ctx) {
     for (const PendingAuto* b : open)
       if (b->target == a->target) keys.push_back(b->ds_key);
     const Field* f = find_field(a->target);
-    ctx.problem(a->where, fmt::format("{} {} \"auto\", but the recipe does not set {}; set it in the recipe ({}: {}) or write the value "
-                                      "in the ds_config",
-                                      fmt::join(keys, " and "), keys.size() == 1 ? "is" : "are", a->target, a->target,
-                                      f ? value_text(*f, ctx.recipe) : "..."));
+    const auto hf =
+        std::find_if(std::begin(kHfAutoHints), std::end(kHfAutoHints), [&](const HfAutoDefault& d) { return a->target == d.target; });
+    ctx.problem(
+        a->where,
+        fmt::format("{} {} \"auto\", but the recipe does not set {}; set it in the recipe (e.g. {}: {}{}) or write the "
+                    "value in the ds_config",
+                    fmt::join(keys, " and "), keys.size() == 1 ? "is" : "are", a->target, a->target, f ? value_text(*f, ctx.recipe) : "...",
+                    hf == std::end(kHfAutoHints) ? "" : fmt::format("; HF TrainingArguments' {} defaults to {}", hf->argument, hf->value)));
   }
 }
 

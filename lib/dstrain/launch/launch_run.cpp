@@ -115,10 +115,13 @@ void Launcher::open_rendezvous() {
   run_id_ = run_key_.substr(0, run_key_.rfind('/'));
   std::filesystem::create_directories(run_dir_.log_dir());
   const bool same = std::filesystem::exists(run_dir_.config_path()) && read_file(run_dir_.config_path()) == info.value;
-  if (std::filesystem::exists(run_dir_.config_path()) && !same && !(options_.resume && options_.resume_from.empty()))
-    throw Error(ErrorCode::kUsage, fmt::format("run_dir '{}' on node {} already holds another run", recipe_.run_dir, topo_.node_rank),
-                "use a run_dir that is new on every node, or resume the run it holds");
-  if (!same) write_file_atomic(run_dir_.config_path(), info.value);
+  // Another run here: refused if it has a committed checkpoint, set aside if it never saved (as
+  // node 0 does with its own directory).
+  if (!same && !(options_.resume && options_.resume_from.empty())) run_dir_.set_aside_unsaved_run(recipe_);
+  if (!same) {
+    std::filesystem::create_directories(run_dir_.log_dir());
+    write_file_atomic(run_dir_.config_path(), info.value);
+  }
 }
 
 // Node 0: a fresh store for `generation` (nothing of a failed generation's rendezvous survives).

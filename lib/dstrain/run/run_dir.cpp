@@ -62,6 +62,12 @@ std::string train_command(const config::Recipe& recipe) {
 }  // namespace
 
 void RunDir::prepare_new(const config::Recipe& recipe) const {
+  set_aside_unsaved_run(recipe);
+  fs::create_directories(log_dir());
+  config::write_resolved_config(recipe, config_path());
+}
+
+void RunDir::set_aside_unsaved_run(const config::Recipe& recipe) const {
   const bool holds_run = fs::exists(config_path()) || fs::exists(ckpt_dir()) || fs::exists(ckpt_dir(recipe) + "/latest");
   if (holds_run) {
     for (const auto& dir : checkpoint_dirs(*this, recipe))
@@ -80,8 +86,6 @@ void RunDir::prepare_new(const config::Recipe& recipe) const {
                     "attempt's config, logs and metrics are in {})",
                     root_, kept));
   }
-  fs::create_directories(log_dir());
-  config::write_resolved_config(recipe, config_path());
 }
 
 void RunDir::check_resumable(const config::Recipe& recipe) const {

@@ -26,6 +26,9 @@ class RunDir {
   // another run_dir. A run that ended before its first checkpoint has nothing to resume, so a
   // new run takes its place: that attempt's files move to previous-attempts/N/ (kept, and said).
   void prepare_new(const config::Recipe& recipe) const;
+  // The first half of prepare_new, for a node > 0 that receives the config from node 0: refuses a
+  // run with a committed checkpoint, moves an unsaved one aside; nothing when there is no run.
+  void set_aside_unsaved_run(const config::Recipe& recipe) const;
   // A resume needs a committed checkpoint (existence only: the workers' rank 0 verifies it and,
   // if it must, falls back to an older one). Throws Error{kCheckpoint} whose hint is the
   // `dstrain train` command line that starts the run again.
