@@ -178,9 +178,6 @@ std::string expert_parallel_text(const Recipe& r) {
       ep, r.model.n_routed_experts / ep, r.model.n_routed_experts, world / ep, ranks(0, 1, ep), world / ep > 1 ? ", ..." : "", world / ep,
       ranks(0, ep, world / ep), ep > 1 ? ", ..." : "", count_text(held.experts), count_text(held.dense));
 }
-}  // namespace
-
-namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -232,9 +229,8 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "train.max_bad_steps") return r.train.on_bad_step != BadStepAction::kStop;
   if (starts_with(path, "precision.") && path != "precision.dtype") return r.precision.dtype == Dtype::kFp16;
   if (starts_with(path, "zero.stage3_") || path == "zero.offload_param") return r.zero.stage == 3;
-  if (is_one_of(path, {"zero.pin_memory", "zero.delayed_update", "zero.delayed_update_after"}))
+  if (is_one_of(path, {"zero.pin_memory", "zero.delayed_update", "zero.delayed_update_after", "zero.sub_group_size"}))
     return r.zero.offload_optimizer != OffloadDevice::kNone;
-  if (path == "zero.sub_group_size") return r.zero.offload_optimizer != OffloadDevice::kNone;
   if (path == "logging.tensorboard_dir") return r.logging.has_sink(Sink::kTensorboard);
   if (path == "logging.csv_dir") return r.logging.has_sink(Sink::kCsv);
   if (starts_with(path, "logging.straggler_")) return r.world_size() > 1;

@@ -89,9 +89,6 @@ std::string key_of(const std::string& spec) { return spec.substr(0, spec.find('=
 // files are read, so that it wins like every other --set.
 bool names_a_config_file(const std::string& key) { return key == "ds_config" || key == "model.hf_config" || key == "model.init_from"; }
 
-constexpr const char* kModelSizeKeys[] = {"model.vocab_size", "model.hidden_size",       "model.num_layers",
-                                          "model.num_heads",  "model.intermediate_size", "model.max_seq_len"};
-
 // model.init_from without model.hf_config: the weights' own config.json gives the model (unless
 // the recipe gives the sizes itself), so that the sizes match the weights.
 void imply_hf_config_from_weights(LoadContext& ctx, const std::vector<std::string>& overrides) {
@@ -133,15 +130,13 @@ void take_defaults_from_sidecar(LoadContext& ctx) {
   if (!sidecar) return;
   const Location where{sidecar->file, 0, 0};
   const std::string origin = fmt::format("{} (prepare-data's description of the dataset)", sidecar->file);
-  auto take = [&](const char* key, const std::string& value) {
-    if (ctx.explicitly_set(key)) return;
-    if (ctx.set(key, Node{Node::Kind::kNumber, value, {}, {}, {}, where}, where, false)) r.sources[key] = origin;
+  auto take = [&](const char* key, const std::string& value, Node::Kind kind) {
+    if (!ctx.explicitly_set(key) && ctx.set(key, Node{kind, value, {}, {}, {}, where}, where, false)) r.sources[key] = origin;
   };
-  if (!ctx.explicitly_set("data.format") && ctx.set("data.format", Node{Node::Kind::kString, "megatron", {}, {}, {}, where}, where, false))
-    r.sources["data.format"] = origin;
+  take("data.format", "megatron", Node::Kind::kString);
   if (r.data.format != DataFormat::kMegatron) return;  // the recipe says the files are something else
-  if (sidecar->vocab_size > 0) take("model.vocab_size", std::to_string(sidecar->vocab_size));
-  if (sidecar->eos >= 0) take("data.eos_token", std::to_string(sidecar->eos));
+  if (sidecar->vocab_size > 0) take("model.vocab_size", std::to_string(sidecar->vocab_size), Node::Kind::kNumber);
+  if (sidecar->eos >= 0) take("data.eos_token", std::to_string(sidecar->eos), Node::Kind::kNumber);
 }
 
 // One "key.path=value" of --set (or of a last layer, recorded under its own source).

@@ -48,6 +48,10 @@ struct LoadContext {
   bool explicitly_set(const std::string& path) const;
 };
 
+// The model's sizes: given by model.hf_config, or by the recipe, never by both.
+inline constexpr const char* kModelSizeKeys[] = {"model.vocab_size", "model.hidden_size",       "model.num_layers",
+                                                 "model.num_heads",  "model.intermediate_size", "model.max_seq_len"};
+
 // load_recipe with documents from `read` instead of the disk (fuzzing, tests).
 Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last = {},
                         const LoadOptions& options = {});

@@ -337,6 +337,13 @@ constexpr HfAutoDefault kHfAutoDefaults[] = {{"optimizer.beta1", "0.9", "adam_be
                                              {"optimizer.weight_decay", "0.0", "weight_decay"},
                                              {"train.grad_clip", "1.0", "max_grad_norm"}};
 
+template <size_t N>
+const HfAutoDefault* hf_default_of(const HfAutoDefault (&table)[N], const std::string& target) {
+  for (const auto& d : table)
+    if (target == d.target) return &d;
+  return nullptr;
+}
+
 }  // namespace
 
 void resolve_autos(LoadContext& ctx) {
@@ -344,14 +351,13 @@ void resolve_autos(LoadContext& ctx) {
   // would be a silent default. Every "auto" left open is reported at once.
   std::vector<const PendingAuto*> open;
   for (const auto& a : ctx.autos) {
-    const auto hf =
-        std::find_if(std::begin(kHfAutoDefaults), std::end(kHfAutoDefaults), [&](const HfAutoDefault& d) { return a.target == d.target; });
+    const HfAutoDefault* hf = hf_default_of(kHfAutoDefaults, a.target);
     if (ctx.explicitly_set(a.target)) {
       ctx.recipe.sources[a.target] += fmt::format(" (filled into \"auto\" at {})", a.where.str());
     } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" ||
                a.target == "train.gradient_accumulation_steps") {
       // The batch triple: "auto" means "not given"; DeepSpeed's inference fills it from the others.
-    } else if (hf != std::end(kHfAutoDefaults)) {
+    } else if (hf) {
       if (ctx.set(a.target, Node{Node::Kind::kNumber, hf->value, {}, {}, {}, a.where}, a.where, false, a.ds_key))
         ctx.recipe.sources[a.target] =
             fmt::format("{} (\"auto\": {}, the default of HF TrainingArguments' {})", a.where.str(), hf->value, hf->argument);
@@ -368,14 +374,12 @@ void resolve_autos(LoadContext& ctx) {
     for (const PendingAuto* b : open)
       if (b->target == a->target) keys.push_back(b->ds_key);
     const Field* f = find_field(a->target);
-    const auto hf =
-        std::find_if(std::begin(kHfAutoHints), std::end(kHfAutoHints), [&](const HfAutoDefault& d) { return a->target == d.target; });
-    ctx.problem(
-        a->where,
-        fmt::format("{} {} \"auto\", but the recipe does not set {}; set it in the recipe (e.g. {}: {}{}) or write the "
-                    "value in the ds_config",
-                    fmt::join(keys, " and "), keys.size() == 1 ? "is" : "are", a->target, a->target, f ? value_text(*f, ctx.recipe) : "...",
-                    hf == std::end(kHfAutoHints) ? "" : fmt::format("; HF TrainingArguments' {} defaults to {}", hf->argument, hf->value)));
+    const HfAutoDefault* hint = hf_default_of(kHfAutoHints, a->target);
+    ctx.problem(a->where, fmt::format("{} {} \"auto\", but the recipe does not set {}; set it in the recipe (e.g. {}: {}{}) or write the "
+                                      "value in the ds_config",
+                                      fmt::join(keys, " and "), keys.size() == 1 ? "is" : "are", a->target, a->target,
+                                      f ? value_text(*f, ctx.recipe) : "...",
+                                      !hint ? "" : fmt::format("; HF TrainingArguments' {} defaults to {}", hint->argument, hint->value)));
   }
 }
 

@@ -1,6 +1,7 @@
 #include "dstrain/envcheck/compare.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -200,17 +201,12 @@ std::string render_text(const Report& report) {
                        shown ? fmt::format(" ({} more shown without a check, \u00b7)", shown) : "");
     return out;
   }
-  auto list = [](const std::vector<std::string>& names) {
-    std::string text;
-    for (const auto& n : names) text += (text.empty() ? "" : ", ") + n;
-    return text;
-  };
   std::string verdict;
   if (!mismatched.empty())
-    verdict = fmt::format("{} mismatch{}: {}", mismatched.size(), mismatched.size() == 1 ? "" : "es", list(mismatched));
+    verdict = fmt::format("{} mismatch{}: {}", mismatched.size(), mismatched.size() == 1 ? "" : "es", fmt::join(mismatched, ", "));
   if (!problems.empty())
     verdict += fmt::format("{}{} problem{} on some ranks: {}", verdict.empty() ? "" : "; ", problems.size(),
-                           problems.size() == 1 ? "" : "s", list(problems));
+                           problems.size() == 1 ? "" : "s", fmt::join(problems, ", "));
   out += "not consistent: " + verdict + "\n";
   return out;
 }

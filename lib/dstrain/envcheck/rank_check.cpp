@@ -274,12 +274,12 @@ Report check_ranks(comm::Communicator& comm, int node, const config::Recipe* rec
     if (!f.ok)
       own_failures.push_back(f.why.empty() ? fmt::format("{}: {}", f.name, f.value) : fmt::format("{}: {} ({})", f.name, f.value, f.why));
   Report report;
-  report.own_failures = own_failures;
-  if (rank != 0) return report;
-  std::vector<RankFacts> ranks;
-  for (int r = 0; r < world; ++r)
-    ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
-  report = compare(ranks);
+  if (rank == 0) {
+    std::vector<RankFacts> ranks;
+    for (int r = 0; r < world; ++r)
+      ranks.push_back({r, static_cast<int>(nodes[r].item<int64_t>()), decode_facts(all[static_cast<size_t>(r)])});
+    report = compare(ranks);
+  }
   report.own_failures = std::move(own_failures);
   return report;
 }
