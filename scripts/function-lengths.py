@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lists C++ functions longer than a limit (lines from the signature's '{' to the closing '}').
 
-  scripts/function-lengths.py [--limit N] [PATH ...]     (default: lib/, limit 120)
+  scripts/function-lengths.py [--limit N] [PATH ...]     (default: lib/ and apps/, limit 120)
 
 Functions are the bodies that open at namespace or class scope; lambdas and local classes count
 toward the function they are in. Exits 1 when any function is over the limit.
@@ -79,7 +79,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--limit", type=int, default=120)
     ap.add_argument("--top", type=int, default=0, help="also list the N longest")
-    ap.add_argument("paths", nargs="*", default=["lib"])
+    ap.add_argument("paths", nargs="*", default=["lib", "apps"])
     args = ap.parse_args()
     found = []
     for root in args.paths:

@@ -20,15 +20,16 @@
 
 namespace dstrain::app {
 
-void register_bench(CLI::App& app, Run& run) {
+namespace {
+
+// dstrain bench comm: collectives across the ranks (a launch, like train).
+void add_bench_comm(CLI::App& bench, Run& run) {
   struct Args {
     tasks::CommTask task;
     launch::LaunchFlags flags;
   };
   auto args = std::make_shared<Args>();
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks and self-tests of the machine and the cluster");
-  bench->require_subcommand(1);
-  CLI::App* cmd = bench->add_subcommand("comm", "Collective communication: correctness check, or an nccl-tests-style timing table");
+  CLI::App* cmd = bench.add_subcommand("comm", "Collective communication: correctness check, or an nccl-tests-style timing table");
   cmd->footer(
       "Starts the workers like `train` does (or runs as one rank under mpirun, srun or torchrun) and\n"
       "times all_reduce, reduce_scatter and all_gather from --min-bytes to --max-bytes (x4 steps):\n"
@@ -50,8 +51,19 @@ void register_bench(CLI::App& app, Run& run) {
   cmd->add_option("--iters", args->task.bench.max_iters, "Most timed iterations per size (fewer for large sizes)")
       ->check(CLI::Range(1, 100000));
   cmd->add_option("--timeout", args->task.timeout_s, "Rendezvous and collective timeout, seconds")->check(CLI::Range(1, 86400));
+  cmd->callback([args, &run] {
+    run = [args] {
+      const launch::Topology topo = launch::decide_topology(args->flags, 2, true, 1, "127.0.0.1", 0);
+      if (topo.mode == launch::Topology::Mode::kRank) return tasks::run_comm_task_as_rank(topo, args->task);
+      return tasks::launch_comm_task(topo, args->task, self_executable());
+    };
+  });
+}
+
+// dstrain bench model: one recipe model's forward + backward in this process.
+void add_bench_model(CLI::App& bench, Run& run) {
   auto margs = std::make_shared<std::tuple<std::string, int, int, int, int>>("", 20, 1, 8, 128);
-  CLI::App* mcmd = bench->add_subcommand("model", "Forward+backward throughput of a recipe's model in this process");
+  CLI::App* mcmd = bench.add_subcommand("model", "Forward+backward throughput of a recipe's model in this process");
   mcmd->footer(
       "Prints the median time of one forward+backward over random tokens and tokens/s.\n\nExample:\n  dstrain bench model "
       "recipes/demo.yaml --threads 1");
@@ -69,8 +81,12 @@ void register_bench(CLI::App& app, Run& run) {
       return 0;
     };
   });
+}
+
+// dstrain bench moe: one MoE layer's routed experts, three ways.
+void add_bench_moe(CLI::App& bench, Run& run) {
   auto moe = std::make_shared<tasks::MoeBenchOptions>();
-  CLI::App* moecmd = bench->add_subcommand("moe", "One MoE layer's routed experts: per-expert, grouped loop and grouped GEMMs");
+  CLI::App* moecmd = bench.add_subcommand("moe", "One MoE layer's routed experts: per-expert, grouped loop and grouped GEMMs");
   moecmd->footer(
       "Forward + backward of the routed experts of one DeepSeekMoE layer (median of --iters), three ways\n"
       "on the same tokens and routing: the per-expert layer dstrain had before (a gather and a scatter\n"
@@ -101,12 +117,16 @@ void register_bench(CLI::App& app, Run& run) {
       return 0;
     };
   });
+}
+
+// dstrain bench control-plane: a large job's control plane, simulated.
+void add_bench_control_plane(CLI::App& bench, Run& run) {
   auto cp = std::make_shared<comm::ControlPlaneOptions>();
   auto cp_timeout = std::make_shared<int>(600);
   auto cp_per_node = std::make_shared<int>(8);
   auto cp_pieces_up_to = std::make_shared<int>(16384);
   CLI::App* cpcmd =
-      bench->add_subcommand("control-plane", "The control plane of a large job (thousands of ranks), simulated in this process");
+      bench.add_subcommand("control-plane", "The control plane of a large job (thousands of ranks), simulated in this process");
   cpcmd->footer(
       "Fake ranks (threads) run dstrain's rendezvous against its store server, then Gloo's setup\n"
       "traffic (lazy pairs, and a full mesh up to --full-mesh-up-to ranks), the environment check's\n"
@@ -149,9 +169,13 @@ void register_bench(CLI::App& app, Run& run) {
       return 0;
     };
   });
+}
+
+// dstrain bench optimizer: the fused Adam and the engine's optimizer phase.
+void add_bench_optimizer(CLI::App& bench, Run& run) {
   auto oargs = std::make_shared<std::tuple<int64_t, int, int>>(50000000, 1, 10);
   auto odevice = std::make_shared<std::string>("cpu");
-  CLI::App* ocmd = bench->add_subcommand("optimizer", "The fused CPU Adam against torch::optim::AdamW and a memory-bandwidth reference");
+  CLI::App* ocmd = bench.add_subcommand("optimizer", "The fused CPU Adam against torch::optim::AdamW and a memory-bandwidth reference");
   ocmd->footer(
       "Times one optimizer step over --params fp32 parameters (median of --iters): dstrain's fused\n"
       "Adam (AVX-512/AVX2, all threads), torch::optim::AdamW, and a kernel with the same memory\n"
@@ -198,13 +222,18 @@ void register_bench(CLI::App& app, Run& run) {
       return 0;
     };
   });
-  cmd->callback([args, &run] {
-    run = [args] {
-      const launch::Topology topo = launch::decide_topology(args->flags, 2, true, 1, "127.0.0.1", 0);
-      if (topo.mode == launch::Topology::Mode::kRank) return tasks::run_comm_task_as_rank(topo, args->task);
-      return tasks::launch_comm_task(topo, args->task, self_executable());
-    };
-  });
+}
+
+}  // namespace
+
+void register_bench(CLI::App& app, Run& run) {
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks and self-tests of the machine and the cluster");
+  bench->require_subcommand(1);
+  add_bench_comm(*bench, run);
+  add_bench_model(*bench, run);
+  add_bench_moe(*bench, run);
+  add_bench_control_plane(*bench, run);
+  add_bench_optimizer(*bench, run);
 }
 
 }  // namespace dstrain::app

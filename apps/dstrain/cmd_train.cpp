@@ -10,7 +10,6 @@
 #include "commands.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
-#include "dstrain/train/engine_support.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/launch/preflight.h"
@@ -101,7 +100,6 @@ void register_train(CLI::App& app, Run& run) {
                              config::largest_model_fitting(recipe, static_cast<double>(total)));
         }
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
-        for (const auto& m : train::unsupported_by_engine(recipe)) out += "not runnable yet: " + m + "\n";
         out += "the configuration is valid; --dry-run: no worker started, nothing written\n";
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;

@@ -4,7 +4,10 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/thread_communicator.h"
+#include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/model/loss.h"
+#include "dstrain/train/micro_batch_schedule.h"
 #include "model/tiny_models.h"
 
 namespace dstrain::test {
@@ -70,30 +73,18 @@ zero::EngineOptions engine_options(const EngineSpec& spec) {
 void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first,
                  int64_t count, EngineRun& record) {
   const int64_t world = comm.world_size(), micro = kGlobalBatch / (world * kAccumulation);
+  // The trainer's own schedule (forward, loss, scaling, the engine's micro-batch calls, backward).
+  const model::Loss loss;
+  train::MicroBatchSchedule schedule(model, loss, &engine, at::kCPU);
   for (int64_t step = first; step < first + count; ++step) {
-    const at::Tensor batch = global_batch(step);
-    if (step + 1 == spec.overflow_at_step && (spec.overflow_rank < 0 || spec.overflow_rank == comm.rank())) engine.inject_overflow();
-    double local_loss = 0;
-    for (int64_t m = 0; m < kAccumulation; ++m) {
-      engine.begin_micro(m + 1 == kAccumulation);
-      const at::Tensor rows = batch.narrow(0, (m * world + comm.rank()) * micro, micro);
-      const at::Tensor loss =
-          model.loss_parts(rows.narrow(1, 0, kSeqLen), rows.narrow(1, 1, kSeqLen)).sum / static_cast<double>(kGlobalBatch * kSeqLen);
-      local_loss += loss.item<double>();
-      (engine.loss_scale() == 1.0 ? loss : loss * engine.loss_scale()).backward();
-      engine.end_micro();
-    }
-    // MoE: the selection bias moves by the load summed over ranks, as the trainer does.
-    std::vector<double> sums{local_loss};
-    const at::Tensor load = model.take_expert_load();
-    if (load.defined()) {
-      const at::Tensor flat = load.to(at::kDouble).contiguous().view(-1);
-      sums.insert(sums.end(), flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
-    }
-    const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), sums);
-    if (load.defined())
-      model.update_expert_bias(
-          at::tensor(std::vector<double>(r.sums.begin() + 1, r.sums.end()), at::kDouble).view(load.sizes()).to(at::kFloat));
+    const at::Tensor global = global_batch(step);
+    if (step + 1 == spec.overflow_at_step && (spec.overflow_rank < 0 || spec.overflow_rank == comm.rank()))
+      engine.mark_gradients_nonfinite();
+    std::vector<data::Batch> batches;  // micro-batches dealt rank-major, as DataPlan does
+    for (int64_t m = 0; m < kAccumulation; ++m)
+      batches.push_back(data::pretraining_batch(global.narrow(0, (m * world + comm.rank()) * micro, micro)));
+    const double local_loss = schedule.run(batches, train::global_trained_targets(comm, batches), /*backward=*/true).loss;
+    const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), {local_loss});
     if (comm.rank() != 0) continue;
     record.losses.push_back(r.sums.at(0));
     record.grad_norms.push_back(r.grad_norm);

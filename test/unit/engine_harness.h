@@ -2,7 +2,9 @@
 // A tiny dense model trained by the ZeRO engine on the in-process thread group: the reference
 // runs of the engine and checkpointer tests. Batches are a function of the step alone, and each
 // rank reads its share of the global batch as the trainer does, so every world size and stage
-// computes the same global gradient.
+// computes the same global gradient. The micro-batch loop is the trainer's own
+// (train::MicroBatchSchedule): these tests check production's forward, loss, scaling, backward
+// and engine calls, not a copy of them.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -58,7 +60,7 @@ config::ModelConfig tiny_model_config();
 config::ModelConfig tiny_moe_config();
 std::unique_ptr<model::CausalLM> make_tiny_model(config::Dtype dtype);
 zero::EngineOptions engine_options(const EngineSpec& spec);
-// Trains steps [first, first + count) on this rank; rank 0 appends to `record`.
+// Trains steps [first, first + count) on this rank through the production schedule; rank 0 appends to `record`.
 void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first,
                  int64_t count, EngineRun& record);
 // Collective: the full master weights and second moments into `record` (rank 0).

@@ -39,6 +39,22 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
   return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world);
 }
 
+int64_t sum_exactly(Communicator& comm, int64_t value) {
+  constexpr int kDigits = 6, kBits = 8;
+  if (value < 0 || value >= (int64_t{1} << (kDigits * kBits)) || comm.world_size() > 65536)
+    throw Error(ErrorCode::kInternal, fmt::format("sum_exactly: {} on {} ranks is out of its range", value, comm.world_size()),
+                "this is a dstrain bug; please report it");
+  if (comm.world_size() == 1) return value;
+  std::vector<float> digits;
+  for (int d = 0; d < kDigits; ++d) digits.push_back(static_cast<float>((value >> (d * kBits)) & 0xff));
+  at::Tensor t = at::tensor(digits, at::kFloat).to(comm.device());
+  comm.all_reduce(t)->wait();
+  const at::Tensor host = t.cpu();
+  int64_t sum = 0;
+  for (int d = 0; d < kDigits; ++d) sum += static_cast<int64_t>(host.data_ptr<float>()[d]) << (d * kBits);
+  return sum;
+}
+
 GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int rank, int world) {
   std::vector<int> seen(static_cast<size_t>(world), 0);
   GroupPlace place{-1, -1};

@@ -75,6 +75,10 @@ class Communicator {
 // all-to-all of world_size integers): the first half of an uneven exchange.
 std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows);
 
+// The sum over ranks of a non-negative count below 2^48, exact (float32 all-reduces round
+// above 2^24: the count travels as six 8-bit digits, exact up to 65,536 ranks). Collective.
+int64_t sum_exactly(Communicator& comm, int64_t value);
+
 // This rank's group in `groups` and its position there; throws Error{kInternal} (naming the rank)
 // when `groups` is not a partition of 0..world-1. For split()'s implementations.
 struct GroupPlace {

@@ -73,6 +73,7 @@ struct DataConfig {
   int64_t seq_len = 64;
   bool document_mask = false;         // attention stays within documents (ends marked by eos_token)
   int64_t eos_token = -1;             // the end-of-document token; -1: none (256 for prepare-data output)
+  bool reset_positions = false;       // RoPE positions restart at 0 in each document (needs eos_token)
   int64_t seed = -1;                  // data order seed; -1: the run's seed
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight

@@ -269,6 +269,8 @@ void validate(LoadContext& ctx) {
     problem("data.shard_weights: at least one weight must be positive");
   if (r.data.document_mask && r.data.eos_token < 0)
     problem("data.document_mask needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
+  if (r.data.reset_positions && r.data.eos_token < 0)
+    problem("data.reset_positions needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
   if (r.data.eos_token >= m.vocab_size)
     problem(fmt::format("data.eos_token {} is not below model.vocab_size {}", r.data.eos_token, m.vocab_size));
   if (r.data.auto_balance && !r.data.shard_weights.empty()) problem("data.shard_weights: give weights or auto, not both");

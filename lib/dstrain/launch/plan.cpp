@@ -79,8 +79,9 @@ RunPlan plan_resume(const std::string& run_dir_arg, const LaunchFlags& flags, in
         fmt::format("the run directory was moved or copied from {}: resuming in {}{}", saved.run_dir, dir.root(),
                     recipe.checkpoint.dir.empty() ? "" : fmt::format(" (checkpoints stay in checkpoint.dir {})", recipe.checkpoint.dir)));
   if (recipe.world_size() != saved.world_size())
-    log::info(fmt::format("resuming on {} ranks instead of {}: {} accumulation steps of {} per rank keep the global batch of {}",
-                          recipe.world_size(), saved.world_size(), recipe.train.gradient_accumulation_steps, recipe.train.micro_batch_size,
+    log::info(fmt::format("resuming on {} ranks instead of {}: {} accumulation step{} of {} per rank keep the global batch of {}",
+                          recipe.world_size(), saved.world_size(), recipe.train.gradient_accumulation_steps,
+                          recipe.train.gradient_accumulation_steps == 1 ? "" : "s", recipe.train.micro_batch_size,
                           recipe.train.global_batch_size));
   return plan;
 }

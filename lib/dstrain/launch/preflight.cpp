@@ -14,7 +14,6 @@
 #include "dstrain/device/training_device.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
-#include "dstrain/train/engine_support.h"
 #include "dstrain_cuda.h"
 
 namespace dstrain::launch {
@@ -66,14 +65,6 @@ void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers)
 }
 
 }  // namespace
-
-void refuse_unsupported(const config::Recipe& recipe) {
-  if (const auto missing = train::unsupported_by_engine(recipe); !missing.empty())
-    throw Error(ErrorCode::kConfig,
-                fmt::format("the configuration is valid, but the training engine cannot run {} of its settings yet:\n  {}",
-                            missing.size() == 1 ? "one" : std::to_string(missing.size()), fmt::join(missing, "\n  ")),
-                "change these settings, or check the plan without training with --dry-run");
-}
 
 void refuse_mismatched_init_weights(const config::Recipe& recipe) {
   if (recipe.model.init_from.empty()) return;

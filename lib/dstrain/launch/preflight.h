@@ -8,8 +8,6 @@ struct Recipe;
 
 namespace dstrain::launch {
 
-// Throws Error{kConfig} listing what train::unsupported_by_engine() finds.
-void refuse_unsupported(const config::Recipe& recipe);
 // model.init_from: every tensor of the model in the weights' safetensors headers, with its shape
 // (read without loading; a 671B model is checked in a second). Throws Error{kCheckpoint}.
 void refuse_mismatched_init_weights(const config::Recipe& recipe);

@@ -4,41 +4,24 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
-#include "dstrain/model/chunked_cross_entropy.h"
 #include "dstrain/model/dense_model.h"
 #include "dstrain/model/mla_moe_model.h"
 
 namespace dstrain::model {
 
-at::Tensor LossParts::mean() const {
-  at::Tensor m = sum / static_cast<double>(std::max<int64_t>(count, 1));
-  return aux.defined() ? m + aux : m;
+CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
+  Hidden h;
+  const Trunk t = trunk(input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
+  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group;
+  return h;
 }
 
-at::Tensor CausalLM::forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
-  const Trunk t = trunk(inputs, aux, attention_mask);
-  return leave_group(t.final_group, at::linear(t.hidden, t.head));
+at::Tensor CausalLM::logits(const Input& input) const {
+  const Hidden h = hidden_states(input, /*with_aux=*/false);
+  return close(h, at::linear(h.hidden, h.head));
 }
 
-LossParts CausalLM::loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask) const {
-  at::Tensor aux;
-  const Trunk t = trunk(inputs, &aux, attention_mask);
-  const at::Tensor flat_targets = targets.reshape({-1});
-  LossParts parts;
-  if (loss_chunk_tokens_ > 0) {
-    const at::Tensor hidden = t.hidden.reshape({flat_targets.size(0), -1});
-    parts.sum = leave_group(t.final_group, chunked_linear_cross_entropy(hidden, t.head, flat_targets, loss_chunk_tokens_, kIgnoreIndex));
-  } else {
-    const at::Tensor out = leave_group(t.final_group, at::linear(t.hidden, t.head));
-    // reduction 2 = sum (at::Reduction::Sum); ignored targets contribute nothing.
-    // bf16/fp16 logits: the softmax and the sum run in fp32.
-    const at::Tensor logits = out.scalar_type() == at::kDouble ? out : out.to(at::kFloat);
-    parts.sum = at::cross_entropy_loss(logits.reshape({flat_targets.size(0), -1}), flat_targets, {}, at::Reduction::Sum, kIgnoreIndex);
-  }
-  parts.count = flat_targets.ne(kIgnoreIndex).sum().item<int64_t>();
-  parts.aux = aux;
-  return parts;
-}
+std::string CausalLM::expert_parameter_name(size_t index, int64_t) const { return parameters().at(index).name; }
 
 const NamedTensors& CausalLM::buffers() const {
   static const NamedTensors none;
@@ -57,6 +40,12 @@ at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
   const int64_t T = inputs.size(1);
   const at::Tensor causal = at::ones({T, T}, inputs.options().dtype(at::kBool)).tril();
   return (doc.unsqueeze(2) == doc.unsqueeze(1)).logical_and(causal).unsqueeze(1);
+}
+
+at::Tensor document_causal_mask_of(const at::Tensor& document_ids) {
+  const int64_t T = document_ids.size(1);
+  const at::Tensor causal = at::ones({T, T}, document_ids.options().dtype(at::kBool)).tril();
+  return (document_ids.unsqueeze(2) == document_ids.unsqueeze(1)).logical_and(causal).unsqueeze(1);
 }
 
 c10::ScalarType scalar_type(config::Dtype dtype) {

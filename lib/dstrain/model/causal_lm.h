@@ -1,10 +1,14 @@
 #pragma once
 // The interface every model family offers the trainer: named parameters in a stable order (the
-// global parameter index), logits, a token-summed loss for token-weighted accumulation, and the
-// MoE hooks (expert load, bias update) that are no-ops for dense models.
+// global parameter index) with their places (layer group, routed expert, weight decay), the
+// forward to the final hidden states (the loss lives in model/loss.h), logits, and the MoE hooks
+// (expert load, bias update) that are no-ops for dense models.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "dstrain/config/enums.h"
 #include "dstrain/config/recipe.h"
@@ -16,14 +20,12 @@ class Communicator;
 
 namespace dstrain::model {
 
-constexpr int64_t kIgnoreIndex = -100;  // targets with this value do not count (HF convention)
-
-struct LossParts {
-  at::Tensor sum;     // summed next-token cross-entropy over counted targets (a scalar with grad)
-  int64_t count = 0;  // counted targets
-  at::Tensor aux;     // auxiliary losses (MoE balance), already weighted; zero for dense models
-  // The mean cross-entropy plus the auxiliary losses.
-  at::Tensor mean() const;
+// Where a parameter belongs, declared by the model that made it (ZeRO lays the parameters out by
+// it and never reads their names).
+struct ParamPlace {
+  int group = 0;        // layer group (LayerGate's numbering)
+  int64_t expert = -1;  // a routed expert's parameter: the expert's index in this rank's block; -1 otherwise
+  bool decays = true;   // weight decay applies (matrices; never norms or biases)
 };
 
 // Called by a model around each layer group (0 the embeddings, 1..L the decoder layers, L+1 the
@@ -40,24 +42,38 @@ class LayerGate {
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
-  // Logits [B, T, vocab] for int64 inputs [B, T]. `attention_mask` (bool [B, 1, T, T], true =
-  // may attend) replaces the causal mask, e.g. to keep attention within documents.
-  at::Tensor logits(const at::Tensor& inputs, const at::Tensor& attention_mask = {}) const {
-    return forward(inputs, nullptr, attention_mask);
+  // What a forward reads besides the parameters: int64 tokens [B, T]; positions int64 [B, T]
+  // (undefined: 0..T-1 in every row); attention_mask bool [B, 1, T, T], true = may attend
+  // (undefined: causal), e.g. to keep attention within documents.
+  struct Input {
+    at::Tensor tokens, positions, attention_mask;
+  };
+  // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the
+  // auxiliary losses (MoE balance, already weighted; undefined for dense models) and the final
+  // layer group, entered: whatever is computed from hidden and head (logits, the loss's terms)
+  // goes through close() before backward.
+  struct Hidden {
+    at::Tensor hidden, head, aux;
+    int final_group = 0;
+  };
+  Hidden hidden_states(const Input& input, bool with_aux = true) const;
+  at::Tensor close(const Hidden& h, const at::Tensor& value) const { return leave_group(h.final_group, value); }
+  // Logits [B, T, vocab].
+  at::Tensor logits(const Input& input) const;
+  at::Tensor logits(const at::Tensor& tokens, const at::Tensor& attention_mask = {}) const {
+    return logits(Input{tokens, {}, attention_mask});
   }
-  // The loss computes the head's logits this many tokens at a time, fused with the
-  // cross-entropy (chunked_cross_entropy.h); 0: all logits at once, then the cross-entropy.
-  void set_loss_chunk_tokens(int64_t tokens) { loss_chunk_tokens_ = tokens; }
-  int64_t loss_chunk_tokens() const { return loss_chunk_tokens_; }
   // Activation checkpointing of the decoder layers (model/recompute.h): the same values and
   // gradients, less memory for one more forward of what is recomputed.
   void set_activation_checkpointing(config::Recompute mode) { recompute_mode_ = mode; }
-  // Cross-entropy against int64 targets [B, T] (kIgnoreIndex skipped) plus auxiliary losses.
-  virtual LossParts loss_parts(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const;
-  at::Tensor loss(const at::Tensor& inputs, const at::Tensor& targets, const at::Tensor& attention_mask = {}) const {
-    return loss_parts(inputs, targets, attention_mask).mean();
-  }
   virtual const NamedTensors& parameters() const = 0;
+  // parameters()' places, in the same order, and the number of layer groups (embeddings, the
+  // decoder layers, the final norm and head).
+  const std::vector<ParamPlace>& parameter_places() const { return places_; }
+  int num_groups() const { return num_groups_; }
+  // The name a routed expert's parameter `index` (parameters()' order) has when it belongs to
+  // the expert `expert` of all experts (its global name in another rank's block).
+  virtual std::string expert_parameter_name(size_t index, int64_t expert) const;
   // State that is saved but not trained by gradients (V3's expert-selection bias).
   virtual const NamedTensors& buffers() const;
   // Moves what a forward reads besides the parameters (RoPE tables, MoE load counters and
@@ -87,25 +103,32 @@ class CausalLM {
     if (gate_) gate_->before_group(group);
   }
   at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
+  // A family's constructor declares each parameter's place as it adds it.
+  void declare_place(const ParamPlace& place) {
+    places_.push_back(place);
+    num_groups_ = std::max(num_groups_, place.group + 1);
+  }
   LayerGate* gate_ = nullptr;
-  int64_t loss_chunk_tokens_ = 0;
   config::Recompute recompute_mode_ = config::Recompute::kNone;
 
-  // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], and
-  // the final layer group, entered (the caller leaves it with the logits or the loss).
   struct Trunk {
     at::Tensor hidden, head;
     int final_group = 0;
   };
-  virtual Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
-  // Logits plus auxiliary losses of the same forward pass.
-  at::Tensor forward(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const;
+  // The families' forward to the final norm (aux: where the auxiliary losses go, or nullptr).
+  virtual Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
+
+ private:
+  std::vector<ParamPlace> places_;
+  int num_groups_ = 0;
 };
 
 // Causal attention that stays within documents: token t sees token s <= t only when no
 // `eos` token lies in [s, t) (the end-of-document token belongs to the document it ends).
 // Returns bool [B, 1, T, T] for int64 inputs [B, T].
 at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
+// The same from each token's document index int64 [B, T] (data::Batch::document_ids).
+at::Tensor document_causal_mask_of(const at::Tensor& document_ids);
 
 // The type of parameters, activations and gradients for a training precision.
 c10::ScalarType scalar_type(config::Dtype dtype);

@@ -37,11 +37,16 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
   const double residual_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
   auto residual = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::normal(0.0, residual_std, shape, gen); };
   auto ones = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::ones(shape); };
-  auto add = [&](std::string name, at::Tensor t) { impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)}); };
+  int group = 0;  // the embeddings, then each decoder layer, then the final norm and head
+  auto add = [&](std::string name, at::Tensor t) {
+    declare_place({group, -1, t.dim() >= 2});
+    impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)});
+  };
 
   add("model.embed_tokens.weight", normal({V, H}));
   for (int64_t i = 0; i < cfg.num_layers; ++i) {
     const std::string prefix = fmt::format("model.layers.{}.", i);
+    group = static_cast<int>(i) + 1;
     add(prefix + "input_layernorm.weight", ones({H}));
     add(prefix + "self_attn.q_proj.weight", normal({H, H}));
     add(prefix + "self_attn.k_proj.weight", normal({kv_dim, H}));
@@ -52,6 +57,7 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
     add(prefix + "mlp.up_proj.weight", normal({I, H}));
     add(prefix + "mlp.down_proj.weight", residual({H, I}));
   }
+  group = static_cast<int>(cfg.num_layers) + 1;
   add("model.norm.weight", ones({H}));
   add("lm_head.weight", normal({V, H}));
 
@@ -75,6 +81,7 @@ struct DenseLayer {
   int64_t B, T, H, nh, nkv, d;
   double eps;
   at::Tensor attention_mask;
+  at::Tensor positions;
   bool selective;
 
   at::Tensor operator()(const at::Tensor& x) const {
@@ -97,8 +104,8 @@ struct DenseLayer {
   at::Tensor attend(const at::Tensor& q_lin, const at::Tensor& k_lin, const at::Tensor& v_lin) const {
     auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, d}).transpose(1, 2); };
     auto repeat_kv = [&](const at::Tensor& t) { return nkv == nh ? t : t.repeat_interleave(nh / nkv, 1); };
-    const at::Tensor q = m->rope.apply(heads(q_lin, nh));
-    const at::Tensor k = repeat_kv(m->rope.apply(heads(k_lin, nkv)));
+    const at::Tensor q = m->rope.apply(heads(q_lin, nh), positions);
+    const at::Tensor k = repeat_kv(m->rope.apply(heads(k_lin, nkv), positions));
     const at::Tensor v = repeat_kv(heads(v_lin, nkv));
     const at::Tensor o = attention_mask.defined() ? at::scaled_dot_product_attention(q, k, v, attention_mask, 0.0, /*is_causal=*/false)
                                                   : at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true);
@@ -108,7 +115,8 @@ struct DenseLayer {
 
 }  // namespace
 
-CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
+                                  const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
@@ -119,17 +127,8 @@ CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, at::Tensor* aux, con
   for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
     const int group = static_cast<int>(layer) + 1;
     enter_group(group);
-    const DenseLayer body{&m,
-                          1 + static_cast<size_t>(layer) * kPerLayer,
-                          B,
-                          T,
-                          H,
-                          nh,
-                          nkv,
-                          d,
-                          cfg.rms_norm_eps,
-                          attention_mask,
-                          recompute_mode_ == config::Recompute::kSelective};
+    const DenseLayer body{&m,        1 + static_cast<size_t>(layer) * kPerLayer,      B, T, H, nh, nkv, d, cfg.rms_norm_eps, attention_mask,
+                          positions, recompute_mode_ == config::Recompute::kSelective};
     x = leave_group(group, recompute_mode_ == config::Recompute::kFull ? recompute(body, x) : body(x));
   }
   const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;

@@ -25,7 +25,7 @@ class DenseModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer helpers there can take it
 
  protected:
-  Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -109,6 +109,14 @@ void Rope::move_to(const c10::Device& device) {
   sin = sin.to(device);
 }
 
-at::Tensor Rope::apply(const at::Tensor& x) const { return rope(x, cos, sin); }
+at::Tensor Rope::apply(const at::Tensor& x, const at::Tensor& positions) const {
+  if (!positions.defined()) return rope(x, cos, sin);
+  // Each token's own rows of the tables (packed documents restart their positions).
+  const int64_t B = positions.size(0), T = positions.size(1), dim = cos.size(1), half = x.size(-1) / 2;
+  const at::Tensor rows = positions.reshape({-1});
+  const at::Tensor c = cos.index_select(0, rows).view({B, 1, T, dim}), s = sin.index_select(0, rows).view({B, 1, T, dim});
+  const at::Tensor rotated = at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+  return x * c + rotated * s;
+}
 
 }  // namespace dstrain::model

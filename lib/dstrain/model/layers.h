@@ -39,8 +39,8 @@ struct Rope {
   Rope() = default;
   Rope(int64_t dim, int64_t max_len, double theta, c10::ScalarType dtype);
   Rope(int64_t dim, const config::ModelConfig& config, c10::ScalarType dtype);
-  // x: [..., T, dim]
-  at::Tensor apply(const at::Tensor& x) const;
+  // x: [B, heads, T, dim]; positions int64 [B, T] (undefined: 0..T-1 in every row, the fused path).
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& positions = {}) const;
   void move_to(const c10::Device& device);
 };
 

@@ -23,8 +23,9 @@ struct MlaMoeModel::Impl {
   config::ModelConfig cfg;
   NamedTensors params, buffers;
   std::map<std::string, at::Tensor> by_name;
-  Rope rope;        // over qk_rope_head_dim
-  at::Tensor load;  // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
+  std::vector<std::string> expert_names;  // by parameter: a routed expert's name with "{}" for its global index, else empty
+  Rope rope;                              // over qk_rope_head_dim
+  at::Tensor load;                        // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
   std::vector<int64_t> moe_layers;
   comm::Communicator* expert_group = nullptr;        // expert parallelism: the ranks the routed experts are spread over
   int64_t first_expert = 0, local_experts = 0;       // the routed experts this rank holds: [first, first + local)
@@ -54,7 +55,12 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   // scaled by 1/sqrt(2 * layers), as GPT-2 and Megatron do, so the residual stream's variance
   // does not grow with depth.
   const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.num_layers));
+  int group = 0;          // the embeddings, then each decoder layer, then the final norm and head
+  int64_t expert = -1;    // a routed expert's parameters: its index in this rank's block
+  std::string expert_of;  // ... and its name with the expert's global index left open
   auto add = [&](const std::string& name, at::Tensor t) {
+    declare_place({group, expert, t.dim() >= 2});
+    m.expert_names.push_back(expert < 0 ? std::string() : expert_of);
     t = t.to(dtype).set_requires_grad(true);
     m.params.push_back({name, t});
     m.by_name[name] = t;
@@ -65,6 +71,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   add("model.embed_tokens.weight", normal({V, H}, c.init_std));
   for (int64_t i = 0; i < c.num_layers; ++i) {
     const std::string l = fmt::format("model.layers.{}.", i);
+    group = static_cast<int>(i) + 1;
     add(l + "input_layernorm.weight", ones({H}));
     if (c.q_lora_rank > 0) {
       add(l + "self_attn.q_a_proj.weight", normal({c.q_lora_rank, H}, c.init_std));
@@ -91,9 +98,12 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       at::Tensor gate = normal({c.moe_intermediate_size, H}, c.init_std), up = normal({c.moe_intermediate_size, H}, c.init_std),
                  down = normal({H, c.moe_intermediate_size}, residual_std);
       if (!mine(e)) continue;
-      add(x + "gate_proj.weight", gate);
-      add(x + "up_proj.weight", up);
-      add(x + "down_proj.weight", down);
+      expert = e - m.first_expert;
+      for (const auto& [proj, value] : {std::pair<const char*, at::Tensor>{"gate_proj", gate}, {"up_proj", up}, {"down_proj", down}}) {
+        expert_of = l + "mlp.experts.{}." + proj + ".weight";
+        add(x + proj + ".weight", value);
+      }
+      expert = -1;
     }
     if (c.n_shared_experts > 0) {
       const int64_t w = c.moe_intermediate_size * c.n_shared_experts;
@@ -108,6 +118,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       m.by_name[name] = bias;
     }
   }
+  group = static_cast<int>(c.num_layers) + 1;
   add("model.norm.weight", ones({H}));
   add("lm_head.weight", normal({V, H}, c.init_std));
   if (!meta) m.rope = Rope(c.qk_rope_head_dim, c, dtype);
@@ -133,6 +144,11 @@ double MlaMoeModel::take_all_to_all_wait_ms() {
 
 CausalLM::ExpertBlock MlaMoeModel::local_experts() const { return {impl_->first_expert, impl_->local_experts}; }
 
+std::string MlaMoeModel::expert_parameter_name(size_t index, int64_t expert) const {
+  const std::string& pattern = impl_->expert_names.at(index);
+  return pattern.empty() ? parameters().at(index).name : fmt::format(fmt::runtime(pattern), expert);
+}
+
 at::Tensor MlaMoeModel::take_expert_load() {
   at::Tensor out = impl_->load.clone();
   impl_->load.zero_();
@@ -155,14 +171,14 @@ namespace {
 
 // MLA's attention core: RoPE, the per-head K and V, and SDPA from the projections' outputs.
 at::Tensor mla_core(const MlaMoeModel::Impl& m, const at::Tensor& q_flat, const at::Tensor& ckv, const at::Tensor& kv_lin,
-                    const at::Tensor& attention_mask) {
+                    const at::Tensor& attention_mask, const at::Tensor& positions) {
   const auto& c = m.cfg;
   const int64_t B = q_flat.size(0), T = q_flat.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
   const int64_t dv = c.v_head_dim;
-  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                  // [B, nh, T, dqk]
-  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1));  // one head, shared: [B, 1, T, dr]
+  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);                             // [B, nh, T, dqk]
+  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, c.kv_lora_rank, dr).unsqueeze(1), positions);  // one head, shared: [B, 1, T, dr]
   const at::Tensor kv = kv_lin.view({B, T, nh, dn + dv}).transpose(1, 2);
-  const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr))}, -1);
+  const at::Tensor query = at::cat({q.narrow(-1, 0, dn), m.rope.apply(q.narrow(-1, dn, dr), positions)}, -1);
   const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), k_pe.expand({B, nh, T, dr})}, -1);
   const at::Tensor value = kv.narrow(-1, dn, dv);
   // (d_nope + d_rope)^-0.5, times YaRN's mscale(factor, mscale_all_dim)^2 under scaling (as HF does).
@@ -176,7 +192,8 @@ at::Tensor mla_core(const MlaMoeModel::Impl& m, const at::Tensor& q_flat, const 
 // MLA, the training form: per-head K and V are materialised from the compressed latent.
 // `selective`: the norms and the attention core (RoPE, SDPA) are recomputed in backward from
 // the projections' outputs, which are kept.
-at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask, bool selective) {
+at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tensor& h, const at::Tensor& attention_mask,
+               const at::Tensor& positions, bool selective) {
   const auto& c = m.cfg;
   const at::Tensor q_flat = c.q_lora_rank > 0 ? at::linear(rms_norm(at::linear(h, m.p(l + "self_attn.q_a_proj.weight")),
                                                                     m.p(l + "self_attn.q_a_layernorm.weight"), c.rms_norm_eps, selective),
@@ -187,8 +204,8 @@ at::Tensor mla(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
       at::linear(rms_norm(ckv.narrow(-1, 0, c.kv_lora_rank), m.p(l + "self_attn.kv_a_layernorm.weight"), c.rms_norm_eps, selective),
                  m.p(l + "self_attn.kv_b_proj.weight"));
   const MlaMoeModel::Impl* mp = &m;
-  const Region core = [mp, attention_mask](const std::vector<at::Tensor>& in, bool) {
-    return std::vector<at::Tensor>{mla_core(*mp, in[0], in[1], in[2], attention_mask)};
+  const Region core = [mp, attention_mask, positions](const std::vector<at::Tensor>& in, bool) {
+    return std::vector<at::Tensor>{mla_core(*mp, in[0], in[1], in[2], attention_mask, positions)};
   };
   const at::Tensor o = selective ? recompute(core, {q_flat, ckv, kv_lin}).at(0) : core({q_flat, ckv, kv_lin}, false).at(0);
   return at::linear(o, m.p(l + "self_attn.o_proj.weight"));
@@ -264,9 +281,10 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const std::string& l, const at::Tenso
 
 // One decoder layer: {x} -> {x, and its balance loss when it has one and `want_aux`}.
 std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, const std::string& l, int64_t i, at::Tensor x,
-                                      const at::Tensor& attention_mask, bool want_aux, const at::Tensor& load_row, bool selective) {
+                                      const at::Tensor& attention_mask, const at::Tensor& positions, bool want_aux,
+                                      const at::Tensor& load_row, bool selective) {
   const auto& c = m.cfg;
-  x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps, selective), attention_mask, selective);
+  x = x + mla(m, l, rms_norm(x, m.p(l + "input_layernorm.weight"), c.rms_norm_eps, selective), attention_mask, positions, selective);
   const at::Tensor h = rms_norm(x, m.p(l + "post_attention_layernorm.weight"), c.rms_norm_eps, selective);
   if (!c.is_moe_layer(i))
     return {x + swiglu(h, m.p(l + "mlp.gate_proj.weight"), m.p(l + "mlp.up_proj.weight"), m.p(l + "mlp.down_proj.weight"), selective)};
@@ -277,7 +295,8 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, const std::str
 
 }  // namespace
 
-CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
+                                   const at::Tensor& attention_mask) const {
   const Impl& m = *impl_;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
@@ -293,9 +312,9 @@ CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, at::Tensor* aux, co
     // The layer as a region (model/recompute.h): {x} -> {x, and its balance loss when it has one}.
     // Held by value: a recomputed layer runs again in backward; the expert load counts once.
     const Impl* mp = &m;
-    const Region layer = [mp, l, i, load_row, attention_mask, selective, want_aux = aux != nullptr](const std::vector<at::Tensor>& in,
-                                                                                                    bool again) {
-      return decoder_layer(*mp, l, i, in[0], attention_mask, want_aux, again ? at::Tensor() : load_row, selective);
+    const Region layer = [mp, l, i, load_row, attention_mask, positions, selective, want_aux = aux != nullptr](
+                             const std::vector<at::Tensor>& in, bool again) {
+      return decoder_layer(*mp, l, i, in[0], attention_mask, positions, want_aux, again ? at::Tensor() : load_row, selective);
     };
     const std::vector<at::Tensor> out = recompute_mode_ == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];

@@ -29,12 +29,13 @@ class MlaMoeModel final : public CausalLM {
   at::Tensor take_expert_load() override;
   double take_all_to_all_wait_ms() override;
   ExpertBlock local_experts() const override;
+  std::string expert_parameter_name(size_t index, int64_t expert) const override;
   void update_expert_bias(const at::Tensor& global_load) override;
 
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
 
  protected:
-  Trunk trunk(const at::Tensor& inputs, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -11,7 +11,9 @@
 
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/model/loss.h"
 
 namespace dstrain::tasks {
 
@@ -23,16 +25,16 @@ ModelBenchResult bench_model(const std::string& recipe_path, int iters, int thre
                 fmt::format("pass --seq-len {} or less, or use a recipe with a larger model.max_seq_len", recipe.model.max_seq_len));
   at::set_num_threads(threads);
   const auto model = model::make_model(recipe.model, recipe.seed);
-  model->set_loss_chunk_tokens(recipe.train.loss_chunk_tokens);  // the loss and recompute as training does them
   model->set_activation_checkpointing(recipe.train.activation_checkpointing);
+  const model::Loss loss(recipe.train.loss_chunk_tokens);  // the loss and recompute as training does them
   const at::Tensor tokens =
       at::randint(0, recipe.model.vocab_size, {micro_batch, seq_len + 1}, at::detail::createCPUGenerator(1), at::kLong);
-  const at::Tensor in = tokens.narrow(1, 0, seq_len), target = tokens.narrow(1, 1, seq_len);
+  const data::Batch batch = data::pretraining_batch(tokens);
   std::vector<double> ms;
   for (int i = 0; i < iters + 3; ++i) {
     for (const auto& p : model->parameters()) p.tensor.mutable_grad() = at::Tensor();
     const auto t0 = std::chrono::steady_clock::now();
-    model->loss(in, target).backward();
+    loss(*model, batch).mean().backward();
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= 3) ms.push_back(t);  // 3 warm-up steps
   }

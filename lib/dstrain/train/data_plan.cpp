@@ -56,20 +56,22 @@ void DataPlan::prefetch(int64_t step, int64_t first, std::vector<double> weights
   pending_ = std::async(std::launch::async, [this, step, first, w = std::move(weights)] { return build(step, first, w); });
 }
 
-std::vector<at::Tensor> DataPlan::take() { return pending_.get(); }
+std::vector<data::Batch> DataPlan::take() { return pending_.get(); }
 
 void DataPlan::discard() {
   if (pending_.valid()) pending_.get();
 }
 
-std::vector<at::Tensor> DataPlan::build(int64_t step, int64_t first, const std::vector<double>& weights) {
+std::vector<data::Batch> DataPlan::build(int64_t step, int64_t first, const std::vector<double>& weights) {
   const int64_t seq_len = recipe_.data.seq_len;
-  std::vector<at::Tensor> batches;
+  const auto& d = recipe_.data;
+  const int64_t eos = d.document_mask || d.reset_positions ? d.eos_token : -1;
+  std::vector<data::Batch> batches;
   for (const Chunk& c : plan_step(recipe_, step, first, weights, rank_, world_)) {
     at::Tensor batch = at::empty({c.count, seq_len + 1}, at::kLong);
     auto* out = batch.data_ptr<int64_t>();
     for (int64_t i = 0; i < c.count; ++i) stream_->read(c.first + i, out + i * (seq_len + 1));
-    batches.push_back(batch);
+    batches.push_back(data::pretraining_batch(batch, eos, d.document_mask, d.reset_positions));
   }
   return batches;
 }

@@ -3,8 +3,9 @@
 //   DataPlan       the recipe's token files as one global sample order (data::SampleStream), this
 //                  rank's micro-batches of each step (equal shares: micro-batches dealt
 //                  rank-major; weighted shares: this rank's contiguous slice, cut into
-//                  micro-batches), built one step ahead on a background thread, the only user
-//                  of the stream
+//                  micro-batches) as data::Batch (labels the shifted tokens; documents cut at
+//                  data.eos_token for data.document_mask / data.reset_positions), built one
+//                  step ahead on a background thread, the only user of the stream
 //   ShardBalancer  the shares (data.shard_weights): equal, the recipe's weights, or, with auto,
 //                  equal until balance_steps are measured and then by each rank's samples per
 //                  second. Checkpointed (data.shard_weights) so a resume splits alike.
@@ -15,6 +16,7 @@
 #include <memory>
 #include <vector>
 
+#include "dstrain/data/batch.h"
 #include "dstrain/model/stateful.h"
 
 namespace dstrain::config {
@@ -34,17 +36,17 @@ class DataPlan {
   int64_t num_samples() const;
   // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).
   void prefetch(int64_t step, int64_t first, std::vector<double> weights);
-  // The prefetched step's [micro, seq_len + 1] int64 batches; waits for them.
-  std::vector<at::Tensor> take();
+  // The prefetched step's micro-batches (on the CPU); waits for them.
+  std::vector<data::Batch> take();
   // Drops a prefetch that is no longer wanted (a rollback, new shares).
   void discard();
 
  private:
-  std::vector<at::Tensor> build(int64_t step, int64_t first, const std::vector<double>& weights);
+  std::vector<data::Batch> build(int64_t step, int64_t first, const std::vector<double>& weights);
   const config::Recipe& recipe_;
   int rank_, world_;
   std::unique_ptr<data::SampleStream> stream_;
-  std::future<std::vector<at::Tensor>> pending_;
+  std::future<std::vector<data::Batch>> pending_;
 };
 
 class ShardBalancer final : public model::Stateful {

@@ -20,6 +20,7 @@
 #include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
+#include "dstrain/model/loss.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
@@ -27,6 +28,8 @@
 #include "dstrain/envcheck/rank_check.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/train/step_observers.h"
 #include "dstrain/train/step_signals.h"
 #include "dstrain/train/step_triggers.h"
 #include "dstrain/train/step_profiler.h"
@@ -39,11 +42,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
-
-std::vector<double> values_of(const at::Tensor& t) {
-  const at::Tensor flat = t.to(at::kCPU, at::kDouble).contiguous().view(-1);
-  return std::vector<double>(flat.data_ptr<double>(), flat.data_ptr<double>() + flat.numel());
-}
 
 config::Recipe checked_recipe(const run::WorkerEnv& env) {
   config::Recipe recipe = config::read_resolved_config(run::RunDir(env.run_dir).config_path());
@@ -109,12 +107,15 @@ struct Trainer::Parts {
   std::unique_ptr<Checkpointer> checkpointer;
   std::unique_ptr<Telemetry> telemetry;
   std::unique_ptr<StepProfiler> profiler;
+  std::unique_ptr<model::Loss> loss;
+  std::unique_ptr<MicroBatchSchedule> micro_batches;
+  std::unique_ptr<FaultObserver> fault_observer;
+  std::unique_ptr<ComputeTimes> compute_times;
   StepTriggers triggers;
   BadStepPolicy bad_steps;
   int64_t step = 0;    // the step being computed, 0-based
   int64_t cursor = 0;  // samples consumed: the global data position
   double save_ms = 0;  // the last step's checkpoint time (wall_clock_breakdown)
-  bool timed_phases = false;
   ShutdownSequence ending;
 
   Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
@@ -136,7 +137,6 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get());
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
-  p.model->set_loss_chunk_tokens(p.recipe.train.loss_chunk_tokens);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
   p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size);
   if (!env.resume && !p.recipe.model.init_from.empty()) {
@@ -166,7 +166,13 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
-  p.timed_phases = device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown;
+  p.loss = std::make_unique<model::Loss>(p.recipe.train.loss_chunk_tokens);
+  p.micro_batches = std::make_unique<MicroBatchSchedule>(*p.model, *p.loss, p.engine.get(), device.device);
+  p.micro_batches->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
+  p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
+  p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
+  p.micro_batches->add_observer(p.fault_observer.get());
+  p.micro_batches->add_observer(p.compute_times.get());
   plan_shutdown();
 }
 
@@ -227,28 +233,27 @@ Trainer::StepEnd Trainer::step() {
   const auto t0 = Clock::now();
   progress::set_step(p.step + 1);
   progress::enter(progress::Phase::kData);
-  const std::vector<at::Tensor> batches = p.data->take();
+  const std::vector<data::Batch> batches = p.data->take();
   const double data_wait_ms = ms_since(t0);
   if (p.step + 1 < p.steps()) p.data->prefetch(p.step + 1, p.cursor + p.global_batch(p.step), p.balancer.weights());
   // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.
   const int64_t applied = p.step - p.engine->skipped_steps();
   const double lr = sched::lr_at(p.schedule, applied) * sched::batch_lr_factor(p.recipe, p.step);
   const sched::Betas betas = sched::betas_at(p.schedule, applied);
-  if (p.faults.overflow_at(p.step + 1)) p.engine->inject_overflow();
-  double local_loss = 0.0;
-  for (size_t m = 0; m < batches.size(); ++m) local_loss += micro_step(batches[m], m, m + 1 == batches.size());
+  if (p.faults.overflow_at(p.step + 1)) p.engine->mark_gradients_nonfinite();
+  // The loss is divided by the global batch's trained targets: one small all-reduce, over the
+  // engine's communicator (NCCL on GPUs: a tree, not a Gloo ring of N hops).
+  const int64_t global_targets = global_trained_targets(p.comm.engine(), batches);
+  const double local_loss = p.micro_batches->run(batches, global_targets, /*backward=*/true).loss;
   progress::enter(progress::Phase::kOptimizer);
   // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
   // the engine applies no update from it.
-  if (!std::isfinite(local_loss)) p.engine->inject_overflow();
+  if (!std::isfinite(local_loss)) p.engine->mark_gradients_nonfinite();
   const auto o0 = Clock::now();
   const StepSignals mine{local_loss, p.triggers.save_wanted(), p.triggers.stop_wanted()};
   // The step's control data rides the engine's one scalar all-reduce (NCCL on GPUs).
   StepSums sums;
   sums.add(mine.pack());
-  const at::Tensor local_load = p.model->take_expert_load();  // MoE: this step's tokens per expert
-  const bool moe = local_load.defined() && local_load.numel() > 0;
-  const size_t load_part = moe ? sums.add(values_of(local_load)) : 0;
   const bool stragglers = p.telemetry->stragglers_due(p.step + 1);
   const size_t straggler_part = stragglers ? sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample()) : 0;
   const bool rebalance = p.balancer.rebalance_due(p.step + 1);
@@ -263,11 +268,6 @@ Trainer::StepEnd Trainer::step() {
   if (result.skipped && p.recipe.precision.dtype == config::Dtype::kFp16 && p.env.rank == 0)
     log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}",
                           p.step + 1, result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
-  at::Tensor expert_load;
-  if (moe) {  // every rank moves V3's selection bias by the same, globally summed expert load
-    expert_load = at::tensor(sums.segment(result.sums, load_part), at::kDouble).view(local_load.sizes()).to(at::kFloat);
-    p.model->update_expert_bias(expert_load);
-  }
   const int64_t batch = p.global_batch(p.step);
   p.cursor += batch;
   if (rebalance) {  // the next step's batches were built with the old shares
@@ -284,54 +284,11 @@ Trainer::StepEnd Trainer::step() {
   o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = batch, o.accumulation = static_cast<int64_t>(batches.size());
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
-  o.expert_load = expert_load;
+  o.expert_load = result.expert_load;
   o.all_to_all_ms = p.model->take_all_to_all_wait_ms();
   if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
   p.telemetry->finish_step(o);
   return end_step(all);
-}
-
-double Trainer::micro_step(const at::Tensor& cpu_batch, size_t micro, bool last) {
-  Parts& p = *p_;
-  p.engine->begin_micro(last);
-  const auto c0 = Clock::now();
-  progress::enter(progress::Phase::kForward);
-  if (micro == 0) std::this_thread::sleep_for(std::chrono::duration<double>(p.faults.stall_seconds(p.env.rank, p.step + 1)));
-  const at::Tensor batch = cpu_batch.to(p.device.device);
-  const int64_t T = p.recipe.data.seq_len;
-  const double global_tokens = static_cast<double>(p.global_batch(p.step) * T);
-  const at::Tensor inputs = batch.narrow(1, 0, T);
-  const at::Tensor mask = p.recipe.data.document_mask ? model::document_causal_mask(inputs, p.recipe.data.eos_token) : at::Tensor();
-  // Token-summed and divided by the whole global batch's tokens: every micro-batch of every rank
-  // then weighs by its tokens, and the summed gradients are the global batch's mean gradient
-  // whatever the shares, accumulation steps or world size.
-  const model::LossParts parts = p.model->loss_parts(inputs, batch.narrow(1, 1, T), mask);
-  at::Tensor loss = parts.sum / global_tokens;
-  const auto issued = Clock::now();  // the forward's work is queued (launch overhead, below)
-  if (p.timed_phases)
-    device::synchronize(p.device.device);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
-  const auto f1 = Clock::now();
-  p.telemetry->add_forward(std::chrono::duration<double, std::milli>(f1 - c0).count());
-  if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(batch.size(0) * T) / global_tokens);
-  if (micro == 0 && p.faults.nan_loss_due(p.env.rank, p.step + 1)) loss = loss * std::numeric_limits<double>::quiet_NaN();
-  const double value = loss.item<double>();
-  progress::enter(progress::Phase::kBackward);
-  const auto b0 = Clock::now();
-  (p.engine->loss_scale() == 1.0 ? loss : loss * p.engine->loss_scale()).backward();
-  p.engine->end_micro();
-  if (p.timed_phases) {
-    // Host time to issue the work, against the time the GPU took to do it: near equal means the
-    // step is launch-bound (issue 21).
-    const std::chrono::duration<double, std::milli> forward_issue = issued - c0, backward_issue = Clock::now() - b0;
-    p.telemetry->add_issue(forward_issue.count() + backward_issue.count());
-    device::synchronize(p.device.device);
-  }
-  const double slowdown = p.faults.slowdown(p.env.rank);
-  if (slowdown > 1.0)
-    std::this_thread::sleep_for(std::chrono::duration<double>(std::chrono::duration<double>(Clock::now() - c0).count() * (slowdown - 1.0)));
-  p.telemetry->add_backward(ms_since(f1));  // a slowed rank's sleep counts as compute
-  p.balancer.add_compute(ms_since(c0) / 1000.0, batch.size(0));
-  return value;
 }
 
 void Trainer::roll_back() {

@@ -3,9 +3,10 @@
 //   Trainer(env, device)  the config, communicators, heartbeat, preflight env check, model, data,
 //                         the ZeRO engine, the checkpointer (and the resume), telemetry
 //   run()                 step() until the last step or a coordinated stop
-//   step()                batches -> micro-steps (forward, backward) -> engine step with every
-//                         rank's StepSignals -> bad-step policy -> MoE bias, shard balance ->
-//                         metrics -> checkpoint / stop
+//   step()                batches -> the global trained-target count -> the micro-batch schedule
+//                         (forward, loss, backward) -> engine step with every rank's StepSignals
+//                         (and the MoE bias) -> bad-step policy -> shard balance -> metrics ->
+//                         checkpoint / stop
 // Everything with depth lives in the collaborators: DataPlan and ShardBalancer (data_plan.h),
 // StepTriggers (step_triggers.h), BadStepPolicy (bad_step_policy.h), Checkpointer, Telemetry,
 // zero::Engine.
@@ -51,7 +52,6 @@ class Trainer {
   int train_to_end();
   void plan_shutdown();
   StepEnd step();
-  double micro_step(const at::Tensor& batch, size_t micro, bool last);
   void roll_back();
   void save(int64_t steps_done);
   StepEnd end_step(const StepSignals& all);

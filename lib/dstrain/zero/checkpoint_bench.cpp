@@ -17,7 +17,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 // DeepSeek LLM 7B's parameters in the dense model's order and names (model/dense_model.cpp).
 std::vector<Layout::Param> dense_7b() {
   const int64_t V = 102400, H = 4096, I = 11008, L = 30;
-  std::vector<Layout::Param> p{{"model.embed_tokens.weight", V * H, 2}};
+  std::vector<Layout::Param> p{{"model.embed_tokens.weight", V * H, 0, true}};
   for (int64_t i = 0; i < L; ++i) {
     const std::string layer = fmt::format("model.layers.{}.", i);
     for (const auto& [name, numel, ndim] : std::vector<std::tuple<std::string, int64_t, int64_t>>{{"input_layernorm.weight", H, 1},
@@ -29,10 +29,10 @@ std::vector<Layout::Param> dense_7b() {
                                                                                                   {"mlp.gate_proj.weight", I * H, 2},
                                                                                                   {"mlp.up_proj.weight", I * H, 2},
                                                                                                   {"mlp.down_proj.weight", H * I, 2}})
-      p.push_back({layer + name, numel, ndim});
+      p.push_back({layer + name, numel, static_cast<int>(i) + 1, ndim >= 2});
   }
-  p.push_back({"model.norm.weight", H, 1});
-  p.push_back({"lm_head.weight", V * H, 2});
+  p.push_back({"model.norm.weight", H, static_cast<int>(L) + 1, false});
+  p.push_back({"lm_head.weight", V * H, static_cast<int>(L) + 1, true});
   return p;
 }
 

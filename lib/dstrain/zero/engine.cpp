@@ -55,7 +55,23 @@ void timed_wait(comm::Work& work, double& waited_ms) {
   waited_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A reduction in flight.
+struct Pending {
+  comm::WorkHandle work;
+  at::Tensor received;  // stage 1-3: the reduce-scatter's output
+  int unit = 0;
+};
+
 }  // namespace
+
+// One micro-batch's reduction state, from begin_micro() until its reductions are drained (at
+// end_micro for stage 2/3, at step() for stage 0/1): the backward hooks its forward registered
+// hold it, so nothing of it lives in the engine between micro-batches.
+struct MicroState {
+  bool last = true;           // the accumulation boundary: stage 0/1 reduce now
+  std::vector<bool> flushed;  // by layer group: its gradients are on their way
+  std::vector<Pending> pending;
+};
 
 struct Engine::Impl final : model::LayerGate {
   model::CausalLM& model;
@@ -105,17 +121,11 @@ struct Engine::Impl final : model::LayerGate {
   // (the dense ones on rank 0, an expert block's on its first holder); null when all or none are.
   std::unique_ptr<optim::FusedStep> norm_only;
   bool norm_counts_none = false;
-  struct Pending {
-    comm::WorkHandle work;
-    at::Tensor received;  // stage 1-3: the reduce-scatter's output
-    int unit = 0;
-  };
-  std::vector<Pending> pending;
-  std::vector<bool> group_flushed;
-  bool last_micro = true;
-  bool grads_fresh = true;      // the shard accumulator holds nothing yet this step
-  double waited_ms = 0;         // blocked on gradient reductions since the last step() returned
-  double waited_gather_ms = 0;  // blocked on parameter all-gathers since then
+  MicroBatch current;                 // the micro-batch whose forward runs (begin_micro .. end_micro)
+  std::vector<MicroBatch> undrained;  // begun, with reductions still to wait for, in begin order
+  bool grads_fresh = true;            // the shard accumulator holds nothing yet this step
+  double waited_ms = 0;               // blocked on gradient reductions since the last step() returned
+  double waited_gather_ms = 0;        // blocked on parameter all-gathers since then
   LossScaler scaler;
 
   Impl(model::CausalLM& m, comm::Communicator& c, const EngineOptions& o, const ExpertGroups& x)
@@ -124,7 +134,8 @@ struct Engine::Impl final : model::LayerGate {
         offload(o.offload_optimizer), params_on_host(o.offload_param && o.stage == 3 && o.offload_optimizer), experts(checked_groups(c, x)),
         ep(experts.parallel ? experts.parallel->world_size() : 1), ep_rank(experts.parallel ? experts.parallel->rank() : 0),
         edp_world(experts.data ? experts.data->world_size() : world), edp_rank(experts.data ? experts.data->rank() : rank),
-        layout(layout_params(m, ep > 1), shard_world, std::max<int64_t>(1, o.reduce_bucket_size), o.stage == 0 ? 1 : edp_world),
+        layout(layout_params(m, ep > 1), shard_world, std::max<int64_t>(1, o.reduce_bucket_size), o.stage == 0 ? 1 : edp_world,
+               m.num_groups()),
         segments(layout.segments(o.stage == 0 ? 0 : rank, o.stage == 0 ? 0 : edp_rank)),
         scaler(o.dtype == config::Dtype::kFp16 ? o.loss_scaler : LossScalerConfig{1.0}) {
     for (const comm::Communicator* group :
@@ -165,10 +176,18 @@ struct Engine::Impl final : model::LayerGate {
     return at::empty({n}, at::TensorOptions().dtype(t));
   }
 
+  // The parameters where the model placed them (model::ParamPlace); their names are only labels.
   static std::vector<Layout::Param> layout_params(const model::CausalLM& m, bool expert_parallel) {
+    const std::vector<model::ParamPlace>& places = m.parameter_places();
+    const model::NamedTensors& params = m.parameters();
+    if (places.size() != params.size())
+      throw Error(ErrorCode::kInternal,
+                  fmt::format("the model declares {} parameter places for {} parameters", places.size(), params.size()),
+                  "this is a dstrain bug; please report it");
     std::vector<Layout::Param> out;
-    for (const auto& p : m.parameters())
-      out.push_back({p.name, p.tensor.numel(), p.tensor.dim(), expert_parallel && expert_index_of(p.name) >= 0});
+    for (size_t i = 0; i < params.size(); ++i)
+      out.push_back(
+          {params[i].name, params[i].tensor.numel(), places[i].group, places[i].decays, expert_parallel && places[i].expert >= 0});
     return out;
   }
 
@@ -179,14 +198,11 @@ struct Engine::Impl final : model::LayerGate {
   int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : place_of(u)) * u.chunk(); }
   // Stage 0 without expert parallelism: every rank holds every reduced gradient, its own norm is the norm.
   bool replicated_norm() const { return opt.stage == 0 && ep == 1; }
-  // The name of this rank's expert parameter `name` in expert-parallel rank `target`'s block.
-  std::string name_on(const std::string& name, int target) const {
-    const int64_t j = expert_index_of(name);
-    if (j < 0 || target == ep_rank) return name;
-    const std::string key = fmt::format(".mlp.experts.{}.", j);
-    const auto at = name.find(key);
-    const model::CausalLM::ExpertBlock block = model.local_experts();
-    return name.substr(0, at) + fmt::format(".mlp.experts.{}.", j - block.first + target * block.count) + name.substr(at + key.size());
+  // The name of this rank's parameter `index` in expert-parallel rank `target`'s block.
+  std::string name_on(size_t index, int target) const {
+    const int64_t j = model.parameter_places()[index].expert;
+    if (j < 0 || target == ep_rank) return model.parameters()[index].name;
+    return model.expert_parameter_name(index, j + target * model.local_experts().count);
   }
   int last_group() const { return layout.num_groups() - 1; }
 
@@ -195,7 +211,6 @@ struct Engine::Impl final : model::LayerGate {
     for (const auto& p : model.parameters()) params.push_back(p.tensor);
     const auto& units = layout.units();
     units_of_group.assign(static_cast<size_t>(layout.num_groups()), {});
-    group_flushed.assign(static_cast<size_t>(layout.num_groups()), false);
     master = state_buffer(layout.shard_numel(), /*copied=*/true);
     if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
     if (opt.stage == 3)
@@ -472,10 +487,11 @@ struct Engine::Impl final : model::LayerGate {
   // --- gradient reduction ---------------------------------------------------------------------
   // Launches the reduction of a group's gradients (stage 0/1: at the boundary only; 2/3: every
   // micro-batch) and, at stage 3, frees its parameters.
-  void flush(int group) {
-    if (group_flushed[static_cast<size_t>(group)]) return;
-    group_flushed[static_cast<size_t>(group)] = true;
-    if (opt.stage <= 1 && !last_micro) return;
+  void flush(MicroState& micro, int group) {
+    if (micro.flushed[static_cast<size_t>(group)]) return;
+    micro.flushed[static_cast<size_t>(group)] = true;
+    if (opt.stage <= 1 && !micro.last) return;
+    std::vector<Pending>& pending = micro.pending;
     for (int ui : units_of_group[static_cast<size_t>(group)]) {
       const auto u = static_cast<size_t>(ui);
       const Unit& unit = layout.units()[u];
@@ -513,7 +529,8 @@ struct Engine::Impl final : model::LayerGate {
     if (opt.stage == 3 && group != last_group()) release(group);
   }
 
-  void drain() {
+  void drain(MicroState& micro) {
+    std::vector<Pending>& pending = micro.pending;
     for (Pending& p : pending) {
       if (p.work) timed_wait(*p.work, waited_ms);
       if (!p.received.defined()) continue;
@@ -527,6 +544,10 @@ struct Engine::Impl final : model::LayerGate {
     if (!pending.empty() && opt.stage >= 1) grads_fresh = false;
     pending.clear();
   }
+  void drain_all() {
+    for (const MicroBatch& micro : undrained) drain(*micro);
+    undrained.clear();
+  }
 
   // The updated chunks in the model dtype, already written by the step (or write_params) to the
   // full buffers, param_shard or model_shard (offloaded: to `published`), go to everyone's full
@@ -535,6 +556,7 @@ struct Engine::Impl final : model::LayerGate {
     const auto& units = layout.units();
     const at::Tensor& source = offload ? published : opt.stage == 3 ? param_shard : model_shard;
     if (!source.defined()) return;  // stage 0 or one rank: written in place
+    std::vector<Pending> pending;
     for (size_t u = 0; u < units.size(); ++u) {
       const Unit& unit = units[u];
       const at::Tensor mine = source.narrow(0, unit.shard_offset, unit.chunk());
@@ -546,7 +568,6 @@ struct Engine::Impl final : model::LayerGate {
       pending.push_back({comm_of(unit).all_gather(on_device_copy(mine), unit_full[u]), {}, -1});
     }
     for (auto& pend : pending) timed_wait(*pend.work, waited_gather_ms);
-    pending.clear();
   }
 
   // This rank's runs of the optimizer state (Engine::shard_runs); saved_only: those it writes.
@@ -568,10 +589,14 @@ struct Engine::Impl final : model::LayerGate {
     }
     if (opt.stage == 3 && group != last_group()) release(group);
     if (group == last_group()) return output;
+    if (!current)
+      throw Error(ErrorCode::kInternal, "a training forward ran outside the engine's begin_micro() .. end_micro()",
+                  "this is a dstrain bug; please report it");
     // Backward reaches this output only after the next group's backward (and its parameters'
-    // gradient accumulation) is complete: reduce that group now, and bring this one back.
-    output.register_hook([this, group](const at::Tensor&) {
-      if (opt.overlap_comm) flush(group + 1);
+    // gradient accumulation) is complete: reduce that group now, and bring this one back. The
+    // hook holds its own micro-batch's state.
+    output.register_hook([this, group, micro = current](const at::Tensor&) {
+      if (opt.overlap_comm) flush(*micro, group + 1);
       if (opt.stage == 3) {
         finish_gather(group);
         prefetch(group - 1);
@@ -609,30 +634,38 @@ const Layout& Engine::layout() const { return impl_->layout; }
 
 double Engine::loss_scale() const { return impl_->opt.dtype == config::Dtype::kFp16 ? impl_->scaler.scale() : 1.0; }
 
-void Engine::begin_micro(bool last) {
+MicroBatch Engine::begin_micro(bool last) {
   Impl& m = *impl_;
-  m.last_micro = last;
-  std::fill(m.group_flushed.begin(), m.group_flushed.end(), false);
+  auto micro = std::make_shared<MicroState>();
+  micro->last = last;
+  micro->flushed.assign(static_cast<size_t>(m.layout.num_groups()), false);
+  m.current = micro;
+  m.undrained.push_back(micro);
+  return micro;
 }
 
-void Engine::end_micro() {
+void Engine::end_micro(const MicroBatch& micro) {
   Impl& m = *impl_;
   // Whatever backward did not flush yet (everything without overlap_comm), in group order from
   // the last: the same order on every rank.
-  for (int g = m.layout.num_groups() - 1; g >= 0; --g) m.flush(g);
-  if (m.opt.stage >= 2) m.drain();
+  for (int g = m.layout.num_groups() - 1; g >= 0; --g) m.flush(*micro, g);
+  if (m.opt.stage >= 2) {
+    m.drain(*micro);
+    m.undrained.erase(std::remove(m.undrained.begin(), m.undrained.end(), micro), m.undrained.end());
+  }
   if (m.opt.stage == 3) m.release(m.last_group());
+  if (m.current == micro) m.current.reset();
 }
 
 StepResult Engine::step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1, double beta2) {
   Impl& m = *impl_;
   c10::NoGradGuard no_grad;
-  m.drain();
+  m.drain_all();
   StepResult result;
   result.loss_scale = loss_scale();
-  if (inject_overflow_) {
+  if (nonfinite_marked_) {
     if (const at::Tensor first = m.first_grad(); first.defined()) first.fill_(std::numeric_limits<float>::infinity());
-    inject_overflow_ = false;
+    nonfinite_marked_ = false;
   }
   // One small all-reduce: the caller's sums, this rank's part of the squared gradient norm (its
   // shard's; unsharded, nothing: its own norm is the norm) and a count of the ranks whose
@@ -643,6 +676,15 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   // the single process drift apart.
   const double local_sq = m.fused->grad_sum_squares();
   std::vector<float> scalars(sums.begin(), sums.end());
+  // MoE: the step's tokens per expert ride along, and every rank moves V3's selection bias by
+  // the same global load (model -> engine -> model).
+  const at::Tensor local_load = m.model.take_expert_load();
+  const int64_t load_values = local_load.defined() ? local_load.numel() : 0;
+  if (load_values > 0) {
+    const at::Tensor flat = local_load.to(at::kCPU, at::kDouble).contiguous().view(-1);
+    for (int64_t i = 0; i < load_values; ++i) scalars.push_back(static_cast<float>(flat.data_ptr<double>()[i]));
+  }
+  const size_t norm_at = sums.size() + static_cast<size_t>(load_values);
   scalars.push_back(static_cast<float>(m.counted_sum_squares(local_sq)));
   scalars.push_back(std::isfinite(local_sq) ? 0.0f : 1.0f);
   at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
@@ -650,10 +692,15 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   const at::Tensor reduced = packed.cpu();
   const float* reduced_values = reduced.data_ptr<float>();
   for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(reduced_values[i]);
-  const double total_sq = m.replicated_norm() || m.world == 1 ? local_sq : reduced_values[sums.size()];
+  if (load_values > 0) {
+    const std::vector<double> load(reduced_values + sums.size(), reduced_values + norm_at);
+    result.expert_load = at::tensor(load, at::kDouble).view(local_load.sizes()).to(at::kFloat);
+    m.model.update_expert_bias(result.expert_load);
+  }
+  const double total_sq = m.replicated_norm() || m.world == 1 ? local_sq : reduced_values[norm_at];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
-  result.skipped = reduced_values[sums.size() + 1] > 0 || !std::isfinite(total_sq);
+  result.skipped = reduced_values[norm_at + 1] > 0 || !std::isfinite(total_sq);
   if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
   if (m.opt.delayed_update) m.apply_delayed();  // the previous step's update, computed while this step ran
   if (result.skipped) {
@@ -793,12 +840,13 @@ std::vector<Engine::StateTensor> Engine::state_tensors() const {
   // parameters stands for every rank's block, in expert order (the unsharded model's order).
   std::vector<StateTensor> params;
   const model::NamedTensors& mine = m.model.parameters();
+  auto is_expert = [&](size_t i) { return m.ep > 1 && m.model.parameter_places()[i].expert >= 0; };
   for (size_t i = 0; i < mine.size();) {
     size_t end = i + 1;
-    const bool expert = m.ep > 1 && expert_index_of(mine[i].name) >= 0;
-    while (expert && end < mine.size() && expert_index_of(mine[end].name) >= 0) ++end;
+    const bool expert = is_expert(i);
+    while (expert && end < mine.size() && is_expert(end)) ++end;
     for (int target = 0; target < (expert ? m.ep : 1); ++target)
-      for (size_t k = i; k < end; ++k) params.push_back({m.name_on(mine[k].name, target), "float32", mine[k].tensor.sizes().vec()});
+      for (size_t k = i; k < end; ++k) params.push_back({m.name_on(k, target), "float32", mine[k].tensor.sizes().vec()});
     i = end;
   }
   std::vector<StateTensor> out;
@@ -893,7 +941,7 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
       for (size_t target = 0; target < blocks.size(); ++target)
         for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
           const ParamSlot& slot = m.layout.params()[static_cast<size_t>(i)];
-          const std::string name = prefix + (unit.expert ? m.name_on(slot.name, static_cast<int>(target)) : slot.name);
+          const std::string name = prefix + (unit.expert ? m.name_on(static_cast<size_t>(i), static_cast<int>(target)) : slot.name);
           by_name.at(name)->view({-1}).copy_(blocks[target].narrow(0, slot.offset, slot.numel));
         }
     }

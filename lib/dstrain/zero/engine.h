@@ -54,6 +54,9 @@ class CausalLM;
 
 namespace dstrain::zero {
 
+struct MicroState;
+using MicroBatch = std::shared_ptr<MicroState>;
+
 struct EngineOptions {
   int stage = 0;
   int64_t reduce_bucket_size = 500000000;  // elements per unit of communication
@@ -98,6 +101,7 @@ struct StepResult {
   bool skipped = false;       // fp16 overflow: no update
   double loss_scale = 1;      // the scale this step used
   std::vector<double> sums;   // the caller's extra values, summed over ranks
+  at::Tensor expert_load;     // MoE: the step's tokens per expert, summed over ranks [moe layers, routed experts] (the bias moved by it)
   double comm_wait_ms = 0;    // time this step blocked on collectives (what overlap did not hide)
   double reduce_wait_ms = 0;  // ... of it on gradient reductions
   double gather_wait_ms = 0;  // ... and on parameter all-gathers (stage 3, and after the update)
@@ -126,9 +130,10 @@ class Engine final : public model::Stateful {
 
   // The factor the loss is multiplied by before backward (the fp16 loss scale, else 1).
   double loss_scale() const;
-  // Around each micro-batch's backward; `last` marks the accumulation boundary.
-  void begin_micro(bool last);
-  void end_micro();
+  // Around each micro-batch's forward and backward; `last` marks the accumulation boundary. The
+  // handle is the micro-batch's reduction state (the schedule passes it back to end_micro).
+  MicroBatch begin_micro(bool last);
+  void end_micro(const MicroBatch& micro);
   // Reduces what is left, sums `sums` over ranks, checks overflow, clips, updates and re-gathers.
   // `applied_step` is the 1-based count of applied updates including this one (bias correction).
   // beta1/beta2 >= 0 replace the configured ones for this step (schedules that cycle momentum).
@@ -186,14 +191,16 @@ class Engine final : public model::Stateful {
   // checkpoint, so that the saved and the running parameters agree). No-op otherwise.
   void settle();
 
-  // Test hook: the next step's gradient shard gets an inf (an injected fp16 overflow).
-  void inject_overflow() { inject_overflow_ = true; }
+  // This rank's gradients of the step being computed count as non-finite: the step's overflow
+  // check then skips the update on every rank, as an fp16 overflow does. For a rank whose loss
+  // is NaN/Inf (its gradients may be finite garbage), and for an injected overflow (faults).
+  void mark_gradients_nonfinite() { nonfinite_marked_ = true; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int64_t skipped_ = 0;
-  bool inject_overflow_ = false;
+  bool nonfinite_marked_ = false;
 };
 
 }  // namespace dstrain::zero

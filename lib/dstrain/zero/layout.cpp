@@ -5,42 +5,20 @@
 
 namespace dstrain::zero {
 
-namespace {
-// The number that follows `key` up to the next dot ("layers." in "model.layers.3.mlp" -> 3), or -1.
-int index_after(const std::string& name, const std::string& key) {
-  const auto at = name.find(key);
-  if (at == std::string::npos) return -1;
-  const auto start = at + key.size();
-  const auto end = name.find('.', start);
-  const std::string digits = name.substr(start, end == std::string::npos ? std::string::npos : end - start);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char ch) { return ch >= '0' && ch <= '9'; })) return -1;
-  return std::stoi(digits);
-}
-}  // namespace
-
-int layer_index_of(const std::string& name) { return index_after(name, "layers."); }
-
-int expert_index_of(const std::string& name) { return index_after(name, ".mlp.experts."); }
-
-bool decays(const std::string& name, int64_t ndim) {
-  auto ends_with = [&](const std::string& s) { return name.size() >= s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0; };
-  return ndim >= 2 && !ends_with(".bias") && !ends_with("e_score_correction_bias");
-}
-
-Layout::Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements, int expert_world_size)
-    : world_(world_size), expert_world_(expert_world_size > 0 ? expert_world_size : world_size) {
+Layout::Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements, int expert_world_size, int num_groups)
+    : world_(world_size), expert_world_(expert_world_size > 0 ? expert_world_size : world_size), num_groups_(num_groups) {
   if (world_size < 1 || max_unit_elements < 1 || expert_world_size < 0)
     throw std::invalid_argument("zero::Layout: world sizes and max_unit_elements must be >= 1");
-  int num_layers = 0;
-  for (const auto& p : params) num_layers = std::max(num_layers, layer_index_of(p.name) + 1);
-  num_groups_ = num_layers + 2;
+  int previous = 0;
   for (const auto& in : params) {
+    if (in.group < previous || in.group < 0) throw std::invalid_argument("zero::Layout: parameter groups must not decrease: " + in.name);
+    previous = in.group;
+    num_groups_ = std::max(num_groups_, in.group + 1);
     ParamSlot slot;
     slot.name = in.name;
     slot.numel = in.numel;
-    const int layer = layer_index_of(in.name);
-    slot.group = in.name.find("embed_tokens") != std::string::npos ? 0 : layer >= 0 ? layer + 1 : num_layers + 1;
-    slot.decay = decays(in.name, in.ndim);
+    slot.group = in.group;
+    slot.decay = in.decay;
     slot.expert = in.expert;
     params_.push_back(slot);
     numel_ += in.numel;

@@ -51,15 +51,18 @@ struct ShardSegment {
 
 class Layout {
  public:
+  // A parameter as its model declares it (model::ParamPlace): the layout never reads names.
   struct Param {
     std::string name;
     int64_t numel = 0;
-    int64_t ndim = 2;
+    int group = 0;        // layer group, from 0 in the model's order
+    bool decay = true;    // weight decay applies
     bool expert = false;  // split over expert_world_size ranks instead of world_size
   };
-  // The parameters in the model's order. expert_world_size: the ranks an expert parameter is
-  // split over (0: world_size, as every other parameter).
-  Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements, int expert_world_size = 0);
+  // The parameters in the model's order (groups never decrease). expert_world_size: the ranks
+  // an expert parameter is split over (0: world_size, as every other parameter). num_groups: the
+  // model's layer groups (0: one past the last parameter's).
+  Layout(const std::vector<Param>& params, int world_size, int64_t max_unit_elements, int expert_world_size = 0, int num_groups = 0);
 
   int world_size() const { return world_; }
   int expert_world_size() const { return expert_world_; }
@@ -81,13 +84,5 @@ class Layout {
   int64_t numel_ = 0, flat_ = 0;
   int num_groups_ = 0;
 };
-
-// The decoder layer of a Hugging Face name ("model.layers.<i>.*" -> i), or -1.
-int layer_index_of(const std::string& name);
-// The routed expert of a Hugging Face name ("*.mlp.experts.<j>.*" -> j), or -1 (shared experts
-// and everything else).
-int expert_index_of(const std::string& name);
-// Weight decay applies to matrices, never to norms, biases or the MoE routing bias.
-bool decays(const std::string& name, int64_t ndim);
 
 }  // namespace dstrain::zero

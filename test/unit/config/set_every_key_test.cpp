@@ -74,6 +74,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"data.path", {dir + "/other.txt", {}}},
       {"data.seq_len", {"17", {}}},
       {"data.document_mask", {"true", {"data.eos_token=0"}}},
+      {"data.reset_positions", {"true", {"data.eos_token=0"}}},
       {"schedule.warmup_steps", {"5", {}}},
       {"train.steps", {"12", {}}},
       {"data.paths", {"[" + dir + "/data.txt, " + dir + "/other.txt]", {"data.path="}}},

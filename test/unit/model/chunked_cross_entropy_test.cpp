@@ -6,6 +6,8 @@
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
 
+#include "dstrain/data/batch.h"
+#include "dstrain/model/loss.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/chunked_cross_entropy.h"
 
@@ -68,11 +70,10 @@ TEST_CASE("chunked linear cross-entropy: a whole model's loss and gradients matc
   c.vocab_size = 97, c.hidden_size = 32, c.num_layers = 2, c.num_heads = 4, c.intermediate_size = 64, c.max_seq_len = 16;
   at::manual_seed(5);
   const at::Tensor tokens = at::randint(0, c.vocab_size, {3, 17}, at::kLong);
-  const at::Tensor in = tokens.narrow(1, 0, 16), target = tokens.narrow(1, 1, 16);
+  const data::Batch batch = data::pretraining_batch(tokens);
   auto losses = [&](int64_t chunk) {
     const auto m = model::make_model(c, 11);
-    m->set_loss_chunk_tokens(chunk);
-    const model::LossParts parts = m->loss_parts(in, target);
+    const model::LossParts parts = model::Loss(chunk)(*m, batch);
     parts.mean().backward();
     std::vector<at::Tensor> grads;
     for (const auto& p : m->parameters()) grads.push_back(p.tensor.grad());
@@ -84,9 +85,8 @@ TEST_CASE("chunked linear cross-entropy: a whole model's loss and gradients matc
   for (size_t i = 0; i < want_grads.size(); ++i) CHECK(rel(got_grads[i], want_grads[i]) < 1e-5);
   // Without grad mode: the loss alone, no graph.
   const auto m = model::make_model(c, 11);
-  m->set_loss_chunk_tokens(10);
   const c10::NoGradGuard no_grad;
-  const at::Tensor loss = m->loss_parts(in, target).sum;
+  const at::Tensor loss = model::Loss(10)(*m, batch).sum;
   CHECK_FALSE(loss.requires_grad());
   CHECK(loss.item<double>() == Approx(want_loss).epsilon(1e-6));
 }

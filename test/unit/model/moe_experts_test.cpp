@@ -19,6 +19,8 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/store_server.h"
 #include "dstrain/comm/thread_communicator.h"
+#include "dstrain/data/batch.h"
+#include "dstrain/model/loss.h"
 #include "dstrain/model/layers.h"
 #include "dstrain/model/mla_moe_model.h"
 #include "dstrain/model/moe_experts.h"
@@ -164,7 +166,7 @@ TEST_CASE("the MLA + MoE model with its experts over 2 ranks: one rank's losses 
     };
     std::map<std::string, at::Tensor> spread_params;
     for (const auto& p : spread.parameters()) spread_params[p.name] = p.tensor;
-    const at::Tensor loss = spread.loss(batch(r), batch(r).roll(-1, 1));
+    const at::Tensor loss = model::mean_loss(spread, batch(r), batch(r).roll(-1, 1));
     loss.backward();
     std::string& fail = failures[static_cast<size_t>(r)];
     if (spread_params.count("model.layers.1.mlp.experts.0.gate_proj.weight") != (r == 0 ? 1u : 0u)) fail += " wrong experts held;";
@@ -173,7 +175,7 @@ TEST_CASE("the MLA + MoE model with its experts over 2 ranks: one rank's losses 
     std::map<std::string, at::Tensor> sum;
     for (int src = 0; src < E; ++src) {
       for (const auto& p : whole.parameters()) p.tensor.mutable_grad() = at::Tensor();
-      const at::Tensor want = whole.loss(batch(src), batch(src).roll(-1, 1));
+      const at::Tensor want = model::mean_loss(whole, batch(src), batch(src).roll(-1, 1));
       want.backward();
       if (src == r && std::abs(want.item<double>() - loss.item<double>()) > 1e-6 * std::abs(want.item<double>())) fail += " loss;";
       for (const auto& p : whole.parameters()) {

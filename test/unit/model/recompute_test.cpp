@@ -9,6 +9,8 @@
 
 #include <vector>
 
+#include "dstrain/data/batch.h"
+#include "dstrain/model/loss.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/recompute.h"
 #include "model/tiny_models.h"
@@ -32,14 +34,13 @@ struct Result {
 Result train_once(const config::ModelConfig& c, config::Recompute mode, bool document_mask) {
   const auto m = model::make_model(c, 17);
   m->set_activation_checkpointing(mode);
-  m->set_loss_chunk_tokens(7);
+  const model::Loss loss_of(7);
   at::manual_seed(2);
   const at::Tensor tokens = at::randint(0, c.vocab_size, {3, 17}, at::kLong);
-  const at::Tensor in = tokens.narrow(1, 0, 16), target = tokens.narrow(1, 1, 16);
-  const at::Tensor mask = document_mask ? model::document_causal_mask(in, 5) : at::Tensor();
+  const data::Batch batch = data::pretraining_batch(tokens, document_mask ? 5 : -1, document_mask);
   Result r;
   for (int step = 0; step < 2; ++step) {  // twice: gradients accumulate as over micro-batches
-    const at::Tensor loss = m->loss_parts(in, target, mask).mean();
+    const at::Tensor loss = loss_of(*m, batch).mean();
     loss.backward();
     r.loss = loss.detach();
   }

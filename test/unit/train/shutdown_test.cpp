@@ -1,11 +1,10 @@
-// A worker's end (issue 17): the ShutdownSequence's contract, and a real one-rank training run
-// in this process that must leave no thread behind and end in the documented order.
+// A worker's end (issue 17): a real one-rank training run in this process must leave no thread
+// behind and end in the documented order (ShutdownSequence's own contract: core/).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include "catch_torch.h"
 
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -19,28 +18,6 @@
 #include "test_support.h"
 
 using namespace dstrain;
-
-TEST_CASE("a shutdown sequence runs every step once, in order, and rethrows the first failure", "[train]") {
-  std::vector<std::string> order;
-  ShutdownSequence s;
-  s.add("threads", [&] { order.push_back("threads"); });
-  s.add("files", [&] {
-    order.push_back("files");
-    throw std::runtime_error("disk full");
-  });
-  s.add("communicators", [&] { order.push_back("communicators"); });
-  s.add("memory", [&] {
-    order.push_back("memory");
-    throw std::runtime_error("second failure");
-  });
-  CHECK_THROWS_WITH(s.run(), "disk full");  // the first failure, after every step has run
-  CHECK(order == std::vector<std::string>{"threads", "files", "communicators", "memory"});
-  CHECK(s.ran() == std::vector<std::string>{"threads", "files (failed)", "communicators", "memory (failed)"});
-  CHECK(s.done());
-  s.run();  // once only: nothing runs, nothing is thrown again
-  s.run_quietly();
-  CHECK(order.size() == 4);
-}
 
 TEST_CASE("a trainer's shutdown joins every thread it started and ends in the documented order", "[train]") {
   test::TempDir dir;

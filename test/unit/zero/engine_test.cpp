@@ -268,6 +268,11 @@ TEST_CASE("engine: fp16 skips an overflowing step on every rank and halves the s
   const EngineRun single = test::run_engine(again);
   CHECK(single.skipped == run.skipped);
   CHECK(worst_relative(run.losses, single.losses) <= 1e-2);
+  // The schedule multiplies the loss by the scale before backward and the engine divides it out:
+  // the first step's gradient norm is fp32's (1/256 of it, were the loss not scaled).
+  EngineSpec fp32 = again;
+  fp32.dtype = config::Dtype::kFp32;
+  CHECK(run.grad_norms.at(0) == Approx(test::run_engine(fp32).grad_norms.at(0)).epsilon(2e-2));
 }
 
 TEST_CASE("engine: the memory report follows the ZeRO formulas per stage", "[engine]") {

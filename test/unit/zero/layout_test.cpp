@@ -8,13 +8,14 @@ using namespace dstrain::zero;
 
 namespace {
 std::vector<Layout::Param> tiny_model() {
-  return {{"model.embed_tokens.weight", 100, 2},
-          {"model.layers.0.input_layernorm.weight", 10, 1},
-          {"model.layers.0.self_attn.q_proj.weight", 37, 2},
-          {"model.layers.0.mlp.down_proj.bias", 5, 1},
-          {"model.layers.1.self_attn.q_proj.weight", 300, 2},
-          {"model.norm.weight", 10, 1},
-          {"lm_head.weight", 100, 2}};
+  // Groups and decay as a model declares them (model::ParamPlace).
+  return {{"model.embed_tokens.weight", 100, 0, true},
+          {"model.layers.0.input_layernorm.weight", 10, 1, false},
+          {"model.layers.0.self_attn.q_proj.weight", 37, 1, true},
+          {"model.layers.0.mlp.down_proj.bias", 5, 1, false},
+          {"model.layers.1.self_attn.q_proj.weight", 300, 2, true},
+          {"model.norm.weight", 10, 3, false},
+          {"lm_head.weight", 100, 3, true}};
 }
 }  // namespace
 
@@ -62,14 +63,19 @@ TEST_CASE("layout: a bucket size splits a group; a bigger parameter gets a unit 
   for (const Unit& u : l.units()) CHECK((u.num_params == 1 || u.numel <= 40));
 }
 
-TEST_CASE("layout: no weight decay on norms, biases and the routing bias", "[zero]") {
-  CHECK(decays("model.layers.0.mlp.gate_proj.weight", 2));
-  CHECK_FALSE(decays("model.layers.0.input_layernorm.weight", 1));
-  CHECK_FALSE(decays("model.layers.0.self_attn.o_proj.bias", 1));
-  CHECK_FALSE(decays("model.layers.1.mlp.gate.e_score_correction_bias", 1));
-  CHECK(layer_index_of("model.layers.12.mlp.up_proj.weight") == 12);
-  CHECK(layer_index_of("model.norm.weight") == -1);
-  CHECK(layer_index_of("model.layers.x.weight") == -1);
+TEST_CASE("layout: groups and weight decay are the model's, whatever the names say", "[zero]") {
+  // A name that looks like a decoder layer does not move a parameter: an MTP layer named
+  // model.layers.61.* stays in the group its model gives it.
+  std::vector<Layout::Param> params = tiny_model();
+  params.insert(params.end() - 2, {"model.layers.61.eh_proj.weight", 20, 2, true});
+  const Layout moved(params, 2, 1000);
+  CHECK(moved.num_groups() == 4);
+  CHECK(moved.params()[5].group == 2);
+  CHECK(moved.params().back().group == 3);
+  CHECK(Layout(tiny_model(), 1, 1000, 0, 6).num_groups() == 6);  // groups without parameters count too
+  std::vector<Layout::Param> backwards = tiny_model();
+  backwards[1].group = 3;
+  CHECK_THROWS(Layout(backwards, 1, 1000));
   const Layout l(tiny_model(), 2, 1000);
   for (const ShardSegment& s : l.segments(1))
     CHECK(s.decay == (l.params()[static_cast<size_t>(s.param)].name.find("proj.weight") != std::string::npos ||
@@ -78,16 +84,13 @@ TEST_CASE("layout: no weight decay on norms, biases and the routing bias", "[zer
 }
 
 TEST_CASE("layout: with expert parallelism the routed experts' units are split over the expert-data-parallel ranks", "[zero]") {
-  CHECK(expert_index_of("model.layers.3.mlp.experts.12.down_proj.weight") == 12);
-  CHECK(expert_index_of("model.layers.3.mlp.shared_experts.down_proj.weight") == -1);
-  CHECK(expert_index_of("model.layers.3.mlp.gate.weight") == -1);
   // Layer 1 holds this rank's block: experts 2 and 3, between the router and a shared expert.
-  const std::vector<Layout::Param> params = {{"model.embed_tokens.weight", 100, 2, false},
-                                             {"model.layers.1.mlp.gate.weight", 40, 2, false},
-                                             {"model.layers.1.mlp.experts.2.up_proj.weight", 70, 2, true},
-                                             {"model.layers.1.mlp.experts.3.up_proj.weight", 70, 2, true},
-                                             {"model.layers.1.mlp.shared_experts.up_proj.weight", 50, 2, false},
-                                             {"lm_head.weight", 100, 2, false}};
+  const std::vector<Layout::Param> params = {{"model.embed_tokens.weight", 100, 0, true, false},
+                                             {"model.layers.1.mlp.gate.weight", 40, 2, true, false},
+                                             {"model.layers.1.mlp.experts.2.up_proj.weight", 70, 2, true, true},
+                                             {"model.layers.1.mlp.experts.3.up_proj.weight", 70, 2, true, true},
+                                             {"model.layers.1.mlp.shared_experts.up_proj.weight", 50, 2, true, false},
+                                             {"lm_head.weight", 100, 3, true, false}};
   const int world = 4, expert_world = 2;  // E = 2: each expert on 2 of the 4 ranks
   const Layout l(params, world, 1000, expert_world);
   // A unit never spans the two domains: embeddings | gate | experts | shared | head.

@@ -1,0 +1,45 @@
+#pragma once
+// One micro-batch as the training step consumes it: what the model reads (tokens and each
+// token's position), what the loss trains (labels, kIgnoreIndex where nothing is trained), where
+// documents begin and end inside each row, and how many targets count. Pretraining builds it
+// from T + 1-token windows (pretraining_batch); fine-tuning and evaluation build their own, and
+// the training step (train/micro_batch_schedule.h) and the loss (model/loss.h) take any of them.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace dstrain::data {
+
+constexpr int64_t kIgnoreIndex = -100;  // a label that trains nothing (Hugging Face's convention)
+
+struct Batch {
+  at::Tensor tokens;     // int64 [B, T]: the model's inputs
+  at::Tensor labels;     // int64 [B, T]: position t's target, kIgnoreIndex where none is trained
+  at::Tensor positions;  // int64 [B, T]: each token's position (RoPE)
+  // Each row's documents, in order, as token counts that sum to T (one per row when documents
+  // are not cut), and each token's document index within its row (int64 [B, T]; undefined when
+  // documents are not cut: attention is plainly causal).
+  std::vector<std::vector<int64_t>> document_lengths;
+  at::Tensor document_ids;
+  int64_t trained_targets = 0;       // labels that are not kIgnoreIndex
+  bool sequential_positions = true;  // positions are 0..T-1 in every row (the models' fast path)
+
+  int64_t rows() const { return tokens.size(0); }
+  int64_t length() const { return tokens.size(1); }
+  // The same batch with its tensors on `device` (the host-side facts are copied).
+  Batch to(const c10::Device& device) const;
+};
+
+// Pretraining's batch from windows int64 [B, T + 1]: tokens are the first T, labels the last T
+// (every target trained). eos >= 0 cuts documents after each `eos` token (the end-of-document
+// token belongs to the document it ends): document_lengths; mask_documents then gives the
+// document ids (attention within documents, data.document_mask) and restart_positions counts
+// positions from 0 in each document (data.reset_positions, Megatron's reset_position_ids);
+// otherwise positions run 0..T-1 through the row.
+Batch pretraining_batch(const at::Tensor& windows, int64_t eos = -1, bool mask_documents = false, bool restart_positions = false);
+// A batch of given tokens and labels (int64 [B, T], kIgnoreIndex where nothing is trained):
+// positions 0..T-1, documents not cut.
+Batch labelled_batch(const at::Tensor& tokens, const at::Tensor& labels);
+
+}  // namespace dstrain::data

@@ -1,0 +1,82 @@
+#pragma once
+// One step's micro-batches through the model, the loss and the ZeRO engine: the training step's
+// inner loop, the one that the trainer, the engine tests and (later) evaluation and pipeline
+// schedules use. Today's schedule is sequential: for each micro-batch, in order,
+//   engine.begin_micro -> forward (model::Loss) -> the loss / the global trained-target count
+//   (+ the MoE aux share) -> x the engine's loss scale -> backward -> engine.end_micro
+// The global count comes from the caller, summed over every rank's micro-batches once per step
+// (global_trained_targets): every micro-batch of every rank then weighs by what it trains, and
+// the summed gradients are the global batch's mean gradient whatever the shares, accumulation
+// steps, world size or masks.
+// Observers see each micro-batch (telemetry, the shard balancer's timings, injected faults);
+// they never change what is computed, except a fault's on_loss.
+#include <ATen/core/Tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dstrain/data/batch.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::model {
+class CausalLM;
+class Loss;
+}  // namespace dstrain::model
+namespace dstrain::zero {
+class Engine;
+}
+
+namespace dstrain::train {
+
+// What one micro-batch took, host-side (GPU work included when the schedule waits for it).
+struct MicroTiming {
+  double forward_ms = 0;   // from the start of the micro-batch to the forward's end
+  double backward_ms = 0;  // from there to the end (a slowed rank's sleep included)
+  double issue_ms = -1;    // time_phases only: host time to queue the forward and backward
+  int64_t rows = 0;
+};
+
+class MicroBatchObserver {
+ public:
+  virtual ~MicroBatchObserver() = default;
+  virtual void before_micro(size_t micro) {}
+  // The micro-batch's loss before backward; a fault injection may replace it (a NaN).
+  virtual at::Tensor on_loss(size_t micro, const at::Tensor& loss) { return loss; }
+  virtual void after_backward(size_t micro) {}  // before the micro-batch's time is taken
+  virtual void timed(size_t micro, const MicroTiming& timing) {}
+};
+
+struct ScheduleResult {
+  double loss = 0;        // this rank's part of the global mean loss (summed over ranks: the step's loss)
+  double token_loss = 0;  // the summed loss over this rank's trained targets, before any division
+  int64_t trained_targets = 0;
+};
+
+class MicroBatchSchedule {
+ public:
+  // engine: may be null for a forward-only schedule (evaluation). Everything is borrowed.
+  MicroBatchSchedule(const model::CausalLM& model, const model::Loss& loss, zero::Engine* engine, const c10::Device& device);
+  void add_observer(MicroBatchObserver* observer) { observers_.push_back(observer); }
+  // time_phases: wait for the device after the forward and the backward (wall_clock_breakdown).
+  void set_time_phases(bool on) { time_phases_ = on; }
+  // The batches (on any device) in order; backward: train (the engine accumulates the gradients,
+  // its step() follows), else forward only, without autograd.
+  ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_trained_targets, bool backward);
+
+ private:
+  double micro(const data::Batch& batch, size_t index, bool last, double global_targets, bool backward, ScheduleResult& out);
+  const model::CausalLM& model_;
+  const model::Loss& loss_;
+  zero::Engine* engine_;
+  c10::Device device_;
+  bool time_phases_ = false;
+  std::vector<MicroBatchObserver*> observers_;
+};
+
+// The trained targets of every rank's `batches`, summed (collective: one small all-reduce).
+int64_t global_trained_targets(comm::Communicator& comm, const std::vector<data::Batch>& batches);
+
+}  // namespace dstrain::train

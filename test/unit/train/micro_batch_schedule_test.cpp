@@ -1,0 +1,179 @@
+// The training step's schedule (train/micro_batch_schedule.h): the loss over masked batches is
+// the sum over trained targets divided by their global count, on one rank and on two; the model
+// reads the batch's positions; observers see every micro-batch in order. (The engine tests drive
+// the same schedule through engine_harness.cpp, every ZeRO stage and world size.)
+#include <ATen/ATen.h>
+
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "catch_torch.h"
+#include "dstrain/comm/communicator.h"
+#include "dstrain/comm/thread_communicator.h"
+#include "dstrain/data/batch.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/loss.h"
+#include "dstrain/train/micro_batch_schedule.h"
+#include "engine_harness.h"
+
+using namespace dstrain;
+
+namespace {
+
+// Four rows of 16 tokens with labels of which about a third are ignored (a prompt, padding).
+struct MaskedData {
+  at::Tensor tokens, labels;
+  MaskedData() {
+    at::Generator g = at::detail::createCPUGenerator(7);
+    tokens = at::randint(0, 64, {4, 16}, g, at::kLong);
+    labels = at::randint(0, 64, {4, 16}, g, at::kLong);
+    labels.masked_fill_(at::rand({4, 16}, g).lt(0.35), data::kIgnoreIndex);
+    labels.narrow(1, 0, 5).fill_(data::kIgnoreIndex);
+  }
+  data::Batch rows(int64_t first, int64_t count) const {
+    return data::labelled_batch(tokens.narrow(0, first, count), labels.narrow(0, first, count));
+  }
+};
+
+// The reference: every trained token's cross-entropy, summed, divided by their count.
+double reference_loss(const model::CausalLM& m, const MaskedData& d) {
+  const at::Tensor logits = m.logits(d.tokens).reshape({-1, 64});
+  const at::Tensor flat = d.labels.reshape({-1});
+  const at::Tensor trained = flat.ne(data::kIgnoreIndex);
+  const at::Tensor per_token = at::cross_entropy_loss(logits, flat.clamp_min(0), {}, at::Reduction::None);
+  return (per_token * trained).sum().item<double>() / trained.sum().item<double>();
+}
+
+std::vector<at::Tensor> grads_of(const model::CausalLM& m) {
+  std::vector<at::Tensor> out;
+  for (const auto& p : m.parameters()) out.push_back(p.tensor.grad().clone());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("schedule: a masked batch's loss is the sum over trained targets over their global count, on 1 and 2 ranks", "[train]") {
+  const MaskedData d;
+  const auto reference_model = test::make_tiny_model(config::Dtype::kFp32);
+  const double want = reference_loss(*reference_model, d);
+  const int64_t trained = d.labels.ne(data::kIgnoreIndex).sum().item<int64_t>();
+  REQUIRE(trained < 4 * 16);
+  // The reference's gradients: the mean over trained targets.
+  const auto grad_model = test::make_tiny_model(config::Dtype::kFp32);
+  model::mean_loss(*grad_model, d.tokens, d.labels).backward();
+  const std::vector<at::Tensor> want_grads = grads_of(*grad_model);
+  const model::Loss loss;
+
+  SECTION("one rank, two micro-batches") {
+    const auto m = test::make_tiny_model(config::Dtype::kFp32);
+    train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
+    const std::vector<data::Batch> batches{d.rows(0, 2), d.rows(2, 2)};
+    const train::ScheduleResult r = schedule.run(batches, trained, /*backward=*/true);
+    CHECK(r.trained_targets == trained);
+    CHECK(r.loss == Approx(want).epsilon(1e-6));
+    CHECK(r.token_loss / static_cast<double>(r.trained_targets) == Approx(want).epsilon(1e-6));
+    const std::vector<at::Tensor> got = grads_of(*m);
+    for (size_t i = 0; i < got.size(); ++i) CHECK(at::allclose(got[i], want_grads[i], 1e-5, 1e-7));
+    // Forward only: the same loss, no gradients kept.
+    const auto fresh = test::make_tiny_model(config::Dtype::kFp32);
+    train::MicroBatchSchedule eval(*fresh, loss, nullptr, at::kCPU);
+    CHECK(eval.run(batches, trained, /*backward=*/false).loss == Approx(want).epsilon(1e-6));
+    CHECK_FALSE(fresh->parameters()[0].tensor.grad().defined());
+  }
+
+  SECTION("two ranks: the global count is summed, each rank's part adds up to the mean") {
+    std::mutex mu;
+    double total = 0;
+    std::vector<at::Tensor> summed;
+    comm::run_on_threads(2, [&](comm::Communicator& comm) {
+      const auto m = test::make_tiny_model(config::Dtype::kFp32);
+      train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
+      const std::vector<data::Batch> mine{d.rows(comm.rank() * 2, 1), d.rows(comm.rank() * 2 + 1, 1)};
+      const int64_t global = train::global_trained_targets(comm, mine);
+      CHECK(global == trained);
+      const train::ScheduleResult r = schedule.run(mine, global, true);
+      const std::lock_guard<std::mutex> lock(mu);
+      total += r.loss;
+      const std::vector<at::Tensor> g = grads_of(*m);
+      if (summed.empty())
+        summed = g;
+      else
+        for (size_t i = 0; i < g.size(); ++i) summed[i] += g[i];
+    });
+    CHECK(total == Approx(want).epsilon(1e-6));
+    for (size_t i = 0; i < summed.size(); ++i) CHECK(at::allclose(summed[i], want_grads[i], 1e-5, 1e-7));
+  }
+}
+
+TEST_CASE("schedule: the MoE balance loss is in the step's loss, each micro-batch's by its share of the targets", "[train]") {
+  const MaskedData d;
+  auto m = model::make_model(test::tiny_moe_config(), 3);
+  const model::Loss loss;
+  const data::Batch whole = d.rows(0, 4);
+  const model::LossParts parts = loss(*m, whole);
+  REQUIRE(parts.aux.defined());
+  REQUIRE(parts.aux.item<double>() > 0);
+  (void)m->take_expert_load();
+  train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
+  const double got = schedule.run({whole}, whole.trained_targets, /*backward=*/false).loss;
+  CHECK(got == Approx(parts.mean().item<double>()).epsilon(1e-9));
+  CHECK(got > parts.sum.item<double>() / static_cast<double>(whole.trained_targets));
+}
+
+TEST_CASE("schedule: the global trained-target count is exact beyond float32's 2^24", "[train]") {
+  comm::run_on_threads(3, [](comm::Communicator& comm) {
+    const int64_t mine = (int64_t{1} << 40) + 12345 + comm.rank();
+    CHECK(comm::sum_exactly(comm, mine) == 3 * ((int64_t{1} << 40) + 12345) + 3);
+  });
+}
+
+TEST_CASE("schedule: the model reads the batch's positions (a packed document sees itself at position 0)", "[train]") {
+  const auto m = test::make_tiny_model(config::Dtype::kFp32);
+  // Row: document A (5 tokens, ending with 9) then document B (7 tokens); B alone, from position 0.
+  const at::Tensor window = at::tensor({3, 1, 4, 1, 9, 2, 6, 5, 3, 5, 8, 7, 0}, at::kLong).view({1, 13});
+  const data::Batch packed = data::pretraining_batch(window, 9, /*mask_documents=*/true, /*restart_positions=*/true);
+  const at::Tensor packed_logits = m->logits(model::input_of(packed));
+  const at::Tensor alone = m->logits(window.narrow(1, 5, 7).contiguous());
+  CHECK(at::allclose(packed_logits.narrow(1, 5, 7), alone, 1e-5, 1e-6));
+  // RoPE is relative: within the mask, where B starts does not matter (up to rounding). Without
+  // the mask B attends to A, and restarting B's positions moves it relative to A: the model read
+  // them. A's own positions, and so its logits, are the same either way.
+  const data::Batch shifted = data::pretraining_batch(window, 9, true, false);
+  CHECK(at::allclose(m->logits(model::input_of(shifted)).narrow(1, 5, 7), alone, 1e-5, 1e-6));
+  const at::Tensor restarted = m->logits(model::input_of(data::pretraining_batch(window, 9, false, true)));
+  const at::Tensor running = m->logits(model::input_of(data::pretraining_batch(window)));
+  CHECK(at::equal(restarted.narrow(1, 0, 5), running.narrow(1, 0, 5)));
+  CHECK_FALSE(at::allclose(restarted.narrow(1, 5, 7), running.narrow(1, 5, 7), 1e-4, 1e-5));
+}
+
+TEST_CASE("schedule: observers see each micro-batch in order; a fault's on_loss reaches the result", "[train]") {
+  struct Recorder final : train::MicroBatchObserver {
+    std::vector<std::string> events;
+    void before_micro(size_t m) override { events.push_back("before " + std::to_string(m)); }
+    at::Tensor on_loss(size_t m, const at::Tensor& loss) override {
+      events.push_back("loss " + std::to_string(m));
+      return m == 1 ? loss * 0.0 : loss;  // micro-batch 1's loss dropped
+    }
+    void after_backward(size_t m) override { events.push_back("after " + std::to_string(m)); }
+    void timed(size_t m, const train::MicroTiming& t) override {
+      events.push_back("timed " + std::to_string(m) + " rows " + std::to_string(t.rows));
+      CHECK(t.forward_ms >= 0);
+      CHECK(t.backward_ms >= 0);
+    }
+  } recorder;
+  const MaskedData d;
+  const auto m = test::make_tiny_model(config::Dtype::kFp32);
+  const model::Loss loss;
+  train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
+  schedule.add_observer(&recorder);
+  const std::vector<data::Batch> batches{d.rows(0, 1), d.rows(1, 3)};
+  const int64_t global = batches[0].trained_targets + batches[1].trained_targets;
+  const train::ScheduleResult r = schedule.run(batches, global, true);
+  CHECK(recorder.events ==
+        std::vector<std::string>{"before 0", "loss 0", "after 0", "timed 0 rows 1", "before 1", "loss 1", "after 1", "timed 1 rows 3"});
+  const auto same = test::make_tiny_model(config::Dtype::kFp32);
+  train::MicroBatchSchedule plain(*same, loss, nullptr, at::kCPU);
+  const double first_only = plain.run({batches[0]}, global, false).loss;
+  CHECK(r.loss == Approx(first_only).epsilon(1e-9));
+}
