@@ -8,7 +8,7 @@ Batch Batch::to(const c10::Device& device) const {
   Batch out = *this;
   out.tokens = tokens.to(device);
   out.labels = labels.to(device);
-  out.positions = positions.to(device);
+  if (!sequential_positions) out.positions = positions.to(device);  // else the models do not read them: they stay on the host
   if (document_ids.defined()) out.document_ids = document_ids.to(device);
   return out;
 }

@@ -27,7 +27,8 @@ struct Batch {
 
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }
-  // The same batch with its tensors on `device` (the host-side facts are copied).
+  // The same batch with its tensors on `device` (the host-side facts are copied; sequential
+  // positions, which the models never read, stay where they are).
   Batch to(const c10::Device& device) const;
 };
 

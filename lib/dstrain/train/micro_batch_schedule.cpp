@@ -30,15 +30,17 @@ ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, 
   const double global = static_cast<double>(std::max<int64_t>(global_trained_targets, 1));
   std::optional<c10::NoGradGuard> forward_only;
   if (!backward) forward_only.emplace();
+  at::Tensor token_sum;  // summed on the device, read once per run: no extra synchronisation per micro-batch
   for (size_t m = 0; m < batches.size(); ++m) {
     const bool last = m + 1 == batches.size();
-    out.loss += micro(batches[m], m, last, global, backward, out);
+    out.loss += micro(batches[m], m, last, global, backward, out, token_sum);
   }
+  if (token_sum.defined()) out.token_loss = token_sum.item<double>();
   return out;
 }
 
-double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bool last, double global, bool backward,
-                                 ScheduleResult& out) {
+double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bool last, double global, bool backward, ScheduleResult& out,
+                                 at::Tensor& token_sum) {
   const zero::MicroBatch reduction = backward && engine_ ? engine_->begin_micro(last) : nullptr;
   const auto c0 = Clock::now();
   progress::enter(progress::Phase::kForward);
@@ -53,7 +55,8 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(parts.count) / global);
   for (MicroBatchObserver* o : observers_) loss = o->on_loss(index, loss);
   const double value = loss.item<double>();
-  out.token_loss += parts.sum.item<double>();
+  const at::Tensor summed = parts.sum.detach().to(at::kDouble);
+  token_sum = token_sum.defined() ? token_sum + summed : summed;
   out.trained_targets += parts.count;
   MicroTiming timing;
   timing.rows = batch.rows();

@@ -67,7 +67,8 @@ class MicroBatchSchedule {
   ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_trained_targets, bool backward);
 
  private:
-  double micro(const data::Batch& batch, size_t index, bool last, double global_targets, bool backward, ScheduleResult& out);
+  double micro(const data::Batch& batch, size_t index, bool last, double global_targets, bool backward, ScheduleResult& out,
+               at::Tensor& token_sum);
   const model::CausalLM& model_;
   const model::Loss& loss_;
   zero::Engine* engine_;
