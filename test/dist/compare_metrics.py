@@ -15,7 +15,7 @@ import sys
 def losses(path, first=None):
     """The losses of steps first..first+n-1 (first: 1, or where the file starts when None)."""
     with open(path) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+        rows = [r for r in (json.loads(line) for line in f if line.strip()) if "eval" not in r]  # evaluation rows apart
     steps = [r["step"] for r in rows]
     start = steps[0] if first is None and steps else 1 if first is None else first
     if steps != list(range(start, start + len(rows))):

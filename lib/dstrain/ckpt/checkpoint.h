@@ -14,6 +14,7 @@
 //                                  shard: ranges of the master weights and Adam moments)
 //   step_XXXXXXXX/COMMITTED        written last: a directory without it is never loaded
 //   latest                         names the newest committed step directory; updated after COMMITTED
+//   best                           checkpoint.keep_best: the step directory of the lowest validation loss
 // The ranks write their files into step_XXXXXXXX.partial/; rank 0, once all have finished,
 // writes the manifest, renames the directory, then writes COMMITTED and `latest`. Loading reads
 // any element range of any tensor from whichever pieces hold it, so a checkpoint loads at any
@@ -101,6 +102,7 @@ ShardFile shard_file_from_json(const std::string& json);
 struct Retention {
   int64_t keep_last = 0;   // keep the newest N committed checkpoints; 0 keeps all
   int64_t keep_every = 0;  // also keep those whose step is a multiple of this; 0: none
+  int64_t best_step = -1;  // checkpoint.keep_best: never prune this step's; when it is the one committed, `best` names it
 };
 
 std::string step_dir_name(int64_t step);
@@ -160,6 +162,8 @@ class Reader {
 bool has_committed_checkpoint(const std::string& root);
 // The directory `latest` names, if it exists and is committed (throws when `latest` is broken).
 std::optional<std::string> latest_checkpoint(const std::string& root);
+// The directory `best` names (checkpoint.keep_best), if it exists and is committed.
+std::optional<std::string> best_checkpoint(const std::string& root);
 // The committed checkpoints under `root` in the order a resume tries them: the one `latest` names,
 // then the others from the newest (a broken `latest` is reported in `skipped`). Not verified.
 std::vector<std::string> checkpoint_candidates(const std::string& root, std::vector<std::string>* skipped = nullptr);

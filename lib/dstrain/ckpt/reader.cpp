@@ -395,16 +395,23 @@ bool has_committed_checkpoint(const std::string& root) {
   return false;
 }
 
-std::optional<std::string> latest_checkpoint(const std::string& root) {
-  const fs::path latest = fs::path(root) / "latest";
-  if (!fs::exists(latest)) return std::nullopt;
-  std::string name = read_file(latest.string());
+namespace {
+// The step directory that the one-line file `pointer` (latest, best) under `root` names.
+std::optional<std::string> named_checkpoint(const std::string& root, const char* pointer) {
+  const fs::path file = fs::path(root) / pointer;
+  if (!fs::exists(file)) return std::nullopt;
+  std::string name = read_file(file.string());
   name.erase(std::remove_if(name.begin(), name.end(), [](char c) { return c == '\n' || c == '\r' || c == ' '; }), name.end());
   const fs::path dir = fs::path(root) / name;
   if (name.empty() || !fs::exists(dir / kCommitted))
-    corrupt(latest.string(), fmt::format("names '{}', which is not a committed checkpoint", name));
+    corrupt(file.string(), fmt::format("names '{}', which is not a committed checkpoint", name));
   return dir.string();
 }
+}  // namespace
+
+std::optional<std::string> latest_checkpoint(const std::string& root) { return named_checkpoint(root, "latest"); }
+
+std::optional<std::string> best_checkpoint(const std::string& root) { return named_checkpoint(root, "best"); }
 
 std::vector<std::string> checkpoint_candidates(const std::string& root, std::vector<std::string>* skipped) {
   if (!fs::is_directory(root)) return {};

@@ -138,7 +138,7 @@ void prune(const std::string& root, int64_t newest, Retention retention) {
   std::sort(committed.begin(), committed.end());
   if (retention.keep_last <= 0 || static_cast<int64_t>(committed.size()) <= retention.keep_last) return;
   for (size_t i = 0; i + static_cast<size_t>(retention.keep_last) < committed.size(); ++i)
-    if (retention.keep_every <= 0 || committed[i].first % retention.keep_every != 0) {
+    if ((retention.keep_every <= 0 || committed[i].first % retention.keep_every != 0) && committed[i].first != retention.best_step) {
       // Uncommit first: a crash halfway through removing leaves no half checkpoint that claims to be whole.
       fs::remove(committed[i].second / kCommitted);
       crash_point();
@@ -318,6 +318,7 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   fsync_path(root);
   crash_point();  // COMMITTED, `latest` still names the previous one
   write_file_atomic((fs::path(root) / "latest").string(), step_dir_name(state.step) + "\n");
+  if (retention.best_step == state.step) write_file_atomic((fs::path(root) / "best").string(), step_dir_name(state.step) + "\n");
   crash_point();  // `latest` moved, nothing pruned
   prune(root, state.step, retention);
   return final_dir.string();

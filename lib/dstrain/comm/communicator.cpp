@@ -55,6 +55,25 @@ int64_t sum_exactly(Communicator& comm, int64_t value) {
   return sum;
 }
 
+std::vector<double> sum_in_rank_order(Communicator& comm, const std::vector<double>& values) {
+  if (comm.world_size() == 1) return values;
+  // Each double as two floats (high part, remainder): 48 bits of it travel, exact for counts below 2^48.
+  std::vector<float> mine;
+  for (double v : values) {
+    const auto hi = static_cast<float>(v);
+    mine.push_back(hi), mine.push_back(static_cast<float>(v - static_cast<double>(hi)));
+  }
+  const at::Tensor in = at::tensor(mine, at::kFloat).to(comm.device());
+  at::Tensor all = at::empty({comm.world_size() * in.numel()}, in.options());
+  comm.all_gather(in, all)->wait();
+  const at::Tensor host = all.cpu();
+  const float* p = host.data_ptr<float>();
+  std::vector<double> sums(values.size(), 0.0);
+  for (int r = 0; r < comm.world_size(); ++r)
+    for (size_t i = 0; i < values.size(); ++i, p += 2) sums[i] += static_cast<double>(p[0]) + static_cast<double>(p[1]);
+  return sums;
+}
+
 GroupPlace place_in_partition(const std::vector<std::vector<int>>& groups, int rank, int world) {
   std::vector<int> seen(static_cast<size_t>(world), 0);
   GroupPlace place{-1, -1};

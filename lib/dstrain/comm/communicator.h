@@ -78,6 +78,10 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
 // The sum over ranks of a non-negative count below 2^48, exact (float32 all-reduces round
 // above 2^24: the count travels as six 8-bit digits, exact up to 65,536 ranks). Collective.
 int64_t sum_exactly(Communicator& comm, int64_t value);
+// Sums of doubles over ranks, added in rank order on every rank (one all-gather of two floats per
+// value and rank, about 48 bits of each): the same result at every rank and from every launch,
+// whatever a reduction tree would do. For rare, small sums (the validation loss and its tokens).
+std::vector<double> sum_in_rank_order(Communicator& comm, const std::vector<double>& values);
 
 // This rank's group in `groups` and its position there; throws Error{kInternal} (naming the rank)
 // when `groups` is not a partition of 0..world-1. For split()'s implementations.

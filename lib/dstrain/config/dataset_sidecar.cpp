@@ -64,6 +64,19 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
                       sources.front(), path, first->file, s->file));
     if (!first) first = s;
   }
+  // Evaluation sets: the same tokenizer as the training data, or the loss means nothing.
+  for (const auto& path : r.eval.paths) {
+    const auto s = read_dataset_sidecar(path, read);
+    if (!s) continue;
+    if (s->vocab_size > r.model.vocab_size)
+      problems.push_back(fmt::format("eval.paths: '{}' was tokenized with {} ids ({}), more than model.vocab_size {}", path, s->vocab_size,
+                                     s->file, r.model.vocab_size));
+    if (first && first->tokenizer_sha256 != s->tokenizer_sha256)
+      problems.push_back(
+          fmt::format("eval.paths: '{}' was tokenized with another tokenizer ({}) than the training data '{}' ({}); "
+                      "tokenize the evaluation text with the training data's tokenizer",
+                      path, s->file, sources.front(), first->file));
+  }
   return problems;
 }
 

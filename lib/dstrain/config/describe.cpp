@@ -217,6 +217,7 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "data.path") return r.data.paths.empty();
   if (path == "data.paths" || path == "data.weights") return !r.data.paths.empty();
   if (path == "data.balance_steps") return r.data.auto_balance;
+  if (starts_with(path, "eval.")) return r.eval.enabled() || path == "eval.paths" || path == "eval.split";
   const bool one_cycle = r.schedule.type == ScheduleType::kDsOneCycle;
   if (starts_with(path, "schedule.cycle_") ||
       is_one_of(path, {"schedule.decay_lr_rate", "schedule.decay_step_size", "schedule.decay_mom_rate"}))

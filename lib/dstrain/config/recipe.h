@@ -80,6 +80,21 @@ struct DataConfig {
   int64_t balance_steps = 5;          // steps measured (with equal shares) before auto weights apply
 };
 
+// Held-out evaluation (train/evaluator.h): the token-weighted validation loss of fixed sets.
+struct EvalConfig {
+  std::vector<std::string> paths;       // evaluation datasets (absolute after loading), data.format
+  std::vector<std::string> names;       // their names in metrics; empty: each path's file stem
+  double split = 0;                     // hold out whole training documents: < 1 a fraction, >= 1 a count; 0: none
+  int64_t interval_steps = 0;           // evaluate every N steps (0: not during training)
+  bool at_start = false;                // before the first step (a baseline: not a best-checkpoint candidate)
+  bool at_end = true;                   // after the last step
+  int64_t max_batches = 0;              // micro-batches per rank and set (0: the whole set)
+  int64_t micro_batch_size = 0;         // 0: train.micro_batch_size
+  int64_t early_stopping_patience = 0;  // stop after this many evaluations without improvement (0: never)
+  double early_stopping_min_delta = 0;  // an improvement must exceed this
+  bool enabled() const { return !paths.empty() || split > 0; }
+};
+
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamW;  // adamw (decoupled decay) or adam (L2 decay added to the gradient)
   double lr = 3e-3;
@@ -197,6 +212,7 @@ struct CheckpointConfig {
   int64_t keep_last = 2;        // 0 keeps all
   int64_t keep_every = 0;       // also keep every checkpoint whose step is a multiple; 0: none
   bool async = false;
+  bool keep_best = false;  // also keep the checkpoint with the lowest validation loss (ckpt/best)
   double mtbf_hours = 24;  // expected hours between failures: for the Young/Daly interval suggestion
 };
 
@@ -235,6 +251,7 @@ struct Recipe {
   uint64_t seed = 1234;
   ModelConfig model;
   DataConfig data;
+  EvalConfig eval;
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainConfig train;

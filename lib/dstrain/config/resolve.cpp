@@ -204,7 +204,50 @@ void check_expert_parallel(const Recipe& r, Problem&& problem) {
                         r.launch.nnodes, r.launch.nproc_per_node));
 }
 
+// The eval block against the data and checkpoint sections (the files are checked when opened).
+void validate_eval(LoadContext& ctx) {
+  const Recipe& r = ctx.recipe;
+  const EvalConfig& e = r.eval;
+  auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
+  if (e.split > 0 && e.split >= 1 && e.split != std::floor(e.split))
+    problem(fmt::format("eval.split {} ({}): give a fraction below 1 or a whole count of documents", e.split, src(r, "eval.split")));
+  if (e.split > 0 && r.data.format != DataFormat::kMegatron && r.data.eos_token < 0)
+    problem(
+        fmt::format("eval.split ({}) holds out whole documents, and data.format {} has none marked: set data.eos_token (256 for "
+                    "prepare-data datasets), or give eval.paths",
+                    src(r, "eval.split"), name(r.data.format)));
+  if (!e.names.empty() && e.names.size() != e.paths.size() + (e.split > 0 ? 1 : 0))
+    problem(fmt::format("eval.names has {} names for {} evaluation sets{}; give one per set, or none", e.names.size(),
+                        e.paths.size() + (e.split > 0 ? 1 : 0), e.split > 0 ? " (eval.paths and the split, last)" : ""));
+  for (const auto& path : e.paths) {
+    const bool megatron = r.data.format == DataFormat::kMegatron;
+    const std::string prefix = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4)
+                                   ? path.substr(0, path.size() - 4)
+                                   : path;
+    if (megatron ? !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin"))
+                 : !std::filesystem::is_regular_file(path))
+      ctx.data_problems.push_back(fmt::format("eval.paths: '{}' does not exist or is not a {} (data.format {})", path,
+                                              megatron ? "Megatron dataset (PREFIX.idx and PREFIX.bin)" : "file", name(r.data.format)));
+  }
+  const bool any = e.enabled();
+  if (!any && (e.interval_steps > 0 || e.at_start || e.early_stopping_patience > 0))
+    problem(fmt::format("{} is set but there is nothing to evaluate: give eval.paths or eval.split",
+                        e.interval_steps > 0 ? "eval.interval_steps"
+                        : e.at_start         ? "eval.at_start"
+                                             : "eval.early_stopping_patience"));
+  if (r.checkpoint.keep_best && !any)
+    problem("checkpoint.keep_best needs a validation loss: give eval.paths or eval.split, and eval.interval_steps");
+  if ((r.checkpoint.keep_best || e.early_stopping_patience > 0) && any && e.interval_steps == 0)
+    problem(fmt::format("{} compares evaluations during training: set eval.interval_steps (e.g. --set eval.interval_steps={})",
+                        r.checkpoint.keep_best ? "checkpoint.keep_best" : "eval.early_stopping_patience",
+                        std::max<int64_t>(1, r.train.steps / 10)));
+  if (e.interval_steps > r.train.steps && any)
+    ctx.warnings.push_back(fmt::format("eval.interval_steps {} is more than the run's {} steps: only eval.at_start / eval.at_end evaluate",
+                                       e.interval_steps, r.train.steps));
+}
+
 void validate(LoadContext& ctx) {
+  validate_eval(ctx);
   const Recipe& r = ctx.recipe;
   auto problem = [&](const std::string& m) { ctx.problems.push_back(m); };
   auto warn = [&](const std::string& m) { ctx.warnings.push_back(m); };

@@ -99,6 +99,21 @@ std::vector<Field> data_fields() {
   };
 }
 
+std::vector<Field> eval_fields() {
+  return {
+    {"eval.paths", 0, 0, {}, "Evaluation datasets (relative to the recipe file), in data.format, each evaluated whole and in file order (the same windows every time) for a token-weighted validation loss.", DS_FIELD(eval.paths)},
+    {"eval.names", 0, 0, {}, "Names of eval.paths in the metrics (val/NAME/loss); empty: each file's stem.", DS_FIELD(eval.names)},
+    {"eval.split", 0, kMaxInt, {}, "Hold out whole documents of the training data as an evaluation set named 'heldout': a fraction (< 1) or a count (>= 1), chosen from data.seed; training never reads them. Documents come from a megatron index or data.eos_token.", DS_FIELD(eval.split)},
+    {"eval.interval_steps", 0, kMaxInt, {}, "Evaluate every N steps (0: not during training).", DS_FIELD(eval.interval_steps)},
+    {"eval.at_start", 0, 0, {}, "Evaluate before the first step (a baseline; not a best-checkpoint candidate).", DS_FIELD(eval.at_start)},
+    {"eval.at_end", 0, 0, {}, "Evaluate after the last step.", DS_FIELD(eval.at_end)},
+    {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per rank and set, the same first ones each time (0: the whole set).", DS_FIELD(eval.max_batches)},
+    {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
+    {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
+    {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},
+  };
+}
+
 std::vector<Field> optimizer_fields() {
   return {
     {"optimizer.type", 0, 0, DS_CHOICES(optimizer.type), "adamw: decoupled weight decay; adam: L2 decay added to the gradient.", DS_ENUM(optimizer.type)},
@@ -201,6 +216,7 @@ std::vector<Field> checkpoint_fields() {
     {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
     {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
     {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
+    {"checkpoint.keep_best", 0, 0, {}, "Save a checkpoint at each new lowest validation loss (the first eval set) and keep it, whatever keep_last says, while it is the best; ckpt/best names it.", DS_FIELD(checkpoint.keep_best)},
     {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
   };
 }
@@ -242,8 +258,8 @@ std::vector<Field> launch_fields() {
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {top_fields, model_fields, data_fields, optimizer_fields, schedule_fields, train_fields, precision_fields,
-                         zero_fields, moe_fields, checkpoint_fields, logging_fields, launch_fields}) {
+    for (auto section : {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields,
+                         precision_fields, zero_fields, moe_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
     }
@@ -263,8 +279,8 @@ const Field* find_field(const std::string& path) {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> sections = {"model", "data", "optimizer",  "schedule", "train", "precision",
-                                                    "zero",  "moe",  "checkpoint", "logging",  "launch"};
+  static const std::vector<std::string> sections = {"model",     "data", "eval", "optimizer",  "schedule", "train",
+                                                    "precision", "zero", "moe",  "checkpoint", "logging",  "launch"};
   return sections;
 }
 

@@ -67,7 +67,32 @@ std::string jsonl_line(const StepMetrics& m) {
   return out + "]}";
 }
 
+namespace {
+std::string json_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\')
+      out += '\\', out += c;
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += fmt::format("\\u{:04x}", static_cast<int>(c));
+    else
+      out += c;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string jsonl_line(const EvalMetrics& m) {
+  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"eval\":{},\"val_loss\":{},\"val_ppl\":{},\"val_tokens\":{},\"eval_ms\":{}}}", m.step,
+                     m.wall_time, json_string(m.name), number(m.val_loss), number(m.val_ppl), m.val_tokens, number(m.eval_ms));
+}
+
 void JsonlSink::write(const StepMetrics& m) {
+  out_ << jsonl_line(m) << '\n';
+  out_.flush();
+}
+
+void JsonlSink::write(const EvalMetrics& m) {
   out_ << jsonl_line(m) << '\n';
   out_.flush();
 }

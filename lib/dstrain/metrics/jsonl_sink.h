@@ -14,6 +14,7 @@ class JsonlSink {
   // Keeps existing lines with step <= keep_through_step (0 for a new run: starts empty).
   JsonlSink(const std::string& path, int64_t keep_through_step);
   void write(const StepMetrics& m);
+  void write(const EvalMetrics& m);
 
  private:
   std::ofstream out_;
@@ -21,5 +22,7 @@ class JsonlSink {
 
 // The JSONL line of a step (without the newline), exposed for tests.
 std::string jsonl_line(const StepMetrics& m);
+// {"step", "time", "eval": NAME, "val_loss", "val_ppl", "val_tokens", "eval_ms"}
+std::string jsonl_line(const EvalMetrics& m);
 
 }  // namespace dstrain::metrics

@@ -53,20 +53,33 @@ void MetricSinks::write(const StepMetrics& m) {
   for (const auto& [name, value] : scalar_fields(m)) {
     if (!std::isfinite(value)) continue;
     if (tensorboard_) scalars.emplace_back("train/" + name, static_cast<float>(value));
-    if (o_.csv_dir.empty()) continue;
-    std::FILE*& f = csv_[name];
-    if (!f) {
-      const std::string path = o_.csv_dir + "/" + name + ".csv";
-      const bool fresh = !fs::exists(path);
-      f = std::fopen(path.c_str(), "a");
-      if (!f)
-        throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the CSV directory");
-      if (fresh) std::fprintf(f, "step,%s\n", name.c_str());
-    }
-    std::fprintf(f, "%lld,%.9g\n", static_cast<long long>(m.step), value);
-    std::fflush(f);
+    if (!o_.csv_dir.empty()) write_csv(name, m.step, value);
   }
   if (tensorboard_) tensorboard_->write_scalars(m.step, scalars, m.wall_time);
+}
+
+void MetricSinks::write(const EvalMetrics& m) {
+  if (jsonl_) jsonl_->write(m);
+  std::vector<std::pair<std::string, float>> scalars;
+  for (const auto& [what, value] : {std::pair{"loss", m.val_loss}, {"ppl", m.val_ppl}}) {
+    if (!std::isfinite(value)) continue;
+    if (tensorboard_) scalars.emplace_back(fmt::format("val/{}/{}", m.name, what), static_cast<float>(value));
+    if (!o_.csv_dir.empty()) write_csv(fmt::format("val_{}_{}", m.name, what), m.step, value);
+  }
+  if (tensorboard_ && !scalars.empty()) tensorboard_->write_scalars(m.step, scalars, m.wall_time);
+}
+
+void MetricSinks::write_csv(const std::string& name, int64_t step, double value) {
+  std::FILE*& f = csv_[name];
+  if (!f) {
+    const std::string path = o_.csv_dir + "/" + name + ".csv";
+    const bool fresh = !fs::exists(path);
+    f = std::fopen(path.c_str(), "a");
+    if (!f) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the CSV directory");
+    if (fresh) std::fprintf(f, "step,%s\n", name.c_str());
+  }
+  std::fprintf(f, "%lld,%.9g\n", static_cast<long long>(step), value);
+  std::fflush(f);
 }
 
 }  // namespace dstrain::metrics

@@ -1,7 +1,7 @@
 #pragma once
 // Rank 0's metric sinks, chosen by logging.sinks: jsonl (metrics.jsonl), csv (one file per
 // metric: <csv_dir>/<name>.csv with "step,value" rows, as DeepSpeed's csv_monitor), tensorboard
-// (event files under <tensorboard_dir>, tags "train/<name>"). Each write is flushed, so a crash
+// (event files under <tensorboard_dir>, tags "train/<name>"; evaluations "val/<set>/loss"). Each write is flushed, so a crash
 // loses at most the step being written. The console line is the trainer's.
 #include <cstdint>
 #include <cstdio>
@@ -28,8 +28,12 @@ class MetricSinks {
   explicit MetricSinks(const SinkOptions& options);
   ~MetricSinks();
   void write(const StepMetrics& m);
+  // An evaluation: its JSONL row; TensorBoard val/NAME/loss and val/NAME/ppl; CSV
+  // val_NAME_loss.csv and val_NAME_ppl.csv.
+  void write(const EvalMetrics& m);
 
  private:
+  void write_csv(const std::string& name, int64_t step, double value);
   SinkOptions o_;
   std::unique_ptr<JsonlSink> jsonl_;
   std::unique_ptr<TensorBoardWriter> tensorboard_;

@@ -51,6 +51,16 @@ struct StepMetrics {
   std::vector<int> stragglers;   // ranks found slow at this step's straggler check
 };
 
+// One evaluation set's result at a step (a metrics.jsonl row of its own, without "loss").
+struct EvalMetrics {
+  int64_t step = 0;  // optimizer steps completed when evaluated (0: before the first)
+  double wall_time = 0;
+  std::string name;  // the set
+  double val_loss = kNone, val_ppl = kNone;
+  int64_t val_tokens = 0;
+  double eval_ms = kNone;
+};
+
 // (name, value) of every numeric field, in the documented order (booleans as 0/1).
 std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m);
 

@@ -14,6 +14,9 @@ class Stateful {
   virtual NamedTensors state() const = 0;
   // Host tensors of the same names, shapes and dtypes, read from a checkpoint.
   virtual void load_state(const NamedTensors& state) = 0;
+  // Whether a checkpoint may lack these tensors (written before the component existed): then
+  // load_state gets an empty list and keeps its defaults.
+  virtual bool state_optional() const { return false; }
 };
 
 // Tensors that are their own state (model buffers): saved as they are, loaded by copying.

@@ -177,9 +177,21 @@ double mean_of(const Series& s, size_t skip_first) {
 }
 
 // The charts of a run; t0 receives the wall time of its first step or failure.
-std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<json>& failures, double& t0) {
+std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<json>& evals, const std::vector<json>& failures, double& t0) {
   std::vector<Chart> charts;
-  charts.push_back({"loss", "Training loss", "step", "loss", {series_of(rows, "loss")}});
+  Chart loss{"loss", "Training loss", "step", "loss", {series_of(rows, "loss")}};
+  // Each evaluation set's validation loss over the training curve (metrics.jsonl rows with "eval").
+  std::vector<std::string> sets;
+  for (const auto& e : evals)
+    if (const std::string name = e.value("eval", ""); std::find(sets.begin(), sets.end(), name) == sets.end()) sets.push_back(name);
+  for (const auto& name : sets) {
+    std::vector<json> of_set;
+    for (const auto& e : evals)
+      if (e.value("eval", "") == name) of_set.push_back(e);
+    loss.series.push_back(series_of(of_set, "val_loss", 1.0, "val " + name));
+  }
+  if (!sets.empty()) loss.title = "Training and validation loss";
+  charts.push_back(std::move(loss));
   charts.push_back({"lr", "Learning rate", "step", "lr", {series_of(rows, "lr")}});
   charts.push_back({"throughput", "Throughput", "step", "tokens/s", {series_of(rows, "tokens_per_s")}});
   charts.push_back({"mfu", "Model FLOPs utilisation", "step", "MFU %", {series_of(rows, "mfu", 100.0, "mfu %")}});
@@ -209,7 +221,7 @@ std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<js
   return charts;
 }
 
-std::string summary_table(const std::string& run_dir, const std::vector<json>& rows, size_t failures) {
+std::string summary_table(const std::string& run_dir, const std::vector<json>& rows, const std::vector<json>& evals, size_t failures) {
   // Summary numbers.
   const Series loss = series_of(rows, "loss"), tps = series_of(rows, "tokens_per_s"), mfu = series_of(rows, "mfu", 100.0);
   std::string summary = "<table class=\"summary\">";
@@ -223,6 +235,11 @@ std::string summary_table(const std::string& run_dir, const std::vector<json>& r
     row("loss (first → last)", fmt::format("{:.4f} → {:.4f}", loss.points.front().second, loss.points.back().second));
   if (!tps.points.empty()) row("mean tokens/s (after step 1)", fmt::format("{:.0f}", mean_of(tps, 1)));
   if (!mfu.points.empty()) row("mean MFU (after step 1)", fmt::format("{:.3f} %", mean_of(mfu, 1)));
+  if (!evals.empty()) {
+    const json& last = evals.back();
+    row("validation loss (last)",
+        fmt::format("{:.4f} ({}, step {})", last.value("val_loss", 0.0), last.value("eval", std::string()), last.value("step", 0)));
+  }
   row("failures", std::to_string(failures));
   summary += "</table>\n";
 
@@ -300,12 +317,13 @@ ReportFiles write_run_report(const std::string& run_dir, const std::string& out_
   if (!fs::exists(metrics_path))
     throw Error(ErrorCode::kUsage, fmt::format("'{}' has no metrics.jsonl", run_dir),
                 "pass the run_dir of a `dstrain train` run with the jsonl sink");
-  const std::vector<json> rows = read_jsonl(metrics_path);
+  std::vector<json> rows, evals;  // step rows, evaluation rows
+  for (json& r : read_jsonl(metrics_path)) (r.contains("eval") ? evals : rows).push_back(std::move(r));
   const std::vector<json> failures = read_jsonl(run_dir + "/failures.jsonl");
   const std::vector<json> stragglers = read_jsonl(run_dir + "/stragglers.jsonl");
   fs::create_directories(out_dir);
   double t0 = 0;
-  const std::vector<Chart> charts = charts_of(rows, failures, t0);
+  const std::vector<Chart> charts = charts_of(rows, evals, failures, t0);
   ReportFiles out;
   out.steps = static_cast<int>(rows.size());
   std::string body;
@@ -322,7 +340,7 @@ ReportFiles write_run_report(const std::string& run_dir, const std::string& out_
   }
 
   out.html = out_dir + "/index.html";
-  write_file_atomic(out.html, page(run_dir, summary_table(run_dir, rows, failures.size()), body, straggler_table(stragglers),
+  write_file_atomic(out.html, page(run_dir, summary_table(run_dir, rows, evals, failures.size()), body, straggler_table(stragglers),
                                    failure_table(failures, t0)));
   return out;
 }

@@ -137,7 +137,7 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     for (const auto& s : summaries)
       if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
     committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files,
-                             {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every}, table.get());
+                             {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every, best_step_}, table.get());
   }
   comm_.barrier()->wait();
   return committed;
@@ -172,7 +172,7 @@ std::string Checkpointer::save_in_background(int64_t step, int64_t samples_consu
   const int rank = comm_.rank();
   const int writers = engine_.shard_writers();
   const ckpt::TrainState ts = train_state(step, samples_consumed);
-  const ckpt::Retention retention{recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every};
+  const ckpt::Retention retention{recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every, best_step_};
   const auto timeout = std::chrono::seconds(recipe_.launch.timeout_s);
   const std::string root = dir_;
   // `snapshot` is captured explicitly: `owned` points into it, and the thread outlives this call.
@@ -268,6 +268,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
     model::NamedTensors loaded;
     for (const auto& t : s->state()) {
       const ckpt::TensorMeta* meta = reader->find(t.name);
+      if (!meta && s->state_optional()) continue;
       if (!meta || meta->shape != t.tensor.sizes().vec())
         throw Error(ErrorCode::kCheckpoint,
                     fmt::format("checkpoint {}: tensor '{}' is {} in the checkpoint, the run needs [{}]", chosen, t.name,

@@ -51,6 +51,9 @@ class Checkpointer {
   // Waits for a pending asynchronous save; rethrows its error.
   void finish();
   bool async() const { return async_; }
+  // checkpoint.keep_best: the step whose checkpoint is never pruned (and which `best` names once
+  // its checkpoint is committed); -1: none.
+  void set_best_step(int64_t step) { best_step_ = step; }
   struct Resumed {
     std::string dir;
     int64_t step = 0;
@@ -75,6 +78,7 @@ class Checkpointer {
                                  std::shared_ptr<const ckpt::ShardTable> table);
   bool shared_ = true;
   bool async_ = false;
+  int64_t best_step_ = -1;
   std::thread writer_;
   std::exception_ptr writer_error_;
 };

@@ -11,6 +11,7 @@
 #include "dstrain/data/global_sampler.h"
 #include "dstrain/data/sample_stream.h"
 #include "dstrain/data/token_file.h"
+#include "dstrain/train/eval_sets.h"
 
 namespace dstrain::train {
 namespace {
@@ -40,10 +41,11 @@ std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t firs
 
 }  // namespace
 
-DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world) : recipe_(recipe), rank_(rank), world_(world) {
-  std::vector<std::unique_ptr<data::TokenFile>> files;
-  for (const auto& path : recipe.data.paths.empty() ? std::vector<std::string>{recipe.data.path} : recipe.data.paths)
-    files.push_back(data::open_token_file(path, recipe.data.format, recipe.data.seq_len));
+DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world)
+    : DataPlan(recipe, rank, world, open_data_sources(recipe, /*with_eval=*/false).train) {}
+
+DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::vector<std::unique_ptr<data::TokenFile>> files)
+    : recipe_(recipe), rank_(rank), world_(world) {
   const uint64_t seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
   stream_ = std::make_unique<data::SampleStream>(std::move(files), recipe.data.weights, recipe.data.seq_len, seed, recipe.model.vocab_size);
 }

@@ -24,14 +24,18 @@ struct Recipe;
 }
 namespace dstrain::data {
 class SampleStream;
-}
+class TokenFile;
+}  // namespace dstrain::data
 
 namespace dstrain::train {
 
 class DataPlan {
  public:
-  // Opens and validates the token files (Error{kData} naming the file).
+  // Opens and validates the token files (Error{kData} naming the file), the training side of
+  // eval.split when it holds documents out.
   DataPlan(const config::Recipe& recipe, int rank, int world);
+  // Reads `files` (train/eval_sets.h's DataSources::train), in the recipe's blend.
+  DataPlan(const config::Recipe& recipe, int rank, int world, std::vector<std::unique_ptr<data::TokenFile>> files);
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
   // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).

@@ -223,4 +223,16 @@ void Telemetry::finish_step(const StepOutcome& o) {
   }
 }
 
+void Telemetry::record_eval(const std::vector<metrics::EvalMetrics>& results, const std::string& note) {
+  if (comm_.rank() != 0) return;
+  for (size_t i = 0; i < results.size(); ++i) {
+    metrics::EvalMetrics m = results[i];
+    m.wall_time = unix_seconds();
+    sinks_->write(m);
+    if (console_)
+      log::info(fmt::format("eval step {}/{} | {} | val_loss {:.4f} | ppl {:.2f} | {} tokens | {:.0f} ms{}", m.step, recipe_.train.steps,
+                            m.name, m.val_loss, m.val_ppl, m.val_tokens, m.eval_ms, i == 0 && !note.empty() ? " | " + note : ""));
+  }
+}
+
 }  // namespace dstrain::train

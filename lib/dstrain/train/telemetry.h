@@ -73,6 +73,9 @@ class Telemetry {
   // included) and time blocked in collectives (the steps whose waits are known: up to the last).
   std::vector<double> straggler_sample() const;
   void finish_step(const StepOutcome& outcome);
+  // An evaluation's results (rank 0 writes them to the sinks and prints one line per set;
+  // `note`, if any, ends the first set's line: the best so far, early stopping).
+  void record_eval(const std::vector<metrics::EvalMetrics>& results, const std::string& note);
 
  private:
   void check_stragglers(int64_t step, metrics::StepMetrics& m, const std::vector<double>& times);

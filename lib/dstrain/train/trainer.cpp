@@ -25,6 +25,9 @@
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
 #include "dstrain/train/data_plan.h"
+#include "dstrain/train/eval_sets.h"
+#include "dstrain/train/eval_tracker.h"
+#include "dstrain/train/evaluator.h"
 #include "dstrain/envcheck/rank_check.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/run/run_dir.h"
@@ -111,6 +114,8 @@ struct Trainer::Parts {
   std::unique_ptr<MicroBatchSchedule> micro_batches;
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
+  std::unique_ptr<Evaluator> evaluator;  // eval.paths / eval.split
+  EvalTracker eval_tracker;
   StepTriggers triggers;
   BadStepPolicy bad_steps;
   int64_t step = 0;    // the step being computed, 0-based
@@ -120,7 +125,7 @@ struct Trainer::Parts {
 
   Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
       : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size),
-        schedule(sched::schedule_from(recipe)), triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
+        schedule(sched::schedule_from(recipe)), eval_tracker(recipe), triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
   int64_t steps() const { return recipe.train.steps; }
   int64_t global_batch(int64_t s) const { return config::global_batch_at(recipe, s); }
 };
@@ -138,7 +143,8 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
-  p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size);
+  DataSources sources = open_data_sources(p.recipe, p.recipe.eval.enabled());
+  p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size, std::move(sources.train));
   if (!env.resume && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
@@ -147,7 +153,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
   p.buffers = std::make_unique<model::TensorState>(p.model->buffers());
   p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine,
-                                                  std::vector<model::Stateful*>{p.buffers.get(), &p.balancer}, env.run_id);
+                                                  std::vector<model::Stateful*>{p.buffers.get(), &p.balancer, &p.eval_tracker}, env.run_id);
   progress::enter(progress::Phase::kCheckpoint);
   if (env.resume) {
     const auto load_start = Clock::now();
@@ -173,6 +179,11 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.micro_batches->add_observer(p.fault_observer.get());
   p.micro_batches->add_observer(p.compute_times.get());
+  if (!sources.eval.empty()) {
+    p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.comm.gloo,
+                                              device.device, p.recipe.train.loss_chunk_tokens);
+    if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
+  }
   plan_shutdown();
 }
 
@@ -181,6 +192,7 @@ void Trainer::plan_shutdown() {
   // Threads first (they use the communicators and the engine), then the device's queued work,
   // then the tensors, then the communicators that the tensors' collectives ran on.
   p.ending.add("data prefetch thread", [&p] { p.data.reset(); });
+  p.ending.add("evaluation sets", [&p] { p.evaluator.reset(); });
   p.ending.add("checkpoint writer thread", [&p] {
     std::unique_ptr<Checkpointer> c = std::move(p.checkpointer);
     c->finish();
@@ -216,12 +228,22 @@ int Trainer::train_to_end() {
   Parts& p = *p_;
   // Batches are built one step ahead on a background thread, so a step waits for data only
   // when reading is slower than computing.
+  if (p.eval_tracker.stopped()) {
+    if (p.env.rank == 0)
+      log::info(
+          fmt::format("the run stopped early at step {} (eval.early_stopping_patience): nothing to do; the best checkpoint is "
+                      "step {}",
+                      p.step, p.eval_tracker.best_step()));
+    return 0;
+  }
   if (p.step < p.steps()) p.data->prefetch(p.step, p.cursor, p.balancer.weights());
+  if (p.evaluator && p.recipe.eval.at_start && p.step == 0) evaluate(0, /*candidate=*/false);
   while (p.step < p.steps()) {
     p.profiler->begin(p.step + 1);  // logging.profile_step
     const StepEnd end = step();
     p.profiler->end();
     if (end == StepEnd::kStopped) return exit_status::kStopped;
+    if (end == StepEnd::kStoppedEarly) break;
   }
   p.checkpointer->finish();  // an asynchronous save must be committed before the run ends
   progress::enter(progress::Phase::kFinished);
@@ -322,11 +344,58 @@ void Trainer::save(int64_t steps_done) {
   p.save_ms += seconds * 1000.0;
 }
 
+EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
+  Parts& p = *p_;
+  progress::enter(progress::Phase::kForward);
+  // ZeRO-Offload's delayed update: the weights a checkpoint of this step would hold (as a save,
+  // the evaluation applies the pending update now).
+  if (p.recipe.zero.delayed_update) p.engine->settle();
+  const std::vector<EvalResult> results = p.evaluator->evaluate();
+  EvalTracker::Verdict verdict;
+  std::string note;
+  if (candidate) {
+    verdict = p.eval_tracker.record(done, results.front().loss);
+    const int64_t patience = p.recipe.eval.early_stopping_patience;
+    note = verdict.improved
+               ? "best so far"
+               : fmt::format("best {:.4f} at step {}{}", p.eval_tracker.best(), p.eval_tracker.best_step(),
+                             patience > 0 ? fmt::format(", {} of {} without improvement", p.eval_tracker.since_best(), patience) : "");
+    if (verdict.improved && p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(done);
+  }
+  std::vector<metrics::EvalMetrics> rows;
+  for (const EvalResult& r : results) {
+    metrics::EvalMetrics m;
+    m.step = done, m.name = r.name, m.val_loss = r.loss, m.val_ppl = r.ppl, m.val_tokens = r.tokens, m.eval_ms = r.ms;
+    rows.push_back(m);
+  }
+  p.telemetry->record_eval(rows, note);
+  return verdict;
+}
+
+bool Trainer::eval_due(int64_t done) const {
+  const config::EvalConfig& e = p_->recipe.eval;
+  return p_->evaluator && ((e.interval_steps > 0 && done % e.interval_steps == 0) || (e.at_end && done == p_->steps()));
+}
+
 Trainer::StepEnd Trainer::end_step(const StepSignals& all) {
   Parts& p = *p_;
   const int64_t done = ++p.step;
   p.save_ms = 0;
-  if (p.triggers.save_after(done, all)) save(done);
+  const EvalTracker::Verdict verdict = eval_due(done) ? evaluate(done, /*candidate=*/true) : EvalTracker::Verdict{};
+  const bool save_best = verdict.improved && p.recipe.checkpoint.keep_best;
+  if (p.triggers.save_after(done, all) || save_best || verdict.stop) save(done);
+  if (verdict.stop) {
+    p.checkpointer->finish();
+    if (p.env.rank == 0)
+      log::warn(
+          fmt::format("stopped early at step {} of {}: {} evaluations without an improvement of {} by more than {:g} "
+                      "(eval.early_stopping_patience); the best, {:.4f}, was at step {}{}",
+                      done, p.steps(), p.eval_tracker.since_best(), p.evaluator->sets().front().name(),
+                      p.recipe.eval.early_stopping_min_delta, p.eval_tracker.best(), p.eval_tracker.best_step(),
+                      p.recipe.checkpoint.keep_best ? fmt::format(" (ckpt/best: {})", p.run_dir.ckpt_dir(p.recipe) + "/best") : ""));
+    progress::enter(progress::Phase::kFinished);
+    return StepEnd::kStoppedEarly;
+  }
   if (!all.stop || done >= p.steps()) return StepEnd::kNext;
   p.checkpointer->finish();  // any rank was asked: all stop at this same boundary
   if (p.env.rank == 0)

@@ -6,7 +6,8 @@
 //   step()                batches -> the global trained-target count -> the micro-batch schedule
 //                         (forward, loss, backward) -> engine step with every rank's StepSignals
 //                         (and the MoE bias) -> bad-step policy -> shard balance -> metrics ->
-//                         checkpoint / stop
+//                         evaluation (eval.*: the validation loss, best checkpoint, early
+//                         stopping) -> checkpoint / stop
 // Everything with depth lives in the collaborators: DataPlan and ShardBalancer (data_plan.h),
 // StepTriggers (step_triggers.h), BadStepPolicy (bad_step_policy.h), Checkpointer, Telemetry,
 // zero::Engine.
@@ -16,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "dstrain/train/eval_tracker.h"
 
 namespace dstrain::run {
 struct WorkerEnv;
@@ -48,13 +51,17 @@ class Trainer {
   const std::vector<std::string>& shutdown_steps() const;
 
  private:
-  enum class StepEnd { kNext, kRolledBack, kStopped };
+  enum class StepEnd { kNext, kRolledBack, kStopped, kStoppedEarly };
   int train_to_end();
   void plan_shutdown();
   StepEnd step();
   void roll_back();
   void save(int64_t steps_done);
   StepEnd end_step(const StepSignals& all);
+  // Evaluates every set at step `done`; a candidate (not the at_start baseline) counts for the
+  // best checkpoint and early stopping.
+  EvalTracker::Verdict evaluate(int64_t done, bool candidate);
+  bool eval_due(int64_t done) const;
   struct Parts;
   std::unique_ptr<Parts> p_;
 };

@@ -632,6 +632,8 @@ void Engine::settle() {
 
 const Layout& Engine::layout() const { return impl_->layout; }
 
+void Engine::discard_wait_times() { impl_->waited_ms = impl_->waited_gather_ms = 0; }
+
 double Engine::loss_scale() const { return impl_->opt.dtype == config::Dtype::kFp16 ? impl_->scaler.scale() : 1.0; }
 
 MicroBatch Engine::begin_micro(bool last) {

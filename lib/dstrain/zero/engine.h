@@ -195,6 +195,9 @@ class Engine final : public model::Stateful {
   // check then skips the update on every rank, as an fp16 overflow does. For a rank whose loss
   // is NaN/Inf (its gradients may be finite garbage), and for an injected overflow (faults).
   void mark_gradients_nonfinite() { nonfinite_marked_ = true; }
+  // Forgets the collective waits since the last step (an evaluation's stage-3 gathers): the next
+  // step's comm_wait_ms is its own.
+  void discard_wait_times();
 
  private:
   struct Impl;

@@ -95,6 +95,13 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"logging.csv_dir", {dir + "/csv", {}}},
       {"launch.master_addr", {"10.1.2.3", {}}},
       {"launch.node_rank", {"1", {"launch.nnodes=2"}}},
+      {"eval.paths", {"[" + dir + "/other.txt]", {}}},
+      {"eval.names", {"[held]", {"eval.paths=[" + dir + "/other.txt]"}}},
+      {"eval.split", {"0.25", {"data.eos_token=0"}}},
+      {"eval.interval_steps", {"5", {"eval.paths=[" + dir + "/other.txt]"}}},
+      {"eval.at_start", {"true", {"eval.paths=[" + dir + "/other.txt]"}}},
+      {"eval.early_stopping_patience", {"2", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
+      {"checkpoint.keep_best", {"true", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
   };
 }
 

@@ -1,0 +1,94 @@
+#include "dstrain/train/evaluator.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/data/batch.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/loss.h"
+#include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/zero/engine.h"
+
+namespace dstrain::train {
+
+EvalOptions eval_options_from(const config::Recipe& recipe) {
+  EvalOptions o;
+  o.micro_batch_size = recipe.eval.micro_batch_size > 0 ? recipe.eval.micro_batch_size : recipe.train.micro_batch_size;
+  o.max_batches = recipe.eval.max_batches;
+  o.eos_token = recipe.data.eos_token;
+  o.document_mask = recipe.data.document_mask;
+  o.reset_positions = recipe.data.reset_positions;
+  o.vocab_size = recipe.model.vocab_size;
+  return o;
+}
+
+Evaluator::Evaluator(std::vector<EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine,
+                     comm::Communicator& comm, const c10::Device& device, int64_t loss_chunk_tokens)
+    : sets_(std::move(sets)), options_(options), model_(model), engine_(engine), comm_(comm),
+      loss_(std::make_unique<model::Loss>(loss_chunk_tokens)),
+      // Its own schedule, without the trainer's observers: the balancer and telemetry never see it.
+      schedule_(std::make_unique<MicroBatchSchedule>(model, *loss_, nullptr, device)) {}
+
+Evaluator::~Evaluator() = default;
+
+std::vector<EvalResult> Evaluator::evaluate() {
+  std::vector<EvalResult> results;
+  for (const EvalSet& set : sets_) results.push_back(evaluate(set));
+  // What the forwards left for training's step: the routed expert load (the bias would move by
+  // it) and the waits on all-to-alls and gathers (the next step's timing).
+  model_.take_expert_load();
+  model_.take_all_to_all_wait_ms();
+  if (engine_) engine_->discard_wait_times();
+  return results;
+}
+
+EvalResult Evaluator::evaluate(const EvalSet& set) {
+  const auto t0 = std::chrono::steady_clock::now();
+  c10::NoGradGuard no_grad;
+  const int64_t world = comm_.world_size(), rank = comm_.rank();
+  const int64_t micro = options_.micro_batch_size, seq_len = set.seq_len();
+  int64_t batches = (set.windows() + micro - 1) / micro;  // global micro-batches
+  if (options_.max_batches > 0) batches = std::min(batches, options_.max_batches * world);
+  const int64_t windows = std::min(set.windows(), batches * micro);
+  const int64_t rounds = (batches + world - 1) / world;
+  double token_loss = 0;
+  int64_t tokens = 0;
+  for (int64_t round = 0; round < rounds; ++round) {
+    const int64_t first = (round * world + rank) * micro;
+    at::Tensor rows = at::empty({micro, seq_len + 1}, at::kLong);
+    int64_t* out = rows.data_ptr<int64_t>();
+    int64_t real = 0;
+    for (int64_t i = 0; i < micro; ++i) {
+      const bool inside = first + i < windows;
+      set.read(inside ? first + i : 0, out + i * (seq_len + 1), options_.vocab_size);
+      real += inside;
+    }
+    const int64_t eos = options_.document_mask || options_.reset_positions ? options_.eos_token : -1;
+    data::Batch batch = data::pretraining_batch(rows, eos, options_.document_mask, options_.reset_positions);
+    if (real < micro) {                     // rows past the set's end: same shape, nothing counted
+      batch.labels = batch.labels.clone();  // a view of the windows that the tokens share
+      batch.labels.narrow(0, real, micro - real).fill_(data::kIgnoreIndex);
+      batch.trained_targets = real * seq_len;
+    }
+    const ScheduleResult r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
+    token_loss += r.token_loss;
+    tokens += r.trained_targets;
+  }
+  const std::vector<double> sums = comm::sum_in_rank_order(comm_, {token_loss, static_cast<double>(tokens)});
+  EvalResult result;
+  result.name = set.name();
+  result.tokens = static_cast<int64_t>(std::llround(sums[1]));
+  result.loss = sums[0] / static_cast<double>(std::max<int64_t>(result.tokens, 1));
+  result.ppl = std::exp(std::min(result.loss, 20.0));
+  result.windows = windows;
+  result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return result;
+}
+
+}  // namespace dstrain::train

@@ -1,0 +1,81 @@
+#pragma once
+// The validation loss of fixed evaluation sets (train/eval_sets.h), on every rank at once:
+//   windows dealt out in micro-batches, micro-batch g to rank g % world, so each rank reads
+//   about 1/world of each set; every rank runs the same number of forwards (a rank past the end
+//   runs a batch whose labels are all ignored), as stage-3 gathers and expert all-to-alls need;
+//   each forward goes through the training step's MicroBatchSchedule with backward off (no
+//   autograd: activation checkpointing recomputes nothing); the cross-entropy is summed over
+//   trained targets (the MoE balance loss is not part of it) and the sums of every rank are added
+//   in rank order: loss = sum of token losses / trained tokens, the same at any world size.
+// It reads the weights only (no optimizer state), and leaves nothing behind that training sees:
+// the MoE expert load it routed, the all-to-all and gather waits are discarded, no RNG is drawn.
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dstrain/train/eval_sets.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::config {
+struct Recipe;
+}
+namespace dstrain::model {
+class CausalLM;
+class Loss;
+}  // namespace dstrain::model
+namespace dstrain::zero {
+class Engine;
+}
+
+namespace dstrain::train {
+
+class MicroBatchSchedule;
+
+struct EvalResult {
+  std::string name;
+  double loss = 0;     // sum of token losses / tokens, all ranks
+  double ppl = 0;      // exp(min(loss, 20)), Megatron's convention
+  int64_t tokens = 0;  // trained targets evaluated, all ranks
+  int64_t windows = 0;
+  double ms = 0;  // wall time of this set's evaluation
+};
+
+struct EvalOptions {
+  int64_t micro_batch_size = 1;
+  int64_t max_batches = 0;  // per rank and set; 0: the whole set
+  int64_t eos_token = -1;   // data.document_mask / data.reset_positions cut documents here
+  bool document_mask = false, reset_positions = false;
+  int64_t vocab_size = 0;
+};
+
+// The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).
+EvalOptions eval_options_from(const config::Recipe& recipe);
+
+class Evaluator {
+ public:
+  // Everything but the sets is borrowed. engine: null when the model is not under one (dstrain
+  // eval); comm: sums the results (Gloo's, on CPU).
+  Evaluator(std::vector<EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine, comm::Communicator& comm,
+            const c10::Device& device, int64_t loss_chunk_tokens);
+  ~Evaluator();
+  // Collective: every rank calls it at the same point.
+  std::vector<EvalResult> evaluate();
+  const std::vector<EvalSet>& sets() const { return sets_; }
+
+ private:
+  EvalResult evaluate(const EvalSet& set);
+  std::vector<EvalSet> sets_;
+  EvalOptions options_;
+  model::CausalLM& model_;
+  zero::Engine* engine_;
+  comm::Communicator& comm_;
+  std::unique_ptr<model::Loss> loss_;
+  std::unique_ptr<MicroBatchSchedule> schedule_;
+};
+
+}  // namespace dstrain::train
