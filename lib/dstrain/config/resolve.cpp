@@ -204,6 +204,12 @@ void check_expert_parallel(const Recipe& r, Problem&& problem) {
                         r.launch.nnodes, r.launch.nproc_per_node));
 }
 
+// A Megatron dataset's PREFIX, given as the prefix or as either of its files.
+std::string megatron_prefix(const std::string& path) {
+  const bool named_file = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4);
+  return named_file ? path.substr(0, path.size() - 4) : path;
+}
+
 // The eval block against the data and checkpoint sections (the files are checked when opened).
 void validate_eval(LoadContext& ctx) {
   const Recipe& r = ctx.recipe;
@@ -221,9 +227,7 @@ void validate_eval(LoadContext& ctx) {
                         e.paths.size() + (e.split > 0 ? 1 : 0), e.split > 0 ? " (eval.paths and the split, last)" : ""));
   for (const auto& path : e.paths) {
     const bool megatron = r.data.format == DataFormat::kMegatron;
-    const std::string prefix = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4)
-                                   ? path.substr(0, path.size() - 4)
-                                   : path;
+    const std::string prefix = megatron_prefix(path);
     if (megatron ? !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin"))
                  : !std::filesystem::is_regular_file(path))
       ctx.data_problems.push_back(fmt::format("eval.paths: '{}' does not exist or is not a {} (data.format {})", path,
@@ -286,9 +290,7 @@ void validate(LoadContext& ctx) {
   const std::vector<std::string> sources = r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
   const char* key = r.data.paths.empty() ? "data.path" : "data.paths";
   for (const auto& path : sources) {
-    const std::string prefix = path.size() > 4 && (path.rfind(".bin") == path.size() - 4 || path.rfind(".idx") == path.size() - 4)
-                                   ? path.substr(0, path.size() - 4)
-                                   : path;
+    const std::string prefix = megatron_prefix(path);
     if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
       ctx.data_problems.push_back(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
     else if (!megatron && !std::filesystem::is_regular_file(path))
