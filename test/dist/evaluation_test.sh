@@ -62,13 +62,13 @@ done
 ok "the same weights give the same validation loss and token count at 1, 2 and 4 ranks, ZeRO stages 0-3 (1e-6)"
 
 # 3. Expert parallelism: a tiny MoE before its first step, one rank against 4 ranks with E = 2 and 4
-# (the same 4 micro-batches: eval.max_batches counts per rank).
+# (the same 4 micro-batches: eval.max_batches counts over all ranks).
 moe=("$SRC/recipes/tiny-mla-moe.yaml" --set launch.threads_per_worker=1 --set checkpoint.interval_steps=0 --set train.micro_batch_size=2
      --set eval.paths="[$WORK/val.txt]" --set eval.at_start=true --set eval.micro_batch_size=2)
 expect_status 0 "$DSTRAIN" train "${moe[@]}" --nproc-per-node 1 --set train.steps=1 --set schedule.warmup_steps=1 --set eval.max_batches=4 --set run_dir=moe1
 for ep in 2 4; do
   expect_status 0 "$DSTRAIN" train "${moe[@]}" --nproc-per-node 4 --set moe.expert_parallel_size=$ep --set zero.stage=3 --set train.steps=1 --set schedule.warmup_steps=1 \
-    --set eval.max_batches=1 --set run_dir=moe4e$ep
+    --set eval.max_batches=4 --set run_dir=moe4e$ep
   close "$(val 0 moe1)" "$(val 0 moe4e$ep)" 1e-6 || fail "expert parallelism E=$ep gives another validation loss"
 done
 ok "expert parallelism (E = 2, 4 over 4 ranks, ZeRO-3) gives the one-process validation loss (1e-6)"
@@ -90,7 +90,7 @@ ok "training losses are bit-identical with and without an evaluation every 5 ste
 
 # 5. Early stopping with keep_best: uninterrupted, then killed after its best checkpoint and resumed.
 stop=("$demo_recipe" "${common[@]}" --nproc-per-node 2 --set train.micro_batch_size=8 --set train.steps=80 --set eval.interval_steps=5
-      --set eval.max_batches=2 --set eval.early_stopping_patience=2 --set eval.early_stopping_min_delta=0.2 --set checkpoint.keep_best=true
+      --set eval.max_batches=4 --set eval.early_stopping_patience=2 --set eval.early_stopping_min_delta=0.2 --set checkpoint.keep_best=true
       --set checkpoint.keep_last=1 --set checkpoint.interval_steps=5)
 expect_status 0 "$DSTRAIN" train "${stop[@]}" --set run_dir=whole
 expect_out "stopped early at step"
@@ -142,4 +142,63 @@ expect_status 0 "$DSTRAIN" train "$SRC/recipes/demo-coder.yaml" --set data.path=
 expect_out "step 10/10 | loss"
 expect_out "eval step 10/10 | heldout | val_loss"
 ok "the demo recipe prints the held-out split's validation loss next to the training loss"
+
+# 8. dstrain eval: a run's checkpoint (its own sets, the split too), the best one, one checkpoint
+# directory and a Hugging Face folder, at other world sizes than training's: what training logged.
+# evaluated JSON_FILE ARGS...: dstrain eval ARGS --json into JSON_FILE; prints its first set's val_loss.
+evaluated() {
+  local out=$1; shift
+  "$DSTRAIN" eval "$@" --json > "$out" 2> "$out.log" || fail "dstrain eval $* failed: $(cat "$out.log")"
+  python3 -c "import json; print(repr(json.load(open('$out'))['datasets'][0]['val_loss']))"
+}
+for n in 1 3; do
+  close "$(val 10 demo heldout)" "$(evaluated demo$n.json demo --nproc-per-node $n)" 1e-6 || fail "dstrain eval of the demo's held-out split at $n ranks"
+  close "$(val "$best_step" whole)" "$(evaluated best$n.json whole --step best --nproc-per-node $n)" 1e-6 || fail "dstrain eval --step best at $n ranks"
+done
+python3 -c "import json,sys; j=json.load(open('best3.json')); sys.exit(0 if j['step']==$best_step and j['world_size']==3 and j['datasets'][0]['name']=='val' and j['datasets'][0]['val_tokens']>0 else j)" ||
+  fail "the JSON report does not name the best step, the world size and the set"
+close "$(val "$best_step" whole)" "$(evaluated dir.json "whole/ckpt/$best" --nproc-per-node 2)" 1e-6 || fail "dstrain eval of one checkpoint directory"
+close "$trained" "$(evaluated hf.json hf --data val.txt --format bytes --seq-len 128 --micro-batch-size 8 --nproc-per-node 2)" 1e-6 ||
+  fail "dstrain eval of the exported Hugging Face folder"
+expect_status 0 "$DSTRAIN" eval ref --data val.txt --name held --data short.txt --name short --max-batches 0 --step 12 --seq-len 32
+expect_out "held "
+expect_out "short "
+script -qfec "$DSTRAIN eval ref --nproc-per-node 2" /dev/null > tty.out 2>&1 || fail "dstrain eval on a terminal failed: $(tail -5 tty.out)"
+grep -q "39/39 100% | ETA 0:00:00 | [0-9]* tok/s | loss" tty.out || fail "no progress bar on the terminal: $(tail -c 600 tty.out)"
+grep -q "^val  *2\.78" tty.out || fail "no table row on the terminal: $(tail -c 600 tty.out)"
+! grep -q "ETA" hf.json.log || fail "a progress bar was drawn although stderr was not a terminal"
+ok "dstrain eval gives what training logged: the split at 1 and 3 ranks (trained on 2), --step best, a checkpoint directory, the HF export"
+# bf16 MoE with expert parallelism and ZeRO-3 in training; evaluated on 1 rank and on 4 with E = 4.
+expect_status 0 "$DSTRAIN" train "${moe[@]}" --nproc-per-node 2 --set moe.expert_parallel_size=2 --set zero.stage=3 --set precision.dtype=bf16 \
+  --set train.steps=4 --set schedule.warmup_steps=1 --set checkpoint.interval_steps=4 --set model.bias_update_speed=0.01 --set eval.max_batches=8 \
+  --set eval.at_start=false --set run_dir=moeev
+for cfg in "1 1" "4 4"; do
+  set -- $cfg
+  close "$(val 4 moeev)" "$(evaluated moe$1.json moeev --nproc-per-node $1 --expert-parallel-size $2)" 1e-6 || fail "bf16 MoE eval at $1 ranks, E=$2"
+done
+ok "dstrain eval of a bf16 MoE checkpoint (trained with E = 2, ZeRO-3) on 1 rank and on 4 with E = 4: what training logged"
+# Bad targets and flags.
+expect_status 4 "$DSTRAIN" eval ref --step 7
+expect_out "no committed checkpoint of step 7"
+expect_status 4 "$DSTRAIN" eval ref --step best
+expect_out "no best checkpoint"
+expect_status 2 "$DSTRAIN" eval "$WORK"
+expect_out "is not a run directory"
+expect_status 2 "$DSTRAIN" eval "$SRC/recipes/demo.yaml"
+expect_status 2 "$DSTRAIN" eval hf --step 3 --data val.txt --seq-len 128
+expect_out "--step picks a checkpoint of a run"
+expect_status 2 "$DSTRAIN" eval ref --seq-len 100000
+expect_out "--seq-len 100000 is longer than the model's longest sequence, 128"
+expect_status 2 "$DSTRAIN" eval hf --data val.txt
+expect_out "pass --seq-len N"
+expect_status 2 "$DSTRAIN" eval plain --step 15
+expect_out "has no evaluation sets of its own"
+expect_status 3 "$DSTRAIN" eval ref --data code --format megatron
+expect_out "--data: '$WORK/code' was tokenized with 257 ids"
+expect_status 3 "$DSTRAIN" eval ref --data missing.txt
+expect_out "missing.txt' does not exist"
+head -c 20 val.txt > tiny.txt
+expect_status 3 "$DSTRAIN" eval ref --data tiny.txt
+expect_out "fewer than one sample"
+ok "dstrain eval: a missing step or best checkpoint (4), a target that is none of the three, --step on a checkpoint or HF folder, a long --seq-len, no sets (2), data of another vocabulary, missing or too short (3)"
 finish

@@ -107,7 +107,7 @@ std::vector<Field> eval_fields() {
     {"eval.interval_steps", 0, kMaxInt, {}, "Evaluate every N steps (0: not during training).", DS_FIELD(eval.interval_steps)},
     {"eval.at_start", 0, 0, {}, "Evaluate before the first step (a baseline; not a best-checkpoint candidate).", DS_FIELD(eval.at_start)},
     {"eval.at_end", 0, 0, {}, "Evaluate after the last step.", DS_FIELD(eval.at_end)},
-    {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per rank and set, the same first ones each time (0: the whole set).", DS_FIELD(eval.max_batches)},
+    {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per set over all ranks (eval.micro_batch_size windows each): the same first windows every time and at any world size (0: the whole set).", DS_FIELD(eval.max_batches)},
     {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
     {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
     {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},

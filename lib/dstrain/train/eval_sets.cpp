@@ -78,6 +78,11 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval) {
   return out;
 }
 
+std::vector<EvalSet> open_eval_sets(const config::Recipe& recipe) {
+  if (recipe.eval.split > 0) return open_data_sources(recipe, true).eval;
+  return open_eval_files(recipe.eval.paths, recipe.eval.names, recipe.data.format, recipe.data.seq_len);
+}
+
 std::vector<EvalSet> open_eval_files(const std::vector<std::string>& paths, const std::vector<std::string>& names,
                                      config::DataFormat format, int64_t seq_len) {
   std::vector<EvalSet> sets;

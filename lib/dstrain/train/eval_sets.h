@@ -44,7 +44,10 @@ struct DataSources {
 // Throws Error{kData} naming the file (missing, malformed, no window) or Error{kConfig} (names).
 DataSources open_data_sources(const config::Recipe& recipe, bool with_eval);
 
-// Evaluation sets from files (dstrain eval): each named by names[i], else its file's stem.
+// The recipe's evaluation sets alone (dstrain eval): the training data is opened only for eval.split.
+std::vector<EvalSet> open_eval_sets(const config::Recipe& recipe);
+
+// Evaluation sets from files: each named by names[i], else its file's stem.
 std::vector<EvalSet> open_eval_files(const std::vector<std::string>& paths, const std::vector<std::string>& names,
                                      config::DataFormat format, int64_t seq_len);
 

@@ -48,15 +48,29 @@ std::vector<EvalResult> Evaluator::evaluate() {
   return results;
 }
 
+Evaluator::Plan Evaluator::plan(const EvalSet& set) const {
+  const int64_t world = comm_.world_size(), micro = options_.micro_batch_size;
+  Plan p;
+  p.batches = (set.windows() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
+  if (options_.max_batches > 0) p.batches = std::min(p.batches, options_.max_batches);
+  p.windows = std::min(set.windows(), p.batches * micro);
+  p.rounds = (p.batches + world - 1) / world;
+  return p;
+}
+
+int64_t Evaluator::rounds() const {
+  int64_t n = 0;
+  for (const EvalSet& set : sets_) n += plan(set).rounds;
+  return n;
+}
+
 EvalResult Evaluator::evaluate(const EvalSet& set) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
   const int64_t world = comm_.world_size(), rank = comm_.rank();
   const int64_t micro = options_.micro_batch_size, seq_len = set.seq_len();
-  int64_t batches = (set.windows() + micro - 1) / micro;  // global micro-batches
-  if (options_.max_batches > 0) batches = std::min(batches, options_.max_batches * world);
-  const int64_t windows = std::min(set.windows(), batches * micro);
-  const int64_t rounds = (batches + world - 1) / world;
+  const Plan planned = plan(set);
+  const int64_t windows = planned.windows, rounds = planned.rounds;
   double token_loss = 0;
   int64_t tokens = 0;
   for (int64_t round = 0; round < rounds; ++round) {
@@ -79,6 +93,7 @@ EvalResult Evaluator::evaluate(const EvalSet& set) {
     const ScheduleResult r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
     token_loss += r.token_loss;
     tokens += r.trained_targets;
+    if (progress_) progress_(set, round + 1, rounds, token_loss, tokens);
   }
   const std::vector<double> sums = comm::sum_in_rank_order(comm_, {token_loss, static_cast<double>(tokens)});
   EvalResult result;

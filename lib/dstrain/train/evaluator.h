@@ -12,6 +12,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -47,7 +48,7 @@ struct EvalResult {
 
 struct EvalOptions {
   int64_t micro_batch_size = 1;
-  int64_t max_batches = 0;  // per rank and set; 0: the whole set
+  int64_t max_batches = 0;  // micro-batches per set over all ranks (the same windows at any world size); 0: the whole set
   int64_t eos_token = -1;   // data.document_mask / data.reset_positions cut documents here
   bool document_mask = false, reset_positions = false;
   int64_t vocab_size = 0;
@@ -66,8 +67,18 @@ class Evaluator {
   // Collective: every rank calls it at the same point.
   std::vector<EvalResult> evaluate();
   const std::vector<EvalSet>& sets() const { return sets_; }
+  // The forwards evaluate() runs on each rank, all sets together.
+  int64_t rounds() const;
+  // Called on every rank after each of a set's forwards with this rank's sums so far (dstrain
+  // eval's progress bar).
+  using Progress = std::function<void(const EvalSet& set, int64_t round, int64_t rounds, double token_loss, int64_t tokens)>;
+  void set_progress(Progress progress) { progress_ = std::move(progress); }
 
  private:
+  struct Plan {
+    int64_t batches = 0, windows = 0, rounds = 0;
+  };
+  Plan plan(const EvalSet& set) const;
   EvalResult evaluate(const EvalSet& set);
   std::vector<EvalSet> sets_;
   EvalOptions options_;
@@ -76,6 +87,7 @@ class Evaluator {
   comm::Communicator& comm_;
   std::unique_ptr<model::Loss> loss_;
   std::unique_ptr<MicroBatchSchedule> schedule_;
+  Progress progress_;
 };
 
 }  // namespace dstrain::train

@@ -1,0 +1,76 @@
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/log.h"
+#include "dstrain/launch/plan.h"
+#include "dstrain/tasks/eval_target.h"
+#include "dstrain/tasks/eval_task.h"
+#include "launch_flags.h"
+
+namespace dstrain::app {
+
+void register_eval(CLI::App& app, Run& run) {
+  struct Args {
+    std::string target, step;
+    tasks::EvalFlags flags;
+    int64_t max_batches = -1, micro_batch_size = 0, seq_len = 0;
+    bool json = false;
+    int timeout_s = 300;
+    launch::LaunchFlags launch;
+  };
+  auto args = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("eval", "The validation loss of a checkpoint or a Hugging Face model on held-out data");
+  cmd->footer(
+      "TARGET is a run directory (its latest checkpoint that verifies, or --step N / --step best),\n"
+      "one checkpoint of a run (RUN_DIR/ckpt/step_XXXXXXXX), or a Hugging Face model folder.\n"
+      "Without --data a run is evaluated on its own sets (eval.paths and the eval.split documents\n"
+      "held out from its data) with its eval settings, which gives the value training logged for\n"
+      "that checkpoint, at any number of ranks. Each rank holds the weights in the run's dtype\n"
+      "(no optimizer state, whatever ZeRO stage wrote them); the windows of each set are shared\n"
+      "out over the ranks and the loss is Σ token losses / Σ tokens over all of them.\n"
+      "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n\n"
+      "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"
+      "Examples:\n"
+      "  dstrain eval runs/demo                        (the run's latest checkpoint on its held-out split)\n"
+      "  dstrain eval runs/demo --step best --nproc-per-node 4 --json\n"
+      "  dstrain eval runs/demo --data data/val --data data/code-val --name val --name code\n"
+      "  dstrain eval hf-export --data val.txt --format bytes --seq-len 512");
+  cmd->add_option("target", args->target, "Run directory, checkpoint, or Hugging Face model folder")->required();
+  cmd->add_option("--step", args->step, "A run's checkpoint: a step number, or best (checkpoint.keep_best's); default: the latest");
+  cmd->add_option("--data", args->flags.data, "An evaluation set (repeatable): prepare-data's PREFIX, or a file in --format");
+  cmd->add_option("--name", args->flags.names, "The name of each --data set, in order (default: its file stem)");
+  cmd->add_option("--max-batches", args->max_batches,
+                  "Micro-batches per set over all ranks (0: the whole set; default: the run's eval.max_batches)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--micro-batch-size", args->micro_batch_size,
+                  "Windows per micro-batch (default: the run's eval.micro_batch_size; 4 for a Hugging Face folder)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_option("--format", args->flags.format,
+                  "Format of the --data files: bytes, megatron, llmc, raw_u16 (default: the run's data.format)");
+  cmd->add_option("--seq-len", args->seq_len, "Tokens per window (default: the run's data.seq_len; required for a Hugging Face folder)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--dtype", args->flags.dtype, "fp32, bf16 or fp16 (default: the run's precision.dtype; fp32 for a Hugging Face folder)");
+  cmd->add_option("--expert-parallel-size", args->flags.expert_parallel_size,
+                  "MoE: ranks that share out each layer's routed experts (default 1: every rank holds them all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  cmd->add_flag("--json", args->json, "Print one JSON object: {\"step\", \"world_size\", \"datasets\": [{\"name\", \"val_loss\", ...}]}");
+  cmd->add_option("--timeout", args->timeout_s, "Rendezvous and collective timeout, seconds (default 300)")->check(CLI::Range(1, 86400));
+  add_launch_flags(*cmd, args->launch);
+  cmd->callback([args, &run] {
+    run = [args] {
+      const launch::Topology topo = launch::decide_topology(args->launch, 1, false, 1, "127.0.0.1", 0);
+      tasks::EvalFlags flags = args->flags;
+      if (args->max_batches >= 0) flags.max_batches = args->max_batches;
+      if (args->micro_batch_size > 0) flags.micro_batch_size = args->micro_batch_size;
+      if (args->seq_len > 0) flags.seq_len = args->seq_len;
+      flags.world_size = topo.mode == launch::Topology::Mode::kRank ? topo.world_size : topo.world();
+      const tasks::EvalTarget target = tasks::resolve_eval_target(args->target, args->step);
+      const config::Recipe recipe = tasks::eval_recipe(target, flags);
+      for (const auto& warning : recipe.warnings) log::warn(warning);
+      return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable());
+    };
+  });
+}
+
+}  // namespace dstrain::app

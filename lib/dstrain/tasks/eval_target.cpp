@@ -1,0 +1,262 @@
+#include "dstrain/tasks/eval_target.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <filesystem>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/config/enums.h"
+#include "dstrain/config/load_context.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/hf_export.h"
+#include "dstrain/run/run_dir.h"
+#include "dstrain/train/eval_sets.h"
+
+namespace dstrain::tasks {
+namespace fs = std::filesystem;
+namespace {
+
+bool is_hf_folder(const fs::path& p) {
+  return fs::is_regular_file(p / "config.json") &&
+         (fs::is_regular_file(p / "model.safetensors") || fs::is_regular_file(p / "model.safetensors.index.json"));
+}
+
+std::vector<int64_t> committed_steps(const std::string& root) {
+  std::vector<int64_t> steps;
+  for (const auto& dir : ckpt::checkpoint_candidates(root)) steps.push_back(ckpt::Reader(dir, /*verified=*/true).state().step);
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// The checkpoint of a run that --step names ("": the newest that verifies).
+std::string run_checkpoint(const std::string& run, const std::string& root, const std::string& step) {
+  if (step.empty()) {
+    std::vector<std::string> skipped;
+    const auto usable = ckpt::usable_checkpoint(root, &skipped);
+    for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
+    if (!usable)
+      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies (none in {})", run, root),
+                  "train it until its first checkpoint; its logs are in " + run::RunDir(run).log_dir());
+    return *usable;
+  }
+  const std::string have = fmt::format("{}", fmt::join(committed_steps(root), ", "));
+  const std::string hint = have.empty() ? "it has no committed checkpoint yet" : "its committed checkpoints are of steps " + have;
+  if (step == "best") {
+    const auto best = ckpt::best_checkpoint(root);
+    if (!best)
+      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no best checkpoint ({}/best)", run, root),
+                  "only checkpoint.keep_best with an eval block keeps one; pass --step N (" + hint + ")");
+    return *best;
+  }
+  int64_t n = -1;
+  try {
+    size_t used = 0;
+    n = std::stoll(step, &used);
+    if (used != step.size()) n = -1;
+  } catch (const std::exception&) {}
+  if (n < 0) throw Error(ErrorCode::kUsage, fmt::format("--step '{}' is not a step number or 'best'", step), hint);
+  const std::string dir = (fs::path(root) / ckpt::step_dir_name(n)).string();
+  if (!fs::is_regular_file(fs::path(dir) / "COMMITTED"))
+    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint of step {} ({})", run, n, dir), hint);
+  return dir;
+}
+
+// A checkpoint directory's run: the directory above it, or above its checkpoint directory,
+// whose config names that checkpoint directory.
+std::optional<std::string> run_of_checkpoint(const fs::path& checkpoint) {
+  for (const fs::path& up : {checkpoint.parent_path(), checkpoint.parent_path().parent_path()}) {
+    if (!fs::is_regular_file(up / "config.resolved.json")) continue;
+    const run::RunDir run_dir(up.string());
+    const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
+    if (fs::equivalent(run_dir.ckpt_dir(recipe), checkpoint.parent_path())) return up.string();
+  }
+  return std::nullopt;
+}
+
+void fill_from_checkpoint(EvalTarget& t) {
+  const ckpt::Reader reader(t.checkpoint);
+  reader.verify();  // here, once: the workers then read without checking CRCs again
+  t.step = reader.state().step;
+  t.written_by = reader.state().world_size;
+}
+
+// A recipe for a Hugging Face folder: its config.json gives the model, the data flags the rest.
+config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
+  if (flags.data.empty())
+    throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) has no evaluation data of its own", dir),
+                "pass --data PATH (prepare-data's output, or a file in --format)");
+  if (!flags.seq_len)
+    throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) does not say how long the windows are", dir),
+                "pass --seq-len N (at most its max_position_embeddings)");
+  std::string format = flags.format;
+  if (format.empty()) format = fs::is_regular_file(config::megatron_prefix(flags.data.front()) + ".idx") ? "megatron" : "bytes";
+  const std::vector<std::string> sets = {
+      "model.init_from=" + dir,
+      "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),  // required by the recipe; nothing is written there
+      "data.path=" + flags.data.front(),
+      "data.format=" + format,
+      "data.seq_len=1",            // --seq-len is checked against the model next, naming the flag
+      "train.micro_batch_size=4",  // the windows per micro-batch unless --micro-batch-size
+      "train.steps=1",             // (a recipe trains; nothing here does)
+      "schedule.warmup_steps=0",
+      "logging.steps_per_print=1",
+      "precision.dtype=" + (flags.dtype.empty() ? std::string("fp32") : flags.dtype),
+  };
+  const std::string recipe_name = "dstrain eval " + dir;
+  return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
+    if (path == recipe_name) return std::string();
+    if (!fs::is_regular_file(path)) return std::nullopt;
+    return read_file(path);
+  });
+}
+
+void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f) {
+  if (!f.names.empty() && f.names.size() != f.data.size())
+    throw Error(ErrorCode::kUsage, fmt::format("{} --name for {} --data sets", f.names.size(), f.data.size()),
+                "give one --name per --data, or none (each set is then named by its file stem)");
+  if (!f.data.empty()) {
+    r.eval.paths.clear();
+    for (const auto& d : f.data) r.eval.paths.push_back(fs::absolute(d).lexically_normal().string());
+    r.eval.names = f.names;
+    r.eval.split = 0;
+  } else if (!f.format.empty()) {
+    throw Error(ErrorCode::kUsage, "--format describes --data files, and none were given",
+                "leave --format out to evaluate the run's own sets in its data.format");
+  } else if (!r.eval.enabled()) {
+    throw Error(ErrorCode::kUsage, fmt::format("run '{}' has no evaluation sets of its own (no eval.paths or eval.split)", target.run_dir),
+                "pass --data PATH (repeatable): datasets tokenized like its training data");
+  }
+  if (!f.format.empty() && !config::parse_enum(f.format, r.data.format))
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--format '{}' is not one of {}", f.format, fmt::join(config::enum_names<config::DataFormat>(), ", ")), "");
+  if (!f.dtype.empty() && !config::parse_enum(f.dtype, r.precision.dtype))
+    throw Error(ErrorCode::kUsage, fmt::format("--dtype '{}' is not fp32, bf16 or fp16", f.dtype), "");
+  if (f.seq_len) r.data.seq_len = *f.seq_len;
+  if (r.data.seq_len > r.model.max_seq_len)
+    throw Error(
+        ErrorCode::kUsage,
+        fmt::format("--seq-len {} is longer than the model's longest sequence, {} (max_seq_len; max_position_embeddings in config.json)",
+                    r.data.seq_len, r.model.max_seq_len),
+        fmt::format("pass --seq-len {} or less", r.model.max_seq_len));
+  if (f.max_batches) r.eval.max_batches = *f.max_batches;
+  if (f.micro_batch_size) r.eval.micro_batch_size = *f.micro_batch_size;
+  const int64_t ep = f.expert_parallel_size;
+  if (ep > 1 && (r.model.family != config::ModelFamily::kMlaMoe || r.model.n_routed_experts % ep != 0 || f.world_size % ep != 0))
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--expert-parallel-size {} must divide the model's routed experts ({}) and the {} ranks", ep,
+                            r.model.family == config::ModelFamily::kMlaMoe ? r.model.n_routed_experts : 0, f.world_size),
+                "leave it out to hold every expert on every rank");
+  r.moe.expert_parallel_size = ep;
+}
+
+// The sets' sidecars against the model (and the training data's tokenizer), the sets opened
+// once (each has a window; every token in the vocabulary is checked by the workers as they read).
+void check_sets(const config::Recipe& r, bool from_flags) {
+  std::vector<std::string> problems = config::sidecar_problems(r, [](const std::string& path) -> std::optional<std::string> {
+    if (!fs::is_regular_file(path)) return std::nullopt;
+    return read_file(path);
+  });
+  if (from_flags)
+    for (auto& p : problems)
+      if (p.rfind("eval.paths: ", 0) == 0) p = "--data: " + p.substr(12);
+  if (!problems.empty())
+    throw Error(ErrorCode::kData, fmt::format("{}", fmt::join(problems, "; ")), "evaluate data tokenized with the model's tokenizer");
+  for (const auto& path : r.eval.paths) {
+    const bool megatron = r.data.format == config::DataFormat::kMegatron;
+    const std::string prefix = config::megatron_prefix(path);
+    if (megatron ? !fs::is_regular_file(prefix + ".idx") || !fs::is_regular_file(prefix + ".bin") : !fs::is_regular_file(path))
+      throw Error(ErrorCode::kData,
+                  fmt::format("{} '{}' does not exist or is not a {} (format {})", from_flags ? "--data" : "eval.paths", path,
+                              megatron ? "Megatron dataset (PREFIX.idx and PREFIX.bin)" : "file", config::name(r.data.format)),
+                  from_flags ? "pass prepare-data's output prefix, or the file with --format" : "");
+  }
+  (void)train::open_eval_sets(r);
+}
+
+void check_weights(const config::Recipe& r, const EvalTarget& t) {
+  const std::vector<model::NamedShape> shapes = model::model_tensor_shapes(r.model);
+  if (!t.hf_dir.empty()) return model::check_hf_weights(t.hf_dir, shapes);
+  const ckpt::Reader reader(t.checkpoint, /*verified=*/true);
+  std::vector<std::string> problems;
+  for (const auto& s : shapes) {
+    const ckpt::TensorMeta* m = reader.find(s.name);
+    if (!m && s.required) problems.push_back(fmt::format("no tensor '{}'", s.name));
+    if (m && m->shape != s.shape)
+      problems.push_back(fmt::format("'{}' is [{}], the model's is [{}]", s.name, fmt::join(m->shape, ", "), fmt::join(s.shape, ", ")));
+  }
+  if (!problems.empty())
+    throw Error(ErrorCode::kCheckpoint,
+                fmt::format("checkpoint {} does not hold the model of {}: {}{}", t.checkpoint, t.run_dir,
+                            fmt::join(problems.begin(), problems.begin() + std::min<size_t>(problems.size(), 5), "; "),
+                            problems.size() > 5 ? fmt::format(" (and {} more)", problems.size() - 5) : ""),
+                "pass the run directory that wrote the checkpoint");
+}
+
+}  // namespace
+
+std::string EvalTarget::describe() const {
+  if (!hf_dir.empty()) return "Hugging Face model " + hf_dir;
+  return fmt::format("{} (step {}, written by {} rank{})", checkpoint, step.value_or(0), written_by, written_by == 1 ? "" : "s");
+}
+
+EvalTarget resolve_eval_target(const std::string& target, const std::string& step) {
+  if (!fs::exists(target))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' does not exist", target),
+                "pass a run directory, one of its checkpoints (RUN_DIR/ckpt/step_XXXXXXXX) or a Hugging Face model folder");
+  const fs::path t = fs::absolute(target).lexically_normal();
+  EvalTarget out;
+  fs::path run = t;
+  if (!fs::is_regular_file(t / "config.resolved.json") && fs::is_regular_file(t / "latest") &&
+      fs::is_regular_file(t.parent_path() / "config.resolved.json"))
+    run = t.parent_path();  // a run's checkpoint directory
+  if (fs::is_regular_file(run / "config.resolved.json")) {
+    out.run_dir = run.string();
+    const run::RunDir run_dir(out.run_dir);
+    out.checkpoint = run_checkpoint(out.run_dir, run_dir.ckpt_dir(config::read_resolved_config(run_dir.config_path())), step);
+  } else if (fs::is_regular_file(t / "manifest.json")) {
+    if (!step.empty())
+      throw Error(ErrorCode::kUsage, fmt::format("--step picks a checkpoint of a run, and '{}' is one checkpoint", target),
+                  "leave --step out, or pass the run directory");
+    const auto of = run_of_checkpoint(t);
+    if (!of)
+      throw Error(ErrorCode::kUsage,
+                  fmt::format("checkpoint '{}' is not inside its run directory (no config.resolved.json above it that names it): "
+                              "the model it holds is unknown",
+                              target),
+                  "pass the run directory, with --step N");
+    if (!fs::is_regular_file(t / "COMMITTED"))
+      throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint '{}' was never committed (a save that did not finish)", target),
+                  "evaluate a committed checkpoint of the run");
+    out.run_dir = *of, out.checkpoint = t.string();
+  } else if (is_hf_folder(t)) {
+    if (!step.empty())
+      throw Error(ErrorCode::kUsage, fmt::format("--step picks a checkpoint of a run, and '{}' is a Hugging Face model folder", target),
+                  "leave --step out");
+    out.hf_dir = t.string();
+    return out;
+  } else {
+    throw Error(ErrorCode::kUsage,
+                fmt::format("'{}' is not a run directory (config.resolved.json), a checkpoint (manifest.json) or a Hugging Face "
+                            "model folder (config.json and model.safetensors)",
+                            target),
+                "pass what `dstrain train` wrote (its run_dir), one of its checkpoints, or a folder `export-hf` wrote");
+  }
+  fill_from_checkpoint(out);
+  return out;
+}
+
+config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags) {
+  config::Recipe r =
+      target.hf_dir.empty() ? config::read_resolved_config(run::RunDir(target.run_dir).config_path()) : hf_recipe(target.hf_dir, flags);
+  check_flags(r, target, flags);
+  check_sets(r, !flags.data.empty());
+  check_weights(r, target);
+  return r;
+}
+
+}  // namespace dstrain::tasks

@@ -1,0 +1,188 @@
+#include "dstrain/tasks/eval_task.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/exit_code.h"
+#include "dstrain/core/log.h"
+#include "dstrain/core/threads.h"
+#include "dstrain/device/training_device.h"
+#include "dstrain/launch/supervisor.h"
+#include "dstrain/launch/worker_envs.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/hf_export.h"
+#include "dstrain/run/progress_line.h"
+#include "dstrain/run/worker_env.h"
+#include "dstrain/tasks/comm_task.h"
+#include "dstrain/tasks/eval_target.h"
+#include "dstrain/train/evaluator.h"
+
+namespace dstrain::tasks {
+namespace fs = std::filesystem;
+namespace {
+
+// The checkpoint's model tensors (fp32 master weights and buffers) into the model's, rounded to
+// its dtype as the engine rounds the master weights it publishes. The launcher verified the
+// files and checked the names and shapes.
+void load_checkpoint_weights(const std::string& dir, const model::NamedTensors& tensors) {
+  const ckpt::Reader reader(dir, /*verified=*/true);
+  for (const auto& t : tensors) {
+    const ckpt::TensorMeta* m = reader.find(t.name);
+    if (!m) continue;  // a buffer that older checkpoints lack: the model's default stays
+    at::Tensor host = at::empty(m->shape, m->dtype == "float64" ? at::kDouble : at::kFloat);
+    reader.read(t.name, 0, m->numel(), host.data_ptr(), m->dtype);
+    t.tensor.copy_(host);
+  }
+}
+
+// The model in the recipe's dtype with the target's weights, on `device`; no engine.
+void load_weights(model::CausalLM& model, const config::Recipe& recipe, const EvalTask& task, const c10::Device& device) {
+  c10::NoGradGuard no_grad;
+  if (task.checkpoint.empty()) {
+    model::load_hf_weights(recipe.model.init_from, recipe.model, model.parameters(), model.buffers());
+  } else {
+    load_checkpoint_weights(task.checkpoint, model.parameters());
+    load_checkpoint_weights(task.checkpoint, model.buffers());
+  }
+  // set_data keeps every handle the model holds pointing at the moved tensor.
+  for (const auto& p : model.parameters()) p.tensor.set_data(p.tensor.to(device));
+  model.move_buffers_to(device);
+}
+
+nlohmann::json results_json(int64_t step, int world, const std::vector<train::EvalResult>& results) {
+  nlohmann::json sets = nlohmann::json::array();
+  for (const auto& r : results)
+    sets.push_back(
+        {{"name", r.name}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}, {"windows", r.windows}, {"eval_ms", r.ms}});
+  return {{"step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)}, {"world_size", world}, {"datasets", sets}};
+}
+
+std::string render(const nlohmann::json& j, bool json) {
+  if (json) return j.dump() + "\n";
+  size_t width = 7;
+  for (const auto& d : j.at("datasets")) width = std::max(width, d.at("name").get<std::string>().size());
+  std::string out =
+      fmt::format("{:<{}}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}\n", "dataset", width, "val_loss", "val_ppl", "tokens", "windows", "time");
+  for (const auto& d : j.at("datasets"))
+    out += fmt::format("{:<{}}  {:>12.6f}  {:>12.4f}  {:>12}  {:>9}  {:>7.2f} s\n", d.at("name").get<std::string>(), width,
+                       d.at("val_loss").get<double>(), d.at("val_ppl").get<double>(), d.at("val_tokens").get<int64_t>(),
+                       d.at("windows").get<int64_t>(), d.at("eval_ms").get<double>() / 1000.0);
+  return out;
+}
+
+// Rank 0's progress for the launcher's bar: forwards done of all, this rank's running loss.
+train::Evaluator::Progress progress_printer(int64_t total, int world) {
+  auto done = std::make_shared<int64_t>(0);
+  const auto start = std::chrono::steady_clock::now();
+  return [=](const train::EvalSet&, int64_t, int64_t, double token_loss, int64_t tokens) {
+    ++*done;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double loss = tokens > 0 ? token_loss / static_cast<double>(tokens) : 0.0;
+    const double rate = elapsed > 0 ? static_cast<double>(tokens) * world / elapsed : 0.0;
+    std::printf("%s\n", run::encode_line({*done, 0, total, loss, rate, elapsed}).c_str());
+    std::fflush(stdout);
+  };
+}
+
+}  // namespace
+
+std::vector<std::string> eval_task_args(const EvalTask& t) {
+  std::vector<std::string> args{"--task",    "eval",
+                                "--config",  t.config_path,
+                                "--step",    std::to_string(t.step),
+                                "--result",  t.result_path,
+                                "--timeout", std::to_string(t.timeout_s)};
+  if (!t.checkpoint.empty()) args.insert(args.end(), {"--checkpoint", t.checkpoint});
+  return args;
+}
+
+int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
+  log::set_rank(env.rank);
+  at::set_num_threads(env.threads);
+  const device::TrainingDevice device = device::open_training_device(env.device, env.rank);
+  const config::Recipe recipe = config::read_resolved_config(task.config_path);
+  const comm::Endpoint endpoint = comm::endpoint_of(env, std::chrono::seconds(task.timeout_s));
+  auto gloo = comm::make_gloo_communicator(endpoint, env.rank, env.world_size);
+  const int ep = static_cast<int>(recipe.moe.expert_parallel_size);
+  std::unique_ptr<comm::Communicator> nccl;  // the experts' all-to-alls of GPU tensors
+  if (ep > 1 && device.device.is_cuda()) {
+    comm::Endpoint client = endpoint;
+    client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
+    nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
+  }
+  comm::ExpertCommunicators experts = comm::split_expert_groups(nccl ? *nccl : *gloo, ep);
+  auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), experts.parallel.get());
+  load_weights(*model, recipe, task, device.device);
+  train::Evaluator evaluator(train::open_eval_sets(recipe), train::eval_options_from(recipe), *model, nullptr, *gloo, device.device,
+                             recipe.train.loss_chunk_tokens);
+  if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));
+  const std::vector<train::EvalResult> results = evaluator.evaluate();
+  if (env.rank == 0) {
+    for (const auto& r : results)
+      log::info(fmt::format("eval | {} | val_loss {:.6f} | ppl {:.4f} | {} tokens in {} windows | {:.0f} ms", r.name, r.loss, r.ppl,
+                            r.tokens, r.windows, r.ms));
+    const nlohmann::json j = results_json(task.step, env.world_size, results);
+    if (task.result_path.empty())
+      std::fputs(render(j, task.json).c_str(), stdout), std::fflush(stdout);
+    else
+      write_file_atomic(task.result_path, j.dump() + "\n");
+  }
+  gloo->barrier()->wait();  // nobody leaves while another still evaluates
+  return exit_status::kOk;
+}
+
+int evaluate_target(const launch::Topology& topo, const EvalTarget& target, const config::Recipe& recipe, bool json, int timeout_s,
+                    const std::string& executable) {
+  const std::string dir = (fs::temp_directory_path() / fmt::format("dstrain-eval-{}", ::getpid())).string();
+  fs::create_directories(dir);
+  EvalTask task;
+  task.config_path = dir + "/config.resolved.json";
+  config::write_resolved_config(recipe, task.config_path);
+  task.checkpoint = target.checkpoint;
+  task.step = target.step.value_or(-1);
+  task.json = json;
+  task.timeout_s = timeout_s;
+  const bool rank_mode = topo.mode == launch::Topology::Mode::kRank;
+  if (!rank_mode || topo.rank == 0)
+    log::info(fmt::format("evaluating {} on {} rank{} ({})", target.describe(), rank_mode ? topo.world_size : topo.world(),
+                          (rank_mode ? topo.world_size : topo.world()) == 1 ? "" : "s", config::name(recipe.precision.dtype)));
+  if (rank_mode) {
+    const run::WorkerEnv env =
+        launch::rank_env(topo, topo.shared_run_id(), "", launch::rank_threads(0, topo, online_cores(), node_cores()));
+    const int status = run_eval_task(env, task);
+    fs::remove_all(dir);
+    return status;
+  }
+  task.result_path = dir + "/result.json";
+  const TaskRendezvous rendezvous = task_rendezvous(topo, "eval", std::chrono::seconds(timeout_s));
+  launch::SupervisorOptions sup;
+  sup.executable = executable;
+  sup.worker_args = {"worker"};
+  for (const auto& a : eval_task_args(task)) sup.worker_args.push_back(a);
+  sup.log_dir = dir;
+  sup.progress_bar = ::isatty(STDERR_FILENO) != 0;
+  sup.workers = launch::local_worker_envs(topo, rendezvous.port, rendezvous.run_key.substr(0, rendezvous.run_key.rfind('/')), dir,
+                                          threads_per_worker(0, topo.nproc_per_node, online_cores()));
+  const int status = launch::supervise(sup);
+  if (status != 0) {
+    log::error(fmt::format("dstrain eval could not finish (worker logs in {})", dir));
+    return status;
+  }
+  if (topo.node_rank == 0) std::fputs(render(nlohmann::json::parse(read_file(task.result_path)), json).c_str(), stdout);
+  fs::remove_all(dir);
+  return exit_status::kOk;
+}
+
+}  // namespace dstrain::tasks
