@@ -17,6 +17,7 @@ void register_resume(CLI::App& app, Run& run);
 void register_check_env(CLI::App& app, Run& run);
 void register_inspect_ckpt(CLI::App& app, Run& run);
 void register_eval(CLI::App& app, Run& run);
+void register_chat_template(CLI::App& app, Run& run);
 void register_worker(CLI::App& app, Run& run);
 void register_schema(CLI::App& app, Run& run);
 void register_bench(CLI::App& app, Run& run);

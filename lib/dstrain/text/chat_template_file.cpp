@@ -1,0 +1,136 @@
+#include "dstrain/text/chat_template_file.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <stdexcept>
+
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+
+namespace dstrain::text {
+namespace fs = std::filesystem;
+namespace {
+
+std::string token_text(const nlohmann::json& config, const char* key) {
+  if (!config.contains(key)) return "";
+  const auto& v = config.at(key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v.at("content").is_string()) return v.at("content").get<std::string>();
+  return "";
+}
+
+jinja::Value value_of(const nlohmann::ordered_json& j) {
+  using jinja::Dict;
+  using jinja::List;
+  using jinja::Value;
+  switch (j.type()) {
+    case nlohmann::ordered_json::value_t::null:
+      return Value::none();
+    case nlohmann::ordered_json::value_t::boolean:
+      return Value(j.get<bool>());
+    case nlohmann::ordered_json::value_t::number_integer:
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return Value(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return Value(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return Value(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::array: {
+      List list;
+      for (const auto& e : j) list.push_back(value_of(e));
+      return Value(std::move(list));
+    }
+    case nlohmann::ordered_json::value_t::object: {
+      Dict d;
+      for (auto it = j.begin(); it != j.end(); ++it) d.set(it.key(), value_of(it.value()));
+      return Value(std::move(d));
+    }
+    default:
+      return Value();
+  }
+}
+
+}  // namespace
+
+ChatTemplateSource read_chat_template(const std::string& path, const std::string& template_name) {
+  if (!fs::exists(path))
+    throw Error(ErrorCode::kConfig, fmt::format("'{}' does not exist", path),
+                "pass a tokenizer directory (with tokenizer_config.json), its tokenizer_config.json, or a .jinja template file");
+  const fs::path config_path = fs::is_directory(path) ? fs::path(path) / "tokenizer_config.json" : fs::path(path);
+  ChatTemplateSource out;
+  if (config_path.extension() != ".json") {  // a template file
+    out.source = read_file(config_path.string());
+    out.name = config_path.string();
+    return out;
+  }
+  if (!fs::is_regular_file(config_path))
+    throw Error(ErrorCode::kConfig, fmt::format("'{}' has no tokenizer_config.json", path), "pass --chat-template FILE with the template");
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(read_file(config_path.string()));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorCode::kConfig, fmt::format("{}: not valid JSON: {}", config_path.string(), e.what()), "");
+  }
+  out.bos_token = token_text(config, "bos_token");
+  out.eos_token = token_text(config, "eos_token");
+  out.name = config_path.string();
+  const nlohmann::json t = config.value("chat_template", nlohmann::json());
+  if (t.is_string()) {
+    out.source = t.get<std::string>();
+  } else if (t.is_array()) {  // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
+    std::string names;
+    for (const auto& entry : t) {
+      const std::string n = entry.value("name", "");
+      names += (names.empty() ? "" : ", ") + n;
+      if (n == template_name && entry.contains("template") && entry.at("template").is_string())
+        out.source = entry.at("template").get<std::string>(), out.name += " (" + n + ")";
+    }
+    if (out.source.empty())
+      throw Error(ErrorCode::kConfig,
+                  fmt::format("{}: no chat template named '{}' (it has: {})", config_path.string(), template_name, names), "");
+  } else {
+    // transformers >= 4.43 keeps it beside the config: chat_template.jinja
+    const fs::path beside = config_path.parent_path() / "chat_template.jinja";
+    if (!fs::is_regular_file(beside))
+      throw Error(ErrorCode::kConfig,
+                  fmt::format("{} has no chat_template (and there is no chat_template.jinja beside it)", config_path.string()),
+                  "pass --chat-template FILE with the template the model was trained with");
+    out.source = read_file(beside.string());
+    out.name = beside.string();
+  }
+  return out;
+}
+
+jinja::Value chat_context(const std::string& text, const ChatTemplateSource& source, bool generation_prompt) {
+  const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (line.is_discarded()) throw std::invalid_argument("not valid JSON");
+  if (!(line.is_array() || (line.is_object() && line.contains("messages") && line.at("messages").is_array())))
+    throw std::invalid_argument("not a conversation (a JSON array of messages, or an object with \"messages\")");
+  nlohmann::ordered_json context = line.is_array() ? nlohmann::ordered_json{{"messages", line}} : line;
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  for (const auto& m : context.at("messages")) {
+    const nlohmann::ordered_json* reasoning = nullptr;
+    for (const char* key : {"reasoning_content", "thinking", "reasoning"})
+      if (!reasoning && m.is_object() && m.contains(key) && !m.at(key).is_null()) reasoning = &m.at(key);
+    if (!reasoning) {
+      messages.push_back(m);
+      continue;
+    }
+    nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
+    aliased["thinking"] = *reasoning;
+    for (auto it = m.begin(); it != m.end(); ++it) aliased[it.key()] = it.value();
+    aliased["reasoning_content"] = *reasoning;
+    messages.push_back(aliased);
+  }
+  context["messages"] = messages;
+  for (const char* key : {"tools", "documents"})
+    if (!context.contains(key)) context[key] = nullptr;
+  if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = generation_prompt;
+  if (!context.contains("bos_token")) context["bos_token"] = source.bos_token;
+  if (!context.contains("eos_token")) context["eos_token"] = source.eos_token;
+  return value_of(context);
+}
+
+}  // namespace dstrain::text

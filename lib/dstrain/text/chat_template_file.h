@@ -1,0 +1,28 @@
+#pragma once
+// Where a chat template comes from: a tokenizer directory or its tokenizer_config.json
+// (`chat_template`: a string, or a list of named templates, "default" first), or a template file
+// (.jinja). The tokenizer's bos_token and eos_token come with it: templates print them.
+#include <string>
+
+#include "dstrain/text/jinja/value.h"
+
+namespace dstrain::text {
+
+struct ChatTemplateSource {
+  std::string source;  // the template text
+  std::string name;    // for messages: the file, and the template's name when it has one
+  std::string bos_token, eos_token;
+};
+
+// Throws dstrain::Error{kConfig} naming the file when there is no template or the JSON is malformed.
+ChatTemplateSource read_chat_template(const std::string& path, const std::string& template_name = "default");
+
+// What transformers' apply_chat_template passes a template for one conversation: `line` is the
+// JSON text of an array of messages, or an object with "messages" and other variables; tools and documents
+// default to none, add_generation_prompt to `generation_prompt`, the special tokens to the
+// tokenizer's; a message's reasoning (reasoning_content, thinking or reasoning) is given under
+// "thinking" and "reasoning_content" as well (transformers 5). Throws std::invalid_argument for
+// a line that is not JSON or neither.
+jinja::Value chat_context(const std::string& line, const ChatTemplateSource& source, bool generation_prompt);
+
+}  // namespace dstrain::text
