@@ -78,9 +78,11 @@ std::optional<std::string> run_of_checkpoint(const fs::path& checkpoint) {
   return std::nullopt;
 }
 
-void fill_from_checkpoint(EvalTarget& t) {
-  const ckpt::Reader reader(t.checkpoint);
-  reader.verify();  // here, once: the workers then read without checking CRCs again
+// verified: usable_checkpoint has checked every file already (the latest); else it is checked
+// here, once, and the workers then read without checking CRCs again.
+void fill_from_checkpoint(EvalTarget& t, bool verified) {
+  const ckpt::Reader reader(t.checkpoint, verified);
+  if (!verified) reader.verify();
   t.step = reader.state().step;
   t.written_by = reader.state().world_size;
 }
@@ -210,6 +212,7 @@ EvalTarget resolve_eval_target(const std::string& target, const std::string& ste
                 "pass a run directory, one of its checkpoints (RUN_DIR/ckpt/step_XXXXXXXX) or a Hugging Face model folder");
   const fs::path t = fs::absolute(target).lexically_normal();
   EvalTarget out;
+  bool verified = false;  // by usable_checkpoint, for a run's latest
   fs::path run = t;
   if (!fs::is_regular_file(t / "config.resolved.json") && fs::is_regular_file(t / "latest") &&
       fs::is_regular_file(t.parent_path() / "config.resolved.json"))
@@ -218,6 +221,7 @@ EvalTarget resolve_eval_target(const std::string& target, const std::string& ste
     out.run_dir = run.string();
     const run::RunDir run_dir(out.run_dir);
     out.checkpoint = run_checkpoint(out.run_dir, run_dir.ckpt_dir(config::read_resolved_config(run_dir.config_path())), step);
+    verified = step.empty();
   } else if (fs::is_regular_file(t / "manifest.json")) {
     if (!step.empty())
       throw Error(ErrorCode::kUsage, fmt::format("--step picks a checkpoint of a run, and '{}' is one checkpoint", target),
@@ -246,7 +250,7 @@ EvalTarget resolve_eval_target(const std::string& target, const std::string& ste
                             target),
                 "pass what `dstrain train` wrote (its run_dir), one of its checkpoints, or a folder `export-hf` wrote");
   }
-  fill_from_checkpoint(out);
+  fill_from_checkpoint(out, verified);
   return out;
 }
 

@@ -596,15 +596,11 @@ class Parser {
     }
     return body;
   }
-  const Segment& closing(const std::set<std::string>& words) {
-    const Segment& s = seg_[pos_++];
-    ExprParser p = tag(s);
-    const std::string w = p.expect_name();
-    (void)words;
-    if (w != "endif" && w != "endfor" && w != "endset" && w != "endmacro" && w != "endgeneration" && w != "endfilter" && w != "endcall")
-      return s;
+  // Consumes the end tag parse_body stopped at ({% endif %}, ...): nothing may follow its keyword.
+  void close_block() {
+    ExprParser p = tag(seg_[pos_++]);
+    p.expect_name();
     p.expect_end();
-    return s;
   }
   StmtPtr statement(const std::string& word, const Segment& s) {
     ExprParser p = tag(s);
@@ -622,7 +618,7 @@ class Parser {
       p.expect_end();
       auto g = std::make_unique<Stmt>(Stmt::Kind::kGeneration, s.where);
       g->bodies.push_back(parse_body({"endgeneration"}));
-      closing({"endgeneration"});
+      close_block();
       return g;
     }
     if (word == "filter") {
@@ -631,7 +627,7 @@ class Parser {
       if (!is_filter(f->text)) fail(name_, s.where, fmt::format("no filter named '{}' (or not one dstrain renders)", f->text));
       p.expect_end();
       f->bodies.push_back(parse_body({"endfilter"}));
-      closing({"endfilter"});
+      close_block();
       return f;
     }
     if (word == "call") {
@@ -639,7 +635,7 @@ class Parser {
       c->call = p.expression();
       p.expect_end();
       c->bodies.push_back(parse_body({"endcall"}));
-      closing({"endcall"});
+      close_block();
       return c;
     }
     fail(name_, at, word.empty() ? "an empty {% %} tag" : fmt::format("'{{% {} %}}' is not supported", word));
@@ -661,7 +657,7 @@ class Parser {
       q.expect_end();
       if (w == "else") {
         st->bodies.push_back(parse_body({"endif"}));
-        closing({"endif"});
+        close_block();
       }
       return st;
     }
@@ -687,7 +683,7 @@ class Parser {
     st->bodies.emplace_back();
     if (w == "else") {
       st->bodies.back() = parse_body({"endfor"});
-      closing({"endfor"});
+      close_block();
     }
     return st;
   }
@@ -708,7 +704,7 @@ class Parser {
       auto st = std::make_unique<Stmt>(Stmt::Kind::kSetBlock, s.where);
       st->text = first;
       st->bodies.push_back(parse_body({"endset"}));
-      closing({"endset"});
+      close_block();
       return st;
     }
     p.expect_op("=");
@@ -735,7 +731,7 @@ class Parser {
     p.expect_op(")");
     p.expect_end();
     st->bodies.push_back(parse_body({"endmacro"}));
-    closing({"endmacro"});
+    close_block();
     return st;
   }
 
