@@ -1,10 +1,5 @@
 #include "dstrain/data/token_file.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -15,6 +10,7 @@
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/mapped_file.h"
 
 namespace dstrain::data {
 namespace {
@@ -24,31 +20,7 @@ namespace {
               "check data.path and data.format in the recipe; re-create the file if it is damaged");
 }
 
-// A read-only mapping of a whole file.
-class Mapping {
- public:
-  explicit Mapping(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) bad(path, fmt::format("cannot open it: {}", std::strerror(errno)));
-    struct stat st {};
-    ::fstat(fd, &st);
-    size_ = static_cast<size_t>(st.st_size);
-    if (size_ > 0) data_ = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    ::close(fd);
-    if (data_ == MAP_FAILED) bad(path, fmt::format("cannot map it: {}", std::strerror(errno)));
-  }
-  ~Mapping() {
-    if (data_ && data_ != MAP_FAILED) ::munmap(data_, size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  const uint8_t* bytes() const { return static_cast<const uint8_t*>(data_); }
-  size_t size() const { return size_; }
-
- private:
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
+using Mapping = MappedFile;
 
 template <typename T>
 T read_le(const uint8_t* p) {

@@ -39,10 +39,10 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_json(const std::string& json, c
   return t;
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Session& session) const {
+void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens) const {
   const Impl& m = *impl_;
   auto& s = *session.impl_;
-  ids.insert(ids.end(), m.prefix_ids.begin(), m.prefix_ids.end());
+  if (add_special_tokens) ids.insert(ids.end(), m.prefix_ids.begin(), m.prefix_ids.end());
   auto& pieces = s.pieces;
   pieces.text.assign(text.data(), text.size());
   pieces.list.assign(1, Piece{0, static_cast<uint32_t>(text.size()), -1});
@@ -84,7 +84,7 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Sessio
       m.model->encode(std::string_view(pieces.text).substr(piece.begin, piece.end - piece.begin), ids, s.bpe, s.dropped);
     }
   }
-  ids.insert(ids.end(), m.suffix_ids.begin(), m.suffix_ids.end());
+  if (add_special_tokens) ids.insert(ids.end(), m.suffix_ids.begin(), m.suffix_ids.end());
 }
 
 std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {

@@ -37,8 +37,9 @@ class Tokenizer {
   };
 
   // Appends the ids of `text` (valid UTF-8) as `tokenizers`' encode(text).ids gives them, with
-  // the post-processor's special tokens (add_special_tokens=True).
-  void encode(std::string_view text, std::vector<uint32_t>& ids, Session& session) const;
+  // the post-processor's special tokens (add_special_tokens=True), or without them (false: what
+  // apply_chat_template(tokenize=True) does, since a chat template prints its own BOS).
+  void encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens = true) const;
   // The text of `ids` (added tokens as their content), as the ByteLevel decoder (or, without a
   // decoder, the concatenation of the tokens) gives it. Throws for ids outside the vocabulary.
   std::string decode(const std::vector<uint32_t>& ids) const;

@@ -123,7 +123,7 @@ TEST_CASE("Byte-level alphabet and UTF-8 repair", "[text]") {
   CHECK(is_unicode_numeric(0x00BD));  // ½ (No)
 }
 
-TEST_CASE("tokenizer.json: ByteLevel must be the last pre-tokenizer; the template wraps the ids", "[text]") {
+TEST_CASE("tokenizer.json: ByteLevel must be the last pre-tokenizer; the template wraps the ids unless told not to", "[text]") {
   const auto dir = std::filesystem::temp_directory_path() / "dstrain-tokenizer-unit";
   std::filesystem::create_directories(dir);
   const auto write = [&](const std::string& pre) {
@@ -141,6 +141,9 @@ TEST_CASE("tokenizer.json: ByteLevel must be the last pre-tokenizer; the templat
   std::vector<uint32_t> ids;
   t->encode("ab<s>ba", ids, session);
   CHECK(ids == std::vector<uint32_t>{3, 2, 3, 1, 0});
+  std::vector<uint32_t> chat;
+  t->encode("<s>ab", chat, session, /*add_special_tokens=*/false);  // a chat template's own BOS, and no second one
+  CHECK(chat == std::vector<uint32_t>{3, 2});
   CHECK(t->vocab_size() == 4);
   CHECK(t->decode(ids) == "<s>ab<s>ba");
   std::filesystem::remove_all(dir);
