@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/loss_mask.h"
 #include "dstrain/data/token_file.h"
 #include "dstrain/text/tokenizer.h"
 
@@ -15,7 +16,22 @@ namespace {
 
 // The first `count` documents of `file` as text: through the tokenizer named by --tokenizer or
 // by the dataset's PREFIX.json, or byte by byte for prepare-data's byte-level datasets.
-void print_documents(const data::TokenFile& file, const std::string& path, const std::string& tokenizer_path, int64_t count) {
+// A document's text with its trained spans between [[ and ]].
+std::string marked_text(const text::Tokenizer& tokenizer, const std::vector<uint32_t>& ids, const uint8_t* mask) {
+  std::string out;
+  for (size_t a = 0; a < ids.size();) {
+    size_t b = a;
+    while (b < ids.size() && mask[b] == mask[a]) ++b;
+    const std::string piece =
+        tokenizer.decode(std::vector<uint32_t>(ids.begin() + static_cast<std::ptrdiff_t>(a), ids.begin() + static_cast<std::ptrdiff_t>(b)));
+    out += mask[a] ? "[[" + piece + "]]" : piece;
+    a = b;
+  }
+  return out;
+}
+
+void print_documents(const data::TokenFile& file, const std::string& path, const std::string& tokenizer_path, int64_t count,
+                     const data::LossMask* mask) {
   const auto sidecar = config::read_dataset_sidecar(path);
   std::string from = tokenizer_path;
   if (from.empty() && sidecar && sidecar->tokenizer == "huggingface") from = sidecar->tokenizer_dir;
@@ -40,8 +56,10 @@ void print_documents(const data::TokenFile& file, const std::string& path, const
         ids.push_back(static_cast<uint32_t>(t));
       }
     }
-    if (tokenizer) text = tokenizer->decode(ids);
-    fmt::print("--- document {} ({} tokens) ---\n{}\n", d, end - begin, text);
+    if (tokenizer) text = mask ? marked_text(*tokenizer, ids, mask->values() + begin) : tokenizer->decode(ids);
+    std::string trained;
+    if (mask) trained = fmt::format(", {} trained", std::count(mask->values() + begin, mask->values() + end, uint8_t{1}));
+    fmt::print("--- document {} ({} tokens{}) ---\n{}\n", d, end - begin, trained, text);
   }
 }
 
@@ -58,7 +76,9 @@ void register_inspect_data(CLI::App& app, Run& run) {
       "Opens the file as training would (memory-mapped, validated) and prints its token and document\n"
       "counts and the first tokens. With --decode N, also the first N documents as text, through the\n"
       "tokenizer prepare-data copied beside the dataset (PREFIX.tokenizer/) or the one given with\n"
-      "--tokenizer. Exit status 3 when the file is missing or malformed.\n\n"
+      "--tokenizer. A fine-tuning set's loss mask (PREFIX.lossmask, from prepare-data --chat) is checked\n"
+      "against PREFIX.json, and --decode shows the trained spans between [[ and ]].\n"
+      "Exit status 3 when the file is missing or malformed.\n\n"
       "Examples:\n"
       "  dstrain inspect-data data/pycode --format megatron\n"
       "  dstrain inspect-data fineweb_train_000001.bin --format llmc --head 32\n"
@@ -79,7 +99,20 @@ void register_inspect_data(CLI::App& app, Run& run) {
                  file->document_starts().empty() ? std::string("(no document boundaries in this format)")
                                                  : std::to_string(file->document_starts().size()),
                  fmt::join(first, ", "));
-      if (*decode > 0) print_documents(*file, *path, *tokenizer, *decode);
+      std::unique_ptr<data::LossMask> mask;
+      const std::string prefix = config::megatron_prefix(*path);
+      if (data_format == config::DataFormat::kMegatron && data::has_loss_mask(prefix)) {
+        mask = std::make_unique<data::LossMask>(prefix, file->size());
+        const auto sidecar = config::read_dataset_sidecar(*path);
+        if (!sidecar || sidecar->lossmask_bytes < 0)
+          throw Error(ErrorCode::kData, fmt::format("{}.lossmask has no record in {}.json", prefix, prefix),
+                      "prepare the dataset again with `dstrain prepare-data --chat`");
+        mask->verify(sidecar->lossmask_bytes, sidecar->lossmask_crc32c);
+        const int64_t trained = std::count(mask->values(), mask->values() + file->size(), uint8_t{1});
+        fmt::print("loss mask  {}: {} of {} tokens trained ({:.1f}%), size and CRC-32C as {}.json records\n", mask->path(), trained,
+                   file->size(), file->size() ? 100.0 * static_cast<double>(trained) / static_cast<double>(file->size()) : 0.0, prefix);
+      }
+      if (*decode > 0) print_documents(*file, *path, *tokenizer, *decode, mask.get());
       return 0;
     };
   });

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dstrain/core/error.h"
 #include "dstrain/data/prepare.h"
 
 namespace dstrain::app {
@@ -20,6 +21,77 @@ std::vector<std::string> split_commas(const std::string& list) {
   return out;
 }
 
+struct ChatFlags {
+  bool chat = false, no_chat = false;
+  std::string format = "auto", fields, train_on = "assistant", too_long = "drop", on_error = "stop";
+};
+
+void add_chat_options(CLI::App* cmd, data::PrepareOptions& o, ChatFlags& f) {
+  auto* on = cmd->add_flag("--chat", f.chat,
+                           "Each JSON example is a conversation (chosen by itself when the first line holds one and --tokenizer is given)");
+  cmd->add_flag("--no-chat", f.no_chat, "Read JSON Lines as plain text (--json-key) even when they hold conversations")->excludes(on);
+  cmd->add_option("--chat-format", f.format, "auto (per line), openai (messages), sharegpt (conversations) or alpaca (instruction/output)")
+      ->check(CLI::IsMember({"auto", "openai", "sharegpt", "alpaca"}));
+  cmd->add_option("--chat-fields", f.fields,
+                  "Rename the fields read, NAME=KEY comma-separated: messages, role, content, conversations, from, value, "
+                  "instruction, input, output, system, history, train");
+  cmd->add_option("--chat-template", o.chat.chat_template,
+                  "The chat template: a .jinja file or a tokenizer_config.json (default: the --tokenizer folder's own)");
+  cmd->add_option("--template-name", o.chat.template_name, "Which of a tokenizer's named templates (default: default)");
+  cmd->add_option("--template", o.chat.builtin,
+                  "A built-in template instead: deepseek-coder-finetune (DeepSeek-Coder's finetune script, byte for byte)");
+  cmd->add_option("--train-on", f.train_on,
+                  "assistant (every assistant turn, its end-of-turn token included), last (the last assistant turn) or all "
+                  "tokens; a message's own \"train\": false/true wins")
+      ->check(CLI::IsMember({"assistant", "last", "all"}));
+  cmd->add_option("--end-of-turn", o.chat.encode.end_of_turn,
+                  "The token that ends an assistant turn (default: tokenizer_config.json's eos_token); must be one token");
+  cmd->add_option("--max-length", o.chat.encode.max_length, "Longest conversation in tokens (0: no limit); see --too-long")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--too-long", f.too_long, "drop (default) or truncate a conversation over --max-length (its end-of-turn token kept)")
+      ->check(CLI::IsMember({"drop", "truncate"}));
+  cmd->add_flag("--last-turn-verbatim", o.chat.encode.last_turn_verbatim,
+                "Write the last assistant message as given after the generation prompt, not as the template renders it "
+                "(for templates that cut it, such as R1's reasoning)");
+  cmd->add_option("--on-error", f.on_error, "stop (default: name the file and line) or skip (drop and count) bad conversations")
+      ->check(CLI::IsMember({"stop", "skip"}));
+}
+
+void apply_chat_flags(const ChatFlags& f, data::PrepareOptions& o) {
+  o.chat.mode = f.chat ? data::ChatMode::kOn : f.no_chat ? data::ChatMode::kOff : data::ChatMode::kAuto;
+  o.chat.format = f.format == "openai"     ? data::ChatFormat::kOpenAI
+                  : f.format == "sharegpt" ? data::ChatFormat::kShareGPT
+                  : f.format == "alpaca"   ? data::ChatFormat::kAlpaca
+                                           : data::ChatFormat::kAuto;
+  for (const auto& field : split_commas(f.fields)) data::set_chat_field(o.chat.fields, field);
+  o.chat.encode.train_on = f.train_on == "all"    ? data::TrainOn::kAll
+                           : f.train_on == "last" ? data::TrainOn::kLastAssistant
+                                                  : data::TrainOn::kAssistant;
+  o.chat.encode.overlength = f.too_long == "truncate" ? data::Overlength::kTruncate : data::Overlength::kDrop;
+  o.chat.skip_errors = f.on_error == "skip";
+  const bool chat_flags = f.format != "auto" || !f.fields.empty() || !o.chat.chat_template.empty() || !o.chat.builtin.empty() ||
+                          f.train_on != "assistant" || !o.chat.encode.end_of_turn.empty() || o.chat.encode.max_length > 0 ||
+                          o.chat.encode.last_turn_verbatim || o.chat.skip_errors;
+  if (chat_flags && f.no_chat) throw Error(ErrorCode::kUsage, "--no-chat and the conversation flags do not go together", "");
+}
+
+void print_chat_summary(const data::PrepareSummary& s) {
+  const data::ChatCounts& c = s.chat_counts;
+  for (const auto& o : s.outputs)
+    fmt::print("wrote {}.lossmask: {} of {} tokens trained ({:.1f}%); chat template {}, end of turn '{}'\n", o.prefix, o.trained_tokens,
+               o.tokens, o.tokens ? 100.0 * static_cast<double>(o.trained_tokens) / static_cast<double>(o.tokens) : 0.0, s.chat_template,
+               s.end_of_turn);
+  fmt::print("{}\n", data::chat_counts_line(c));
+  if (c.rewrites_history)
+    fmt::print(
+        "warning: in {} conversations (the first: {}) the chat template does not render a trained message as written (e.g. R1's "
+        "template cuts the reasoning before </think> from assistant turns): those turns are trained as the template renders "
+        "them, or not at all where a later turn changed them; pass --train-on last --last-turn-verbatim to train each "
+        "conversation's final answer as written\n",
+        c.rewrites_history, c.first_rewrite);
+  if (c.doubled_bos) fmt::print("warning: {} conversations rendered two BOS tokens at the start; one was removed\n", c.doubled_bos);
+}
+
 void print_summary(const data::PrepareSummary& s) {
   for (const auto& o : s.outputs)
     fmt::print("wrote {}.bin and {}.idx{}: {} documents, {} tokens; crc32c bin {:08x} idx {:08x}\n", o.prefix, o.prefix,
@@ -28,6 +100,7 @@ void print_summary(const data::PrepareSummary& s) {
   const double mb = static_cast<double>(s.input_bytes) / 1e6;
   fmt::print("{:.1f} MB in {:.2f} s with {} workers: {:.1f} MB/s, {:.2f} M tokens/s\n", mb, s.seconds, s.workers,
              s.seconds > 0 ? mb / s.seconds : 0.0, s.seconds > 0 ? static_cast<double>(s.tokens) / 1e6 / s.seconds : 0.0);
+  if (s.chat) print_chat_summary(s);
   if (s.empty_documents) fmt::print("skipped {} empty documents\n", s.empty_documents);
   if (s.repaired_utf8) fmt::print("replaced {} invalid UTF-8 sequences with U+FFFD (as Python's errors=\"replace\")\n", s.repaired_utf8);
   if (s.dropped_characters)
@@ -41,6 +114,7 @@ void register_prepare_data(CLI::App& app, Run& run) {
   auto ext = std::make_shared<std::string>();
   auto keys = std::make_shared<std::vector<std::string>>();
   auto format = std::make_shared<std::string>("auto");
+  auto chat = std::make_shared<ChatFlags>();
   CLI::App* cmd = app.add_subcommand("prepare-data", "Tokenize text or JSON Lines into a Megatron dataset for training");
   cmd->footer(
       "Without --tokenizer, every document becomes its bytes (tokens 0-255) and an end-of-document token\n"
@@ -56,11 +130,24 @@ void register_prepare_data(CLI::App& app, Run& run) {
       "--json-key values, one dataset per key: PREFIX_KEY.*, as Megatron's preprocess_data.py does.\n"
       "The output is identical whatever --workers is. Train with data: {format: megatron, path: PREFIX}\n"
       "and model.vocab_size at least the dataset's vocab size (train checks it).\n\n"
+      "Conversations (--chat, chosen by itself when the first JSON line holds one): OpenAI-style\n"
+      "messages, ShareGPT conversations, Alpaca and DeepSeek-Coder instruction/output, one per JSON\n"
+      "line or as a .json array. Each is rendered with the tokenizer's own chat template exactly as\n"
+      "transformers' apply_chat_template renders it (or --chat-template FILE, or --template\n"
+      "deepseek-coder-finetune), tokenized without extra special tokens, and written as one document\n"
+      "with PREFIX.lossmask: a byte per token, 1 where the model learns (by default every assistant\n"
+      "turn with its end-of-turn token, found by rendering each prefix). A conversation that is\n"
+      "malformed or that the template refuses stops the run with its file and line (exit 3), leaving\n"
+      "no files, unless --on-error skip; one with nothing to train is dropped and counted; --max-length\n"
+      "drops or truncates, counted in PREFIX.json. An end-of-turn string that is not one token, or a\n"
+      "template whose assistant turns lack it, is an error (exit 2): the model would never stop.\n\n"
       "Examples:\n"
       "  dstrain prepare-data notes.txt book.txt --output data/text\n"
       "  dstrain prepare-data /usr/lib/python3.11 --ext .py --output data/pycode --max-bytes 50000000\n"
       "  dstrain prepare-data corpus/ --ext .jsonl.gz --tokenizer deepseek-v3/ --output data/corpus --workers 16\n"
-      "  zcat dump.jsonl.gz | dstrain prepare-data - --input-format jsonl --tokenizer tok.json --output data/dump");
+      "  zcat dump.jsonl.gz | dstrain prepare-data - --input-format jsonl --tokenizer tok.json --output data/dump\n"
+      "  dstrain prepare-data chats.jsonl --chat --tokenizer deepseek-llm-7b-chat/ --output data/sft --max-length 4096\n"
+      "  dstrain prepare-data evol.jsonl --tokenizer deepseek-coder-6.7b-instruct/ --template deepseek-coder-finetune --output data/evol");
   cmd->add_option("inputs", o->inputs, "Text or JSON Lines files (.gz too), folders, - for stdin")->required();
   cmd->add_option("--output", o->output_prefix, "Output prefix (PREFIX.bin, PREFIX.idx, PREFIX.json)")->required();
   cmd->add_option("--tokenizer", o->tokenizer, "A Hugging Face tokenizer.json or its folder (default: byte-level, vocab 257)");
@@ -73,8 +160,10 @@ void register_prepare_data(CLI::App& app, Run& run) {
   cmd->add_option("--workers", o->workers, "Tokenizer threads (default: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--ext", *ext, "Only files ending in these suffixes, comma-separated (e.g. .py,.md or .jsonl.gz)");
   cmd->add_option("--max-bytes", o->max_bytes, "Stop after this many input bytes (0: all)")->check(CLI::NonNegativeNumber);
-  cmd->callback([o, ext, keys, format, &run] {
-    run = [o, ext, keys, format] {
+  add_chat_options(cmd, *o, *chat);
+  cmd->callback([o, ext, keys, format, chat, &run] {
+    run = [o, ext, keys, format, chat] {
+      apply_chat_flags(*chat, *o);
       o->extensions = split_commas(*ext);
       if (!keys->empty()) o->json_keys = *keys;
       o->input_format = *format == "text"    ? data::InputFormat::kText

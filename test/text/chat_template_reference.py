@@ -1,11 +1,16 @@
 """transformers' own rendering (render_jinja_template, as apply_chat_template(tokenize=False) calls it)
-of each conversation of a JSON Lines file with a template file: one JSON object per line,
+(after apply_chat_template's normalization of the messages) of each conversation of a JSON Lines file with a template file: one JSON object per line,
 {"text", "generation_spans"} (spans as UTF-8 byte offsets) or {"error"}. The reference for
 `dstrain chat-template --json --keep-going`."""
 import json
 import sys
 
 from transformers.utils.chat_template_utils import render_jinja_template
+
+try:  # transformers 5: apply_chat_template drops the message keys whose value is None
+    from transformers.tokenization_utils_base import _normalize_chat_messages
+except ImportError:
+    _normalize_chat_messages = lambda messages: messages
 
 template_path, conversations_path, generation_prompt, bos, eos = sys.argv[1:6]
 template = open(template_path, encoding="utf-8").read()
@@ -15,7 +20,7 @@ for line in open(conversations_path, encoding="utf-8"):
         continue
     item = json.loads(line)
     kwargs = dict(item) if isinstance(item, dict) else {"messages": item}
-    messages = kwargs.pop("messages")
+    messages = _normalize_chat_messages(kwargs.pop("messages"))
     tools = kwargs.pop("tools", None)
     kwargs.setdefault("bos_token", bos)
     kwargs.setdefault("eos_token", eos)

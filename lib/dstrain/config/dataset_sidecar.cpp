@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,11 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
   s.tokenizer_sha256 = j.value("tokenizer_sha256", "");
   if (const std::string dir = j.value("tokenizer_dir", ""); !dir.empty())
     s.tokenizer_dir = (std::filesystem::path(s.file).parent_path() / dir).string();
+  if (const auto m = j.find("loss_mask"); m != j.end() && m->is_object()) {
+    s.lossmask_bytes = m->value("bytes", int64_t{-1});
+    s.trained_tokens = m->value("trained_tokens", int64_t{-1});
+    s.lossmask_crc32c = static_cast<uint32_t>(std::strtoul(m->value("crc32c", std::string("0")).c_str(), nullptr, 16));
+  }
   return s;
 }
 
@@ -62,6 +68,12 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
           fmt::format("data.paths: '{}' and '{}' were tokenized with different tokenizers ({} and {}); blend datasets of one "
                       "tokenizer",
                       sources.front(), path, first->file, s->file));
+    if (s->lossmask_bytes >= 0)  // training windows would train every token of it: refuse, never silently
+      problems.push_back(
+          fmt::format("data.path: '{}' is a fine-tuning set with a loss mask ({}: prepare-data --chat); training on "
+                      "conversations (loss masks, packing) is not in this dstrain yet, and as pretraining text it would train "
+                      "the prompts too; prepare the text without --chat to pretrain on it",
+                      path, s->file));
     if (!first) first = s;
   }
   // Evaluation sets: the same tokenizer as the training data, or the loss means nothing.
@@ -71,6 +83,11 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
     if (s->vocab_size > r.model.vocab_size)
       problems.push_back(fmt::format("eval.paths: '{}' was tokenized with {} ids ({}), more than model.vocab_size {}", path, s->vocab_size,
                                      s->file, r.model.vocab_size));
+    if (s->lossmask_bytes >= 0)
+      problems.push_back(
+          fmt::format("eval.paths: '{}' is a fine-tuning set with a loss mask ({}); evaluating conversations is not in "
+                      "this dstrain yet, and as text it would score the prompts too",
+                      path, s->file));
     if (first && first->tokenizer_sha256 != s->tokenizer_sha256)
       problems.push_back(
           fmt::format("eval.paths: '{}' was tokenized with another tokenizer ({}) than the training data '{}' ({}); "

@@ -17,7 +17,9 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/threads.h"
+#include "dstrain/data/loss_mask.h"
 #include "dstrain/data/megatron_writer.h"
+#include "dstrain/text/chat_template_file.h"
 #include "dstrain/text/tokenizer.h"
 #include "dstrain/text/utf8.h"
 
@@ -43,6 +45,8 @@ struct Encoded {
     uint64_t line;
   };
   std::vector<std::vector<Origin>> origins;  // per output and document: where it came from (error messages)
+  std::vector<uint8_t> mask;                 // --chat: the loss mask of the one output's tokens
+  ChatCounts chat;
   int64_t bytes = 0, empty = 0, repaired = 0;
   std::exception_ptr error;
 };
@@ -65,6 +69,7 @@ class DocumentEncoder {
     return repaired;
   }
   size_t dropped() const { return session_.dropped_characters(); }
+  text::Tokenizer::Session& session() { return session_; }
 
  private:
   std::shared_ptr<const text::Tokenizer> tokenizer_;
@@ -103,6 +108,74 @@ void encode_batch(Batch& batch, const std::vector<DocumentSource>& sources, cons
       out.lengths[k].push_back(static_cast<uint32_t>(std::min<size_t>(out.tokens[k].size() - before, 0xffffffffu)));
       out.origins[k].push_back({record.source, record.line});
     }
+  }
+}
+
+std::string where(const Record& record, const std::vector<DocumentSource>& sources, size_t element, bool array) {
+  const std::string& path = sources[record.source].path;
+  const std::string file = path == "-" ? "stdin" : path;
+  if (record.line) return fmt::format("{}:{}", file, record.line);
+  return array ? fmt::format("{}: element {}", file, element) : file;
+}
+
+// One example of a --chat input: counted, dropped or appended to `out` (tokens, mask, length).
+void encode_conversation(const std::string& json, const std::string& origin, const Record& record, const ChatEncoder& encoder,
+                         const ChatPrepareOptions& o, text::Tokenizer::Session& session, Encoded& out) {
+  EncodedChat chat;
+  std::string problem;
+  try {
+    encoder.encode(parse_conversation(json, o.format, o.fields), chat, session);
+  } catch (const ConversationError& e) {
+    problem = e.what();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kData) throw Error(e.code(), fmt::format("{}: {}", origin, e.what()), e.hint());
+    problem = fmt::format("the chat template refused it: {}", e.what());
+  }
+  if (!problem.empty()) {
+    if (!o.skip_errors)
+      throw Error(ErrorCode::kData, fmt::format("{}: {}", origin, problem),
+                  "fix or remove the conversation, or pass --on-error skip to drop such lines and count them");
+    if (out.chat.skipped++ == 0) out.chat.first_skip = fmt::format("{}: {}", origin, problem);
+    return;
+  }
+  if (chat.rewrites_history && out.chat.rewrites_history++ == 0) out.chat.first_rewrite = origin;
+  out.chat.doubled_bos += chat.doubled_bos;
+  if (chat.outcome == ChatOutcome::kTooLong) return void(++out.chat.too_long);
+  if (chat.outcome == ChatOutcome::kNothingTrained) return void(++out.chat.untrained);
+  out.chat.truncated += chat.outcome == ChatOutcome::kTruncated;
+  ++out.chat.kept;
+  out.tokens[0].insert(out.tokens[0].end(), chat.tokens.begin(), chat.tokens.end());
+  out.mask.insert(out.mask.end(), chat.mask.begin(), chat.mask.end());
+  out.lengths[0].push_back(static_cast<uint32_t>(chat.tokens.size()));
+  out.origins[0].push_back({record.source, record.line});
+}
+
+// --chat: each JSON line (or each element of a .json file's array) is one conversation.
+void encode_chat_batch(Batch& batch, const std::vector<DocumentSource>& sources, const ChatEncoder& encoder, const ChatPrepareOptions& o,
+                       text::Tokenizer::Session& session, Encoded& out) {
+  out.index = batch.index;
+  out.tokens.assign(1, {}), out.lengths.assign(1, {}), out.origins.assign(1, {});
+  for (Record& record : batch.records) {
+    out.bytes += static_cast<int64_t>(record.payload.size());
+    if (blank(record.payload)) continue;
+    if (sources[record.source].jsonl) {
+      encode_conversation(record.payload, where(record, sources, 0, false), record, encoder, o, session, out);
+      continue;
+    }
+    const size_t first = record.payload.find_first_not_of(" \t\r\n");
+    if (record.payload[first] != '[') {  // a .json file holding one example
+      encode_conversation(record.payload, where(record, sources, 0, false), record, encoder, o, session, out);
+      continue;
+    }
+    std::vector<std::string> elements;
+    try {
+      elements = json_array_elements(record.payload);
+    } catch (const ConversationError& e) {
+      throw Error(ErrorCode::kData, fmt::format("{}: {}", where(record, sources, 0, false), e.what()),
+                  "a --chat input is JSON Lines (one example per line) or a .json file holding an array of examples");
+    }
+    for (size_t e = 0; e < elements.size(); ++e)
+      encode_conversation(elements[e], where(record, sources, e, true), record, encoder, o, session, out);
   }
 }
 
@@ -229,17 +302,34 @@ std::string json_escape(const std::string& s) {
   return out;
 }
 
+const char* train_on_name(TrainOn t) { return t == TrainOn::kAll ? "all" : t == TrainOn::kLastAssistant ? "last" : "assistant"; }
+
+// The --chat part of PREFIX.json: the loss mask's file, size and hash, and what was done.
+std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const ChatPrepareOptions& chat) {
+  const ChatCounts& c = s.chat_counts;
+  return fmt::format(
+      ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, "
+      "\"chat\": {{\"template\": \"{}\", \"end_of_turn\": \"{}\", \"train_on\": \"{}\", \"max_length\": {}, \"overlength\": \"{}\", "
+      "\"last_turn_verbatim\": {}, \"conversations\": {}, \"truncated\": {}, \"dropped_too_long\": {}, \"dropped_untrained\": {}, "
+      "\"skipped_errors\": {}, \"rewrites_history\": {}, \"doubled_bos_removed\": {}}}",
+      json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens,
+      json_escape(s.chat_template), json_escape(s.end_of_turn), train_on_name(chat.encode.train_on), chat.encode.max_length,
+      chat.encode.overlength == Overlength::kDrop ? "drop" : "truncate", chat.encode.last_turn_verbatim ? "true" : "false", c.kept,
+      c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos);
+}
+
 // PREFIX.json: what the dataset holds and how it was made (train and export-hf read it).
-void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::Tokenizer* tokenizer, const std::string& tokenizer_dir) {
+void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::Tokenizer* tokenizer, const std::string& tokenizer_dir,
+                   const ChatPrepareOptions& chat) {
   std::string tok = "\"tokenizer\": \"bytes+eos\"";
   if (tokenizer)
     tok = fmt::format("\"tokenizer\": \"huggingface\", \"tokenizer_sha256\": \"{}\", \"tokenizer_dir\": \"{}\"", tokenizer->sha256(),
                       json_escape(tokenizer_dir));
-  write_file_atomic(
-      o.prefix + ".json",
-      fmt::format("{{\"format\": \"megatron\", \"version\": 2, {}, \"vocab_size\": {}, \"eos\": {}, \"json_key\": \"{}\", "
-                  "\"documents\": {}, \"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"}}\n",
-                  tok, s.vocab_size, s.end_of_document, json_escape(o.key), o.documents, o.tokens, o.bin_crc32c, o.idx_crc32c));
+  write_file_atomic(o.prefix + ".json",
+                    fmt::format("{{\"format\": \"megatron\", \"version\": 2, {}, \"vocab_size\": {}, \"eos\": {}, \"json_key\": \"{}\", "
+                                "\"documents\": {}, \"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"{}}}\n",
+                                tok, s.vocab_size, s.end_of_document, json_escape(o.key), o.documents, o.tokens, o.bin_crc32c, o.idx_crc32c,
+                                s.chat ? chat_sidecar(o, s, chat) : ""));
 }
 
 // The tokenizer's files, copied next to the dataset (PREFIX.tokenizer/), for inspect-data and
@@ -270,6 +360,50 @@ uint32_t choose_end_of_document(const PrepareOptions& o, const text::Tokenizer* 
               "pass the token written after each document with --eod-token");
 }
 
+void add_counts(ChatCounts& into, const ChatCounts& c) {
+  if (into.first_skip.empty()) into.first_skip = c.first_skip;
+  if (into.first_rewrite.empty()) into.first_rewrite = c.first_rewrite;
+  into.kept += c.kept, into.truncated += c.truncated, into.too_long += c.too_long, into.untrained += c.untrained;
+  into.skipped += c.skipped, into.rewrites_history += c.rewrites_history, into.doubled_bos += c.doubled_bos;
+}
+
+// Whether this run reads conversations: --chat, or (auto) the first JSON line holds one.
+bool choose_chat(const PrepareOptions& o, const std::vector<DocumentSource>& sources, bool have_tokenizer) {
+  if (o.chat.mode == ChatMode::kOff) return false;
+  if (o.chat.mode == ChatMode::kOn) {
+    if (!have_tokenizer)
+      throw Error(ErrorCode::kUsage, "--chat needs --tokenizer", "conversations are rendered with the tokenizer's chat template");
+    if (o.json_keys != std::vector<std::string>{"text"})
+      throw Error(ErrorCode::kUsage, "--chat and --json-key do not go together", "name a conversation's fields with --chat-fields");
+    return true;
+  }
+  const auto first = std::find_if(sources.begin(), sources.end(), [](const DocumentSource& s) { return s.jsonl && s.path != "-"; });
+  if (!have_tokenizer || o.json_keys != std::vector<std::string>{"text"} || first == sources.end()) return false;
+  RecordReader peek({*first});
+  Record record;
+  while (peek.next(record))
+    if (!blank(record.payload)) return looks_like_conversation(record.payload, o.chat.fields);
+  return false;
+}
+
+std::unique_ptr<ChatEncoder> make_chat_encoder(const PrepareOptions& o, std::shared_ptr<const text::Tokenizer> tokenizer) {
+  const std::string dir = fs::is_directory(o.tokenizer) ? o.tokenizer : fs::path(o.tokenizer).parent_path().string();
+  text::ChatTemplateSource source;
+  ChatEncodeOptions encode = o.chat.encode;
+  if (!o.chat.builtin.empty()) {
+    if (!o.chat.chat_template.empty()) throw Error(ErrorCode::kUsage, "--template and --chat-template do not go together", "");
+    if (!builtin_chat_template(o.chat.builtin, source))
+      throw Error(ErrorCode::kUsage, fmt::format("--template '{}' is not a built-in template", o.chat.builtin),
+                  "the built-in templates: deepseek-coder-finetune; or pass --chat-template FILE");
+    text::read_special_tokens(dir, source);
+    if (encode.end_of_turn.empty()) encode.end_of_turn = "<|EOT|>";  // the script's EOT_TOKEN
+  } else {
+    source = text::read_chat_template(o.chat.chat_template.empty() ? dir : o.chat.chat_template, o.chat.template_name);
+    if (source.bos_token.empty() && source.eos_token.empty()) text::read_special_tokens(dir, source);
+  }
+  return std::make_unique<ChatEncoder>(std::move(source), std::move(tokenizer), std::move(encode));
+}
+
 }  // namespace
 
 PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
@@ -284,22 +418,34 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   summary.tokenizer = tokenizer ? tokenizer->describe() : "bytes+eos";
   summary.workers = o.workers > 0 ? o.workers : std::max(1, online_cores());
   const auto sources = list_sources(o.inputs, o.extensions, o.input_format);
+  summary.chat = choose_chat(o, sources, tokenizer != nullptr);
+  std::unique_ptr<ChatEncoder> chat;
+  if (summary.chat) {
+    chat = make_chat_encoder(o, tokenizer);
+    summary.chat_template = chat->source().name, summary.end_of_turn = chat->end_of_turn();
+  }
   const bool any_jsonl = std::any_of(sources.begin(), sources.end(), [](const DocumentSource& s) { return s.jsonl; });
-  const std::vector<std::string> keys = any_jsonl ? o.json_keys : std::vector<std::string>{""};
+  const std::vector<std::string> keys = any_jsonl && !chat ? o.json_keys : std::vector<std::string>{""};
   // Megatron's rule: uint16 below 65500 ids, int32 above.
   const int dtype = summary.vocab_size < 65500 ? 8 : 4;
   std::vector<std::unique_ptr<MegatronStreamWriter>> writers;
   for (const auto& key : keys)
     writers.push_back(std::make_unique<MegatronStreamWriter>(keys.size() > 1 ? o.output_prefix + "_" + key : o.output_prefix, dtype));
+  std::unique_ptr<LossMaskWriter> masks;
+  if (chat) masks = std::make_unique<LossMaskWriter>(o.output_prefix);
 
   RecordReader reader(sources);
   Pipeline pipeline(reader, summary.workers, o.max_bytes);
   std::atomic<int64_t> dropped{0};
-  pipeline.start([&sources, &keys, &tokenizer, &dropped, eod = summary.end_of_document](Batch& batch, Encoded& out) {
+  pipeline.start([&sources, &keys, &tokenizer, &dropped, &o, chat = chat.get(), eod = summary.end_of_document](Batch& batch, Encoded& out) {
     thread_local std::unique_ptr<DocumentEncoder> encoder;  // one per worker thread (its caches)
     if (!encoder) encoder = std::make_unique<DocumentEncoder>(tokenizer, eod);
     const size_t before = encoder->dropped();
-    encode_batch(batch, sources, keys, *encoder, out);
+    if (chat) {
+      encode_chat_batch(batch, sources, *chat, o.chat, encoder->session(), out);
+    } else {
+      encode_batch(batch, sources, keys, *encoder, out);
+    }
     dropped += static_cast<int64_t>(encoder->dropped() - before);
   });
   Encoded encoded;
@@ -309,31 +455,49 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     if (encoded.error) std::rethrow_exception(encoded.error);
     for (size_t k = 0; k < writers.size(); ++k) {
       const uint32_t* tokens = encoded.tokens[k].data();
+      const uint8_t* mask = encoded.mask.data();
       for (size_t d = 0; d < encoded.lengths[k].size(); ++d) {
         writers[k]->add_document(tokens, encoded.lengths[k][d], origin_of(encoded, k, d, sources));
+        if (masks) masks->add(mask, encoded.lengths[k][d]), mask += encoded.lengths[k][d];
         tokens += encoded.lengths[k][d];
         p.tokens += encoded.lengths[k][d];
       }
       p.documents += static_cast<int64_t>(encoded.lengths[k].size());
     }
+    add_counts(summary.chat_counts, encoded.chat);
     p.bytes += encoded.bytes;
     summary.empty_documents += encoded.empty;
     summary.repaired_utf8 += encoded.repaired;
     if (progress && seconds() - last_report >= 0.25) p.seconds = last_report = seconds(), progress(p);
   }
   pipeline.stop();
+  if (chat && summary.chat_counts.kept == 0)
+    throw Error(ErrorCode::kData, "no conversation is left to train on", chat_counts_line(summary.chat_counts));
   for (auto& w : writers) w->finish();
+  if (masks) masks->finish();
   const std::string tokenizer_dir = tokenizer ? copy_tokenizer(*tokenizer, o.output_prefix) : "";
   for (size_t k = 0; k < writers.size(); ++k) {
     PrepareOutput out{writers[k]->prefix(),    keys[k], writers[k]->documents(), writers[k]->tokens(), writers[k]->bin_crc32c(),
                       writers[k]->idx_crc32c()};
-    write_sidecar(out, summary, tokenizer.get(), tokenizer_dir);
+    if (masks)
+      out.trained_tokens = masks->trained(), out.lossmask_bytes = masks->tokens() + static_cast<int64_t>(kLossMaskHeaderBytes),
+      out.lossmask_crc32c = masks->crc32c();
+    write_sidecar(out, summary, tokenizer.get(), tokenizer_dir, o.chat);
     summary.outputs.push_back(out);
   }
   summary.dropped_characters = dropped.load();
   summary.input_bytes = p.bytes, summary.documents = p.documents, summary.tokens = p.tokens, summary.seconds = seconds();
   if (progress) p.seconds = summary.seconds, progress(p);
   return summary;
+}
+
+std::string chat_counts_line(const ChatCounts& c) {
+  std::string out = fmt::format("{} conversations kept", c.kept);
+  if (c.truncated) out += fmt::format(", {} truncated to --max-length", c.truncated);
+  if (c.too_long) out += fmt::format(", {} dropped as longer than --max-length", c.too_long);
+  if (c.untrained) out += fmt::format(", {} dropped with no trained token", c.untrained);
+  if (c.skipped) out += fmt::format(", {} skipped as malformed or refused (--on-error skip; the first: {})", c.skipped, c.first_skip);
+  return out;
 }
 
 }  // namespace dstrain::data

@@ -2,18 +2,35 @@
 // `dstrain prepare-data`: text and JSON Lines (plain or gzip, files, folders or stdin) -> a
 // Megatron indexed dataset, tokenized either byte-level (0-255 are bytes, 256 ends a document;
 // vocab 257) or with a Hugging Face tokenizer.json. Parallel over records (files, JSON lines),
-// with output identical whatever the number of workers.
+// with output identical whatever the number of workers. With --chat, each JSON example is a
+// conversation: rendered with the model's chat template, tokenized, and written with its loss
+// mask (PREFIX.lossmask), one document per conversation in input order.
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "dstrain/data/chat_encoder.h"
+#include "dstrain/data/conversation.h"
 #include "dstrain/data/documents.h"
 
 namespace dstrain::data {
 
 constexpr int64_t kByteEos = 256;
 constexpr int64_t kByteVocab = 257;
+
+enum class ChatMode { kAuto, kOn, kOff };
+
+struct ChatPrepareOptions {
+  ChatMode mode = ChatMode::kAuto;  // auto: on when the first JSON line holds a conversation and a tokenizer is given
+  ChatFormat format = ChatFormat::kAuto;
+  ChatFields fields;
+  std::string chat_template;  // a template file or tokenizer_config.json; "": the tokenizer folder's own
+  std::string template_name = "default";
+  std::string builtin;  // --template NAME (builtin_chat_template)
+  ChatEncodeOptions encode;
+  bool skip_errors = false;  // --on-error skip: drop and count malformed or refused conversations
+};
 
 struct PrepareOptions {
   std::vector<std::string> inputs;      // files, directories (walked recursively, sorted), "-" for stdin
@@ -25,6 +42,7 @@ struct PrepareOptions {
   InputFormat input_format = InputFormat::kAuto;
   std::vector<std::string> json_keys{"text"};
   int workers = 0;  // 0: every online core
+  ChatPrepareOptions chat;
 };
 
 struct PrepareProgress {
@@ -36,6 +54,14 @@ struct PrepareOutput {
   std::string prefix, key;  // key: the JSON key ("" for text)
   int64_t documents = 0, tokens = 0;
   uint32_t bin_crc32c = 0, idx_crc32c = 0;
+  int64_t trained_tokens = -1, lossmask_bytes = 0;  // with --chat; -1: no loss mask
+  uint32_t lossmask_crc32c = 0;
+};
+
+// What --chat did with the conversations; `first_*`: the first such conversation's file:line and why.
+struct ChatCounts {
+  int64_t kept = 0, truncated = 0, too_long = 0, untrained = 0, skipped = 0, rewrites_history = 0, doubled_bos = 0;
+  std::string first_skip, first_rewrite;
 };
 
 struct PrepareSummary {
@@ -44,11 +70,17 @@ struct PrepareSummary {
   int64_t vocab_size = 0, end_of_document = 0;
   int64_t repaired_utf8 = 0, dropped_characters = 0;
   std::string tokenizer;  // "bytes+eos" or the tokenizer's description
+  bool chat = false;
+  ChatCounts chat_counts;
+  std::string chat_template, end_of_turn;  // with --chat: the template's name, the end-of-turn token
   double seconds = 0;
   int workers = 1;
 };
 
 // `progress` is called from the calling thread a few times a second and once at the end.
 PrepareSummary prepare_dataset(const PrepareOptions& options, const std::function<void(const PrepareProgress&)>& progress = {});
+
+// One line: how many conversations were kept, truncated, dropped and skipped, and why.
+std::string chat_counts_line(const ChatCounts& counts);
 
 }  // namespace dstrain::data

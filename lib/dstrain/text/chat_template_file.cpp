@@ -103,6 +103,15 @@ ChatTemplateSource read_chat_template(const std::string& path, const std::string
   return out;
 }
 
+void read_special_tokens(const std::string& tokenizer_dir, ChatTemplateSource& into) {
+  const fs::path config_path = fs::path(tokenizer_dir) / "tokenizer_config.json";
+  if (!fs::is_regular_file(config_path)) return;
+  const nlohmann::json config = nlohmann::json::parse(read_file(config_path.string()), nullptr, false);
+  if (config.is_discarded()) throw Error(ErrorCode::kConfig, fmt::format("{}: not valid JSON", config_path.string()), "");
+  into.bos_token = token_text(config, "bos_token");
+  into.eos_token = token_text(config, "eos_token");
+}
+
 jinja::Value chat_context(const std::string& text, const ChatTemplateSource& source, bool generation_prompt) {
   const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
   if (line.is_discarded()) throw std::invalid_argument("not valid JSON");
@@ -114,13 +123,19 @@ jinja::Value chat_context(const std::string& text, const ChatTemplateSource& sou
     const nlohmann::ordered_json* reasoning = nullptr;
     for (const char* key : {"reasoning_content", "thinking", "reasoning"})
       if (!reasoning && m.is_object() && m.contains(key) && !m.at(key).is_null()) reasoning = &m.at(key);
-    if (!reasoning) {
+    if (!m.is_object()) {
       messages.push_back(m);
       continue;
     }
+    // apply_chat_template drops a message's keys whose value is None (transformers 5).
     nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
-    aliased["thinking"] = *reasoning;
-    for (auto it = m.begin(); it != m.end(); ++it) aliased[it.key()] = it.value();
+    if (reasoning) aliased["thinking"] = *reasoning;
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (!it.value().is_null()) aliased[it.key()] = it.value();
+    if (!reasoning) {
+      messages.push_back(std::move(aliased));
+      continue;
+    }
     aliased["reasoning_content"] = *reasoning;
     messages.push_back(aliased);
   }

@@ -17,10 +17,15 @@ struct ChatTemplateSource {
 // Throws dstrain::Error{kConfig} naming the file when there is no template or the JSON is malformed.
 ChatTemplateSource read_chat_template(const std::string& path, const std::string& template_name = "default");
 
+// Only the bos_token and eos_token of a tokenizer directory's tokenizer_config.json (empty when it
+// has none), for a template that comes from elsewhere.
+void read_special_tokens(const std::string& tokenizer_dir, ChatTemplateSource& into);
+
 // What transformers' apply_chat_template passes a template for one conversation: `line` is the
 // JSON text of an array of messages, or an object with "messages" and other variables; tools and documents
 // default to none, add_generation_prompt to `generation_prompt`, the special tokens to the
-// tokenizer's; a message's reasoning (reasoning_content, thinking or reasoning) is given under
+// tokenizer's; a message's keys whose value is null are dropped (as transformers 5 drops None);
+// a message's reasoning (reasoning_content, thinking or reasoning) is given under
 // "thinking" and "reasoning_content" as well (transformers 5). Throws std::invalid_argument for
 // a line that is not JSON or neither.
 jinja::Value chat_context(const std::string& line, const ChatTemplateSource& source, bool generation_prompt);

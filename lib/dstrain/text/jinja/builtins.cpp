@@ -258,6 +258,8 @@ bool test(const std::string& name, const Value& v, Arguments& a) {
 
 }  // namespace
 
+std::string python_strip(const std::string& s) { return strip(s, Value(), true, true); }
+
 bool is_filter(const std::string& name) {
   static const char* const kNames[] = {"length", "count",      "string", "safe",    "e",      "escape",     "trim",       "upper",
                                        "lower",  "capitalize", "title",  "replace", "tojson", "join",       "first",      "last",

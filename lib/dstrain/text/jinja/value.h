@@ -102,6 +102,8 @@ bool less(const Value& a, const Value& b);
 std::string float_repr(double d);
 // UTF-8 code points of s, as byte offsets (one per code point, plus s.size()).
 std::vector<size_t> code_point_offsets(const std::string& s);
+// Python's s.strip(): without the whitespace str.isspace() knows at either end.
+std::string python_strip(const std::string& s);
 // Python's json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys) (transformers' tojson).
 std::string to_json(const Value& v, int indent, bool sort_keys);
 
