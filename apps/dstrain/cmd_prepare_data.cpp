@@ -123,9 +123,10 @@ void register_prepare_data(CLI::App& app, Run& run) {
       "with the post-processor's special tokens (e.g. BOS), and the end-of-document token after each\n"
       "document. Components dstrain does not implement are refused by name.\n\n"
       "Inputs: text files (one document each), JSON Lines (.jsonl/.ndjson: one document per line, the\n"
-      "--json-key field), either gzip-compressed, folders (walked recursively in sorted order) and - for\n"
-      "stdin. Writes PREFIX.bin, PREFIX.idx (Megatron's indexed format: uint16 below 65500 ids, else\n"
-      "int32), PREFIX.json (vocab size, end-of-document id, tokenizer hash, counts, CRC-32C) and\n"
+      "--json-key field), either gzip-compressed, Apache Parquet (.parquet: each row as a JSON line;\n"
+      "lists and structs as JSON), folders (walked recursively in sorted order) and - for stdin.\n"
+      "Writes PREFIX.bin, PREFIX.idx (Megatron's indexed format: uint16 below 65500 ids, else int32),\n"
+      "PREFIX.json (vocab size, end-of-document id, tokenizer hash, counts, CRC-32C) and\n"
       "PREFIX.tokenizer/ (the tokenizer's files, for inspect-data --decode and export-hf). With several\n"
       "--json-key values, one dataset per key: PREFIX_KEY.*, as Megatron's preprocess_data.py does.\n"
       "The output is identical whatever --workers is. Train with data: {format: megatron, path: PREFIX}\n"
@@ -155,7 +156,7 @@ void register_prepare_data(CLI::App& app, Run& run) {
                   "The token written after each document (default: tokenizer_config.json's eos_token, else <|endoftext|>, "
                   "DeepSeek's, Llama 3's or </s>)");
   cmd->add_option("--json-key", *keys, "JSON Lines field(s) holding the text (default: text); several give one dataset each");
-  cmd->add_option("--input-format", *format, "auto (by extension: .jsonl/.ndjson[.gz] are JSON Lines), text or jsonl")
+  cmd->add_option("--input-format", *format, "auto (by extension: .jsonl/.ndjson[.gz] are JSON Lines, .parquet Parquet), text or jsonl")
       ->check(CLI::IsMember({"auto", "text", "jsonl"}));
   cmd->add_option("--workers", o->workers, "Tokenizer threads (default: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--ext", *ext, "Only files ending in these suffixes, comma-separated (e.g. .py,.md or .jsonl.gz)");

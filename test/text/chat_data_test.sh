@@ -95,6 +95,26 @@ expect_status 0 "$DSTRAIN" prepare-data openai.jsonl --no-chat --tokenizer $tok 
 [ ! -e fmt/plain.lossmask ] || fail "--no-chat wrote a loss mask"
 ok "OpenAI messages, ShareGPT, Alpaca (system, history, input), --chat-fields, a .json array, gzip and stdin give the same bytes; --no-chat reads plain text"
 
+# Parquet, as Hugging Face dataset repositories ship conversations: the same rows, the same bytes.
+"$py" - <<'PY'
+import json, pyarrow as pa, pyarrow.parquet as pq
+rows = [json.loads(l) for l in open("openai.jsonl", encoding="utf-8")]
+for r in rows:  # a column some rows leave null, as a struct column of a dataset does
+    r["messages"][-1]["train"] = None
+pq.write_table(pa.Table.from_pylist(rows), "openai.parquet", row_group_size=7)
+open("broken.parquet", "wb").write(b"PAR1 not really")
+PY
+expect_status 0 "$DSTRAIN" prepare-data openai.parquet --tokenizer $tok --output fmt/parquet
+expect_out "40 conversations kept"
+cmp -s fmt/parquet.bin fmt/openai.bin && cmp -s fmt/parquet.lossmask fmt/openai.lossmask || fail "the Parquet file gave another dataset"
+expect_status 0 "$DSTRAIN" prepare-data openai.parquet --no-chat --tokenizer $tok --output fmt/parquet-text
+cmp -s fmt/parquet-text.bin fmt/plain.bin || fail "the Parquet file's text column gave another dataset than the JSON lines"
+expect_status 3 "$DSTRAIN" prepare-data broken.parquet --tokenizer $tok --output fmt/broken
+expect_out "cannot read 'broken.parquet' as Parquet"
+DSTRAIN_PARQUET_PLUGIN=/nonexistent expect_status 5 "$DSTRAIN" prepare-data openai.parquet --tokenizer $tok --output fmt/none
+expect_out "Parquet input needs libdstrain_parquet.so"
+ok "Parquet (row groups, struct and list columns, nulls): the same bytes as the JSON lines, for conversations and for --json-key text; a broken file (exit 3) and a missing plugin (exit 5) named"
+
 # What is trained, and the counts in PREFIX.json.
 "$py" - <<'PY'
 import json

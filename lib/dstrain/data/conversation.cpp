@@ -101,6 +101,7 @@ void read_message_list(const Json& list, bool sharegpt, const ChatFields& f, Bui
     Json extra = Json::object();
     for (auto it = m.begin(); it != m.end(); ++it) {
       if (it.key() == role_key || it.key() == content_key) continue;
+      if (it.key() == f.train && it->is_null()) continue;  // a Parquet column without a value in this row
       if (it.key() == f.train) {
         if (!it->is_boolean()) malformed(fmt::format("{}: '{}' is {}, not true or false", which, f.train, kind(*it)));
         train = it->get<bool>() ? 1 : 0;

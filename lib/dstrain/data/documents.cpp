@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/parquet_rows.h"
 
 namespace dstrain::data {
 namespace fs = std::filesystem;
@@ -42,8 +43,9 @@ std::vector<DocumentSource> list_sources(const std::vector<std::string>& inputs,
                                          InputFormat format) {
   std::vector<DocumentSource> out;
   const auto add = [&](const std::string& path) {
-    const bool jsonl = format == InputFormat::kJsonl || (format == InputFormat::kAuto && looks_jsonl(path));
-    out.push_back({path, jsonl});
+    const bool parquet = format != InputFormat::kText && ends_with(path, ".parquet");
+    const bool jsonl = parquet || format == InputFormat::kJsonl || (format == InputFormat::kAuto && looks_jsonl(path));
+    out.push_back({path, jsonl, parquet});
   };
   for (const auto& input : inputs) {
     if (input == "-") {
@@ -69,6 +71,18 @@ RecordReader::RecordReader(std::vector<DocumentSource> sources) : sources_(std::
 
 RecordReader::~RecordReader() {
   if (file_) gzclose(static_cast<gzFile>(file_));
+}
+
+bool RecordReader::next_row(Record& record) {
+  if (!parquet_) parquet_ = std::make_unique<ParquetRows>(sources_[current_].path), line_ = 0;
+  if (!parquet_->next(record.payload)) {
+    parquet_.reset();
+    ++current_;
+    return false;
+  }
+  bytes_read_ += static_cast<int64_t>(record.payload.size());
+  record.source = static_cast<uint32_t>(current_), record.line = ++line_;
+  return true;
 }
 
 bool RecordReader::open_next() {
@@ -110,6 +124,10 @@ bool RecordReader::read_more() {
 
 bool RecordReader::next(Record& record) {
   for (;;) {
+    if (current_ < sources_.size() && sources_[current_].parquet) {
+      if (next_row(record)) return true;
+      continue;
+    }
     if (!file_) {
       if (current_ >= sources_.size() || !open_next()) return false;
     }

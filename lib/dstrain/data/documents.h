@@ -1,6 +1,7 @@
 #pragma once
 // prepare-data's inputs: text files and folders (one document per file), JSON Lines (one
-// document per line, from one or more keys), any of them gzip-compressed, and stdin ("-").
+// document per line, from one or more keys), any of them gzip-compressed, stdin ("-"), and
+// Apache Parquet files (.parquet: each row read as a JSON object, as a JSON line would be).
 // Records come out in a fixed order (inputs as given, folders walked in sorted order, lines in
 // file order), so the dataset is the same on every machine and with any number of workers.
 #include <cstdint>
@@ -10,11 +11,14 @@
 
 namespace dstrain::data {
 
+class ParquetRows;
+
 enum class InputFormat { kAuto, kText, kJsonl };
 
 struct DocumentSource {
-  std::string path;  // "-": stdin
-  bool jsonl = false;
+  std::string path;      // "-": stdin
+  bool jsonl = false;    // one record per line (or per row of a Parquet file)
+  bool parquet = false;  // an Apache Parquet file: each row a JSON object (parquet_rows.h)
 };
 
 // The files to read. Throws Error{kData} for an input that does not exist or when nothing matched.
@@ -25,7 +29,7 @@ std::vector<DocumentSource> list_sources(const std::vector<std::string>& inputs,
 struct Record {
   std::string payload;
   uint32_t source = 0;  // index into the sources
-  uint64_t line = 0;    // 1-based line of a JSON Lines file; 0 for a text file
+  uint64_t line = 0;    // 1-based line of a JSON Lines file (row of a Parquet file); 0 for a text file
 };
 
 // Reads the sources one after another (gzip is recognized by its magic bytes, not its name).
@@ -42,8 +46,11 @@ class RecordReader {
   bool open_next();
   bool read_more();
 
+  bool next_row(Record& record);
+
   std::vector<DocumentSource> sources_;
   size_t current_ = 0;
+  std::unique_ptr<ParquetRows> parquet_;
   void* file_ = nullptr;  // gzFile
   std::string buffer_;    // read but not yet returned
   size_t begin_ = 0;

@@ -1,5 +1,7 @@
 #include "dstrain/text/jinja/value.h"
 
+#include "dstrain/core/json_string.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -229,38 +231,9 @@ std::vector<size_t> code_point_offsets(const std::string& s) {
 namespace {
 
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (c < 0x20)
-          out += fmt::format("\\u{:04x}", c);
-        else
-          out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  std::string out;
+  append_json_string(out, s);
+  return out;
 }
 
 void json_into(const Value& v, int indent, bool sort_keys, int depth, std::string& out) {
