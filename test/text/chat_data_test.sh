@@ -172,18 +172,6 @@ expect_status 3 "$DSTRAIN" inspect-data tr/default
 expect_out "the file changed"
 ok "inspect-data verifies the loss mask against PREFIX.json and shows the trained spans between [[ and ]]"
 
-# Until training applies loss masks, a fine-tuning set is refused as pretraining text, by name.
-cat > sft.yaml <<EOF
-run_dir: runs/sft
-model: {family: dense, vocab_size: 3000, hidden_size: 64, num_layers: 1, num_heads: 2, intermediate_size: 128, max_seq_len: 64}
-data: {path: tr/cut, format: megatron, seq_len: 32}
-train: {steps: 2, micro_batch_size: 1, global_batch_size: 1}
-schedule: {warmup_steps: 0}
-EOF
-expect_status 2 "$DSTRAIN" train sft.yaml --dry-run
-expect_out "tr/cut' is a fine-tuning set with a loss mask"
-ok "train refuses a loss-masked set as pretraining text (it would train the prompts) instead of ignoring the mask"
-
 # R1's template cuts the reasoning: warned, and --last-turn-verbatim keeps it.
 printf '%s\n' '{"messages": [{"role": "user", "content": "Think"}, {"role": "assistant", "content": "<think>\nstep by step\n</think>\n\nSeven."}]}' > r1.jsonl
 expect_status 0 "$DSTRAIN" prepare-data r1.jsonl --tokenizer toks/deepseek-r1-style --output r1/cut

@@ -33,6 +33,8 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
   if (const auto m = j.find("loss_mask"); m != j.end() && m->is_object()) {
     s.lossmask_bytes = m->value("bytes", int64_t{-1});
     s.trained_tokens = m->value("trained_tokens", int64_t{-1});
+    if (const auto c = j.find("chat"); c != j.end() && c->is_object())
+      s.longest_conversation = c->value("longest_conversation", int64_t{-1});
     s.lossmask_crc32c = static_cast<uint32_t>(std::strtoul(m->value("crc32c", std::string("0")).c_str(), nullptr, 16));
   }
   return s;
@@ -51,6 +53,7 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
   const bool several = !r.data.paths.empty();
   const std::vector<std::string> sources = several ? r.data.paths : std::vector<std::string>{r.data.path};
   std::optional<DatasetSidecar> first;
+  size_t fine_tuning = 0;  // sources with a loss mask (prepare-data --chat)
   for (const auto& path : sources) {
     const auto s = read_dataset_sidecar(path, read);
     if (!s) continue;
@@ -68,14 +71,32 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
           fmt::format("data.paths: '{}' and '{}' were tokenized with different tokenizers ({} and {}); blend datasets of one "
                       "tokenizer",
                       sources.front(), path, first->file, s->file));
-    if (s->lossmask_bytes >= 0)  // training windows would train every token of it: refuse, never silently
+    if (s->lossmask_bytes >= 0) ++fine_tuning;
+    if (s->lossmask_bytes >= 0 && s->longest_conversation > r.data.seq_len)
       problems.push_back(
-          fmt::format("data.path: '{}' is a fine-tuning set with a loss mask ({}: prepare-data --chat); training on "
-                      "conversations (loss masks, packing) is not in this dstrain yet, and as pretraining text it would train "
-                      "the prompts too; prepare the text without --chat to pretrain on it",
-                      path, s->file));
+          fmt::format("data.seq_len: {} is shorter than the longest conversation of '{}' ({} tokens, {}); conversations are "
+                      "never split: raise data.seq_len, or prepare the data with --max-length {}",
+                      r.data.seq_len, path, s->longest_conversation, s->file, r.data.seq_len));
     if (!first) first = s;
   }
+  if (fine_tuning > 0 && several)
+    problems.push_back(
+        fmt::format("data.paths: {} of the {} sources are fine-tuning sets (a loss mask beside them); blending them is "
+                    "not in this dstrain yet: train on one fine-tuning set with data.path",
+                    fine_tuning, sources.size()));
+  if (fine_tuning > 0 && r.eval.split > 0)
+    problems.push_back(
+        "eval.split: holding conversations out of a fine-tuning set is not in this dstrain yet; prepare the held-out "
+        "conversations separately");
+  if (fine_tuning > 0 && (r.data.document_mask || r.data.reset_positions))
+    problems.push_back(
+        "data.document_mask / data.reset_positions: a fine-tuning set always keeps attention and positions inside each "
+        "conversation; remove them");
+  if (fine_tuning == 0 && r.data.packing != Packing::kNone && first)
+    problems.push_back(
+        fmt::format("data.packing: {} packs the conversations of a fine-tuning set (prepare-data --chat), and '{}' has no "
+                    "loss mask; remove data.packing to pretrain on it",
+                    name(r.data.packing), sources.front()));
   // Evaluation sets: the same tokenizer as the training data, or the loss means nothing.
   for (const auto& path : r.eval.paths) {
     const auto s = read_dataset_sidecar(path, read);

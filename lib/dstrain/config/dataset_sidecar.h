@@ -20,7 +20,7 @@ struct DatasetSidecar {
   std::string tokenizer_sha256;  // huggingface only
   std::string tokenizer_dir;     // huggingface only: the copied tokenizer files (absolute)
   // prepare-data --chat: PREFIX.lossmask's size and CRC-32C (-1 and 0 without one), trained tokens.
-  int64_t lossmask_bytes = -1, trained_tokens = -1;
+  int64_t lossmask_bytes = -1, trained_tokens = -1, longest_conversation = -1;
   uint32_t lossmask_crc32c = 0;
 };
 

@@ -23,6 +23,7 @@ DSTRAIN_ENUM_NAMES(OffloadDevice, "none", "cpu")
 DSTRAIN_ENUM_NAMES(Sink, "console", "jsonl", "csv", "tensorboard")
 DSTRAIN_ENUM_NAMES(RopeScaling, "none", "linear", "yarn")
 DSTRAIN_ENUM_NAMES(Recompute, "none", "full", "selective")
+DSTRAIN_ENUM_NAMES(Packing, "none", "greedy", "best_fit")
 
 #undef DSTRAIN_ENUM_NAMES
 

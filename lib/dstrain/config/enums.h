@@ -22,6 +22,7 @@ enum class OffloadDevice { kNone, kCpu };                  // zero.offload_optim
 enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };  // logging.sinks
 enum class RopeScaling { kNone, kLinear, kYarn };          // model.rope_scaling: HF's default, linear, yarn
 enum class Recompute { kNone, kFull, kSelective };         // train.activation_checkpointing
+enum class Packing { kNone, kGreedy, kBestFit };           // data.packing: conversations into rows
 
 template <typename E>
 const std::vector<std::string>& enum_names();
@@ -53,6 +54,8 @@ template <>
 const std::vector<std::string>& enum_names<RopeScaling>();
 template <>
 const std::vector<std::string>& enum_names<Recompute>();
+template <>
+const std::vector<std::string>& enum_names<Packing>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -71,9 +71,12 @@ struct DataConfig {
   std::vector<double> weights;             // blend weights of `paths`; empty: by size
   DataFormat format = DataFormat::kBytes;  // bytes: one token per byte of the file (vocab 256)
   int64_t seq_len = 64;
-  bool document_mask = false;         // attention stays within documents (ends marked by eos_token)
-  int64_t eos_token = -1;             // the end-of-document token; -1: none (256 for prepare-data output)
-  bool reset_positions = false;       // RoPE positions restart at 0 in each document (needs eos_token)
+  bool document_mask = false;    // attention stays within documents (ends marked by eos_token)
+  int64_t eos_token = -1;        // the end-of-document token; -1: none (256 for prepare-data output)
+  bool reset_positions = false;  // RoPE positions restart at 0 in each document (needs eos_token)
+  // A fine-tuning set (prepare-data --chat: a loss mask beside the data) trains whole
+  // conversations, packed into rows of seq_len tokens (data/packing.h); pretraining text ignores it.
+  Packing packing = Packing::kNone;
   int64_t seed = -1;                  // data order seed; -1: the run's seed
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight

@@ -250,6 +250,20 @@ void validate_eval(LoadContext& ctx) {
                                        e.interval_steps, r.train.steps));
 }
 
+// What cuts documents and what packs conversations.
+template <class Problem>
+void validate_documents(const Recipe& r, Problem problem) {
+  if (r.data.document_mask && r.data.eos_token < 0)
+    problem("data.document_mask needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
+  if (r.data.reset_positions && r.data.eos_token < 0)
+    problem("data.reset_positions needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
+  if (r.data.packing != Packing::kNone && r.data.format != DataFormat::kMegatron)
+    problem(
+        fmt::format("data.packing: {} packs the conversations of a fine-tuning set, which is data.format megatron from "
+                    "`dstrain prepare-data --chat`; remove data.packing for {} data",
+                    name(r.data.packing), name(r.data.format)));
+}
+
 void validate(LoadContext& ctx) {
   validate_eval(ctx);
   const Recipe& r = ctx.recipe;
@@ -312,10 +326,7 @@ void validate(LoadContext& ctx) {
                         r.world_size()));
   else if (!r.data.shard_weights.empty() && *std::max_element(r.data.shard_weights.begin(), r.data.shard_weights.end()) <= 0)
     problem("data.shard_weights: at least one weight must be positive");
-  if (r.data.document_mask && r.data.eos_token < 0)
-    problem("data.document_mask needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
-  if (r.data.reset_positions && r.data.eos_token < 0)
-    problem("data.reset_positions needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
+  validate_documents(r, problem);
   if (r.data.eos_token >= m.vocab_size)
     problem(fmt::format("data.eos_token {} is not below model.vocab_size {}", r.data.eos_token, m.vocab_size));
   if (r.data.auto_balance && !r.data.shard_weights.empty()) problem("data.shard_weights: give weights or auto, not both");

@@ -90,6 +90,7 @@ std::vector<Field> data_fields() {
     {"data.format", 0, 0, DS_CHOICES(data.format), "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_ENUM(data.format)},
     {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
     {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
+    {"data.packing", 0, 0, DS_CHOICES(data.packing), "Fine-tuning sets (prepare-data --chat): none (a conversation per row, padded), greedy (conversations in order, a new row when the next does not fit) or best_fit (longest first into the fullest row). Conversations are never split; attention and positions stay inside each.", DS_ENUM(data.packing)},
     {"data.reset_positions", 0, 0, {}, "Count RoPE positions from 0 in each document (Megatron's reset_position_ids); needs data.eos_token.", DS_FIELD(data.reset_positions)},
     {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
     {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},

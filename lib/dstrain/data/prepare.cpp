@@ -144,6 +144,7 @@ void encode_conversation(const std::string& json, const std::string& origin, con
   if (chat.outcome == ChatOutcome::kNothingTrained) return void(++out.chat.untrained);
   out.chat.truncated += chat.outcome == ChatOutcome::kTruncated;
   ++out.chat.kept;
+  out.chat.longest = std::max(out.chat.longest, static_cast<int64_t>(chat.tokens.size()));
   out.tokens[0].insert(out.tokens[0].end(), chat.tokens.begin(), chat.tokens.end());
   out.mask.insert(out.mask.end(), chat.mask.begin(), chat.mask.end());
   out.lengths[0].push_back(static_cast<uint32_t>(chat.tokens.size()));
@@ -311,11 +312,11 @@ std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const 
       ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, "
       "\"chat\": {{\"template\": \"{}\", \"end_of_turn\": \"{}\", \"train_on\": \"{}\", \"max_length\": {}, \"overlength\": \"{}\", "
       "\"last_turn_verbatim\": {}, \"conversations\": {}, \"truncated\": {}, \"dropped_too_long\": {}, \"dropped_untrained\": {}, "
-      "\"skipped_errors\": {}, \"rewrites_history\": {}, \"doubled_bos_removed\": {}}}",
+      "\"skipped_errors\": {}, \"rewrites_history\": {}, \"doubled_bos_removed\": {}, \"longest_conversation\": {}}}",
       json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens,
       json_escape(s.chat_template), json_escape(s.end_of_turn), train_on_name(chat.encode.train_on), chat.encode.max_length,
       chat.encode.overlength == Overlength::kDrop ? "drop" : "truncate", chat.encode.last_turn_verbatim ? "true" : "false", c.kept,
-      c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos);
+      c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
 }
 
 // PREFIX.json: what the dataset holds and how it was made (train and export-hf read it).
@@ -365,6 +366,7 @@ void add_counts(ChatCounts& into, const ChatCounts& c) {
   if (into.first_rewrite.empty()) into.first_rewrite = c.first_rewrite;
   into.kept += c.kept, into.truncated += c.truncated, into.too_long += c.too_long, into.untrained += c.untrained;
   into.skipped += c.skipped, into.rewrites_history += c.rewrites_history, into.doubled_bos += c.doubled_bos;
+  into.longest = std::max(into.longest, c.longest);
 }
 
 // Whether this run reads conversations: --chat, or (auto) the first JSON line holds one.

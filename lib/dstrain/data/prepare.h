@@ -61,6 +61,7 @@ struct PrepareOutput {
 // What --chat did with the conversations; `first_*`: the first such conversation's file:line and why.
 struct ChatCounts {
   int64_t kept = 0, truncated = 0, too_long = 0, untrained = 0, skipped = 0, rewrites_history = 0, doubled_bos = 0;
+  int64_t longest = 0;  // tokens of the longest conversation kept
   std::string first_skip, first_rewrite;
 };
 

@@ -5,7 +5,11 @@
 //                  rank-major; weighted shares: this rank's contiguous slice, cut into
 //                  micro-batches) as data::Batch (labels the shifted tokens; documents cut at
 //                  data.eos_token for data.document_mask / data.reset_positions), built one
-//                  step ahead on a background thread, the only user of the stream
+//                  step ahead on a background thread, the only user of the stream. A
+//                  fine-tuning set (a loss mask beside it) is read as whole conversations
+//                  packed into rows (data.packing; data/packing.h): global positions are
+//                  rows, each epoch a seeded permutation of them
+
 //   ShardBalancer  the shares (data.shard_weights): equal, the recipe's weights, or, with auto,
 //                  equal until balance_steps are measured and then by each rank's samples per
 //                  second. Checkpointed (data.shard_weights) so a resume splits alike.
@@ -26,6 +30,9 @@ namespace dstrain::data {
 class SampleStream;
 class TokenFile;
 }  // namespace dstrain::data
+namespace dstrain::train {
+struct PackedConversations;
+}
 
 namespace dstrain::train {
 
@@ -50,6 +57,7 @@ class DataPlan {
   const config::Recipe& recipe_;
   int rank_, world_;
   std::unique_ptr<data::SampleStream> stream_;
+  std::unique_ptr<PackedConversations> packed_;  // a fine-tuning set instead of the stream
   std::future<std::vector<data::Batch>> pending_;
 };
 
