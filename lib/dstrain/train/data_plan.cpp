@@ -41,8 +41,9 @@ std::unique_ptr<PackedConversations> pack_conversations(const config::Recipe& r,
   const std::string prefix = config::megatron_prefix(r.data.path);
   auto p = std::make_unique<PackedConversations>();
   p->mask = std::make_unique<data::LossMask>(prefix, file->size());
-  if (const auto sidecar = config::read_dataset_sidecar(r.data.path); sidecar && sidecar->lossmask_bytes >= 0)
-    p->mask->verify(sidecar->lossmask_bytes, sidecar->lossmask_crc32c);
+  const auto sidecar = config::read_dataset_sidecar(r.data.path);
+  const bool recorded = sidecar && sidecar->lossmask_bytes >= 0;
+  if (recorded) p->mask->verify(sidecar->lossmask_bytes, sidecar->lossmask_crc32c);
   for (int64_t i = 0; i < file->size(); ++i)
     if (const int64_t t = file->at(i); t < 0 || t >= r.model.vocab_size)
       throw Error(ErrorCode::kData,
@@ -59,8 +60,8 @@ std::unique_ptr<PackedConversations> pack_conversations(const config::Recipe& r,
   p->pad = r.data.eos_token >= 0 ? r.data.eos_token : 0;
   p->file = std::move(file);
   if (rank == 0) {
-    int64_t trained = 0;
-    for (int64_t i = 0; i < p->file->size(); ++i) trained += p->mask->trained(i);
+    int64_t trained = recorded ? sidecar->trained_tokens : 0;  // the verified mask's own count
+    for (int64_t i = 0; !recorded && i < p->file->size(); ++i) trained += p->mask->trained(i);
     log::info(
         fmt::format("fine-tuning set {}: {} conversations, {} tokens ({} trained), packed ({}) into {} rows of {}: {:.1f}% of the "
                     "row tokens hold conversations",
