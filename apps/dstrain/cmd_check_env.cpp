@@ -9,6 +9,7 @@
 #include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/tasks/env_task.h"
+#include "dstrain/train/data_plan.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -72,6 +73,7 @@ void register_check_env(CLI::App& app, Run& run) {
         // Data this node lacks is what the check is for: reported among the facts, on every rank.
         config::LoadOptions lenient;
         lenient.data_may_be_missing = true;
+        lenient.packed_rows = train::packed_rows_of;
         if (args->local) {
           recipe = config::load_recipe(args->recipe, args->overrides, {}, lenient);
         } else {

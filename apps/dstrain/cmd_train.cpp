@@ -12,6 +12,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/plan.h"
+#include "dstrain/sched/lr_schedule.h"
 #include "dstrain/launch/preflight.h"
 #include "dstrain/core/error.h"
 #include "dstrain/run/run_dir.h"
@@ -87,6 +88,7 @@ void register_train(CLI::App& app, Run& run) {
       if (args->dry_run) {
         launch::refuse_mismatched_init_weights(recipe);  // what training would find first
         std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
+        out += fmt::format("  LR schedule             {}\n", sched::describe_lr(recipe));
         // This node's first GPU, when it has one: does the plan fit it?
         char gpu[256] = {0};
         int major = 0, minor = 0;

@@ -24,7 +24,7 @@ ok "a 2-rank run with every sink, a slowed rank 1 and one restart completed"
 python3 - obs <<'PY' || fail "metrics.jsonl is wrong"
 import json, sys, glob, os
 run = sys.argv[1]
-keys = ["step", "time", "loss", "lr", "grad_norm", "loss_scale", "skipped", "bad_steps", "tokens", "accumulation", "step_ms", "tokens_per_s",
+keys = ["step", "time", "loss", "lr", "grad_norm", "loss_scale", "skipped", "bad_steps", "tokens", "epoch", "accumulation", "step_ms", "tokens_per_s",
         "samples_per_s", "tflops_per_rank", "mfu", "peak_tflops", "data_wait_ms", "comm_wait_ms", "host_rss_mb", "host_peak_rss_mb",
         "device_alloc_peak_mb", "device_reserved_peak_mb", "expert_imbalance", "all_to_all_ms", "forward_ms", "backward_ms", "issue_ms", "reduce_ms", "gather_ms",
         "optimizer_ms", "checkpoint_ms", "stragglers"]

@@ -83,7 +83,7 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
     std::vector<data::Batch> batches;  // micro-batches dealt rank-major, as DataPlan does
     for (int64_t m = 0; m < kAccumulation; ++m)
       batches.push_back(data::pretraining_batch(global.narrow(0, (m * world + comm.rank()) * micro, micro)));
-    const double local_loss = schedule.run(batches, train::global_trained_targets(comm, batches), /*backward=*/true).loss;
+    const double local_loss = schedule.run(batches, train::global_loss_units(comm, batches), /*backward=*/true).loss;
     const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), {local_loss});
     if (comm.rank() != 0) continue;
     record.losses.push_back(r.sums.at(0));

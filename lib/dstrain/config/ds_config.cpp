@@ -539,6 +539,11 @@ class DsReader {
       return;
     }
     auto text_node = [&](const std::string& t, Node::Kind kind = Node::Kind::kNumber) { return Node{kind, t, {}, {}, {}, type_where}; };
+    // The HF Trainer's trap: a ds_config scheduler silently replaces --lr_scheduler_type. Here
+    // the replacement is the same, and said (warn_ds_scheduler).
+    if (ctx_.explicitly_set("schedule.type") && name(ctx_.recipe.schedule.type) != it->second)
+      ctx_.ds.replaced_schedule = fmt::format("{} ({})", name(ctx_.recipe.schedule.type), ctx_.recipe.sources["schedule.type"]);
+    ctx_.ds.scheduler = type, ctx_.ds.scheduler_where = type_where;
     ctx_.set("schedule.type", text_node(it->second, Node::Kind::kString), type_where, false, "scheduler.type");
     // DeepSpeed's defaults for the scheduler's parameters, unless the params say otherwise.
     // "default ..." so that these count as defaults: the params and the recipe override them quietly.

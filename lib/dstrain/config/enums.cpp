@@ -24,6 +24,7 @@ DSTRAIN_ENUM_NAMES(Sink, "console", "jsonl", "csv", "tensorboard")
 DSTRAIN_ENUM_NAMES(RopeScaling, "none", "linear", "yarn")
 DSTRAIN_ENUM_NAMES(Recompute, "none", "full", "selective")
 DSTRAIN_ENUM_NAMES(Packing, "none", "greedy", "best_fit")
+DSTRAIN_ENUM_NAMES(LossNormalization, "global_tokens", "micro_batch_mean", "per_sample")
 
 #undef DSTRAIN_ENUM_NAMES
 

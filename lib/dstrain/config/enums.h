@@ -14,15 +14,16 @@ enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };  // expert sel
 enum class DataFormat { kBytes, kMegatron, kLlmc, kRawU16 };       // token file formats
 enum class OptimizerType { kAdamW, kAdam };                        // decoupled or L2 decay
 enum class ScheduleType { kWarmupCosine, kWsd, kDsWarmupCosine, kDsWarmup, kDsWarmupDecay, kDsOneCycle, kConstant };
-enum class WarmupType { kLinear, kLog };                   // ds_* schedules' warmup shape
-enum class BatchScaling { kNone, kLinear, kSqrt };         // LR vs a changing global batch
-enum class BadStepAction { kStop, kSkip, kRollback };      // train.on_bad_step
-enum class Dtype { kFp32, kBf16, kFp16 };                  // training precision
-enum class OffloadDevice { kNone, kCpu };                  // zero.offload_optimizer/param
-enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };  // logging.sinks
-enum class RopeScaling { kNone, kLinear, kYarn };          // model.rope_scaling: HF's default, linear, yarn
-enum class Recompute { kNone, kFull, kSelective };         // train.activation_checkpointing
-enum class Packing { kNone, kGreedy, kBestFit };           // data.packing: conversations into rows
+enum class WarmupType { kLinear, kLog };                                      // ds_* schedules' warmup shape
+enum class BatchScaling { kNone, kLinear, kSqrt };                            // LR vs a changing global batch
+enum class BadStepAction { kStop, kSkip, kRollback };                         // train.on_bad_step
+enum class Dtype { kFp32, kBf16, kFp16 };                                     // training precision
+enum class OffloadDevice { kNone, kCpu };                                     // zero.offload_optimizer/param
+enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };                     // logging.sinks
+enum class RopeScaling { kNone, kLinear, kYarn };                             // model.rope_scaling: HF's default, linear, yarn
+enum class Recompute { kNone, kFull, kSelective };                            // train.activation_checkpointing
+enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
+enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
 
 template <typename E>
 const std::vector<std::string>& enum_names();
@@ -56,6 +57,8 @@ template <>
 const std::vector<std::string>& enum_names<Recompute>();
 template <>
 const std::vector<std::string>& enum_names<Packing>();
+template <>
+const std::vector<std::string>& enum_names<LossNormalization>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -193,6 +193,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
                         const LoadOptions& options) {
   LoadContext ctx;
   ctx.read = std::move(read);
+  ctx.packed_rows = options.packed_rows;
   const auto recipe_text = ctx.read(path);
   if (!recipe_text)
     throw Error(ErrorCode::kConfig, fmt::format("recipe '{}' does not exist or is not a file", path),

@@ -25,6 +25,9 @@ struct DsPending {
   Location warmup_min_lr_where;
   bool overlap_comm_given = false;
   Location fp16_auto, bf16_auto;  // "enabled": "auto"
+  std::string scheduler;          // the ds_config's scheduler.type ("WarmupLR"), empty without one
+  Location scheduler_where;
+  std::string replaced_schedule;  // the recipe's own schedule.type it replaced, "NAME (SOURCE)"; empty: none
 };
 
 // Reads a file the config names (recipe, ds_config, hf_config); nullopt when it does not exist.
@@ -33,6 +36,7 @@ using FileReader = std::function<std::optional<std::string>(const std::string& p
 
 struct LoadContext {
   FileReader read;
+  std::function<int64_t(const Recipe&)> packed_rows;  // LoadOptions::packed_rows (train.epochs)
   Recipe recipe;
   DsPending ds;
   std::vector<std::string> problems;

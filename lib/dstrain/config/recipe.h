@@ -145,6 +145,7 @@ struct AccumulationStage {
 struct TrainConfig {
   int64_t steps = 0;   // optimizer steps; 0: derived from tokens
   int64_t tokens = 0;  // training length in tokens; 0: given as steps
+  double epochs = 0;   // passes over a fine-tuning set's packed rows; 0: given as steps or tokens
   // DeepSpeed's batch triple; 0 = not given, inferred as DeepSpeed infers it.
   int64_t micro_batch_size = 0;                 // train_micro_batch_size_per_gpu
   int64_t global_batch_size = 0;                // train_batch_size
@@ -169,6 +170,11 @@ struct TrainConfig {
   // layer in backward; "selective" keeps the GEMM outputs and recomputes the norms, SwiGLU's
   // activation and the attention core (Korthikanti et al.); "none" keeps everything.
   Recompute activation_checkpointing = Recompute::kNone;
+  // What a step's summed token losses are divided by (train/micro_batch_schedule.h): the
+  // step's trained targets (global_tokens), its micro-batches' count after each micro-batch's
+  // own mean (micro_batch_mean: DeepSpeed's and Megatron's default), or its samples after each
+  // sample's own mean (per_sample: each conversation weighs the same).
+  LossNormalization loss_normalization = LossNormalization::kGlobalTokens;
 };
 
 struct PrecisionConfig {
@@ -286,8 +292,13 @@ using LastLayer = std::function<std::vector<LayerValue>(const Recipe& layered)>;
 // Error{kConfig} lists them all, each with file:line:column.
 // data_may_be_missing (check-env): a dataset this node lacks is a warning, not an Error{kData},
 // so that the rank goes on to report it among its facts instead of leaving the others waiting.
+// packed_rows (train.epochs): the number of rows a fine-tuning set packs into under the layered
+// recipe (data.packing, data.seq_len, the seed), -1 when data.path is not a fine-tuning set, 0
+// when it does not exist (validation reports that).
+// The data layer answers it (train::packed_rows_of); without it train.epochs is refused.
 struct LoadOptions {
   bool data_may_be_missing = false;
+  std::function<int64_t(const Recipe&)> packed_rows;
 };
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, const LastLayer& last = {},
                    const LoadOptions& options = {});

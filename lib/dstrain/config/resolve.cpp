@@ -168,16 +168,50 @@ void expand_batch_ramp(LoadContext& ctx) {
                   t.accumulation.size());
 }
 
+// train.epochs: passes over the packed rows of a fine-tuning set, rounded up to whole steps (the
+// last step of a pass reads on into the next pass's order, as the sampler runs on).
+void resolve_epochs(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  int64_t rows = -2;
+  try {
+    if (ctx.packed_rows) rows = ctx.packed_rows(r);
+  } catch (const Error& e) {  // an unreadable set or a conversation longer than a row: validate() names it too
+    ctx.problems.push_back(fmt::format("train.epochs: cannot count the fine-tuning set's rows: {}", e.what()));
+    return;
+  }
+  if (rows == -2) {
+    ctx.problems.push_back("train.epochs: this command cannot count the fine-tuning set's rows; give train.steps instead");
+    return;
+  }
+  if (rows < 0) {
+    ctx.problems.push_back(
+        fmt::format("train.epochs ({}) counts passes over a fine-tuning set (prepare-data --chat), and data.path is "
+                    "pretraining data; give train.steps or train.tokens",
+                    src(r, "train.epochs")));
+    return;
+  }
+  const double wanted = std::ceil(r.train.epochs * static_cast<double>(rows) - 1e-9);
+  int64_t steps = 0, samples = 0;
+  while (static_cast<double>(samples) < wanted) samples += global_batch_at(r, steps), ++steps;
+  r.train.steps = std::max<int64_t>(steps, 1);
+  r.sources["train.steps"] =
+      fmt::format("derived: ceil(train.epochs {} x {} packed rows / global batch {})", r.train.epochs, rows, global_batch_at(r, 0));
+}
+
 void resolve_length(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
   auto& t = r.train;
-  if (t.steps && t.tokens) {
-    ctx.problems.push_back(fmt::format("train.steps ({}) and train.tokens ({}) are both set; give the length one way",
-                                       src(r, "train.steps"), src(r, "train.tokens")));
+  const int given = (t.steps > 0) + (t.tokens > 0) + (t.epochs > 0);
+  if (given > 1) {
+    std::vector<std::string> keys;
+    for (const char* key : {"train.steps", "train.tokens", "train.epochs"})
+      if (r.sources.at(key) != "default") keys.push_back(fmt::format("{} ({})", key, src(r, key)));
+    ctx.problems.push_back(
+        fmt::format("{} are {} set; give the training length one way", fmt::join(keys, " and "), keys.size() == 2 ? "both" : "all"));
     return;
   }
-  if (!t.steps && !t.tokens) {
-    ctx.problems.push_back("the training length is missing: set train.steps or train.tokens");
+  if (given == 0) {
+    ctx.problems.push_back("the training length is missing: set train.steps, train.tokens or train.epochs");
     return;
   }
   if (t.tokens) {
@@ -185,6 +219,34 @@ void resolve_length(LoadContext& ctx) {
     while (tokens < t.tokens) tokens += global_batch_at(r, steps) * r.data.seq_len, ++steps;
     t.steps = steps;
     r.sources["train.steps"] = fmt::format("derived: ceil(train.tokens {} / tokens per step)", t.tokens);
+  }
+  if (t.epochs > 0) resolve_epochs(ctx);
+}
+
+// A ds_config scheduler the run follows: what it does to the LR when that is not what a user
+// expects (WarmupLR never decays) or not what the recipe asked for.
+void warn_ds_scheduler(LoadContext& ctx) {
+  const Recipe& r = ctx.recipe;
+  const DsPending& ds = ctx.ds;
+  if (ds.scheduler.empty() || r.sources.at("schedule.type") == "--set") return;
+  const std::string replaced =
+      ds.replaced_schedule.empty()
+          ? ""
+          : fmt::format(
+                ", in place of the recipe's schedule.type {}, as the HF Trainer lets a ds_config scheduler replace "
+                "--lr_scheduler_type",
+                ds.replaced_schedule);
+  if (r.schedule.type == ScheduleType::kDsWarmup) {
+    ctx.warning(ds.scheduler_where,
+                fmt::format("the ds_config's scheduler WarmupLR warms the LR up over {} steps ({}) to {:g} and then holds it there for "
+                            "the remaining {} steps: it never decays{}. For a decaying schedule remove the scheduler block, or "
+                            "--set schedule.type=warmup_cosine",
+                            r.schedule.warmup_steps, name(r.schedule.warmup_type), r.optimizer.lr,
+                            std::max<int64_t>(0, r.train.steps - r.schedule.warmup_steps), replaced));
+  } else if (!replaced.empty()) {
+    ctx.warning(ds.scheduler_where, fmt::format("the ds_config's scheduler {} sets the LR schedule{}; --set schedule.type=... to choose "
+                                                "another",
+                                                ds.scheduler, replaced));
   }
 }
 
@@ -449,6 +511,7 @@ void resolve_and_validate(LoadContext& ctx) {
   if (!ctx.problems.empty()) return;
   resolve_length(ctx);
   validate(ctx);
+  warn_ds_scheduler(ctx);
 }
 
 Recipe resized_for(const Recipe& recipe, int64_t nproc_per_node, int64_t nnodes) {

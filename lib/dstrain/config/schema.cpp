@@ -154,6 +154,7 @@ std::vector<Field> train_fields() {
   return {
     {"train.steps", 0, kMaxInt, {}, "Optimizer steps (set this or train.tokens).", DS_FIELD(train.steps)},
     {"train.tokens", 0, kMaxInt, {}, "Training length in tokens (set this or train.steps).", DS_FIELD(train.tokens)},
+    {"train.epochs", 0, 1e6, {}, "Training length in passes over a fine-tuning set (prepare-data --chat): steps = ceil(epochs x packed rows / global batch), shown by --dry-run. Each epoch is reshuffled from data.seed and its number. Set this, train.steps or train.tokens.", DS_FIELD(train.epochs)},
     {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
     {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
     {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},
@@ -165,6 +166,7 @@ std::vector<Field> train_fields() {
     {"train.on_bad_step", 0, 0, DS_CHOICES(train.on_bad_step), "A NaN/Inf loss or gradient norm (bf16/fp32; fp16 has loss scaling): stop (exit 8), skip the update, or roll back to the latest checkpoint and go on.", DS_ENUM(train.on_bad_step)},
     {"train.max_bad_steps", 0, kMaxInt, {}, "With on_bad_step skip or rollback: more bad steps than this in one launch stop the run (exit 8).", DS_FIELD(train.max_bad_steps)},
     {"train.loss_chunk_tokens", 0, kMaxInt, {}, "The LM head and the cross-entropy run this many tokens at a time, fused: the full logits never exist, their gradients are computed as each chunk's loss is. 0: all logits at once, then the loss.", DS_FIELD(train.loss_chunk_tokens)},
+    {"train.loss_normalization", 0, 0, DS_CHOICES(train.loss_normalization), "What a step's summed token losses are divided by: global_tokens (the step's trained tokens over every micro-batch and rank: the loss does not depend on how the batch is split), micro_batch_mean (each micro-batch's mean, averaged: DeepSpeed's and Megatron's default), per_sample (each sample's mean, averaged: every conversation weighs the same). Gradients, clipping and the logged loss follow it.", DS_ENUM(train.loss_normalization)},
     {"train.activation_checkpointing", 0, 0, DS_CHOICES(train.activation_checkpointing), "Recompute activations in backward instead of keeping them: full (each decoder layer from its input; least memory, one more forward), selective (the norms, SwiGLU's activation and the attention core; the GEMM outputs are kept), or none. ds_config's activation_checkpointing block sets full.", DS_ENUM(train.activation_checkpointing)},
   };
 }

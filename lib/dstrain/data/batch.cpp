@@ -10,6 +10,7 @@ Batch Batch::to(const c10::Device& device) const {
   out.labels = labels.to(device);
   if (!sequential_positions) out.positions = positions.to(device);  // else the models do not read them: they stay on the host
   if (document_ids.defined()) out.document_ids = document_ids.to(device);
+  if (target_weights.defined()) out.target_weights = target_weights.to(device);
   return out;
 }
 
@@ -42,6 +43,28 @@ Batch pretraining_batch(const at::Tensor& windows, int64_t eos, bool mask_docume
     for (const auto& lengths : b.document_lengths) b.sequential_positions = b.sequential_positions && lengths.size() == 1;
   }
   return b;
+}
+
+void weigh_per_sample(Batch& b) {
+  const at::Tensor labels = b.labels.to(at::kCPU, at::kLong).contiguous();
+  b.target_weights = at::zeros(labels.sizes(), at::kFloat);
+  const int64_t* l = labels.data_ptr<int64_t>();
+  float* w = b.target_weights.data_ptr<float>();
+  const int64_t T = b.length();
+  b.samples = 0;
+  for (int64_t r = 0; r < b.rows(); ++r) {
+    int64_t begin = r * T;
+    for (const int64_t length : b.document_lengths.at(static_cast<size_t>(r))) {
+      int64_t trained = 0;
+      for (int64_t t = begin; t < begin + length; ++t) trained += l[t] != kIgnoreIndex;
+      if (trained > 0) {
+        ++b.samples;
+        for (int64_t t = begin; t < begin + length; ++t)
+          if (l[t] != kIgnoreIndex) w[t] = static_cast<float>(1.0 / static_cast<double>(trained));
+      }
+      begin += length;
+    }
+  }
 }
 
 Batch labelled_batch(const at::Tensor& tokens, const at::Tensor& labels) {

@@ -22,7 +22,11 @@ struct Batch {
   // documents are not cut: attention is plainly causal).
   std::vector<std::vector<int64_t>> document_lengths;
   at::Tensor document_ids;
-  int64_t trained_targets = 0;       // labels that are not kIgnoreIndex
+  int64_t trained_targets = 0;  // labels that are not kIgnoreIndex
+  // train.loss_normalization per_sample (weigh_per_sample): each target's weight, 1 / its sample's
+  // trained targets (float32 [B, T]; undefined: every target weighs 1), and the samples that train.
+  at::Tensor target_weights;
+  int64_t samples = 0;
   bool sequential_positions = true;  // positions are 0..T-1 in every row (the models' fast path)
 
   int64_t rows() const { return tokens.size(0); }
@@ -39,6 +43,10 @@ struct Batch {
 // positions from 0 in each document (data.reset_positions, Megatron's reset_position_ids);
 // otherwise positions run 0..T-1 through the row.
 Batch pretraining_batch(const at::Tensor& windows, int64_t eos = -1, bool mask_documents = false, bool restart_positions = false);
+// Weighs every sample (each document of each row, document_lengths) equally: target_weights and
+// samples, from the labels. A sample without a trained target is not counted.
+void weigh_per_sample(Batch& batch);
+
 // A batch of given tokens and labels (int64 [B, T], kIgnoreIndex where nothing is trained):
 // positions 0..T-1, documents not cut.
 Batch labelled_batch(const at::Tensor& tokens, const at::Tensor& labels);

@@ -9,6 +9,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/train/data_plan.h"
 #include "dstrain_cuda.h"
 
 namespace dstrain::launch {
@@ -42,7 +43,9 @@ RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::strin
     }
     return out;
   };
-  plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer, options);
+  config::LoadOptions with_data = options;
+  if (!with_data.packed_rows) with_data.packed_rows = train::packed_rows_of;  // train.epochs
+  plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer, with_data);
   return plan;
 }
 

@@ -10,6 +10,7 @@ std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) 
           {"skipped", m.skipped ? 1.0 : 0.0},
           {"bad_steps", static_cast<double>(m.bad_steps)},
           {"tokens", static_cast<double>(m.tokens)},
+          {"epoch", m.epoch},
           {"accumulation", static_cast<double>(m.accumulation)},
           {"step_ms", m.step_ms},
           {"tokens_per_s", m.tokens_per_s},

@@ -24,6 +24,7 @@ struct StepMetrics {
   bool skipped = false;      // the update was skipped (fp16 overflow or a bad step)
   int64_t bad_steps = 0;     // NaN/Inf steps so far in this launch (train.on_bad_step)
   int64_t tokens = 0;        // tokens consumed so far, all ranks
+  double epoch = kNone;      // fine-tuning sets: passes over the packed rows so far (1.5: halfway through the second)
   int64_t accumulation = 0;  // micro-steps per rank in this step
   double step_ms = kNone;
   double tokens_per_s = kNone;

@@ -13,7 +13,7 @@ using torch::autograd::variable_list;
 
 struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossEntropy> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                            int64_t chunk, int64_t ignore_index, bool with_grad) {
+                            const at::Tensor& target_weights, int64_t chunk, int64_t ignore_index, bool with_grad) {
     const int64_t N = hidden.size(0);
     const at::ScalarType wide = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor total = at::zeros({}, hidden.options().dtype(wide));
@@ -30,7 +30,7 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
       const at::Tensor lse = logits.logsumexp(-1, /*keepdim=*/true);
       const at::Tensor valid = t.ne(ignore_index);
       const at::Tensor safe = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);
-      const at::Tensor weights = valid.to(wide);
+      const at::Tensor weights = target_weights.numel() > 0 ? target_weights.narrow(0, s, n).to(wide) * valid : valid.to(wide);
       total += ((lse - logits.gather(1, safe)).squeeze(1) * weights).sum();
       if (!with_grad) continue;
       // d loss / d logits = softmax - one_hot(target), zero for ignored rows; in place.
@@ -55,6 +55,7 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
             at::Tensor(),
             at::Tensor(),
             at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
@@ -62,9 +63,11 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
 }  // namespace
 
 at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
-                                        int64_t ignore_index) {
+                                        int64_t ignore_index, const at::Tensor& target_weights) {
   const bool with_grad = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
-  return ChunkedLinearCrossEntropy::apply(hidden, weight, targets, std::max<int64_t>(1, chunk_tokens), ignore_index, with_grad);
+  // Always a defined tensor through autograd's apply (an undefined one has no device): empty when none.
+  const at::Tensor given = target_weights.defined() ? target_weights : at::empty({0}, hidden.options().dtype(at::kFloat));
+  return ChunkedLinearCrossEntropy::apply(hidden, weight, targets, given, std::max<int64_t>(1, chunk_tokens), ignore_index, with_grad);
 }
 
 }  // namespace dstrain::model

@@ -15,8 +15,9 @@ namespace dstrain::model {
 
 // hidden [N, H], weight [V, H] (the model dtype), targets int64 [N]: the summed cross-entropy,
 // a scalar in fp32 (double for double inputs) that autograd differentiates w.r.t. hidden and
-// weight. chunk_tokens >= 1.
+// weight. chunk_tokens >= 1. target_weights (float [N], optional): each target's term times its
+// weight (train.loss_normalization per_sample).
 at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
-                                        int64_t ignore_index);
+                                        int64_t ignore_index, const at::Tensor& target_weights = {});
 
 }  // namespace dstrain::model

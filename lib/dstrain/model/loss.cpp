@@ -20,11 +20,13 @@ CausalLM::Input input_of(const data::Batch& batch) {
   return in;
 }
 
-at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& labels) {
+at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& weights) {
   const at::Tensor flat = labels.reshape({-1});
   // bf16/fp16 logits: the softmax and the sum run in fp32. Ignored targets contribute nothing.
   const at::Tensor wide = logits.scalar_type() == at::kDouble ? logits : logits.to(at::kFloat);
-  return at::cross_entropy_loss(wide.reshape({flat.size(0), -1}), flat, {}, at::Reduction::Sum, kIgnoreIndex);
+  if (!weights.defined()) return at::cross_entropy_loss(wide.reshape({flat.size(0), -1}), flat, {}, at::Reduction::Sum, kIgnoreIndex);
+  const at::Tensor each = at::cross_entropy_loss(wide.reshape({flat.size(0), -1}), flat, {}, at::Reduction::None, kIgnoreIndex);
+  return (each * weights.reshape({-1}).to(each.scalar_type())).sum();
 }
 
 LossParts Loss::operator()(const CausalLM& model, const data::Batch& batch) const {
@@ -35,9 +37,10 @@ LossParts Loss::operator()(const CausalLM& model, const data::Batch& batch) cons
   at::Tensor sum;
   if (chunk_tokens_ > 0) {
     const at::Tensor flat = batch.labels.reshape({-1});
-    sum = chunked_linear_cross_entropy(h.hidden.reshape({flat.size(0), -1}), h.head, flat, chunk_tokens_, kIgnoreIndex);
+    const at::Tensor weights = batch.target_weights.defined() ? batch.target_weights.reshape({-1}) : at::Tensor();
+    sum = chunked_linear_cross_entropy(h.hidden.reshape({flat.size(0), -1}), h.head, flat, chunk_tokens_, kIgnoreIndex, weights);
   } else {
-    sum = summed_cross_entropy(at::linear(h.hidden, h.head), batch.labels);
+    sum = summed_cross_entropy(at::linear(h.hidden, h.head), batch.labels, batch.target_weights);
   }
   for (const Weighted& t : terms_) sum = sum + t.term(model, h, batch) * t.weight;
   parts.sum = model.close(h, sum);

@@ -56,8 +56,9 @@ class Loss {
 // document mask when the batch cuts documents.
 CausalLM::Input input_of(const data::Batch& batch);
 // The summed next-token cross-entropy of logits' rows against labels (kIgnoreIndex skipped),
-// in fp32 (double for a double model).
-at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& labels);
+// in fp32 (double for a double model); each target's term times its weight when `weights` (the
+// labels' shape) is given (train.loss_normalization per_sample).
+at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& labels, const at::Tensor& weights = {});
 // A lone batch's mean loss, for tests and benchmarks: `labels` int64 [B, T].
 at::Tensor mean_loss(const CausalLM& model, const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& attention_mask = {});
 

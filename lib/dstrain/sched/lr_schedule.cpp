@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "dstrain/config/recipe.h"
 
@@ -57,6 +61,19 @@ Schedule schedule_from(const config::Recipe& r) {
                s.cycle_momentum,        s.cycle_min_mom,
                s.cycle_max_mom,         s.decay_mom_rate};
   return out;
+}
+
+std::string describe_lr(const config::Recipe& r) {
+  const Schedule s = schedule_from(r);
+  const int64_t total = std::max<int64_t>(r.train.steps, 1);
+  std::vector<int64_t> steps{1};  // 1-based
+  if (s.warmup_steps > 1 && s.warmup_steps < total) steps.push_back(s.warmup_steps);
+  if (total / 2 > steps.back()) steps.push_back(total / 2);
+  if (total > steps.back()) steps.push_back(total);
+  std::vector<std::string> points;
+  for (const int64_t step : steps)
+    points.push_back(fmt::format("{:.3g} at step {}", lr_at(s, step - 1) * batch_lr_factor(r, step - 1), step));
+  return fmt::format("{}: {}", config::name(s.type), fmt::join(points, ", "));
 }
 
 double batch_lr_factor(const config::Recipe& r, int64_t step) {

@@ -43,6 +43,10 @@ double batch_lr_factor(const config::Recipe& recipe, int64_t step);
 // it = step - 1 (its scheduler sets the first step's LR at construction, with it = -1).
 double lr_at(const Schedule& s, int64_t step);
 
+// The LR the run will follow, for --dry-run: a line with the LR at the first step, the end of
+// the warmup, the middle and the last step (1-based steps, as the metrics count them).
+std::string describe_lr(const config::Recipe& recipe);
+
 // Adam's (beta1, beta2) for the step when the schedule cycles momentum (ds_one_cycle), else
 // {-1, -1}: keep the optimizer's.
 struct Betas {

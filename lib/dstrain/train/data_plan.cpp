@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <filesystem>
 
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
@@ -36,6 +37,29 @@ data::Packing packing_of(config::Packing p) {
                                          : data::Packing::kNone;
 }
 
+std::vector<int64_t> document_lengths(const data::TokenFile& file) {
+  const auto& starts = file.document_starts();
+  std::vector<int64_t> lengths;
+  for (size_t d = 0; d < starts.size(); ++d) lengths.push_back((d + 1 < starts.size() ? starts[d + 1] : file.size()) - starts[d]);
+  return lengths;
+}
+
+// The conversations in a seeded order (not the file's: a set sorted by source or length would
+// pack alike conversations together), packed into rows.
+std::vector<data::PackedRow> pack_rows(const config::Recipe& r, const std::vector<int64_t>& lengths, uint64_t seed) {
+  data::GlobalSampler shuffle(static_cast<int64_t>(lengths.size()), seed ^ 0x5041434bULL);  // "PACK": the order conversations are packed in
+  std::vector<int64_t> order;
+  for (int64_t i = 0; i < static_cast<int64_t>(lengths.size()); ++i) order.push_back(shuffle.sample_at(i));
+  return data::pack_documents(lengths, order, r.data.seq_len, packing_of(r.data.packing));
+}
+
+uint64_t data_seed(const config::Recipe& r) { return r.data.seed >= 0 ? static_cast<uint64_t>(r.data.seed) : r.seed; }
+
+bool is_fine_tuning_set(const config::Recipe& r) {
+  return r.data.format == config::DataFormat::kMegatron && r.data.paths.empty() && !r.data.path.empty() &&
+         data::has_loss_mask(config::megatron_prefix(r.data.path));
+}
+
 std::unique_ptr<PackedConversations> pack_conversations(const config::Recipe& r, std::unique_ptr<data::TokenFile> file, uint64_t seed,
                                                         int rank) {
   const std::string prefix = config::megatron_prefix(r.data.path);
@@ -49,13 +73,8 @@ std::unique_ptr<PackedConversations> pack_conversations(const config::Recipe& r,
       throw Error(ErrorCode::kData,
                   fmt::format("{}: token {} at offset {} is outside model.vocab_size {}", file->path(), t, i, r.model.vocab_size),
                   "prepare the data with the model's tokenizer");
-  const auto& starts = file->document_starts();
-  std::vector<int64_t> lengths;
-  for (size_t d = 0; d < starts.size(); ++d) lengths.push_back((d + 1 < starts.size() ? starts[d + 1] : file->size()) - starts[d]);
-  data::GlobalSampler shuffle(static_cast<int64_t>(lengths.size()), seed ^ 0x5041434bULL);  // "PACK": the order conversations are packed in
-  std::vector<int64_t> order;
-  for (int64_t i = 0; i < static_cast<int64_t>(lengths.size()); ++i) order.push_back(shuffle.sample_at(i));
-  p->rows = data::pack_documents(lengths, order, r.data.seq_len, packing_of(r.data.packing));
+  const std::vector<int64_t> lengths = document_lengths(*file);
+  p->rows = pack_rows(r, lengths, seed);
   p->order = std::make_unique<data::GlobalSampler>(static_cast<int64_t>(p->rows.size()), seed);
   p->pad = r.data.eos_token >= 0 ? r.data.eos_token : 0;
   p->file = std::move(file);
@@ -101,9 +120,8 @@ DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world)
 
 DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::vector<std::unique_ptr<data::TokenFile>> files)
     : recipe_(recipe), rank_(rank), world_(world) {
-  const uint64_t seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
-  if (recipe.data.format == config::DataFormat::kMegatron && recipe.data.paths.empty() && files.size() == 1 &&
-      data::has_loss_mask(config::megatron_prefix(recipe.data.path))) {
+  const uint64_t seed = data_seed(recipe);
+  if (files.size() == 1 && is_fine_tuning_set(recipe)) {
     packed_ = pack_conversations(recipe, std::move(files.front()), seed, rank);
     return;
   }
@@ -111,6 +129,14 @@ DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::vecto
 }
 
 DataPlan::~DataPlan() { discard(); }
+
+int64_t packed_rows_of(const config::Recipe& recipe) {
+  const std::string prefix = config::megatron_prefix(recipe.data.path);
+  if (recipe.data.format == config::DataFormat::kMegatron && !std::filesystem::exists(prefix + ".idx")) return 0;  // reported by the config
+  if (!is_fine_tuning_set(recipe)) return -1;
+  const auto file = data::open_token_file(recipe.data.path, recipe.data.format, recipe.data.seq_len);
+  return static_cast<int64_t>(pack_rows(recipe, document_lengths(*file), data_seed(recipe)).size());
+}
 
 int64_t DataPlan::num_samples() const { return packed_ ? static_cast<int64_t>(packed_->rows.size()) : stream_->num_samples(); }
 
@@ -134,12 +160,13 @@ std::vector<data::Batch> DataPlan::build(int64_t step, int64_t first, const std:
       std::vector<const data::PackedRow*> rows;
       for (int64_t i = 0; i < c.count; ++i) rows.push_back(&packed_->rows[static_cast<size_t>(packed_->order->sample_at(c.first + i))]);
       batches.push_back(data::packed_batch(rows, *packed_->file, *packed_->mask, seq_len, packed_->pad));
-      continue;
+    } else {
+      at::Tensor batch = at::empty({c.count, seq_len + 1}, at::kLong);
+      auto* out = batch.data_ptr<int64_t>();
+      for (int64_t i = 0; i < c.count; ++i) stream_->read(c.first + i, out + i * (seq_len + 1));
+      batches.push_back(data::pretraining_batch(batch, eos, d.document_mask, d.reset_positions));
     }
-    at::Tensor batch = at::empty({c.count, seq_len + 1}, at::kLong);
-    auto* out = batch.data_ptr<int64_t>();
-    for (int64_t i = 0; i < c.count; ++i) stream_->read(c.first + i, out + i * (seq_len + 1));
-    batches.push_back(data::pretraining_batch(batch, eos, d.document_mask, d.reset_positions));
+    if (recipe_.train.loss_normalization == config::LossNormalization::kPerSample) data::weigh_per_sample(batches.back());
   }
   return batches;
 }

@@ -45,6 +45,7 @@ class DataPlan {
   DataPlan(const config::Recipe& recipe, int rank, int world, std::vector<std::unique_ptr<data::TokenFile>> files);
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
+  bool fine_tuning() const { return packed_ != nullptr; }  // a fine-tuning set's packed rows, not pretraining windows
   // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).
   void prefetch(int64_t step, int64_t first, std::vector<double> weights);
   // The prefetched step's micro-batches (on the CPU); waits for them.
@@ -60,6 +61,12 @@ class DataPlan {
   std::unique_ptr<PackedConversations> packed_;  // a fine-tuning set instead of the stream
   std::future<std::vector<data::Batch>> pending_;
 };
+
+// The rows a fine-tuning set packs into under `recipe` (data.packing, data.seq_len, the data
+// seed), as DataPlan packs them; -1 when data.path is not a fine-tuning set, 0 when it is missing. Throws Error{kData}
+// when the set cannot be read or a conversation is longer than a row. (config::LoadOptions'
+// packed_rows: train.epochs.)
+int64_t packed_rows_of(const config::Recipe& recipe);
 
 class ShardBalancer final : public model::Stateful {
  public:

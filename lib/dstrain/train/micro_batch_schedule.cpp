@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "dstrain/comm/communicator.h"
+#include "dstrain/core/error.h"
 #include "dstrain/core/progress.h"
 #include "dstrain/device/training_device.h"
 #include "dstrain/model/causal_lm.h"
@@ -23,11 +24,11 @@ MicroBatchSchedule::MicroBatchSchedule(const model::CausalLM& model, const model
                                        const c10::Device& device)
     : model_(model), loss_(loss), engine_(engine), device_(device) {}
 
-ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, int64_t global_trained_targets, bool backward) {
+ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, int64_t global_units, bool backward) {
   ScheduleResult out;
-  // Divided by the whole global batch's count: a rank without targets (or a global batch
+  // Divided by the whole global batch's units: a rank without targets (or a global batch
   // without any) contributes nothing rather than a division by zero.
-  const double global = static_cast<double>(std::max<int64_t>(global_trained_targets, 1));
+  const double global = static_cast<double>(std::max<int64_t>(global_units, 1));
   std::optional<c10::NoGradGuard> forward_only;
   if (!backward) forward_only.emplace();
   at::Tensor token_sum;  // summed on the device, read once per run: no extra synchronisation per micro-batch
@@ -46,13 +47,17 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   progress::enter(progress::Phase::kForward);
   for (MicroBatchObserver* o : observers_) o->before_micro(index);
   const data::Batch batch = host_batch.to(device_);
+  if (normalization_ == config::LossNormalization::kPerSample && !batch.target_weights.defined())
+    throw Error(ErrorCode::kInternal, "per_sample loss normalization on a batch without target weights", "report this as a bug");
   const model::LossParts parts = loss_(model_, batch);
-  at::Tensor loss = parts.sum / global;
+  const bool micro_mean = normalization_ == config::LossNormalization::kMicroBatchMean;
+  const double units = static_cast<double>(loss_units(host_batch, normalization_));
+  at::Tensor loss = micro_mean ? parts.sum / (static_cast<double>(std::max<int64_t>(parts.count, 1)) * global) : parts.sum / global;
   const auto issued = Clock::now();                // the forward's work is queued (launch overhead, below)
   if (time_phases_) device::synchronize(device_);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();
-  // The auxiliary losses are means over the micro-batch: weighted by its share of the targets.
-  if (parts.aux.defined()) loss = loss + parts.aux * (static_cast<double>(parts.count) / global);
+  // The auxiliary losses are means over the micro-batch: weighted by its share of the units.
+  if (parts.aux.defined()) loss = loss + parts.aux * (units / global);
   for (MicroBatchObserver* o : observers_) loss = o->on_loss(index, loss);
   const double value = loss.item<double>();
   const at::Tensor summed = parts.sum.detach().to(at::kDouble);
@@ -80,9 +85,21 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   return value;
 }
 
-int64_t global_trained_targets(comm::Communicator& comm, const std::vector<data::Batch>& batches) {
+int64_t loss_units(const data::Batch& batch, config::LossNormalization mode) {
+  switch (mode) {
+    case config::LossNormalization::kMicroBatchMean:
+      return batch.trained_targets > 0 ? 1 : 0;
+    case config::LossNormalization::kPerSample:
+      return batch.samples;
+    case config::LossNormalization::kGlobalTokens:
+      break;
+  }
+  return batch.trained_targets;
+}
+
+int64_t global_loss_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode) {
   int64_t mine = 0;
-  for (const data::Batch& b : batches) mine += b.trained_targets;
+  for (const data::Batch& b : batches) mine += loss_units(b, mode);
   return comm::sum_exactly(comm, mine);
 }
 

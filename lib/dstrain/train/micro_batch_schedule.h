@@ -2,12 +2,20 @@
 // One step's micro-batches through the model, the loss and the ZeRO engine: the training step's
 // inner loop, the one that the trainer, the engine tests and (later) evaluation and pipeline
 // schedules use. Today's schedule is sequential: for each micro-batch, in order,
-//   engine.begin_micro -> forward (model::Loss) -> the loss / the global trained-target count
+//   engine.begin_micro -> forward (model::Loss) -> its share of the step's loss (below)
 //   (+ the MoE aux share) -> x the engine's loss scale -> backward -> engine.end_micro
-// The global count comes from the caller, summed over every rank's micro-batches once per step
-// (global_trained_targets): every micro-batch of every rank then weighs by what it trains, and
-// the summed gradients are the global batch's mean gradient whatever the shares, accumulation
-// steps, world size or masks.
+// The share follows train.loss_normalization. Each micro-batch m has a numerator and a count of
+// units; the step's loss is sum_m numerator_m / N, N the units of every micro-batch of every
+// rank, summed by the caller once per step (global_loss_units):
+//   global_tokens     numerator = its summed token losses, units = its trained targets: every
+//                     micro-batch of every rank weighs by what it trains, and the summed
+//                     gradients are the global batch's mean gradient whatever the shares,
+//                     accumulation steps, world size or masks
+//   micro_batch_mean  numerator = its mean token loss, units = 1 (when it trains anything): the
+//                     mean of micro-batch means, DeepSpeed's and Megatron's default
+//   per_sample        numerator = sum over its samples of each one's mean (data::weigh_per_sample),
+//                     units = its samples: the mean of sample means
+// An MoE auxiliary loss (already a mean) weighs by the micro-batch's units / N.
 // Observers see each micro-batch (telemetry, the shard balancer's timings, injected faults);
 // they never change what is computed, except a fault's on_loss.
 #include <ATen/core/Tensor.h>
@@ -16,6 +24,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dstrain/config/enums.h"
 #include "dstrain/data/batch.h"
 
 namespace dstrain::comm {
@@ -50,8 +59,8 @@ class MicroBatchObserver {
 };
 
 struct ScheduleResult {
-  double loss = 0;        // this rank's part of the global mean loss (summed over ranks: the step's loss)
-  double token_loss = 0;  // the summed loss over this rank's trained targets, before any division
+  double loss = 0;        // this rank's part of the step's loss (summed over ranks: the step's loss)
+  double token_loss = 0;  // the summed (per_sample: weighted) loss over this rank's trained targets, before any division
   int64_t trained_targets = 0;
 };
 
@@ -62,22 +71,30 @@ class MicroBatchSchedule {
   void add_observer(MicroBatchObserver* observer) { observers_.push_back(observer); }
   // time_phases: wait for the device after the forward and the backward (wall_clock_breakdown).
   void set_time_phases(bool on) { time_phases_ = on; }
-  // The batches (on any device) in order; backward: train (the engine accumulates the gradients,
-  // its step() follows), else forward only, without autograd.
-  ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_trained_targets, bool backward);
+  // train.loss_normalization (global_tokens until set). per_sample needs batches weighed by
+  // data::weigh_per_sample.
+  void set_normalization(config::LossNormalization mode) { normalization_ = mode; }
+  // The batches (on any device) in order, `global_units` the step's units over every rank
+  // (global_loss_units); backward: train (the engine accumulates the gradients, its step()
+  // follows), else forward only, without autograd.
+  ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_units, bool backward);
 
  private:
-  double micro(const data::Batch& batch, size_t index, bool last, double global_targets, bool backward, ScheduleResult& out,
+  double micro(const data::Batch& batch, size_t index, bool last, double global_units, bool backward, ScheduleResult& out,
                at::Tensor& token_sum);
   const model::CausalLM& model_;
   const model::Loss& loss_;
   zero::Engine* engine_;
   c10::Device device_;
   bool time_phases_ = false;
+  config::LossNormalization normalization_ = config::LossNormalization::kGlobalTokens;
   std::vector<MicroBatchObserver*> observers_;
 };
 
-// The trained targets of every rank's `batches`, summed (collective: one small all-reduce).
-int64_t global_trained_targets(comm::Communicator& comm, const std::vector<data::Batch>& batches);
+// A micro-batch's units under `mode` (see above).
+int64_t loss_units(const data::Batch& batch, config::LossNormalization mode);
+// The units of every rank's `batches`, summed (collective: one small all-reduce).
+int64_t global_loss_units(comm::Communicator& comm, const std::vector<data::Batch>& batches,
+                          config::LossNormalization mode = config::LossNormalization::kGlobalTokens);
 
 }  // namespace dstrain::train

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -165,6 +166,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
   m.skipped = o.skipped;
   m.bad_steps = o.bad_steps;
   m.tokens = o.cursor * recipe_.data.seq_len;
+  m.epoch = o.epoch;
   m.accumulation = o.accumulation;
   m.step_ms = o.step_ms;
   const double seconds = o.step_ms / 1000.0;
@@ -212,8 +214,8 @@ void Telemetry::finish_step(const StepOutcome& o) {
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
-    log::info(fmt::format("step {}/{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%", o.step,
-                          total, o.loss, o.lr, o.grad_norm,
+    log::info(fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%",
+                          o.step, total, std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss, o.lr, o.grad_norm,
                           recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
                           m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)

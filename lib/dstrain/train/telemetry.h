@@ -42,7 +42,8 @@ struct StepOutcome {
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   bool skipped = false;
   int64_t bad_steps = 0;
-  int64_t cursor = 0;  // samples consumed after this step
+  int64_t cursor = 0;                                       // samples consumed after this step
+  double epoch = std::numeric_limits<double>::quiet_NaN();  // fine-tuning sets: cursor / packed rows
   int64_t global_batch = 0;
   int64_t accumulation = 0;
   double step_ms = 0, data_wait_ms = 0, comm_wait_ms = 0, reduce_ms = 0, gather_ms = 0, optimizer_ms = 0, checkpoint_ms = 0;

@@ -175,6 +175,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.loss = std::make_unique<model::Loss>(p.recipe.train.loss_chunk_tokens);
   p.micro_batches = std::make_unique<MicroBatchSchedule>(*p.model, *p.loss, p.engine.get(), device.device);
   p.micro_batches->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
+  p.micro_batches->set_normalization(p.recipe.train.loss_normalization);
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.micro_batches->add_observer(p.fault_observer.get());
@@ -263,10 +264,11 @@ Trainer::StepEnd Trainer::step() {
   const double lr = sched::lr_at(p.schedule, applied) * sched::batch_lr_factor(p.recipe, p.step);
   const sched::Betas betas = sched::betas_at(p.schedule, applied);
   if (p.faults.overflow_at(p.step + 1)) p.engine->mark_gradients_nonfinite();
-  // The loss is divided by the global batch's trained targets: one small all-reduce, over the
-  // engine's communicator (NCCL on GPUs: a tree, not a Gloo ring of N hops).
-  const int64_t global_targets = global_trained_targets(p.comm.engine(), batches);
-  const double local_loss = p.micro_batches->run(batches, global_targets, /*backward=*/true).loss;
+  // The loss is divided by the global batch's units (train.loss_normalization: its trained
+  // targets by default): one small all-reduce, over the engine's communicator (NCCL on GPUs: a
+  // tree, not a Gloo ring of N hops).
+  const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
+  const double local_loss = p.micro_batches->run(batches, global_units, /*backward=*/true).loss;
   progress::enter(progress::Phase::kOptimizer);
   // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
   // the engine applies no update from it.
@@ -303,6 +305,7 @@ Trainer::StepEnd Trainer::step() {
   StepOutcome o;
   o.step = p.step + 1, o.loss = all.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale,
   o.skipped = result.skipped;
+  if (p.data->fine_tuning()) o.epoch = static_cast<double>(p.cursor) / static_cast<double>(std::max<int64_t>(p.data->num_samples(), 1));
   o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = batch, o.accumulation = static_cast<int64_t>(batches.size());
   o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;

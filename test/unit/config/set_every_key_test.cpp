@@ -98,7 +98,9 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"eval.paths", {"[" + dir + "/other.txt]", {}}},
       {"eval.names", {"[held]", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.split", {"0.25", {"data.eos_token=0"}}},
-      {"data.packing", {"none", {}}},  // another value needs a fine-tuning set (dist.finetune sets it)
+      {"data.packing", {"none", {}}},
+      {"train.epochs", {"0", {}}},  // a length in epochs needs a fine-tuning set (dist.finetune sets it)  // another value needs a
+                                    // fine-tuning set (dist.finetune sets it)
       {"eval.interval_steps", {"5", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.at_start", {"true", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.early_stopping_patience", {"2", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},

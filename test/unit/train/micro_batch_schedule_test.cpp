@@ -90,7 +90,7 @@ TEST_CASE("schedule: a masked batch's loss is the sum over trained targets over 
       const auto m = test::make_tiny_model(config::Dtype::kFp32);
       train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
       const std::vector<data::Batch> mine{d.rows(comm.rank() * 2, 1), d.rows(comm.rank() * 2 + 1, 1)};
-      const int64_t global = train::global_trained_targets(comm, mine);
+      const int64_t global = train::global_loss_units(comm, mine);
       CHECK(global == trained);
       const train::ScheduleResult r = schedule.run(mine, global, true);
       const std::lock_guard<std::mutex> lock(mu);
@@ -176,4 +176,57 @@ TEST_CASE("schedule: observers see each micro-batch in order; a fault's on_loss 
   train::MicroBatchSchedule plain(*same, loss, nullptr, at::kCPU);
   const double first_only = plain.run({batches[0]}, global, false).loss;
   CHECK(r.loss == Approx(first_only).epsilon(1e-9));
+}
+
+TEST_CASE("schedule: micro_batch_mean is the mean of micro-batch means, per_sample the mean of sample means", "[train]") {
+  const MaskedData d;
+  const model::Loss loss, chunked(5);  // the fused chunked head takes the same weights
+  const std::vector<data::Batch> split{d.rows(0, 1), d.rows(1, 3)};
+  // The references, from each part's own mean loss (model::LossParts::mean) and autograd.
+  const auto reference = test::make_tiny_model(config::Dtype::kFp32);
+  const double micro0 = loss(*reference, split[0]).mean().item<double>(), micro1 = loss(*reference, split[1]).mean().item<double>();
+  double sample_sum = 0;
+  for (int64_t r = 0; r < 4; ++r) sample_sum += loss(*reference, d.rows(r, 1)).mean().item<double>();
+  REQUIRE(std::abs((micro0 + micro1) / 2 - sample_sum / 4) > 1e-4);  // the modes really differ on this data
+  const auto grads_model = test::make_tiny_model(config::Dtype::kFp32);
+  at::Tensor sample_mean = loss(*grads_model, d.rows(0, 1)).mean();
+  for (int64_t r = 1; r < 4; ++r) sample_mean = sample_mean + loss(*grads_model, d.rows(r, 1)).mean();
+  (sample_mean / 4).backward();
+  const std::vector<at::Tensor> want_grads = grads_of(*grads_model);
+
+  SECTION("micro_batch_mean") {
+    const auto m = test::make_tiny_model(config::Dtype::kFp32);
+    train::MicroBatchSchedule schedule(*m, loss, nullptr, at::kCPU);
+    schedule.set_normalization(config::LossNormalization::kMicroBatchMean);
+    comm::run_on_threads(1, [&](comm::Communicator& comm) {
+      CHECK(train::global_loss_units(comm, split, config::LossNormalization::kMicroBatchMean) == 2);
+    });
+    CHECK(schedule.run(split, 2, /*backward=*/false).loss == Approx((micro0 + micro1) / 2).epsilon(1e-6));
+  }
+  for (const model::Loss* which : {&loss, &chunked}) {
+    DYNAMIC_SECTION("per_sample, " << (which == &loss ? "plain" : "chunked") << " head, rows split 1 + 3") {
+      const auto m = test::make_tiny_model(config::Dtype::kFp32);
+      train::MicroBatchSchedule schedule(*m, *which, nullptr, at::kCPU);
+      schedule.set_normalization(config::LossNormalization::kPerSample);
+      std::vector<data::Batch> weighed = split;
+      for (data::Batch& b : weighed) data::weigh_per_sample(b);
+      CHECK(weighed[0].samples == 1);
+      CHECK(weighed[1].samples == 3);
+      const train::ScheduleResult r = schedule.run(weighed, 4, /*backward=*/true);
+      CHECK(r.loss == Approx(sample_sum / 4).epsilon(1e-6));
+      const std::vector<at::Tensor> got = grads_of(*m);
+      for (size_t i = 0; i < got.size(); ++i) CHECK(at::allclose(got[i], want_grads[i], 1e-5, 1e-7));
+    }
+  }
+  SECTION("per_sample: the samples of a packed row are its documents") {
+    // Row: document A (5 tokens, ending with 9) then document B (7 tokens).
+    const at::Tensor window = at::tensor({3, 1, 4, 1, 9, 2, 6, 5, 3, 5, 8, 7, 0}, at::kLong).view({1, 13});
+    data::Batch packed = data::pretraining_batch(window, 9, /*mask_documents=*/true, /*restart_positions=*/true);
+    data::weigh_per_sample(packed);
+    CHECK(packed.samples == 2);
+    const at::Tensor w = packed.target_weights.reshape({-1});
+    CHECK(w[0].item<float>() == Approx(1.0 / 5));
+    CHECK(w[11].item<float>() == Approx(1.0 / 7));
+    CHECK(w.sum().item<double>() == Approx(2.0));
+  }
 }
