@@ -73,7 +73,7 @@ void register_check_env(CLI::App& app, Run& run) {
         // Data this node lacks is what the check is for: reported among the facts, on every rank.
         config::LoadOptions lenient;
         lenient.data_may_be_missing = true;
-        lenient.packed_rows = train::packed_rows_of;
+        lenient.packed_rows = train::packed_rows_of;  // train.epochs (plan_recipe sets it too; --local needs it here)
         if (args->local) {
           recipe = config::load_recipe(args->recipe, args->overrides, {}, lenient);
         } else {

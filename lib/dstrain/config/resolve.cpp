@@ -172,15 +172,15 @@ void expand_batch_ramp(LoadContext& ctx) {
 // last step of a pass reads on into the next pass's order, as the sampler runs on).
 void resolve_epochs(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
-  int64_t rows = -2;
-  try {
-    if (ctx.packed_rows) rows = ctx.packed_rows(r);
-  } catch (const Error& e) {  // an unreadable set or a conversation longer than a row: validate() names it too
-    ctx.problems.push_back(fmt::format("train.epochs: cannot count the fine-tuning set's rows: {}", e.what()));
+  if (!ctx.packed_rows) {
+    ctx.problems.push_back("train.epochs: this command cannot count the fine-tuning set's rows; give train.steps instead");
     return;
   }
-  if (rows == -2) {
-    ctx.problems.push_back("train.epochs: this command cannot count the fine-tuning set's rows; give train.steps instead");
+  int64_t rows = 0;
+  try {
+    rows = ctx.packed_rows(r);
+  } catch (const Error& e) {  // an unreadable set or a conversation longer than a row: validate() names it too
+    ctx.problems.push_back(fmt::format("train.epochs: cannot count the fine-tuning set's rows: {}", e.what()));
     return;
   }
   if (rows < 0) {
