@@ -7,7 +7,11 @@
 #   DSTRAIN_DEMO_TOKENIZER=path/tokenizer.json scripts/demo.sh
 #     prepares the corpus with that Hugging Face tokenizer instead (e.g. one trained with the
 #     `tokenizers` package) and sizes the model's vocabulary and end-of-document token from it.
+#   scripts/demo.sh --sft
+#     fine-tuning on conversations instead: scripts/demo-sft.sh (a base model exported as a Hugging
+#     Face folder, fine-tuned on the stdlib's docstrings as chats, exported, and asked through transformers).
 set -euo pipefail
+[ "${1:-}" = --sft ] && exec "$(dirname "${BASH_SOURCE[0]}")/demo-sft.sh" "${@:2}"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh"
 "$DSTRAIN_ROOT/scripts/build.sh" dstrain

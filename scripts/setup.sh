@@ -3,6 +3,7 @@
 # to do finishes in seconds. Sources: Debian's packages and PyPI, nothing else.
 #   scripts/setup.sh            to build and run dstrain: compilers and libraries, the torch
 #                               virtualenv (LibTorch) with tensorboard (`dstrain tensorboard`)
+#   scripts/setup.sh --sft      also transformers, for the fine-tuning demo (scripts/demo.sh --sft)
 #   scripts/setup.sh --test     also what the test suite uses: Catch2, clang (fuzzers, format
 #                               check), Open MPI, Slurm + munge, Chromium (the report's page),
 #                               iproute2 (network namespaces), and the reference Python packages
@@ -10,11 +11,12 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
-tests=0
+tests=0; sft=0
 for arg in "$@"; do
   case "$arg" in
     --test) tests=1 ;;
-    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --sft) sft=1 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$arg' (see scripts/setup.sh --help)" ;;
   esac
 done
@@ -55,5 +57,8 @@ venv_install .dstrain-ready "torch==$DSTRAIN_TORCH_VERSION" $DSTRAIN_PY_PACKAGES
 if [ $tests -eq 1 ]; then
   [ -f "$DSTRAIN_VENV/.dstrain-test-ready" ] || say "adding the test suite's reference packages to $DSTRAIN_VENV"
   venv_install .dstrain-test-ready $DSTRAIN_PY_TEST_PACKAGES
+elif [ $sft -eq 1 ] && ! "$DSTRAIN_VENV/bin/python" -c 'import transformers' 2>/dev/null; then
+  say "adding transformers to $DSTRAIN_VENV (the fine-tuning demo)"
+  venv_install .dstrain-sft-ready $DSTRAIN_PY_SFT_PACKAGES
 fi
-say "setup done: torch $DSTRAIN_TORCH_VERSION in $DSTRAIN_VENV$([ $tests -eq 1 ] && echo ", with the test packages")"
+say "setup done: torch $DSTRAIN_TORCH_VERSION in $DSTRAIN_VENV$([ $tests -eq 1 ] && echo ", with the test packages")$([ $tests -eq 0 ] && [ $sft -eq 1 ] && echo ", with transformers")"

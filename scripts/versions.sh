@@ -6,7 +6,10 @@ DSTRAIN_TORCH_VERSION="2.11.0"
 # pyarrow, whose wheel carries the Arrow/Parquet C++ libraries and headers that prepare-data's
 # Parquet plugin is built against (21: Arrow 26's headers need C++20; 21's build as C++17).
 DSTRAIN_PY_PACKAGES="tensorboard pyarrow==21.0.0"
+# transformers (with tokenizers): the fine-tuning demo (scripts/demo.sh --sft) trains its tokenizer
+# with it and chats with the exported model through it (scripts/setup.sh --sft).
+DSTRAIN_PY_SFT_PACKAGES="transformers==5.24.0"
 # Python packages the tests use as independent references (scripts/setup.sh --test, into the
 # same venv): transformers loads dstrain's exports and gives reference logits (YaRN, DeepSeek
 # V2/V3); the tests also read TensorBoard's event files with tensorboard itself.
-DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema transformers==5.24.0"
+DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES"

@@ -9,7 +9,7 @@
 #include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/tasks/env_task.h"
-#include "dstrain/train/data_plan.h"
+#include "dstrain/train/fine_tuning_data.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {

@@ -29,12 +29,16 @@ void register_eval(CLI::App& app, Run& run) {
       "that checkpoint, at any number of ranks. Each rank holds the weights in the run's dtype\n"
       "(no optimizer state, whatever ZeRO stage wrote them); the windows of each set are shared\n"
       "out over the ranks and the loss is Σ token losses / Σ tokens over all of them.\n"
+      "A fine-tuning set (prepare-data --chat, or the conversations eval.split holds out of one)\n"
+      "is scored on the tokens its loss mask trains, its conversations packed in file order into\n"
+      "rows (the windows column counts those rows).\n"
       "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n\n"
       "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"
       "Examples:\n"
       "  dstrain eval runs/demo                        (the run's latest checkpoint on its held-out split)\n"
       "  dstrain eval runs/demo --step best --nproc-per-node 4 --json\n"
       "  dstrain eval runs/demo --data data/val --data data/code-val --name val --name code\n"
+      "  dstrain eval runs/sft --data data/chat-val   (the loss on the answers of held-out conversations)\n"
       "  dstrain eval hf-export --data val.txt --format bytes --seq-len 512");
   cmd->add_option("target", args->target, "Run directory, checkpoint, or Hugging Face model folder")->required();
   cmd->add_option("--step", args->step, "A run's checkpoint: a step number, or best (checkpoint.keep_best's); default: the latest");

@@ -15,6 +15,10 @@ training on conversations (issue 38).
       gradient norms.
   finetune_reference.py compare OUT.json METRICS.jsonl --rtol R --grad-rtol G
       dstrain's per-step losses and LRs (within R) and gradient norms (within G) against the reference's
+  finetune_reference.py eval MODEL PREFIX --seq-len T
+      the validation loss of MODEL (an HF folder) on dstrain's dataset PREFIX: each conversation
+      alone in a row, the summed token losses of the tokens the mask trains over their count; prints
+      {"val_loss", "val_tokens", "conversations"} as JSON
 """
 import argparse
 import json
@@ -90,6 +94,20 @@ def train(args):
           f"in {args.steps} steps")
 
 
+def evaluate(args):
+    import transformers
+    torch.set_num_threads(1)
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
+    model.eval()
+    tokens, labels = rows_of(args.prefix, args.seq_len)
+    with torch.no_grad():
+        logits = model(tokens).logits.double()
+    total = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
+                                              reduction="sum")
+    count = int((labels != -100).sum())
+    print(json.dumps({"val_loss": total.item() / count, "val_tokens": count, "conversations": len(tokens)}))
+
+
 def compare(args):
     ref = json.load(open(args.reference))["steps"]
     got = [r for r in map(json.loads, open(args.metrics)) if "loss" in r]
@@ -122,8 +140,10 @@ def main():
     p = sub.add_parser("compare")
     p.add_argument("reference"), p.add_argument("metrics"), p.add_argument("--rtol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-4)  # a norm over every gradient: rounding adds up
+    p = sub.add_parser("eval")
+    p.add_argument("model"), p.add_argument("prefix"), p.add_argument("--seq-len", type=int, required=True)
     args = ap.parse_args()
-    {"model": make_model, "train": train, "compare": compare}[args.cmd](args)
+    {"model": make_model, "train": train, "compare": compare, "eval": evaluate}[args.cmd](args)
 
 
 if __name__ == "__main__":

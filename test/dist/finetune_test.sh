@@ -7,6 +7,9 @@
 # train.loss_normalization per_sample is as split-independent and micro_batch_mean is DeepSpeed's
 # mean of micro-batch means; train.epochs derives the steps; an independent PyTorch + transformers
 # loop fine-tunes the same HF model on the same data and masks to the same 30 losses (1e-5).
+# Validation on conversations (eval.split of whole conversations, eval.paths of fine-tuning sets)
+# scores the trained tokens alike at any split and rank count, as `dstrain eval` and transformers
+# on the export do; blends of fine-tuning sets follow data.weights at any split.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
@@ -59,12 +62,64 @@ ok "6 steps + resume + 6 equal 12 straight, losses and final state bit for bit"
 
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set data.document_mask=true --dry-run
 expect_out "a fine-tuning set always keeps attention and positions inside each conversation"
-expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set eval.split=0.1 --dry-run
-expect_out "eval.split: holding conversations out of a fine-tuning set"
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set data.seq_len=16 --set model.max_seq_len=16
 expect_out "data.seq_len: 16 is shorter than the longest conversation"
 expect_out "--max-length 16"
-ok "document_mask, eval.split and conversations longer than a row are refused by name"
+expect_status 3 "$DSTRAIN" train sft.yaml --set run_dir=bad --set eval.split=500
+expect_out "eval.split 500 holds out 500 of its"
+expect_out "which leaves none to train on"
+ok "document_mask, conversations longer than a row and a split that leaves nothing to train on are refused by name"
+
+# eval.split of a fine-tuning set holds whole conversations out, scored on their trained tokens:
+# the same values at 1 rank x micro 8 and 2 ranks x 2 x 2, bit-identical after a resume, and what
+# `dstrain eval` computes from the last checkpoint at 3 ranks.
+val_rows() {  # val_rows RUN: [step, set, val_loss, val_tokens] of every evaluation
+  python3 -c "import json; print(json.dumps([(r['step'], r['eval'], r['val_loss'], r['val_tokens']) for r in map(json.loads, open('$1/metrics.jsonl')) if 'eval' in r]))"
+}
+same_vals() {  # same_vals A B RTOL: the same evaluations, losses within RTOL, the same token counts
+  python3 -c "
+import json, sys
+a, b, rtol = json.loads(sys.argv[1]), json.loads(sys.argv[2]), float(sys.argv[3])
+assert a and [r[:2] for r in a] == [r[:2] for r in b], (a, b)
+for x, y in zip(a, b):
+    assert x[3] == y[3] and abs(x[2] - y[2]) <= rtol * abs(x[2]), (x, y)
+" "$(val_rows "$1")" "$(val_rows "$2")" "$3"
+}
+json_out() { grep '^{"datasets"' <<<"$OUT" | tail -n 1; }  # dstrain eval --json's line
+logged_val() { python3 -c "import json; print(repr([r for r in map(json.loads, open('$1/metrics.jsonl')) if r.get('eval') == '$2'][-1]['val_loss']))"; }
+close() { python3 -c "import sys; a, b = float('$1'), float('$2'); r = abs(a - b) / abs(a); print(f'{a!r} vs {b!r}: relative {r:.2e}'); sys.exit(0 if r <= $3 else f'relative {r:.2e} > $3')"; }
+spl=(--set eval.split=0.1 --set eval.interval_steps=6)
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=s8 "${spl[@]}"
+expect_out "conversations left to train on"
+expect_out "eval step 6/12 | heldout | val_loss"
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=s2 "${spl[@]}" --set train.micro_batch_size=2 --nproc-per-node 2
+python3 "$cmp" s8/metrics.jsonl s2/metrics.jsonl --rtol 1e-5 || fail "the split's training losses differ between 1 and 2 ranks"
+same_vals s8 s2 1e-5 || fail "the held-out conversations' validation losses differ between 1 and 2 ranks"
+cp -r s8 scut
+rm -r scut/ckpt/step_00000012 && printf 'step_00000006\n' > scut/ckpt/latest
+expect_status 0 "$DSTRAIN" resume scut
+python3 "$cmp" s8/metrics.jsonl scut/metrics.jsonl --exact || fail "the resumed run with held-out conversations differs"
+same_vals s8 scut 0 || fail "the resumed run's validation losses differ"
+expect_status 0 "$DSTRAIN" eval s8 --nproc-per-node 3 --json
+got=$(json_out | python3 -c "import json, sys; d = json.load(sys.stdin)['datasets'][0]; assert d['name'] == 'heldout' and d['conversations'] > 0, d; print(repr(d['val_loss']))")
+close "$(logged_val s8 heldout)" "$got" 1e-8 || fail "dstrain eval at 3 ranks does not give the held-out loss training logged"
+ok "eval.split holds whole conversations out: the same validation losses at 1 and 2 ranks, a bit-identical resume, dstrain eval at 3 ranks"
+
+# Blends of fine-tuning sets: rows drawn by data.weights (each source packed on its own), the
+# same losses at 1 rank x micro 8 and 2 ranks x 2 x 2 at ZeRO 2; conversations and text do not blend.
+tail -n 60 chats.jsonl > other.jsonl
+expect_status 0 "$DSTRAIN" prepare-data other.jsonl --tokenizer toks/deepseek-llm-chat --output other --max-length 64
+sed -e 's/path: sft, /paths: [sft, other], weights: [3, 1], /' sft.yaml > blend.yaml
+expect_status 0 "$DSTRAIN" train blend.yaml --set run_dir=b8
+expect_out "fine-tuning set $WORK/other: "
+expect_out "blend weight 1"
+expect_status 0 "$DSTRAIN" train blend.yaml --set run_dir=b2 --set train.micro_batch_size=2 --nproc-per-node 2 --set zero.stage=2
+python3 "$cmp" b8/metrics.jsonl b2/metrics.jsonl --rtol 1e-5 || fail "the blend's losses differ between 1 and 2 ranks"
+expect_status 0 "$DSTRAIN" prepare-data corpus.jsonl --tokenizer toks/deepseek-llm-chat --no-chat --output text --max-bytes 200000
+sed -e 's/path: sft, /paths: [sft, text], /' sft.yaml > mixed.yaml
+expect_status 2 "$DSTRAIN" train mixed.yaml --set run_dir=bad --dry-run
+expect_out "sources are fine-tuning sets (a loss mask beside them) and the others text"
+ok "blends of fine-tuning sets: the same losses at 1 and 2 ranks (ZeRO 2); a blend of conversations and text is refused"
 # The normalizations, without packing (a row is one conversation): per_sample gives the same
 # losses on 1 rank x micro 8 and 2 ranks x micro 2 x accumulation 2; micro_batch_mean at micro 1 x
 # accumulation 8 averages one conversation's mean per micro-batch, so it equals per_sample; at
@@ -97,7 +152,7 @@ expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set train.epochs=1
 expect_out "train.epochs (--set) are both set; give the training length one way"
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set train.steps=0 --set train.epochs=1 --set data.packing=none \
   --set data.format=bytes --set data.path="$SRC/recipes/data/demo_corpus.txt" --dry-run
-expect_out "counts passes over a fine-tuning set"
+expect_out "counts passes over fine-tuning sets"
 ok "train.epochs: steps from the packed rows (shown by --dry-run), the epoch in the metrics; refused with train.steps and on pretraining data"
 
 # DeepSeek-Coder's recipe on a set prepared here: the ds_config's WarmupLR replaces the cosine.
@@ -130,6 +185,7 @@ data: {path: sft24, format: megatron, seq_len: 64, packing: none}
 train: {epochs: 30, micro_batch_size: 4, global_batch_size: 24, grad_clip: 1.0}
 optimizer: {lr: 2.0e-3, beta1: 0.9, beta2: 0.95, eps: 1.0e-8, weight_decay: 0.1}
 schedule: {warmup_steps: 3, min_lr_ratio: 0.1}
+eval: {paths: [other], interval_steps: 15}
 launch: {threads_per_worker: 1}
 EOF
 expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=ref --nproc-per-node 2
@@ -137,4 +193,24 @@ expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=ref --nproc-per-node 2
   || fail "the reference loop failed"
 "$py" "$fr" compare ref.json ref/metrics.jsonl --rtol 1e-5 || fail "dstrain's fine-tuning differs from the PyTorch reference"
 ok "30 steps (train.epochs 30) on 2 ranks x micro 4 x accumulation 3 equal a PyTorch + transformers loop's losses and LRs within 1e-5, gradient norms within 1e-4"
+
+# A fine-tuning set in eval.paths: the loss on its trained tokens, as transformers computes it from
+# the exported weights (each conversation alone in a row) and as dstrain eval computes it from the
+# export; the export ships the chat template the conversations were rendered with.
+expect_status 0 "$DSTRAIN" export-hf ref ref-hf
+expect_out "and the chat template it rendered with"
+"$py" "$fr" eval ref-hf other --seq-len 64 > other-ref.json || fail "the reference could not evaluate the export"
+want=$(logged_val ref other)
+close "$want" "$(python3 -c "import json; print(repr(json.load(open('other-ref.json'))['val_loss']))")" 1e-5 \
+  || fail "the logged validation loss on a fine-tuning set differs from transformers' on the exported weights"
+expect_status 0 "$DSTRAIN" eval ref-hf --data other --seq-len 64 --json
+close "$want" "$(json_out | python3 -c "import json, sys; print(repr(json.load(sys.stdin)['datasets'][0]['val_loss']))")" 1e-6 \
+  || fail "dstrain eval of the export on the fine-tuning set differs from the logged loss"
+python3 - ref-hf "$SRC/test/fixtures/chat_templates/deepseek-llm-chat.jinja" <<'PY' || fail "the export does not carry the chat template"
+import json, sys
+config = json.load(open(sys.argv[1] + "/tokenizer_config.json"))
+assert config["chat_template"] == open(sys.argv[2], encoding="utf-8").read(), "chat_template differs"
+assert config["eos_token"] == "<｜end▁of▁sentence｜>", config["eos_token"]
+PY
+ok "eval.paths of conversations: the logged loss equals transformers' on the export (1e-5) and dstrain eval's on the HF folder; the export carries the chat template"
 finish

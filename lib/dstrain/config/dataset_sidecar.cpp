@@ -34,7 +34,7 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
     s.lossmask_bytes = m->value("bytes", int64_t{-1});
     s.trained_tokens = m->value("trained_tokens", int64_t{-1});
     if (const auto c = j.find("chat"); c != j.end() && c->is_object())
-      s.longest_conversation = c->value("longest_conversation", int64_t{-1});
+      s.longest_conversation = c->value("longest_conversation", int64_t{-1}), s.end_of_turn = c->value("end_of_turn", std::string());
     s.lossmask_crc32c = static_cast<uint32_t>(std::strtoul(m->value("crc32c", std::string("0")).c_str(), nullptr, 16));
   }
   return s;
@@ -79,15 +79,12 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
                       r.data.seq_len, path, s->longest_conversation, s->file, r.data.seq_len));
     if (!first) first = s;
   }
-  if (fine_tuning > 0 && several)
+  if (fine_tuning > 0 && fine_tuning < sources.size())
     problems.push_back(
-        fmt::format("data.paths: {} of the {} sources are fine-tuning sets (a loss mask beside them); blending them is "
-                    "not in this dstrain yet: train on one fine-tuning set with data.path",
+        fmt::format("data.paths: {} of the {} sources are fine-tuning sets (a loss mask beside them) and the others text; a "
+                    "run trains on conversations or on text: blend sets of one kind (prepare the text with --chat, or train "
+                    "on it in a run of its own)",
                     fine_tuning, sources.size()));
-  if (fine_tuning > 0 && r.eval.split > 0)
-    problems.push_back(
-        "eval.split: holding conversations out of a fine-tuning set is not in this dstrain yet; prepare the held-out "
-        "conversations separately");
   if (fine_tuning > 0 && (r.data.document_mask || r.data.reset_positions))
     problems.push_back(
         "data.document_mask / data.reset_positions: a fine-tuning set always keeps attention and positions inside each "
@@ -104,11 +101,11 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
     if (s->vocab_size > r.model.vocab_size)
       problems.push_back(fmt::format("eval.paths: '{}' was tokenized with {} ids ({}), more than model.vocab_size {}", path, s->vocab_size,
                                      s->file, r.model.vocab_size));
-    if (s->lossmask_bytes >= 0)
+    if (s->lossmask_bytes >= 0 && s->longest_conversation > r.data.seq_len)
       problems.push_back(
-          fmt::format("eval.paths: '{}' is a fine-tuning set with a loss mask ({}); evaluating conversations is not in "
-                      "this dstrain yet, and as text it would score the prompts too",
-                      path, s->file));
+          fmt::format("data.seq_len: {} is shorter than the longest conversation of the evaluation set '{}' ({} tokens, {}); "
+                      "conversations are never split: raise data.seq_len, or prepare the set with --max-length {}",
+                      r.data.seq_len, path, s->longest_conversation, s->file, r.data.seq_len));
     if (first && first->tokenizer_sha256 != s->tokenizer_sha256)
       problems.push_back(
           fmt::format("eval.paths: '{}' was tokenized with another tokenizer ({}) than the training data '{}' ({}); "

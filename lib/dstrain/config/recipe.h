@@ -292,9 +292,9 @@ using LastLayer = std::function<std::vector<LayerValue>(const Recipe& layered)>;
 // Error{kConfig} lists them all, each with file:line:column.
 // data_may_be_missing (check-env): a dataset this node lacks is a warning, not an Error{kData},
 // so that the rank goes on to report it among its facts instead of leaving the others waiting.
-// packed_rows (train.epochs): the number of rows a fine-tuning set packs into under the layered
-// recipe (data.packing, data.seq_len, the seed), -1 when data.path is not a fine-tuning set, 0
-// when it does not exist (validation reports that).
+// packed_rows (train.epochs): the number of rows the fine-tuning sets pack into under the layered
+// recipe (data.packing, data.seq_len, eval.split, the seed), -1 when the data are not fine-tuning
+// sets, 0 when a source does not exist (validation reports that).
 // The data layer answers it (train::packed_rows_of); without it train.epochs is refused.
 struct LoadOptions {
   bool data_may_be_missing = false;

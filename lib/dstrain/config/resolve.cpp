@@ -185,8 +185,8 @@ void resolve_epochs(LoadContext& ctx) {
   }
   if (rows < 0) {
     ctx.problems.push_back(
-        fmt::format("train.epochs ({}) counts passes over a fine-tuning set (prepare-data --chat), and data.path is "
-                    "pretraining data; give train.steps or train.tokens",
+        fmt::format("train.epochs ({}) counts passes over fine-tuning sets (prepare-data --chat), and the data are "
+                    "pretraining text; give train.steps or train.tokens",
                     src(r, "train.epochs")));
     return;
   }

@@ -85,8 +85,8 @@ std::vector<Field> model_fields() {
 std::vector<Field> data_fields() {
   return {
     {"data.path", 0, 0, {}, "Training data (relative to the recipe file); for megatron the PREFIX of PREFIX.idx/.bin.", DS_FIELD(data.path)},
-    {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path.", DS_FIELD(data.paths)},
-    {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size.", DS_FIELD(data.weights)},
+    {"data.paths", 0, 0, {}, "Several sources (relative to the recipe file), blended; instead of data.path. All text, or all fine-tuning sets (prepare-data --chat).", DS_FIELD(data.paths)},
+    {"data.weights", 0, kInf, {}, "Blend weights of data.paths (each sample drawn from the source furthest behind its share); empty: by size. Fine-tuning sets blend packed rows: a source with weight w gets that share of every global batch (its rows repeat or wait as the share asks); empty: by each source's rows, so that a pass reads every row once.", DS_FIELD(data.weights)},
     {"data.format", 0, 0, DS_CHOICES(data.format), "bytes: a byte per token (vocab 256); megatron: indexed dataset; llmc: llm.c .bin; raw_u16: nanoGPT.", DS_ENUM(data.format)},
     {"data.seq_len", 1, kMaxInt, {}, "Tokens per sample.", DS_FIELD(data.seq_len)},
     {"data.document_mask", 0, 0, {}, "Keep attention within documents: a sample may span several, each sees only itself.", DS_FIELD(data.document_mask)},
@@ -102,13 +102,13 @@ std::vector<Field> data_fields() {
 
 std::vector<Field> eval_fields() {
   return {
-    {"eval.paths", 0, 0, {}, "Evaluation datasets (relative to the recipe file), in data.format, each evaluated whole and in file order (the same windows every time) for a token-weighted validation loss.", DS_FIELD(eval.paths)},
+    {"eval.paths", 0, 0, {}, "Evaluation datasets (relative to the recipe file), in data.format, each evaluated whole and in file order (the same windows every time) for a token-weighted validation loss. A fine-tuning set (prepare-data --chat) is scored on the tokens its loss mask trains, its conversations packed greedily in file order into rows of data.seq_len.", DS_FIELD(eval.paths)},
     {"eval.names", 0, 0, {}, "Names of eval.paths in the metrics (val/NAME/loss); empty: each file's stem.", DS_FIELD(eval.names)},
-    {"eval.split", 0, kMaxInt, {}, "Hold out whole documents of the training data as an evaluation set named 'heldout': a fraction (< 1) or a count (>= 1), chosen from data.seed; training never reads them. Documents come from a megatron index or data.eos_token.", DS_FIELD(eval.split)},
+    {"eval.split", 0, kMaxInt, {}, "Hold out whole documents of the training data as an evaluation set named 'heldout': a fraction (< 1) or a count (>= 1) of each source, chosen from data.seed; training never reads them. Documents come from a megatron index or data.eos_token; of fine-tuning sets, whole conversations (scored on their trained tokens).", DS_FIELD(eval.split)},
     {"eval.interval_steps", 0, kMaxInt, {}, "Evaluate every N steps (0: not during training).", DS_FIELD(eval.interval_steps)},
     {"eval.at_start", 0, 0, {}, "Evaluate before the first step (a baseline; not a best-checkpoint candidate).", DS_FIELD(eval.at_start)},
     {"eval.at_end", 0, 0, {}, "Evaluate after the last step.", DS_FIELD(eval.at_end)},
-    {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per set over all ranks (eval.micro_batch_size windows each): the same first windows every time and at any world size (0: the whole set).", DS_FIELD(eval.max_batches)},
+    {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per set over all ranks (eval.micro_batch_size windows, or packed rows of conversations, each): the same first ones every time and at any world size (0: the whole set).", DS_FIELD(eval.max_batches)},
     {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
     {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
     {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},
@@ -154,7 +154,7 @@ std::vector<Field> train_fields() {
   return {
     {"train.steps", 0, kMaxInt, {}, "Optimizer steps (set this or train.tokens).", DS_FIELD(train.steps)},
     {"train.tokens", 0, kMaxInt, {}, "Training length in tokens (set this or train.steps).", DS_FIELD(train.tokens)},
-    {"train.epochs", 0, 1e6, {}, "Training length in passes over a fine-tuning set (prepare-data --chat): steps = ceil(epochs x packed rows / global batch), shown by --dry-run. Each epoch is reshuffled from data.seed and its number. Set this, train.steps or train.tokens.", DS_FIELD(train.epochs)},
+    {"train.epochs", 0, 1e6, {}, "Training length in passes over fine-tuning sets (prepare-data --chat): steps = ceil(epochs x packed rows / global batch), shown by --dry-run; the rows of every source, less eval.split's conversations. Each epoch is reshuffled from data.seed and its number. Set this, train.steps or train.tokens.", DS_FIELD(train.epochs)},
     {"train.micro_batch_size", 1, kMaxInt, {}, "Samples per rank per micro-step (train_micro_batch_size_per_gpu).", DS_FIELD(train.micro_batch_size)},
     {"train.global_batch_size", 1, kMaxInt, {}, "Samples per optimizer step over all ranks (train_batch_size).", DS_FIELD(train.global_batch_size)},
     {"train.gradient_accumulation_steps", 1, kMaxInt, {}, "Micro-steps per optimizer step.", DS_FIELD(train.gradient_accumulation_steps)},

@@ -47,23 +47,29 @@ std::vector<int64_t> document_boundaries(const TokenFile& file, int64_t eos) {
   return bounds;
 }
 
-DocumentSplit split_documents(std::unique_ptr<TokenFile> file, int64_t eos, double split, uint64_t seed, int64_t seq_len) {
-  const std::string path = file->path();
-  const std::vector<int64_t> bounds = document_boundaries(*file, eos);
-  const int64_t n = bounds.empty() ? 0 : static_cast<int64_t>(bounds.size()) - 1;
+std::vector<int64_t> held_out_documents(int64_t n, double split, uint64_t seed, const std::string& path, const std::string& noun) {
   if (n == 0)
-    throw Error(ErrorCode::kData, fmt::format("{}: eval.split holds out whole documents, and the file marks none", path),
+    throw Error(ErrorCode::kData, fmt::format("{}: eval.split holds out whole {}, and the file marks none", path, noun),
                 "set data.eos_token to the token that ends each document, or give eval.paths");
   const int64_t k = split < 1 ? std::max<int64_t>(1, std::llround(split * static_cast<double>(n))) : static_cast<int64_t>(split);
   if (k >= n)
     throw Error(ErrorCode::kData,
-                fmt::format("{}: eval.split {:g} holds out {} of its {} documents, which leaves none to train on", path, split, k, n),
-                "hold out fewer documents (a smaller eval.split), or give a separate evaluation set in eval.paths");
+                fmt::format("{}: eval.split {:g} holds out {} of its {} {}, which leaves none to train on", path, split, k, n, noun),
+                fmt::format("hold out fewer {} (a smaller eval.split), or give a separate evaluation set in eval.paths", noun));
+  GlobalSampler order(n, seed ^ 0x6576616c73706c74ull);  // "evalsplt": its own order, not the training data's
+  std::vector<int64_t> held;
+  for (int64_t i = 0; i < k; ++i) held.push_back(order.sample_at(i));
+  std::sort(held.begin(), held.end());
+  return held;
+}
+
+DocumentSplit split_documents(std::unique_ptr<TokenFile> file, int64_t eos, double split, uint64_t seed, int64_t seq_len) {
+  const std::string path = file->path();
+  const std::vector<int64_t> bounds = document_boundaries(*file, eos);
+  const int64_t n = bounds.empty() ? 0 : static_cast<int64_t>(bounds.size()) - 1;
   DocumentSplit out;
   out.documents = n;
-  GlobalSampler order(n, seed ^ 0x6576616c73706c74ull);  // "evalsplt": its own order, not the training data's
-  for (int64_t i = 0; i < k; ++i) out.held_out_documents.push_back(order.sample_at(i));
-  std::sort(out.held_out_documents.begin(), out.held_out_documents.end());
+  out.held_out_documents = held_out_documents(n, split, seed, path);
   std::vector<std::pair<int64_t, int64_t>> train, held;
   size_t next = 0;
   for (int64_t d = 0; d < n; ++d) {

@@ -34,6 +34,13 @@ class DocumentSubset final : public TokenFile {
 // has neither.
 std::vector<int64_t> document_boundaries(const TokenFile& file, int64_t eos);
 
+// The documents eval.split holds out of a source's `n` (< 1: that fraction, at least one; >= 1:
+// that count), chosen by a seeded permutation of its own, ascending. Throws Error{kData} naming
+// `path` when the source has none, or when none would be left to train on. `noun` names them
+// in the messages ("documents", "conversations").
+std::vector<int64_t> held_out_documents(int64_t n, double split, uint64_t seed, const std::string& path,
+                                        const std::string& noun = "documents");
+
 struct DocumentSplit {
   std::unique_ptr<TokenFile> train, held_out;
   std::vector<int64_t> held_out_documents;  // indices into the file's documents, ascending

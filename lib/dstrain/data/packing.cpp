@@ -7,6 +7,7 @@
 #include <map>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/conversation_set.h"
 #include "dstrain/data/loss_mask.h"
 #include "dstrain/data/token_file.h"
 
@@ -67,7 +68,7 @@ double packing_efficiency(const std::vector<PackedRow>& rows, int64_t capacity) 
   return rows.empty() ? 1.0 : static_cast<double>(used) / static_cast<double>(capacity * static_cast<int64_t>(rows.size()));
 }
 
-Batch packed_batch(const std::vector<const PackedRow*>& rows, const TokenFile& file, const LossMask& mask, int64_t seq_len, int64_t pad) {
+Batch packed_batch(const std::vector<const PackedRow*>& rows, const ConversationSet& conversations, int64_t seq_len, int64_t pad) {
   const int64_t B = static_cast<int64_t>(rows.size()), T = seq_len;
   Batch b;
   b.tokens = at::full({B, T}, pad, at::kLong);
@@ -79,20 +80,18 @@ Batch packed_batch(const std::vector<const PackedRow*>& rows, const TokenFile& f
   int64_t* labels = b.labels.data_ptr<int64_t>();
   int64_t* positions = b.positions.data_ptr<int64_t>();
   int64_t* ids = b.document_ids.data_ptr<int64_t>();
-  const auto& starts = file.document_starts();
   for (int64_t r = 0; r < B; ++r) {
     std::vector<int64_t> lengths;
     int64_t t = r * T;
     for (const int64_t d : rows[static_cast<size_t>(r)]->documents) {
-      const int64_t begin = starts[static_cast<size_t>(d)];
-      const int64_t end = static_cast<size_t>(d) + 1 < starts.size() ? starts[static_cast<size_t>(d) + 1] : file.size();
-      for (int64_t i = begin; i < end; ++i, ++t) {
-        tokens[t] = file.at(i);
-        positions[t] = i - begin;
+      const ConversationSet::Span c = conversations.span(d);
+      for (int64_t i = c.begin; i < c.end; ++i, ++t) {
+        tokens[t] = c.tokens->at(i);
+        positions[t] = i - c.begin;
         ids[t] = static_cast<int64_t>(lengths.size());
-        if (i + 1 < end && mask.trained(i + 1)) labels[t] = file.at(i + 1), ++b.trained_targets;
+        if (i + 1 < c.end && c.mask->trained(i + 1)) labels[t] = c.tokens->at(i + 1), ++b.trained_targets;
       }
-      lengths.push_back(end - begin);
+      lengths.push_back(c.end - c.begin);
     }
     const int64_t used = t - r * T;
     for (int64_t p = 0; used + p < T; ++p, ++t) positions[t] = p, ids[t] = static_cast<int64_t>(lengths.size());

@@ -13,13 +13,12 @@
 
 namespace dstrain::data {
 
-class TokenFile;
-class LossMask;
+class ConversationSet;
 
 enum class Packing { kNone, kGreedy, kBestFit };
 
 struct PackedRow {
-  std::vector<int64_t> documents;  // indices into the file's documents, in row order
+  std::vector<int64_t> documents;  // indices into the packed lengths (a ConversationSet's conversations), in row order
   int64_t tokens = 0;
 };
 
@@ -31,9 +30,9 @@ std::vector<PackedRow> pack_documents(const std::vector<int64_t>& lengths, const
 // The share of row tokens that hold a conversation (1: no padding).
 double packing_efficiency(const std::vector<PackedRow>& rows, int64_t capacity);
 
-// The batch of `rows` of `file` (documents as its .idx gives them) and `mask`: int64 [rows, seq_len].
-// Position t's label is token t + 1 when it belongs to the same conversation and the mask trains
-// it, else kIgnoreIndex; `pad` fills the rest of a row.
-Batch packed_batch(const std::vector<const PackedRow*>& rows, const TokenFile& file, const LossMask& mask, int64_t seq_len, int64_t pad);
+// The batch of `rows` of `conversations`: int64 [rows, seq_len]. Position t's label is token t + 1
+// when it belongs to the same conversation and the mask trains it, else kIgnoreIndex; `pad` fills
+// the rest of a row (an empty row is all padding: nothing trained).
+Batch packed_batch(const std::vector<const PackedRow*>& rows, const ConversationSet& conversations, int64_t seq_len, int64_t pad);
 
 }  // namespace dstrain::data

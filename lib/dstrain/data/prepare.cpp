@@ -478,6 +478,8 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   for (auto& w : writers) w->finish();
   if (masks) masks->finish();
   const std::string tokenizer_dir = tokenizer ? copy_tokenizer(*tokenizer, o.output_prefix) : "";
+  // The template that rendered the conversations travels with the tokenizer (export-hf ships it).
+  if (chat) text::write_chat_template_into((fs::path(o.output_prefix).parent_path() / tokenizer_dir).string(), chat->source());
   for (size_t k = 0; k < writers.size(); ++k) {
     PrepareOutput out{writers[k]->prefix(),    keys[k], writers[k]->documents(), writers[k]->tokens(), writers[k]->bin_crc32c(),
                       writers[k]->idx_crc32c()};

@@ -1,14 +1,14 @@
 #pragma once
 // Where global sample positions come from: one token file, or a weighted blend of several. Each
-// source has its own seeded sample order; position p goes to the source whose share is furthest
-// behind its weight (Megatron's blending rule), as that source's next sample. Reads are fast
-// when positions grow (each rank reads its positions in increasing order); a jump back replays
-// the assignment from the start.
+// source has its own seeded sample order; position p goes to the source data::BlendOrder gives
+// (Megatron's blending rule), as that source's next sample. Reads are fast when positions grow
+// (each rank reads its positions in increasing order); a jump back replays the blend.
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "dstrain/data/blend_order.h"
 #include "dstrain/data/global_sampler.h"
 #include "dstrain/data/token_file.h"
 
@@ -26,16 +26,11 @@ class SampleStream {
   size_t num_sources() const { return files_.size(); }
 
  private:
-  int source_of(int64_t position, int64_t& index_in_source);
-
   std::vector<std::unique_ptr<TokenFile>> files_;
   std::vector<GlobalSampler> samplers_;
-  std::vector<double> weights_;  // normalised
+  BlendOrder blend_;
   int64_t seq_len_;
   int64_t vocab_size_;
-  // Blend state after assigning positions [0, next_)
-  int64_t next_ = 0;
-  std::vector<int64_t> counts_;
 };
 
 }  // namespace dstrain::data

@@ -17,6 +17,7 @@
 #include <random>
 
 #include "dstrain/comm/communicator.h"
+#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
@@ -70,12 +71,10 @@ FactOptions fact_options(const config::Recipe* recipe, int rank) {
     const std::string name = paths.size() == 1 ? "data" : fmt::format("data {}", i);
     std::string path = substitute.empty() ? paths[i] : substitute;
     if (recipe->data.format == config::DataFormat::kMegatron) {
-      for (const char* ext : {".idx", ".bin"}) {
-        std::string prefix = path;
-        for (const char* strip : {".bin", ".idx"})
-          if (prefix.size() > 4 && prefix.compare(prefix.size() - 4, 4, strip) == 0) prefix.resize(prefix.size() - 4);
-        o.files.emplace_back(name + ext, prefix + ext);
-      }
+      const std::string prefix = config::megatron_prefix(path);
+      for (const char* ext : {".idx", ".bin"}) o.files.emplace_back(name + ext, prefix + ext);
+      // A fine-tuning set's mask decides what trains: every rank must read the same one.
+      if (std::filesystem::is_regular_file(prefix + ".lossmask")) o.files.emplace_back(name + ".lossmask", prefix + ".lossmask");
     } else {
       o.files.emplace_back(name, path);
     }

@@ -9,7 +9,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/run/run_dir.h"
-#include "dstrain/train/data_plan.h"
+#include "dstrain/train/fine_tuning_data.h"
 #include "dstrain_cuda.h"
 
 namespace dstrain::launch {

@@ -183,6 +183,8 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
   nlohmann::json generation = {{"_from_model_config", true}};
   for (const auto& [key, id] : {std::pair{"bos_token_id", o.bos_token_id}, std::pair{"eos_token_id", o.eos_token_id}})
     if (id) cfg[key] = *id, generation[key] = *id;
+  if (o.end_of_turn_id && o.end_of_turn_id != o.eos_token_id)
+    generation["eos_token_id"] = o.eos_token_id ? nlohmann::json{*o.eos_token_id, *o.end_of_turn_id} : nlohmann::json(*o.end_of_turn_id);
   write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
   write_file_atomic(out_dir + "/generation_config.json", generation.dump(2) + "\n");
 

@@ -21,6 +21,9 @@ struct HfExportOptions {
   std::string dtype = "F32";                 // the weights' safetensors dtype: F32, BF16 or F16
   uint64_t max_shard_bytes = 5000000000ULL;  // Hugging Face's default shard size, 5GB
   std::optional<int64_t> bos_token_id, eos_token_id;
+  // A fine-tuned model's end-of-turn token, when it is not the eos: generation_config.json's
+  // eos_token_id lists both, so that generate() stops at the end of a turn.
+  std::optional<int64_t> end_of_turn_id;
 };
 
 // The tensors to export, in model order, and a function that gives one of them whole (float32,

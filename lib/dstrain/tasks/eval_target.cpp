@@ -12,6 +12,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/data/loss_mask.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
@@ -97,12 +98,16 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
                 "pass --seq-len N (at most its max_position_embeddings)");
   std::string format = flags.format;
   if (format.empty()) format = fs::is_regular_file(config::megatron_prefix(flags.data.front()) + ".idx") ? "megatron" : "bytes";
+  // A fine-tuning set's longest conversation is checked against data.seq_len as the recipe loads:
+  // it gets --seq-len itself (text gets 1, so that --seq-len is checked against the model next,
+  // naming the flag).
+  const bool conversations = format == "megatron" && data::has_loss_mask(config::megatron_prefix(flags.data.front()));
   const std::vector<std::string> sets = {
       "model.init_from=" + dir,
       "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),  // required by the recipe; nothing is written there
       "data.path=" + flags.data.front(),
       "data.format=" + format,
-      "data.seq_len=1",            // --seq-len is checked against the model next, naming the flag
+      "data.seq_len=" + (conversations ? std::to_string(*flags.seq_len) : std::string("1")),
       "train.micro_batch_size=4",  // the windows per micro-batch unless --micro-batch-size
       "train.steps=1",             // (a recipe trains; nothing here does)
       "schedule.warmup_steps=0",

@@ -63,9 +63,14 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
 
 nlohmann::json results_json(int64_t step, int world, const std::vector<train::EvalResult>& results) {
   nlohmann::json sets = nlohmann::json::array();
-  for (const auto& r : results)
-    sets.push_back(
-        {{"name", r.name}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}, {"windows", r.windows}, {"eval_ms", r.ms}});
+  for (const auto& r : results)  // windows: of text, or the packed rows of a set of conversations
+    sets.push_back({{"name", r.name},
+                    {"val_loss", r.loss},
+                    {"val_ppl", r.ppl},
+                    {"val_tokens", r.tokens},
+                    {"windows", r.windows},
+                    {"conversations", r.conversations > 0 ? nlohmann::json(r.conversations) : nlohmann::json(nullptr)},
+                    {"eval_ms", r.ms}});
   return {{"step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)}, {"world_size", world}, {"datasets", sets}};
 }
 
@@ -131,8 +136,11 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {
     for (const auto& r : results)
-      log::info(fmt::format("eval | {} | val_loss {:.6f} | ppl {:.4f} | {} tokens in {} windows | {:.0f} ms", r.name, r.loss, r.ppl,
-                            r.tokens, r.windows, r.ms));
+      log::info(fmt::format("eval | {} | val_loss {:.6f} | ppl {:.4f} | {} | {:.0f} ms", r.name, r.loss, r.ppl,
+                            r.conversations > 0
+                                ? fmt::format("{} trained tokens of {} conversations in {} rows", r.tokens, r.conversations, r.windows)
+                                : fmt::format("{} tokens in {} windows", r.tokens, r.windows),
+                            r.ms));
     const nlohmann::json j = results_json(task.step, env.world_size, results);
     if (task.result_path.empty())
       std::fputs(render(j, task.json).c_str(), stdout), std::fflush(stdout);

@@ -97,10 +97,14 @@ std::optional<config::DatasetSidecar> dataset_sidecar(const config::Recipe& r) {
   return config::read_dataset_sidecar(r.data.paths.empty() ? r.data.path : r.data.paths.front());
 }
 
-// prepare-data's copy of a Hugging Face tokenizer, with its special ids; a tokenizer_config.json
-// for transformers when the tokenizer came without one.
-std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const std::string& out_dir, int64_t max_length,
-                                   std::optional<int64_t>& bos, std::optional<int64_t>& eos) {
+struct Tokens {
+  std::optional<int64_t> bos, eos, end_of_turn;
+  std::string tokenizer;  // where it comes from
+};
+
+// prepare-data's copy of a Hugging Face tokenizer, with its special ids (and a fine-tuning set's
+// end of turn); a tokenizer_config.json for transformers when the tokenizer came without one.
+std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const std::string& out_dir, int64_t max_length, Tokens& t) {
   const auto tokenizer = text::Tokenizer::load(sidecar.tokenizer_dir);
   for (const auto& file : tokenizer->files())
     fs::copy_file(file, fs::path(out_dir) / fs::path(file).filename(), fs::copy_options::overwrite_existing);
@@ -116,24 +120,23 @@ std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const 
     if (auto id = tokenizer->token_id(content.get<std::string>())) return int64_t{*id};
     return std::nullopt;
   };
-  if (!bos) bos = id_of("bos_token");
-  if (!eos) eos = sidecar.eos >= 0 ? std::optional<int64_t>(sidecar.eos) : id_of("eos_token");
+  if (!t.bos) t.bos = id_of("bos_token");
+  if (!t.eos) t.eos = sidecar.eos >= 0 ? std::optional<int64_t>(sidecar.eos) : id_of("eos_token");
+  if (!sidecar.end_of_turn.empty())
+    if (auto id = tokenizer->token_id(sidecar.end_of_turn)) t.end_of_turn = int64_t{*id};
   if (!fs::is_regular_file(config_path)) {
     config = {{"tokenizer_class", "PreTrainedTokenizerFast"}, {"model_max_length", max_length}, {"clean_up_tokenization_spaces", false}};
-    if (eos) config["eos_token"] = tokenizer->decode({static_cast<uint32_t>(*eos)});
+    if (t.eos) config["eos_token"] = tokenizer->decode({static_cast<uint32_t>(*t.eos)});
     write_file_atomic(out_dir + "/tokenizer_config.json", config.dump(2) + "\n");
   }
   return fmt::format("the tokenizer the data was prepared with ({}, sha256 {})", sidecar.tokenizer_dir,
                      sidecar.tokenizer_sha256.substr(0, 12));
 }
 
-struct Tokens {
-  std::optional<int64_t> bos, eos;
-  std::string tokenizer;  // where it comes from
-};
-
 // The special ids and the tokenizer: the recipe's eos_token, prepare-data's byte vocabulary, or
-// the files of the model the run started from.
+// the files of the model the run started from. A run on fine-tuning sets ships the tokenizer its
+// conversations were prepared with: prepare-data's copy carries the chat template that rendered
+// them (the model it started from may have another, or none).
 Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
   Tokens t;
   if (r.data.eos_token >= 0) t.eos = r.data.eos_token;
@@ -145,15 +148,17 @@ Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
     if (!t.eos && cfg.is_object() && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer())
       t.eos = cfg["eos_token_id"].get<int64_t>();
   }
+  const auto sidecar = dataset_sidecar(r);
+  const bool dataset_tokenizer = sidecar && sidecar->tokenizer == "huggingface" && !sidecar->tokenizer_dir.empty();
+  if (dataset_tokenizer && sidecar->lossmask_bytes >= 0)
+    return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t) + " and the chat template it rendered with", t;
   bool copied = false;
-  for (const char* file :
-       {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt"})
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "tokenizer.model",
+                           "vocab.json", "merges.txt"})
     if (!from.empty() && fs::is_regular_file(fs::path(from) / file))
       fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing), copied = true;
   if (copied) return t.tokenizer = "the files of " + from, t;
-  const auto sidecar = dataset_sidecar(r);
-  if (sidecar && sidecar->tokenizer == "huggingface" && !sidecar->tokenizer_dir.empty())
-    return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t.bos, t.eos), t;
+  if (dataset_tokenizer) return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t), t;
   const bool byte_dataset = sidecar && sidecar->tokenizer == "bytes+eos";
   if (byte_dataset && !t.eos) t.eos = sidecar->eos >= 0 ? sidecar->eos : int64_t{256};
   if (byte_dataset || r.data.format == config::DataFormat::kBytes) {
@@ -196,7 +201,7 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
                 "export with the run directory that wrote the checkpoint");
   fs::create_directories(out_dir);
   const Tokens tokens = write_tokenizer(recipe, out_dir);
-  o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos;
+  o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos, o.end_of_turn_id = tokens.end_of_turn;
   result.tokenizer = tokens.tokenizer;
   // One tensor in memory at a time: read whole from its pieces, converted and written.
   result.files = model::export_hf_streaming(

@@ -112,6 +112,20 @@ void read_special_tokens(const std::string& tokenizer_dir, ChatTemplateSource& i
   into.eos_token = token_text(config, "eos_token");
 }
 
+void write_chat_template_into(const std::string& tokenizer_dir, const ChatTemplateSource& source) {
+  const fs::path config_path = fs::path(tokenizer_dir) / "tokenizer_config.json";
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  if (fs::is_regular_file(config_path)) config = nlohmann::ordered_json::parse(read_file(config_path.string()), nullptr, false);
+  if (!config.is_object()) config = nlohmann::ordered_json::object();  // read_chat_template refused a broken one already
+  const auto has = [&](const char* key) { return config.contains(key) && !config.at(key).is_null(); };
+  if (has("chat_template") && config.at("chat_template") == source.source) return;
+  config["chat_template"] = source.source;
+  if (!has("bos_token") && !source.bos_token.empty()) config["bos_token"] = source.bos_token;
+  if (!has("eos_token") && !source.eos_token.empty()) config["eos_token"] = source.eos_token;
+  if (!has("tokenizer_class")) config["tokenizer_class"] = "PreTrainedTokenizerFast";
+  write_file_atomic(config_path.string(), config.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n");
+}
+
 jinja::Value chat_context(const std::string& text, const ChatTemplateSource& source, bool generation_prompt) {
   const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
   if (line.is_discarded()) throw std::invalid_argument("not valid JSON");

@@ -21,6 +21,12 @@ ChatTemplateSource read_chat_template(const std::string& path, const std::string
 // has none), for a template that comes from elsewhere.
 void read_special_tokens(const std::string& tokenizer_dir, ChatTemplateSource& into);
 
+// Makes `tokenizer_dir`'s tokenizer_config.json (written when missing) carry `source` as its
+// chat_template (a string: a list of named templates becomes the one used), and its bos/eos
+// tokens where it names none: the copy of a tokenizer that a fine-tuning set was rendered with,
+// so that a model exported from it ships the template it was trained on. Atomic.
+void write_chat_template_into(const std::string& tokenizer_dir, const ChatTemplateSource& source);
+
 // What transformers' apply_chat_template passes a template for one conversation: `line` is the
 // JSON text of an array of messages, or an object with "messages" and other variables; tools and documents
 // default to none, add_generation_prompt to `generation_prompt`, the special tokens to the

@@ -5,10 +5,9 @@
 //                  rank-major; weighted shares: this rank's contiguous slice, cut into
 //                  micro-batches) as data::Batch (labels the shifted tokens; documents cut at
 //                  data.eos_token for data.document_mask / data.reset_positions), built one
-//                  step ahead on a background thread, the only user of the stream. A
-//                  fine-tuning set (a loss mask beside it) is read as whole conversations
-//                  packed into rows (data.packing; data/packing.h): global positions are
-//                  rows, each epoch a seeded permutation of them
+//                  step ahead on a background thread, the only user of the stream.
+//                  Fine-tuning sets (a loss mask beside each) are read as whole conversations
+//                  packed into rows (train/fine_tuning_data.h): global positions are rows
 
 //   ShardBalancer  the shares (data.shard_weights): equal, the recipe's weights, or, with auto,
 //                  equal until balance_steps are measured and then by each rank's samples per
@@ -31,8 +30,9 @@ class SampleStream;
 class TokenFile;
 }  // namespace dstrain::data
 namespace dstrain::train {
-struct PackedConversations;
-}
+class PackedConversations;
+struct TrainingSources;
+}  // namespace dstrain::train
 
 namespace dstrain::train {
 
@@ -41,11 +41,11 @@ class DataPlan {
   // Opens and validates the token files (Error{kData} naming the file), the training side of
   // eval.split when it holds documents out.
   DataPlan(const config::Recipe& recipe, int rank, int world);
-  // Reads `files` (train/eval_sets.h's DataSources::train), in the recipe's blend.
-  DataPlan(const config::Recipe& recipe, int rank, int world, std::vector<std::unique_ptr<data::TokenFile>> files);
+  // Reads what open_data_sources opened for training (train/eval_sets.h), in the recipe's blend.
+  DataPlan(const config::Recipe& recipe, int rank, int world, TrainingSources sources);
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
-  bool fine_tuning() const { return packed_ != nullptr; }  // a fine-tuning set's packed rows, not pretraining windows
+  bool fine_tuning() const { return packed_ != nullptr; }  // fine-tuning sets' packed rows, not pretraining windows
   // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).
   void prefetch(int64_t step, int64_t first, std::vector<double> weights);
   // The prefetched step's micro-batches (on the CPU); waits for them.
@@ -58,15 +58,9 @@ class DataPlan {
   const config::Recipe& recipe_;
   int rank_, world_;
   std::unique_ptr<data::SampleStream> stream_;
-  std::unique_ptr<PackedConversations> packed_;  // a fine-tuning set instead of the stream
+  std::unique_ptr<PackedConversations> packed_;  // fine-tuning sets instead of the stream
   std::future<std::vector<data::Batch>> pending_;
 };
-
-// The rows a fine-tuning set packs into under `recipe` (data.packing, data.seq_len, the data
-// seed), as DataPlan packs them; -1 when data.path is not a fine-tuning set, 0 when it is missing. Throws Error{kData}
-// when the set cannot be read or a conversation is longer than a row. (config::LoadOptions'
-// packed_rows: train.epochs.)
-int64_t packed_rows_of(const config::Recipe& recipe);
 
 class ShardBalancer final : public model::Stateful {
  public:

@@ -21,10 +21,10 @@ EvalOptions eval_options_from(const config::Recipe& recipe) {
   EvalOptions o;
   o.micro_batch_size = recipe.eval.micro_batch_size > 0 ? recipe.eval.micro_batch_size : recipe.train.micro_batch_size;
   o.max_batches = recipe.eval.max_batches;
-  o.eos_token = recipe.data.eos_token;
-  o.document_mask = recipe.data.document_mask;
-  o.reset_positions = recipe.data.reset_positions;
-  o.vocab_size = recipe.model.vocab_size;
+  o.windows.eos_token = recipe.data.eos_token;
+  o.windows.document_mask = recipe.data.document_mask;
+  o.windows.reset_positions = recipe.data.reset_positions;
+  o.windows.vocab_size = recipe.model.vocab_size;
   return o;
 }
 
@@ -51,9 +51,9 @@ std::vector<EvalResult> Evaluator::evaluate() {
 Evaluator::Plan Evaluator::plan(const EvalSet& set) const {
   const int64_t world = comm_.world_size(), micro = options_.micro_batch_size;
   Plan p;
-  p.batches = (set.windows() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
+  p.batches = (set.samples() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
   if (options_.max_batches > 0) p.batches = std::min(p.batches, options_.max_batches);
-  p.windows = std::min(set.windows(), p.batches * micro);
+  p.windows = std::min(set.samples(), p.batches * micro);
   p.rounds = (p.batches + world - 1) / world;
   return p;
 }
@@ -68,28 +68,15 @@ EvalResult Evaluator::evaluate(const EvalSet& set) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
   const int64_t world = comm_.world_size(), rank = comm_.rank();
-  const int64_t micro = options_.micro_batch_size, seq_len = set.seq_len();
+  const int64_t micro = options_.micro_batch_size;
   const Plan planned = plan(set);
   const int64_t windows = planned.windows, rounds = planned.rounds;
   double token_loss = 0;
   int64_t tokens = 0;
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t first = (round * world + rank) * micro;
-    at::Tensor rows = at::empty({micro, seq_len + 1}, at::kLong);
-    int64_t* out = rows.data_ptr<int64_t>();
-    int64_t real = 0;
-    for (int64_t i = 0; i < micro; ++i) {
-      const bool inside = first + i < windows;
-      set.read(inside ? first + i : 0, out + i * (seq_len + 1), options_.vocab_size);
-      real += inside;
-    }
-    const int64_t eos = options_.document_mask || options_.reset_positions ? options_.eos_token : -1;
-    data::Batch batch = data::pretraining_batch(rows, eos, options_.document_mask, options_.reset_positions);
-    if (real < micro) {                     // rows past the set's end: same shape, nothing counted
-      batch.labels = batch.labels.clone();  // a view of the windows that the tokens share
-      batch.labels.narrow(0, real, micro - real).fill_(data::kIgnoreIndex);
-      batch.trained_targets = real * seq_len;
-    }
+    // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
+    const data::Batch batch = set.batch(first, micro, windows, options_.windows);
     const ScheduleResult r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
     token_loss += r.token_loss;
     tokens += r.trained_targets;
@@ -102,6 +89,7 @@ EvalResult Evaluator::evaluate(const EvalSet& set) {
   result.loss = sums[0] / static_cast<double>(std::max<int64_t>(result.tokens, 1));
   result.ppl = std::exp(std::min(result.loss, 20.0));
   result.windows = windows;
+  result.conversations = set.conversations_in(windows);
   result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // The validation loss of fixed evaluation sets (train/eval_sets.h), on every rank at once:
-//   windows dealt out in micro-batches, micro-batch g to rank g % world, so each rank reads
+//   samples (text windows or packed rows of conversations) dealt out in micro-batches,
+//   micro-batch g to rank g % world, so each rank reads
 //   about 1/world of each set; every rank runs the same number of forwards (a rank past the end
 //   runs a batch whose labels are all ignored), as stage-3 gathers and expert all-to-alls need;
 //   each forward goes through the training step's MicroBatchSchedule with backward off (no
@@ -39,19 +40,18 @@ class MicroBatchSchedule;
 
 struct EvalResult {
   std::string name;
-  double loss = 0;     // sum of token losses / tokens, all ranks
-  double ppl = 0;      // exp(min(loss, 20)), Megatron's convention
-  int64_t tokens = 0;  // trained targets evaluated, all ranks
-  int64_t windows = 0;
-  double ms = 0;  // wall time of this set's evaluation
+  double loss = 0;            // sum of token losses / tokens, all ranks
+  double ppl = 0;             // exp(min(loss, 20)), Megatron's convention
+  int64_t tokens = 0;         // trained targets evaluated, all ranks
+  int64_t windows = 0;        // samples evaluated: windows of text, or packed rows of conversations
+  int64_t conversations = 0;  // a set of conversations: how many (0: text)
+  double ms = 0;              // wall time of this set's evaluation
 };
 
 struct EvalOptions {
   int64_t micro_batch_size = 1;
-  int64_t max_batches = 0;  // micro-batches per set over all ranks (the same windows at any world size); 0: the whole set
-  int64_t eos_token = -1;   // data.document_mask / data.reset_positions cut documents here
-  bool document_mask = false, reset_positions = false;
-  int64_t vocab_size = 0;
+  int64_t max_batches = 0;  // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
+  WindowOptions windows;    // how text windows become batches
 };
 
 // The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).

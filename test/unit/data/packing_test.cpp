@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/conversation_set.h"
 #include "dstrain/data/loss_mask.h"
 #include "dstrain/data/packing.h"
 #include "dstrain/data/token_file.h"
@@ -35,8 +36,8 @@ struct Conversations {
   std::string prefix;
   std::vector<std::vector<int64_t>> docs;
   std::vector<std::vector<uint8_t>> masks;
-  std::unique_ptr<data::TokenFile> file;
-  std::unique_ptr<data::LossMask> mask;
+  std::shared_ptr<data::TokenFile> file;
+  std::shared_ptr<data::LossMask> mask;
 
   Conversations(const std::vector<int64_t>& lengths, int64_t vocab) {
     const fs::path dir = fs::temp_directory_path() / ("dstrain-packing-" + std::to_string(::getpid()));
@@ -55,8 +56,9 @@ struct Conversations {
     data::write_megatron(prefix, docs);
     writer.finish();
     file = data::open_token_file(prefix, config::DataFormat::kMegatron, 1);
-    mask = std::make_unique<data::LossMask>(prefix, file->size());
+    mask = std::make_shared<data::LossMask>(prefix, file->size());
   }
+  data::ConversationSet set() const { return data::ConversationSet::all_of({{file, mask}}); }
   ~Conversations() { fs::remove_all(fs::path(prefix).parent_path()); }
 };
 
@@ -81,7 +83,7 @@ TEST_CASE("packing: a packed row's labels, positions, documents and padding", "[
   const Conversations c({4, 3, 5}, 50);
   const auto rows = data::pack_documents({4, 3, 5}, {0, 1, 2}, 8, data::Packing::kGreedy);
   REQUIRE(rows.size() == 2);  // [0, 1] and [2]
-  const data::Batch b = data::packed_batch({&rows[0], &rows[1]}, *c.file, *c.mask, 8, 0);
+  const data::Batch b = data::packed_batch({&rows[0], &rows[1]}, c.set(), 8, 0);
   const auto at = [](const at::Tensor& t, int64_t r, int64_t i) { return t[r][i].item<int64_t>(); };
   for (int64_t i = 0; i < 4; ++i) CHECK(at(b.tokens, 0, i) == c.docs[0][static_cast<size_t>(i)]);
   for (int64_t i = 0; i < 3; ++i) CHECK(at(b.tokens, 0, 4 + i) == c.docs[1][static_cast<size_t>(i)]);
@@ -116,7 +118,7 @@ void check_packed_loss(const config::ModelConfig& cfg) {
   const auto rows = data::pack_documents(lengths, order, cfg.max_seq_len, data::Packing::kBestFit);
   std::vector<const data::PackedRow*> all;
   for (const auto& r : rows) all.push_back(&r);
-  const data::Batch packed = data::packed_batch(all, *c.file, *c.mask, cfg.max_seq_len, 1);
+  const data::Batch packed = data::packed_batch(all, c.set(), cfg.max_seq_len, 1);
   const model::LossParts p = loss_of(*m, packed);
   double separate = 0;
   int64_t count = 0;

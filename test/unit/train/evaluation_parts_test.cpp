@@ -104,7 +104,7 @@ TEST_CASE("evaluation sets are fixed windows of their files, named by stem or ev
   auto sets = train::open_eval_files({tmp.path() + "/held.bin"}, {}, config::DataFormat::kLlmc, 10);
   REQUIRE(sets.size() == 1);
   CHECK(sets[0].name() == "held");
-  CHECK(sets[0].windows() == 9);  // (100 - 1) / 10
+  CHECK(sets[0].samples() == 9);  // (100 - 1) / 10
   std::vector<int64_t> w(11);
   sets[0].read(3, w.data(), 0);
   CHECK(w.front() == 30);
