@@ -50,8 +50,7 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path)
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read) {
   std::vector<std::string> problems;
   if (r.data.format != DataFormat::kMegatron) return problems;
-  const bool several = !r.data.paths.empty();
-  const std::vector<std::string> sources = several ? r.data.paths : std::vector<std::string>{r.data.path};
+  const std::vector<std::string> sources = r.data.sources();
   std::optional<DatasetSidecar> first;
   size_t fine_tuning = 0;  // sources with a loss mask (prepare-data --chat)
   for (const auto& path : sources) {

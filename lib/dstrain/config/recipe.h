@@ -81,6 +81,8 @@ struct DataConfig {
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight
   int64_t balance_steps = 5;          // steps measured (with equal shares) before auto weights apply
+  // The training sources: data.paths, or data.path alone.
+  std::vector<std::string> sources() const { return paths.empty() ? std::vector<std::string>{path} : paths; }
 };
 
 // Held-out evaluation (train/evaluator.h): the token-weighted validation loss of fixed sets.
@@ -276,6 +278,8 @@ struct Recipe {
   std::vector<std::string> warnings;  // printed by the launcher; not part of the hash
 
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
+  // The data order's seed: data.seed, or the run's.
+  uint64_t data_seed() const { return data.seed >= 0 ? static_cast<uint64_t>(data.seed) : seed; }
 };
 
 // A last layer, after --set and before the config is resolved: a function of the layered recipe

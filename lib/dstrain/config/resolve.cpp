@@ -363,7 +363,7 @@ void validate(LoadContext& ctx) {
   if (r.data.format == DataFormat::kBytes && m.vocab_size < 256)
     problem(fmt::format("model.vocab_size: {} is too small for data.format 'bytes', which needs 256", m.vocab_size));
   const bool megatron = r.data.format == DataFormat::kMegatron;
-  const std::vector<std::string> sources = r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
+  const std::vector<std::string> sources = r.data.sources();
   const char* key = r.data.paths.empty() ? "data.path" : "data.paths";
   for (const auto& path : sources) {
     const std::string prefix = megatron_prefix(path);

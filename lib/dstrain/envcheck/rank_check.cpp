@@ -65,7 +65,7 @@ FactOptions fact_options(const config::Recipe* recipe, int rank) {
   o.world_size = recipe->world_size();
   if (!recipe->source_path.empty()) o.files.emplace_back("recipe file", recipe->source_path);
   if (!recipe->ds_config_path.empty()) o.files.emplace_back("ds_config file", recipe->ds_config_path);
-  const std::vector<std::string> paths = recipe->data.paths.empty() ? std::vector<std::string>{recipe->data.path} : recipe->data.paths;
+  const std::vector<std::string> paths = recipe->data.sources();
   const std::string substitute = FaultInjector::get().data_path_override(rank);  // a node with another copy of the data
   for (size_t i = 0; i < paths.size(); ++i) {
     const std::string name = paths.size() == 1 ? "data" : fmt::format("data {}", i);

@@ -94,7 +94,7 @@ void write_byte_tokenizer(const std::string& out_dir, std::optional<int64_t> eos
 
 // The dataset's own description (prepare-data writes PREFIX.json next to PREFIX.bin/.idx).
 std::optional<config::DatasetSidecar> dataset_sidecar(const config::Recipe& r) {
-  return config::read_dataset_sidecar(r.data.paths.empty() ? r.data.path : r.data.paths.front());
+  return config::read_dataset_sidecar(r.data.sources().front());
 }
 
 struct Tokens {

@@ -52,8 +52,7 @@ DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, TrainingSo
     packed_ = std::make_unique<PackedConversations>(recipe, std::move(*sources.fine_tuning), rank);
     return;
   }
-  const uint64_t seed = recipe.data.seed >= 0 ? static_cast<uint64_t>(recipe.data.seed) : recipe.seed;
-  stream_ = std::make_unique<data::SampleStream>(std::move(sources.files), recipe.data.weights, recipe.data.seq_len, seed,
+  stream_ = std::make_unique<data::SampleStream>(std::move(sources.files), recipe.data.weights, recipe.data.seq_len, recipe.data_seed(),
                                                  recipe.model.vocab_size);
 }
 

@@ -134,14 +134,13 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval) {
   if (is_fine_tuning_data(recipe)) {
     out.train.fine_tuning = std::make_unique<FineTuningSources>(open_fine_tuning_sources(recipe));
   } else {
-    const uint64_t seed = d.seed >= 0 ? static_cast<uint64_t>(d.seed) : recipe.seed;
-    for (const auto& path : d.paths.empty() ? std::vector<std::string>{d.path} : d.paths) {
+    for (const auto& path : d.sources()) {
       std::unique_ptr<data::TokenFile> file = data::open_token_file(path, d.format, d.seq_len);
       if (e.split <= 0) {
         out.train.files.push_back(std::move(file));
         continue;
       }
-      data::DocumentSplit split = data::split_documents(std::move(file), d.eos_token, e.split, seed, d.seq_len);
+      data::DocumentSplit split = data::split_documents(std::move(file), d.eos_token, e.split, recipe.data_seed(), d.seq_len);
       out.train.files.push_back(std::move(split.train));
       held_out.push_back(std::move(split.held_out));
     }

@@ -24,14 +24,8 @@ data::Packing packing_of(config::Packing p) {
                                          : data::Packing::kNone;
 }
 
-uint64_t data_seed(const config::Recipe& r) { return r.data.seed >= 0 ? static_cast<uint64_t>(r.data.seed) : r.seed; }
-
 // Source s's seed, as data::SampleStream gives text sources theirs.
-uint64_t source_seed(const config::Recipe& r, size_t s) { return data_seed(r) + 1000003ull * s; }
-
-std::vector<std::string> source_paths(const config::Recipe& r) {
-  return r.data.paths.empty() ? std::vector<std::string>{r.data.path} : r.data.paths;
-}
+uint64_t source_seed(const config::Recipe& r, size_t s) { return r.data_seed() + 1000003ull * s; }
 
 // The documents of a source of `n` that training reads: all but eval.split's.
 std::vector<int64_t> training_documents(const config::Recipe& r, int64_t n, const std::string& path, std::vector<int64_t>* held) {
@@ -41,7 +35,7 @@ std::vector<int64_t> training_documents(const config::Recipe& r, int64_t n, cons
     std::iota(out.begin(), out.end(), 0);
     return out;
   }
-  const std::vector<int64_t> held_out = data::held_out_documents(n, r.eval.split, data_seed(r), path, "conversations");
+  const std::vector<int64_t> held_out = data::held_out_documents(n, r.eval.split, r.data_seed(), path, "conversations");
   size_t next = 0;
   for (int64_t d = 0; d < n; ++d)
     if (next < held_out.size() && held_out[next] == d)
@@ -84,7 +78,7 @@ void log_source(const config::Recipe& r, const data::ConversationSet& set, size_
 
 bool is_fine_tuning_data(const config::Recipe& r) {
   if (r.data.format != config::DataFormat::kMegatron) return false;
-  const std::vector<std::string> paths = source_paths(r);
+  const std::vector<std::string> paths = r.data.sources();
   size_t masked = 0;
   for (const auto& path : paths) masked += !path.empty() && data::has_loss_mask(config::megatron_prefix(path));
   if (masked > 0 && masked < paths.size())  // the config says so from the sidecars; this holds without them too
@@ -97,7 +91,7 @@ bool is_fine_tuning_data(const config::Recipe& r) {
 
 FineTuningSources open_fine_tuning_sources(const config::Recipe& r) {
   FineTuningSources out;
-  const std::vector<std::string> paths = source_paths(r);
+  const std::vector<std::string> paths = r.data.sources();
   for (size_t s = 0; s < paths.size(); ++s) {
     out.sources.push_back(data::open_masked_tokens(paths[s], r.model.vocab_size));
     const auto n = static_cast<int64_t>(out.sources.back().tokens->document_starts().size());
@@ -148,7 +142,7 @@ data::Batch PackedConversations::batch(int64_t first, int64_t count) {
 
 int64_t packed_rows_of(const config::Recipe& r) {
   if (r.data.format != config::DataFormat::kMegatron) return -1;
-  const std::vector<std::string> paths = source_paths(r);
+  const std::vector<std::string> paths = r.data.sources();
   for (const auto& path : paths)
     if (!path.empty() && !std::filesystem::exists(config::megatron_prefix(path) + ".idx")) return 0;  // reported by the config
   if (!is_fine_tuning_data(r)) return -1;

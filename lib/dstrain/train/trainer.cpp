@@ -181,8 +181,8 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.micro_batches->add_observer(p.fault_observer.get());
   p.micro_batches->add_observer(p.compute_times.get());
   if (!sources.eval.empty()) {
-    for (const EvalSet& set : sources.eval)
-      if (env.rank == 0) log::info(set.describe());
+    if (env.rank == 0)
+      for (const EvalSet& set : sources.eval) log::info(set.describe());
     p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.comm.gloo,
                                               device.device, p.recipe.train.loss_chunk_tokens);
     if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
