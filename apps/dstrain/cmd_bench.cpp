@@ -234,6 +234,7 @@ void register_bench(CLI::App& app, Run& run) {
   add_bench_moe(*bench, run);
   add_bench_control_plane(*bench, run);
   add_bench_optimizer(*bench, run);
+  add_bench_pipeline(*bench, run);
 }
 
 }  // namespace dstrain::app

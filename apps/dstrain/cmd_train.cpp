@@ -32,6 +32,7 @@ void register_train(CLI::App& app, Run& run) {
     std::string recipe;
     std::vector<std::string> overrides;
     bool dry_run = false;
+    bool show_schedule = false;
     std::string resume_from;
     int max_restarts = -1;
     double max_time = -1;
@@ -77,9 +78,15 @@ void register_train(CLI::App& app, Run& run) {
   cmd->add_flag("--dry-run", args->dry_run,
                 "Validate, then print the topology decision, every resolved key with its source (default, recipe\n"
                 "file:line:col, ds_config, --set) and the derived numbers (batch per stage, tokens, parameters,\n"
-                "per-rank memory); start nothing");
+                "per-rank memory; with parallel.pipeline_parallel_size > 1 the stages, the schedule's bubble and the\n"
+                "memory per pipeline rank); start nothing");
+  cmd->add_flag("--show-schedule", args->show_schedule,
+                "With --dry-run and pipeline parallelism: every pipeline rank's actions (forward, backward, sends,\n"
+                "receives) as the schedule orders them, checked, and a chart of their replay");
   cmd->callback([args, &run] {
     run = [args] {
+      if (args->show_schedule && !args->dry_run)
+        throw Error(ErrorCode::kUsage, "--show-schedule prints the pipeline schedule of a --dry-run", "add --dry-run");
       if (args->max_restarts >= 0) args->overrides.push_back("launch.max_restarts=" + std::to_string(args->max_restarts));
       if (args->max_time >= 0) args->overrides.push_back(fmt::format("launch.max_time_minutes={}", args->max_time));
       const launch::RunPlan plan = launch::plan_recipe(args->recipe, args->overrides, args->flags);
@@ -87,7 +94,7 @@ void register_train(CLI::App& app, Run& run) {
       const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
         launch::refuse_mismatched_init_weights(recipe);  // what training would find first
-        std::string out = topo.describe() + "\n" + config::describe_resolved(recipe);
+        std::string out = topo.describe() + "\n" + config::describe_resolved(recipe, args->show_schedule);
         out += fmt::format("  LR schedule             {}\n", sched::describe_lr(recipe));
         // This node's first GPU, when it has one: does the plan fit it?
         char gpu[256] = {0};

@@ -21,6 +21,7 @@ void register_chat_template(CLI::App& app, Run& run);
 void register_worker(CLI::App& app, Run& run);
 void register_schema(CLI::App& app, Run& run);
 void register_bench(CLI::App& app, Run& run);
+void add_bench_pipeline(CLI::App& bench, Run& run);  // cmd_bench_pipeline.cpp
 void register_export_hf(CLI::App& app, Run& run);
 void register_prepare_data(CLI::App& app, Run& run);
 void register_inspect_data(CLI::App& app, Run& run);

@@ -69,6 +69,51 @@ for recipe in "$SRC"/recipes/*.yaml; do
 done
 ok "--dry-run succeeds on every recipe in recipes/"
 
+# Pipeline parallelism, as planned (issue 39): DeepSeek-V3's own layout on paper, the schedule
+# printed and checked, the configuration errors by key, and training refused until it is built.
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/deepseek-v3-671b.yaml" --dry-run
+expect_out "data-parallel ranks     128 (world 2048 / parallel.pipeline_parallel_size 16)"
+expect_out "accumulation steps      120"
+expect_out "16 pipeline ranks x 1 stage(s) each (16 stages, split by training FLOPs)"
+expect_out "zb_h1, 120 micro-batches per step: bubble 0.042 of the compute"
+expect_out "      0  0-3 +emb"
+expect_out "     15  59-60 +head"
+expect_out "on 80 GiB GPUs          fits"
+ok "--dry-run of DeepSeek-V3 671B at PP 16 x EP 64 x ZeRO-1 on 256 x 8 GPUs: stages, bubble, and a per-GPU plan that fits 80 GB"
+
+pp=(train "$SRC/recipes/tiny-mla-moe.yaml" --dry-run --nproc-per-node 4 --set parallel.pipeline_parallel_size=2 --set train.global_batch_size=24)
+expect_status 0 "$DSTRAIN" "${pp[@]}" --set pipeline.schedule=1f1b --show-schedule
+expect_out "rank 0: F0.0 SF0.0>1 F0.1 SF0.1>1 RB0.0<1 B0.0 F0.2 SF0.2>1"
+expect_out "validated: every receive has its send"
+expect_out "  rank  1 |"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set parallel.pipeline_parallel_size=3
+expect_out "parallel.pipeline_parallel_size 3 does not divide the world size 4"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set parallel.pipeline_parallel_size=4
+expect_out "parallel.pipeline_parallel_size 4 x pipeline.virtual_stages 1 = 4 stages, but model.num_layers is 2"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set train.global_batch_size=8
+expect_out "train.gradient_accumulation_steps 1 is the micro-batches per step of each pipeline (pipeline.schedule 1f1b"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set pipeline.schedule=interleaved_1f1b
+expect_out "pipeline.virtual_stages 1 with pipeline.schedule interleaved_1f1b: interleaved_1f1b needs at least 2 virtual stages"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set "pipeline.layers_per_stage=[2,1]"
+expect_out "pipeline.layers_per_stage (--set) [2, 1] adds up to 3 layers, but the model has 2"
+expect_status 2 "$DSTRAIN" "${pp[@]}" --set moe.expert_parallel_size=4
+expect_out "moe.expert_parallel_size 4 does not divide a pipeline stage's 2 data-parallel ranks"
+expect_status 2 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --show-schedule
+expect_out "--show-schedule prints the pipeline schedule of a --dry-run"
+expect_status 2 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --nproc-per-node 4 --set parallel.pipeline_parallel_size=2 --set train.global_batch_size=24 --set run_dir=pp
+expect_out "pipeline-parallel training is not built yet"
+[ ! -e pp ] || fail "a refused pipeline run created its run directory"
+ok "pipeline configuration errors exit 2 naming the key; pipeline training is refused (exit 2) until it is built"
+
+expect_status 0 "$DSTRAIN" bench pipeline --ranks 4 --micro-batches 8 --chart
+expect_out "1f1b                1         33   0.3750   0.3750"
+expect_out "interleaved_1f1b    2       28.5   0.1875   0.1875"
+expect_out "zb_h1               1         27   0.1250   0.1250    1.222x"
+expect_out "  rank  3 |...FIfiFIfiWFIwfiWFIwfiWwWw|"
+expect_status 0 "$DSTRAIN" bench pipeline --ranks 4 --micro-batches 2
+expect_out "1f1b                1 not run: 1f1b needs at least as many micro-batches"
+ok "bench pipeline replays every schedule: bubble against the formulas, memory, charts"
+
 
 expect_status 5 "$DSTRAIN" train "$SRC/recipes/deepseek-llm-7b.yaml" --set run_dir=big --nproc-per-node 2
 expect_out "GiB of host memory on this node"

@@ -5,32 +5,36 @@
 
 #include <algorithm>
 
+#include "dstrain/config/pipeline_plan.h"
 #include "dstrain/config/schema.h"
 
 namespace dstrain::config {
 
-ParameterCounts parameter_counts(const ModelConfig& m) {
-  const int64_t H = m.hidden_size, I = m.intermediate_size, V = m.vocab_size, L = m.num_layers, nh = m.num_heads;
-  const int64_t embeddings = 2 * V * H + H;  // embed_tokens, lm_head, final norm
+ParameterCounts decoder_layer_counts(const ModelConfig& m, int64_t layer) {
+  const int64_t H = m.hidden_size, I = m.intermediate_size, nh = m.num_heads;
   if (m.family == ModelFamily::kDense) {
     const int64_t d = H / nh, kv = m.num_kv_heads > 0 ? m.num_kv_heads : nh;
     const int64_t per_layer = H * nh * d + 2 * H * kv * d + nh * d * H + 3 * H * I + 2 * H;
-    const int64_t total = embeddings + L * per_layer;
-    return {total, total, V * H};
+    return {per_layer, per_layer, 0};
   }
   const int64_t qr = m.q_lora_rank, kvr = m.kv_lora_rank, dn = m.qk_nope_head_dim, dr = m.qk_rope_head_dim, dv = m.v_head_dim;
   const int64_t dqk = dn + dr, mi = m.moe_intermediate_size, nr = m.n_routed_experts, ns = m.n_shared_experts, k = m.num_experts_per_tok;
   const int64_t attn = (qr == 0 ? H * nh * dqk : H * qr + qr + qr * nh * dqk) + H * (kvr + dr) + kvr + kvr * nh * (dn + dv) + nh * dv * H;
-  const int64_t norms = 2 * H, dense = 3 * H * I;
+  const int64_t norms = 2 * H;
+  if (!m.is_moe_layer(layer)) return {attn + norms + 3 * H * I, attn + norms + 3 * H * I, 0};
   const int64_t router = nr * H + (m.topk_method == TopkMethod::kNoauxTc ? nr : 0);
   const int64_t moe_total = nr * 3 * H * mi + 3 * H * mi * ns + router;
   const int64_t moe_active = k * 3 * H * mi + 3 * H * mi * ns + router;
+  return {attn + norms + moe_total, attn + norms + moe_active, 0, nr * 3 * H * mi};
+}
+
+ParameterCounts parameter_counts(const ModelConfig& m) {
+  const int64_t H = m.hidden_size, V = m.vocab_size;
+  const int64_t embeddings = 2 * V * H + H;  // embed_tokens, lm_head, final norm
   ParameterCounts c{embeddings, embeddings, V * H};
-  for (int64_t layer = 0; layer < L; ++layer) {
-    const bool moe = m.is_moe_layer(layer);
-    c.total += attn + norms + (moe ? moe_total : dense);
-    c.active += attn + norms + (moe ? moe_active : dense);
-    if (moe) c.routed += nr * 3 * H * mi;
+  for (int64_t layer = 0; layer < m.num_layers; ++layer) {
+    const ParameterCounts l = decoder_layer_counts(m, layer);
+    c.total += l.total, c.active += l.active, c.routed += l.routed;
   }
   return c;
 }
@@ -38,10 +42,14 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
 double flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const ParameterCounts c = parameter_counts(m);
   const double matmul = 6.0 * static_cast<double>(c.active - c.embedding);
+  return matmul + static_cast<double>(m.num_layers) * attention_flops_per_token(m, seq_len);
+}
+
+double attention_flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const double dqk = m.family == ModelFamily::kDense ? static_cast<double>(m.hidden_size / m.num_heads)
                                                      : static_cast<double>(m.qk_nope_head_dim + m.qk_rope_head_dim);
   const double dv = m.family == ModelFamily::kDense ? dqk : static_cast<double>(m.v_head_dim);
-  return matmul + 6.0 * static_cast<double>(m.num_layers * m.num_heads * seq_len) * (dqk + dv);
+  return 6.0 * static_cast<double>(m.num_heads * seq_len) * (dqk + dv);
 }
 
 namespace {
@@ -53,24 +61,29 @@ bool param_shard_on_host(const Recipe& r) {
 
 RankParameters rank_parameters(const Recipe& r) {
   const ParameterCounts c = parameter_counts(r.model);
-  const double ep = static_cast<double>(r.moe.expert_parallel_size), world = static_cast<double>(r.world_size());
+  const double ep = static_cast<double>(r.moe.expert_parallel_size);
   RankParameters out;
   out.dense = static_cast<double>(c.total - c.routed);
-  out.experts = static_cast<double>(c.routed) / ep;  // this rank's block of every MoE layer's routed experts
-  out.dense_ranks = world, out.expert_ranks = world / ep;
+  out.experts = static_cast<double>(c.routed) / ep;                  // this rank's block of every MoE layer's routed experts
+  const double ranks = static_cast<double>(r.data_parallel_size());  // the world, less a pipeline's other stages
+  out.dense_ranks = ranks, out.expert_ranks = ranks / ep;
   out.shard = r.zero.stage == 0 ? out.dense + out.experts : out.dense / out.dense_ranks + out.experts / out.expert_ranks;
   return out;
 }
 
 ModelStateMemory model_state_memory(const Recipe& r) {
+  const RankParameters held = rank_parameters(r);
+  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks);
+}
+
+ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_ranks, double experts, double expert_ranks) {
   const bool mixed = r.precision.dtype != Dtype::kFp32;
   // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
-  const RankParameters held = rank_parameters(r);
   ModelStateMemory mem{0, 0};
   // The dense parameters are sharded over the world, the routed experts (expert parallelism)
   // over the ranks holding the same block.
-  for (const auto& [psi, n] : {std::pair{held.dense, held.dense_ranks}, std::pair{held.experts, held.expert_ranks}}) {
+  for (const auto& [psi, n] : {std::pair{dense, dense_ranks}, std::pair{experts, expert_ranks}}) {
     double p = param, g = grad, s = states;
     if (r.zero.stage >= 1) s /= n;
     if (r.zero.stage >= 2) g /= n;
@@ -83,20 +96,25 @@ ModelStateMemory model_state_memory(const Recipe& r) {
 }
 
 double activation_bytes_estimate(const Recipe& r) {
+  const ActivationParts a = activation_parts(r);
+  return static_cast<double>(r.model.num_layers) * a.per_layer + a.working + a.loss;
+}
+
+ActivationParts activation_parts(const Recipe& r) {
   const auto& m = r.model;
   const double B = static_cast<double>(r.train.micro_batch_size), T = static_cast<double>(r.data.seq_len);
-  const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads), L = static_cast<double>(m.num_layers);
+  const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads);
   const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
   // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
   const double scores = r.data.document_mask ? 5.0 * heads * T : 0.0;
   const double per_layer = B * T * (34.0 * H + scores) * elem / 2.0;
-  double layers = L * per_layer;
+  ActivationParts out{per_layer, 0, 0};
   switch (r.train.activation_checkpointing) {
     case Recompute::kFull:  // every layer's input, and one layer's activations while it is recomputed
-      layers = L * B * T * H * elem + per_layer;
+      out = {B * T * H * elem, per_layer, 0};
       break;
     case Recompute::kSelective:  // no scores, norms or element-wise intermediates: the GEMM outputs
-      layers = L * B * T * 26.0 * H * elem / 2.0;
+      out = {B * T * 26.0 * H * elem / 2.0, 0, 0};
       break;
     case Recompute::kNone:
       break;
@@ -106,13 +124,20 @@ double activation_bytes_estimate(const Recipe& r) {
   // Unchunked: the logits, their fp32 copy and its gradient, for every token. Chunked: one chunk's
   // logits (model dtype, fp32, the gradient in the model dtype), plus the hidden states' and the
   // head's gradients (fp32) that the loss holds until backward.
-  const double logits =
+  out.loss =
       chunk <= 0 ? B * T * V * (4.0 + 4.0 + elem) : std::min(B * T, chunk) * V * (elem + 4.0 + elem) + B * T * H * elem + V * H * 4.0;
-  return layers + logits;
+  return out;
 }
 
 MemoryPlan memory_plan(const Recipe& r) {
   MemoryPlan plan;
+  if (r.parallel.pipeline_parallel_size > 1) {  // the pipeline rank that needs the most (offload staging not modelled)
+    const PipelinePlan pipe = pipeline_plan(r);
+    const auto worst = std::max_element(pipe.ranks.begin(), pipe.ranks.end(),
+                                        [](const auto& a, const auto& b) { return a.device_total() < b.device_total(); });
+    plan.device_states = worst->device_states, plan.device_activations = worst->activations, plan.host_states = worst->host_states;
+    return plan;
+  }
   const ModelStateMemory states = model_state_memory(r);
   plan.device_states = states.device_bytes;
   plan.host_states = states.host_bytes;
@@ -151,7 +176,6 @@ std::string bytes_text(double b) {
   return fmt::format("{:.1f} {}", b, units[u]);
 }
 
-namespace {
 std::string count_text(double v) {
   if (v >= 1e12) return fmt::format("{:.2f}T", v / 1e12);
   if (v >= 1e9) return fmt::format("{:.2f}B", v / 1e9);
@@ -159,12 +183,11 @@ std::string count_text(double v) {
   if (v >= 1e3) return fmt::format("{:.1f}k", v / 1e3);
   return fmt::format("{:g}", v);
 }
-}  // namespace
 
 namespace {
 // Expert parallelism's layout: which ranks exchange tokens, which hold the same experts.
 std::string expert_parallel_text(const Recipe& r) {
-  const int64_t ep = r.moe.expert_parallel_size, world = r.world_size();
+  const int64_t ep = r.moe.expert_parallel_size, world = r.data_parallel_size();  // expert groups live inside a pipeline stage
   const RankParameters held = rank_parameters(r);
   auto ranks = [](int64_t first, int64_t step, int64_t count) {
     std::vector<int64_t> v;
@@ -174,9 +197,10 @@ std::string expert_parallel_text(const Recipe& r) {
   return fmt::format(
       "  expert parallelism      {} ranks per group: {} of {} routed experts per rank and MoE layer, tokens dispatched by "
       "all-to-all within {} group(s) {{{}}}{}; each expert data-parallel over {} rank(s) {{{}}}{}; {} routed expert "
-      "parameters per rank, {} other\n",
+      "parameters per rank, {} other{}\n",
       ep, r.model.n_routed_experts / ep, r.model.n_routed_experts, world / ep, ranks(0, 1, ep), world / ep > 1 ? ", ..." : "", world / ep,
-      ranks(0, ep, world / ep), ep > 1 ? ", ..." : "", count_text(held.experts), count_text(held.dense));
+      ranks(0, ep, world / ep), ep > 1 ? ", ..." : "", count_text(held.experts), count_text(held.dense),
+      r.parallel.pipeline_parallel_size > 1 ? " in the whole model; each pipeline rank holds its stages' share (below)" : "");
 }
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
@@ -235,10 +259,11 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "logging.tensorboard_dir") return r.logging.has_sink(Sink::kTensorboard);
   if (path == "logging.csv_dir") return r.logging.has_sink(Sink::kCsv);
   if (starts_with(path, "logging.straggler_")) return r.world_size() > 1;
+  if (starts_with(path, "pipeline.")) return r.parallel.pipeline_parallel_size > 1;
   return true;
 }
 
-std::string describe_resolved(const Recipe& recipe) {
+std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   Recipe r = recipe;  // value_text reads through the schema's (mutable) targets
   std::string out = fmt::format("resolved config ({}{}):\n", r.source_path, r.ds_config_path.empty() ? "" : " + " + r.ds_config_path);
   // A key the run does not use is left out, unless something set it (then the reader should see it).
@@ -266,6 +291,9 @@ std::string describe_resolved(const Recipe& recipe) {
   out += "derived:\n";
   out += fmt::format("  ranks                   {} ({} node{} x {} per node)\n", r.world_size(), r.launch.nnodes,
                      r.launch.nnodes == 1 ? "" : "s", r.launch.nproc_per_node);
+  if (r.parallel.pipeline_parallel_size > 1)
+    out += fmt::format("  data-parallel ranks     {} (world {} / parallel.pipeline_parallel_size {}): the batch math's ranks\n",
+                       r.data_parallel_size(), r.world_size(), r.parallel.pipeline_parallel_size);
   out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
   if (r.train.accumulation.empty()) {
     out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));
@@ -276,8 +304,8 @@ std::string describe_resolved(const Recipe& recipe) {
     for (const auto& st : r.train.accumulation) {
       const int64_t until = st.until_step ? st.until_step : r.train.steps;
       out += fmt::format("  steps {:>6}..{:<6}     accumulation {}, global batch {} samples = {} tokens per step\n", from, until - 1,
-                         st.steps, r.train.micro_batch_size * r.world_size() * st.steps,
-                         r.train.micro_batch_size * r.world_size() * st.steps * r.data.seq_len);
+                         st.steps, r.train.micro_batch_size * r.data_parallel_size() * st.steps,
+                         r.train.micro_batch_size * r.data_parallel_size() * st.steps * r.data.seq_len);
       from = until;
     }
   }
@@ -292,14 +320,18 @@ std::string describe_resolved(const Recipe& recipe) {
                      : r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU"
                                                                        : "");
   if (r.moe.expert_parallel_size > 1) out += expert_parallel_text(r);
+  const bool pipelined = r.parallel.pipeline_parallel_size > 1;
+  if (pipelined) out += pipeline_text(r, show_schedule);
   const MemoryPlan plan = memory_plan(r);
-  out += fmt::format("  model states per rank   {} on the device{}\n", bytes_text(plan.device_states),
-                     plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "");
+  out += fmt::format("  model states per rank   {} on the device{}{}\n", bytes_text(plan.device_states),
+                     plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "",
+                     pipelined ? " (the pipeline rank that needs the most memory)" : "");
   const char* recompute = r.train.activation_checkpointing == Recompute::kFull        ? "full recompute: each layer's input kept"
                           : r.train.activation_checkpointing == Recompute::kSelective ? "selective recompute: the GEMM outputs kept"
                                                                                       : "no recompute";
-  out += fmt::format("  activations per rank    ~{} per micro-batch of {} x {} tokens (rough estimate, {}; logits {})\n",
-                     bytes_text(activation_bytes_estimate(r)), r.train.micro_batch_size, r.data.seq_len, recompute,
+  out += fmt::format("  activations per rank    ~{} {} of {} x {} tokens (rough estimate, {}; logits {})\n",
+                     bytes_text(plan.device_activations), pipelined ? "for the micro-batches the schedule holds, each" : "per micro-batch",
+                     r.train.micro_batch_size, r.data.seq_len, recompute,
                      r.train.loss_chunk_tokens > 0 ? fmt::format("{} tokens at a time", r.train.loss_chunk_tokens) : "all at once");
   out += fmt::format(
       "  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),

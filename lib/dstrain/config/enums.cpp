@@ -28,4 +28,9 @@ DSTRAIN_ENUM_NAMES(LossNormalization, "global_tokens", "micro_batch_mean", "per_
 
 #undef DSTRAIN_ENUM_NAMES
 
+template <>
+const std::vector<std::string>& enum_names<PipelineSchedule>() {
+  return pipeline::schedule_names();
+}
+
 }  // namespace dstrain::config

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/pipeline/schedule.h"
+
 namespace dstrain::config {
 
 // dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3.
@@ -24,6 +26,7 @@ enum class RopeScaling { kNone, kLinear, kYarn };                             //
 enum class Recompute { kNone, kFull, kSelective };                            // train.activation_checkpointing
 enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
+using PipelineSchedule = pipeline::ScheduleKind;                              // pipeline.schedule
 
 template <typename E>
 const std::vector<std::string>& enum_names();
@@ -59,6 +62,8 @@ template <>
 const std::vector<std::string>& enum_names<Packing>();
 template <>
 const std::vector<std::string>& enum_names<LossNormalization>();
+template <>
+const std::vector<std::string>& enum_names<PipelineSchedule>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -216,6 +216,19 @@ struct MoeConfig {
   int64_t expert_parallel_size = 1;
 };
 
+struct ParallelConfig {
+  // Pipeline parallelism: the model's layers split into this many consecutive stages, each on its
+  // own rank; the world is data-parallel x pipeline, each stage data-parallel (and ZeRO-sharded,
+  // expert-parallel) over world / this ranks.
+  int64_t pipeline_parallel_size = 1;
+};
+
+struct PipelineConfig {
+  PipelineSchedule schedule = PipelineSchedule::k1F1B;
+  int64_t virtual_stages = 1;            // stages per pipeline rank (interleaved_1f1b: 2 or more)
+  std::vector<double> layers_per_stage;  // decoder layers of each stage; empty: balanced by cost
+};
+
 struct CheckpointConfig {
   std::string dir;              // "" = run_dir/ckpt
   int64_t interval_steps = 0;   // 0: no step-based saves (the end is always saved)
@@ -269,6 +282,8 @@ struct Recipe {
   PrecisionConfig precision;
   ZeroConfig zero;
   MoeConfig moe;
+  ParallelConfig parallel;
+  PipelineConfig pipeline;
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   LaunchConfig launch;
@@ -278,6 +293,8 @@ struct Recipe {
   std::vector<std::string> warnings;  // printed by the launcher; not part of the hash
 
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
+  // The ranks each pipeline stage is data-parallel over: what the batch math counts.
+  int64_t data_parallel_size() const { return world_size() / std::max<int64_t>(1, parallel.pipeline_parallel_size); }
   // The data order's seed: data.seed, or the run's.
   uint64_t data_seed() const { return data.seed >= 0 ? static_cast<uint64_t>(data.seed) : seed; }
 };

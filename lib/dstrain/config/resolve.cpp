@@ -10,6 +10,7 @@
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/inert_keys.h"
 #include "dstrain/config/load_context.h"
+#include "dstrain/config/pipeline_plan.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/error.h"
 
@@ -24,8 +25,10 @@ std::string src(const Recipe& r, const std::string& key) { return r.sources.at(k
 void resolve_batch(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
   auto& t = r.train;
-  const int64_t ws = r.world_size();
-  const std::string ranks = fmt::format("{} rank{}", ws, ws == 1 ? "" : "s");
+  // With pipeline parallelism, a step's batch is split over the data-parallel ranks only.
+  const int64_t ws = r.data_parallel_size();
+  const std::string ranks =
+      fmt::format("{} {}rank{}", ws, r.parallel.pipeline_parallel_size > 1 ? "data-parallel " : "", ws == 1 ? "" : "s");
 
   if (!t.accumulation.empty()) {
     if (t.gradient_accumulation_steps)
@@ -101,7 +104,7 @@ void resolve_token_stages(LoadContext& ctx) {
   int64_t step = 0, tokens = 0, prev_until = 0;
   for (size_t i = 0; i < stages.size(); ++i) {
     AccumulationStage& s = stages[i];
-    const int64_t per_step = r.train.micro_batch_size * r.world_size() * s.steps * r.data.seq_len;
+    const int64_t per_step = r.train.micro_batch_size * r.data_parallel_size() * s.steps * r.data.seq_len;
     if (s.until_tokens) {
       const int64_t more = s.until_tokens > tokens ? (s.until_tokens - tokens + per_step - 1) / per_step : 0;
       s.until_step = step + more;
@@ -137,12 +140,12 @@ void expand_batch_ramp(LoadContext& ctx) {
         fmt::format("train.batch_ramp_start ({}) needs exactly one of train.batch_ramp_steps and train.batch_ramp_tokens", start_src));
     return;
   }
-  const int64_t per_level = t.micro_batch_size * r.world_size();
+  const int64_t per_level = t.micro_batch_size * r.data_parallel_size();
   const int64_t final_batch = per_level * t.gradient_accumulation_steps;
   if (t.batch_ramp_start % per_level != 0 || t.batch_ramp_start >= final_batch) {
     ctx.problems.push_back(
         fmt::format("train.batch_ramp_start {} ({}) must be a multiple of micro {} x {} ranks = {} and below the global batch {}",
-                    t.batch_ramp_start, start_src, t.micro_batch_size, r.world_size(), per_level, final_batch));
+                    t.batch_ramp_start, start_src, t.micro_batch_size, r.data_parallel_size(), per_level, final_batch));
     return;
   }
   const int64_t first = t.batch_ramp_start / per_level, last = t.gradient_accumulation_steps, levels = last - first;
@@ -261,7 +264,12 @@ void check_expert_parallel(const Recipe& r, Problem&& problem) {
   else if (r.model.n_routed_experts % ep != 0)
     problem(fmt::format("moe.expert_parallel_size {} does not divide model.n_routed_experts {}: every rank must hold as many experts", ep,
                         r.model.n_routed_experts));
-  if (r.world_size() % ep != 0)
+  if (r.parallel.pipeline_parallel_size > 1 && r.data_parallel_size() % ep != 0)
+    problem(
+        fmt::format("moe.expert_parallel_size {} does not divide a pipeline stage's {} data-parallel ranks (world {} / "
+                    "parallel.pipeline_parallel_size {}): expert groups live inside a stage",
+                    ep, r.data_parallel_size(), r.world_size(), r.parallel.pipeline_parallel_size));
+  else if (r.world_size() % ep != 0)
     problem(fmt::format("moe.expert_parallel_size {} does not divide the world size {} ({} node(s) x {} per node)", ep, r.world_size(),
                         r.launch.nnodes, r.launch.nproc_per_node));
 }
@@ -347,6 +355,7 @@ void validate(LoadContext& ctx) {
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
   }
   check_expert_parallel(r, problem);
+  check_pipeline(r, problem, warn);
   if (m.family == ModelFamily::kMlaMoe) {
   } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
@@ -553,13 +562,15 @@ int64_t accumulation_at(const Recipe& r, int64_t step) {
   return r.train.gradient_accumulation_steps > 0 ? r.train.gradient_accumulation_steps : 1;
 }
 
-int64_t global_batch_at(const Recipe& r, int64_t step) { return r.train.micro_batch_size * r.world_size() * accumulation_at(r, step); }
+int64_t global_batch_at(const Recipe& r, int64_t step) {
+  return r.train.micro_batch_size * r.data_parallel_size() * accumulation_at(r, step);
+}
 
 int64_t samples_before(const Recipe& r, int64_t step) {
   int64_t samples = 0, from = 0;
   for (const auto& stage : r.train.accumulation) {
     const int64_t until = stage.until_step == 0 ? step : std::min(step, stage.until_step);
-    if (until > from) samples += (until - from) * r.train.micro_batch_size * r.world_size() * stage.steps;
+    if (until > from) samples += (until - from) * r.train.micro_batch_size * r.data_parallel_size() * stage.steps;
     from = std::max(from, until);
     if (from >= step) return samples;
   }

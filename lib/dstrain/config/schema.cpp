@@ -211,6 +211,15 @@ std::vector<Field> moe_fields() {
   };
 }
 
+std::vector<Field> pipeline_fields() {
+  return {
+    {"parallel.pipeline_parallel_size", 1, 1024, {}, "Pipeline parallelism: the decoder layers split into this many consecutive stages, one per rank of a pipeline (the embedding on the first, the head and loss on the last). The world is data-parallel x pipeline: consecutive ranks form a stage's data-parallel group (ZeRO and expert parallelism inside it), so the batch math counts world_size / this ranks. Must divide the world size. 1: no pipeline. Planned by --dry-run (stages, schedule, bubble, memory per stage) and `dstrain bench pipeline`; training with it is not built yet.", DS_FIELD(parallel.pipeline_parallel_size)},
+    {"pipeline.schedule", 0, 0, DS_CHOICES(pipeline.schedule), "The order of each step's forwards and backwards on every stage: gpipe (all forwards, then all backwards: m micro-batches held), 1f1b (PipeDream-Flush: at most p held, bubble (p-1)/m), interleaved_1f1b (Megatron's, with pipeline.virtual_stages v >= 2: bubble (p-1)/(v m), more transfers), zb_h1 (zero-bubble H1: backward split into input- and weight-gradient passes, bubble (p-1)(F+I-W)/(m(F+I+W)), a third of 1f1b's when the three cost the same, at 1f1b's peak memory). The micro-batches per step m are the accumulation steps; all but gpipe need m >= pipeline_parallel_size.", DS_ENUM(pipeline.schedule)},
+    {"pipeline.virtual_stages", 1, 64, {}, "Stages per pipeline rank (interleaved_1f1b: 2 or more; rank r holds stages r, r + p, ...). The model then has pipeline_parallel_size x this stages, each at least one decoder layer.", DS_FIELD(pipeline.virtual_stages)},
+    {"pipeline.layers_per_stage", 1, 1024, {}, "Decoder layers of each stage, in order, e.g. [3, 4, 4, 3]: one entry per stage (pipeline_parallel_size x virtual_stages), each at least 1, adding up to model.num_layers. Empty: the split that balances the stages' training FLOPs, with the embedding counted on the first stage and the head and loss on the last.", DS_FIELD(pipeline.layers_per_stage)},
+  };
+}
+
 std::vector<Field> checkpoint_fields() {
   return {
     {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
@@ -262,7 +271,7 @@ const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
     for (auto section : {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields,
-                         precision_fields, zero_fields, moe_fields, checkpoint_fields, logging_fields, launch_fields}) {
+                         precision_fields, zero_fields, moe_fields, pipeline_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
     }
@@ -282,8 +291,8 @@ const Field* find_field(const std::string& path) {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> sections = {"model",     "data", "eval", "optimizer",  "schedule", "train",
-                                                    "precision", "zero", "moe",  "checkpoint", "logging",  "launch"};
+  static const std::vector<std::string> sections = {"model", "data", "eval",     "optimizer", "schedule",   "train",   "precision",
+                                                    "zero",  "moe",  "parallel", "pipeline",  "checkpoint", "logging", "launch"};
   return sections;
 }
 

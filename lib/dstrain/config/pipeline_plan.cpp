@@ -1,0 +1,218 @@
+#include "dstrain/config/pipeline_plan.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "dstrain/config/describe.h"
+#include "dstrain/pipeline/validate.h"
+
+namespace dstrain::config {
+
+pipeline::LayerCosts layer_costs(const ModelConfig& m, int64_t seq_len) {
+  pipeline::LayerCosts c;
+  const double attention = attention_flops_per_token(m, seq_len);
+  for (int64_t layer = 0; layer < m.num_layers; ++layer)
+    c.layers.push_back(6.0 * static_cast<double>(decoder_layer_counts(m, layer).active) + attention);
+  c.embedding = 0;  // a gather
+  c.head = 6.0 * static_cast<double>(m.vocab_size * m.hidden_size + m.hidden_size);
+  return c;
+}
+
+namespace {
+
+bool set_by_user(const Recipe& r, const std::string& key) {
+  const auto it = r.sources.find(key);
+  return it != r.sources.end() && it->second != "default";
+}
+
+// The micro-batches per step the schedule must accept: every accumulation stage's.
+std::vector<int64_t> micro_batches_per_step(const Recipe& r) {
+  std::vector<int64_t> out;
+  for (const auto& stage : r.train.accumulation) out.push_back(stage.steps);
+  if (out.empty()) out.push_back(r.train.gradient_accumulation_steps);
+  return out;
+}
+
+std::vector<int> given_split(const Recipe& r) {
+  std::vector<int> counts;
+  for (double n : r.pipeline.layers_per_stage) counts.push_back(static_cast<int>(n));
+  return counts;
+}
+
+std::vector<int> stage_layers(const Recipe& r) {
+  const int stages = static_cast<int>(r.parallel.pipeline_parallel_size * r.pipeline.virtual_stages);
+  if (!r.pipeline.layers_per_stage.empty()) return given_split(r);
+  return pipeline::balanced_split(layer_costs(r.model, r.data.seq_len), stages);
+}
+
+}  // namespace
+
+void check_pipeline(const Recipe& r, const std::function<void(const std::string&)>& problem,
+                    const std::function<void(const std::string&)>& warn) {
+  const int64_t p = r.parallel.pipeline_parallel_size, v = r.pipeline.virtual_stages;
+  if (p == 1) {
+    for (const char* key : {"pipeline.schedule", "pipeline.virtual_stages", "pipeline.layers_per_stage"})
+      if (set_by_user(r, key))
+        warn(fmt::format("{} ({}) has no effect without pipeline parallelism (parallel.pipeline_parallel_size is 1)", key,
+                         r.sources.at(key)));
+    return;
+  }
+  if (r.world_size() % p != 0)
+    problem(
+        fmt::format("parallel.pipeline_parallel_size {} does not divide the world size {} ({} node(s) x {} per node): every stage "
+                    "needs as many data-parallel ranks",
+                    p, r.world_size(), r.launch.nnodes, r.launch.nproc_per_node));
+  const int64_t stages = p * v;
+  if (r.model.num_layers < stages)
+    problem(
+        fmt::format("parallel.pipeline_parallel_size {} x pipeline.virtual_stages {} = {} stages, but model.num_layers is {}: every "
+                    "stage needs a decoder layer; lower one of them",
+                    p, v, stages, r.model.num_layers));
+  if (!r.pipeline.layers_per_stage.empty()) {
+    bool whole = true;
+    for (double n : r.pipeline.layers_per_stage) whole = whole && n == std::floor(n);
+    const std::string split = whole
+                                  ? pipeline::split_problem(given_split(r), static_cast<int>(r.model.num_layers), static_cast<int>(stages))
+                                  : "must hold whole numbers of layers";
+    if (!split.empty()) problem(fmt::format("pipeline.layers_per_stage ({}) {}", r.sources.at("pipeline.layers_per_stage"), split));
+  }
+  const std::string& schedule = name(r.pipeline.schedule);
+  const std::string virtual_rule = pipeline::schedule_rule_problem(r.pipeline.schedule, static_cast<int>(p), static_cast<int>(v), 1 << 20);
+  if (!virtual_rule.empty()) {
+    problem(fmt::format("pipeline.virtual_stages {} with pipeline.schedule {}: {}", v, schedule, virtual_rule));
+    return;
+  }
+  for (const int64_t m : micro_batches_per_step(r)) {
+    const std::string rule =
+        pipeline::schedule_rule_problem(r.pipeline.schedule, static_cast<int>(p), static_cast<int>(v), static_cast<int>(m));
+    if (rule.empty()) continue;
+    problem(
+        fmt::format("train.gradient_accumulation_steps {} is the micro-batches per step of each pipeline (pipeline.schedule {}, "
+                    "parallel.pipeline_parallel_size {}): {}; raise it to at least {} (a larger train.global_batch_size or a smaller "
+                    "train.micro_batch_size), or --set pipeline.schedule=gpipe",
+                    m, schedule, p, rule, p));
+    break;
+  }
+}
+
+PipelinePlan pipeline_plan(const Recipe& r) {
+  const int p = static_cast<int>(r.parallel.pipeline_parallel_size), v = static_cast<int>(r.pipeline.virtual_stages);
+  const ModelConfig& m = r.model;
+  const double embedding = static_cast<double>(m.vocab_size * m.hidden_size), head = embedding + static_cast<double>(m.hidden_size);
+  const pipeline::LayerCosts costs = layer_costs(m, r.data.seq_len);
+  PipelinePlan plan;
+  int layer = 0;
+  const std::vector<int> counts = stage_layers(r);
+  for (size_t s = 0; s < counts.size(); ++s) {
+    StagePlan st;
+    st.first_layer = layer, st.layers = counts[s];
+    st.embedding = s == 0, st.head = s + 1 == counts.size();
+    for (int i = 0; i < counts[s]; ++i, ++layer) {
+      const ParameterCounts c = decoder_layer_counts(m, layer);
+      st.parameters += static_cast<double>(c.total), st.routed += static_cast<double>(c.routed);
+      st.flops_per_token += costs.layers[static_cast<size_t>(layer)];
+    }
+    if (st.embedding) st.parameters += embedding;
+    if (st.head) st.parameters += head, st.flops_per_token += costs.head;
+    plan.stages.push_back(st);
+  }
+  plan.schedule = pipeline::build_schedule(r.pipeline.schedule, p, v, static_cast<int>(micro_batches_per_step(r).front()));
+  plan.timeline = pipeline::simulate(plan.schedule, pipeline::Costs{});
+  const ActivationParts act = activation_parts(r);
+  const double ep = static_cast<double>(r.moe.expert_parallel_size), dp = static_cast<double>(r.data_parallel_size());
+  for (int rank = 0; rank < p; ++rank) {
+    PipelineRankPlan rp;
+    double dense = 0, experts = 0, layers = 0;
+    bool holds_head = false;
+    for (int s = rank; s < p * v; s += p) {
+      const StagePlan& st = plan.stages[static_cast<size_t>(s)];
+      rp.stages.push_back(s);
+      dense += st.parameters - st.routed, experts += st.routed / ep, layers += st.layers;
+      rp.flops_per_token += st.flops_per_token, holds_head = holds_head || st.head;
+    }
+    rp.parameters = dense + experts;
+    const ModelStateMemory states = model_state_bytes(r, dense, dp, experts, dp / ep);
+    rp.device_states = states.device_bytes, rp.host_states = states.host_bytes;
+    rp.peak_micro_batches = plan.timeline.peak_held[static_cast<size_t>(rank)];
+    rp.activations = rp.peak_micro_batches * (layers / v) * act.per_layer + act.working + (holds_head ? act.loss : 0.0);
+    plan.ranks.push_back(rp);
+  }
+  return plan;
+}
+
+namespace {
+
+std::string span_text(int64_t first, int64_t last) { return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last); }
+
+std::string stage_table(const PipelinePlan& plan) {
+  std::string out = "  stage  layers     parameters  FLOPs/token\n";
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const StagePlan& st = plan.stages[s];
+    const std::string layers =
+        span_text(st.first_layer, st.first_layer + st.layers - 1) + (st.embedding ? " +emb" : "") + (st.head ? " +head" : "");
+    out += fmt::format("  {:>5}  {:<10} {:>10}  {:>11.3g}\n", s, layers, count_text(st.parameters), st.flops_per_token);
+  }
+  return out;
+}
+
+std::string rank_table(const Recipe& r, const PipelinePlan& plan) {
+  const int64_t dp = r.data_parallel_size(), per_node = r.launch.nproc_per_node;
+  std::string out =
+      "  pipeline rank  global ranks  nodes    stages      parameters  states      activations (micro-batches)  device total\n";
+  for (size_t rank = 0; rank < plan.ranks.size(); ++rank) {
+    const PipelineRankPlan& rp = plan.ranks[rank];
+    const int64_t first = static_cast<int64_t>(rank) * dp, last = first + dp - 1;
+    out +=
+        fmt::format("  {:>13}  {:<12}  {:<7}  {:<10}  {:>10}  {:<10}  {:<10} ({:>3})             {}\n", rank, span_text(first, last),
+                    span_text(first / per_node, last / per_node), fmt::format("{}", fmt::join(rp.stages, ",")), count_text(rp.parameters),
+                    bytes_text(rp.device_states), bytes_text(rp.activations), rp.peak_micro_batches, bytes_text(rp.device_total()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string pipeline_text(const Recipe& r, bool show_schedule) {
+  const PipelinePlan plan = pipeline_plan(r);
+  const int64_t p = r.parallel.pipeline_parallel_size, dp = r.data_parallel_size();
+  const int64_t per_node = r.launch.nproc_per_node;
+  std::string out = fmt::format(
+      "  pipeline                {} pipeline ranks x {} stage(s) each ({} stages, {}), {} data-parallel rank(s) per stage: pipeline rank "
+      "k is global ranks k x {} .. k x {} + {} (stage-major: a stage's data-parallel{} group{})\n",
+      p, r.pipeline.virtual_stages, plan.stages.size(),
+      r.pipeline.layers_per_stage.empty() ? "split by training FLOPs" : "pipeline.layers_per_stage", dp, dp, dp, dp - 1,
+      r.moe.expert_parallel_size > 1 ? " and expert-parallel" : "",
+      dp <= per_node && per_node % dp == 0 ? " stays inside a node" : " spans nodes (more data-parallel ranks than GPUs per node)");
+  out += stage_table(plan);
+  const auto& busy = plan.timeline.busy;
+  std::vector<double> rank_flops;
+  for (const auto& rp : plan.ranks) rank_flops.push_back(rp.flops_per_token);
+  const double mean = std::accumulate(rank_flops.begin(), rank_flops.end(), 0.0) / static_cast<double>(rank_flops.size());
+  const double slowest = *std::max_element(rank_flops.begin(), rank_flops.end());
+  out += fmt::format(
+      "  schedule                {}, {} micro-batches per step: bubble {:.3f} of the compute (replayed with F = I = W; the papers' "
+      "{:.3f}); the slowest pipeline rank computes {:.1f}% more than the mean, and a step runs at its pace\n",
+      name(r.pipeline.schedule), plan.schedule.micro_batches, plan.timeline.bubble(),
+      pipeline::bubble_formula(plan.schedule, pipeline::Costs{}), 100.0 * (slowest / mean - 1.0));
+  (void)busy;
+  out += rank_table(r, plan);
+  if (show_schedule) {
+    out += fmt::format(
+        "schedule {} (F forward, B backward, I input gradient, W weight gradient, SF/RF send/receive activations, "
+        "SB/RB send/receive gradients; STAGE.MICRO_BATCH, >to <from):\n",
+        name(r.pipeline.schedule));
+    out += pipeline::schedule_text(plan.schedule);
+    const auto problems = pipeline::validate(plan.schedule);
+    out += problems.empty() ? "validated: every receive has its send, every dependency holds, no rank waits forever\n"
+                            : "INVALID: " + problems.front() + "\n";
+    out += "replay at F = I = W = 1 (upper case even micro-batches, lower case odd, '.' idle):\n";
+    out += pipeline::timeline_chart(plan.timeline, 1.0 / static_cast<double>(r.pipeline.virtual_stages));
+  }
+  return out;
+}
+
+}  // namespace dstrain::config
