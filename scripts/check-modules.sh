@@ -3,7 +3,7 @@
 # docs/ARCHITECTURE.md's; a module may include only itself and the modules before it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-order=(core pipeline config sched text data io ckpt run comm model device envcheck optim zero metrics report train launch tasks)
+order=(core pipeline config sched text data io ckpt run comm model device envcheck optim zero pipeline_run metrics report train launch tasks)
 status=0
 for ((i = 0; i < ${#order[@]}; i++)); do
   module=${order[$i]}

@@ -8,6 +8,7 @@
 source "$(dirname "$0")/../lib.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
 gpus=$("$DSTRAIN" check-env --local --skip probes --json | python3 -c 'import json,sys; print(next(f["values"][0]["value"] for f in json.load(sys.stdin)["facts"] if f["name"] == "gpus"))')
+gpus=${gpus%% *}  # "0 (none visible: ...)" without a GPU
 # DSTRAIN_GPU_TEST_DRY=1 runs the script's mechanics on CPU (the GPU-only checks skipped), so a
 # mistake in it is found before a lent GPU's minutes are spent.
 dry=${DSTRAIN_GPU_TEST_DRY:-0}

@@ -2,7 +2,7 @@
 // The pipeline as a resolved config describes it (parallel.pipeline_parallel_size > 1): the
 // rank layout, each stage's decoder layers (given, or balanced by training FLOPs), what each
 // pipeline rank holds and computes, the schedule, its bubble and the memory it needs per rank.
-// The checks on the pipeline keys live here too, so that the launcher refuses what cannot run.
+// The checks on the pipeline keys are in pipeline_check.h.
 #include <functional>
 #include <string>
 #include <vector>
@@ -17,11 +17,6 @@ namespace dstrain::config {
 // Each decoder layer's training FLOPs per token; the embedding's (0: a gather) and the head's
 // (the LM head's 6 V H and the final norm) apart.
 pipeline::LayerCosts layer_costs(const ModelConfig& model, int64_t seq_len);
-
-// The pipeline keys against the model, the world and the batch: `problem` gets what must change
-// (naming the key), `warn` what has no effect.
-void check_pipeline(const Recipe& recipe, const std::function<void(const std::string&)>& problem,
-                    const std::function<void(const std::string&)>& warn);
 
 struct StagePlan {
   int first_layer = 0, layers = 0;  // decoder layers [first_layer, first_layer + layers)

@@ -10,7 +10,7 @@
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/inert_keys.h"
 #include "dstrain/config/load_context.h"
-#include "dstrain/config/pipeline_plan.h"
+#include "dstrain/config/pipeline_check.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/error.h"
 

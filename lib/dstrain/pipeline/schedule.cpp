@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+#include <tuple>
 
 #include "dstrain/core/error.h"
 #include "dstrain/pipeline/zero_bubble.h"
@@ -102,6 +106,60 @@ std::vector<std::vector<Action>> interleaved(int ranks, int v, int m) {
   return out;
 }
 
+// What a transfer carries: its direction and the stage that produced it, and the micro-batch.
+struct Carried {
+  int backward, producer, micro_batch;
+  bool operator<(const Carried& o) const {
+    return std::tie(backward, producer, micro_batch) < std::tie(o.backward, o.producer, o.micro_batch);
+  }
+  bool operator==(const Carried& o) const { return !(*this < o) && !(o < *this); }
+};
+Carried carried(const Action& a) {
+  switch (a.op) {
+    case Op::kRecvForward:
+      return {0, a.stage - 1, a.micro_batch};
+    case Op::kRecvBackward:
+      return {1, a.stage + 1, a.micro_batch};
+    default:
+      return {a.op == Op::kSendBackward ? 1 : 0, a.stage, a.micro_batch};
+  }
+}
+Action receive_of(const Carried& c, int from) {
+  return c.backward ? Action{Op::kRecvBackward, c.producer - 1, c.micro_batch, from}
+                    : Action{Op::kRecvForward, c.producer + 1, c.micro_batch, from};
+}
+
+// NCCL (and Gloo without tags) delivers a pair's messages in the order they were sent, so each
+// rank must receive from a peer in that peer's send order. Where the compute order wants a
+// later message first, the earlier ones are received ahead of their need (and held).
+void receive_in_send_order(Schedule& s) {
+  std::map<std::pair<int, int>, std::deque<Carried>> sent;  // (from, to) -> the messages in send order
+  for (int r = 0; r < s.ranks; ++r)
+    for (const Action& a : s.actions[r])
+      if (a.op == Op::kSendForward || a.op == Op::kSendBackward) sent[{r, a.peer}].push_back(carried(a));
+  for (int r = 0; r < s.ranks; ++r) {
+    std::vector<Action> out;
+    std::set<Carried> early;  // received ahead of the compute that needs it
+    for (const Action& a : s.actions[r]) {
+      if (a.op != Op::kRecvForward && a.op != Op::kRecvBackward) {
+        out.push_back(a);
+        continue;
+      }
+      const Carried want = carried(a);
+      if (early.erase(want)) continue;
+      auto& queue = sent[{a.peer, r}];
+      while (!queue.empty() && !(queue.front() == want)) {  // messages sent before the one wanted
+        out.push_back(receive_of(queue.front(), a.peer));
+        early.insert(queue.front());
+        queue.pop_front();
+      }
+      if (!queue.empty()) queue.pop_front();
+      out.push_back(a);  // (an unmatched receive stays for validate() to name)
+    }
+    s.actions[r] = std::move(out);
+  }
+}
+
 }  // namespace
 
 Schedule with_transfers(Schedule s) {
@@ -118,6 +176,7 @@ Schedule with_transfers(Schedule s) {
     }
     s.actions[r] = std::move(out);
   }
+  receive_in_send_order(s);
   return s;
 }
 

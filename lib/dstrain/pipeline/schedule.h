@@ -61,7 +61,10 @@ std::string schedule_rule_problem(ScheduleKind kind, int ranks, int virtual_stag
 Schedule build_schedule(ScheduleKind kind, int ranks, int virtual_stages, int micro_batches);
 
 // Every rank's compute order with the transfers put around it: a receive just before the compute
-// that needs it, a send just after the compute that produces it. The generators give compute only.
+// that needs it, a send just after the compute that produces it; then, where a rank would receive
+// a peer's messages in another order than the peer sends them (interleaved at 2 ranks: forward
+// activations and backward gradients share the link), the earlier messages are received sooner,
+// since NCCL delivers each pair's messages in order. The generators give compute only.
 Schedule with_transfers(Schedule compute_only);
 
 // One line per rank: "rank 0: F0.0 SF0.0>1 F0.1 ...".

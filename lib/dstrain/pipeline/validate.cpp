@@ -29,6 +29,7 @@ class Checker {
       for (size_t i = 0; i < s_.actions[r].size(); ++i) place(r, i, s_.actions[r][i]);
     for (int stage = 0; stage < s_.stages(); ++stage)
       for (int mb = 0; mb < s_.micro_batches; ++mb) check_unit(stage, mb);
+    check_link_order();
     if (problems_.empty()) {
       const Timeline tl = simulate(s_, Costs{});
       if (!tl.deadlock.empty()) problem("the schedule deadlocks: " + tl.deadlock);
@@ -112,6 +113,32 @@ class Checker {
     expect_before(Op::kRecvBackward, input_gradient, stage, mb);
     expect_before(input_gradient, Op::kSendBackward, stage, mb);
     if (split) expect_before(Op::kBackwardInput, Op::kBackwardWeight, stage, mb);
+  }
+
+  // A link delivers in send order (NCCL; Gloo without tags): each rank receives a peer's
+  // messages in the order the peer sends them.
+  void check_link_order() {
+    std::map<std::pair<int, int>, std::vector<std::string>> sent, received;
+    for (int r = 0; r < s_.ranks; ++r)
+      for (const Action& a : s_.actions[r]) {
+        if (a.op == Op::kSendForward)
+          sent[{r, a.peer}].push_back(fmt::format("the activations of stage {} micro-batch {}", a.stage, a.micro_batch));
+        if (a.op == Op::kSendBackward)
+          sent[{r, a.peer}].push_back(fmt::format("the gradient of stage {} micro-batch {}", a.stage, a.micro_batch));
+        if (a.op == Op::kRecvForward)
+          received[{a.peer, r}].push_back(fmt::format("the activations of stage {} micro-batch {}", a.stage - 1, a.micro_batch));
+        if (a.op == Op::kRecvBackward)
+          received[{a.peer, r}].push_back(fmt::format("the gradient of stage {} micro-batch {}", a.stage + 1, a.micro_batch));
+      }
+    for (const auto& [link, messages] : sent) {
+      const auto& got = received[link];
+      for (size_t i = 0; i < messages.size() && i < got.size(); ++i)
+        if (messages[i] != got[i])
+          return problem(
+              fmt::format("rank {} receives {} from rank {} where that rank's message number {} to it is {}: a link "
+                          "delivers in send order",
+                          link.second, got[i], link.first, i, messages[i]));
+    }
   }
 
   const Schedule& s_;

@@ -89,14 +89,22 @@ TEST_CASE("a broken action list is rejected with what is wrong", "[pipeline]") {
   std::iter_swap(f, b);
   CHECK(contains(validate(backward_first), "F2.0 (action"));
 
-  // Every local order holds, but rank 0 waits for micro-batch 0's gradient before it sends the
-  // activations that the gradient needs: a deadlock that only running the schedule finds.
+  Schedule out_of_order = good;  // rank 1 receives micro-batch 1's activations before micro-batch 0's
+  auto& second = out_of_order.actions[1];
+  std::iter_swap(std::find(second.begin(), second.end(), Action{Op::kRecvForward, 1, 0, 0}),
+                 std::find(second.begin(), second.end(), Action{Op::kRecvForward, 1, 1, 0}));
+  CHECK(contains(validate(out_of_order),
+                 "rank 1 receives the activations of stage 0 micro-batch 1 from rank 0 where that rank's "
+                 "message number 0 to it is the activations of stage 0 micro-batch 0"));
+
+  // Every local order and the link order hold, but rank 0 waits for micro-batch 0's gradient
+  // before it sends the activations that the gradient needs: a deadlock only running finds.
   Schedule cycle = good;
   auto& first = cycle.actions[0];
-  const auto send = std::find(first.begin(), first.end(), Action{Op::kSendForward, 0, 0, 1});
-  const Action moved = *send;
-  first.erase(send);
-  first.insert(std::find(first.begin(), first.end(), Action{Op::kRecvBackward, 0, 0, 1}) + 1, moved);
+  for (const Action moved : {Action{Op::kBackward, 0, 0, -1}, Action{Op::kRecvBackward, 0, 0, 1}}) {
+    first.erase(std::find(first.begin(), first.end(), moved));
+    first.insert(std::find(first.begin(), first.end(), Action{Op::kForward, 0, 0, -1}) + 1, moved);
+  }
   const auto problems = validate(cycle);
   REQUIRE(problems.size() == 1);
   CHECK(problems[0].find("deadlocks") != std::string::npos);

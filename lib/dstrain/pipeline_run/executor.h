@@ -1,0 +1,60 @@
+#pragma once
+// Runs one pipeline rank's part of a schedule (pipeline/schedule.h) for a step: its stages'
+// forwards and backwards in the schedule's order, activations and gradients sent to and received
+// from the neighbouring pipeline ranks through a Communicator (Gloo on a CPU, NCCL on a GPU; the
+// schedule receives each link's messages in send order, which NCCL needs). Sends are posted and
+// waited for at the end of the step; a stage's graph is freed once its backward has run.
+//
+// This is the schedule's executor below the engine: a StageModule says what a stage computes.
+// Not yet wired into training (the ZeRO engine per stage, the loss normalization, the gradient
+// norm over stages and checkpoints come with the trainer's pipeline step).
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "dstrain/pipeline/schedule.h"
+
+namespace dstrain::comm {
+class Communicator;
+}
+
+namespace dstrain::pipeline_run {
+
+// One stage's computation on this rank.
+class StageModule {
+ public:
+  virtual ~StageModule() = default;
+  // The forward of `micro_batch`: `input` the previous stage's activations (a leaf that requires
+  // its gradient), undefined on the first stage, which reads its micro-batch itself. Returns the
+  // activations for the next stage, or on the last stage the micro-batch's loss (a scalar whose
+  // backward starts from 1).
+  virtual at::Tensor forward(int micro_batch, const at::Tensor& input) = 0;
+  // The parameters whose gradients the weight-gradient pass (W) accumulates.
+  virtual std::vector<at::Tensor> parameters() const = 0;
+};
+
+// The activations that flow between stages: one shape and type for every micro-batch, fixed by
+// the config (no shape exchange per transfer).
+struct Activation {
+  std::vector<int64_t> sizes;
+  at::ScalarType dtype = at::ScalarType::Float;
+};
+
+class Executor {
+ public:
+  // `group`: the pipeline group (its rank r is pipeline rank r); `stages`: this rank's stages
+  // (schedule.rank_of(s) == group rank), each outliving the executor.
+  Executor(pipeline::Schedule schedule, comm::Communicator& group, std::map<int, StageModule*> stages, Activation activation);
+  ~Executor();
+  // Runs this rank's actions once; the parameters' .grad hold the step's sums afterwards. Returns
+  // each micro-batch's loss on the rank holding the last stage, nothing elsewhere.
+  std::vector<double> run_step();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dstrain::pipeline_run

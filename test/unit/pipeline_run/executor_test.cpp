@@ -1,0 +1,123 @@
+// The schedule executor (issue 39): every schedule run by threads as pipeline ranks, activations
+// and gradients over the communicator's send/recv, gives the losses and the summed gradients of
+// the same stages chained in one process (float64: the only difference is the order in which
+// micro-batches' gradients add up). Zero-bubble's weight-gradient pass runs apart from the input
+// gradient's.
+#include <ATen/ATen.h>
+
+#include <mutex>
+
+#include "catch_torch.h"
+#include "dstrain/comm/thread_communicator.h"
+#include "dstrain/pipeline_run/executor.h"
+
+using namespace dstrain;
+
+namespace {
+
+constexpr int64_t kRows = 3, kWidth = 5;
+
+// Stage s: tanh(x W_s + b_s); the last stage's loss is the squared distance to a target, / m.
+struct Toy {
+  int stages, micro_batches;
+  std::vector<at::Tensor> weights, biases, inputs, targets;
+  Toy(int stage_count, int micro_batch_count) : stages(stage_count), micro_batches(micro_batch_count) {
+    at::manual_seed(7);
+    const auto f64 = at::TensorOptions().dtype(at::kDouble);
+    for (int s = 0; s < stages; ++s) weights.push_back(at::randn({kWidth, kWidth}, f64) * 0.5), biases.push_back(at::randn({kWidth}, f64));
+    for (int i = 0; i < micro_batches; ++i)
+      inputs.push_back(at::randn({kRows, kWidth}, f64)), targets.push_back(at::randn({kRows, kWidth}, f64));
+  }
+  at::Tensor stage(int s, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const { return at::tanh(x.mm(w) + b); }
+  at::Tensor loss(int mb, const at::Tensor& out) const { return (out - targets[mb]).pow(2).sum() / micro_batches; }
+};
+
+class ToyStage : public pipeline_run::StageModule {
+ public:
+  ToyStage(const Toy& toy, int s)
+      : toy_(toy), s_(s), w_(toy.weights[s].clone().requires_grad_(true)), b_(toy.biases[s].clone().requires_grad_(true)) {}
+  at::Tensor forward(int mb, const at::Tensor& input) override {
+    const at::Tensor out = toy_.stage(s_, s_ == 0 ? toy_.inputs[mb] : input, w_, b_);
+    return s_ == toy_.stages - 1 ? toy_.loss(mb, out) : out;
+  }
+  std::vector<at::Tensor> parameters() const override { return {w_, b_}; }
+
+ private:
+  const Toy& toy_;
+  int s_;
+  at::Tensor w_, b_;
+};
+
+struct Reference {
+  std::vector<double> losses;
+  std::vector<at::Tensor> grads;  // per stage: weight, bias
+};
+
+Reference chained(const Toy& toy) {
+  std::vector<at::Tensor> params;
+  for (int s = 0; s < toy.stages; ++s)
+    params.push_back(toy.weights[s].clone().requires_grad_(true)), params.push_back(toy.biases[s].clone().requires_grad_(true));
+  Reference ref;
+  for (int mb = 0; mb < toy.micro_batches; ++mb) {
+    at::Tensor x = toy.inputs[mb];
+    for (int s = 0; s < toy.stages; ++s) x = toy.stage(s, x, params[2 * s], params[2 * s + 1]);
+    const at::Tensor loss = toy.loss(mb, x);
+    ref.losses.push_back(loss.item<double>());
+    loss.backward();
+  }
+  for (const auto& p : params) ref.grads.push_back(p.grad().clone());
+  return ref;
+}
+
+void check_schedule(pipeline::ScheduleKind kind, int ranks, int v, int m) {
+  const pipeline::Schedule schedule = pipeline::build_schedule(kind, ranks, v, m);
+  const Toy toy(schedule.stages(), m);
+  const Reference ref = chained(toy);
+  std::mutex mutex;
+  std::vector<at::Tensor> grads(ref.grads.size());
+  std::vector<double> losses;
+  comm::run_on_threads(ranks, [&](comm::Communicator& group) {
+    std::vector<std::unique_ptr<ToyStage>> mine;
+    std::map<int, pipeline_run::StageModule*> stages;
+    for (int s = group.rank(); s < schedule.stages(); s += ranks) {
+      mine.push_back(std::make_unique<ToyStage>(toy, s));
+      stages[s] = mine.back().get();
+    }
+    pipeline_run::Executor executor(schedule, group, stages, {{kRows, kWidth}, at::kDouble});
+    const std::vector<double> step_losses = executor.run_step();
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!step_losses.empty()) losses = step_losses;
+    for (const auto& [s, stage] : stages) {
+      const auto params = stage->parameters();
+      grads[2 * s] = params[0].grad().clone(), grads[2 * s + 1] = params[1].grad().clone();
+    }
+  });
+  INFO(pipeline::schedule_name(kind) << " P=" << ranks << " v=" << v << " m=" << m);
+  CHECK(losses == ref.losses);  // each micro-batch's forward is the same arithmetic
+  for (size_t i = 0; i < grads.size(); ++i) {
+    REQUIRE(grads[i].defined());
+    CHECK(at::allclose(grads[i], ref.grads[i], 1e-13, 1e-15));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("every schedule executed over send/recv matches the stages chained in one process", "[pipeline_run]") {
+  for (int p = 2; p <= 4; ++p)
+    for (int m : {p, p + 1, 2 * p + 1}) {
+      check_schedule(pipeline::ScheduleKind::kGpipe, p, 1, m);
+      check_schedule(pipeline::ScheduleKind::k1F1B, p, 1, m);
+      check_schedule(pipeline::ScheduleKind::kInterleaved1F1B, p, 2, m);
+      check_schedule(pipeline::ScheduleKind::kZbH1, p, 1, m);
+    }
+}
+
+TEST_CASE("a rank that runs a stage it does not hold names itself", "[pipeline_run]") {
+  const pipeline::Schedule schedule = pipeline::build_schedule(pipeline::ScheduleKind::k1F1B, 2, 1, 2);
+  const Toy toy(2, 2);
+  ToyStage first(toy, 0);
+  comm::run_on_threads(1, [&](comm::Communicator& group) {
+    CHECK_THROWS_WITH(pipeline_run::Executor(schedule, group, {{0, &first}}, {{kRows, kWidth}, at::kDouble}),
+                      Catch::Contains("a schedule for 2 pipeline ranks run by a group of 1"));
+  });
+}
