@@ -283,7 +283,6 @@ class DsReader {
   // Sections DeepSpeed parses that dstrain v1 does not implement: (name, changes the math).
   static const std::vector<std::pair<std::string, bool>>& out_of_scope() {
     static const std::vector<std::pair<std::string, bool>> keys = {
-        {"pipeline", true},
         {"sparse_attention", true},
         {"progressive_layer_drop", true},
         {"eigenvalue", true},
@@ -323,6 +322,10 @@ class DsReader {
       unimplemented(key, value, where, u);
       return true;
     }
+    if (key == "pipeline" && value.is_object()) {
+      pipeline_section(value);
+      return true;
+    }
     for (const auto& [name, changes_math] : out_of_scope()) {
       if (key != name) continue;
       const Node* e = value.is_object() ? value.find("enabled") : nullptr;
@@ -338,6 +341,25 @@ class DsReader {
       return true;
     }
     return false;
+  }
+
+  // DeepSpeed's pipeline block (runtime/config.py): `stages` is the pipeline's size; the rest
+  // belongs to DeepSpeed's PipelineModule or has a dstrain key of its own.
+  void pipeline_section(const Node& node) {
+    section(node, "pipeline",
+            {{"partition", "best", Policy::kWarn, "dstrain splits the stages by training FLOPs, or as pipeline.layers_per_stage says"},
+             {"seed_layers", "false", Policy::kWarn, "every stage's parameters are those of the whole model from the run's seed"},
+             {"activation_checkpoint_interval", "0", Policy::kWarn, "use train.activation_checkpointing (full or selective)"},
+             {"pipe_partitioned", "true", Policy::kSilent, ""},
+             {"grad_partitioned", "true", Policy::kSilent, ""},
+             {"use_reentrant", "true", Policy::kSilent, ""}},
+            {"stages"}, [&](const std::string& key, const Node& value, const Location& where) {
+              if (key != "stages") return false;
+              // "auto": DeepSpeed takes the stages from the PipelineModule; without one, no pipeline.
+              if (!(value.kind == Node::Kind::kString && value.text == "auto"))
+                map("pipeline.stages", value, where, "parallel.pipeline_parallel_size");
+              return true;
+            });
   }
 
   void checkpoint_section(const Node& node, const Location&) {
@@ -724,7 +746,7 @@ class DsReader {
              {"mics_shard_size", "-1", Policy::kError, "MiCS sharding is not implemented"},
              {"mics_hierarchical_params_gather", "false", Policy::kWarn, "MiCS is not implemented"},
              {"memory_efficient_linear", "true", Policy::kSilent, ""},
-             {"pipeline_loading_checkpoint", "false", Policy::kWarn, "no pipeline parallelism"},
+             {"pipeline_loading_checkpoint", "false", Policy::kWarn, "dstrain names parameters globally, whatever the pipeline"},
              {"override_module_apply", "true", Policy::kSilent, ""},
              {"log_trace_cache_warnings", "false", Policy::kSilent, ""},
              {"enable_sanity_checks", "false", Policy::kSilent, ""},

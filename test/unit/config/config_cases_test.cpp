@@ -489,6 +489,27 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
        R"({"checkpoint": {"tag_validation": "Fail"}, "pipeline": {}, "amp": {"enabled": false}, "elasticity": {"enabled": false}})",
        {},
        [](const Outcome& o) { REQUIRE(o.ok); }},
+      {"DeepSpeed's pipeline block: stages is the pipeline's size, the rest warns",
+       "launch: {nproc_per_node: 2}\ntrain: {steps: 10, micro_batch_size: 2, gradient_accumulation_steps: 2}\n",
+       R"({"pipeline": {"stages": 2, "partition": "parameters", "activation_checkpoint_interval": 1, "pipe_partitioned": true}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.parallel.pipeline_parallel_size == 2);
+         CHECK(o.recipe.sources.at("parallel.pipeline_parallel_size").find("ds.json") != std::string::npos);
+         CHECK(o.recipe.data_parallel_size() == 1);
+         CHECK(o.recipe.train.global_batch_size == 4);  // micro 2 x accumulation 2 x 1 data-parallel rank
+         CHECK(o.warnings.find("pipeline.partition = \"parameters\" has no effect") != std::string::npos);
+         CHECK(o.warnings.find("use train.activation_checkpointing") != std::string::npos);
+       }},
+      {"DeepSpeed's pipeline block: stages auto is no pipeline",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"pipeline": {"stages": "auto"}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.parallel.pipeline_parallel_size == 1);
+       }},
   };
   const std::map<std::string, std::string> files = {
       {"llama.json",
@@ -564,10 +585,14 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})",
        {"offload_optimizer.device \"nvme\" is not supported", "use \"cpu\""}},
-      {"pipeline parallelism",
+      {"pipeline stages beyond the world",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"pipeline": {"stages": 2}})",
-       {"pipeline is not supported by dstrain"}},
+       {"parallel.pipeline_parallel_size 2 does not divide the world size 1"}},
+      {"pipeline block: an unknown key",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"pipeline": {"stage": 2}})",
+       {"pipeline.stage: unknown key (did you mean 'stages'?)"}},
       {"deprecated with replacement",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"zero_optimization": {"stage": 2, "cpu_offload": true, "offload_optimizer": {"device": "cpu"}}})",
