@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "commands.h"
+#include "dstrain/config/enums.h"
 #include "dstrain/pipeline/schedule.h"
 #include "dstrain/pipeline/timeline.h"
 #include "dstrain/pipeline/validate.h"
@@ -35,8 +36,8 @@ int run_pipeline_bench(const PipelineBenchArgs& a) {
   std::vector<std::string> charts;
   const std::vector<std::string> names = a.schedules.empty() ? pipeline::schedule_names() : a.schedules;
   for (const std::string& name : names) {
-    const auto kind = static_cast<pipeline::ScheduleKind>(
-        std::find(pipeline::schedule_names().begin(), pipeline::schedule_names().end(), name) - pipeline::schedule_names().begin());
+    pipeline::ScheduleKind kind{};
+    config::parse_enum(name, kind);  // CLI::IsMember checked the name
     const int v = kind == pipeline::ScheduleKind::kInterleaved1F1B ? a.virtual_stages : 1;
     const std::string rule = pipeline::schedule_rule_problem(kind, a.ranks, v, m);
     if (!rule.empty()) {

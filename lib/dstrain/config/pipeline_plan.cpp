@@ -122,7 +122,6 @@ std::string pipeline_text(const Recipe& r, bool show_schedule) {
       r.moe.expert_parallel_size > 1 ? " and expert-parallel" : "",
       dp <= per_node && per_node % dp == 0 ? " stays inside a node" : " spans nodes (more data-parallel ranks than GPUs per node)");
   out += stage_table(plan);
-  const auto& busy = plan.timeline.busy;
   std::vector<double> rank_flops;
   for (const auto& rp : plan.ranks) rank_flops.push_back(rp.flops_per_token);
   const double mean = std::accumulate(rank_flops.begin(), rank_flops.end(), 0.0) / static_cast<double>(rank_flops.size());
@@ -132,7 +131,6 @@ std::string pipeline_text(const Recipe& r, bool show_schedule) {
       "{:.3f}); the slowest pipeline rank computes {:.1f}% more than the mean, and a step runs at its pace\n",
       name(r.pipeline.schedule), plan.schedule.micro_batches, plan.timeline.bubble(),
       pipeline::bubble_formula(plan.schedule, pipeline::Costs{}), 100.0 * (slowest / mean - 1.0));
-  (void)busy;
   out += rank_table(r, plan);
   if (show_schedule) {
     out += fmt::format(

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "dstrain/core/error.h"
+#include "dstrain/pipeline/transfers.h"
 #include "dstrain/pipeline/zero_bubble.h"
 
 namespace dstrain::pipeline {
@@ -106,50 +107,35 @@ std::vector<std::vector<Action>> interleaved(int ranks, int v, int m) {
   return out;
 }
 
-// What a transfer carries: its direction and the stage that produced it, and the micro-batch.
-struct Carried {
-  int backward, producer, micro_batch;
-  bool operator<(const Carried& o) const {
-    return std::tie(backward, producer, micro_batch) < std::tie(o.backward, o.producer, o.micro_batch);
+// A send without its peer: what a link carries, comparable with a receive's matching_send().
+Action carried(const Action& send) { return {send.op, send.stage, send.micro_batch, -1}; }
+struct Before {
+  bool operator()(const Action& x, const Action& y) const {
+    return std::tie(x.op, x.stage, x.micro_batch, x.peer) < std::tie(y.op, y.stage, y.micro_batch, y.peer);
   }
-  bool operator==(const Carried& o) const { return !(*this < o) && !(o < *this); }
 };
-Carried carried(const Action& a) {
-  switch (a.op) {
-    case Op::kRecvForward:
-      return {0, a.stage - 1, a.micro_batch};
-    case Op::kRecvBackward:
-      return {1, a.stage + 1, a.micro_batch};
-    default:
-      return {a.op == Op::kSendBackward ? 1 : 0, a.stage, a.micro_batch};
-  }
-}
-Action receive_of(const Carried& c, int from) {
-  return c.backward ? Action{Op::kRecvBackward, c.producer - 1, c.micro_batch, from}
-                    : Action{Op::kRecvForward, c.producer + 1, c.micro_batch, from};
-}
 
 // NCCL (and Gloo without tags) delivers a pair's messages in the order they were sent, so each
 // rank must receive from a peer in that peer's send order. Where the compute order wants a
 // later message first, the earlier ones are received ahead of their need (and held).
 void receive_in_send_order(Schedule& s) {
-  std::map<std::pair<int, int>, std::deque<Carried>> sent;  // (from, to) -> the messages in send order
+  std::map<std::pair<int, int>, std::deque<Action>> sent;  // (from, to) -> the messages in send order
   for (int r = 0; r < s.ranks; ++r)
     for (const Action& a : s.actions[r])
-      if (a.op == Op::kSendForward || a.op == Op::kSendBackward) sent[{r, a.peer}].push_back(carried(a));
+      if (is_send(a.op)) sent[{r, a.peer}].push_back(carried(a));
   for (int r = 0; r < s.ranks; ++r) {
     std::vector<Action> out;
-    std::set<Carried> early;  // received ahead of the compute that needs it
+    std::set<Action, Before> early;  // the sends received ahead of the compute that needs them
     for (const Action& a : s.actions[r]) {
-      if (a.op != Op::kRecvForward && a.op != Op::kRecvBackward) {
+      if (!is_receive(a.op)) {
         out.push_back(a);
         continue;
       }
-      const Carried want = carried(a);
+      const Action want = matching_send(a);
       if (early.erase(want)) continue;
       auto& queue = sent[{a.peer, r}];
       while (!queue.empty() && !(queue.front() == want)) {  // messages sent before the one wanted
-        out.push_back(receive_of(queue.front(), a.peer));
+        out.push_back(matching_receive(queue.front(), a.peer));
         early.insert(queue.front());
         queue.pop_front();
       }

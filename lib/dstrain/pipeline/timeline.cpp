@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "dstrain/pipeline/transfers.h"
+
 namespace dstrain::pipeline {
 
 namespace {
@@ -15,12 +17,6 @@ size_t send_slot(const Schedule& s, Op send, int stage, int micro_batch) {
   const size_t direction = send == Op::kSendForward ? 0 : 1;
   return (direction * static_cast<size_t>(s.stages()) + static_cast<size_t>(stage)) * static_cast<size_t>(s.micro_batches) +
          static_cast<size_t>(micro_batch);
-}
-
-// The send a receive waits for: RF s.i is SF (s-1).i, RB s.i is SB (s+1).i.
-Action matching_send(const Action& recv) {
-  return recv.op == Op::kRecvForward ? Action{Op::kSendForward, recv.stage - 1, recv.micro_batch, -1}
-                                     : Action{Op::kSendBackward, recv.stage + 1, recv.micro_batch, -1};
 }
 
 double duration(const Action& a, const Costs& c, int v) {
@@ -64,13 +60,13 @@ Timeline simulate(const Schedule& s, const Costs& costs) {
       for (; next[r] < s.actions[r].size(); ++next[r]) {
         const Action& a = s.actions[r][next[r]];
         if (!in_range(s, a)) continue;  // validate() names it; the replay skips it
-        if (a.op == Op::kRecvForward || a.op == Op::kRecvBackward) {
+        if (is_receive(a.op)) {
           const Action send = matching_send(a);
           if (!in_range(s, send)) continue;
           const double at = sent[send_slot(s, send.op, send.stage, send.micro_batch)];
           if (at < 0) break;  // not sent yet: wait
           clock[r] = std::max(clock[r], at + costs.transfer);
-        } else if (a.op == Op::kSendForward || a.op == Op::kSendBackward) {
+        } else if (is_send(a.op)) {
           sent[send_slot(s, a.op, a.stage, a.micro_batch)] = clock[r];
         } else {
           const double d = duration(a, costs, s.virtual_stages);

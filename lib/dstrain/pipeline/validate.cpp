@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dstrain/pipeline/timeline.h"
+#include "dstrain/pipeline/transfers.h"
 
 namespace dstrain::pipeline {
 
@@ -118,26 +119,24 @@ class Checker {
   // A link delivers in send order (NCCL; Gloo without tags): each rank receives a peer's
   // messages in the order the peer sends them.
   void check_link_order() {
-    std::map<std::pair<int, int>, std::vector<std::string>> sent, received;
+    auto what = [](const Action& send) {
+      return fmt::format("the {} of stage {} micro-batch {}", send.op == Op::kSendForward ? "activations" : "gradient", send.stage,
+                         send.micro_batch);
+    };
+    std::map<std::pair<int, int>, std::vector<Action>> sent, received;  // (from, to) -> sends, in order
     for (int r = 0; r < s_.ranks; ++r)
       for (const Action& a : s_.actions[r]) {
-        if (a.op == Op::kSendForward)
-          sent[{r, a.peer}].push_back(fmt::format("the activations of stage {} micro-batch {}", a.stage, a.micro_batch));
-        if (a.op == Op::kSendBackward)
-          sent[{r, a.peer}].push_back(fmt::format("the gradient of stage {} micro-batch {}", a.stage, a.micro_batch));
-        if (a.op == Op::kRecvForward)
-          received[{a.peer, r}].push_back(fmt::format("the activations of stage {} micro-batch {}", a.stage - 1, a.micro_batch));
-        if (a.op == Op::kRecvBackward)
-          received[{a.peer, r}].push_back(fmt::format("the gradient of stage {} micro-batch {}", a.stage + 1, a.micro_batch));
+        if (is_send(a.op)) sent[{r, a.peer}].push_back({a.op, a.stage, a.micro_batch, -1});
+        if (is_receive(a.op)) received[{a.peer, r}].push_back(matching_send(a));
       }
     for (const auto& [link, messages] : sent) {
       const auto& got = received[link];
       for (size_t i = 0; i < messages.size() && i < got.size(); ++i)
-        if (messages[i] != got[i])
+        if (!(messages[i] == got[i]))
           return problem(
               fmt::format("rank {} receives {} from rank {} where that rank's message number {} to it is {}: a link "
                           "delivers in send order",
-                          link.second, got[i], link.first, i, messages[i]));
+                          link.second, what(got[i]), link.first, i, what(messages[i])));
     }
   }
 

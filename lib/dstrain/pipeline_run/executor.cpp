@@ -17,9 +17,10 @@ using Key = std::tuple<int, int, int>;  // (what: 0 activations / 1 gradient, st
 
 // What one stage micro-batch keeps between its forward and its last backward pass.
 struct InFlight {
-  at::Tensor input;        // the received activations, a leaf (undefined on the first stage)
-  at::Tensor output;       // the stage's output (last stage: the loss), with its graph
-  at::Tensor output_grad;  // the gradient of `output`, once received (kept from I for W)
+  at::Tensor input;             // the received activations, a leaf (undefined on the first stage)
+  at::Tensor output;            // the stage's output (last stage: the loss), with its graph
+  at::Tensor output_grad;       // the gradient of `output`, once received (kept from I for W)
+  bool weight_pending = false;  // I ran, W has not
 };
 
 }  // namespace
@@ -85,6 +86,7 @@ struct Executor::Impl {
     const at::Tensor grad = gradient_of_output(s, mb);
     if (op == pipeline::Op::kBackwardInput) {
       if (u.input.defined()) u.input.mutable_grad() = torch::autograd::grad({u.output}, {u.input}, {grad}, /*retain_graph=*/true).at(0);
+      u.weight_pending = true;
       return;
     }
     std::vector<at::Tensor> inputs = stage(s).parameters();
@@ -95,10 +97,7 @@ struct Executor::Impl {
   void send_gradient(int s, int mb, int peer) {
     InFlight& u = unit(s, mb);
     post(u.input.grad(), peer);
-    const bool weight_pending = std::any_of(schedule.actions[rank].begin(), schedule.actions[rank].end(), [&](const pipeline::Action& a) {
-      return a.op == pipeline::Op::kBackwardWeight && a.stage == s && a.micro_batch == mb;
-    });
-    if (!weight_pending) in_flight.erase({s, mb});  // B done: nothing of it is needed any more
+    if (!u.weight_pending) in_flight.erase({s, mb});  // B done: nothing of it is needed any more
   }
 
   void run(const pipeline::Action& a) {
