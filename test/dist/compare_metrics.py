@@ -6,21 +6,22 @@
   compare_metrics.py A --decreases 1.0    the loss fell by at least this much from first to last
   compare_metrics.py A B --resumed ...    B starts later (a run started from A's checkpoint): its
                                           steps are compared with A's same steps
+  compare_metrics.py A B --grad-norm ...  the gradient norms as well as the losses
 """
 import argparse
 import json
 import sys
 
 
-def losses(path, first=None):
-    """The losses of steps first..first+n-1 (first: 1, or where the file starts when None)."""
+def losses(path, first=None, key="loss"):
+    """The `key` values of steps first..first+n-1 (first: 1, or where the file starts when None)."""
     with open(path) as f:
         rows = [r for r in (json.loads(line) for line in f if line.strip()) if "eval" not in r]  # evaluation rows apart
     steps = [r["step"] for r in rows]
     start = steps[0] if first is None and steps else 1 if first is None else first
     if steps != list(range(start, start + len(rows))):
         sys.exit(f"{path}: steps are not {start}..{start + len(rows) - 1}: {steps[:5]}...")
-    return start, [r["loss"] for r in rows]
+    return start, [r[key] for r in rows]
 
 
 def main():
@@ -31,29 +32,35 @@ def main():
     ap.add_argument("--rtol", type=float)
     ap.add_argument("--decreases", type=float)
     ap.add_argument("--resumed", action="store_true")
+    ap.add_argument("--grad-norm", action="store_true")
     args = ap.parse_args()
-    _, a = losses(args.a, 1)
+    for key in ["loss", "grad_norm"] if args.grad_norm else ["loss"]:
+        compare(args, key)
+
+
+def compare(args, key):
+    _, a = losses(args.a, 1, key)
     if args.decreases is not None:
         drop = a[0] - a[-1]
         print(f"loss {a[0]:.4f} -> {a[-1]:.4f} (drop {drop:.4f})")
         if drop < args.decreases:
             sys.exit(f"loss fell by {drop:.4f}, expected at least {args.decreases}")
         return
-    start, b = losses(args.b, None if args.resumed else 1)
+    start, b = losses(args.b, None if args.resumed else 1, key)
     if args.resumed and start == 1:
         sys.exit(f"{args.b} starts at step 1: it was not resumed")
-    a = a[start - 1:]
+    a = a[start - 1:start - 1 + len(b)] if args.resumed else a[start - 1:]  # a resumed run may stop earlier
     if len(a) != len(b):
         sys.exit(f"{len(a)} steps vs {len(b)} steps")
     worst = 0.0
     for step, (x, y) in enumerate(zip(a, b), start=start):
         if args.exact and x != y:
-            sys.exit(f"step {step}: loss {x!r} != {y!r}")
+            sys.exit(f"step {step}: {key} {x!r} != {y!r}")
         rel = abs(x - y) / max(abs(x), 1e-12)
         worst = max(worst, rel)
         if args.rtol is not None and rel > args.rtol:
-            sys.exit(f"step {step}: loss {x} vs {y}, relative difference {rel:.3g} > {args.rtol}")
-    print(f"{len(a)} steps compared, largest relative difference {worst:.3g}")
+            sys.exit(f"step {step}: {key} {x} vs {y}, relative difference {rel:.3g} > {args.rtol}")
+    print(f"{len(a)} steps' {key} compared, largest relative difference {worst:.3g}")
 
 
 if __name__ == "__main__":

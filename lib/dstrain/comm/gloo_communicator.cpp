@@ -80,7 +80,9 @@ class GlooCommunicator final : public Communicator {
   WorkHandle all_reduce(at::Tensor& tensor) override {
     check(tensor, "all_reduce");
     // Gloo refuses bf16 reductions (and fp16 ones would sum in fp16): reduce an fp32 copy.
-    at::Tensor buffer = tensor.scalar_type() == at::kFloat ? tensor : tensor.to(at::kFloat);
+    // float64 (the pipeline's step scalars) reduces as it is.
+    const bool as_is = tensor.scalar_type() == at::kFloat || tensor.scalar_type() == at::kDouble;
+    at::Tensor buffer = as_is ? tensor : tensor.to(at::kFloat);
     std::vector<at::Tensor> tensors{buffer};
     auto work = group_->allreduce(tensors);
     std::function<void()> finish;
@@ -210,9 +212,9 @@ class GlooCommunicator final : public Communicator {
   }
   void check(const at::Tensor& t, const char* op) const {
     require(t.defined() && t.is_contiguous(), std::string(op) + ": tensors must be contiguous (Gloo gives wrong results otherwise)");
-    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16 || t.scalar_type() == at::kHalf ||
-                t.scalar_type() == at::kLong || t.scalar_type() == at::kByte,
-            std::string(op) + ": dtype must be float32, bfloat16 or float16");
+    require(t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble || t.scalar_type() == at::kBFloat16 ||
+                t.scalar_type() == at::kHalf || t.scalar_type() == at::kLong || t.scalar_type() == at::kByte,
+            std::string(op) + ": dtype must be float32, float64, bfloat16, float16, int64 or uint8");
     require(t.device().is_cpu(), std::string(op) + ": the Gloo communicator works on CPU tensors");
   }
 

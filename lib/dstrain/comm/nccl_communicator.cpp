@@ -34,6 +34,8 @@ ncclDataType_t nccl_type(const at::Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat:
       return ncclFloat32;
+    case at::kDouble:
+      return ncclFloat64;
     case at::kBFloat16:
       return ncclBfloat16;
     case at::kHalf:

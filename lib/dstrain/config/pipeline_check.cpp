@@ -41,6 +41,22 @@ void check_pipeline(const Recipe& r, const std::function<void(const std::string&
                          r.sources.at(key)));
     return;
   }
+  // Not built with a pipeline yet: each names its key.
+  if (r.eval.enabled())
+    problem(
+        fmt::format("eval.{} with parallel.pipeline_parallel_size {}: validation does not run through the pipeline's stages yet; "
+                    "score checkpoints with `dstrain eval` instead, or --set parallel.pipeline_parallel_size=1",
+                    r.eval.paths.empty() ? "split" : "paths", p));
+  if (!r.data.shard_weights.empty() || r.data.auto_balance)
+    problem(
+        fmt::format("data.shard_weights ({}) with parallel.pipeline_parallel_size {}: every stage of a pipeline must read the same "
+                    "micro-batches, and uneven shares are not planned per pipeline yet; remove data.shard_weights",
+                    r.sources.count("data.shard_weights") ? r.sources.at("data.shard_weights") : "set", p));
+  if (set_by_user(r, "zero.overlap_comm") && r.zero.overlap_comm)
+    warn(
+        fmt::format("zero.overlap_comm ({}) has no effect with pipeline parallelism: each stage gathers its parameters (ZeRO-3) "
+                    "and reduces its gradients once per step, at the step's boundaries",
+                    r.sources.at("zero.overlap_comm")));
   if (r.world_size() % p != 0)
     problem(
         fmt::format("parallel.pipeline_parallel_size {} does not divide the world size {} ({} node(s) x {} per node): every stage "

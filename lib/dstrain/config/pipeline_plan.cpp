@@ -23,15 +23,11 @@ pipeline::LayerCosts layer_costs(const ModelConfig& m, int64_t seq_len) {
   return c;
 }
 
-namespace {
-
 std::vector<int> stage_layers(const Recipe& r) {
   const int stages = static_cast<int>(r.parallel.pipeline_parallel_size * r.pipeline.virtual_stages);
   if (!r.pipeline.layers_per_stage.empty()) return given_split(r);
   return pipeline::balanced_split(layer_costs(r.model, r.data.seq_len), stages);
 }
-
-}  // namespace
 
 PipelinePlan pipeline_plan(const Recipe& r) {
   const int p = static_cast<int>(r.parallel.pipeline_parallel_size), v = static_cast<int>(r.pipeline.virtual_stages);

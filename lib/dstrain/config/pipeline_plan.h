@@ -18,6 +18,10 @@ namespace dstrain::config {
 // (the LM head's 6 V H and the final norm) apart.
 pipeline::LayerCosts layer_costs(const ModelConfig& model, int64_t seq_len);
 
+// The decoder layers of each of the p x v stages, in order: pipeline.layers_per_stage, or
+// balanced by training FLOPs (the embedding on the first stage, the head on the last).
+std::vector<int> stage_layers(const Recipe& recipe);
+
 struct StagePlan {
   int first_layer = 0, layers = 0;  // decoder layers [first_layer, first_layer + layers)
   bool embedding = false, head = false;

@@ -300,7 +300,6 @@ void follow_batch_shell() {
 int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   follow_batch_shell();
   use_store_secret(options.topology, options.topology.nnodes > 1);
-  refuse_unbuilt_pipeline(recipe);
   if (!options.resume) refuse_mismatched_init_weights(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);
   refuse_if_memory_short(recipe, options.topology.nproc_per_node);

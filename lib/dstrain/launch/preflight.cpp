@@ -66,18 +66,6 @@ void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers)
 
 }  // namespace
 
-void refuse_unbuilt_pipeline(const config::Recipe& recipe) {
-  const int64_t p = recipe.parallel.pipeline_parallel_size;
-  if (p <= 1) return;
-  throw Error(
-      ErrorCode::kConfig,
-      fmt::format("parallel.pipeline_parallel_size {} ({}): pipeline-parallel training is not built yet; dstrain plans it (the "
-                  "stages, the schedule, its bubble and the memory per stage) but cannot run it",
-                  p, recipe.sources.count("parallel.pipeline_parallel_size") ? recipe.sources.at("parallel.pipeline_parallel_size") : "?"),
-      "see the plan with `dstrain train RECIPE --dry-run --show-schedule` and `dstrain bench pipeline`; to train now, --set "
-      "parallel.pipeline_parallel_size=1 (ZeRO-3 with expert parallelism shards the model over the data-parallel ranks)");
-}
-
 void refuse_mismatched_init_weights(const config::Recipe& recipe) {
   if (recipe.model.init_from.empty()) return;
   model::check_hf_weights(recipe.model.init_from, model::model_tensor_shapes(recipe.model));

@@ -14,8 +14,5 @@ void refuse_mismatched_init_weights(const config::Recipe& recipe);
 // Throws Error{kEnvironment} when `local_workers` ranks' model state (the ZeRO formulas) exceeds
 // this node's available memory, or one rank's exceeds a GPU's.
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers);
-// parallel.pipeline_parallel_size > 1: the pipeline is planned (--dry-run, bench pipeline) but
-// its execution is not built yet. Throws Error{kConfig} (exit 2) naming the key.
-void refuse_unbuilt_pipeline(const config::Recipe& recipe);
 
 }  // namespace dstrain::launch

@@ -1,6 +1,7 @@
 #include "dstrain/model/causal_lm.h"
 
 #include <ATen/ATen.h>
+#include <fmt/format.h>
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
@@ -11,9 +12,33 @@ namespace dstrain::model {
 
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
   Hidden h;
-  const Trunk t = trunk(input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
+  const Trunk t = trunk(0, final_group_, {}, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group;
   return h;
+}
+
+CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, const Input& input, bool with_aux) const {
+  if (first < 0 || last > final_group_ || first > last || (first > 0) != x.defined())
+    throw Error(ErrorCode::kInternal, fmt::format("a stage forward of groups [{}, {}] of 0..{} {} an input", first, last, final_group_,
+                                                  x.defined() ? "with" : "without"));
+  Hidden h;
+  const Trunk t = trunk(first, last, x, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
+  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group;
+  return h;
+}
+
+bool CausalLM::holds_group(int group) const {
+  if (held_.empty()) return true;
+  for (const GroupRange& r : held_)
+    if (group >= r.first && group <= r.last) return true;
+  return false;
+}
+
+void CausalLM::check_held(int group) const {
+  if (!holds_group(group))
+    throw Error(ErrorCode::kInternal,
+                fmt::format("a forward through layer group {}, which this pipeline stage's model does not hold", group),
+                "this is a dstrain bug; please report it");
 }
 
 at::Tensor CausalLM::logits(const Input& input) const {
@@ -61,11 +86,11 @@ c10::ScalarType scalar_type(config::Dtype dtype) {
 }
 
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype,
-                                     comm::Communicator* expert_group, Init init) {
-  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype, expert_group, init);
+                                     comm::Communicator* expert_group, Init init, const HeldGroups& held) {
+  if (config.family == config::ModelFamily::kMlaMoe) return std::make_unique<MlaMoeModel>(config, seed, dtype, expert_group, init, held);
   if (expert_group && expert_group->world_size() > 1)
     throw Error(ErrorCode::kConfig, "expert parallelism needs an MoE model: this one is dense", "set moe.expert_parallel_size: 1");
-  return std::make_unique<DenseModel>(config, seed, dtype, init);
+  return std::make_unique<DenseModel>(config, seed, dtype, init, held);
 }
 
 std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config) {

@@ -39,6 +39,15 @@ class LayerGate {
   virtual at::Tensor after_group(int group, const at::Tensor& output) = 0;
 };
 
+// Pipeline parallelism: the layer groups a model holds, as inclusive ranges of LayerGate's
+// numbering (0 the embeddings, 1..L the decoder layers, L+1 the final norm and head); empty: all.
+// A model holding some groups draws every parameter's initial values (the same stream as the
+// whole model's) and keeps only its own, under their global names.
+struct GroupRange {
+  int first = 0, last = 0;
+};
+using HeldGroups = std::vector<GroupRange>;
+
 class CausalLM {
  public:
   virtual ~CausalLM() = default;
@@ -57,6 +66,15 @@ class CausalLM {
     int final_group = 0;
   };
   Hidden hidden_states(const Input& input, bool with_aux = true) const;
+  // A pipeline stage's part of the forward: groups [first, last] (all held) from `x`, the output
+  // of group first - 1 (undefined when first is 0: the embeddings read input.tokens). Returns the
+  // last group's output in `hidden`; when `last` is the final group, as hidden_states() does
+  // (the final norm's output and the head, to be closed). aux: the stage's auxiliary losses.
+  Hidden run_groups(int first, int last, const at::Tensor& x, const Input& input, bool with_aux = true) const;
+  // The groups this model holds (HeldGroups; all of them when built whole).
+  bool holds_group(int group) const;
+  // LayerGate's numbering of the whole model: the final group (L + 1).
+  int final_group() const { return final_group_; }
   at::Tensor close(const Hidden& h, const at::Tensor& value) const { return leave_group(h.final_group, value); }
   // Logits [B, T, vocab].
   at::Tensor logits(const Input& input) const;
@@ -116,11 +134,22 @@ class CausalLM {
     int final_group = 0;
   };
   // The families' forward to the final norm (aux: where the auxiliary losses go, or nullptr).
-  virtual Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const = 0;
+  // Runs groups [first, last] of the model from x (undefined when first is 0: from inputs).
+  virtual Trunk trunk(int first, int last, const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
+                      const at::Tensor& attention_mask) const = 0;
+  // A family's constructor, before it adds parameters: what it holds and its final group.
+  void hold_groups(HeldGroups held, int final_group) {
+    held_ = std::move(held);
+    final_group_ = final_group;
+  }
+  // A held group's forward entered and left through the gate; throws for one the model lacks.
+  void check_held(int group) const;
 
  private:
   std::vector<ParamPlace> places_;
   int num_groups_ = 0;
+  HeldGroups held_;
+  int final_group_ = 0;
 };
 
 // Causal attention that stays within documents: token t sees token s <= t only when no
@@ -140,8 +169,9 @@ enum class Init { kRandom, kShapesOnly };
 // The model of config.family, initialised from `seed` alone (identical on every rank), in
 // `dtype` (float32 for training; float64 for gradient checks). expert_group: expert parallelism
 // (MoE models only): the model holds this rank's block of routed experts (MlaMoeModel).
+// held: a pipeline stage's groups (empty: the whole model).
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
-                                     comm::Communicator* expert_group = nullptr, Init init = Init::kRandom);
+                                     comm::Communicator* expert_group = nullptr, Init init = Init::kRandom, const HeldGroups& held = {});
 
 // Every parameter's and buffer's HF name and shape, in model order, without allocating them.
 std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config);

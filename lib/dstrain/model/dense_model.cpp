@@ -14,19 +14,17 @@ namespace dstrain::model {
 struct DenseModel::Impl {
   config::ModelConfig cfg;
   NamedTensors params;
-  Rope rope;  // [max_seq_len, head_dim] tables
+  std::vector<size_t> group_first;  // by layer group: its first parameter's index in params (held groups only)
+  Rope rope;                        // [max_seq_len, head_dim] tables
 
   const at::Tensor& p(size_t i) const { return params[i].tensor; }
 };
 
-namespace {
-
-constexpr size_t kPerLayer = 9;  // tensors per decoder layer, in the order added below
-
-}  // namespace
-
-DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::ScalarType dtype, Init init) : impl_(std::make_unique<Impl>()) {
+DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::ScalarType dtype, Init init, const HeldGroups& held)
+    : impl_(std::make_unique<Impl>()) {
   impl_->cfg = cfg;
+  hold_groups(held, static_cast<int>(cfg.num_layers) + 1);
+  impl_->group_first.assign(static_cast<size_t>(cfg.num_layers) + 2, 0);
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, V = cfg.vocab_size;
   const int64_t kv_dim = (cfg.num_kv_heads > 0 ? cfg.num_kv_heads : cfg.num_heads) * (H / cfg.num_heads);
   at::Generator gen = at::detail::createCPUGenerator(seed);
@@ -37,8 +35,11 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
   const double residual_std = cfg.init_std / std::sqrt(2.0 * static_cast<double>(cfg.num_layers));
   auto residual = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::normal(0.0, residual_std, shape, gen); };
   auto ones = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::ones(shape); };
-  int group = 0;  // the embeddings, then each decoder layer, then the final norm and head
-  auto add = [&](std::string name, at::Tensor t) {
+  int group = 0;                                    // the embeddings, then each decoder layer, then the final norm and head
+  auto add = [&](std::string name, at::Tensor t) {  // drawn in any case: the same stream as the whole model's
+    if (!holds_group(group)) return;
+    if (impl_->params.empty() || parameter_places().back().group != group)
+      impl_->group_first[static_cast<size_t>(group)] = impl_->params.size();
     declare_place({group, -1, t.dim() >= 2});
     impl_->params.push_back({std::move(name), t.to(dtype).set_requires_grad(true)});
   };
@@ -77,7 +78,7 @@ namespace {
 // trunk() has returned.
 struct DenseLayer {
   const DenseModel::Impl* m;
-  size_t b;  // the layer's first parameter
+  size_t b;  // the layer's first parameter (DenseModel::Impl::group_first)
   int64_t B, T, H, nh, nkv, d;
   double eps;
   at::Tensor attention_mask;
@@ -115,26 +116,44 @@ struct DenseLayer {
 
 }  // namespace
 
-CausalLM::Trunk DenseModel::trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
-                                  const at::Tensor& attention_mask) const {
+CausalLM::Trunk DenseModel::trunk(int first, int last, const at::Tensor& x_in, const at::Tensor& inputs, const at::Tensor& positions,
+                                  at::Tensor* aux, const at::Tensor& attention_mask) const {
   if (aux) *aux = at::Tensor();
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
-  const int64_t B = inputs.size(0), T = inputs.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
+  const at::Tensor& shaped = x_in.defined() ? x_in : inputs;
+  const int64_t B = shaped.size(0), T = shaped.size(1), H = cfg.hidden_size, nh = cfg.num_heads, d = H / nh;
   const int64_t nkv = cfg.num_kv_heads > 0 ? cfg.num_kv_heads : nh;
-  enter_group(0);
-  at::Tensor x = leave_group(0, at::embedding(m.p(0), inputs));
-  for (int64_t layer = 0; layer < cfg.num_layers; ++layer) {
-    const int group = static_cast<int>(layer) + 1;
+  const int final_group = static_cast<int>(cfg.num_layers) + 1;
+  auto first_param = [&](int group) {
+    check_held(group);
+    return m.group_first[static_cast<size_t>(group)];
+  };
+  at::Tensor x = x_in;
+  if (first == 0) {
+    enter_group(0);
+    x = leave_group(0, at::embedding(m.p(first_param(0)), inputs));
+  }
+  for (int group = std::max(first, 1); group <= std::min(last, final_group - 1); ++group) {
     enter_group(group);
-    const DenseLayer body{&m,        1 + static_cast<size_t>(layer) * kPerLayer,      B, T, H, nh, nkv, d, cfg.rms_norm_eps, attention_mask,
-                          positions, recompute_mode_ == config::Recompute::kSelective};
+    const DenseLayer body{&m,
+                          first_param(group),
+                          B,
+                          T,
+                          H,
+                          nh,
+                          nkv,
+                          d,
+                          cfg.rms_norm_eps,
+                          attention_mask,
+                          positions,
+                          recompute_mode_ == config::Recompute::kSelective};
     x = leave_group(group, recompute_mode_ == config::Recompute::kFull ? recompute(body, x) : body(x));
   }
-  const size_t last = 1 + static_cast<size_t>(cfg.num_layers) * kPerLayer;
-  const int final_group = static_cast<int>(cfg.num_layers) + 1;
+  if (last < final_group) return {x, {}, last};
+  const size_t at_final = first_param(final_group);
   enter_group(final_group);
-  return {rms_norm(x, m.p(last), cfg.rms_norm_eps), m.p(last + 1), final_group};
+  return {rms_norm(x, m.p(at_final), cfg.rms_norm_eps), m.p(at_final + 1), final_group};
 }
 
 }  // namespace dstrain::model

@@ -13,7 +13,8 @@ namespace dstrain::model {
 class DenseModel final : public CausalLM {
  public:
   // Parameters are initialised from `seed` alone: every rank builds the same weights.
-  DenseModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float, Init init = Init::kRandom);
+  DenseModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float, Init init = Init::kRandom,
+             const HeldGroups& held = {});
   ~DenseModel() override;
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;
@@ -25,7 +26,8 @@ class DenseModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer helpers there can take it
 
  protected:
-  Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(int first, int last, const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
+              const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -30,7 +30,10 @@ at::Tensor summed_cross_entropy(const at::Tensor& logits, const at::Tensor& labe
 }
 
 LossParts Loss::operator()(const CausalLM& model, const data::Batch& batch) const {
-  const CausalLM::Hidden h = model.hidden_states(input_of(batch));
+  return of_hidden(model, model.hidden_states(input_of(batch)), batch);
+}
+
+LossParts Loss::of_hidden(const CausalLM& model, const CausalLM::Hidden& h, const data::Batch& batch) const {
   LossParts parts;
   parts.count = batch.trained_targets;
   parts.aux = h.aux;

@@ -41,6 +41,8 @@ class Loss {
   // One forward through `model` on `batch` (on the model's device): positions and, when the
   // batch cuts documents, attention within them.
   LossParts operator()(const CausalLM& model, const data::Batch& batch) const;
+  // The same from hidden states already computed (a pipeline's last stage: CausalLM::run_groups).
+  LossParts of_hidden(const CausalLM& model, const CausalLM::Hidden& hidden, const data::Batch& batch) const;
 
  private:
   struct Weighted {

@@ -23,10 +23,10 @@ struct MlaMoeModel::Impl {
   config::ModelConfig cfg;
   NamedTensors params, buffers;
   std::map<std::string, at::Tensor> by_name;
-  std::vector<std::string> expert_names;  // by parameter: a routed expert's name with "{}" for its global index, else empty
-  Rope rope;                              // over qk_rope_head_dim
-  at::Tensor load;                        // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
-  std::vector<int64_t> moe_layers;
+  std::vector<std::string> expert_names;             // by parameter: a routed expert's name with "{}" for its global index, else empty
+  Rope rope;                                         // over qk_rope_head_dim
+  at::Tensor load;                                   // [moe layers, N_r] tokens routed since take_expert_load (float64 counts)
+  std::vector<int64_t> moe_layers;                   // every MoE layer of the model (the load's rows), held or not
   comm::Communicator* expert_group = nullptr;        // expert parallelism: the ranks the routed experts are spread over
   int64_t first_expert = 0, local_experts = 0;       // the routed experts this rank holds: [first, first + local)
   mutable std::atomic<int64_t> exchange_wait_ns{0};  // blocked on the expert all-to-alls since take_all_to_all_wait_ms
@@ -35,10 +35,12 @@ struct MlaMoeModel::Impl {
   bool has(const std::string& name) const { return by_name.count(name) > 0; }
 };
 
-MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype, comm::Communicator* expert_group, Init init)
+MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::ScalarType dtype, comm::Communicator* expert_group, Init init,
+                         const HeldGroups& held)
     : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = c;
+  hold_groups(held, static_cast<int>(c.num_layers) + 1);
   m.expert_group = expert_group;
   const int64_t ep = expert_group ? expert_group->world_size() : 1;
   if (c.n_routed_experts % ep != 0)
@@ -55,10 +57,11 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   // scaled by 1/sqrt(2 * layers), as GPT-2 and Megatron do, so the residual stream's variance
   // does not grow with depth.
   const double residual_std = c.init_std / std::sqrt(2.0 * static_cast<double>(c.num_layers));
-  int group = 0;          // the embeddings, then each decoder layer, then the final norm and head
-  int64_t expert = -1;    // a routed expert's parameters: its index in this rank's block
-  std::string expert_of;  // ... and its name with the expert's global index left open
-  auto add = [&](const std::string& name, at::Tensor t) {
+  int group = 0;                                           // the embeddings, then each decoder layer, then the final norm and head
+  int64_t expert = -1;                                     // a routed expert's parameters: its index in this rank's block
+  std::string expert_of;                                   // ... and its name with the expert's global index left open
+  auto add = [&](const std::string& name, at::Tensor t) {  // drawn in any case: the same stream as the whole model's
+    if (!holds_group(group)) return;
     declare_place({group, expert, t.dim() >= 2});
     m.expert_names.push_back(expert < 0 ? std::string() : expert_of);
     t = t.to(dtype).set_requires_grad(true);
@@ -111,7 +114,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       add(l + "mlp.shared_experts.up_proj.weight", normal({w, H}, c.init_std));
       add(l + "mlp.shared_experts.down_proj.weight", normal({H, w}, residual_std));
     }
-    if (c.topk_method == config::TopkMethod::kNoauxTc) {
+    if (c.topk_method == config::TopkMethod::kNoauxTc && holds_group(group)) {
       const std::string name = l + "mlp.gate.e_score_correction_bias";
       const at::Tensor bias = at::zeros({c.n_routed_experts}, at::kFloat);  // fp32, no gradient, no decay
       m.buffers.push_back({name, bias});
@@ -160,6 +163,7 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
   if (c.topk_method != config::TopkMethod::kNoauxTc || c.bias_update_speed == 0) return;
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
+    if (!holds_group(static_cast<int>(impl_->moe_layers[k]) + 1)) continue;  // another pipeline stage's layer
     const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(impl_->load.device(), at::kFloat);
     // b_i += gamma * sign(mean - c_i): underloaded experts become more attractive.
     impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k]))
@@ -295,17 +299,24 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, const std::str
 
 }  // namespace
 
-CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
-                                   const at::Tensor& attention_mask) const {
+CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, const at::Tensor& inputs, const at::Tensor& positions,
+                                   at::Tensor* aux, const at::Tensor& attention_mask) const {
   const Impl& m = *impl_;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
-  enter_group(0);
-  at::Tensor x = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
-  int64_t moe_index = 0;
+  const int final_group = static_cast<int>(c.num_layers) + 1;
+  at::Tensor x = x_in;
+  if (first == 0) {
+    check_held(0);
+    enter_group(0);
+    x = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
+  }
+  int64_t moe_index = 0;  // the load's row of the next MoE layer
+  for (int64_t i = 0; i < std::max(first, 1) - 1; ++i) moe_index += c.is_moe_layer(i) ? 1 : 0;
   const bool selective = recompute_mode_ == config::Recompute::kSelective;
-  for (int64_t i = 0; i < c.num_layers; ++i) {
-    const int group = static_cast<int>(i) + 1;
+  for (int group = std::max(first, 1); group <= std::min(last, final_group - 1); ++group) {
+    const int64_t i = group - 1;
+    check_held(group);
     enter_group(group);
     const std::string l = fmt::format("model.layers.{}.", i);
     const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_index++] : at::Tensor();
@@ -320,7 +331,8 @@ CausalLM::Trunk MlaMoeModel::trunk(const at::Tensor& inputs, const at::Tensor& p
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];
     x = leave_group(group, out[0]);
   }
-  const int final_group = static_cast<int>(c.num_layers) + 1;
+  if (last < final_group) return {x, {}, last};
+  check_held(final_group);
   enter_group(final_group);
   return {rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"), final_group};
 }

@@ -20,7 +20,7 @@ class MlaMoeModel final : public CausalLM {
   // expert_group: expert parallelism (model/moe_experts.h): this rank holds only its block of
   // each layer's routed experts, under their global names; the group must outlive the model.
   MlaMoeModel(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
-              comm::Communicator* expert_group = nullptr, Init init = Init::kRandom);
+              comm::Communicator* expert_group = nullptr, Init init = Init::kRandom, const HeldGroups& held = {});
   ~MlaMoeModel() override;
 
   const NamedTensors& parameters() const override;
@@ -35,7 +35,8 @@ class MlaMoeModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
 
  protected:
-  Trunk trunk(const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux, const at::Tensor& attention_mask) const override;
+  Trunk trunk(int first, int last, const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
+              const at::Tensor& attention_mask) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

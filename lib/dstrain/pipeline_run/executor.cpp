@@ -19,6 +19,7 @@ using Key = std::tuple<int, int, int>;  // (what: 0 activations / 1 gradient, st
 struct InFlight {
   at::Tensor input;             // the received activations, a leaf (undefined on the first stage)
   at::Tensor output;            // the stage's output (last stage: the loss), with its graph
+  at::Tensor side_loss;         // StageOutput::side_loss (undefined: none)
   at::Tensor output_grad;       // the gradient of `output`, once received (kept from I for W)
   bool weight_pending = false;  // I ran, W has not
 };
@@ -64,7 +65,8 @@ struct Executor::Impl {
     sends.push_back(group.send(sending.back(), peer));
   }
   void receive(int what, int stage_for, int mb, int peer) {
-    at::Tensor t = at::empty(activation.sizes, at::TensorOptions().dtype(activation.dtype));
+    at::Tensor t = at::empty(activation.sizes_of ? activation.sizes_of(mb) : activation.sizes,
+                             at::TensorOptions().dtype(activation.dtype).device(activation.device));
     group.recv(t, peer)->wait();
     received[{what, stage_for, mb}] = t;
   }
@@ -72,7 +74,9 @@ struct Executor::Impl {
   void forward(int s, int mb) {
     InFlight& u = unit(s, mb);
     if (s > 0) u.input = take({0, s, mb}).requires_grad_(true);
-    u.output = stage(s).forward(mb, u.input);
+    StageOutput out = stage(s).forward(mb, u.input);
+    u.output = std::move(out.output);
+    if (out.side_loss.defined() && out.side_loss.requires_grad()) u.side_loss = std::move(out.side_loss);
     if (last(s)) losses[static_cast<size_t>(mb)] = u.output.item<double>();
   }
   at::Tensor gradient_of_output(int s, int mb) {
@@ -83,15 +87,17 @@ struct Executor::Impl {
   // B: both gradients in one pass; I: the input's only, the graph kept for W; W: the weights'.
   void backward(int s, int mb, pipeline::Op op) {
     InFlight& u = unit(s, mb);
-    const at::Tensor grad = gradient_of_output(s, mb);
+    std::vector<at::Tensor> roots{u.output}, grads{gradient_of_output(s, mb)};
+    if (u.side_loss.defined()) roots.push_back(u.side_loss), grads.push_back(at::ones_like(u.side_loss));
     if (op == pipeline::Op::kBackwardInput) {
-      if (u.input.defined()) u.input.mutable_grad() = torch::autograd::grad({u.output}, {u.input}, {grad}, /*retain_graph=*/true).at(0);
+      if (u.input.defined())
+        u.input.mutable_grad() = torch::autograd::grad(roots, {u.input}, grads, /*retain_graph=*/true, false, /*allow_unused=*/true).at(0);
       u.weight_pending = true;
       return;
     }
     std::vector<at::Tensor> inputs = stage(s).parameters();
     if (op == pipeline::Op::kBackward && u.input.defined()) inputs.push_back(u.input);
-    torch::autograd::backward({u.output}, {grad}, /*retain_graph=*/false, /*create_graph=*/false, inputs);
+    torch::autograd::backward(roots, grads, /*retain_graph=*/false, /*create_graph=*/false, inputs);
     if (op == pipeline::Op::kBackwardWeight || !u.input.defined()) in_flight.erase({s, mb});
   }
   void send_gradient(int s, int mb, int peer) {

@@ -5,11 +5,11 @@
 // schedule receives each link's messages in send order, which NCCL needs). Sends are posted and
 // waited for at the end of the step; a stage's graph is freed once its backward has run.
 //
-// This is the schedule's executor below the engine: a StageModule says what a stage computes.
-// Not yet wired into training (the ZeRO engine per stage, the loss normalization, the gradient
-// norm over stages and checkpoints come with the trainer's pipeline step).
+// This is the schedule's executor below the engine: a StageModule says what a stage computes
+// (train/pipeline_step.h: the model's layer groups, the loss on the last stage).
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -22,15 +22,23 @@ class Communicator;
 
 namespace dstrain::pipeline_run {
 
+// What a stage's forward of one micro-batch gives.
+struct StageOutput {
+  // The activations for the next stage, or on the last stage the micro-batch's loss (a scalar
+  // whose backward starts from 1).
+  at::Tensor output;
+  // A scalar whose backward also starts from 1 on a stage that is not the last (MoE auxiliary
+  // losses of its layers); undefined: none.
+  at::Tensor side_loss;
+};
+
 // One stage's computation on this rank.
 class StageModule {
  public:
   virtual ~StageModule() = default;
   // The forward of `micro_batch`: `input` the previous stage's activations (a leaf that requires
-  // its gradient), undefined on the first stage, which reads its micro-batch itself. Returns the
-  // activations for the next stage, or on the last stage the micro-batch's loss (a scalar whose
-  // backward starts from 1).
-  virtual at::Tensor forward(int micro_batch, const at::Tensor& input) = 0;
+  // its gradient), undefined on the first stage, which reads its micro-batch itself.
+  virtual StageOutput forward(int micro_batch, const at::Tensor& input) = 0;
   // The parameters whose gradients the weight-gradient pass (W) accumulates.
   virtual std::vector<at::Tensor> parameters() const = 0;
 };
@@ -40,6 +48,10 @@ class StageModule {
 struct Activation {
   std::vector<int64_t> sizes;
   at::ScalarType dtype = at::ScalarType::Float;
+  at::Device device = at::kCPU;
+  // When set, each micro-batch's shape instead (known on every rank from its own copy of the
+  // micro-batch, so still no exchange).
+  std::function<std::vector<int64_t>(int micro_batch)> sizes_of;
 };
 
 class Executor {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
@@ -81,6 +82,34 @@ Checkpointer::~Checkpointer() {
   if (writer_.joinable()) writer_.join();  // errors were for finish(); here only wait
 }
 
+void Checkpointer::set_stage_state(StageState stage) {
+  if (!shared_)
+    throw Error(ErrorCode::kConfig,
+                fmt::format("pipeline parallelism needs a checkpoint directory every rank shares, and some ranks cannot see {}", dir_),
+                "put checkpoint.dir (or run_dir) on a filesystem every node mounts");
+  if (async_ && comm_.rank() == 0) log::warn("checkpoint.async: pipeline-parallel runs save synchronously for now");
+  async_ = false;
+  stage_ = std::make_unique<StageState>(std::move(stage));
+}
+
+std::vector<ckpt::TensorMeta> Checkpointer::all_ranks_metas(const std::vector<ckpt::TensorMeta>& mine) const {
+  std::string text;
+  for (const auto& m : mine) text += fmt::format("{}\t{}\t{}\n", m.name, m.dtype, fmt::join(m.shape, ","));
+  std::vector<ckpt::TensorMeta> out;
+  std::set<std::string> seen;
+  for (const std::string& part : comm_.gather_bytes(text, 0)) {  // empty on the other ranks
+    std::istringstream lines(part);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t a = line.find('\t'), b = line.find('\t', a + 1);
+      ckpt::TensorMeta m{line.substr(0, a), line.substr(a + 1, b - a - 1), {}};
+      std::istringstream dims(line.substr(b + 1));
+      for (std::string d; std::getline(dims, d, ',');) m.shape.push_back(std::stoll(d));
+      if (seen.insert(m.name).second) out.push_back(std::move(m));
+    }
+  }
+  return out;
+}
+
 void Checkpointer::finish() {
   if (writer_.joinable()) writer_.join();
   if (writer_error_) std::rethrow_exception(std::exchange(writer_error_, nullptr));
@@ -97,6 +126,11 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   for (const model::Stateful* s : replicated_)
     for (auto& t : s->state()) replicated.push_back(std::move(t));
   for (const auto& t : replicated) metas.push_back(meta_of(t));
+  model::NamedTensors per_stage;
+  if (stage_)
+    for (const model::Stateful* s : stage_->states)
+      for (auto& t : s->state()) per_stage.push_back(std::move(t));
+  for (const auto& t : per_stage) metas.push_back(meta_of(t));
 
   if (rank == 0) ckpt::prepare_staging(dir_, step);
   comm_.barrier()->wait();
@@ -112,16 +146,19 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     for (const auto& t : gathered) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
   }
   std::vector<at::Tensor> host_copies;  // replicated tensors that live on a GPU, read through the host
-  if (rank == 0) {
-    for (const auto& t : replicated) {
+  auto write_whole = [&](const model::NamedTensors& tensors) {
+    for (const auto& t : tensors) {
       host_copies.push_back(t.tensor.to(at::kCPU).contiguous());
       mine.push_back({t.name, 0, t.tensor.numel(), host_copies.back().data_ptr()});
     }
-  }
+  };
+  if (rank == 0) write_whole(replicated);
+  if (stage_ && stage_->writer) write_whole(per_stage);
   // Sharded: the shard table places every rank's shards, so a rank reports only its file's size,
   // CRC and replicated pieces (issue 26: not 3 pieces per unit and rank).
   const std::shared_ptr<const ckpt::ShardTable> table =
-      shared_ && engine_.has_shard_table() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
+      shared_ && !stage_ && engine_.has_shard_table() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
+  const std::vector<ckpt::TensorMeta> manifest_metas = stage_ ? all_ranks_metas(metas) : metas;
   if (async_) {
     std::string dir = save_in_background(step, samples_consumed, staging, metas, mine, table);  // copies the pieces first
     engine_.drop_host_copies();
@@ -136,7 +173,7 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
     std::vector<ckpt::ShardFile> files;
     for (const auto& s : summaries)
       if (!s.empty()) files.push_back(ckpt::shard_file_from_json(s));
-    committed = ckpt::commit(dir_, train_state(step, samples_consumed), metas, files,
+    committed = ckpt::commit(dir_, train_state(step, samples_consumed), manifest_metas, files,
                              {recipe_.checkpoint.keep_last, recipe_.checkpoint.keep_every, best_step_}, table.get());
   }
   comm_.barrier()->wait();
@@ -264,7 +301,9 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   if (fell_back && comm_.rank() == 0) log::warn(fmt::format("falling back to {}", chosen));
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");
-  for (model::Stateful* s : replicated_) {
+  std::vector<model::Stateful*> loaded_whole = replicated_;
+  if (stage_) loaded_whole.insert(loaded_whole.end(), stage_->states.begin(), stage_->states.end());
+  for (model::Stateful* s : loaded_whole) {
     model::NamedTensors loaded;
     for (const auto& t : s->state()) {
       const ckpt::TensorMeta* meta = reader->find(t.name);

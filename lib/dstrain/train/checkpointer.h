@@ -45,6 +45,16 @@ class Checkpointer {
   Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine,
                std::vector<model::Stateful*> replicated, std::string run_id);
   ~Checkpointer();
+  // Pipeline parallelism: the state each stage holds its own part of (the model's buffers of its
+  // layers, under global names), saved by one rank per stage (`writer`: the stage's first
+  // data-parallel rank). Every rank's engine then holds other tensors: rank 0 gathers their
+  // names for the manifest, which lists every rank's pieces. Saves are synchronous. Call before
+  // the first save or resume; the objects must outlive the Checkpointer.
+  struct StageState {
+    std::vector<model::Stateful*> states;
+    bool writer = false;
+  };
+  void set_stage_state(StageState stage);
   // Collective: saves step `step` with the data cursor; returns the directory (async: where it
   // will be once committed).
   std::string save(int64_t step, int64_t samples_consumed);
@@ -72,6 +82,9 @@ class Checkpointer {
   comm::Communicator& comm_;
   zero::Engine& engine_;
   std::vector<model::Stateful*> replicated_;  // the engine first
+  std::unique_ptr<StageState> stage_;         // pipeline parallelism only
+  // Rank 0: every rank's tensors (pipeline parallelism: each holds other ones), in rank order.
+  std::vector<ckpt::TensorMeta> all_ranks_metas(const std::vector<ckpt::TensorMeta>& mine) const;
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;
   std::string save_in_background(int64_t step, int64_t samples_consumed, const std::string& staging,
                                  const std::vector<ckpt::TensorMeta>& metas, const std::vector<ckpt::PieceView>& pieces,

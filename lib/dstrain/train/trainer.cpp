@@ -32,6 +32,7 @@
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/train/pipeline_step.h"
 #include "dstrain/train/step_observers.h"
 #include "dstrain/train/step_signals.h"
 #include "dstrain/train/step_triggers.h"
@@ -60,10 +61,15 @@ config::Recipe checked_recipe(const run::WorkerEnv& env) {
 // summaries and barriers, the environment check).
 struct Communicators {
   std::unique_ptr<comm::Communicator> gloo, nccl;
+  // Pipeline parallelism (P > 1), split from the world's: the stage's data-parallel ranks
+  // (consecutive: the engine's group) and the P ranks of one data-parallel index, one per
+  // pipeline rank (activations and gradients between the stages).
+  std::unique_ptr<comm::Communicator> data_parallel, pipeline;
   // Expert parallelism (moe.expert_parallel_size E > 1), split from the engine's: E consecutive
   // ranks exchange tokens; the ranks with the same experts (every E-th) reduce their gradients.
   std::unique_ptr<comm::Communicator> expert_parallel, expert_data;
-  comm::Communicator& engine() { return nccl ? *nccl : *gloo; }
+  comm::Communicator& world() { return nccl ? *nccl : *gloo; }
+  comm::Communicator& engine() { return data_parallel ? *data_parallel : world(); }
   zero::ExpertGroups experts() const { return {expert_parallel.get(), expert_data.get()}; }
 };
 
@@ -77,6 +83,14 @@ Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe
     comm::Endpoint client = endpoint;
     client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
+  }
+  const int p = static_cast<int>(recipe.parallel.pipeline_parallel_size), d = env.world_size / std::max(p, 1);
+  if (p > 1) {  // stage-major: rank = pipeline rank x d + data-parallel index
+    std::vector<std::vector<int>> stages(static_cast<size_t>(p)), pipelines(static_cast<size_t>(d));
+    for (int r = 0; r < env.world_size; ++r)
+      stages[static_cast<size_t>(r / d)].push_back(r), pipelines[static_cast<size_t>(r % d)].push_back(r);
+    c.data_parallel = c.world().split(stages);
+    c.pipeline = c.world().split(pipelines);
   }
   comm::ExpertCommunicators experts = comm::split_expert_groups(c.engine(), static_cast<int>(recipe.moe.expert_parallel_size));
   c.expert_parallel = std::move(experts.parallel);
@@ -112,6 +126,7 @@ struct Trainer::Parts {
   std::unique_ptr<StepProfiler> profiler;
   std::unique_ptr<model::Loss> loss;
   std::unique_ptr<MicroBatchSchedule> micro_batches;
+  std::unique_ptr<PipelineStep> pipeline;  // parallel.pipeline_parallel_size > 1: the step's schedule instead
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
   std::unique_ptr<Evaluator> evaluator;  // eval.paths / eval.split
@@ -139,21 +154,29 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.heartbeat = std::make_unique<HeartbeatSender>(env, static_cast<double>(p.recipe.launch.heartbeat_timeout_s));
   // Every rank's software, hardware, config and data files alike (check-env without its probes).
   if (p.recipe.launch.env_check && env.env_check) envcheck::preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
-  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get());
+  // With pipeline parallelism, this rank's stages only (their parameters under their global names).
+  const model::HeldGroups held = p.comm.pipeline ? pipeline_rank_groups(p.recipe, p.comm.pipeline->rank()) : model::HeldGroups{};
+  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get(),
+                              model::Init::kRandom, held);
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
   DataSources sources = open_data_sources(p.recipe, p.recipe.eval.enabled());
-  p.data = std::make_unique<DataPlan>(p.recipe, env.rank, env.world_size, std::move(sources.train));
+  p.data = std::make_unique<DataPlan>(p.recipe, p.comm.engine().rank(), p.comm.engine().world_size(), std::move(sources.train));
   if (!env.resume && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }
-  p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts());
+  p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts(),
+                                            p.comm.pipeline ? &p.comm.world() : nullptr);
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
   p.buffers = std::make_unique<model::TensorState>(p.model->buffers());
-  p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine,
-                                                  std::vector<model::Stateful*>{p.buffers.get(), &p.balancer, &p.eval_tracker}, env.run_id);
+  // The model's buffers (V3's selection bias) belong to layers: with pipeline parallelism each
+  // stage's first data-parallel rank saves its own.
+  std::vector<model::Stateful*> replicated{&p.balancer, &p.eval_tracker};
+  if (!p.comm.pipeline) replicated.insert(replicated.begin(), p.buffers.get());
+  p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine, replicated, env.run_id);
+  if (p.comm.pipeline) p.checkpointer->set_stage_state({{p.buffers.get()}, p.comm.engine().rank() == 0});
   progress::enter(progress::Phase::kCheckpoint);
   if (env.resume) {
     const auto load_start = Clock::now();
@@ -164,10 +187,12 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                             ms_since(load_start) / 1000.0));
   }
   if (env.rank == 0) {
-    log::info(fmt::format(
-        "model: {:.3f}M parameters; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} ranks x {})",
-        static_cast<double>(p.model->num_parameters()) / 1e6, p.data->num_samples(), p.recipe.data.seq_len, p.steps(),
-        p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), env.world_size, p.recipe.train.micro_batch_size));
+    log::info(
+        fmt::format("model: {:.3f}M parameters{}; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
+                    "data-parallel ranks x {})",
+                    static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline ? " in pipeline rank 0's stages" : "",
+                    p.data->num_samples(), p.recipe.data.seq_len, p.steps(), p.global_batch(p.step),
+                    config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
@@ -180,6 +205,11 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.micro_batches->add_observer(p.fault_observer.get());
   p.micro_batches->add_observer(p.compute_times.get());
+  if (p.comm.pipeline) {
+    p.pipeline = std::make_unique<PipelineStep>(p.recipe, *p.model, *p.loss, *p.engine, *p.comm.pipeline, device.device);
+    p.pipeline->add_observer(p.fault_observer.get());
+    p.pipeline->add_observer(p.compute_times.get());
+  }
   if (!sources.eval.empty()) {
     if (env.rank == 0)
       for (const EvalSet& set : sources.eval) log::info(set.describe());
@@ -203,8 +233,9 @@ void Trainer::plan_shutdown() {
   p.ending.add("metrics and TensorBoard files", [&p] { p.telemetry.reset(); });
   p.ending.add("heartbeat thread", [&p] { p.heartbeat.reset(); });
   p.ending.add("device work", [&p] { device::synchronize(p.device.device); });
-  p.ending.add("engine, model and buffers", [&p] { p.engine.reset(), p.buffers.reset(), p.model.reset(); });
+  p.ending.add("engine, model and buffers", [&p] { p.pipeline.reset(), p.engine.reset(), p.buffers.reset(), p.model.reset(); });
   p.ending.add("expert-parallel communicators", [&p] { p.comm.expert_parallel.reset(), p.comm.expert_data.reset(); });
+  p.ending.add("pipeline communicators", [&p] { p.comm.pipeline.reset(), p.comm.data_parallel.reset(); });
   p.ending.add("NCCL communicator", [&p] { p.comm.nccl.reset(); });
   p.ending.add("Gloo communicator and its threads", [&p] { p.comm.gloo.reset(); });
   p.ending.add("device memory cache", [&p] { device::release_cached_memory(p.device.device); });
@@ -270,7 +301,8 @@ Trainer::StepEnd Trainer::step() {
   // targets by default): one small all-reduce, over the engine's communicator (NCCL on GPUs: a
   // tree, not a Gloo ring of N hops).
   const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
-  const double local_loss = p.micro_batches->run(batches, global_units, /*backward=*/true).loss;
+  const double local_loss =
+      p.pipeline ? p.pipeline->run(batches, global_units).loss : p.micro_batches->run(batches, global_units, /*backward=*/true).loss;
   progress::enter(progress::Phase::kOptimizer);
   // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
   // the engine applies no update from it.

@@ -87,6 +87,7 @@ struct Engine::Impl final : model::LayerGate {
   // Expert parallelism: E ranks share one layer's routed experts; the world / E ranks with the
   // same block (the expert-data-parallel group) reduce and gather the expert units among them.
   ExpertGroups experts;
+  comm::Communicator* step_world = nullptr;  // pipeline parallelism: the step's scalars over every stage
   int ep = 1, ep_rank = 0, edp_world = 1, edp_rank = 0;
   Layout layout;
   std::vector<ShardSegment> segments;
@@ -297,7 +298,8 @@ struct Engine::Impl final : model::LayerGate {
 
   // This rank's part of the global squared gradient norm, given the squares of all it holds.
   double counted_sum_squares(double all) const {
-    if (replicated_norm() || norm_counts_none) return 0;
+    if (replicated_norm()) return step_world && rank == 0 ? all : 0;  // over stages: each stage's once
+    if (norm_counts_none) return 0;
     return norm_only ? norm_only->grad_sum_squares() : all;
   }
 
@@ -575,6 +577,7 @@ struct Engine::Impl final : model::LayerGate {
 
   // --- model::LayerGate -----------------------------------------------------------------------
   void before_group(int group) override {
+    if (opt.step_boundary_comm) return;
     if (opt.stage == 3) {
       finish_gather(group);
       if (c10::GradMode::is_enabled()) prefetch(group + 1);
@@ -582,6 +585,7 @@ struct Engine::Impl final : model::LayerGate {
   }
 
   at::Tensor after_group(int group, const at::Tensor& output) override {
+    if (opt.step_boundary_comm) return output;
     const bool training = c10::GradMode::is_enabled() && output.requires_grad();
     if (!training) {
       if (opt.stage == 3) release(group);
@@ -606,8 +610,13 @@ struct Engine::Impl final : model::LayerGate {
   }
 };
 
-Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts)
+Engine::Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts,
+               comm::Communicator* step_world)
     : impl_(std::make_unique<Impl>(model, comm, options, experts)) {
+  impl_->step_world = step_world;
+  if (options.step_boundary_comm && options.overlap_comm)
+    throw Error(ErrorCode::kInternal, "the ZeRO engine cannot overlap per-micro-batch reductions when it communicates at step boundaries",
+                "this is a dstrain bug; please report it");
   if (options.stage < 0 || options.stage > 3) throw Error(ErrorCode::kConfig, fmt::format("zero.stage {} is not 0-3", options.stage));
   if (options.offload_param && options.stage == 3 && !options.offload_optimizer)
     throw Error(ErrorCode::kConfig,
@@ -641,6 +650,10 @@ MicroBatch Engine::begin_micro(bool last) {
   auto micro = std::make_shared<MicroState>();
   micro->last = last;
   micro->flushed.assign(static_cast<size_t>(m.layout.num_groups()), false);
+  if (m.opt.step_boundary_comm && m.opt.stage == 3) {  // the step's parameters, all at once
+    for (int g = 0; g < m.layout.num_groups(); ++g) m.start_gather(g);
+    for (int g = 0; g < m.layout.num_groups(); ++g) m.finish_gather(g);
+  }
   m.current = micro;
   m.undrained.push_back(micro);
   return micro;
@@ -677,29 +690,33 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
   // synchronisation): the norm decides clipping, and fp32 accumulation here would let ranks and
   // the single process drift apart.
   const double local_sq = m.fused->grad_sum_squares();
-  std::vector<float> scalars(sums.begin(), sums.end());
+  std::vector<double> scalars(sums.begin(), sums.end());
   // MoE: the step's tokens per expert ride along, and every rank moves V3's selection bias by
   // the same global load (model -> engine -> model).
   const at::Tensor local_load = m.model.take_expert_load();
   const int64_t load_values = local_load.defined() ? local_load.numel() : 0;
   if (load_values > 0) {
     const at::Tensor flat = local_load.to(at::kCPU, at::kDouble).contiguous().view(-1);
-    for (int64_t i = 0; i < load_values; ++i) scalars.push_back(static_cast<float>(flat.data_ptr<double>()[i]));
+    for (int64_t i = 0; i < load_values; ++i) scalars.push_back(flat.data_ptr<double>()[i]);
   }
   const size_t norm_at = sums.size() + static_cast<size_t>(load_values);
-  scalars.push_back(static_cast<float>(m.counted_sum_squares(local_sq)));
-  scalars.push_back(std::isfinite(local_sq) ? 0.0f : 1.0f);
-  at::Tensor packed = at::tensor(scalars, at::kFloat).to(m.device);
-  if (m.world > 1) timed_wait(*m.comm.all_reduce(packed), m.waited_ms);
-  const at::Tensor reduced = packed.cpu();
-  const float* reduced_values = reduced.data_ptr<float>();
+  scalars.push_back(m.counted_sum_squares(local_sq));
+  scalars.push_back(std::isfinite(local_sq) ? 0.0 : 1.0);
+  // float64 on the wire: the norm of a sharded or pipelined run then equals the single
+  // process's (summed in double) but for the order of a few additions; float32 rounded it at
+  // 6e-8, which clipping turned into a drift of 1e-5 in 50 steps.
+  at::Tensor packed = at::tensor(scalars, at::kDouble).to(m.device);
+  comm::Communicator& everyone = m.step_world ? *m.step_world : m.comm;
+  if (everyone.world_size() > 1) timed_wait(*everyone.all_reduce(packed), m.waited_ms);
+  const at::Tensor reduced = packed.to(at::kCPU, at::kDouble);
+  const double* reduced_values = reduced.data_ptr<double>();
   for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(reduced_values[i]);
   if (load_values > 0) {
     const std::vector<double> load(reduced_values + sums.size(), reduced_values + norm_at);
     result.expert_load = at::tensor(load, at::kDouble).view(local_load.sizes()).to(at::kFloat);
     m.model.update_expert_bias(result.expert_load);
   }
-  const double total_sq = m.replicated_norm() || m.world == 1 ? local_sq : reduced_values[norm_at];
+  const double total_sq = !m.step_world && (m.replicated_norm() || m.world == 1) ? local_sq : reduced_values[norm_at];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
   result.skipped = reduced_values[norm_at + 1] > 0 || !std::isfinite(total_sq);

@@ -75,6 +75,13 @@ struct EngineOptions {
   double grad_clip = 0;                        // 0: off
   bool average_over_ranks = true;              // divide summed gradients by the world size
   LossScalerConfig loss_scaler;                // fp16 only
+  // Pipeline parallelism: a stage's micro-batches interleave with other stages' in the schedule,
+  // so no collective runs per micro-batch (torchtitan's approach): stage 3 gathers every
+  // parameter at the first begin_micro() of a step and frees them at the step's end_micro(), and
+  // every stage reduces the gradients accumulated over the step's micro-batches there, once. The
+  // schedule calls begin_micro(true) before the step's first forward and end_micro() after its
+  // last backward; the layer gate does nothing in between (no overlap_comm, no prefetch).
+  bool step_boundary_comm = false;
 };
 
 // Expert parallelism's two groups, split from the engine's communicator (they outlive the engine).
@@ -123,7 +130,11 @@ class Engine final : public model::Stateful {
   // Takes over the model's parameters: they become views of the engine's flat buffers, in the
   // configured dtype. Collective: every rank constructs it at the same point.
   // With expert groups (expert_parallel_size > 1), the model must hold this rank's experts only.
-  Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts = {});
+  // step_world: pipeline parallelism, where `comm` is the stage's data-parallel group: every rank
+  // of every stage, for the step's one scalar all-reduce (the caller's sums, the gradient norm
+  // over all stages, the skip decision), so that every stage clips and skips alike.
+  Engine(model::CausalLM& model, comm::Communicator& comm, const EngineOptions& options, const ExpertGroups& experts = {},
+         comm::Communicator* step_world = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;

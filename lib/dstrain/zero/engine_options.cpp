@@ -10,7 +10,10 @@ EngineOptions options_from(const config::Recipe& r, const at::Device& device) {
   o.offload_chunk = FaultInjector::get().offload_chunk(o.offload_chunk);  // tests use many small chunks
   o.stage = static_cast<int>(r.zero.stage);
   o.reduce_bucket_size = r.zero.reduce_bucket_size;
-  o.overlap_comm = r.zero.overlap_comm;
+  // Pipeline parallelism: the stages' micro-batches interleave, so the engine communicates at the
+  // step's boundaries only (config::check_pipeline says that zero.overlap_comm has no effect).
+  o.step_boundary_comm = r.parallel.pipeline_parallel_size > 1;
+  o.overlap_comm = r.zero.overlap_comm && !o.step_boundary_comm;
   o.offload_optimizer = r.zero.offload_optimizer == config::OffloadDevice::kCpu;
   o.offload_param = r.zero.offload_param == config::OffloadDevice::kCpu && r.zero.stage == 3;
   o.pin_memory = r.zero.pin_memory;

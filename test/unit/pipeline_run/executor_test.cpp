@@ -2,7 +2,7 @@
 // and gradients over the communicator's send/recv, gives the losses and the summed gradients of
 // the same stages chained in one process (float64: the only difference is the order in which
 // micro-batches' gradients add up). Zero-bubble's weight-gradient pass runs apart from the input
-// gradient's.
+// gradient's. Middle stages add a side loss (an MoE balance loss's place) that backward starts from too.
 #include <ATen/ATen.h>
 
 #include <mutex>
@@ -30,15 +30,20 @@ struct Toy {
   }
   at::Tensor stage(int s, const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) const { return at::tanh(x.mm(w) + b); }
   at::Tensor loss(int mb, const at::Tensor& out) const { return (out - targets[mb]).pow(2).sum() / micro_batches; }
+  // A middle stage's side loss (as an MoE layer's balance loss): its gradient reaches this stage's
+  // parameters and, through the stage's input, the earlier stages'.
+  at::Tensor side(int s, const at::Tensor& out) const { return out.pow(2).mean() * (0.01 * (s + 1)) / micro_batches; }
+  bool has_side(int s) const { return s > 0 && s < stages - 1; }
 };
 
 class ToyStage : public pipeline_run::StageModule {
  public:
   ToyStage(const Toy& toy, int s)
       : toy_(toy), s_(s), w_(toy.weights[s].clone().requires_grad_(true)), b_(toy.biases[s].clone().requires_grad_(true)) {}
-  at::Tensor forward(int mb, const at::Tensor& input) override {
+  pipeline_run::StageOutput forward(int mb, const at::Tensor& input) override {
     const at::Tensor out = toy_.stage(s_, s_ == 0 ? toy_.inputs[mb] : input, w_, b_);
-    return s_ == toy_.stages - 1 ? toy_.loss(mb, out) : out;
+    if (s_ == toy_.stages - 1) return {toy_.loss(mb, out), {}};
+    return {out, toy_.has_side(s_) ? toy_.side(s_, out) : at::Tensor()};
   }
   std::vector<at::Tensor> parameters() const override { return {w_, b_}; }
 
@@ -60,10 +65,14 @@ Reference chained(const Toy& toy) {
   Reference ref;
   for (int mb = 0; mb < toy.micro_batches; ++mb) {
     at::Tensor x = toy.inputs[mb];
-    for (int s = 0; s < toy.stages; ++s) x = toy.stage(s, x, params[2 * s], params[2 * s + 1]);
+    at::Tensor sides = at::zeros({}, x.options());
+    for (int s = 0; s < toy.stages; ++s) {
+      x = toy.stage(s, x, params[2 * s], params[2 * s + 1]);
+      if (toy.has_side(s) && s < toy.stages - 1) sides = sides + toy.side(s, x);
+    }
     const at::Tensor loss = toy.loss(mb, x);
     ref.losses.push_back(loss.item<double>());
-    loss.backward();
+    (loss + sides).backward();
   }
   for (const auto& p : params) ref.grads.push_back(p.grad().clone());
   return ref;

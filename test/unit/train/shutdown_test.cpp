@@ -45,9 +45,10 @@ TEST_CASE("a trainer's shutdown joins every thread it started and ends in the do
   CHECK(trainer.run() == 0);
   INFO("threads before " << threads_before << ", after " << thread_count());
   CHECK(thread_count() == threads_before);  // after run(), while the Trainer object still exists
-  CHECK(trainer.shutdown_steps() ==
-        std::vector<std::string>{"data prefetch thread", "evaluation sets", "checkpoint writer thread", "metrics and TensorBoard files",
-                                 "heartbeat thread", "device work", "engine, model and buffers", "expert-parallel communicators",
-                                 "NCCL communicator", "Gloo communicator and its threads", "device memory cache"});
+  CHECK(trainer.shutdown_steps() == std::vector<std::string>{"data prefetch thread", "evaluation sets", "checkpoint writer thread",
+                                                             "metrics and TensorBoard files", "heartbeat thread", "device work",
+                                                             "engine, model and buffers", "expert-parallel communicators",
+                                                             "pipeline communicators", "NCCL communicator",
+                                                             "Gloo communicator and its threads", "device memory cache"});
   CHECK(std::filesystem::exists(std::filesystem::path(run_path) / "ckpt" / "step_00000004" / "manifest.json"));
 }

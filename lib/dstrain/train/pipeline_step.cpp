@@ -1,0 +1,189 @@
+#include "dstrain/train/pipeline_step.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <map>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/config/pipeline_plan.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/progress.h"
+#include "dstrain/model/loss.h"
+#include "dstrain/pipeline/schedule.h"
+#include "dstrain/pipeline_run/executor.h"
+#include "dstrain/zero/engine.h"
+
+namespace dstrain::train {
+
+model::GroupRange stage_groups(const config::Recipe& recipe, int stage) {
+  const std::vector<int> layers = config::stage_layers(recipe);
+  if (stage < 0 || static_cast<size_t>(stage) >= layers.size())
+    throw Error(ErrorCode::kInternal, fmt::format("pipeline stage {} of {}", stage, layers.size()));
+  int first_layer = 0;
+  for (int s = 0; s < stage; ++s) first_layer += layers[static_cast<size_t>(s)];
+  const int final_group = static_cast<int>(recipe.model.num_layers) + 1;
+  model::GroupRange r;
+  r.first = stage == 0 ? 0 : first_layer + 1;
+  r.last = static_cast<size_t>(stage) + 1 == layers.size() ? final_group : first_layer + layers[static_cast<size_t>(stage)];
+  return r;
+}
+
+model::HeldGroups pipeline_rank_groups(const config::Recipe& recipe, int pipeline_rank) {
+  const int p = static_cast<int>(recipe.parallel.pipeline_parallel_size), stages = p * static_cast<int>(recipe.pipeline.virtual_stages);
+  model::HeldGroups held;
+  for (int s = pipeline_rank; s < stages; s += p) held.push_back(stage_groups(recipe, s));
+  return held;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+// What every stage of this rank reads during one step.
+struct StepInputs {
+  std::vector<data::Batch> host, device;  // the micro-batches
+  double global = 1;                      // the step's loss units over the data-parallel group
+  double loss_scale = 1;
+  double loss = 0;  // this rank's terms of the step's loss, unscaled
+  at::Tensor token_sum;
+  int64_t trained_targets = 0;
+  double forward_ms = 0;
+};
+
+class ModelStage final : public pipeline_run::StageModule {
+ public:
+  ModelStage(const model::CausalLM& model, const model::Loss& loss, config::LossNormalization normalization, model::GroupRange groups,
+             const std::vector<MicroBatchObserver*>& observers, StepInputs& step)
+      : model_(model), loss_(loss), normalization_(normalization), groups_(groups), observers_(observers), step_(step) {
+    for (size_t i = 0; i < model.parameters().size(); ++i) {
+      const int g = model.parameter_places()[i].group;
+      if (g >= groups.first && g <= groups.last) params_.push_back(model.parameters()[i].tensor);
+    }
+  }
+
+  pipeline_run::StageOutput forward(int mb, const at::Tensor& input) override {
+    const auto t0 = Clock::now();
+    progress::enter(progress::Phase::kForward);
+    const data::Batch& batch = step_.device.at(static_cast<size_t>(mb));
+    const model::CausalLM::Hidden h = model_.run_groups(groups_.first, groups_.last, input, model::input_of(batch));
+    const double share = static_cast<double>(loss_units(step_.host[static_cast<size_t>(mb)], normalization_)) / step_.global;
+    const at::Tensor aux = h.aux.defined() ? h.aux * share : at::Tensor();
+    pipeline_run::StageOutput out;
+    if (groups_.last != model_.final_group()) {
+      out.output = h.hidden;
+      if (aux.defined()) step_.loss += aux.item<double>(), out.side_loss = aux * step_.loss_scale;
+      step_.forward_ms += ms_since(t0);
+      return out;
+    }
+    const model::LossParts parts = loss_.of_hidden(model_, h, batch);
+    at::Tensor loss = normalization_ == config::LossNormalization::kMicroBatchMean
+                          ? parts.sum / (static_cast<double>(std::max<int64_t>(parts.count, 1)) * step_.global)
+                          : parts.sum / step_.global;
+    if (aux.defined()) loss = loss + aux;
+    for (MicroBatchObserver* o : observers_) loss = o->on_loss(static_cast<size_t>(mb), loss);
+    step_.loss += loss.item<double>();
+    const at::Tensor summed = parts.sum.detach().to(at::kDouble);
+    step_.token_sum = step_.token_sum.defined() ? step_.token_sum + summed : summed;
+    step_.trained_targets += parts.count;
+    out.output = step_.loss_scale == 1.0 ? loss : loss * step_.loss_scale;
+    step_.forward_ms += ms_since(t0);
+    return out;
+  }
+
+  std::vector<at::Tensor> parameters() const override { return params_; }
+
+ private:
+  const model::CausalLM& model_;
+  const model::Loss& loss_;
+  config::LossNormalization normalization_;
+  model::GroupRange groups_;
+  const std::vector<MicroBatchObserver*>& observers_;
+  StepInputs& step_;
+  std::vector<at::Tensor> params_;
+};
+
+}  // namespace
+
+struct PipelineStep::Impl {
+  const config::Recipe& recipe;
+  const model::CausalLM& model;
+  zero::Engine& engine;
+  comm::Communicator& group;
+  c10::Device device;
+  std::vector<MicroBatchObserver*> observers;
+  StepInputs step;
+  std::map<int, std::unique_ptr<ModelStage>> stages;                // this rank's, by stage index
+  std::map<int64_t, std::unique_ptr<pipeline_run::Executor>> runs;  // by micro-batches per step
+
+  Impl(const config::Recipe& r, const model::CausalLM& m, zero::Engine& e, comm::Communicator& g, const c10::Device& d)
+      : recipe(r), model(m), engine(e), group(g), device(d) {}
+
+  pipeline_run::Executor& executor(int64_t micro_batches) {
+    auto& slot = runs[micro_batches];
+    if (slot) return *slot;
+    const int p = group.world_size(), v = static_cast<int>(recipe.pipeline.virtual_stages);
+    pipeline::Schedule schedule = pipeline::build_schedule(recipe.pipeline.schedule, p, v, static_cast<int>(micro_batches));
+    std::map<int, pipeline_run::StageModule*> mine;
+    for (auto& [s, stage] : stages) mine[s] = stage.get();
+    pipeline_run::Activation activation;
+    activation.dtype = model::scalar_type(recipe.precision.dtype);
+    activation.device = device;
+    activation.sizes_of = [this](int mb) {
+      const data::Batch& b = step.host.at(static_cast<size_t>(mb));
+      return std::vector<int64_t>{b.rows(), b.length(), recipe.model.hidden_size};
+    };
+    slot = std::make_unique<pipeline_run::Executor>(std::move(schedule), group, std::move(mine), std::move(activation));
+    return *slot;
+  }
+};
+
+PipelineStep::PipelineStep(const config::Recipe& recipe, const model::CausalLM& model, const model::Loss& loss, zero::Engine& engine,
+                           comm::Communicator& pipeline_group, const c10::Device& device)
+    : impl_(std::make_unique<Impl>(recipe, model, engine, pipeline_group, device)) {
+  const int p = static_cast<int>(recipe.parallel.pipeline_parallel_size), r = pipeline_group.rank();
+  if (pipeline_group.world_size() != p)
+    throw Error(ErrorCode::kInternal,
+                fmt::format("a pipeline group of {} ranks for parallel.pipeline_parallel_size {}", pipeline_group.world_size(), p));
+  for (int s = r; s < p * static_cast<int>(recipe.pipeline.virtual_stages); s += p)
+    impl_->stages[s] =
+        std::make_unique<ModelStage>(model, loss, recipe.train.loss_normalization, stage_groups(recipe, s), impl_->observers, impl_->step);
+}
+
+PipelineStep::~PipelineStep() = default;
+
+void PipelineStep::add_observer(MicroBatchObserver* observer) { impl_->observers.push_back(observer); }
+
+ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_t global_units) {
+  Impl& m = *impl_;
+  const auto t0 = Clock::now();
+  StepInputs& step = m.step;
+  step = StepInputs{};
+  step.host = batches;
+  for (const data::Batch& b : batches) step.device.push_back(b.to(m.device));
+  step.global = static_cast<double>(std::max<int64_t>(global_units, 1));
+  step.loss_scale = m.engine.loss_scale();
+  for (MicroBatchObserver* o : m.observers) o->before_micro(0);
+  // One reduction state for the whole step: stage 3 gathers the parameters here, and every
+  // stage reduces its gradients once the schedule's last backward has run.
+  const zero::MicroBatch reduction = m.engine.begin_micro(/*last=*/true);
+  m.executor(static_cast<int64_t>(batches.size())).run_step();
+  progress::enter(progress::Phase::kBackward);
+  m.engine.end_micro(reduction);
+  for (MicroBatchObserver* o : m.observers) o->after_backward(0);
+  MicroTiming timing;
+  timing.forward_ms = step.forward_ms;
+  timing.backward_ms = ms_since(t0) - step.forward_ms;
+  for (const data::Batch& b : batches) timing.rows += b.rows();
+  for (MicroBatchObserver* o : m.observers) o->timed(0, timing);
+  ScheduleResult out;
+  out.loss = step.loss;
+  if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
+  out.trained_targets = step.trained_targets;
+  return out;
+}
+
+}  // namespace dstrain::train
