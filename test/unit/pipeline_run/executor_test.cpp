@@ -53,6 +53,13 @@ class ToyStage : public pipeline_run::StageModule {
   at::Tensor w_, b_;
 };
 
+pipeline_run::Activation toy_activation() {
+  pipeline_run::Activation a;
+  a.sizes = {kRows, kWidth};
+  a.dtype = at::kDouble;
+  return a;
+}
+
 struct Reference {
   std::vector<double> losses;
   std::vector<at::Tensor> grads;  // per stage: weight, bias
@@ -92,7 +99,7 @@ void check_schedule(pipeline::ScheduleKind kind, int ranks, int v, int m) {
       mine.push_back(std::make_unique<ToyStage>(toy, s));
       stages[s] = mine.back().get();
     }
-    pipeline_run::Executor executor(schedule, group, stages, {{kRows, kWidth}, at::kDouble});
+    pipeline_run::Executor executor(schedule, group, stages, toy_activation());
     const std::vector<double> step_losses = executor.run_step();
     std::lock_guard<std::mutex> lock(mutex);
     if (!step_losses.empty()) losses = step_losses;
@@ -126,7 +133,7 @@ TEST_CASE("a rank that runs a stage it does not hold names itself", "[pipeline_r
   const Toy toy(2, 2);
   ToyStage first(toy, 0);
   comm::run_on_threads(1, [&](comm::Communicator& group) {
-    CHECK_THROWS_WITH(pipeline_run::Executor(schedule, group, {{0, &first}}, {{kRows, kWidth}, at::kDouble}),
+    CHECK_THROWS_WITH(pipeline_run::Executor(schedule, group, {{0, &first}}, toy_activation()),
                       Catch::Contains("a schedule for 2 pipeline ranks run by a group of 1"));
   });
 }
