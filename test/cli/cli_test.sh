@@ -100,10 +100,10 @@ expect_status 2 "$DSTRAIN" "${pp[@]}" --set moe.expert_parallel_size=4
 expect_out "moe.expert_parallel_size 4 does not divide a pipeline stage's 2 data-parallel ranks"
 expect_status 2 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --show-schedule
 expect_out "--show-schedule prints the pipeline schedule of a --dry-run"
-expect_status 2 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --nproc-per-node 4 --set parallel.pipeline_parallel_size=2 --set train.global_batch_size=24 --set eval.split=0.1 --set run_dir=pp
-expect_out "eval.split with parallel.pipeline_parallel_size 2: validation does not run through the pipeline's stages yet"
+expect_status 2 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --nproc-per-node 4 --set parallel.pipeline_parallel_size=2 --set train.global_batch_size=24 --set "data.shard_weights=[3,1,3,1]" --set run_dir=pp
+expect_out "data.shard_weights (--set) with parallel.pipeline_parallel_size 2: every stage of a pipeline must read the same micro-batches"
 [ ! -e pp ] || fail "a refused pipeline run created its run directory"
-ok "pipeline configuration errors exit 2 naming the key; validation with a pipeline is refused (exit 2) until it is built"
+ok "pipeline configuration errors exit 2 naming the key; uneven data shares with a pipeline are refused (exit 2) until they are planned per pipeline"
 
 expect_status 0 "$DSTRAIN" bench pipeline --ranks 4 --micro-batches 8 --chart
 expect_out "1f1b                1         33   0.3750   0.3750"

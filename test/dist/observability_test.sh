@@ -26,7 +26,8 @@ import json, sys, glob, os
 run = sys.argv[1]
 keys = ["step", "time", "loss", "lr", "grad_norm", "loss_scale", "skipped", "bad_steps", "tokens", "epoch", "accumulation", "step_ms", "tokens_per_s",
         "samples_per_s", "tflops_per_rank", "mfu", "peak_tflops", "data_wait_ms", "comm_wait_ms", "host_rss_mb", "host_peak_rss_mb",
-        "device_alloc_peak_mb", "device_reserved_peak_mb", "expert_imbalance", "all_to_all_ms", "forward_ms", "backward_ms", "issue_ms", "reduce_ms", "gather_ms",
+        "device_alloc_peak_mb", "device_reserved_peak_mb", "expert_imbalance", "all_to_all_ms", "pipeline_bubble",
+        "forward_ms", "backward_ms", "issue_ms", "reduce_ms", "gather_ms",
         "optimizer_ms", "checkpoint_ms", "stragglers"]
 rows = [json.loads(line) for line in open(f"{run}/metrics.jsonl")]
 assert [r["step"] for r in rows] == list(range(1, 31)), [r["step"] for r in rows]
@@ -34,6 +35,7 @@ for r in rows:
     assert list(r.keys()) == keys, (list(r.keys()), keys)
     assert r["forward_ms"] > 0 and r["backward_ms"] > 0 and r["optimizer_ms"] > 0 and r["host_rss_mb"] > 0, r
     assert r["device_alloc_peak_mb"] is None and r["expert_imbalance"] is None and r["all_to_all_ms"] is None, r  # CPU, dense
+    assert r["pipeline_bubble"] is None, r  # no pipeline
     assert r["issue_ms"] is None, r  # measured on GPUs only
 # A save's time is on the next step's line: the saves at 10 and 20 show on 11 and 21 (11 only when
 # the restart resumed from a later checkpoint than 10); the final save at 30 has no next line.

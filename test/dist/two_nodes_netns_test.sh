@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Two "nodes" in network namespaces joined by a veth pair, each running a dstrain launcher with
 # 2 local workers: they rendezvous across the link, pass the collective check, and train with
-# the same losses as 4 ranks on one node. Faults across nodes: a worker killed on node 1 makes
+# the same losses as 4 ranks on one node; a pipeline with its stages on different nodes (DP 2 x
+# PP 2: activations and gradients cross the link) trains as it does on one node. Faults across nodes: a worker killed on node 1 makes
 # both launchers restart together; node 1's launcher killed makes node 0 stop within the
 # heartbeat timeout, and node 0 alone then resumes the run on 2 ranks.
 source "$(dirname "$0")/../lib.sh"
@@ -39,6 +40,22 @@ python3 "$SRC/test/dist/compare_metrics.py" single/metrics.jsonl node0/metrics.j
 [ -f node1/config.resolved.json ] || fail "node 1 did not receive the resolved config"
 ok "training across the two nodes matches 4 ranks on one node; node 1 got the config from node 0 (no shared filesystem needed)"
 
+# Stage-major ranks: stage 0 is ranks 0-1 (node 0), stage 1 ranks 2-3 (node 1); each stage's
+# data-parallel group stays inside its node. A pipeline's checkpoints need a directory every node
+# sees (each stage writes its own pieces).
+pp=("${common[@]}" --set train.micro_batch_size=2 --set train.global_batch_size=16 --set parallel.pipeline_parallel_size=2 --set zero.stage=1
+    --set checkpoint.dir="$WORK/pp_ckpt")
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${pp[@]}" --nproc-per-node 4 --set run_dir=pp_single --set checkpoint.dir="$WORK/pp_single/ckpt"
+flags=(--nnodes 2 --master-addr 10.199.0.1 --master-port 29567 --nproc-per-node 2)
+ip netns exec "$a" "$DSTRAIN" train "$demo_recipe" "${pp[@]}" "${flags[@]}" --node-rank 0 --set run_dir=pp0 > pa.log 2>&1 &
+pa=$!
+ip netns exec "$b" "$DSTRAIN" train "$demo_recipe" "${pp[@]}" "${flags[@]}" --node-rank 1 --set run_dir=pp1 > pb.log 2>&1 || fail "node 1 failed: $(cat pb.log)"
+wait $pa || fail "node 0 failed: $(cat pa.log)"
+python3 "$SRC/test/dist/compare_metrics.py" pp_single/metrics.jsonl pp0/metrics.jsonl --exact || fail "the pipeline across two nodes differs from one node"
+grep -q "pipeline rank 1 of 2: stage 1 (layer 1, the final norm and head)" pp1/logs/rank_00002.log || fail "node 1's ranks do not hold stage 1: $(head -20 pp1/logs/rank_00002.log)"
+expect_status 0 "$DSTRAIN" inspect-ckpt "$WORK/pp_ckpt/step_00000010" --verify
+ok "a pipeline with stage 0 on node 0 and stage 1 on node 1 trains bit-identically to one node"
+
 # --- check-env across the two nodes, each with its own hostname (a UTS namespace) ----------
 flags=(--nnodes 2 --master-addr 10.199.0.1 --master-port 29566 --nproc-per-node 2)
 ip netns exec "$a" unshare --uts sh -c 'hostname node-a && exec "$@"' sh "$DSTRAIN" check-env "$demo_recipe" "${flags[@]}" --node-rank 0 --set train.micro_batch_size=4 --set run_dir=env > ea.log 2>&1 &
@@ -47,8 +64,8 @@ ip netns exec "$b" unshare --uts sh -c 'hostname node-b && exec "$@"' sh "$DSTRA
   fail "check-env on node 1 failed: $(cat eb.log)"
 wait $pa || fail "check-env on node 0 failed: $(cat ea.log)"
 grep -q "check-env: 4 ranks on 2 nodes (node-a, node-b)" ea.log || fail "the report does not show both hosts: $(cat ea.log)"
-grep -q "✓ host .*node-a: ranks 0–1; node-b: ranks 2–3" ea.log || fail "the host row does not group the ranks by node: $(cat ea.log)"
-grep -q "✓ inter-node link (slowest from this node) .*GB/s to node" ea.log || fail "no pairwise link probe: $(cat ea.log)"
+grep -q "· host .*node-a: ranks 0–1; node-b: ranks 2–3" ea.log || fail "the host row does not group the ranks by node: $(cat ea.log)"
+grep -q "[✓·] inter-node link (slowest from this node) .*GB/s to node" ea.log || fail "no pairwise link probe: $(cat ea.log)"
 grep -q "✓ config hash" ea.log || fail "the nodes' resolved configs differ: $(cat ea.log)"
 ok "check-env on two nodes: facts from both hosts, consistent, with the link between them measured"
 

@@ -22,6 +22,9 @@ class Work {
   virtual ~Work() = default;
   // Blocks until done; throws Error{kComm} on failure or timeout. Idempotent.
   virtual void wait() = 0;
+  // True once the op is known to have completed (never blocks; a failure shows in wait()). Gloo
+  // knows only after wait(); NCCL asks its event.
+  virtual bool done() = 0;
 };
 using WorkHandle = std::unique_ptr<Work>;
 

@@ -54,6 +54,7 @@ class GlooWork final : public Work {
     }
     if (finish_) finish_();
   }
+  bool done() override { return done_ || !work_ || work_->isCompleted(); }
 
  private:
   c10::intrusive_ptr<c10d::Work> work_;

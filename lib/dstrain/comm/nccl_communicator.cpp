@@ -88,6 +88,7 @@ class NcclWork final : public Work {
     // with it next is ordered after the op (ProcessGroupNCCL's recordStream, done by waiting).
     tensors_.clear();
   }
+  bool done() override { return done_ || cudaEventQuery(event_) == cudaSuccess; }
 
  private:
   [[noreturn]] void fail(const std::string& why) {

@@ -42,11 +42,6 @@ void check_pipeline(const Recipe& r, const std::function<void(const std::string&
     return;
   }
   // Not built with a pipeline yet: each names its key.
-  if (r.eval.enabled())
-    problem(
-        fmt::format("eval.{} with parallel.pipeline_parallel_size {}: validation does not run through the pipeline's stages yet; "
-                    "score checkpoints with `dstrain eval` instead, or --set parallel.pipeline_parallel_size=1",
-                    r.eval.paths.empty() ? "split" : "paths", p));
   if (!r.data.shard_weights.empty() || r.data.auto_balance)
     problem(
         fmt::format("data.shard_weights ({}) with parallel.pipeline_parallel_size {}: every stage of a pipeline must read the same "

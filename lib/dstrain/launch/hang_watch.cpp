@@ -65,8 +65,11 @@ HangWatch::Verdict HangWatch::check(double now_s) const {
     const progress::Snapshot& op = ranks_[static_cast<size_t>(longest)].beat.where;
     for (size_t i = 0; i < ranks_.size(); ++i) {
       const progress::Snapshot& w = ranks_[i].beat.where;
-      if (!ranks_[i].seen || w.phase != progress::Phase::kCollective || w.op != op.op || w.seq != op.seq)
-        v.stuck.push_back(static_cast<int>(i));
+      const bool in_op = w.phase == progress::Phase::kCollective && w.op == op.op && w.seq == op.seq;
+      // A pipeline's send or receive waits on one neighbour, with its own sequence numbers: such
+      // a rank waits too, it is not the one that is stuck.
+      const bool point_to_point = w.phase == progress::Phase::kCollective && (w.op == "send" || w.op == "recv");
+      if (!ranks_[i].seen || (!in_op && !point_to_point)) v.stuck.push_back(static_cast<int>(i));
     }
     v.hung = true;
     if (v.stuck.empty()) {

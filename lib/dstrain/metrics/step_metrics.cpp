@@ -26,6 +26,7 @@ std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) 
           {"device_reserved_peak_mb", m.device_reserved_peak_mb},
           {"expert_imbalance", m.expert_imbalance},
           {"all_to_all_ms", m.all_to_all_ms},
+          {"pipeline_bubble", m.pipeline_bubble},
           {"forward_ms", m.forward_ms},
           {"backward_ms", m.backward_ms},
           {"issue_ms", m.issue_ms},

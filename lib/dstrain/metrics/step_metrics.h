@@ -40,6 +40,10 @@ struct StepMetrics {
   double device_reserved_peak_mb = kNone;
   double expert_imbalance = kNone;  // MoE: the busiest expert's load over the mean (1 = balanced)
   double all_to_all_ms = kNone;     // expert parallelism: blocked on the token all-to-alls (what overlap did not hide)
+  // Pipeline parallelism: every rank's time in the schedule not computing (waiting for its
+  // neighbours: the bubble, the transfers, any imbalance between stages) over its compute time,
+  // summed over the ranks: the papers' bubble, (p - 1) / m for 1F1B.
+  double pipeline_bubble = kNone;
   // wall_clock_breakdown: rank 0's step split into phases (collective waits may fall inside
   // forward/backward when overlapped).
   double forward_ms = kNone;

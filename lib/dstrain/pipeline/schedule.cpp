@@ -188,6 +188,16 @@ Schedule build_schedule(ScheduleKind kind, int ranks, int virtual_stages, int mi
   return with_transfers(std::move(s));
 }
 
+Schedule forward_only_schedule(int ranks, int virtual_stages, int micro_batches) {
+  Schedule s;
+  s.kind = ScheduleKind::kGpipe, s.ranks = ranks, s.virtual_stages = virtual_stages, s.micro_batches = micro_batches;
+  s.actions.resize(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    for (int mb = 0; mb < micro_batches; ++mb)
+      for (int stage = r; stage < s.stages(); stage += ranks) s.actions[static_cast<size_t>(r)].push_back({Op::kForward, stage, mb});
+  return with_transfers(std::move(s));
+}
+
 std::string schedule_text(const Schedule& s) {
   std::string out;
   for (int r = 0; r < s.ranks; ++r) {

@@ -67,6 +67,12 @@ Schedule build_schedule(ScheduleKind kind, int ranks, int virtual_stages, int mi
 // since NCCL delivers each pair's messages in order. The generators give compute only.
 Schedule with_transfers(Schedule compute_only);
 
+// Forwards only (evaluation): each rank runs its stages' forwards micro-batch by micro-batch
+// (micro-batch-major, its stages in order within one), with their transfers. Every receive waits
+// only on a forward earlier in that order, so no rank waits forever; the pipeline fills as in
+// GPipe's first half. `kind` is gpipe (no backward to order).
+Schedule forward_only_schedule(int ranks, int virtual_stages, int micro_batches);
+
 // One line per rank: "rank 0: F0.0 SF0.0>1 F0.1 ...".
 std::string schedule_text(const Schedule& schedule);
 

@@ -3,7 +3,10 @@
 // forwards and backwards in the schedule's order, activations and gradients sent to and received
 // from the neighbouring pipeline ranks through a Communicator (Gloo on a CPU, NCCL on a GPU; the
 // schedule receives each link's messages in send order, which NCCL needs). Sends are posted and
-// waited for at the end of the step; a stage's graph is freed once its backward has run.
+// waited for by the end of the step (those done sooner released before each action); a sent
+// output keeps only its graph (Megatron's deallocate_output_tensor), and a stage's graph is freed
+// once its backward has run. Each action tells the heartbeat its stage, micro-batch and, for a
+// transfer, what it carries between which stages (core/progress.h); an error names the stage.
 //
 // This is the schedule's executor below the engine: a StageModule says what a stage computes
 // (train/pipeline_step.h: the model's layer groups, the loss on the last stage).
@@ -54,6 +57,13 @@ struct Activation {
   std::function<std::vector<int64_t>(int micro_batch)> sizes_of;
 };
 
+// Where one rank's step went: its compute actions (F, B, I, W) and the whole schedule, the
+// waits for its neighbours included. The bubble is what the schedule's time has over its compute.
+struct StepTimes {
+  double compute_ms = 0;
+  double schedule_ms = 0;
+};
+
 class Executor {
  public:
   // `group`: the pipeline group (its rank r is pipeline rank r); `stages`: this rank's stages
@@ -61,8 +71,11 @@ class Executor {
   Executor(pipeline::Schedule schedule, comm::Communicator& group, std::map<int, StageModule*> stages, Activation activation);
   ~Executor();
   // Runs this rank's actions once; the parameters' .grad hold the step's sums afterwards. Returns
-  // each micro-batch's loss on the rank holding the last stage, nothing elsewhere.
+  // each micro-batch's loss on the rank holding the last stage, nothing elsewhere. A schedule of
+  // forwards only (pipeline::forward_only_schedule, outputs without gradients) keeps nothing.
   std::vector<double> run_step();
+  // The last run_step's.
+  const StepTimes& times() const;
 
  private:
   struct Impl;

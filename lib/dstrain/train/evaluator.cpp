@@ -13,6 +13,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/loss.h"
 #include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/train/pipeline_step.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
@@ -37,6 +38,11 @@ Evaluator::Evaluator(std::vector<EvalSet> sets, const EvalOptions& options, mode
 
 Evaluator::~Evaluator() = default;
 
+void Evaluator::use_pipeline(PipelineStep& step, comm::Communicator& data_parallel, int pipeline_ranks) {
+  pipeline_ = &step, data_parallel_ = &data_parallel;
+  pass_ = 2 * static_cast<int64_t>(pipeline_ranks);
+}
+
 std::vector<EvalResult> Evaluator::evaluate() {
   std::vector<EvalResult> results;
   for (const EvalSet& set : sets_) results.push_back(evaluate(set));
@@ -49,7 +55,7 @@ std::vector<EvalResult> Evaluator::evaluate() {
 }
 
 Evaluator::Plan Evaluator::plan(const EvalSet& set) const {
-  const int64_t world = comm_.world_size(), micro = options_.micro_batch_size;
+  const int64_t world = (data_parallel_ ? *data_parallel_ : comm_).world_size(), micro = options_.micro_batch_size;
   Plan p;
   p.batches = (set.samples() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
   if (options_.max_batches > 0) p.batches = std::min(p.batches, options_.max_batches);
@@ -67,20 +73,30 @@ int64_t Evaluator::rounds() const {
 EvalResult Evaluator::evaluate(const EvalSet& set) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
-  const int64_t world = comm_.world_size(), rank = comm_.rank();
+  const comm::Communicator& dealt = data_parallel_ ? *data_parallel_ : comm_;
+  const int64_t world = dealt.world_size(), rank = dealt.rank();
   const int64_t micro = options_.micro_batch_size;
   const Plan planned = plan(set);
   const int64_t windows = planned.windows, rounds = planned.rounds;
+  // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
+  auto batch_of = [&](int64_t round) { return set.batch((round * world + rank) * micro, micro, windows, options_.windows); };
   double token_loss = 0;
   int64_t tokens = 0;
-  for (int64_t round = 0; round < rounds; ++round) {
-    const int64_t first = (round * world + rank) * micro;
-    // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
-    const data::Batch batch = set.batch(first, micro, windows, options_.windows);
-    const ScheduleResult r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
+  for (int64_t round = 0; round < rounds;) {
+    ScheduleResult r;
+    int64_t done = round + 1;
+    if (pipeline_) {
+      std::vector<data::Batch> pass;
+      for (done = round; done < rounds && done < round + pass_; ++done) pass.push_back(batch_of(done));
+      r = pipeline_->forward_only(pass);
+    } else {
+      const data::Batch batch = batch_of(round);
+      r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
+    }
+    round = done;
     token_loss += r.token_loss;
     tokens += r.trained_targets;
-    if (progress_) progress_(set, round + 1, rounds, token_loss, tokens);
+    if (progress_) progress_(set, round, rounds, token_loss, tokens);
   }
   const std::vector<double> sums = comm::sum_in_rank_order(comm_, {token_loss, static_cast<double>(tokens)});
   EvalResult result;

@@ -10,6 +10,11 @@
 //   in rank order: loss = sum of token losses / trained tokens, the same at any world size.
 // It reads the weights only (no optimizer state), and leaves nothing behind that training sees:
 // the MoE expert load it routed, the all-to-all and gather waits are discarded, no RNG is drawn.
+// With pipeline parallelism (use_pipeline) the micro-batches are dealt to the data-parallel
+// ranks instead, and every pipeline rank of one data-parallel index runs the same ones through
+// its stages, forwards only, a pass of up to 2 x P micro-batches at a time (the bubble of one
+// forward-only GPipe pass); the last stage's ranks hold the sums, the others add zeros. The sums
+// are then those of the same data-parallel run without a pipeline, bit for bit.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -37,6 +42,7 @@ class Engine;
 namespace dstrain::train {
 
 class MicroBatchSchedule;
+class PipelineStep;
 
 struct EvalResult {
   std::string name;
@@ -73,6 +79,9 @@ class Evaluator {
   // eval's progress bar).
   using Progress = std::function<void(const EvalSet& set, int64_t round, int64_t rounds, double token_loss, int64_t tokens)>;
   void set_progress(Progress progress) { progress_ = std::move(progress); }
+  // Pipeline parallelism: the forwards go through `step` (borrowed), the samples are dealt over
+  // `data_parallel` (this stage's group; the constructor's comm still sums the results).
+  void use_pipeline(PipelineStep& step, comm::Communicator& data_parallel, int pipeline_ranks);
 
  private:
   struct Plan {
@@ -88,6 +97,9 @@ class Evaluator {
   std::unique_ptr<model::Loss> loss_;
   std::unique_ptr<MicroBatchSchedule> schedule_;
   Progress progress_;
+  PipelineStep* pipeline_ = nullptr;
+  comm::Communicator* data_parallel_ = nullptr;  // with a pipeline: who the samples are dealt to
+  int64_t pass_ = 1;                             // micro-batches per forward-only pass through the stages
 };
 
 }  // namespace dstrain::train

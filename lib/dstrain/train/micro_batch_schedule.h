@@ -62,6 +62,9 @@ struct ScheduleResult {
   double loss = 0;        // this rank's part of the step's loss (summed over ranks: the step's loss)
   double token_loss = 0;  // the summed (per_sample: weighted) loss over this rank's trained targets, before any division
   int64_t trained_targets = 0;
+  // Pipeline parallelism: this rank's compute in the schedule and the schedule's time
+  // (pipeline_run::StepTimes); zero without a pipeline.
+  double pipeline_compute_ms = 0, pipeline_schedule_ms = 0;
 };
 
 class MicroBatchSchedule {

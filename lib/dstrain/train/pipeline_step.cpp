@@ -1,6 +1,7 @@
 #include "dstrain/train/pipeline_step.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -31,11 +32,31 @@ model::GroupRange stage_groups(const config::Recipe& recipe, int stage) {
   return r;
 }
 
-model::HeldGroups pipeline_rank_groups(const config::Recipe& recipe, int pipeline_rank) {
+std::vector<int> pipeline_rank_stages(const config::Recipe& recipe, int pipeline_rank) {
   const int p = static_cast<int>(recipe.parallel.pipeline_parallel_size), stages = p * static_cast<int>(recipe.pipeline.virtual_stages);
+  std::vector<int> mine;
+  for (int s = pipeline_rank; s < stages; s += p) mine.push_back(s);
+  return mine;
+}
+
+model::HeldGroups pipeline_rank_groups(const config::Recipe& recipe, int pipeline_rank) {
   model::HeldGroups held;
-  for (int s = pipeline_rank; s < stages; s += p) held.push_back(stage_groups(recipe, s));
+  for (int s : pipeline_rank_stages(recipe, pipeline_rank)) held.push_back(stage_groups(recipe, s));
   return held;
+}
+
+std::string describe_stage(const config::Recipe& recipe, int stage) {
+  const model::GroupRange g = stage_groups(recipe, stage);
+  const int layers = static_cast<int>(recipe.model.num_layers);
+  std::vector<std::string> parts;
+  if (g.first == 0) parts.push_back("the embedding");
+  const int first_layer = std::max(g.first, 1) - 1, last_layer = std::min(g.last, layers) - 1;
+  if (first_layer == last_layer) parts.push_back(fmt::format("layer {}", first_layer));
+  if (first_layer < last_layer) parts.push_back(fmt::format("layers {}-{}", first_layer, last_layer));
+  if (g.last == layers + 1) parts.push_back("the final norm and head");
+  std::string text;
+  for (size_t i = 0; i < parts.size(); ++i) text += (i == 0 ? "" : ", ") + parts[i];
+  return fmt::format("stage {} ({})", stage, text);
 }
 
 namespace {
@@ -52,6 +73,7 @@ struct StepInputs {
   at::Tensor token_sum;
   int64_t trained_targets = 0;
   double forward_ms = 0;
+  bool evaluating = false;  // forwards only: the cross-entropy sums, no loss terms, no observers
 };
 
 class ModelStage final : public pipeline_run::StageModule {
@@ -71,7 +93,7 @@ class ModelStage final : public pipeline_run::StageModule {
     const data::Batch& batch = step_.device.at(static_cast<size_t>(mb));
     const model::CausalLM::Hidden h = model_.run_groups(groups_.first, groups_.last, input, model::input_of(batch));
     const double share = static_cast<double>(loss_units(step_.host[static_cast<size_t>(mb)], normalization_)) / step_.global;
-    const at::Tensor aux = h.aux.defined() ? h.aux * share : at::Tensor();
+    const at::Tensor aux = h.aux.defined() && !step_.evaluating ? h.aux * share : at::Tensor();
     pipeline_run::StageOutput out;
     if (groups_.last != model_.final_group()) {
       out.output = h.hidden;
@@ -80,15 +102,18 @@ class ModelStage final : public pipeline_run::StageModule {
       return out;
     }
     const model::LossParts parts = loss_.of_hidden(model_, h, batch);
+    if (step_.evaluating) {
+      add_token_sums(parts);
+      out.output = parts.sum.detach();
+      return out;
+    }
     at::Tensor loss = normalization_ == config::LossNormalization::kMicroBatchMean
                           ? parts.sum / (static_cast<double>(std::max<int64_t>(parts.count, 1)) * step_.global)
                           : parts.sum / step_.global;
     if (aux.defined()) loss = loss + aux;
     for (MicroBatchObserver* o : observers_) loss = o->on_loss(static_cast<size_t>(mb), loss);
     step_.loss += loss.item<double>();
-    const at::Tensor summed = parts.sum.detach().to(at::kDouble);
-    step_.token_sum = step_.token_sum.defined() ? step_.token_sum + summed : summed;
-    step_.trained_targets += parts.count;
+    add_token_sums(parts);
     out.output = step_.loss_scale == 1.0 ? loss : loss * step_.loss_scale;
     step_.forward_ms += ms_since(t0);
     return out;
@@ -97,6 +122,12 @@ class ModelStage final : public pipeline_run::StageModule {
   std::vector<at::Tensor> parameters() const override { return params_; }
 
  private:
+  void add_token_sums(const model::LossParts& parts) {
+    const at::Tensor summed = parts.sum.detach().to(at::kDouble);
+    step_.token_sum = step_.token_sum.defined() ? step_.token_sum + summed : summed;
+    step_.trained_targets += parts.count;
+  }
+
   const model::CausalLM& model_;
   const model::Loss& loss_;
   config::LossNormalization normalization_;
@@ -116,17 +147,19 @@ struct PipelineStep::Impl {
   c10::Device device;
   std::vector<MicroBatchObserver*> observers;
   StepInputs step;
-  std::map<int, std::unique_ptr<ModelStage>> stages;                // this rank's, by stage index
-  std::map<int64_t, std::unique_ptr<pipeline_run::Executor>> runs;  // by micro-batches per step
+  std::map<int, std::unique_ptr<ModelStage>> stages;                    // this rank's, by stage index
+  std::map<int64_t, std::unique_ptr<pipeline_run::Executor>> runs;      // by micro-batches per step
+  std::map<int64_t, std::unique_ptr<pipeline_run::Executor>> forwards;  // forwards only, by micro-batches
 
   Impl(const config::Recipe& r, const model::CausalLM& m, zero::Engine& e, comm::Communicator& g, const c10::Device& d)
       : recipe(r), model(m), engine(e), group(g), device(d) {}
 
-  pipeline_run::Executor& executor(int64_t micro_batches) {
-    auto& slot = runs[micro_batches];
+  pipeline_run::Executor& executor(int64_t micro_batches, bool forwards_only = false) {
+    auto& slot = (forwards_only ? forwards : runs)[micro_batches];
     if (slot) return *slot;
-    const int p = group.world_size(), v = static_cast<int>(recipe.pipeline.virtual_stages);
-    pipeline::Schedule schedule = pipeline::build_schedule(recipe.pipeline.schedule, p, v, static_cast<int>(micro_batches));
+    const int p = group.world_size(), v = static_cast<int>(recipe.pipeline.virtual_stages), m = static_cast<int>(micro_batches);
+    pipeline::Schedule schedule =
+        forwards_only ? pipeline::forward_only_schedule(p, v, m) : pipeline::build_schedule(recipe.pipeline.schedule, p, v, m);
     std::map<int, pipeline_run::StageModule*> mine;
     for (auto& [s, stage] : stages) mine[s] = stage.get();
     pipeline_run::Activation activation;
@@ -148,7 +181,7 @@ PipelineStep::PipelineStep(const config::Recipe& recipe, const model::CausalLM& 
   if (pipeline_group.world_size() != p)
     throw Error(ErrorCode::kInternal,
                 fmt::format("a pipeline group of {} ranks for parallel.pipeline_parallel_size {}", pipeline_group.world_size(), p));
-  for (int s = r; s < p * static_cast<int>(recipe.pipeline.virtual_stages); s += p)
+  for (int s : pipeline_rank_stages(recipe, r))
     impl_->stages[s] =
         std::make_unique<ModelStage>(model, loss, recipe.train.loss_normalization, stage_groups(recipe, s), impl_->observers, impl_->step);
 }
@@ -170,7 +203,8 @@ ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_
   // One reduction state for the whole step: stage 3 gathers the parameters here, and every
   // stage reduces its gradients once the schedule's last backward has run.
   const zero::MicroBatch reduction = m.engine.begin_micro(/*last=*/true);
-  m.executor(static_cast<int64_t>(batches.size())).run_step();
+  pipeline_run::Executor& executor = m.executor(static_cast<int64_t>(batches.size()));
+  executor.run_step();
   progress::enter(progress::Phase::kBackward);
   m.engine.end_micro(reduction);
   for (MicroBatchObserver* o : m.observers) o->after_backward(0);
@@ -181,6 +215,24 @@ ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_
   for (MicroBatchObserver* o : m.observers) o->timed(0, timing);
   ScheduleResult out;
   out.loss = step.loss;
+  if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
+  out.trained_targets = step.trained_targets;
+  out.pipeline_compute_ms = executor.times().compute_ms, out.pipeline_schedule_ms = executor.times().schedule_ms;
+  return out;
+}
+
+ScheduleResult PipelineStep::forward_only(const std::vector<data::Batch>& batches) {
+  Impl& m = *impl_;
+  c10::NoGradGuard no_grad;
+  StepInputs& step = m.step;
+  step = StepInputs{};
+  step.evaluating = true;
+  step.host = batches;
+  for (const data::Batch& b : batches) step.device.push_back(b.to(m.device));
+  m.engine.gather_for_forward();
+  m.executor(static_cast<int64_t>(batches.size()), /*forwards_only=*/true).run_step();
+  m.engine.release_after_forward();
+  ScheduleResult out;
   if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
   out.trained_targets = step.trained_targets;
   return out;

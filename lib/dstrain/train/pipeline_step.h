@@ -13,6 +13,7 @@
 // weighted by the micro-batch's share of them (a middle stage's go back as a side loss), all
 // times the engine's loss scale.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dstrain/model/causal_lm.h"
@@ -29,8 +30,11 @@ namespace dstrain::train {
 
 // The layer groups of stage s of the recipe's p x v, as LayerGate numbers them.
 model::GroupRange stage_groups(const config::Recipe& recipe, int stage);
-// The groups pipeline rank r holds: stages r, r + p, ...
+// The stages pipeline rank r holds: r, r + p, ...; their layer groups.
+std::vector<int> pipeline_rank_stages(const config::Recipe& recipe, int pipeline_rank);
 model::HeldGroups pipeline_rank_groups(const config::Recipe& recipe, int pipeline_rank);
+// "stage 1 (layers 2-3, the final norm and head)", for the start-up log.
+std::string describe_stage(const config::Recipe& recipe, int stage);
 
 class PipelineStep {
  public:
@@ -43,6 +47,10 @@ class PipelineStep {
   // One step: this data-parallel rank's micro-batches through every stage. loss: this rank's
   // part of the step's loss (its stages' terms; summed over every rank: the step's loss).
   ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_units);
+  // Forwards only, without gradients (evaluation): token_loss and trained_targets of the
+  // micro-batches on the ranks of the last stage, zero elsewhere. No observer sees them.
+  // Collective over the pipeline (and, at ZeRO-3, the stage's data-parallel group).
+  ScheduleResult forward_only(const std::vector<data::Batch>& batches);
 
  private:
   struct Impl;

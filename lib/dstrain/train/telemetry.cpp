@@ -194,6 +194,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
     m.expert_imbalance = (std::get<0>(load.max(1)) / mean).max().item<double>();  // the worst layer
   }
   m.all_to_all_ms = o.all_to_all_ms;
+  m.pipeline_bubble = o.pipeline_bubble;
   if (recipe_.logging.wall_clock_breakdown) {
     m.forward_ms = forward_ms_;
     m.backward_ms = backward_ms_;
@@ -214,10 +215,11 @@ void Telemetry::finish_step(const StepOutcome& o) {
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
-    log::info(fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%",
+    log::info(fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%{}",
                           o.step, total, std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss, o.lr, o.grad_norm,
                           recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
-                          m.tokens_per_s, o.step_ms, 100.0 * m.mfu));
+                          m.tokens_per_s, o.step_ms, 100.0 * m.mfu,
+                          std::isnan(o.pipeline_bubble) ? "" : fmt::format(" | bubble {:.0f}%", 100.0 * o.pipeline_bubble)));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     std::printf("%s\n", run::encode_line({o.step, first_step_, total, o.loss, m.tokens_per_s, elapsed}).c_str());

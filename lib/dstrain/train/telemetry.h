@@ -49,6 +49,8 @@ struct StepOutcome {
   double step_ms = 0, data_wait_ms = 0, comm_wait_ms = 0, reduce_ms = 0, gather_ms = 0, optimizer_ms = 0, checkpoint_ms = 0;
   at::Tensor expert_load;                                           // global, [layers, experts] (MoE), else undefined
   double all_to_all_ms = std::numeric_limits<double>::quiet_NaN();  // expert parallelism: blocked on token exchanges
+  // Pipeline parallelism: the schedule's time the ranks did not compute over the time they did (all ranks).
+  double pipeline_bubble = std::numeric_limits<double>::quiet_NaN();
   // On straggler steps: every rank's (compute ms, wait ms) per step, rank-major; else empty.
   std::vector<double> straggler_times;
 };

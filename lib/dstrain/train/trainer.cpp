@@ -195,6 +195,13 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                     config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
+  if (p.comm.pipeline && p.comm.engine().rank() == 0) {  // each pipeline rank's first data-parallel rank says what it holds
+    std::string stages;
+    for (int s : pipeline_rank_stages(p.recipe, p.comm.pipeline->rank()))
+      stages += (stages.empty() ? "" : "; ") + describe_stage(p.recipe, s);
+    log::info(fmt::format("pipeline rank {} of {}: {}; {:.3f}M parameters", p.comm.pipeline->rank(), p.comm.pipeline->world_size(), stages,
+                          static_cast<double>(p.model->num_parameters()) / 1e6));
+  }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
   p.loss = std::make_unique<model::Loss>(p.recipe.train.loss_chunk_tokens);
@@ -215,6 +222,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
       for (const EvalSet& set : sources.eval) log::info(set.describe());
     p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.comm.gloo,
                                               device.device, p.recipe.train.loss_chunk_tokens);
+    if (p.pipeline) p.evaluator->use_pipeline(*p.pipeline, p.comm.engine(), p.comm.pipeline->world_size());
     if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
   }
   plan_shutdown();
@@ -301,8 +309,9 @@ Trainer::StepEnd Trainer::step() {
   // targets by default): one small all-reduce, over the engine's communicator (NCCL on GPUs: a
   // tree, not a Gloo ring of N hops).
   const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
-  const double local_loss =
-      p.pipeline ? p.pipeline->run(batches, global_units).loss : p.micro_batches->run(batches, global_units, /*backward=*/true).loss;
+  const ScheduleResult ran =
+      p.pipeline ? p.pipeline->run(batches, global_units) : p.micro_batches->run(batches, global_units, /*backward=*/true);
+  const double local_loss = ran.loss;
   progress::enter(progress::Phase::kOptimizer);
   // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
   // the engine applies no update from it.
@@ -316,6 +325,7 @@ Trainer::StepEnd Trainer::step() {
   const size_t straggler_part = stragglers ? sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample()) : 0;
   const bool rebalance = p.balancer.rebalance_due(p.step + 1);
   const size_t rate_part = rebalance ? sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()}) : 0;
+  const size_t bubble_part = p.pipeline ? sums.add({ran.pipeline_compute_ms, ran.pipeline_schedule_ms}) : 0;
   const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
   const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
   const double optimizer_ms = ms_since(o0);
@@ -346,6 +356,10 @@ Trainer::StepEnd Trainer::step() {
   o.expert_load = result.expert_load;
   o.all_to_all_ms = p.model->take_all_to_all_wait_ms();
   if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
+  if (p.pipeline) {  // idle over compute, every rank's summed: the papers' measure, (p - 1) / m for 1F1B
+    const std::vector<double> times = sums.segment(result.sums, bubble_part);
+    if (times[0] > 0) o.pipeline_bubble = (times[1] - times[0]) / times[0];
+  }
   p.telemetry->finish_step(o);
   return end_step(all);
 }

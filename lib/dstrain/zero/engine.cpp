@@ -650,13 +650,23 @@ MicroBatch Engine::begin_micro(bool last) {
   auto micro = std::make_shared<MicroState>();
   micro->last = last;
   micro->flushed.assign(static_cast<size_t>(m.layout.num_groups()), false);
-  if (m.opt.step_boundary_comm && m.opt.stage == 3) {  // the step's parameters, all at once
-    for (int g = 0; g < m.layout.num_groups(); ++g) m.start_gather(g);
-    for (int g = 0; g < m.layout.num_groups(); ++g) m.finish_gather(g);
-  }
+  gather_for_forward();  // step_boundary_comm at stage 3: the step's parameters, all at once
   m.current = micro;
   m.undrained.push_back(micro);
   return micro;
+}
+
+void Engine::gather_for_forward() {
+  Impl& m = *impl_;
+  if (!m.opt.step_boundary_comm || m.opt.stage != 3) return;
+  for (int g = 0; g < m.layout.num_groups(); ++g) m.start_gather(g);
+  for (int g = 0; g < m.layout.num_groups(); ++g) m.finish_gather(g);
+}
+
+void Engine::release_after_forward() {
+  Impl& m = *impl_;
+  if (!m.opt.step_boundary_comm || m.opt.stage != 3) return;
+  for (int g = 0; g < m.layout.num_groups(); ++g) m.release(g);
 }
 
 void Engine::end_micro(const MicroBatch& micro) {

@@ -145,6 +145,11 @@ class Engine final : public model::Stateful {
   // handle is the micro-batch's reduction state (the schedule passes it back to end_micro).
   MicroBatch begin_micro(bool last);
   void end_micro(const MicroBatch& micro);
+  // Forwards outside a step under step_boundary_comm (evaluation through a pipeline), whose layer
+  // gate gathers nothing: at stage 3 every parameter is gathered before and freed after
+  // (collective over the engine's ranks); otherwise nothing to do.
+  void gather_for_forward();
+  void release_after_forward();
   // Reduces what is left, sums `sums` over ranks, checks overflow, clips, updates and re-gathers.
   // `applied_step` is the 1-based count of applied updates including this one (bias correction).
   // beta1/beta2 >= 0 replace the configured ones for this step (schedules that cycle momentum).

@@ -17,8 +17,9 @@ using namespace dstrain;
 namespace {
 
 std::string beat(uint64_t n, int64_t step, progress::Phase phase, const std::string& op = "", uint64_t seq = 0, double phase_s = 0,
-                 const std::string& host = "h") {
+                 const std::string& host = "h", const progress::PipelinePlace& place = {}) {
   progress::Snapshot s;
+  s.pipeline = place;
   s.step = step;
   s.phase = phase;
   s.op = op;
@@ -99,6 +100,54 @@ TEST_CASE("a collective past its timeout blames the ranks that are not in it", "
   CHECK(v.stuck == std::vector<int>{2});
   CHECK(v.report.find("rank 2 (h) stuck in backward of step 12 for 70 s while others wait in all_reduce #88 (step 12)") !=
         std::string::npos);
+}
+
+TEST_CASE("a pipeline's place travels in the heartbeat and names the stage, micro-batch and direction", "[launch]") {
+  progress::PipelinePlace place;
+  place.stage = 2, place.micro_batch = 13, place.carries = progress::Carries::kActivations, place.from_stage = 1, place.to_stage = 2;
+  progress::Beat b;
+  REQUIRE(progress::decode(beat(3, 4, progress::Phase::kCollective, "recv", 9, 1, "h", place), b));
+  CHECK(b.where.pipeline == place);
+  CHECK(progress::describe(b.where) == "recv #9 (step 4): micro-batch 13's activations from stage 1 to stage 2");
+  place.carries = progress::Carries::kGradient, place.from_stage = 3;
+  b.where.pipeline = place;
+  CHECK(progress::describe(b.where) == "recv #9 (step 4): micro-batch 13's gradient from stage 3 to stage 2");
+  progress::PipelinePlace compute;
+  compute.stage = 5, compute.micro_batch = 0;
+  REQUIRE(progress::decode(beat(4, 4, progress::Phase::kBackward, "", 0, 1, "h", compute), b));
+  CHECK(progress::describe(b.where) == "backward of step 4 (stage 5, micro-batch 0)");
+  REQUIRE(progress::decode(beat(5, 4, progress::Phase::kBackward), b));  // no place: none decoded
+  CHECK(b.where.pipeline.stage == -1);
+  CHECK_FALSE(progress::decode(beat(5, 4, progress::Phase::kBackward) + " q1,2,3", b));
+  CHECK_FALSE(progress::decode(beat(5, 4, progress::Phase::kBackward) + " p1,2,7,0,1", b));  // no such carries
+
+  // This process's place, as the executor sets it.
+  progress::set_step(4);
+  progress::enter(progress::Phase::kForward);
+  progress::set_pipeline_place(compute);
+  CHECK(progress::describe(progress::snapshot()) == "forward of step 4 (stage 5, micro-batch 0)");
+  progress::set_pipeline_place({});
+  CHECK(progress::describe(progress::snapshot()) == "forward of step 4");
+}
+
+TEST_CASE("a pipeline hang blames the stalled stage, not the neighbours waiting in their receives", "[launch]") {
+  launch::HangWatch w(4, 10, 20);
+  auto waiting = [](int stage, int from, progress::Carries carries) {
+    progress::PipelinePlace p;
+    p.stage = stage, p.micro_batch = 0, p.carries = carries, p.from_stage = from, p.to_stage = stage;
+    return p;
+  };
+  for (int t = 0; t <= 25; t += 5) {
+    w.observe(0, beat(10 + t, 4, progress::Phase::kCollective, "recv", 31, t, "h", waiting(0, 1, progress::Carries::kGradient)), t);
+    w.observe(1, beat(10 + t, 4, progress::Phase::kCollective, "recv", 17, t, "h", waiting(1, 2, progress::Carries::kGradient)), t);
+    w.observe(2, beat(10 + t, 4, progress::Phase::kData, "", 0, t), t);  // alive, never sends
+    w.observe(3, beat(10 + t, 4, progress::Phase::kCollective, "recv", 12, t, "h", waiting(3, 2, progress::Carries::kActivations)), t);
+  }
+  const auto v = w.check(25);
+  REQUIRE(v.hung);
+  CHECK(v.stuck == std::vector<int>{2});
+  CHECK(v.report.find("rank 2 (h) stuck in data of step 4") != std::string::npos);
+  CHECK(v.report.find("rank 3: recv #12 (step 4): micro-batch 0's activations from stage 2 to stage 3") != std::string::npos);
 }
 
 TEST_CASE("every rank in the same collective past its timeout blames the network", "[launch]") {

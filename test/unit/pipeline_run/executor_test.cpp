@@ -4,11 +4,13 @@
 // micro-batches' gradients add up). Zero-bubble's weight-gradient pass runs apart from the input
 // gradient's. Middle stages add a side loss (an MoE balance loss's place) that backward starts from too.
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <mutex>
 
 #include "catch_torch.h"
 #include "dstrain/comm/thread_communicator.h"
+#include "dstrain/core/error.h"
 #include "dstrain/pipeline_run/executor.h"
 
 using namespace dstrain;
@@ -43,14 +45,21 @@ class ToyStage : public pipeline_run::StageModule {
   pipeline_run::StageOutput forward(int mb, const at::Tensor& input) override {
     const at::Tensor out = toy_.stage(s_, s_ == 0 ? toy_.inputs[mb] : input, w_, b_);
     if (s_ == toy_.stages - 1) return {toy_.loss(mb, out), {}};
+    // Every earlier output of this stage has been sent by now (a send follows its forward): the
+    // executor holds none of them, and without a side loss (which saves its input) nothing does.
+    for (const auto& earlier : sent_) held_after_send += earlier.expired() ? 0 : 1;
+    sent_.emplace_back(out.getIntrusivePtr());
     return {out, toy_.has_side(s_) ? toy_.side(s_, out) : at::Tensor()};
   }
   std::vector<at::Tensor> parameters() const override { return {w_, b_}; }
+  int stage() const { return s_; }
+  int held_after_send = 0;
 
  private:
   const Toy& toy_;
   int s_;
   at::Tensor w_, b_;
+  std::vector<c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>> sent_;
 };
 
 pipeline_run::Activation toy_activation() {
@@ -85,6 +94,18 @@ Reference chained(const Toy& toy) {
   return ref;
 }
 
+// A pipeline rank's stages of the toy: r, r + ranks, ...
+struct RankStages {
+  std::vector<std::unique_ptr<ToyStage>> owned;
+  std::map<int, pipeline_run::StageModule*> modules;
+  RankStages(const Toy& toy, int rank, int ranks) {
+    for (int s = rank; s < toy.stages; s += ranks) {
+      owned.push_back(std::make_unique<ToyStage>(toy, s));
+      modules[s] = owned.back().get();
+    }
+  }
+};
+
 void check_schedule(pipeline::ScheduleKind kind, int ranks, int v, int m) {
   const pipeline::Schedule schedule = pipeline::build_schedule(kind, ranks, v, m);
   const Toy toy(schedule.stages(), m);
@@ -93,14 +114,14 @@ void check_schedule(pipeline::ScheduleKind kind, int ranks, int v, int m) {
   std::vector<at::Tensor> grads(ref.grads.size());
   std::vector<double> losses;
   comm::run_on_threads(ranks, [&](comm::Communicator& group) {
-    std::vector<std::unique_ptr<ToyStage>> mine;
-    std::map<int, pipeline_run::StageModule*> stages;
-    for (int s = group.rank(); s < schedule.stages(); s += ranks) {
-      mine.push_back(std::make_unique<ToyStage>(toy, s));
-      stages[s] = mine.back().get();
-    }
+    const RankStages mine(toy, group.rank(), ranks);
+    const auto& stages = mine.modules;
     pipeline_run::Executor executor(schedule, group, stages, toy_activation());
     const std::vector<double> step_losses = executor.run_step();
+    for (const auto& stage : mine.owned)
+      if (!toy.has_side(stage->stage())) CHECK(stage->held_after_send == 0);
+    CHECK(executor.times().compute_ms > 0);
+    CHECK(executor.times().schedule_ms >= executor.times().compute_ms);
     std::lock_guard<std::mutex> lock(mutex);
     if (!step_losses.empty()) losses = step_losses;
     for (const auto& [s, stage] : stages) {
@@ -128,6 +149,28 @@ TEST_CASE("every schedule executed over send/recv matches the stages chained in 
     }
 }
 
+TEST_CASE("forwards only (evaluation) give the chained forwards' losses and keep nothing", "[pipeline_run]") {
+  for (int p = 2; p <= 4; ++p)
+    for (int v : {1, 2})
+      for (int m : {1, p, 2 * p + 1}) {
+        const pipeline::Schedule schedule = pipeline::forward_only_schedule(p, v, m);
+        const Toy toy(schedule.stages(), m);
+        const Reference ref = chained(toy);
+        std::vector<double> losses;
+        std::mutex mutex;
+        comm::run_on_threads(p, [&](comm::Communicator& group) {
+          c10::NoGradGuard no_grad;
+          const RankStages mine(toy, group.rank(), p);
+          pipeline_run::Executor executor(schedule, group, mine.modules, toy_activation());
+          const std::vector<double> step_losses = executor.run_step();  // throws if anything is left over
+          std::lock_guard<std::mutex> lock(mutex);
+          if (!step_losses.empty()) losses = step_losses;
+        });
+        INFO("forwards only P=" << p << " v=" << v << " m=" << m);
+        CHECK(losses == ref.losses);
+      }
+}
+
 TEST_CASE("a rank that runs a stage it does not hold names itself", "[pipeline_run]") {
   const pipeline::Schedule schedule = pipeline::build_schedule(pipeline::ScheduleKind::k1F1B, 2, 1, 2);
   const Toy toy(2, 2);
@@ -136,4 +179,37 @@ TEST_CASE("a rank that runs a stage it does not hold names itself", "[pipeline_r
     CHECK_THROWS_WITH(pipeline_run::Executor(schedule, group, {{0, &first}}, toy_activation()),
                       Catch::Contains("a schedule for 2 pipeline ranks run by a group of 1"));
   });
+}
+
+TEST_CASE("an error in a stage names the stage, the pass and the micro-batch", "[pipeline_run]") {
+  class Failing : public ToyStage {
+   public:
+    using ToyStage::ToyStage;
+    pipeline_run::StageOutput forward(int mb, const at::Tensor& input) override {
+      if (mb == 1) throw Error(ErrorCode::kData, "row 7 has no tokens", "check the data");
+      return ToyStage::forward(mb, input);
+    }
+  };
+  const pipeline::Schedule schedule = pipeline::build_schedule(pipeline::ScheduleKind::k1F1B, 2, 1, 2);
+  const Toy toy(2, 2);
+  auto run = [&] {
+    comm::run_on_threads(2, [&](comm::Communicator& group) {
+      ToyStage first(toy, 0);
+      Failing second(toy, 1);
+      std::map<int, pipeline_run::StageModule*> stages;
+      if (group.rank() == 0)
+        stages[0] = &first;
+      else
+        stages[1] = &second;
+      pipeline_run::Executor(schedule, group, stages, toy_activation()).run_step();
+    });
+  };
+  try {
+    run();
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kData);
+    CHECK(std::string(e.what()) == "pipeline stage 1, forward of micro-batch 1: row 7 has no tokens");
+    CHECK(e.hint() == "check the data");
+  }
 }
