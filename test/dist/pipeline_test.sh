@@ -4,23 +4,12 @@
 # on the same global batch within 1e-6 (fp32): P = 2 and 4 with 1F1B, P = 2 with v = 2
 # (interleaved), zero-bubble H1, GPipe and an MoE model with balance losses on both stages; with
 # data parallelism (DP 2 x PP 2 at ZeRO 1, 2 and 3, the MoE model at PP 2 x EP 2) those of the
-# same data-parallel run without a pipeline; full recompute per stage changes nothing; validation
-# runs through the stages and gives the losses of the run without a pipeline. Checkpoints
+# same data-parallel run without a pipeline; full recompute per stage changes nothing. Checkpoints
 # keep global names: a run saved at P = 4 continues at P = 2, then in one process, within 1e-6 of
 # the uninterrupted run, and a same-P resume is bit-identical; inspect-ckpt and export-hf read a
-# pipeline run's checkpoint. Faults: a middle stage's worker killed with SIGKILL restarts the job,
-# which completes bit-identically; a stage that stalls is named by the hang report, with the
-# neighbours' receives (stage, micro-batch, direction) it holds up.
+# pipeline run's checkpoint. Validation, memory and faults: pipeline_ops_test.sh.
 source "$(dirname "$0")/../lib.sh"
-cmp="$SRC/test/dist/compare_metrics.py"
-common=(--set train.steps=50 --set train.global_batch_size=16 --set train.micro_batch_size=2 --set model.num_layers=4
-        --set launch.threads_per_worker=1 --set checkpoint.interval_steps=0 --set checkpoint.keep_last=0
-        --set zero.stage3_param_persistence_threshold=0)
-
-run() {  # run NAME NPROC [--set ...]
-  local name=$1 n=$2; shift 2
-  expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node "$n" --set run_dir="$name" "$@"
-}
+source "$(dirname "$0")/pipeline_lib.sh"
 same() {  # same REFERENCE NAME WHAT
   python3 "$cmp" "$1/metrics.jsonl" "$2/metrics.jsonl" --rtol 1e-6 --grad-norm || fail "$3 differs from one process"
 }
@@ -104,47 +93,4 @@ assert len(names) == 3 + 4 * 9, len(names)
 PY
 ok "a checkpoint saved at P = 4 continues at P = 2 and then in one process within 1e-6, the same P bit-identically; inspect-ckpt and export-hf read it"
 
-# --- validation through the stages: the losses of the same run without a pipeline ------------
-head -c 200000 "$SRC/recipes/data/demo_corpus.txt" > val.txt
-ev=(--set train.steps=20 --set "eval.paths=[$WORK/val.txt]" --set eval.interval_steps=10 --set eval.max_batches=13)
-run ev1 1 "${ev[@]}"
-run evp2 2 "${ev[@]}" --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=interleaved_1f1b --set pipeline.virtual_stages=2
-run evdp2 2 "${ev[@]}" --set zero.stage=1
-run evdp2pp2 4 "${ev[@]}" --set parallel.pipeline_parallel_size=2 --set zero.stage=3
-python3 - ev1 evp2 evdp2 evdp2pp2 <<'PY' || fail "validation through the stages differs"
-import json, sys
-def evals(run):
-    return [(r["step"], r["val_loss"], r["val_tokens"]) for r in map(json.loads, open(f"{run}/metrics.jsonl")) if "eval" in r]
-for ref, pp in ((sys.argv[1], sys.argv[2]), (sys.argv[3], sys.argv[4])):
-    a, b = evals(ref), evals(pp)
-    assert len(a) == 2 and [x[0] for x in a] == [x[0] for x in b] and [x[2] for x in a] == [x[2] for x in b], (a, b)
-    assert all(abs(x[1] - y[1]) <= 1e-9 * abs(x[1]) for x, y in zip(a, b)), (ref, a, pp, b)
-PY
-ok "validation through the stages (v = 2; DP 2 x PP 2 at ZeRO-3) gives the losses of the same run without a pipeline"
-
-# --- faults: SIGKILL of a middle stage; a stalled stage named ---------------------------------
-allow_worker_signals
-faults=(--set train.steps=30 --set parallel.pipeline_parallel_size=4 --set zero.stage=1 --set checkpoint.interval_steps=5
-        --set checkpoint.keep_last=2)
-run whole4 4 "${faults[@]}"
-"$DSTRAIN" train "$demo_recipe" "${common[@]}" "${faults[@]}" --nproc-per-node 4 --max-restarts 1 --set run_dir=killed > killed.log 2>&1 &
-launcher=$!
-for _ in $(seq 1 600); do [ "$(wc -l 2>/dev/null < killed/metrics.jsonl || echo 0)" -ge 12 ] && break; sleep 0.05; done
-victim=$(pgrep -P $launcher -f worker | sed -n 3p)  # rank 2: stage 2 of 4
-[ "$(tr '\0' '\n' < /proc/$victim/environ | grep '^RANK=')" = "RANK=2" ] || fail "could not find rank 2's process"
-kill -9 "$victim"
-set +e; wait $launcher; status=$?; set -e
-[ $status -eq 0 ] || fail "the pipeline run did not complete after its middle stage was killed (exit $status): $(tail -5 killed.log)"
-grep -q "restart 1 of 1" killed.log || fail "no restart was announced: $(tail -5 killed.log)"
-python3 "$cmp" whole4/metrics.jsonl killed/metrics.jsonl --exact || fail "the restarted pipeline run's losses differ"
-same_checkpoint_data whole4/ckpt/step_00000030 killed/ckpt/step_00000030 || fail "the restarted pipeline run's final weights differ"
-ok "SIGKILL of stage 2 of 4 at step 12: restarted from the checkpoint, bit-identical losses and final weights"
-
-DSTRAIN_TEST_FAULTS=stall=2:4:60 expect_status 6 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${faults[@]}" --nproc-per-node 4 \
-  --set launch.collective_timeout_s=3 --set run_dir=stalled
-expect_out "hang: rank 2 ("
-expect_out "while others wait in recv #"
-expect_out "'s gradient from stage 2 to stage 1"
-expect_out "'s activations from stage 2 to stage 3"
-ok "a stalled middle stage is named; its neighbours' receives say which micro-batch, what and between which stages"
 finish

@@ -199,8 +199,10 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     std::string stages;
     for (int s : pipeline_rank_stages(p.recipe, p.comm.pipeline->rank()))
       stages += (stages.empty() ? "" : "; ") + describe_stage(p.recipe, s);
-    log::info(fmt::format("pipeline rank {} of {}: {}; {:.3f}M parameters", p.comm.pipeline->rank(), p.comm.pipeline->world_size(), stages,
-                          static_cast<double>(p.model->num_parameters()) / 1e6));
+    const zero::MemoryReport m = p.engine->memory();  // next to --dry-run's plan of the pipeline rank's states
+    const double states = static_cast<double>(m.params + m.host_params + m.grads + m.master + m.optimizer);
+    log::info(fmt::format("pipeline rank {} of {}: {}; {:.3f}M parameters, model states {:.1f} MiB per rank", p.comm.pipeline->rank(),
+                          p.comm.pipeline->world_size(), stages, static_cast<double>(p.model->num_parameters()) / 1e6, states / 1048576.0));
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
