@@ -79,7 +79,7 @@ else
 fi
 
 expect_status 2 "$DSTRAIN" export-hf nowhere out
-expect_out "'nowhere' is not a dstrain run directory"
+expect_out "'nowhere' is neither a dstrain run directory (no config.resolved.json) nor a Hugging Face folder"
 touch afile
 expect_status 2 "$DSTRAIN" export-hf run afile
 expect_out "'afile' exists and is not a directory"

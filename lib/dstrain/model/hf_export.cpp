@@ -36,7 +36,8 @@ std::vector<int64_t> rope_row_starts(const config::ModelConfig& c, const std::st
   return starts;
 }
 
-// interleaved (x0 x1 x2 x3 ...) -> half-split (x0 x2 ... | x1 x3 ...), or back.
+}  // namespace
+
 at::Tensor permute_rope_rows(const config::ModelConfig& c, const std::string& name, const at::Tensor& w, bool to_interleaved) {
   const auto starts = rope_row_starts(c, name);
   if (starts.empty()) return w;
@@ -53,6 +54,8 @@ at::Tensor permute_rope_rows(const config::ModelConfig& c, const std::string& na
     }
   return w.index_select(0, at::tensor(order, at::kLong));
 }
+
+namespace {
 
 // rope_scaling as transformers 4 and 5 both read it (next to the top-level rope_theta).
 nlohmann::json rope_scaling_json(const config::ModelConfig& c) {
@@ -123,24 +126,99 @@ at::ScalarType scalar_type_of(const std::string& dtype) {
   if (dtype == "BF16") return at::kBFloat16;
   if (dtype == "F16") return at::kHalf;
   if (dtype == "F32") return at::kFloat;
-  throw Error(ErrorCode::kUsage, fmt::format("export dtype '{}' is not F32, BF16 or F16", dtype), "use --dtype fp32, bf16 or fp16");
+  if (dtype == "F8_E4M3") return at::kFloat8_e4m3fn;
+  if (dtype == "F8_E5M2") return at::kFloat8_e5m2;
+  throw Error(ErrorCode::kUsage, fmt::format("export dtype '{}' is not F32, BF16, F16 or F8_E4M3", dtype),
+              "use --dtype fp32, bf16, fp16 or fp8");
 }
 
-const char* torch_dtype_name(const std::string& dtype) { return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32"; }
+bool is_fp8(const std::string& dtype) { return dtype.rfind("F8_", 0) == 0; }
 
-// Tensors into shards of at most `max` bytes, in model order (a larger tensor gets its own).
-std::vector<std::vector<TensorShape>> plan_shards(const std::vector<TensorShape>& tensors, uint64_t element_bytes, uint64_t max) {
-  std::vector<std::vector<TensorShape>> shards(1);
+// An FP8 export's other tensors are bfloat16, as DeepSeek's release keeps them.
+const char* torch_dtype_name(const std::string& dtype) {
+  return dtype == "BF16" || is_fp8(dtype) ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
+}
+
+// What one model tensor becomes in the files: itself in the export's dtype, or in an FP8 export
+// an FP8 weight and its block scales (F32), or a tensor DeepSeek keeps wider (BF16, the router's
+// selection bias F32).
+struct Stored {
+  const TensorShape* tensor;
+  std::vector<io::SafetensorsWriter::Entry> entries;
+  uint64_t bytes() const {
+    uint64_t n = 0;
+    for (const auto& e : entries) n += e.nbytes();
+    return n;
+  }
+};
+
+Stored stored_form(const TensorShape& t, const HfExportOptions& o) {
+  if (!is_fp8(o.dtype)) return {&t, {{t.name, o.dtype, t.shape}}};
+  if (stored_as_fp8(t.name, t.shape)) return {&t, {{t.name, o.dtype, t.shape}, {scale_name_of(t.name), "F32", scale_grid(t.shape, o.fp8)}}};
+  const bool bias = t.name.size() > 23 && t.name.compare(t.name.size() - 23, 23, "e_score_correction_bias") == 0;
+  return {&t, {{t.name, bias ? "F32" : "BF16", t.shape}}};
+}
+
+// Tensors into shards of at most `max` bytes, in model order (a larger tensor gets its own; a
+// weight and its scales share one).
+std::vector<std::vector<Stored>> plan_shards(const std::vector<TensorShape>& tensors, const HfExportOptions& o) {
+  std::vector<std::vector<Stored>> shards(1);
   uint64_t used = 0;
   for (const auto& t : tensors) {
-    uint64_t bytes = element_bytes;
-    for (int64_t d : t.shape) bytes *= static_cast<uint64_t>(d);
-    if (!shards.back().empty() && used + bytes > max) shards.emplace_back(), used = 0;
-    shards.back().push_back(t);
-    used += bytes;
+    Stored s = stored_form(t, o);
+    if (!shards.back().empty() && used + s.bytes() > o.max_shard_bytes) shards.emplace_back(), used = 0;
+    used += s.bytes();
+    shards.back().push_back(std::move(s));
   }
   return shards;
 }
+
+// config.json and generation_config.json: the model, the dtype, the special ids, and for an FP8
+// export its quantization_config.
+void write_configs(const config::ModelConfig& c, const HfExportOptions& o, const std::string& out_dir) {
+  nlohmann::json cfg = hf_config_json(c);
+  cfg["torch_dtype"] = torch_dtype_name(o.dtype);
+  if (is_fp8(o.dtype)) cfg["quantization_config"] = nlohmann::json::parse(fp8_format_json(o.fp8));
+  nlohmann::json generation = {{"_from_model_config", true}};
+  for (const auto& [key, id] : {std::pair{"bos_token_id", o.bos_token_id}, std::pair{"eos_token_id", o.eos_token_id}})
+    if (id) cfg[key] = *id, generation[key] = *id;
+  if (o.end_of_turn_id && o.end_of_turn_id != o.eos_token_id)
+    generation["eos_token_id"] = o.eos_token_id ? nlohmann::json{*o.eos_token_id, *o.end_of_turn_id} : nlohmann::json(*o.end_of_turn_id);
+  write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
+  write_file_atomic(out_dir + "/generation_config.json", generation.dump(2) + "\n");
+}
+
+// Writes one shard, a tensor at a time in the writer's order. An FP8 weight is read and
+// quantized twice (for its scales, which come first, and for itself) rather than held.
+uint64_t write_shard(const config::ModelConfig& c, const std::vector<Stored>& shard, const TensorReader& read, const HfExportOptions& o,
+                     const std::string& path) {
+  std::vector<io::SafetensorsWriter::Entry> entries;
+  std::map<std::string, const TensorShape*> source;
+  for (const auto& s : shard)
+    for (const auto& e : s.entries) entries.push_back(e), source[e.name] = s.tensor;
+  io::SafetensorsWriter writer(path, entries, {{"format", "pt"}});
+  uint64_t total = 0;
+  for (const auto& e : writer.order()) {
+    const TensorShape& t = *source.at(e.name);
+    const at::Tensor hf = permute_rope_rows(c, t.name, read(t), true);
+    at::Tensor stored;
+    if (is_fp8(o.dtype) && stored_as_fp8(t.name, t.shape)) {
+      const Fp8Weight q = quantize_fp8(hf, o.fp8);
+      stored = e.name == t.name ? q.weight : q.scale_inv;
+    } else {
+      stored = hf.to(scalar_type_of(e.dtype));
+    }
+    stored = stored.contiguous();
+    writer.write(e.name, stored.data_ptr(), static_cast<uint64_t>(stored.nbytes()));
+    total += static_cast<uint64_t>(stored.nbytes());
+  }
+  writer.finish();
+  return total;
+}
+
+}  // namespace
+
+namespace {
 
 // Weight files of an earlier export into the same directory that this one does not write.
 void remove_stale_weights(const std::string& out_dir, const std::vector<std::string>& written) {
@@ -176,19 +254,12 @@ uint64_t parse_byte_size(const std::string& text) {
 
 std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const std::vector<TensorShape>& tensors,
                                              const TensorReader& read, const HfExportOptions& o, const std::string& out_dir) {
-  const at::ScalarType type = scalar_type_of(o.dtype);
+  scalar_type_of(o.dtype);  // refused before anything is written
+  if (is_fp8(o.dtype) && o.dtype != (o.fp8.fmt == "e5m2" ? "F8_E5M2" : "F8_E4M3"))
+    throw Error(ErrorCode::kInternal, fmt::format("export dtype {} with FP8 format {}", o.dtype, o.fp8.fmt), "");
   fs::create_directories(out_dir);
-  nlohmann::json cfg = hf_config_json(c);
-  cfg["torch_dtype"] = torch_dtype_name(o.dtype);
-  nlohmann::json generation = {{"_from_model_config", true}};
-  for (const auto& [key, id] : {std::pair{"bos_token_id", o.bos_token_id}, std::pair{"eos_token_id", o.eos_token_id}})
-    if (id) cfg[key] = *id, generation[key] = *id;
-  if (o.end_of_turn_id && o.end_of_turn_id != o.eos_token_id)
-    generation["eos_token_id"] = o.eos_token_id ? nlohmann::json{*o.eos_token_id, *o.end_of_turn_id} : nlohmann::json(*o.end_of_turn_id);
-  write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");
-  write_file_atomic(out_dir + "/generation_config.json", generation.dump(2) + "\n");
-
-  const auto shards = plan_shards(tensors, static_cast<uint64_t>(at::elementSize(type)), o.max_shard_bytes);
+  write_configs(c, o, out_dir);
+  const auto shards = plan_shards(tensors, o);
   std::vector<std::string> files;
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total = 0;
@@ -196,17 +267,9 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
   for (size_t k = 0; k < shards.size(); ++k) {
     const std::string file =
         shards.size() == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
-    std::vector<io::SafetensorsWriter::Entry> entries;
-    for (const auto& t : shards[k]) entries.push_back({t.name, o.dtype, t.shape}), weight_map[t.name] = file;
-    io::SafetensorsWriter writer(out_dir + "/" + file, entries, {{"format", "pt"}});
-    std::map<std::string, const TensorShape*> by_name;
-    for (const auto& t : shards[k]) by_name[t.name] = &t;
-    for (const auto& e : writer.order()) {
-      const at::Tensor hf = permute_rope_rows(c, e.name, read(*by_name.at(e.name)), true).to(type).contiguous();
-      writer.write(e.name, hf.data_ptr(), static_cast<uint64_t>(hf.nbytes()));
-      total += static_cast<uint64_t>(hf.nbytes());
-    }
-    writer.finish();
+    for (const auto& s : shards[k])
+      for (const auto& e : s.entries) weight_map[e.name] = file;
+    total += write_shard(c, shards[k], read, o, out_dir + "/" + file);
     files.push_back(file);
   }
   if (shards.size() > 1) {
@@ -227,100 +290,6 @@ void export_hf(const config::ModelConfig& c, const NamedTensors& params, const N
     for (const auto& p : *group) tensors.push_back({p.name, p.tensor.sizes().vec()}), values[p.name] = p.tensor;
   export_hf_streaming(
       c, tensors, [&](const TensorShape& t) { return values.at(t.name).detach().to(at::kCPU, at::kFloat); }, {}, out_dir);
-}
-
-namespace {
-
-constexpr const char* kSizesHint =
-    "the model's sizes differ from the weights': drop the sizes from the recipe (model.init_from then takes the weights' own "
-    "config.json), or point model.hf_config at it";
-
-// Which file of an HF model directory holds which tensor ("" key: one model.safetensors holds all).
-std::map<std::string, std::string> weight_files(const std::string& dir) {
-  std::map<std::string, std::string> where;
-  const std::string index = dir + "/model.safetensors.index.json";
-  if (fs::exists(index)) {
-    try {
-      const auto j = nlohmann::json::parse(read_file(index));
-      for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it) where[it.key()] = dir + "/" + it->get<std::string>();
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: not a valid safetensors index: {}", index, e.what()), "re-download the model");
-    }
-  } else if (fs::exists(dir + "/model.safetensors")) {
-    where[""] = dir + "/model.safetensors";
-  } else {
-    throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json", dir),
-                "point model.init_from at a Hugging Face model directory");
-  }
-  return where;
-}
-
-const std::string* file_of(const std::map<std::string, std::string>& where, const std::string& name) {
-  auto it = where.find(name);
-  if (it == where.end()) it = where.find("");
-  return it == where.end() ? nullptr : &it->second;
-}
-
-}  // namespace
-
-std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors) {
-  const auto where = weight_files(dir);
-  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;  // headers only: the data stays mapped, unread
-  std::vector<std::string> problems;
-  for (const auto& t : tensors) {
-    const std::string* file = file_of(where, t.name);
-    if (!file) {
-      if (t.required) problems.push_back(fmt::format("{}: no tensor '{}' in the weight map", dir, t.name));
-      continue;
-    }
-    auto& reader = open[*file];
-    if (!reader) reader = std::make_unique<io::SafetensorsFile>(*file);
-    const io::TensorInfo* info = reader->find(t.name);
-    if (!info) {
-      if (t.required) problems.push_back(fmt::format("{}: no tensor '{}'", *file, t.name));
-    } else if (info->shape != t.shape) {
-      problems.push_back(fmt::format("{}: '{}' has shape [{}], the model needs [{}]", *file, t.name, fmt::join(info->shape, ", "),
-                                     fmt::join(t.shape, ", ")));
-    } else if (info->dtype != "F32" && info->dtype != "BF16" && info->dtype != "F16") {
-      problems.push_back(fmt::format("{}: '{}' has dtype {}, which dstrain does not load (F32, BF16, F16)", *file, t.name, info->dtype));
-    }
-  }
-  return problems;
-}
-
-void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors) {
-  const auto problems = hf_weight_problems(dir, tensors);
-  if (problems.empty()) return;
-  const size_t shown = std::min<size_t>(problems.size(), 8);
-  throw Error(ErrorCode::kCheckpoint,
-              fmt::format("model.init_from: {} of the model's {} tensors do not match the weights in {}:\n  {}{}", problems.size(),
-                          tensors.size(), dir, fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
-                          problems.size() > shown ? fmt::format("\n  ... and {} more", problems.size() - shown) : ""),
-              kSizesHint);
-}
-
-void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {
-  std::vector<NamedShape> shapes;
-  for (const auto& p : params) shapes.push_back({p.name, p.tensor.sizes().vec(), true});
-  for (const auto& b : buffers) shapes.push_back({b.name, b.tensor.sizes().vec(), false});
-  check_hf_weights(dir, shapes);  // every mismatch at once, before any copy
-  const auto where = weight_files(dir);
-  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open;
-  c10::NoGradGuard no_grad;
-  auto load = [&](const NamedTensor& p) {  // checked above: present (or an optional buffer), shape and dtype
-    const std::string* name = file_of(where, p.name);
-    if (!name) return;
-    auto& file = open[*name];
-    if (!file) file = std::make_unique<io::SafetensorsFile>(*name);
-    const io::TensorInfo* info = file->find(p.name);
-    if (!info) return;
-    static const std::map<std::string, at::ScalarType> kTypes = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
-    const auto type = kTypes.find(info->dtype);
-    const at::Tensor view = at::from_blob(const_cast<uint8_t*>(info->data), p.tensor.sizes(), at::TensorOptions().dtype(type->second));
-    p.tensor.copy_(permute_rope_rows(config, p.name, view, false));
-  };
-  for (const auto& p : params) load(p);
-  for (const auto& b : buffers) load(b);  // e_score_correction_bias: V3 checkpoints have it, V2 none
 }
 
 }  // namespace dstrain::model

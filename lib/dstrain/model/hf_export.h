@@ -4,21 +4,28 @@
 // the shard size, model-0000k-of-0000n.safetensors with model.safetensors.index.json, tensors
 // under their HF names (dstrain's own names). V2/V3 checkpoints store the RoPE dims of q and k_pe
 // as interleaved pairs; dstrain uses the half-split layout, so those rows are permuted on the way
-// in and out.
+// in and out. DeepSeek's block-scaled FP8 weights (hf_fp8.h) are dequantized on the way in, and
+// written on request.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dstrain/config/recipe.h"
+#include "dstrain/model/hf_fp8.h"
 #include "dstrain/model/named_tensor.h"
 
 namespace dstrain::model {
 
 struct HfExportOptions {
-  std::string dtype = "F32";                 // the weights' safetensors dtype: F32, BF16 or F16
+  // The weights' safetensors dtype: F32, BF16, F16, or F8_E4M3 for DeepSeek's FP8 format (the
+  // Linear weights of attention and MLPs in FP8 with block scales as `fp8` says, the rest BF16,
+  // the router's selection bias F32).
+  std::string dtype = "F32";
+  Fp8Format fp8;
   uint64_t max_shard_bytes = 5000000000ULL;  // Hugging Face's default shard size, 5GB
   std::optional<int64_t> bos_token_id, eos_token_id;
   // A fine-tuned model's end-of-turn token, when it is not the eos: generation_config.json's
@@ -44,15 +51,39 @@ uint64_t parse_byte_size(const std::string& text);
 // Writes out_dir/config.json and the weights (float32, one file up to 5GB), atomically each.
 void export_hf(const config::ModelConfig& config, const NamedTensors& params, const std::string& out_dir);
 
+// V2/V3's interleaved RoPE rows (to_interleaved) or dstrain's half-split ones; other tensors as they are.
+at::Tensor permute_rope_rows(const config::ModelConfig& config, const std::string& name, const at::Tensor& w, bool to_interleaved);
+
+// An HF directory's weights, one tensor at a time: read() gives a tensor whole in float32 and
+// dstrain's layout (F32, BF16, F16 widened; FP8 dequantized with its block scales, which may
+// live in another shard). The files stay mapped; nothing is read until asked for.
+class HfWeights {
+ public:
+  HfWeights(const std::string& dir, const config::ModelConfig& config);
+  ~HfWeights();
+  HfWeights(const HfWeights&) = delete;
+  HfWeights& operator=(const HfWeights&) = delete;
+  bool has(const std::string& name) const;
+  // Throws Error{kCheckpoint} naming the tensor when it is absent, or its scales are not finite.
+  at::Tensor read(const std::string& name) const;
+  // The folder's quantization_config (nullopt: none).
+  const std::optional<Fp8Format>& fp8() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Copies weights from an HF directory (model.safetensors, or shards listed in
 // model.safetensors.index.json) into `params` (and `buffers`, when the files hold them), by
-// name; F32, BF16 and F16 are converted. Throws Error{kCheckpoint} naming a missing tensor or a
+// name; F32, BF16 and F16 are converted, FP8 dequantized (HfWeights). Throws Error{kCheckpoint} naming a missing tensor or a
 // shape mismatch.
 void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params,
                      const NamedTensors& buffers = {});
 
 // What in an HF directory's weights does not fit `tensors` (model_tensor_shapes: missing tensors,
-// other shapes, dtypes dstrain cannot load), read from the safetensors headers alone; one
+// other shapes, dtypes dstrain cannot load, FP8 weights without fitting scales), read from the
+// safetensors headers alone; one
 // message each. check_hf_weights throws them as one Error{kCheckpoint} with what to change.
 std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors);
 void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors);

@@ -5,14 +5,17 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/describe.h"
+#include "dstrain/config/load_context.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/text/byte_level.h"
@@ -42,11 +45,25 @@ std::string checkpoint_of(const run::RunDir& run_dir, const config::Recipe& reci
   return *usable;
 }
 
-std::string safetensors_dtype(const std::string& dtype) {
-  if (dtype == "fp32") return "F32";
-  if (dtype == "bf16") return "BF16";
-  if (dtype == "fp16") return "F16";
-  throw Error(ErrorCode::kUsage, fmt::format("--dtype {} is not fp32, bf16 or fp16", dtype), "");
+model::HfExportOptions hf_options(const ExportOptions& options) {
+  model::HfExportOptions o;
+  static const std::map<std::string, std::string> kDtypes = {{"fp32", "F32"}, {"bf16", "BF16"}, {"fp16", "F16"}, {"fp8", "F8_E4M3"}};
+  const auto dtype = kDtypes.find(options.dtype);
+  if (dtype == kDtypes.end())
+    throw Error(ErrorCode::kUsage, fmt::format("--dtype {} is not fp32, bf16, fp16 or fp8", options.dtype), "pick one of the four");
+  o.dtype = dtype->second;
+  if (!options.scale_fmt.empty() && (options.dtype != "fp8" || options.scale_fmt != "ue8m0"))
+    throw Error(ErrorCode::kUsage, fmt::format("--scale-fmt {} with --dtype {}", options.scale_fmt, options.dtype),
+                "--scale-fmt ue8m0 (power-of-two block scales) goes with --dtype fp8");
+  o.fp8.ue8m0 = options.scale_fmt == "ue8m0";
+  o.max_shard_bytes = model::parse_byte_size(options.max_shard_size);
+  return o;
+}
+
+void check_out_dir(const std::string& out_dir) {
+  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' exists and is not a directory", out_dir),
+                "name a new or existing directory to write the model into");
 }
 
 // A tokenizer.json whose ids are the bytes (byte b is token b), with `eos` as the special token
@@ -133,6 +150,25 @@ std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const 
                      sidecar.tokenizer_sha256.substr(0, 12));
 }
 
+// A Hugging Face folder's bos and eos ids (config.json), where `t` has none yet.
+void read_special_ids(const std::string& from, Tokens& t) {
+  if (from.empty() || !fs::is_regular_file(from + "/config.json")) return;
+  const auto cfg = nlohmann::json::parse(read_file(from + "/config.json"), nullptr, false);
+  if (!cfg.is_object()) return;
+  if (!t.bos && cfg.contains("bos_token_id") && cfg["bos_token_id"].is_number_integer()) t.bos = cfg["bos_token_id"].get<int64_t>();
+  if (!t.eos && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) t.eos = cfg["eos_token_id"].get<int64_t>();
+}
+
+// A Hugging Face folder's tokenizer files into out_dir; false when it has none.
+bool copy_tokenizer_files(const std::string& from, const std::string& out_dir) {
+  bool copied = false;
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "tokenizer.model",
+                           "vocab.json", "merges.txt"})
+    if (!from.empty() && fs::is_regular_file(fs::path(from) / file))
+      fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing), copied = true;
+  return copied;
+}
+
 // The special ids and the tokenizer: the recipe's eos_token, prepare-data's byte vocabulary, or
 // the files of the model the run started from. A run on fine-tuning sets ships the tokenizer its
 // conversations were prepared with: prepare-data's copy carries the chat template that rendered
@@ -141,23 +177,12 @@ Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
   Tokens t;
   if (r.data.eos_token >= 0) t.eos = r.data.eos_token;
   const std::string from = r.model.init_from;
-  if (!from.empty() && fs::is_regular_file(from + "/config.json")) {
-    const auto cfg = nlohmann::json::parse(read_file(from + "/config.json"), nullptr, false);
-    if (cfg.is_object() && cfg.contains("bos_token_id") && cfg["bos_token_id"].is_number_integer())
-      t.bos = cfg["bos_token_id"].get<int64_t>();
-    if (!t.eos && cfg.is_object() && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer())
-      t.eos = cfg["eos_token_id"].get<int64_t>();
-  }
+  read_special_ids(from, t);
   const auto sidecar = dataset_sidecar(r);
   const bool dataset_tokenizer = sidecar && sidecar->tokenizer == "huggingface" && !sidecar->tokenizer_dir.empty();
   if (dataset_tokenizer && sidecar->lossmask_bytes >= 0)
     return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t) + " and the chat template it rendered with", t;
-  bool copied = false;
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja", "tokenizer.model",
-                           "vocab.json", "merges.txt"})
-    if (!from.empty() && fs::is_regular_file(fs::path(from) / file))
-      fs::copy_file(fs::path(from) / file, fs::path(out_dir) / file, fs::copy_options::overwrite_existing), copied = true;
-  if (copied) return t.tokenizer = "the files of " + from, t;
+  if (copy_tokenizer_files(from, out_dir)) return t.tokenizer = "the files of " + from, t;
   if (dataset_tokenizer) return t.tokenizer = copy_dataset_tokenizer(*sidecar, out_dir, r.data.seq_len, t), t;
   const bool byte_dataset = sidecar && sidecar->tokenizer == "bytes+eos";
   if (byte_dataset && !t.eos) t.eos = sidecar->eos >= 0 ? sidecar->eos : int64_t{256};
@@ -168,19 +193,81 @@ Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
   return t;
 }
 
+bool is_hf_folder(const std::string& dir) {
+  return fs::is_regular_file(dir + "/config.json") &&
+         (fs::is_regular_file(dir + "/model.safetensors") || fs::is_regular_file(dir + "/model.safetensors.index.json"));
+}
+
+// A Hugging Face folder into another dtype: FP8 dequantized, or quantized, one tensor at a time.
+ExportResult export_hf_folder(const std::string& from, const std::string& out_dir, const model::HfExportOptions& o) {
+  if (fs::exists(out_dir) && fs::equivalent(from, out_dir))
+    throw Error(ErrorCode::kUsage, fmt::format("'{}' is both the model to read and the directory to write", from),
+                "write the converted model into another directory");
+  const config::ModelConfig model = model_of_hf_folder(from);
+  const auto shapes = model::model_tensor_shapes(model);
+  model::check_hf_weights(from, shapes);
+  const model::HfWeights weights(from, model);
+  std::vector<model::TensorShape> tensors;
+  for (const auto& s : shapes)
+    if (s.required || weights.has(s.name)) tensors.push_back({s.name, s.shape});
+  ExportResult result;
+  result.checkpoint = "Hugging Face model " + from;
+  fs::create_directories(out_dir);
+  Tokens tokens;
+  read_special_ids(from, tokens);
+  if (copy_tokenizer_files(from, out_dir)) result.tokenizer = "the files of " + from;
+  model::HfExportOptions with_ids = o;
+  with_ids.bos_token_id = tokens.bos, with_ids.eos_token_id = tokens.eos;
+  result.files = model::export_hf_streaming(
+      model, tensors, [&](const model::TensorShape& t) { return weights.read(t.name); }, with_ids, out_dir);
+  return result;
+}
+
 }  // namespace
+
+// The recipe around the model is a placeholder: an export trains nothing.
+config::ModelConfig model_of_hf_folder(const std::string& dir) {
+  const std::vector<std::string> sets = {"model.init_from=" + dir,
+                                         "run_dir=" + (fs::temp_directory_path() / "dstrain-export").string(),
+                                         "data.path=" + (fs::temp_directory_path() / "dstrain-export" / "none").string(),
+                                         "data.format=megatron",
+                                         "data.seq_len=1",
+                                         "train.micro_batch_size=1",
+                                         "train.steps=1",
+                                         "schedule.warmup_steps=0",
+                                         "logging.steps_per_print=1"};
+  const std::string name = "dstrain export-hf " + dir;
+  config::LoadOptions options;
+  options.data_may_be_missing = true;
+  const config::Recipe recipe = config::load_recipe_with(
+      name, sets,
+      [&](const std::string& path) -> std::optional<std::string> {
+        if (path == name) return std::string();
+        if (!fs::is_regular_file(path)) return std::nullopt;
+        return read_file(path);
+      },
+      {}, options);
+  for (const auto& w : recipe.warnings)
+    if (w.find("training data:") == std::string::npos) log::warn(w);
+  return recipe.model;
+}
 
 ExportResult export_run_to_hf(const std::string& run_path, const std::string& out_dir, const ExportOptions& options) {
   const run::RunDir run_dir(run_path);
+  check_out_dir(out_dir);
+  model::HfExportOptions o = hf_options(options);
+  if (!fs::is_regular_file(run_dir.config_path()) && is_hf_folder(run_path)) {
+    if (!options.checkpoint.empty())
+      throw Error(ErrorCode::kUsage, fmt::format("--checkpoint with a Hugging Face folder ({})", run_path),
+                  "--checkpoint picks a checkpoint of a run directory; a folder has only its weights");
+    return export_hf_folder(run_path, out_dir, o);
+  }
   if (!fs::is_regular_file(run_dir.config_path()))
-    throw Error(ErrorCode::kUsage, fmt::format("'{}' is not a dstrain run directory (no config.resolved.json)", run_path),
-                "pass the run_dir of a `dstrain train`");
-  if (fs::exists(out_dir) && !fs::is_directory(out_dir))
-    throw Error(ErrorCode::kUsage, fmt::format("'{}' exists and is not a directory", out_dir),
-                "name a new or existing directory to write the model into");
-  model::HfExportOptions o;
-  o.dtype = safetensors_dtype(options.dtype);
-  o.max_shard_bytes = model::parse_byte_size(options.max_shard_size);
+    throw Error(ErrorCode::kUsage,
+                fmt::format("'{}' is neither a dstrain run directory (no config.resolved.json) nor a Hugging Face folder (config.json and "
+                            "model.safetensors or its index)",
+                            run_path),
+                "pass the run_dir of a `dstrain train`, or a Hugging Face model folder to convert");
   const config::Recipe recipe = config::read_resolved_config(run_dir.config_path());
   ExportResult result;
   result.checkpoint = checkpoint_of(run_dir, recipe, options.checkpoint);

@@ -5,14 +5,19 @@
 // largest tensor), the end-of-document/beginning ids, and a tokenizer when the run has one: the
 // files of the model it started from (model.init_from), or for prepare-data's byte-level datasets
 // a byte-level tokenizer.json whose ids are the dataset's (byte b is token b, 256 ends a document).
+// The source may also be a Hugging Face folder: it is converted (DeepSeek's FP8 release to bf16
+// on a CPU, or a bf16 model to that FP8 format), its tokenizer copied along.
 #include <string>
 #include <vector>
+
+#include "dstrain/config/recipe.h"
 
 namespace dstrain::tasks {
 
 struct ExportOptions {
   std::string checkpoint;              // a checkpoint directory of the run; "": the newest committed one
-  std::string dtype = "fp32";          // fp32, bf16 or fp16
+  std::string dtype = "fp32";          // fp32, bf16, fp16, or fp8 (DeepSeek's block-scaled format)
+  std::string scale_fmt;               // "" or "ue8m0" (fp8: power-of-two block scales)
   std::string max_shard_size = "5GB";  // see model::parse_byte_size
 };
 
@@ -22,6 +27,11 @@ struct ExportResult {
   std::string tokenizer;           // where the tokenizer came from ("" when none)
 };
 
+// The model of a Hugging Face folder, read from its config.json as model.init_from reads it.
+// Throws Error{kConfig} naming the key it cannot take.
+config::ModelConfig model_of_hf_folder(const std::string& dir);
+
+// run_dir: a run directory, or a Hugging Face folder.
 ExportResult export_run_to_hf(const std::string& run_dir, const std::string& out_dir, const ExportOptions& options);
 
 }  // namespace dstrain::tasks

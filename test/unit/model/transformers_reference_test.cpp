@@ -18,6 +18,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
+#include "dstrain/tasks/export.h"
 
 using namespace dstrain;
 
@@ -94,4 +95,21 @@ TEST_CASE("export each family for Hugging Face transformers", "[.][model-transfo
   export_case(out, "dense_yarn", dense_yarn);
   export_case(out, "deepseek_v2_lite_yarn", with_yarn(v2_lite_style(), 0.707));  // V2-Lite's mscale
   export_case(out, "deepseek_v3_yarn", with_yarn(v3_style(), 1.0));              // V3's
+}
+
+// For test/model/fp8_test.sh: a Hugging Face folder (DeepSeek's FP8 format, written by the
+// reference script) loaded by dstrain, and its logits on the folder's tokens.bin.
+TEST_CASE("logits of a Hugging Face folder as dstrain loads it", "[.][model-hf-logits]") {
+  const char* dir = std::getenv("DSTRAIN_HF_MODEL");
+  if (!dir) FAIL("DSTRAIN_HF_MODEL is not set: this case only computes data for test/model/fp8_test.sh");
+  const config::ModelConfig cfg = tasks::model_of_hf_folder(dir);
+  auto m = model::make_model(cfg, 1);
+  model::load_hf_weights(dir, cfg, m->parameters(), m->buffers());
+  std::ifstream in(std::string(dir) + "/tokens.bin", std::ios::binary);
+  std::vector<int64_t> ids(2 * 24);
+  in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(ids.size() * sizeof(int64_t)));
+  REQUIRE(in.gcount() == static_cast<std::streamsize>(ids.size() * sizeof(int64_t)));
+  c10::NoGradGuard no_grad;
+  const at::Tensor logits = m->logits(at::tensor(ids, at::kLong).view({2, 24})).contiguous();
+  write_bytes(std::string(dir) + "/dstrain_logits.bin", logits);
 }

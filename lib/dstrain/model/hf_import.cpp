@@ -1,0 +1,194 @@
+// Hugging Face weights in: the folder's files checked against the model from their headers alone,
+// then read one tensor at a time (FP8 dequantized with scales that may sit in another shard).
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+#include "dstrain/io/safetensors.h"
+#include "dstrain/model/hf_export.h"
+
+namespace dstrain::model {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSizesHint =
+    "the model's sizes differ from the weights': drop the sizes from the recipe (model.init_from then takes the weights' own "
+    "config.json), or point model.hf_config at it";
+
+const std::map<std::string, at::ScalarType>& plain_types() {
+  static const std::map<std::string, at::ScalarType> types = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
+  return types;
+}
+const std::map<std::string, at::ScalarType>& fp8_types() {
+  static const std::map<std::string, at::ScalarType> types = {{"F8_E4M3", at::kFloat8_e4m3fn}, {"F8_E5M2", at::kFloat8_e5m2}};
+  return types;
+}
+// What a block scale may be stored as: float32 as DeepSeek does, or narrower.
+const std::map<std::string, at::ScalarType>& scale_types() {
+  static const std::map<std::string, at::ScalarType> types = {
+      {"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F8_E8M0", at::kFloat8_e8m0fnu}};
+  return types;
+}
+
+// Which file of an HF model directory holds which tensor ("" key: one model.safetensors holds all).
+std::map<std::string, std::string> weight_files(const std::string& dir) {
+  std::map<std::string, std::string> where;
+  const std::string index = dir + "/model.safetensors.index.json";
+  if (fs::exists(index)) {
+    try {
+      const auto j = nlohmann::json::parse(read_file(index));
+      for (auto it = j.at("weight_map").begin(); it != j.at("weight_map").end(); ++it) where[it.key()] = dir + "/" + it->get<std::string>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(ErrorCode::kCheckpoint, fmt::format("{}: not a valid safetensors index: {}", index, e.what()), "re-download the model");
+    }
+  } else if (fs::exists(dir + "/model.safetensors")) {
+    where[""] = dir + "/model.safetensors";
+  } else {
+    throw Error(ErrorCode::kCheckpoint, fmt::format("'{}' has neither model.safetensors nor model.safetensors.index.json", dir),
+                "point model.init_from at a Hugging Face model directory");
+  }
+  return where;
+}
+
+// The files of a folder, opened (mapped, headers parsed) as they are first needed.
+class Files {
+ public:
+  explicit Files(const std::string& dir) : where_(weight_files(dir)) {}
+  // The tensor and the file that holds it; {nullptr, file or ""} when absent.
+  std::pair<const io::TensorInfo*, std::string> find(const std::string& name) {
+    auto it = where_.find(name);
+    if (it == where_.end()) it = where_.find("");
+    if (it == where_.end()) return {nullptr, ""};
+    auto& file = open_[it->second];
+    if (!file) file = std::make_unique<io::SafetensorsFile>(it->second);
+    return {file->find(name), it->second};
+  }
+
+ private:
+  std::map<std::string, std::string> where_;
+  std::map<std::string, std::unique_ptr<io::SafetensorsFile>> open_;
+};
+
+at::Tensor view_of(const io::TensorInfo& info, at::ScalarType type) {
+  return at::from_blob(const_cast<uint8_t*>(info.data), info.shape, at::TensorOptions().dtype(type));
+}
+
+// What is wrong with an FP8 weight's scales ("" when nothing).
+std::string fp8_problem(Files& files, const std::string& dir, const std::string& file, const io::TensorInfo& info,
+                        const std::optional<Fp8Format>& fp8) {
+  if (!fp8)
+    return fmt::format("{}: '{}' is {}, but {}/config.json has no quantization_config to give its block size", file, info.name, info.dtype,
+                       dir);
+  if (info.shape.size() != 2)
+    return fmt::format("{}: '{}' is {} with {} dimensions; FP8 weights are 2-D", file, info.name, info.dtype, info.shape.size());
+  const std::string scale = scale_name_of(info.name);
+  const auto [s, scale_file] = files.find(scale);
+  if (!s) return fmt::format("{}: '{}' is {} but its block scales '{}' are in no file of the folder", file, info.name, info.dtype, scale);
+  if (!scale_types().count(s->dtype))
+    return fmt::format("{}: '{}' has dtype {}; block scales are F32 (or BF16, F8_E8M0)", scale_file, scale, s->dtype);
+  const auto grid = scale_grid(info.shape, *fp8);
+  if (s->shape != grid)
+    return fmt::format("{}: '{}' has shape [{}], but {}×{} blocks of the [{}] weight need [{}]", scale_file, scale,
+                       fmt::join(s->shape, ", "), fp8->block_rows, fp8->block_cols, fmt::join(info.shape, ", "), fmt::join(grid, ", "));
+  return "";
+}
+
+}  // namespace
+
+struct HfWeights::Impl {
+  Impl(const std::string& d, const config::ModelConfig& c) : dir(d), config(c), files(d), fp8(read_fp8_format(d)) {}
+  std::string dir;
+  config::ModelConfig config;
+  mutable Files files;
+  std::optional<Fp8Format> fp8;
+};
+
+HfWeights::HfWeights(const std::string& dir, const config::ModelConfig& config) : impl_(std::make_unique<Impl>(dir, config)) {}
+HfWeights::~HfWeights() = default;
+
+bool HfWeights::has(const std::string& name) const { return impl_->files.find(name).first != nullptr; }
+
+const std::optional<Fp8Format>& HfWeights::fp8() const { return impl_->fp8; }
+
+at::Tensor HfWeights::read(const std::string& name) const {
+  const auto [info, file] = impl_->files.find(name);
+  if (!info) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", impl_->dir, name), kSizesHint);
+  c10::NoGradGuard no_grad;
+  at::Tensor value;
+  if (const auto plain = plain_types().find(info->dtype); plain != plain_types().end()) {
+    value = view_of(*info, plain->second).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  } else if (const auto fp8 = fp8_types().find(info->dtype); fp8 != fp8_types().end()) {
+    if (const std::string problem = fp8_problem(impl_->files, impl_->dir, file, *info, impl_->fp8); !problem.empty())
+      throw Error(ErrorCode::kCheckpoint, problem, "re-download the checkpoint; its FP8 weights and scales do not fit together");
+    const auto [s, scale_file] = impl_->files.find(scale_name_of(name));
+    const at::Tensor scale = view_of(*s, scale_types().at(s->dtype)).to(at::kFloat);
+    if (!at::isfinite(scale).all().item<bool>())
+      throw Error(ErrorCode::kCheckpoint,
+                  fmt::format("{}: the block scales '{}' of '{}' hold a non-finite value (NaN or infinity)", scale_file, s->name, name),
+                  "the checkpoint is corrupt: re-download it");
+    value = dequantize_fp8(view_of(*info, fp8->second), scale, *impl_->fp8);
+  } else {
+    throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has dtype {}, which dstrain does not load", file, name, info->dtype),
+                "convert the weights to F32, BF16, F16 or DeepSeek's block-scaled FP8");
+  }
+  return permute_rope_rows(impl_->config, name, value, false);
+}
+
+std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors) {
+  Files files(dir);
+  const auto fp8 = read_fp8_format(dir);
+  std::vector<std::string> problems;
+  for (const auto& t : tensors) {
+    const auto [info, file] = files.find(t.name);
+    if (!info) {
+      if (t.required)
+        problems.push_back(file.empty() ? fmt::format("{}: no tensor '{}' in the weight map", dir, t.name)
+                                        : fmt::format("{}: no tensor '{}'", file, t.name));
+    } else if (info->shape != t.shape) {
+      problems.push_back(fmt::format("{}: '{}' has shape [{}], the model needs [{}]", file, t.name, fmt::join(info->shape, ", "),
+                                     fmt::join(t.shape, ", ")));
+    } else if (fp8_types().count(info->dtype)) {
+      if (std::string problem = fp8_problem(files, dir, file, *info, fp8); !problem.empty()) problems.push_back(std::move(problem));
+    } else if (!plain_types().count(info->dtype)) {
+      problems.push_back(fmt::format("{}: '{}' has dtype {}, which dstrain does not load (F32, BF16, F16, or FP8 with block scales)", file,
+                                     t.name, info->dtype));
+    }
+  }
+  return problems;
+}
+
+void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors) {
+  const auto problems = hf_weight_problems(dir, tensors);
+  if (problems.empty()) return;
+  const size_t shown = std::min<size_t>(problems.size(), 8);
+  throw Error(ErrorCode::kCheckpoint,
+              fmt::format("model.init_from: {} of the model's {} tensors do not match the weights in {}:\n  {}{}", problems.size(),
+                          tensors.size(), dir, fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
+                          problems.size() > shown ? fmt::format("\n  ... and {} more", problems.size() - shown) : ""),
+              kSizesHint);
+}
+
+void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {
+  std::vector<NamedShape> shapes;
+  for (const auto& p : params) shapes.push_back({p.name, p.tensor.sizes().vec(), true});
+  for (const auto& b : buffers) shapes.push_back({b.name, b.tensor.sizes().vec(), false});
+  check_hf_weights(dir, shapes);  // every mismatch at once, before any copy
+  const HfWeights weights(dir, config);
+  c10::NoGradGuard no_grad;
+  // One tensor at a time, in float32, rounded once into the model's dtype (as weight_dequant's cast).
+  for (const auto* group : {&params, &buffers})  // buffers: e_score_correction_bias, which V3 has and V2 not
+    for (const auto& p : *group)
+      if (weights.has(p.name)) p.tensor.copy_(weights.read(p.name));
+}
+
+}  // namespace dstrain::model
