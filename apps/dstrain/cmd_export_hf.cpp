@@ -39,6 +39,10 @@ void register_export_hf(CLI::App& app, Run& run) {
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));
   cmd->add_option("--scale-fmt", args->options.scale_fmt, "With --dtype fp8: ue8m0 for power-of-two block scales (default: amax / 448)")
       ->check(CLI::IsMember({"ue8m0"}));
+  cmd->add_flag(
+      "--no-mtp", [args](int64_t) { args->options.mtp = false; },
+      "Leave out the multi-token prediction modules (model.mtp_depth); by default they are written as DeepSeek-V3\n"
+      "releases them (model.layers.{L+k-1}.*, with copies of the embedding and head, and num_nextn_predict_layers)");
   cmd->add_option("--max-shard-size", args->options.max_shard_size, "Largest weight file, e.g. 5GB (default), 500MB, 2GiB");
   cmd->callback([args, &run] {
     run = [args] {

@@ -7,6 +7,7 @@
   compare_metrics.py A B --resumed ...    B starts later (a run started from A's checkpoint): its
                                           steps are compared with A's same steps
   compare_metrics.py A B --grad-norm ...  the gradient norms as well as the losses
+  compare_metrics.py A B --mtp ...        multi-token prediction's losses (each depth's) as well
 """
 import argparse
 import json
@@ -21,7 +22,10 @@ def losses(path, first=None, key="loss"):
     start = steps[0] if first is None and steps else 1 if first is None else first
     if steps != list(range(start, start + len(rows))):
         sys.exit(f"{path}: steps are not {start}..{start + len(rows) - 1}: {steps[:5]}...")
-    return start, [r[key] for r in rows]
+    values = [r[key] for r in rows]
+    if key == "mtp_loss" and any(v is None for v in values):
+        sys.exit(f"{path}: a step without mtp_loss")
+    return start, values
 
 
 def main():
@@ -33,15 +37,18 @@ def main():
     ap.add_argument("--decreases", type=float)
     ap.add_argument("--resumed", action="store_true")
     ap.add_argument("--grad-norm", action="store_true")
+    ap.add_argument("--mtp", action="store_true")
     args = ap.parse_args()
-    for key in ["loss", "grad_norm"] if args.grad_norm else ["loss"]:
+    for key in ["loss"] + (["grad_norm"] if args.grad_norm else []) + (["mtp_loss"] if args.mtp else []):
         compare(args, key)
 
 
 def compare(args, key):
     _, a = losses(args.a, 1, key)
     if args.decreases is not None:
-        drop = a[0] - a[-1]
+        drop = a[0] - a[-1] if key != "mtp_loss" else 0.0
+        if key == "mtp_loss":
+            return
         print(f"loss {a[0]:.4f} -> {a[-1]:.4f} (drop {drop:.4f})")
         if drop < args.decreases:
             sys.exit(f"loss fell by {drop:.4f}, expected at least {args.decreases}")
@@ -53,13 +60,17 @@ def compare(args, key):
     if len(a) != len(b):
         sys.exit(f"{len(a)} steps vs {len(b)} steps")
     worst = 0.0
-    for step, (x, y) in enumerate(zip(a, b), start=start):
-        if args.exact and x != y:
-            sys.exit(f"step {step}: {key} {x!r} != {y!r}")
-        rel = abs(x - y) / max(abs(x), 1e-12)
-        worst = max(worst, rel)
-        if args.rtol is not None and rel > args.rtol:
-            sys.exit(f"step {step}: {key} {x} vs {y}, relative difference {rel:.3g} > {args.rtol}")
+    for step, (xs, ys) in enumerate(zip(a, b), start=start):
+        if args.exact and xs != ys:
+            sys.exit(f"step {step}: {key} {xs!r} != {ys!r}")
+        xs, ys = (xs, ys) if isinstance(xs, list) else ([xs], [ys])  # mtp_loss: a list for several depths
+        if len(xs) != len(ys):
+            sys.exit(f"step {step}: {key} {xs!r} vs {ys!r}")
+        for x, y in zip(xs, ys):
+            rel = abs(x - y) / max(abs(x), 1e-12)
+            worst = max(worst, rel)
+            if args.rtol is not None and rel > args.rtol:
+                sys.exit(f"step {step}: {key} {x} vs {y}, relative difference {rel:.3g} > {args.rtol}")
     print(f"{len(a)} steps' {key} compared, largest relative difference {worst:.3g}")
 
 

@@ -30,7 +30,7 @@ done
 # Training from the FP8 folder (model.init_from, 2 ranks, ZeRO-3): with lr 0 its weights stay the dequantized ones.
 cat > init.yaml <<YAML
 run_dir: $WORK/init
-model: {init_from: $WORK/fp8, bias_update_speed: 0}
+model: {init_from: $WORK/fp8, bias_update_speed: 0, mtp_depth: 0}
 data: {path: $WORK/val.bin, format: bytes, seq_len: 32}
 train: {steps: 2, micro_batch_size: 2, global_batch_size: 4}
 optimizer: {lr: 0}

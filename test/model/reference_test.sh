@@ -12,4 +12,8 @@ mkdir -p "$WORK/moe"
 DSTRAIN_REFERENCE_DIR="$WORK/moe" "$UNIT" "[model-moe-reference]" >/dev/null || fail "export of the MLA + MoE models failed"
 "$py" "$SRC/test/model/reference_check_moe.py" "$WORK/moe" || fail "MLA + MoE logits differ from the reference"
 ok "MLA + MoE (V3-style and V2-Lite-style) logits and loss equal a per-token PyTorch reference within 1e-5"
+mkdir -p "$WORK/mtp"
+DSTRAIN_REFERENCE_DIR="$WORK/mtp" "$UNIT" "[model-mtp-reference]" >/dev/null || fail "export of the MTP models failed"
+"$py" "$SRC/test/model/mtp_reference.py" "$WORK/mtp" || fail "multi-token prediction differs from the reference"
+ok "multi-token prediction (depth 1 and 2, two documents in a row, a masked target): loss and every gradient equal a PyTorch reference within 1e-6 (fp32)"
 finish

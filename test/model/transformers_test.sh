@@ -9,5 +9,5 @@ export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=er
 if ! "$py" -c 'import transformers' 2>/dev/null; then echo "SKIPPED: transformers is not importable from $py (run scripts/setup.sh --test)"; exit 77; fi
 DSTRAIN_REFERENCE_DIR="$WORK" "$UNIT" "[model-transformers-reference]" >/dev/null || fail "the export for transformers failed"
 "$py" "$SRC/test/model/transformers_check.py" "$WORK" || fail "transformers' logits differ from dstrain's"
-ok "transformers loads dstrain's dense, DeepSeek-V2 and DeepSeek-V3 exports (plain, linear and YaRN RoPE) and gives their logits within 1e-5"
+ok "transformers loads dstrain's dense, DeepSeek-V2 and DeepSeek-V3 exports (plain, linear and YaRN RoPE; V3 with two MTP modules, which it skips) and gives their logits within 1e-5 (the MTP export 1e-6)"
 finish

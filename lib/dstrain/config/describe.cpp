@@ -36,13 +36,22 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
     const ParameterCounts l = decoder_layer_counts(m, layer);
     c.total += l.total, c.active += l.active, c.routed += l.routed;
   }
+  // Each MTP module: enorm, hnorm, eh_proj [H, 2H], a decoder block (HF's layer L + k - 1) and
+  // shared_head.norm; the embedding and head are the main model's.
+  for (int64_t k = 1; k <= m.mtp_depth; ++k) {
+    const ParameterCounts l = decoder_layer_counts(m, m.num_layers + k - 1);
+    const int64_t own = 3 * H + 2 * H * H;
+    c.total += l.total + own, c.active += l.active + own, c.routed += l.routed, c.mtp += l.total + own;
+  }
   return c;
 }
 
 double flops_per_token(const ModelConfig& m, int64_t seq_len) {
   const ParameterCounts c = parameter_counts(m);
-  const double matmul = 6.0 * static_cast<double>(c.active - c.embedding);
-  return matmul + static_cast<double>(m.num_layers) * attention_flops_per_token(m, seq_len);
+  // The head runs once more per MTP depth (its parameters count once in `active`).
+  const double head_again = static_cast<double>(m.mtp_depth * m.vocab_size * m.hidden_size);
+  const double matmul = 6.0 * (static_cast<double>(c.active - c.embedding) + head_again);
+  return matmul + static_cast<double>(m.num_layers + m.mtp_depth) * attention_flops_per_token(m, seq_len);
 }
 
 double attention_flops_per_token(const ModelConfig& m, int64_t seq_len) {
@@ -313,8 +322,16 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   out += fmt::format(
       "  model                   {} parameters ({}){}\n", count_text(static_cast<double>(params.total)), params.total,
       params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
-  out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {})\n",
-                     flops_per_token(r.model, r.data.seq_len), r.data.seq_len);
+  if (r.model.mtp_depth > 0)
+    out += fmt::format(
+        "  multi-token prediction  depth {}: {} parameters ({}) of those, in the final group with the shared head; loss "
+        "weight {:g}{}\n",
+        r.model.mtp_depth, count_text(static_cast<double>(params.mtp)), params.mtp, r.model.mtp_loss_weight,
+        r.model.mtp_loss_weight_until_tokens > 0 ? fmt::format(", {:g} after {} tokens", r.model.mtp_loss_weight_after,
+                                                               count_text(static_cast<double>(r.model.mtp_loss_weight_until_tokens)))
+                                                 : "");
+  out += fmt::format("  FLOPs per token         {:.3g} (6 x active non-embedding parameters + attention at seq_len {}{})\n",
+                     flops_per_token(r.model, r.data.seq_len), r.data.seq_len, r.model.mtp_depth > 0 ? ", MTP included" : "");
   out += fmt::format("  precision, ZeRO         {}, stage {}{}\n", name(r.precision.dtype), r.zero.stage,
                      param_shard_on_host(r)                            ? ", optimizer and parameter shards offloaded to CPU"
                      : r.zero.offload_optimizer == OffloadDevice::kCpu ? ", optimizer offloaded to CPU"

@@ -15,13 +15,15 @@ struct ParameterCounts {
   int64_t active;      // those a token uses (MoE: top-k routed + shared experts)
   int64_t embedding;   // the input embedding (a gather, not a matmul)
   int64_t routed = 0;  // MoE: the routed experts' (what expert parallelism spreads over ranks)
+  int64_t mtp = 0;     // the multi-token prediction modules' (included in total)
 };
 ParameterCounts parameter_counts(const ModelConfig& model);
 // One decoder layer's (0-based): its total, active and routed-expert parameters (embedding 0).
 ParameterCounts decoder_layer_counts(const ModelConfig& model, int64_t layer);
 
 // Training FLOPs per token: 6 x (active parameters less the input embedding) plus the attention
-// term 6 L n_h T (d_qk + d_v) (PaLM's 12 L H Q T when d_qk = d_v), no causal discount.
+// term 6 L n_h T (d_qk + d_v) (PaLM's 12 L H Q T when d_qk = d_v), no causal discount; each MTP
+// depth adds its module, one more pass through the head and one layer's attention.
 double flops_per_token(const ModelConfig& model, int64_t seq_len);
 // The attention term of one layer: 6 n_h T (d_qk + d_v).
 double attention_flops_per_token(const ModelConfig& model, int64_t seq_len);

@@ -63,6 +63,7 @@ const std::vector<Key>& hf_keys() {
       {"norm_topk_prob", "model.norm_topk_prob", nullptr, "false", "true"},
       {"routed_scaling_factor", "model.routed_scaling_factor", nullptr, "1.0", "2.5"},
       {"aux_loss_alpha", "model.aux_loss_alpha", nullptr, "", ""},
+      {"num_nextn_predict_layers", "model.mtp_depth", nullptr, nullptr, ""},  // V3's MTP modules (transformers ignores them)
   };
   return keys;
 }
@@ -99,8 +100,6 @@ class HfConfigReader {
       ctx_.problem(t->where, "tie_word_embeddings = true is not supported: DeepSeek models keep lm_head separate");
     if (const Node* r = root_.find("rope_interleave"); r && r->kind == Node::Kind::kBool && r->text == "false")
       ctx_.problem(r->where, "rope_interleave = false is not supported: dstrain reads DeepSeek weights in their interleaved RoPE layout");
-    if (const Node* n = root_.find("num_nextn_predict_layers"); n && n->text != "0")
-      ctx_.warning(n->where, "num_nextn_predict_layers: multi-token prediction is not implemented; the MTP module is ignored");
   }
 
  private:

@@ -59,6 +59,19 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   double aux_loss_alpha = 0.001;     // sequence-wise balance loss weight; 0 disables
   double bias_update_speed = 0.001;  // gamma of V3's aux-loss-free bias (noaux_tc)
+  // Multi-token prediction (DeepSeek-V3, mla_moe): mtp_depth sequential modules after the main
+  // model, module k predicting the token k + 1 ahead; loss weight λ (the MTP loss is λ / D times
+  // the sum of the depths' cross-entropies over the step's trained targets), optionally changed
+  // to mtp_loss_weight_after once mtp_loss_weight_until_tokens tokens were trained (V3: 0.3 for
+  // the first 10T tokens, then 0.1).
+  int64_t mtp_depth = 0;
+  double mtp_loss_weight = 0.3;
+  int64_t mtp_loss_weight_until_tokens = 0;  // 0: the weight never changes
+  double mtp_loss_weight_after = 0.1;
+  // λ for a step that starts after `tokens` trained tokens.
+  double mtp_weight_at(int64_t tokens) const {
+    return mtp_loss_weight_until_tokens > 0 && tokens >= mtp_loss_weight_until_tokens ? mtp_loss_weight_after : mtp_loss_weight;
+  }
 
   bool is_moe_layer(int64_t layer) const {
     return family == ModelFamily::kMlaMoe && layer >= first_k_dense_replace && layer % std::max<int64_t>(1, moe_layer_freq) == 0;

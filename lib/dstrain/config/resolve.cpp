@@ -254,6 +254,22 @@ void warn_ds_scheduler(LoadContext& ctx) {
 }
 
 // moe.expert_parallel_size against the model and the world: also on a resume at another size.
+// Multi-token prediction: DeepSeek-V3's (MLA + MoE), and not yet with a pipeline.
+template <typename Problem>
+void check_mtp(const Recipe& r, Problem&& problem) {
+  const auto& m = r.model;
+  if (m.mtp_depth == 0) return;
+  if (m.family != ModelFamily::kMlaMoe)
+    problem(fmt::format("model.mtp_depth {}: multi-token prediction is DeepSeek-V3's, for model.family mla_moe; this model is {}",
+                        m.mtp_depth, name(m.family)));
+  if (r.parallel.pipeline_parallel_size > 1)
+    problem(
+        fmt::format("model.mtp_depth {} with parallel.pipeline_parallel_size {}: multi-token prediction with a pipeline is not "
+                    "supported yet (its modules need the first stage's embeddings on the last); set model.mtp_depth: 0, or "
+                    "train without a pipeline",
+                    m.mtp_depth, r.parallel.pipeline_parallel_size));
+}
+
 template <typename Problem>
 void check_expert_parallel(const Recipe& r, Problem&& problem) {
   const int64_t ep = r.moe.expert_parallel_size;
@@ -354,6 +370,7 @@ void validate(LoadContext& ctx) {
     if (m.topk_method == TopkMethod::kNoauxTc && m.scoring_func != ScoringFunc::kSigmoid)
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
   }
+  check_mtp(r, problem);
   check_expert_parallel(r, problem);
   check_pipeline(r, problem, warn);
   if (m.family == ModelFamily::kMlaMoe) {

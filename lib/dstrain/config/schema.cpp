@@ -79,6 +79,10 @@ std::vector<Field> model_fields() {
     {"model.routed_scaling_factor", 0, kInf, {}, "mla_moe: scale of the routed experts' weights.", DS_FIELD(model.routed_scaling_factor)},
     {"model.aux_loss_alpha", 0, kInf, {}, "mla_moe: sequence-wise balance loss weight (0: off).", DS_FIELD(model.aux_loss_alpha)},
     {"model.bias_update_speed", 0, kInf, {}, "mla_moe: gamma of the aux-loss-free bias (noaux_tc).", DS_FIELD(model.bias_update_speed)},
+    {"model.mtp_depth", 0, 16, {}, "mla_moe: multi-token prediction modules (DeepSeek-V3: 1; Hugging Face's num_nextn_predict_layers). Module k predicts the token k + 1 ahead from the main model's final hidden state (after its norm) and the embedding of the token k ahead, through one decoder block; the embedding and head are the main model's. 0: off.", DS_FIELD(model.mtp_depth)},
+    {"model.mtp_loss_weight", 0, kInf, {}, "mla_moe: lambda, the MTP loss weight: the loss adds lambda / mtp_depth times each depth's cross-entropy over the step's trained targets (DeepSeek-V3: 0.3).", DS_FIELD(model.mtp_loss_weight)},
+    {"model.mtp_loss_weight_until_tokens", 0, kMaxInt, {}, "mla_moe: the MTP loss weight becomes mtp_loss_weight_after once this many tokens were trained (DeepSeek-V3: 10e12, then 0.1); 0: never.", DS_FIELD(model.mtp_loss_weight_until_tokens)},
+    {"model.mtp_loss_weight_after", 0, kInf, {}, "mla_moe: the MTP loss weight after mtp_loss_weight_until_tokens tokens.", DS_FIELD(model.mtp_loss_weight_after)},
   };
 }
 

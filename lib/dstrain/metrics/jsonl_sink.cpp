@@ -55,12 +55,18 @@ std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v
 std::string jsonl_line(const StepMetrics& m) {
   std::string out = fmt::format("{{\"step\":{},\"time\":{:.3f}", m.step, m.wall_time);
   for (const auto& [name, value] : scalar_fields(m)) {
+    if (name.rfind("mtp_loss_", 0) == 0) continue;  // several depths: one list, below
     if (name == "skipped")
       out += fmt::format(",\"skipped\":{}", m.skipped ? "true" : "false");
     else if (name == "bad_steps" || name == "tokens" || name == "accumulation")
       out += fmt::format(",\"{}\":{}", name, static_cast<int64_t>(value));
     else
       out += fmt::format(",\"{}\":{}", name, number(value));
+  }
+  if (m.mtp_loss.size() > 1) {
+    out += ",\"mtp_loss\":[";
+    for (size_t k = 0; k < m.mtp_loss.size(); ++k) out += (k ? "," : "") + number(m.mtp_loss[k]);
+    out += "]";
   }
   out += ",\"stragglers\":[";
   for (size_t i = 0; i < m.stragglers.size(); ++i) out += fmt::format("{}{}", i ? "," : "", m.stragglers[i]);

@@ -18,6 +18,10 @@ struct StepMetrics {
   int64_t step = 0;      // 1-based: optimizer steps completed
   double wall_time = 0;  // unix seconds
   double loss = kNone;
+  // Multi-token prediction: each depth's cross-entropy over its own targets, all ranks (empty: no
+  // MTP). JSONL: "mtp_loss", a number for one depth, a list for more; TensorBoard and CSV:
+  // mtp_loss, or mtp_loss_1, mtp_loss_2, ...
+  std::vector<double> mtp_loss;
   double lr = kNone;
   double grad_norm = kNone;
   double loss_scale = 1;     // fp16: the scale this step used (1 otherwise)

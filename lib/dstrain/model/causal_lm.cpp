@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/dense_model.h"
@@ -13,7 +15,7 @@ namespace dstrain::model {
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
   Hidden h;
   const Trunk t = trunk(0, final_group_, {}, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
-  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group;
+  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
   return h;
 }
 
@@ -23,7 +25,7 @@ CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, 
                                                   x.defined() ? "with" : "without"));
   Hidden h;
   const Trunk t = trunk(first, last, x, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
-  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group;
+  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
   return h;
 }
 
@@ -96,9 +98,19 @@ std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t
 std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config) {
   const auto model = make_model(config, 0, c10::ScalarType::Float, nullptr, Init::kShapesOnly);
   std::vector<NamedShape> out;
-  for (const auto& p : model->parameters()) out.push_back({p.name, p.tensor.sizes().vec(), true});
-  for (const auto& b : model->buffers()) out.push_back({b.name, b.tensor.sizes().vec(), false});
+  for (const auto* group : {&model->parameters(), &model->buffers()})
+    for (const auto& p : *group) {
+      const int64_t depth = mtp_depth_of(config, p.name);
+      out.push_back({p.name, p.tensor.sizes().vec(), group == &model->parameters() && depth == 0, depth});
+    }
   return out;
+}
+
+int64_t mtp_depth_of(const config::ModelConfig& config, const std::string& name) {
+  static const std::string prefix = "model.layers.";
+  if (config.mtp_depth == 0 || name.rfind(prefix, 0) != 0) return 0;
+  const int64_t layer = std::atoll(name.c_str() + prefix.size());
+  return layer >= config.num_layers ? layer - config.num_layers + 1 : 0;
 }
 
 }  // namespace dstrain::model

@@ -61,9 +61,13 @@ class CausalLM {
   // auxiliary losses (MoE balance, already weighted; undefined for dense models) and the final
   // layer group, entered: whatever is computed from hidden and head (logits, the loss's terms)
   // goes through close() before backward.
+  // mtp: multi-token prediction's hidden states (model.mtp_depth, training forwards only): depth
+  // k's [B, T - k, H] after its shared_head.norm, predicting at position i the token i + k + 1
+  // through `head`.
   struct Hidden {
     at::Tensor hidden, head, aux;
     int final_group = 0;
+    std::vector<at::Tensor> mtp;
   };
   Hidden hidden_states(const Input& input, bool with_aux = true) const;
   // A pipeline stage's part of the forward: groups [first, last] (all held) from `x`, the output
@@ -132,6 +136,7 @@ class CausalLM {
   struct Trunk {
     at::Tensor hidden, head;
     int final_group = 0;
+    std::vector<at::Tensor> mtp;
   };
   // The families' forward to the final norm (aux: where the auxiliary losses go, or nullptr).
   // Runs groups [first, last] of the model from x (undefined when first is 0: from inputs).
@@ -173,7 +178,10 @@ enum class Init { kRandom, kShapesOnly };
 std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t seed, c10::ScalarType dtype = c10::ScalarType::Float,
                                      comm::Communicator* expert_group = nullptr, Init init = Init::kRandom, const HeldGroups& held = {});
 
-// Every parameter's and buffer's HF name and shape, in model order, without allocating them.
+// Every parameter's and buffer's HF name and shape, in model order, without allocating them
+// (an MTP module's marked with its depth and not required one by one: all or none of it).
 std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config);
+// The multi-token prediction module a tensor belongs to (HF's model.layers.{L + k - 1}.*: k), or 0.
+int64_t mtp_depth_of(const config::ModelConfig& config, const std::string& name);
 
 }  // namespace dstrain::model

@@ -14,6 +14,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/io/safetensors.h"
+#include "dstrain/model/causal_lm.h"
 
 namespace dstrain::model {
 namespace fs = std::filesystem;
@@ -109,6 +110,7 @@ nlohmann::json hf_config_json(const config::ModelConfig& c) {
                                                                          {"n_group", c.n_group},
                                                                          {"topk_group", c.topk_group}})
     cfg[k] = v;
+  if (v3) cfg["num_nextn_predict_layers"] = c.mtp_depth;  // multi-token prediction's modules (transformers ignores them)
   cfg["scoring_func"] = config::name(c.scoring_func);
   cfg["topk_method"] = config::name(c.topk_method);
   cfg["norm_topk_prob"] = c.norm_topk_prob;
@@ -258,8 +260,31 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
   if (is_fp8(o.dtype) && o.dtype != (o.fp8.fmt == "e5m2" ? "F8_E5M2" : "F8_E4M3"))
     throw Error(ErrorCode::kInternal, fmt::format("export dtype {} with FP8 format {}", o.dtype, o.fp8.fmt), "");
   fs::create_directories(out_dir);
-  write_configs(c, o, out_dir);
-  const auto shards = plan_shards(tensors, o);
+  // Multi-token prediction: its modules in the released layout, each with copies of the shared
+  // embedding and head; or, without it (o.mtp false), the main model alone.
+  config::ModelConfig model = c;
+  model.mtp_depth = 0;  // the modules written (a Hugging Face source may lack those its config names)
+  std::vector<TensorShape> all;
+  std::map<std::string, std::string> copy_of;
+  std::map<std::string, const TensorShape*> by_name;
+  for (const auto& t : tensors) {
+    const int64_t depth = mtp_depth_of(c, t.name);
+    if (depth > 0 && !o.mtp) continue;
+    all.push_back(t), by_name[t.name] = &t, model.mtp_depth = std::max(model.mtp_depth, depth);
+  }
+  for (int64_t k = 1; k <= model.mtp_depth; ++k)
+    for (const auto& [copy, main] : {std::pair<std::string, std::string>{"embed_tokens.weight", "model.embed_tokens.weight"},
+                                     {"shared_head.head.weight", "lm_head.weight"}})
+      if (by_name.count(main)) {
+        const std::string name = fmt::format("model.layers.{}.{}", c.num_layers + k - 1, copy);
+        all.push_back({name, by_name.at(main)->shape}), copy_of[name] = main;
+      }
+  const TensorReader read_any = [&](const TensorShape& t) {
+    const auto it = copy_of.find(t.name);
+    return read(it == copy_of.end() ? t : TensorShape{it->second, t.shape});
+  };
+  write_configs(model, o, out_dir);
+  const auto shards = plan_shards(all, o);
   std::vector<std::string> files;
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total = 0;
@@ -269,7 +294,7 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
         shards.size() == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
     for (const auto& s : shards[k])
       for (const auto& e : s.entries) weight_map[e.name] = file;
-    total += write_shard(c, shards[k], read, o, out_dir + "/" + file);
+    total += write_shard(c, shards[k], read_any, o, out_dir + "/" + file);
     files.push_back(file);
   }
   if (shards.size() > 1) {

@@ -26,6 +26,9 @@ struct HfExportOptions {
   // the router's selection bias F32).
   std::string dtype = "F32";
   Fp8Format fp8;
+  // Multi-token prediction's modules (model.mtp_depth) in the released layout: model.layers.{L + k - 1}.*
+  // with copies of the shared embedding and head, and num_nextn_predict_layers; false: left out.
+  bool mtp = true;
   uint64_t max_shard_bytes = 5000000000ULL;  // Hugging Face's default shard size, 5GB
   std::optional<int64_t> bos_token_id, eos_token_id;
   // A fine-tuned model's end-of-turn token, when it is not the eos: generation_config.json's

@@ -10,10 +10,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
 #include "dstrain/io/safetensors.h"
+#include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 
 namespace dstrain::model {
@@ -148,8 +151,16 @@ std::vector<std::string> hf_weight_problems(const std::string& dir, const std::v
   Files files(dir);
   const auto fp8 = read_fp8_format(dir);
   std::vector<std::string> problems;
+  std::map<int64_t, std::pair<std::vector<std::string>, int64_t>> mtp;  // depth -> (missing, present)
   for (const auto& t : tensors) {
     const auto [info, file] = files.find(t.name);
+    if (t.mtp_depth > 0) {
+      auto& [missing, present] = mtp[t.mtp_depth];
+      if (info)
+        ++present;
+      else
+        missing.push_back(t.name);
+    }
     if (!info) {
       if (t.required)
         problems.push_back(file.empty() ? fmt::format("{}: no tensor '{}' in the weight map", dir, t.name)
@@ -164,6 +175,10 @@ std::vector<std::string> hf_weight_problems(const std::string& dir, const std::v
                                      t.name, info->dtype));
     }
   }
+  for (const auto& [depth, seen] : mtp)  // a module is loaded whole or not at all
+    if (seen.second > 0 && !seen.first.empty())
+      problems.push_back(fmt::format("{}: the multi-token prediction module of depth {} lacks {} of its tensors, e.g. '{}'", dir, depth,
+                                     seen.first.size(), seen.first.front()));
   return problems;
 }
 
@@ -178,17 +193,52 @@ void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& ten
               kSizesHint);
 }
 
+namespace {
+
+// The released MTP layout holds copies of the embedding and head in each module, which dstrain
+// shares with the main model: a copy that differs is said (the main one is used).
+void check_mtp_copies(const HfWeights& weights, const config::ModelConfig& config, const std::string& dir) {
+  for (int64_t k = 1; k <= config.mtp_depth; ++k) {
+    const std::string l = fmt::format("model.layers.{}.", config.num_layers + k - 1);
+    for (const auto& [copy, main] : {std::pair{l + "embed_tokens.weight", std::string("model.embed_tokens.weight")},
+                                     std::pair{l + "shared_head.head.weight", std::string("lm_head.weight")}}) {
+      if (!weights.has(copy) || !weights.has(main)) continue;
+      const at::Tensor a = weights.read(copy), b = weights.read(main);
+      if (a.sizes() != b.sizes() || !at::equal(a, b))
+        log::warn(fmt::format("{}: '{}' differs from '{}'{}; dstrain shares the main one between the model and its MTP module", dir, copy,
+                              main, a.sizes() == b.sizes() ? fmt::format(" (max |diff| {:.3g})", (a - b).abs().max().item<double>()) : ""));
+    }
+  }
+}
+
+}  // namespace
+
 void load_hf_weights(const std::string& dir, const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers) {
   std::vector<NamedShape> shapes;
-  for (const auto& p : params) shapes.push_back({p.name, p.tensor.sizes().vec(), true});
-  for (const auto& b : buffers) shapes.push_back({b.name, b.tensor.sizes().vec(), false});
+  for (const auto* group : {&params, &buffers})
+    for (const auto& p : *group) {
+      const int64_t depth = mtp_depth_of(config, p.name);
+      shapes.push_back({p.name, p.tensor.sizes().vec(), group == &params && depth == 0, depth});
+    }
   check_hf_weights(dir, shapes);  // every mismatch at once, before any copy
   const HfWeights weights(dir, config);
   c10::NoGradGuard no_grad;
   // One tensor at a time, in float32, rounded once into the model's dtype (as weight_dequant's cast).
+  std::set<int64_t> absent;                      // MTP modules the folder lacks (checked: wholly)
   for (const auto* group : {&params, &buffers})  // buffers: e_score_correction_bias, which V3 has and V2 not
-    for (const auto& p : *group)
-      if (weights.has(p.name)) p.tensor.copy_(weights.read(p.name));
+    for (const auto& p : *group) {
+      if (weights.has(p.name))
+        p.tensor.copy_(weights.read(p.name));
+      else if (const int64_t depth = mtp_depth_of(config, p.name); depth > 0)
+        absent.insert(depth);
+    }
+  for (const int64_t depth : absent)
+    log::warn(
+        fmt::format("{} has no weights for the multi-token prediction module of depth {} (model.layers.{}.*), which model.mtp_depth "
+                    "{} asks for: it starts from random values (transformers writes num_nextn_predict_layers: 1 without the module; "
+                    "set model.mtp_depth: 0 to train without it)",
+                    dir, depth, config.num_layers + depth - 1, config.mtp_depth));
+  check_mtp_copies(weights, config, dir);
 }
 
 }  // namespace dstrain::model

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "dstrain/core/error.h"
 #include "dstrain/model/chunked_cross_entropy.h"
 
 namespace dstrain::model {
@@ -12,6 +13,15 @@ at::Tensor LossParts::mean() const {
 }
 
 void Loss::add_term(std::string name, double weight, Term term) { terms_.push_back({std::move(name), weight, std::move(term)}); }
+
+void Loss::set_weight(const std::string& name, double weight) {
+  for (Weighted& t : terms_)
+    if (t.name == name) {
+      t.weight = weight;
+      return;
+    }
+  throw Error(ErrorCode::kInternal, "no loss term named " + name, "report this as a bug");
+}
 
 CausalLM::Input input_of(const data::Batch& batch) {
   CausalLM::Input in{batch.tokens, {}, {}};
@@ -37,23 +47,30 @@ LossParts Loss::of_hidden(const CausalLM& model, const CausalLM::Hidden& h, cons
   LossParts parts;
   parts.count = batch.trained_targets;
   parts.aux = h.aux;
-  at::Tensor sum;
-  if (chunk_tokens_ > 0) {
-    const at::Tensor flat = batch.labels.reshape({-1});
-    const at::Tensor weights = batch.target_weights.defined() ? batch.target_weights.reshape({-1}) : at::Tensor();
-    sum = chunked_linear_cross_entropy(h.hidden.reshape({flat.size(0), -1}), h.head, flat, chunk_tokens_, kIgnoreIndex, weights);
-  } else {
-    sum = summed_cross_entropy(at::linear(h.hidden, h.head), batch.labels, batch.target_weights);
+  at::Tensor sum = head_cross_entropy(h.hidden, h.head, batch.labels, batch.target_weights, chunk_tokens_);
+  parts.main = sum.detach();
+  for (const Weighted& t : terms_) {
+    const TermValue v = t.term(model, h, batch);
+    parts.terms.push_back({v.sum.detach(), v.count});
+    sum = sum + v.sum * t.weight;
   }
-  for (const Weighted& t : terms_) sum = sum + t.term(model, h, batch) * t.weight;
   parts.sum = model.close(h, sum);
   return parts;
 }
 
+at::Tensor head_cross_entropy(const at::Tensor& hidden, const at::Tensor& head, const at::Tensor& labels, const at::Tensor& weights,
+                              int64_t chunk_tokens) {
+  if (chunk_tokens <= 0) return summed_cross_entropy(at::linear(hidden, head), labels, weights);
+  const at::Tensor flat = labels.reshape({-1});
+  return chunked_linear_cross_entropy(hidden.reshape({flat.size(0), -1}), head, flat, chunk_tokens, kIgnoreIndex,
+                                      weights.defined() ? weights.reshape({-1}) : at::Tensor());
+}
+
 at::Tensor mean_loss(const CausalLM& model, const at::Tensor& tokens, const at::Tensor& labels, const at::Tensor& attention_mask) {
   const CausalLM::Hidden h = model.hidden_states({tokens, {}, attention_mask});
-  const LossParts parts{model.close(h, summed_cross_entropy(at::linear(h.hidden, h.head), labels)),
-                        labels.ne(kIgnoreIndex).sum().item<int64_t>(), h.aux};
+  LossParts parts;
+  parts.sum = model.close(h, summed_cross_entropy(at::linear(h.hidden, h.head), labels));
+  parts.count = labels.ne(kIgnoreIndex).sum().item<int64_t>(), parts.aux = h.aux;
   return parts.mean();
 }
 

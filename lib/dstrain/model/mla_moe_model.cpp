@@ -72,9 +72,9 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   auto normal = [&](std::vector<int64_t> shape, double std) { return meta ? meta_tensor(shape) : at::normal(0.0, std, shape, gen); };
   auto ones = [&](std::vector<int64_t> shape) { return meta ? meta_tensor(shape) : at::ones(shape); };
   add("model.embed_tokens.weight", normal({V, H}, c.init_std));
-  for (int64_t i = 0; i < c.num_layers; ++i) {
+  // A decoder layer's parameters (and V3's selection bias), the main model's or an MTP module's.
+  auto add_decoder_layer = [&](int64_t i) {
     const std::string l = fmt::format("model.layers.{}.", i);
-    group = static_cast<int>(i) + 1;
     add(l + "input_layernorm.weight", ones({H}));
     if (c.q_lora_rank > 0) {
       add(l + "self_attn.q_a_proj.weight", normal({c.q_lora_rank, H}, c.init_std));
@@ -92,7 +92,7 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       add(l + "mlp.gate_proj.weight", normal({c.intermediate_size, H}, c.init_std));
       add(l + "mlp.up_proj.weight", normal({c.intermediate_size, H}, c.init_std));
       add(l + "mlp.down_proj.weight", normal({H, c.intermediate_size}, residual_std));
-      continue;
+      return;
     }
     m.moe_layers.push_back(i);
     add(l + "mlp.gate.weight", normal({c.n_routed_experts, H}, c.init_std));
@@ -120,10 +120,26 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
       m.buffers.push_back({name, bias});
       m.by_name[name] = bias;
     }
+  };
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    group = static_cast<int>(i) + 1;
+    add_decoder_layer(i);
   }
   group = static_cast<int>(c.num_layers) + 1;
   add("model.norm.weight", ones({H}));
   add("lm_head.weight", normal({V, H}, c.init_std));
+  // Multi-token prediction: module k is HF's layer L + k - 1 (enorm, hnorm, eh_proj, a decoder
+  // block, shared_head.norm), in the final group with the head it shares; drawn after the main
+  // model, whose initial values MTP does not change.
+  for (int64_t k = 1; k <= c.mtp_depth; ++k) {
+    const int64_t i = c.num_layers + k - 1;
+    const std::string l = fmt::format("model.layers.{}.", i);
+    add(l + "enorm.weight", ones({H}));
+    add(l + "hnorm.weight", ones({H}));
+    add(l + "eh_proj.weight", normal({H, 2 * H}, c.init_std));
+    add_decoder_layer(i);
+    add(l + "shared_head.norm.weight", ones({H}));
+  }
   if (!meta) m.rope = Rope(c.qk_rope_head_dim, c, dtype);
   m.load = at::zeros({static_cast<int64_t>(m.moe_layers.size()), c.n_routed_experts}, at::kDouble);
 }
@@ -163,7 +179,8 @@ void MlaMoeModel::update_expert_bias(const at::Tensor& global_load) {
   if (c.topk_method != config::TopkMethod::kNoauxTc || c.bias_update_speed == 0) return;
   c10::NoGradGuard no_grad;
   for (size_t k = 0; k < impl_->moe_layers.size(); ++k) {
-    if (!holds_group(static_cast<int>(impl_->moe_layers[k]) + 1)) continue;  // another pipeline stage's layer
+    const int64_t layer = impl_->moe_layers[k];                                       // an MTP module's layer (>= L) is in the final group
+    if (!holds_group(static_cast<int>(std::min(layer, c.num_layers)) + 1)) continue;  // another pipeline stage's layer
     const at::Tensor counts = global_load[static_cast<int64_t>(k)].to(impl_->load.device(), at::kFloat);
     // b_i += gamma * sign(mean - c_i): underloaded experts become more attractive.
     impl_->p(fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", impl_->moe_layers[k]))
@@ -297,6 +314,54 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, const std::str
   return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
 }
 
+// One decoder layer as a region (model/recompute.h), run whole or recomputed in backward: {x} ->
+// {x, and its balance loss when it has one}. Held by value: a recomputed layer runs again in
+// backward, and the expert load counts once.
+std::vector<at::Tensor> run_layer(const MlaMoeModel::Impl& m, int64_t i, const at::Tensor& x, const at::Tensor& attention_mask,
+                                  const at::Tensor& positions, bool want_aux, const at::Tensor& load_row, config::Recompute mode) {
+  const std::string l = fmt::format("model.layers.{}.", i);
+  const bool selective = mode == config::Recompute::kSelective;
+  const MlaMoeModel::Impl* mp = &m;
+  const Region layer = [mp, l, i, load_row, attention_mask, positions, selective, want_aux](const std::vector<at::Tensor>& in, bool again) {
+    return decoder_layer(*mp, l, i, in[0], attention_mask, positions, want_aux, again ? at::Tensor() : load_row, selective);
+  };
+  return mode == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
+}
+
+// Multi-token prediction (DeepSeek-V3 §2.2), depth k = 1..D on positions i < T - k: the previous
+// depth's hidden state (k = 1: the main model's output after its final norm, as Megatron and the
+// serving engines that run the released module feed it) and the embedding of token i + k, each
+// RMS-normed, concatenated embedding first (the released eh_proj's order), projected, then one
+// decoder block with the original positions and the attention mask cut to T - k. Returns each
+// depth's output after shared_head.norm [B, T - k, H]; the next depth takes it before that norm.
+std::vector<at::Tensor> mtp_hidden(const MlaMoeModel::Impl& m, const at::Tensor& hidden, const at::Tensor& embedded,
+                                   const at::Tensor& attention_mask, const at::Tensor& positions, at::Tensor* aux, int64_t moe_row,
+                                   config::Recompute mode) {
+  const auto& c = m.cfg;
+  const int64_t T = hidden.size(1);
+  if (T <= c.mtp_depth)
+    throw Error(ErrorCode::kConfig,
+                fmt::format("model.mtp_depth {} leaves no position to predict from in a sequence of {}", c.mtp_depth, T),
+                "train on longer sequences (data.seq_len), or lower model.mtp_depth");
+  std::vector<at::Tensor> out;
+  at::Tensor h = hidden;
+  for (int64_t k = 1; k <= c.mtp_depth; ++k) {
+    const int64_t i = c.num_layers + k - 1, n = T - k;
+    const std::string l = fmt::format("model.layers.{}.", i);
+    const at::Tensor e = rms_norm(embedded.narrow(1, k, n), m.p(l + "enorm.weight"), c.rms_norm_eps);
+    const at::Tensor x =
+        at::linear(at::cat({e, rms_norm(h.narrow(1, 0, n), m.p(l + "hnorm.weight"), c.rms_norm_eps)}, -1), m.p(l + "eh_proj.weight"));
+    const at::Tensor mask = attention_mask.defined() ? attention_mask.narrow(2, 0, n).narrow(3, 0, n) : at::Tensor();
+    const at::Tensor pos = positions.defined() ? positions.narrow(1, 0, n) : at::Tensor();
+    const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_row++] : at::Tensor();
+    const std::vector<at::Tensor> layer = run_layer(m, i, x, mask, pos, aux != nullptr, load_row, mode);
+    if (layer.size() > 1) *aux = aux->defined() ? *aux + layer[1] : layer[1];
+    h = layer[0];
+    out.push_back(rms_norm(h, m.p(l + "shared_head.norm.weight"), c.rms_norm_eps));
+  }
+  return out;
+}
+
 }  // namespace
 
 CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, const at::Tensor& inputs, const at::Tensor& positions,
@@ -305,36 +370,37 @@ CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, 
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
   const int final_group = static_cast<int>(c.num_layers) + 1;
-  at::Tensor x = x_in;
+  at::Tensor x = x_in, embedded;
   if (first == 0) {
     check_held(0);
     enter_group(0);
-    x = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
+    x = embedded = leave_group(0, at::embedding(m.p("model.embed_tokens.weight"), inputs));
   }
   int64_t moe_index = 0;  // the load's row of the next MoE layer
   for (int64_t i = 0; i < std::max(first, 1) - 1; ++i) moe_index += c.is_moe_layer(i) ? 1 : 0;
-  const bool selective = recompute_mode_ == config::Recompute::kSelective;
   for (int group = std::max(first, 1); group <= std::min(last, final_group - 1); ++group) {
     const int64_t i = group - 1;
     check_held(group);
     enter_group(group);
-    const std::string l = fmt::format("model.layers.{}.", i);
     const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_index++] : at::Tensor();
-    // The layer as a region (model/recompute.h): {x} -> {x, and its balance loss when it has one}.
-    // Held by value: a recomputed layer runs again in backward; the expert load counts once.
-    const Impl* mp = &m;
-    const Region layer = [mp, l, i, load_row, attention_mask, positions, selective, want_aux = aux != nullptr](
-                             const std::vector<at::Tensor>& in, bool again) {
-      return decoder_layer(*mp, l, i, in[0], attention_mask, positions, want_aux, again ? at::Tensor() : load_row, selective);
-    };
-    const std::vector<at::Tensor> out = recompute_mode_ == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
+    const std::vector<at::Tensor> out = run_layer(m, i, x, attention_mask, positions, aux != nullptr, load_row, recompute_mode_);
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];
     x = leave_group(group, out[0]);
   }
   if (last < final_group) return {x, {}, last};
   check_held(final_group);
   enter_group(final_group);
-  return {rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"), final_group};
+  Trunk t{rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"), final_group};
+  // MTP trains with the model: in forwards that record gradients (not evaluation's), from the
+  // embeddings of this forward.
+  if (c.mtp_depth > 0 && aux && c10::GradMode::is_enabled()) {
+    if (!embedded.defined())
+      throw Error(ErrorCode::kInternal, "multi-token prediction on a pipeline stage without the embeddings", "report this as a bug");
+    int64_t mtp_row = 0;
+    for (int64_t i = 0; i < c.num_layers; ++i) mtp_row += c.is_moe_layer(i) ? 1 : 0;
+    t.mtp = mtp_hidden(m, t.hidden, embedded, attention_mask, positions, aux, mtp_row, recompute_mode_);
+  }
+  return t;
 }
 
 }  // namespace dstrain::model

@@ -19,7 +19,8 @@ using NamedTensors = std::vector<NamedTensor>;
 struct NamedShape {
   std::string name;
   std::vector<int64_t> shape;
-  bool required = true;  // false: a buffer that some checkpoints lack (V2 has no e_score_correction_bias)
+  bool required = true;   // false: a buffer that some checkpoints lack (V2 has no e_score_correction_bias)
+  int64_t mtp_depth = 0;  // a multi-token prediction module's (k >= 1): a checkpoint holds all of that module or none
 };
 
 }  // namespace dstrain::model

@@ -56,6 +56,7 @@ model::HfExportOptions hf_options(const ExportOptions& options) {
     throw Error(ErrorCode::kUsage, fmt::format("--scale-fmt {} with --dtype {}", options.scale_fmt, options.dtype),
                 "--scale-fmt ue8m0 (power-of-two block scales) goes with --dtype fp8");
   o.fp8.ue8m0 = options.scale_fmt == "ue8m0";
+  o.mtp = options.mtp;
   o.max_shard_bytes = model::parse_byte_size(options.max_shard_size);
   return o;
 }

@@ -18,6 +18,7 @@ struct ExportOptions {
   std::string checkpoint;              // a checkpoint directory of the run; "": the newest committed one
   std::string dtype = "fp32";          // fp32, bf16, fp16, or fp8 (DeepSeek's block-scaled format)
   std::string scale_fmt;               // "" or "ue8m0" (fp8: power-of-two block scales)
+  bool mtp = true;                     // false (--no-mtp): leave multi-token prediction's modules out
   std::string max_shard_size = "5GB";  // see model::parse_byte_size
 };
 

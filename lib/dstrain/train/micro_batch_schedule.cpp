@@ -31,17 +31,22 @@ ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, 
   const double global = static_cast<double>(std::max<int64_t>(global_units, 1));
   std::optional<c10::NoGradGuard> forward_only;
   if (!backward) forward_only.emplace();
-  at::Tensor token_sum;  // summed on the device, read once per run: no extra synchronisation per micro-batch
+  DeviceSums sums;
   for (size_t m = 0; m < batches.size(); ++m) {
     const bool last = m + 1 == batches.size();
-    out.loss += micro(batches[m], m, last, global, backward, out, token_sum);
+    out.loss += micro(batches[m], m, last, global, backward, out, sums);
   }
-  if (token_sum.defined()) out.token_loss = token_sum.item<double>();
+  if (sums.tokens.defined()) out.token_loss = sums.tokens.item<double>();
+  if (sums.terms.defined()) {
+    const at::Tensor terms = sums.terms.cpu();
+    for (int64_t t = 0; t < terms.size(0); ++t)
+      out.term_sums.push_back(terms[t][0].item<double>()), out.term_counts.push_back(terms[t][1].item<double>());
+  }
   return out;
 }
 
 double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bool last, double global, bool backward, ScheduleResult& out,
-                                 at::Tensor& token_sum) {
+                                 DeviceSums& sums) {
   const zero::MicroBatch reduction = backward && engine_ ? engine_->begin_micro(last) : nullptr;
   const auto c0 = Clock::now();
   progress::enter(progress::Phase::kForward);
@@ -52,16 +57,25 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   const model::LossParts parts = loss_(model_, batch);
   const bool micro_mean = normalization_ == config::LossNormalization::kMicroBatchMean;
   const double units = static_cast<double>(loss_units(host_batch, normalization_));
-  at::Tensor loss = micro_mean ? parts.sum / (static_cast<double>(std::max<int64_t>(parts.count, 1)) * global) : parts.sum / global;
+  const double divisor = micro_mean ? static_cast<double>(std::max<int64_t>(parts.count, 1)) * global : global;
+  at::Tensor loss = parts.sum / divisor;
+  // The added terms' share, which the reported loss leaves out.
+  const at::Tensor terms_share = parts.terms.empty() ? at::Tensor() : (parts.sum.detach() - parts.main) / divisor;
   const auto issued = Clock::now();                // the forward's work is queued (launch overhead, below)
   if (time_phases_) device::synchronize(device_);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();
   // The auxiliary losses are means over the micro-batch: weighted by its share of the units.
   if (parts.aux.defined()) loss = loss + parts.aux * (units / global);
   for (MicroBatchObserver* o : observers_) loss = o->on_loss(index, loss);
-  const double value = loss.item<double>();
-  const at::Tensor summed = parts.sum.detach().to(at::kDouble);
-  token_sum = token_sum.defined() ? token_sum + summed : summed;
+  const double value = (terms_share.defined() ? loss.detach() - terms_share : loss).item<double>();
+  const at::Tensor summed = parts.main.to(at::kDouble);
+  sums.tokens = sums.tokens.defined() ? sums.tokens + summed : summed;
+  if (!parts.terms.empty()) {
+    std::vector<at::Tensor> rows;
+    for (const model::TermValue& t : parts.terms) rows.push_back(at::stack({t.sum.to(at::kDouble), t.count.to(at::kDouble)}));
+    const at::Tensor terms = at::stack(rows);
+    sums.terms = sums.terms.defined() ? sums.terms + terms : terms;
+  }
   out.trained_targets += parts.count;
   MicroTiming timing;
   timing.rows = batch.rows();

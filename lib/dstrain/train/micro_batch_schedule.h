@@ -4,6 +4,7 @@
 // schedules use. Today's schedule is sequential: for each micro-batch, in order,
 //   engine.begin_micro -> forward (model::Loss) -> its share of the step's loss (below)
 //   (+ the MoE aux share) -> x the engine's loss scale -> backward -> engine.end_micro
+// The loss it reports leaves out the added terms (MTP), which it reports on their own.
 // The share follows train.loss_normalization. Each micro-batch m has a numerator and a count of
 // units; the step's loss is sum_m numerator_m / N, N the units of every micro-batch of every
 // rank, summed by the caller once per step (global_loss_units):
@@ -62,6 +63,9 @@ struct ScheduleResult {
   double loss = 0;        // this rank's part of the step's loss (summed over ranks: the step's loss)
   double token_loss = 0;  // the summed (per_sample: weighted) loss over this rank's trained targets, before any division
   int64_t trained_targets = 0;
+  // The loss's added terms (model::Loss::add_term: MTP's depths): each one's token-summed value,
+  // before its weight, and the targets it covered, over this rank's micro-batches.
+  std::vector<double> term_sums, term_counts;
   // Pipeline parallelism: this rank's compute in the schedule and the schedule's time
   // (pipeline_run::StepTimes); zero without a pipeline.
   double pipeline_compute_ms = 0, pipeline_schedule_ms = 0;
@@ -83,8 +87,12 @@ class MicroBatchSchedule {
   ScheduleResult run(const std::vector<data::Batch>& batches, int64_t global_units, bool backward);
 
  private:
+  // Sums on the device, read once per run: no extra synchronisation per micro-batch.
+  struct DeviceSums {
+    at::Tensor tokens, terms;  // the main token loss; each term's sum and count
+  };
   double micro(const data::Batch& batch, size_t index, bool last, double global_units, bool backward, ScheduleResult& out,
-               at::Tensor& token_sum);
+               DeviceSums& sums);
   const model::CausalLM& model_;
   const model::Loss& loss_;
   zero::Engine* engine_;

@@ -123,7 +123,7 @@ class ModelStage final : public pipeline_run::StageModule {
 
  private:
   void add_token_sums(const model::LossParts& parts) {
-    const at::Tensor summed = parts.sum.detach().to(at::kDouble);
+    const at::Tensor summed = parts.main.to(at::kDouble);
     step_.token_sum = step_.token_sum.defined() ? step_.token_sum + summed : summed;
     step_.trained_targets += parts.count;
   }

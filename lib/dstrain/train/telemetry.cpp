@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -160,6 +161,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
   m.step = o.step;
   m.wall_time = unix_seconds();
   m.loss = o.loss;
+  m.mtp_loss = o.mtp_loss;
   m.lr = o.lr;
   m.grad_norm = o.grad_norm;
   m.loss_scale = o.loss_scale;
@@ -215,8 +217,9 @@ void Telemetry::finish_step(const StepOutcome& o) {
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
-    log::info(fmt::format("step {}/{}{} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%{}",
-                          o.step, total, std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss, o.lr, o.grad_norm,
+    log::info(fmt::format("step {}/{}{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%{}",
+                          o.step, total, std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss,
+                          o.mtp_loss.empty() ? "" : fmt::format(" | mtp {:.4f}", fmt::join(o.mtp_loss, "/")), o.lr, o.grad_norm,
                           recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
                           m.tokens_per_s, o.step_ms, 100.0 * m.mfu,
                           std::isnan(o.pipeline_bubble) ? "" : fmt::format(" | bubble {:.0f}%", 100.0 * o.pipeline_bubble)));

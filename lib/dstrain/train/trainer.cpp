@@ -21,6 +21,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/mtp_loss.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
@@ -207,6 +208,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
   p.loss = std::make_unique<model::Loss>(p.recipe.train.loss_chunk_tokens);
+  model::add_mtp_terms(*p.loss, p.recipe.model, p.cursor * p.recipe.data.seq_len);
   p.micro_batches = std::make_unique<MicroBatchSchedule>(*p.model, *p.loss, p.engine.get(), device.device);
   p.micro_batches->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
   p.micro_batches->set_normalization(p.recipe.train.loss_normalization);
@@ -311,6 +313,7 @@ Trainer::StepEnd Trainer::step() {
   // targets by default): one small all-reduce, over the engine's communicator (NCCL on GPUs: a
   // tree, not a Gloo ring of N hops).
   const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
+  if (p.recipe.model.mtp_depth > 0) model::set_mtp_weights(*p.loss, p.recipe.model, p.cursor * p.recipe.data.seq_len);
   const ScheduleResult ran =
       p.pipeline ? p.pipeline->run(batches, global_units) : p.micro_batches->run(batches, global_units, /*backward=*/true);
   const double local_loss = ran.loss;
@@ -328,6 +331,9 @@ Trainer::StepEnd Trainer::step() {
   const bool rebalance = p.balancer.rebalance_due(p.step + 1);
   const size_t rate_part = rebalance ? sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()}) : 0;
   const size_t bubble_part = p.pipeline ? sums.add({ran.pipeline_compute_ms, ran.pipeline_schedule_ms}) : 0;
+  std::vector<double> terms = ran.term_sums;  // MTP: each depth's summed loss and targets, over all ranks
+  terms.insert(terms.end(), ran.term_counts.begin(), ran.term_counts.end());
+  const size_t terms_part = terms.empty() ? 0 : sums.add(terms);
   const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
   const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
   const double optimizer_ms = ms_since(o0);
@@ -358,6 +364,11 @@ Trainer::StepEnd Trainer::step() {
   o.expert_load = result.expert_load;
   o.all_to_all_ms = p.model->take_all_to_all_wait_ms();
   if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
+  if (!terms.empty()) {
+    const std::vector<double> all_terms = sums.segment(result.sums, terms_part);
+    const size_t depths = all_terms.size() / 2;
+    for (size_t k = 0; k < depths; ++k) o.mtp_loss.push_back(all_terms[k] / std::max(all_terms[depths + k], 1.0));
+  }
   if (p.pipeline) {  // idle over compute, every rank's summed: the papers' measure, (p - 1) / m for 1F1B
     const std::vector<double> times = sums.segment(result.sums, bubble_part);
     if (times[0] > 0) o.pipeline_bubble = (times[1] - times[0]) / times[0];

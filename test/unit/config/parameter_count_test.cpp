@@ -49,6 +49,13 @@ TEST_CASE("MLA + MoE counts equal the published totals", "[config]") {
   const auto big = parameter_counts(v3());
   CHECK(big.total == Approx(671.03e9).epsilon(1e-3));  // published 671B (without MTP)
   CHECK(big.active == Approx(37.55e9).epsilon(1e-3));  // published 37B
+  ModelConfig with_mtp = v3();
+  with_mtp.mtp_depth = 1;
+  const auto mtp = parameter_counts(with_mtp);
+  CHECK(mtp.mtp == Approx(11.5e9).epsilon(1e-2));  // README_WEIGHTS: 11.5B unique, without the shared embedding and head
+  CHECK(mtp.total == big.total + mtp.mtp);
+  // The released files (685B) hold the module with its copies of the embedding and head.
+  CHECK(static_cast<double>(mtp.total + 2 * with_mtp.vocab_size * with_mtp.hidden_size) == Approx(685e9).epsilon(2e-3));
 }
 
 TEST_CASE("FLOPs per token follow 6N + the attention term", "[config]") {

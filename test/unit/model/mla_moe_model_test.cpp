@@ -81,11 +81,17 @@ void gradient_check(const config::ModelConfig& cfg) {
 }  // namespace
 
 TEST_CASE("MLA + MoE models count what the config formula counts", "[model]") {
-  for (const auto& cfg : {tiny_v3(), tiny_v2_lite()}) {
+  config::ModelConfig with_mtp = tiny_v3();
+  with_mtp.mtp_depth = 2;
+  for (const auto& cfg : {tiny_v3(), tiny_v2_lite(), with_mtp}) {
     const auto m = model::make_model(cfg, 1);
-    CHECK(m->num_parameters() + (cfg.topk_method == config::TopkMethod::kNoauxTc ? 2 * cfg.n_routed_experts : 0) ==
-          config::parameter_counts(cfg).total);
+    CHECK(m->num_parameters() + static_cast<int64_t>(m->buffers().size()) * cfg.n_routed_experts == config::parameter_counts(cfg).total);
   }
+  // MTP's modules come after the main model, whose initial values they leave alone.
+  const auto a = model::make_model(tiny_v3(), 1), b = model::make_model(with_mtp, 1);
+  for (size_t i = 0; i < a->parameters().size(); ++i) CHECK(at::equal(a->parameters()[i].tensor, b->parameters()[i].tensor));
+  CHECK(b->parameters()[a->parameters().size()].name == "model.layers.3.enorm.weight");
+  CHECK(b->parameters().back().name == "model.layers.4.shared_head.norm.weight");
   const auto v3 = model::make_model(tiny_v3(), 1);
   CHECK(v3->parameters()[2].name == "model.layers.0.self_attn.q_a_proj.weight");
   CHECK(v3->buffers().size() == 2);  // one e_score_correction_bias per MoE layer

@@ -61,7 +61,7 @@ void write_bytes(const std::string& path, const at::Tensor& t) {
   std::ofstream(path, std::ios::binary).write(static_cast<const char*>(t.data_ptr()), static_cast<std::streamsize>(t.nbytes()));
 }
 
-void export_case(const std::string& root, const std::string& name, const config::ModelConfig& cfg) {
+void export_case(const std::string& root, const std::string& name, const config::ModelConfig& cfg, double tolerance = 1e-5) {
   const std::string dir = root + "/" + name;
   auto m = model::make_model(cfg, 17);
   {
@@ -73,8 +73,9 @@ void export_case(const std::string& root, const std::string& name, const config:
   const at::Tensor logits = m->logits(tokens).contiguous();
   write_bytes(dir + "/tokens.bin", tokens);
   write_bytes(dir + "/logits.bin", logits);
-  std::ofstream(dir + "/reference.json") << fmt::format(R"({{"tokens_shape": [{}, {}], "logits_shape": [{}, {}, {}], "tolerance": 1e-5}})",
-                                                        tokens.size(0), tokens.size(1), logits.size(0), logits.size(1), logits.size(2))
+  std::ofstream(dir + "/reference.json") << fmt::format(R"({{"tokens_shape": [{}, {}], "logits_shape": [{}, {}, {}], "tolerance": {}}})",
+                                                        tokens.size(0), tokens.size(1), logits.size(0), logits.size(1), logits.size(2),
+                                                        tolerance)
                                          << "\n";
 }
 
@@ -95,6 +96,9 @@ TEST_CASE("export each family for Hugging Face transformers", "[.][model-transfo
   export_case(out, "dense_yarn", dense_yarn);
   export_case(out, "deepseek_v2_lite_yarn", with_yarn(v2_lite_style(), 0.707));  // V2-Lite's mscale
   export_case(out, "deepseek_v3_yarn", with_yarn(v3_style(), 1.0));              // V3's
+  config::ModelConfig mtp = v3_style();  // V3 with two MTP modules: transformers skips them and gives the main model's logits
+  mtp.mtp_depth = 2;
+  export_case(out, "deepseek_v3_mtp", mtp, 1e-6);
 }
 
 // For test/model/fp8_test.sh: a Hugging Face folder (DeepSeek's FP8 format, written by the

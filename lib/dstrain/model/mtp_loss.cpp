@@ -1,0 +1,43 @@
+#include "dstrain/model/mtp_loss.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "dstrain/core/error.h"
+#include "dstrain/model/loss.h"
+
+namespace dstrain::model {
+
+at::Tensor mtp_labels(const data::Batch& batch, int64_t k) {
+  const int64_t n = batch.length() - k;
+  at::Tensor labels = batch.labels.narrow(1, k, n);
+  if (!batch.document_ids.defined()) return labels;
+  const at::Tensor crosses = batch.document_ids.narrow(1, k, n).ne(batch.document_ids.narrow(1, 0, n));
+  return labels.masked_fill(crosses, kIgnoreIndex);
+}
+
+at::Tensor mtp_target_weights(const data::Batch& batch, int64_t k) {
+  return batch.target_weights.defined() ? batch.target_weights.narrow(1, k, batch.length() - k) : at::Tensor();
+}
+
+std::string mtp_term_name(int64_t k) { return fmt::format("mtp_{}", k); }
+
+void add_mtp_terms(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
+  const int64_t chunk = loss.chunk_tokens();
+  for (int64_t k = 1; k <= c.mtp_depth; ++k)
+    loss.add_term(
+        mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth),
+        [k, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
+          if (static_cast<int64_t>(h.mtp.size()) < k)
+            throw Error(ErrorCode::kInternal, fmt::format("a forward without MTP depth {}'s hidden states", k), "report this as a bug");
+          const at::Tensor labels = mtp_labels(batch, k);
+          return TermValue{head_cross_entropy(h.mtp[static_cast<size_t>(k - 1)], h.head, labels, mtp_target_weights(batch, k), chunk),
+                           labels.ne(kIgnoreIndex).sum()};
+        });
+}
+
+void set_mtp_weights(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
+  for (int64_t k = 1; k <= c.mtp_depth; ++k) loss.set_weight(mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth));
+}
+
+}  // namespace dstrain::model
