@@ -4,7 +4,7 @@
 # seed corpus in test/fuzz/corpus-*; and tokenizer_fuzz (issue 24: prepare-data's tokenizer on
 # hostile text and hostile tokenizer.json files).
 #   scripts/fuzz-readers.sh           60 s each
-#   scripts/fuzz-readers.sh 15        15 s each (CI's smoke run)
+#   scripts/fuzz-readers.sh 10        10 s each (CI's smoke run)
 #   DSTRAIN_FUZZ_SEED=1 ...           a fixed random seed (CI's smoke run: the same inputs every time)
 # Crashes land in build-fuzz/crashes/; re-run one with build-fuzz/<target> FILE.
 set -euo pipefail

@@ -41,7 +41,13 @@ run full 1 --set train.activation_checkpointing=full
 python3 "$cmp" one/metrics.jsonl full/metrics.jsonl --rtol 1e-6 --mtp || fail "MTP with full recompute differs"
 run bf16 2 --set precision.dtype=bf16 --set zero.stage=2
 python3 "$cmp" bf16/metrics.jsonl --decreases 0.5 || fail "MTP in bf16 did not train"
-ok "MTP depth 2 with document masks: 2 ranks at ZeRO-3 and with expert parallelism equal one process within 1e-6 (loss and each depth's mtp_loss), full recompute too, bf16 trains"
+# per_sample normalization: the depths' targets weigh as their samples' do, and mtp_loss is a mean of sample means.
+run ps1 1 --set train.loss_normalization=per_sample --set train.steps=4
+run ps2 2 --set train.loss_normalization=per_sample --set train.steps=4 --set zero.stage=3
+python3 "$cmp" ps1/metrics.jsonl ps2/metrics.jsonl --rtol 1e-6 --mtp || fail "MTP with per_sample normalization differs at 2 ranks"
+python3 -c "import json,sys; r=json.loads(open('ps1/metrics.jsonl').readline()); sys.exit(0 if all(abs(m/r['loss']-1)<0.1 for m in r['mtp_loss']) else r)" ||
+  fail "per_sample's mtp_loss is not a mean cross-entropy"
+ok "MTP depth 2 with document masks: 2 ranks at ZeRO-3 and with expert parallelism equal one process within 1e-6 (loss and each depth's mtp_loss), full recompute and per_sample normalization too, bf16 trains"
 
 expect_status 0 "$DSTRAIN" export-hf one hf
 python3 - hf <<'PY' || fail "the export is not DeepSeek-V3's MTP layout"

@@ -106,7 +106,9 @@ ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_r
 
 double activation_bytes_estimate(const Recipe& r) {
   const ActivationParts a = activation_parts(r);
-  return static_cast<double>(r.model.num_layers) * a.per_layer + a.working + a.loss;
+  // Each MTP depth keeps one more layer's activations and computes one more loss over the head.
+  const double depths = static_cast<double>(r.model.mtp_depth);
+  return static_cast<double>(r.model.num_layers + r.model.mtp_depth) * a.per_layer + a.working + a.loss * (1.0 + depths);
 }
 
 ActivationParts activation_parts(const Recipe& r) {

@@ -56,7 +56,7 @@ ModelStateMemory model_state_bytes(const Recipe& recipe, double dense, double de
 double activation_bytes_estimate(const Recipe& recipe);
 // The same in parts: what each decoder layer keeps per micro-batch, what one layer's recompute
 // needs while it runs (full recompute), and what the loss holds. The estimate is
-// num_layers x per_layer + working + loss.
+// (num_layers + mtp_depth) x per_layer + working + loss x (1 + mtp_depth): each MTP depth one layer and one loss more.
 struct ActivationParts {
   double per_layer = 0, working = 0, loss = 0;
 };

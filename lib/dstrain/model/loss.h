@@ -23,7 +23,7 @@ namespace dstrain::model {
 using data::kIgnoreIndex;
 
 // An added term's value on one batch: token-summed, and the targets it covers (a scalar tensor,
-// so that counting needs no synchronisation).
+// so that counting needs no synchronisation; with per-target weights, their sum).
 struct TermValue {
   at::Tensor sum, count;
 };

@@ -25,15 +25,17 @@ std::string mtp_term_name(int64_t k) { return fmt::format("mtp_{}", k); }
 void add_mtp_terms(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
   const int64_t chunk = loss.chunk_tokens();
   for (int64_t k = 1; k <= c.mtp_depth; ++k)
-    loss.add_term(
-        mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth),
-        [k, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
-          if (static_cast<int64_t>(h.mtp.size()) < k)
-            throw Error(ErrorCode::kInternal, fmt::format("a forward without MTP depth {}'s hidden states", k), "report this as a bug");
-          const at::Tensor labels = mtp_labels(batch, k);
-          return TermValue{head_cross_entropy(h.mtp[static_cast<size_t>(k - 1)], h.head, labels, mtp_target_weights(batch, k), chunk),
-                           labels.ne(kIgnoreIndex).sum()};
-        });
+    loss.add_term(mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth),
+                  [k, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
+                    if (static_cast<int64_t>(h.mtp.size()) < k)
+                      throw Error(ErrorCode::kInternal, fmt::format("a forward without MTP depth {}'s hidden states", k),
+                                  "report this as a bug");
+                    const at::Tensor labels = mtp_labels(batch, k), weights = mtp_target_weights(batch, k);
+                    // per_sample: the weights' sum, so that sum / count is a mean of sample means, as the loss reports.
+                    const at::Tensor trained = labels.ne(kIgnoreIndex);
+                    return TermValue{head_cross_entropy(h.mtp[static_cast<size_t>(k - 1)], h.head, labels, weights, chunk),
+                                     weights.defined() ? (weights * trained).sum() : trained.sum()};
+                  });
 }
 
 void set_mtp_weights(Loss& loss, const config::ModelConfig& c, int64_t tokens) {

@@ -190,13 +190,31 @@ PipelineStep::~PipelineStep() = default;
 
 void PipelineStep::add_observer(MicroBatchObserver* observer) { impl_->observers.push_back(observer); }
 
+namespace {
+
+// A step's (or evaluation pass's) inputs, fresh: the batches on the host and on the device.
+void start_step(StepInputs& step, const std::vector<data::Batch>& batches, const c10::Device& device, bool evaluating) {
+  step = StepInputs{};
+  step.evaluating = evaluating;
+  step.host = batches;
+  for (const data::Batch& b : batches) step.device.push_back(b.to(device));
+}
+
+// What every rank's part of the pass gives, whether it trained or evaluated.
+ScheduleResult result_of(const StepInputs& step) {
+  ScheduleResult out;
+  if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
+  out.trained_targets = step.trained_targets;
+  return out;
+}
+
+}  // namespace
+
 ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_t global_units) {
   Impl& m = *impl_;
   const auto t0 = Clock::now();
   StepInputs& step = m.step;
-  step = StepInputs{};
-  step.host = batches;
-  for (const data::Batch& b : batches) step.device.push_back(b.to(m.device));
+  start_step(step, batches, m.device, /*evaluating=*/false);
   step.global = static_cast<double>(std::max<int64_t>(global_units, 1));
   step.loss_scale = m.engine.loss_scale();
   for (MicroBatchObserver* o : m.observers) o->before_micro(0);
@@ -213,10 +231,8 @@ ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_
   timing.backward_ms = ms_since(t0) - step.forward_ms;
   for (const data::Batch& b : batches) timing.rows += b.rows();
   for (MicroBatchObserver* o : m.observers) o->timed(0, timing);
-  ScheduleResult out;
+  ScheduleResult out = result_of(step);
   out.loss = step.loss;
-  if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
-  out.trained_targets = step.trained_targets;
   out.pipeline_compute_ms = executor.times().compute_ms, out.pipeline_schedule_ms = executor.times().schedule_ms;
   return out;
 }
@@ -224,18 +240,11 @@ ScheduleResult PipelineStep::run(const std::vector<data::Batch>& batches, int64_
 ScheduleResult PipelineStep::forward_only(const std::vector<data::Batch>& batches) {
   Impl& m = *impl_;
   c10::NoGradGuard no_grad;
-  StepInputs& step = m.step;
-  step = StepInputs{};
-  step.evaluating = true;
-  step.host = batches;
-  for (const data::Batch& b : batches) step.device.push_back(b.to(m.device));
+  start_step(m.step, batches, m.device, /*evaluating=*/true);
   m.engine.gather_for_forward();
   m.executor(static_cast<int64_t>(batches.size()), /*forwards_only=*/true).run_step();
   m.engine.release_after_forward();
-  ScheduleResult out;
-  if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
-  out.trained_targets = step.trained_targets;
-  return out;
+  return result_of(m.step);
 }
 
 }  // namespace dstrain::train
