@@ -67,7 +67,7 @@ class CausalLM {
   struct Hidden {
     at::Tensor hidden, head, aux;
     int final_group = 0;
-    std::vector<at::Tensor> mtp;
+    std::vector<at::Tensor> mtp = {};
   };
   Hidden hidden_states(const Input& input, bool with_aux = true) const;
   // A pipeline stage's part of the forward: groups [first, last] (all held) from `x`, the output
@@ -136,7 +136,7 @@ class CausalLM {
   struct Trunk {
     at::Tensor hidden, head;
     int final_group = 0;
-    std::vector<at::Tensor> mtp;
+    std::vector<at::Tensor> mtp = {};
   };
   // The families' forward to the final norm (aux: where the auxiliary losses go, or nullptr).
   // Runs groups [first, last] of the model from x (undefined when first is 0: from inputs).
