@@ -20,22 +20,12 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/hf_fp8.h"
+#include "model/tiny_models.h"
 #include "test_support.h"
 
 using namespace dstrain;
 
 namespace {
-
-config::ModelConfig tiny_v3() {
-  config::ModelConfig c;
-  c.family = config::ModelFamily::kMlaMoe;
-  c.vocab_size = 97, c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.intermediate_size = 96, c.max_seq_len = 32;
-  c.q_lora_rank = 32, c.kv_lora_rank = 16, c.qk_nope_head_dim = 16, c.qk_rope_head_dim = 8, c.v_head_dim = 16;
-  c.moe_intermediate_size = 24, c.n_routed_experts = 4, c.n_shared_experts = 1, c.num_experts_per_tok = 2, c.first_k_dense_replace = 1;
-  c.scoring_func = config::ScoringFunc::kSigmoid, c.topk_method = config::TopkMethod::kNoauxTc, c.n_group = 2, c.topk_group = 1;
-  c.norm_topk_prob = true, c.routed_scaling_factor = 2.5;
-  return c;
-}
 
 at::Tensor param(const model::CausalLM& m, const std::string& name) {
   for (const auto& p : m.parameters())
@@ -157,7 +147,7 @@ TEST_CASE("fp8: quantization_config is read as DeepSeek writes it, and refused b
 
 TEST_CASE("fp8: a model written in FP8 loads as its dequantized weights; broken scales are named", "[fp8]") {
   test::TempDir dir;
-  const config::ModelConfig cfg = tiny_v3();
+  const config::ModelConfig cfg = test::tiny_v3();
   auto a = model::make_model(cfg, 7);
   model::HfExportOptions o;
   o.dtype = "F8_E4M3";
@@ -188,7 +178,7 @@ TEST_CASE("fp8: a model written in FP8 loads as its dequantized weights; broken 
 
 TEST_CASE("fp8: missing, mis-shaped and non-finite scales are checkpoint errors naming the tensor", "[fp8]") {
   test::TempDir dir;
-  const config::ModelConfig cfg = tiny_v3();
+  const config::ModelConfig cfg = test::tiny_v3();
   auto a = model::make_model(cfg, 7);
   model::HfExportOptions o;
   o.dtype = "F8_E4M3";
