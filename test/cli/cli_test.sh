@@ -77,7 +77,7 @@ expect_out "accumulation steps      120"
 expect_out "16 pipeline ranks x 1 stage(s) each (16 stages, split by training FLOPs)"
 expect_out "zb_h1, 120 micro-batches per step: bubble 0.042 of the compute"
 expect_out "      0  0-3 +emb"
-expect_out "     15  59-60 +head"
+expect_out "     15  60 +head+mtp"  # the MTP module with the head: one decoder layer less
 expect_out "on 80 GiB GPUs          fits"
 ok "--dry-run of DeepSeek-V3 671B at PP 16 x EP 64 x ZeRO-1 on 256 x 8 GPUs: stages, bubble, and a per-GPU plan that fits 80 GB"
 

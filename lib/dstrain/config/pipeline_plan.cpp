@@ -20,6 +20,13 @@ pipeline::LayerCosts layer_costs(const ModelConfig& m, int64_t seq_len) {
     c.layers.push_back(6.0 * static_cast<double>(decoder_layer_counts(m, layer).active) + attention);
   c.embedding = 0;  // a gather
   c.head = 6.0 * static_cast<double>(m.vocab_size * m.hidden_size + m.hidden_size);
+  // The MTP modules run on the last stage with the head: each a decoder block, its projections
+  // and one more pass through the head.
+  for (int64_t k = 1; k <= m.mtp_depth; ++k) {
+    const ParameterCounts block = decoder_layer_counts(m, m.num_layers + k - 1);
+    const int64_t own = 3 * m.hidden_size + 2 * m.hidden_size * m.hidden_size;
+    c.head += 6.0 * static_cast<double>(block.active + own + m.vocab_size * m.hidden_size) + attention;
+  }
   return c;
 }
 
@@ -34,25 +41,31 @@ PipelinePlan pipeline_plan(const Recipe& r) {
   const ModelConfig& m = r.model;
   const double embedding = static_cast<double>(m.vocab_size * m.hidden_size), head = embedding + static_cast<double>(m.hidden_size);
   const pipeline::LayerCosts costs = layer_costs(m, r.data.seq_len);
+  ParameterCounts mtp{parameter_counts(m).mtp, 0, 0};  // the last stage's MTP modules, and their routed experts
+  for (int64_t k = 1; k <= m.mtp_depth; ++k) mtp.routed += decoder_layer_counts(m, m.num_layers + k - 1).routed;
   PipelinePlan plan;
   int layer = 0;
   const std::vector<int> counts = stage_layers(r);
   for (size_t s = 0; s < counts.size(); ++s) {
     StagePlan st;
     st.first_layer = layer, st.layers = counts[s];
-    st.embedding = s == 0, st.head = s + 1 == counts.size();
+    st.embedding = s == 0, st.head = s + 1 == counts.size(), st.mtp = st.head && m.mtp_depth > 0;
     for (int i = 0; i < counts[s]; ++i, ++layer) {
       const ParameterCounts c = decoder_layer_counts(m, layer);
       st.parameters += static_cast<double>(c.total), st.routed += static_cast<double>(c.routed);
       st.flops_per_token += costs.layers[static_cast<size_t>(layer)];
     }
     if (st.embedding) st.parameters += embedding;
-    if (st.head) st.parameters += head, st.flops_per_token += costs.head;
+    if (st.head) st.parameters += head + mtp.total, st.routed += mtp.routed, st.flops_per_token += costs.head;
     plan.stages.push_back(st);
   }
   plan.schedule = pipeline::build_schedule(r.pipeline.schedule, p, v, static_cast<int>(micro_batches_per_step(r).front()));
   plan.timeline = pipeline::simulate(plan.schedule, pipeline::Costs{});
   const ActivationParts act = activation_parts(r);
+  // With MTP every stage's input carries the embeddings' output too: one more [B, T, H] per held
+  // micro-batch; the last stage holds its MTP blocks' activations and computes D more losses.
+  const double depths = static_cast<double>(m.mtp_depth), elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
+  const double carried = m.mtp_depth > 0 ? static_cast<double>(r.train.micro_batch_size * r.data.seq_len * m.hidden_size) * elem : 0.0;
   const double ep = static_cast<double>(r.moe.expert_parallel_size), dp = static_cast<double>(r.data_parallel_size());
   for (int rank = 0; rank < p; ++rank) {
     PipelineRankPlan rp;
@@ -68,7 +81,8 @@ PipelinePlan pipeline_plan(const Recipe& r) {
     const ModelStateMemory states = model_state_bytes(r, dense, dp, experts, dp / ep);
     rp.device_states = states.device_bytes, rp.host_states = states.host_bytes;
     rp.peak_micro_batches = plan.timeline.peak_held[static_cast<size_t>(rank)];
-    rp.activations = rp.peak_micro_batches * (layers / v) * act.per_layer + act.working + (holds_head ? act.loss : 0.0);
+    rp.activations = rp.peak_micro_batches * ((layers / v) * act.per_layer + carried) + act.working;
+    if (holds_head) rp.activations += (rp.peak_micro_batches / v) * depths * act.per_layer + act.loss * (1.0 + depths);
     plan.ranks.push_back(rp);
   }
   return plan;
@@ -79,12 +93,12 @@ namespace {
 std::string span_text(int64_t first, int64_t last) { return first == last ? fmt::format("{}", first) : fmt::format("{}-{}", first, last); }
 
 std::string stage_table(const PipelinePlan& plan) {
-  std::string out = "  stage  layers     parameters  FLOPs/token\n";
+  std::string out = "  stage  layers         parameters  FLOPs/token\n";
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const StagePlan& st = plan.stages[s];
-    const std::string layers =
-        span_text(st.first_layer, st.first_layer + st.layers - 1) + (st.embedding ? " +emb" : "") + (st.head ? " +head" : "");
-    out += fmt::format("  {:>5}  {:<10} {:>10}  {:>11.3g}\n", s, layers, count_text(st.parameters), st.flops_per_token);
+    const std::string layers = span_text(st.first_layer, st.first_layer + st.layers - 1) + (st.embedding ? " +emb" : "") +
+                               (st.head ? " +head" : "") + (st.mtp ? "+mtp" : "");
+    out += fmt::format("  {:>5}  {:<14} {:>10}  {:>11.3g}\n", s, layers, count_text(st.parameters), st.flops_per_token);
   }
   return out;
 }

@@ -25,6 +25,7 @@ std::vector<int> stage_layers(const Recipe& recipe);
 struct StagePlan {
   int first_layer = 0, layers = 0;  // decoder layers [first_layer, first_layer + layers)
   bool embedding = false, head = false;
+  bool mtp = false;       // the multi-token prediction modules (with the head)
   double parameters = 0;  // every parameter of the stage (all routed experts)
   double routed = 0;      // of which routed experts
   double flops_per_token = 0;

@@ -253,8 +253,7 @@ void warn_ds_scheduler(LoadContext& ctx) {
   }
 }
 
-// moe.expert_parallel_size against the model and the world: also on a resume at another size.
-// Multi-token prediction: DeepSeek-V3's (MLA + MoE), and not yet with a pipeline.
+// Multi-token prediction: DeepSeek-V3's (MLA + MoE).
 template <typename Problem>
 void check_mtp(const Recipe& r, Problem&& problem) {
   const auto& m = r.model;
@@ -262,14 +261,9 @@ void check_mtp(const Recipe& r, Problem&& problem) {
   if (m.family != ModelFamily::kMlaMoe)
     problem(fmt::format("model.mtp_depth {}: multi-token prediction is DeepSeek-V3's, for model.family mla_moe; this model is {}",
                         m.mtp_depth, name(m.family)));
-  if (r.parallel.pipeline_parallel_size > 1)
-    problem(
-        fmt::format("model.mtp_depth {} with parallel.pipeline_parallel_size {}: multi-token prediction with a pipeline is not "
-                    "supported yet (its modules need the first stage's embeddings on the last); set model.mtp_depth: 0, or "
-                    "train without a pipeline",
-                    m.mtp_depth, r.parallel.pipeline_parallel_size));
 }
 
+// moe.expert_parallel_size against the model and the world: also on a resume at another size.
 template <typename Problem>
 void check_expert_parallel(const Recipe& r, Problem&& problem) {
   const int64_t ep = r.moe.expert_parallel_size;

@@ -14,7 +14,7 @@ namespace dstrain::model {
 
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
   Hidden h;
-  const Trunk t = trunk(0, final_group_, {}, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
+  const Trunk t = trunk(0, final_group_, {}, input, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
   return h;
 }
@@ -24,8 +24,8 @@ CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, 
     throw Error(ErrorCode::kInternal, fmt::format("a stage forward of groups [{}, {}] of 0..{} {} an input", first, last, final_group_,
                                                   x.defined() ? "with" : "without"));
   Hidden h;
-  const Trunk t = trunk(first, last, x, input.tokens, input.positions, with_aux ? &h.aux : nullptr, input.attention_mask);
-  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
+  const Trunk t = trunk(first, last, x, input, with_aux ? &h.aux : nullptr);
+  h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp, h.embedded = t.embedded;
   return h;
 }
 

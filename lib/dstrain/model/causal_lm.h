@@ -53,9 +53,10 @@ class CausalLM {
   virtual ~CausalLM() = default;
   // What a forward reads besides the parameters: int64 tokens [B, T]; positions int64 [B, T]
   // (undefined: 0..T-1 in every row); attention_mask bool [B, 1, T, T], true = may attend
-  // (undefined: causal), e.g. to keep attention within documents.
+  // (undefined: causal), e.g. to keep attention within documents. embedded: the embeddings'
+  // output [B, T, H] for a pipeline stage that runs multi-token prediction without group 0.
   struct Input {
-    at::Tensor tokens, positions, attention_mask;
+    at::Tensor tokens, positions, attention_mask, embedded = {};
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the
   // auxiliary losses (MoE balance, already weighted; undefined for dense models) and the final
@@ -63,11 +64,13 @@ class CausalLM {
   // goes through close() before backward.
   // mtp: multi-token prediction's hidden states (model.mtp_depth, training forwards only): depth
   // k's [B, T - k, H] after its shared_head.norm, predicting at position i the token i + k + 1
-  // through `head`.
+  // through `head`. embedded: group 0's output when the forward ran it with MTP on (a pipeline's
+  // first stage passes it on to the last).
   struct Hidden {
     at::Tensor hidden, head, aux;
     int final_group = 0;
     std::vector<at::Tensor> mtp = {};
+    at::Tensor embedded = {};
   };
   Hidden hidden_states(const Input& input, bool with_aux = true) const;
   // A pipeline stage's part of the forward: groups [first, last] (all held) from `x`, the output
@@ -137,11 +140,11 @@ class CausalLM {
     at::Tensor hidden, head;
     int final_group = 0;
     std::vector<at::Tensor> mtp = {};
+    at::Tensor embedded = {};
   };
   // The families' forward to the final norm (aux: where the auxiliary losses go, or nullptr).
-  // Runs groups [first, last] of the model from x (undefined when first is 0: from inputs).
-  virtual Trunk trunk(int first, int last, const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
-                      const at::Tensor& attention_mask) const = 0;
+  // Runs groups [first, last] of the model from x (undefined when first is 0: from input.tokens).
+  virtual Trunk trunk(int first, int last, const at::Tensor& x, const Input& input, at::Tensor* aux) const = 0;
   // A family's constructor, before it adds parameters: what it holds and its final group.
   void hold_groups(HeldGroups held, int final_group) {
     held_ = std::move(held);

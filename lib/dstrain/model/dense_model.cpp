@@ -116,9 +116,9 @@ struct DenseLayer {
 
 }  // namespace
 
-CausalLM::Trunk DenseModel::trunk(int first, int last, const at::Tensor& x_in, const at::Tensor& inputs, const at::Tensor& positions,
-                                  at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk DenseModel::trunk(int first, int last, const at::Tensor& x_in, const Input& input, at::Tensor* aux) const {
   if (aux) *aux = at::Tensor();
+  const at::Tensor &inputs = input.tokens, &positions = input.positions, &attention_mask = input.attention_mask;
   const Impl& m = *impl_;
   const auto& cfg = m.cfg;
   const at::Tensor& shaped = x_in.defined() ? x_in : inputs;

@@ -69,6 +69,9 @@ class HfWeights {
   bool has(const std::string& name) const;
   // Throws Error{kCheckpoint} naming the tensor when it is absent, or its scales are not finite.
   at::Tensor read(const std::string& name) const;
+  // Whether two tensors (both present) are stored alike: dtype, shape and bytes, compared in the
+  // mapped files without converting them (V3's MTP copies of the embedding and head: 1.9 GB each).
+  bool stored_alike(const std::string& a, const std::string& b) const;
   // The folder's quantization_config (nullopt: none).
   const std::optional<Fp8Format>& fp8() const;
 

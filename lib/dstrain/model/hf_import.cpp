@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -123,6 +124,13 @@ bool HfWeights::has(const std::string& name) const { return impl_->files.find(na
 
 const std::optional<Fp8Format>& HfWeights::fp8() const { return impl_->fp8; }
 
+bool HfWeights::stored_alike(const std::string& a, const std::string& b) const {
+  const io::TensorInfo* x = impl_->files.find(a).first;
+  const io::TensorInfo* y = impl_->files.find(b).first;
+  if (!x || !y) throw Error(ErrorCode::kInternal, fmt::format("{}: comparing '{}' with '{}', one of them absent", impl_->dir, a, b));
+  return x->dtype == y->dtype && x->shape == y->shape && x->nbytes() == y->nbytes() && std::memcmp(x->data, y->data, x->nbytes()) == 0;
+}
+
 at::Tensor HfWeights::read(const std::string& name) const {
   const auto [info, file] = impl_->files.find(name);
   if (!info) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", impl_->dir, name), kSizesHint);
@@ -202,8 +210,8 @@ void check_mtp_copies(const HfWeights& weights, const config::ModelConfig& confi
     const std::string l = fmt::format("model.layers.{}.", config.num_layers + k - 1);
     for (const auto& [copy, main] : {std::pair{l + "embed_tokens.weight", std::string("model.embed_tokens.weight")},
                                      std::pair{l + "shared_head.head.weight", std::string("lm_head.weight")}}) {
-      if (!weights.has(copy) || !weights.has(main)) continue;
-      const at::Tensor a = weights.read(copy), b = weights.read(main);
+      if (!weights.has(copy) || !weights.has(main) || weights.stored_alike(copy, main)) continue;
+      const at::Tensor a = weights.read(copy), b = weights.read(main);  // converted only to say by how much they differ
       if (a.sizes() != b.sizes() || !at::equal(a, b))
         log::warn(fmt::format("{}: '{}' differs from '{}'{}; dstrain shares the main one between the model and its MTP module", dir, copy,
                               main, a.sizes() == b.sizes() ? fmt::format(" (max |diff| {:.3g})", (a - b).abs().max().item<double>()) : ""));

@@ -364,13 +364,16 @@ std::vector<at::Tensor> mtp_hidden(const MlaMoeModel::Impl& m, const at::Tensor&
 
 }  // namespace
 
-CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, const at::Tensor& inputs, const at::Tensor& positions,
-                                   at::Tensor* aux, const at::Tensor& attention_mask) const {
+CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, const Input& input, at::Tensor* aux) const {
   const Impl& m = *impl_;
+  const at::Tensor &inputs = input.tokens, &positions = input.positions, &attention_mask = input.attention_mask;
   const auto& c = m.cfg;
   if (aux) *aux = at::Tensor();
   const int final_group = static_cast<int>(c.num_layers) + 1;
-  at::Tensor x = x_in, embedded;
+  // MTP reads the embeddings' output: this forward's, or on a later pipeline stage the one the
+  // stages before passed on.
+  const bool with_mtp = c.mtp_depth > 0 && aux && c10::GradMode::is_enabled();
+  at::Tensor x = x_in, embedded = input.embedded;
   if (first == 0) {
     check_held(0);
     enter_group(0);
@@ -387,13 +390,12 @@ CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, 
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];
     x = leave_group(group, out[0]);
   }
-  if (last < final_group) return {x, {}, last};
+  if (last < final_group) return {x, {}, last, {}, with_mtp ? embedded : at::Tensor()};
   check_held(final_group);
   enter_group(final_group);
   Trunk t{rms_norm(x, m.p("model.norm.weight"), c.rms_norm_eps), m.p("lm_head.weight"), final_group};
-  // MTP trains with the model: in forwards that record gradients (not evaluation's), from the
-  // embeddings of this forward.
-  if (c.mtp_depth > 0 && aux && c10::GradMode::is_enabled()) {
+  // MTP trains with the model: in forwards that record gradients (not evaluation's).
+  if (with_mtp) {
     if (!embedded.defined())
       throw Error(ErrorCode::kInternal, "multi-token prediction on a pipeline stage without the embeddings", "report this as a bug");
     int64_t mtp_row = 0;

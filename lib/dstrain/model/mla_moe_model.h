@@ -35,8 +35,7 @@ class MlaMoeModel final : public CausalLM {
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it
 
  protected:
-  Trunk trunk(int first, int last, const at::Tensor& x, const at::Tensor& inputs, const at::Tensor& positions, at::Tensor* aux,
-              const at::Tensor& attention_mask) const override;
+  Trunk trunk(int first, int last, const at::Tensor& x, const Input& input, at::Tensor* aux) const override;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -37,12 +37,23 @@ ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, 
     out.loss += micro(batches[m], m, last, global, backward, out, sums);
   }
   if (sums.tokens.defined()) out.token_loss = sums.tokens.item<double>();
-  if (sums.terms.defined()) {
-    const at::Tensor terms = sums.terms.cpu();
-    for (int64_t t = 0; t < terms.size(0); ++t)
-      out.term_sums.push_back(terms[t][0].item<double>()), out.term_counts.push_back(terms[t][1].item<double>());
-  }
+  read_term_sums(sums.terms, out);
   return out;
+}
+
+void add_term_sums(at::Tensor& sums, const model::LossParts& parts) {
+  if (parts.terms.empty()) return;
+  std::vector<at::Tensor> rows;
+  for (const model::TermValue& t : parts.terms) rows.push_back(at::stack({t.sum.to(at::kDouble), t.count.to(at::kDouble)}));
+  const at::Tensor terms = at::stack(rows);
+  sums = sums.defined() ? sums + terms : terms;
+}
+
+void read_term_sums(const at::Tensor& sums, ScheduleResult& out) {
+  if (!sums.defined()) return;
+  const at::Tensor terms = sums.cpu();
+  for (int64_t t = 0; t < terms.size(0); ++t)
+    out.term_sums.push_back(terms[t][0].item<double>()), out.term_counts.push_back(terms[t][1].item<double>());
 }
 
 double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bool last, double global, bool backward, ScheduleResult& out,
@@ -70,12 +81,7 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   const double value = (terms_share.defined() ? loss.detach() - terms_share : loss).item<double>();
   const at::Tensor summed = parts.main.to(at::kDouble);
   sums.tokens = sums.tokens.defined() ? sums.tokens + summed : summed;
-  if (!parts.terms.empty()) {
-    std::vector<at::Tensor> rows;
-    for (const model::TermValue& t : parts.terms) rows.push_back(at::stack({t.sum.to(at::kDouble), t.count.to(at::kDouble)}));
-    const at::Tensor terms = at::stack(rows);
-    sums.terms = sums.terms.defined() ? sums.terms + terms : terms;
-  }
+  add_term_sums(sums.terms, parts);
   out.trained_targets += parts.count;
   MicroTiming timing;
   timing.rows = batch.rows();

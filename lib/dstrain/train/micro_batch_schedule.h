@@ -34,6 +34,7 @@ class Communicator;
 namespace dstrain::model {
 class CausalLM;
 class Loss;
+struct LossParts;
 }  // namespace dstrain::model
 namespace dstrain::zero {
 class Engine;
@@ -70,6 +71,11 @@ struct ScheduleResult {
   // (pipeline_run::StepTimes); zero without a pipeline.
   double pipeline_compute_ms = 0, pipeline_schedule_ms = 0;
 };
+
+// The loss's added terms summed on the device, [terms, 2] float64 (sum, count; undefined until
+// a micro-batch has some), and read into a result once per step.
+void add_term_sums(at::Tensor& sums, const model::LossParts& parts);
+void read_term_sums(const at::Tensor& sums, ScheduleResult& out);
 
 class MicroBatchSchedule {
  public:

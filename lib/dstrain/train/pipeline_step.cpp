@@ -53,7 +53,7 @@ std::string describe_stage(const config::Recipe& recipe, int stage) {
   const int first_layer = std::max(g.first, 1) - 1, last_layer = std::min(g.last, layers) - 1;
   if (first_layer == last_layer) parts.push_back(fmt::format("layer {}", first_layer));
   if (first_layer < last_layer) parts.push_back(fmt::format("layers {}-{}", first_layer, last_layer));
-  if (g.last == layers + 1) parts.push_back("the final norm and head");
+  if (g.last == layers + 1) parts.push_back(recipe.model.mtp_depth > 0 ? "the final norm, head and MTP" : "the final norm and head");
   std::string text;
   for (size_t i = 0; i < parts.size(); ++i) text += (i == 0 ? "" : ", ") + parts[i];
   return fmt::format("stage {} ({})", stage, text);
@@ -71,16 +71,22 @@ struct StepInputs {
   double loss_scale = 1;
   double loss = 0;  // this rank's terms of the step's loss, unscaled
   at::Tensor token_sum;
+  at::Tensor term_sums;  // the loss's added terms (MTP's depths): [terms, 2] sums and counts, float64
   int64_t trained_targets = 0;
   double forward_ms = 0;
   bool evaluating = false;  // forwards only: the cross-entropy sums, no loss terms, no observers
 };
 
+// With multi-token prediction, a training step's activations between stages carry the
+// embeddings' output beside the hidden states ([B, T, 2H]: hidden first): the last stage's MTP
+// modules read it, and its gradient flows back through every stage into the one embedding, so
+// no stage holds a copy of it. Evaluation computes no MTP and sends [B, T, H].
 class ModelStage final : public pipeline_run::StageModule {
  public:
-  ModelStage(const model::CausalLM& model, const model::Loss& loss, config::LossNormalization normalization, model::GroupRange groups,
+  ModelStage(const model::CausalLM& model, const model::Loss& loss, const config::Recipe& recipe, model::GroupRange groups,
              const std::vector<MicroBatchObserver*>& observers, StepInputs& step)
-      : model_(model), loss_(loss), normalization_(normalization), groups_(groups), observers_(observers), step_(step) {
+      : model_(model), loss_(loss), plain_loss_(loss.chunk_tokens()), normalization_(recipe.train.loss_normalization),
+        hidden_size_(recipe.model.hidden_size), mtp_(recipe.model.mtp_depth > 0), groups_(groups), observers_(observers), step_(step) {
     for (size_t i = 0; i < model.parameters().size(); ++i) {
       const int g = model.parameter_places()[i].group;
       if (g >= groups.first && g <= groups.last) params_.push_back(model.parameters()[i].tensor);
@@ -91,28 +97,36 @@ class ModelStage final : public pipeline_run::StageModule {
     const auto t0 = Clock::now();
     progress::enter(progress::Phase::kForward);
     const data::Batch& batch = step_.device.at(static_cast<size_t>(mb));
-    const model::CausalLM::Hidden h = model_.run_groups(groups_.first, groups_.last, input, model::input_of(batch));
+    const bool carries = mtp_ && !step_.evaluating;
+    model::CausalLM::Input in = model::input_of(batch);
+    at::Tensor x = input;
+    if (carries && x.defined()) in.embedded = x.narrow(-1, hidden_size_, hidden_size_), x = x.narrow(-1, 0, hidden_size_);
+    const model::CausalLM::Hidden h = model_.run_groups(groups_.first, groups_.last, x, in);
     const double share = static_cast<double>(loss_units(step_.host[static_cast<size_t>(mb)], normalization_)) / step_.global;
     const at::Tensor aux = h.aux.defined() && !step_.evaluating ? h.aux * share : at::Tensor();
     pipeline_run::StageOutput out;
     if (groups_.last != model_.final_group()) {
-      out.output = h.hidden;
+      out.output = carries ? at::cat({h.hidden, groups_.first == 0 ? h.embedded : in.embedded}, -1) : h.hidden;
       if (aux.defined()) step_.loss += aux.item<double>(), out.side_loss = aux * step_.loss_scale;
       step_.forward_ms += ms_since(t0);
       return out;
     }
-    const model::LossParts parts = loss_.of_hidden(model_, h, batch);
     if (step_.evaluating) {
+      const model::LossParts parts = plain_loss_.of_hidden(model_, h, batch);
       add_token_sums(parts);
       out.output = parts.sum.detach();
       return out;
     }
-    at::Tensor loss = normalization_ == config::LossNormalization::kMicroBatchMean
-                          ? parts.sum / (static_cast<double>(std::max<int64_t>(parts.count, 1)) * step_.global)
-                          : parts.sum / step_.global;
+    const model::LossParts parts = loss_.of_hidden(model_, h, batch);
+    const double divisor = normalization_ == config::LossNormalization::kMicroBatchMean
+                               ? static_cast<double>(std::max<int64_t>(parts.count, 1)) * step_.global
+                               : step_.global;
+    at::Tensor loss = parts.sum / divisor;
     if (aux.defined()) loss = loss + aux;
     for (MicroBatchObserver* o : observers_) loss = o->on_loss(static_cast<size_t>(mb), loss);
-    step_.loss += loss.item<double>();
+    // The reported loss leaves the added terms out, as MicroBatchSchedule's does.
+    const at::Tensor terms_share = parts.terms.empty() ? at::Tensor() : (parts.sum.detach() - parts.main) / divisor;
+    step_.loss += (terms_share.defined() ? loss.detach() - terms_share : loss).item<double>();
     add_token_sums(parts);
     out.output = step_.loss_scale == 1.0 ? loss : loss * step_.loss_scale;
     step_.forward_ms += ms_since(t0);
@@ -126,11 +140,15 @@ class ModelStage final : public pipeline_run::StageModule {
     const at::Tensor summed = parts.main.to(at::kDouble);
     step_.token_sum = step_.token_sum.defined() ? step_.token_sum + summed : summed;
     step_.trained_targets += parts.count;
+    add_term_sums(step_.term_sums, parts);
   }
 
   const model::CausalLM& model_;
   const model::Loss& loss_;
+  const model::Loss plain_loss_;  // evaluation's: the cross-entropy alone
   config::LossNormalization normalization_;
+  int64_t hidden_size_;
+  bool mtp_;
   model::GroupRange groups_;
   const std::vector<MicroBatchObserver*>& observers_;
   StepInputs& step_;
@@ -165,9 +183,10 @@ struct PipelineStep::Impl {
     pipeline_run::Activation activation;
     activation.dtype = model::scalar_type(recipe.precision.dtype);
     activation.device = device;
-    activation.sizes_of = [this](int mb) {
+    const int64_t width = recipe.model.hidden_size * (recipe.model.mtp_depth > 0 && !forwards_only ? 2 : 1);  // ModelStage's
+    activation.sizes_of = [this, width](int mb) {
       const data::Batch& b = step.host.at(static_cast<size_t>(mb));
-      return std::vector<int64_t>{b.rows(), b.length(), recipe.model.hidden_size};
+      return std::vector<int64_t>{b.rows(), b.length(), width};
     };
     slot = std::make_unique<pipeline_run::Executor>(std::move(schedule), group, std::move(mine), std::move(activation));
     return *slot;
@@ -182,8 +201,7 @@ PipelineStep::PipelineStep(const config::Recipe& recipe, const model::CausalLM& 
     throw Error(ErrorCode::kInternal,
                 fmt::format("a pipeline group of {} ranks for parallel.pipeline_parallel_size {}", pipeline_group.world_size(), p));
   for (int s : pipeline_rank_stages(recipe, r))
-    impl_->stages[s] =
-        std::make_unique<ModelStage>(model, loss, recipe.train.loss_normalization, stage_groups(recipe, s), impl_->observers, impl_->step);
+    impl_->stages[s] = std::make_unique<ModelStage>(model, loss, recipe, stage_groups(recipe, s), impl_->observers, impl_->step);
 }
 
 PipelineStep::~PipelineStep() = default;
@@ -205,6 +223,7 @@ ScheduleResult result_of(const StepInputs& step) {
   ScheduleResult out;
   if (step.token_sum.defined()) out.token_loss = step.token_sum.item<double>();
   out.trained_targets = step.trained_targets;
+  read_term_sums(step.term_sums, out);
   return out;
 }
 

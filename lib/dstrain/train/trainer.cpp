@@ -331,8 +331,11 @@ Trainer::StepEnd Trainer::step() {
   const bool rebalance = p.balancer.rebalance_due(p.step + 1);
   const size_t rate_part = rebalance ? sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()}) : 0;
   const size_t bubble_part = p.pipeline ? sums.add({ran.pipeline_compute_ms, ran.pipeline_schedule_ms}) : 0;
-  std::vector<double> terms = ran.term_sums;  // MTP: each depth's summed loss and targets, over all ranks
-  terms.insert(terms.end(), ran.term_counts.begin(), ran.term_counts.end());
+  // MTP: each depth's summed loss and targets, over all ranks. Every rank adds the segment (zeros
+  // where it computed none: a pipeline's stages before the last), so that the sums line up.
+  const size_t depths = static_cast<size_t>(p.recipe.model.mtp_depth);
+  std::vector<double> terms(2 * depths, 0.0);
+  for (size_t k = 0; k < std::min(depths, ran.term_sums.size()); ++k) terms[k] = ran.term_sums[k], terms[depths + k] = ran.term_counts[k];
   const size_t terms_part = terms.empty() ? 0 : sums.add(terms);
   const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
   const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
@@ -366,7 +369,6 @@ Trainer::StepEnd Trainer::step() {
   if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
   if (!terms.empty()) {
     const std::vector<double> all_terms = sums.segment(result.sums, terms_part);
-    const size_t depths = all_terms.size() / 2;
     for (size_t k = 0; k < depths; ++k) o.mtp_loss.push_back(all_terms[k] / std::max(all_terms[depths + k], 1.0));
   }
   if (p.pipeline) {  // idle over compute, every rank's summed: the papers' measure, (p - 1) / m for 1F1B

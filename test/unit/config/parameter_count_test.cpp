@@ -3,6 +3,8 @@
 
 #include "test_support.h"
 #include "dstrain/config/describe.h"
+#include "dstrain/config/pipeline_plan.h"
+#include "dstrain/config/recipe.h"
 
 using namespace dstrain::config;
 
@@ -65,4 +67,29 @@ TEST_CASE("FLOPs per token follow 6N + the attention term", "[config]") {
   dense.vocab_size = 256, dense.hidden_size = 64, dense.num_layers = 2, dense.num_heads = 4, dense.intermediate_size = 128;
   const auto c = parameter_counts(dense);
   CHECK(flops_per_token(dense, 32) == Approx(6.0 * (c.active - c.embedding) + 12.0 * 2 * 4 * 16 * 32));  // PaLM: 12 L H Q T
+}
+
+TEST_CASE("a pipeline plans the MTP module on the last stage with the head", "[config][mtp]") {
+  Recipe r;
+  r.model = v3();
+  r.data.seq_len = 4096;
+  r.train.micro_batch_size = 1, r.train.gradient_accumulation_steps = 32;
+  r.precision.dtype = Dtype::kBf16;
+  r.parallel.pipeline_parallel_size = 16;
+  r.launch.nproc_per_node = 8, r.launch.nnodes = 2;
+  const PipelinePlan without = pipeline_plan(r);
+  r.model.mtp_depth = 1;
+  const PipelinePlan with = pipeline_plan(r);
+  // The last stage's cost grows by exactly what MTP adds to the FLOPs per token, which moves a layer off it.
+  CHECK(layer_costs(r.model, 4096).head - layer_costs(v3(), 4096).head ==
+        Approx(flops_per_token(r.model, 4096) - flops_per_token(v3(), 4096)));
+  CHECK(without.stages.back().layers == 2);
+  CHECK(with.stages.back().layers == 1);
+  CHECK(with.stages.back().mtp);
+  CHECK_FALSE(with.stages.front().mtp);
+  const ParameterCounts layer60 = decoder_layer_counts(r.model, 60);
+  CHECK(with.stages.back().parameters == Approx(without.stages.back().parameters - layer60.total + parameter_counts(r.model).mtp));
+  // Every stage's input carries the embeddings' output too: one [1, 4096, 7168] bf16 tensor more per held micro-batch.
+  const double carried = 4096.0 * 7168 * 2;
+  CHECK(with.ranks.front().activations == Approx(without.ranks.front().activations + with.ranks.front().peak_micro_batches * carried));
 }

@@ -222,3 +222,31 @@ TEST_CASE("fp8: missing, mis-shaped and non-finite scales are checkpoint errors 
   std::ofstream(hf + "/config.json") << R"({"model_type": "deepseek_v3"})";
   CHECK_THROWS_WITH(load(), Catch::Contains("is F8_E4M3, but " + hf + "/config.json has no quantization_config"));
 }
+
+TEST_CASE("MTP's copies of the embedding and head are compared as stored, byte for byte", "[mtp]") {
+  test::TempDir dir;
+  config::ModelConfig cfg = test::tiny_v3();
+  cfg.mtp_depth = 1;
+  auto a = model::make_model(cfg, 7);
+  std::vector<model::TensorShape> shapes;
+  for (const auto& p : a->parameters()) shapes.push_back({p.name, p.tensor.sizes().vec()});
+  const std::string hf = dir.path() + "/bf16";
+  model::HfExportOptions o;
+  o.dtype = "BF16";
+  model::export_hf_streaming(
+      cfg, shapes, [&](const model::TensorShape& t) { return param(*a, t.name).detach().clone(); }, o, hf);
+  const std::string copy = "model.layers.3.embed_tokens.weight", main = "model.embed_tokens.weight";
+  {
+    const model::HfWeights weights(hf, cfg);
+    REQUIRE(weights.has(copy));
+    CHECK(weights.stored_alike(copy, main));
+    CHECK(weights.stored_alike("model.layers.3.shared_head.head.weight", "lm_head.weight"));
+    CHECK_FALSE(weights.stored_alike(main, "lm_head.weight"));  // same shape and dtype, other values
+  }
+  rewrite(hf, [&](std::vector<io::TensorToWrite>& tensors) {
+    for (auto& t : tensors)
+      if (t.name == copy) const_cast<uint8_t*>(static_cast<const uint8_t*>(t.data))[t.nbytes - 1] ^= 1;  // one bit of the last value
+  });
+  const model::HfWeights weights(hf, cfg);
+  CHECK_FALSE(weights.stored_alike(copy, main));
+}
