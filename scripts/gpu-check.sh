@@ -8,7 +8,8 @@
 #             the CPU of this build, and the NCCL check: a crash is named with its backtrace;
 #   offload   the offloaded (CPU) optimizer against Adam on the device, fp32 and bf16, one chunk
 #             and many (not in the default set: a diagnosis);
-#   tests     the gpu-labelled CTest tests (gpu.kernels, gpu.nccl, gpu.train);
+#   tests     the gpu-labelled CTest tests (gpu.kernels, gpu.nccl, gpu.train, gpu.newer_paths: validation,
+#             fine-tuning and MTP against their CPU twins);
 #   bench     the NCCL, fused-Adam and MoE-expert benchmarks, and training tokens/s (when time is left);
 #   offload-bench  issue 23's rows (a call of its own; not in the default set): the host's CPU Adam
 #             against its bandwidth, 1.3B ZeRO-3 + offload at accumulation 8 against ZeRO-0, full
@@ -172,7 +173,7 @@ if [[ "$phases" == *" tests "* ]]; then
   gpu_tests=$?
   tail -8 "$logs/ctest-gpu.log" | tee -a "$out/gpu-check.log"
   grep -E "^ok - |^FAIL|SKIPPED|failed|Failed|passed" "$logs/ctest-gpu.log" | head -40 >> "$out/gpu-check.log"
-  for t in kernels nccl train; do
+  for t in kernels nccl train newer_paths; do
     row "gpu.$t" "$(grep -oE "gpu\.$t \.+ *[*A-Za-z]+[A-Za-z ]* +[0-9.]+ sec" "$logs/ctest-gpu.log" | sed -E 's/ \.+ */: /' | head -1)"
   done
   backtraces gpu-tests

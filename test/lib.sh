@@ -13,12 +13,19 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 ok() { PASSED=$((PASSED + 1)); echo "ok - $*"; }
 
 # expect_status WANT CMD...: runs CMD, stores stdout+stderr in $OUT, checks the exit status.
+# DSTRAIN_TEST_TIMES=1: each command's seconds on stderr, to find what a test spends its time on.
 expect_status() {
   local want=$1; shift
+  local started=$EPOCHREALTIME
   set +e
   OUT="$("$@" 2>&1)"
   local got=$?
   set -e
+  if [ -n "${DSTRAIN_TEST_TIMES:-}" ]; then
+    local a named=""
+    for a in "$@"; do case $a in run_dir=* | --nproc-per-node | [0-9]) named+=" $a" ;; esac; done
+    echo "time: $(python3 -c "print(f'{$EPOCHREALTIME - $started:.1f}')") s: ${2:-} ${3##*/}$named" >&2
+  fi
   [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want. Output:
 $OUT"
 }

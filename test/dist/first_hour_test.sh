@@ -103,7 +103,7 @@ import re, sys
 text = open(sys.argv[1]).read()
 block = text.split("<!-- own-text:begin -->")[1].split("<!-- own-text:end -->")[0]
 yaml = block.split("<<'YAML'\n")[1].split("\nYAML")[0]
-open("mine.yaml", "w").write(yaml.replace("steps: 500", "steps: 30") + "\n")
+open("mine.yaml", "w").write(yaml.replace("steps: 500", "steps: 15") + "\n")
 for line in block.splitlines():
     if line.startswith("build/dstrain "):
         print(re.sub(r"\s+#.*$", "", line[len("build/dstrain "):]).replace("~/my-texts", "my-texts"))
@@ -123,7 +123,7 @@ while read -r cmd; do
     *) expect_status 0 "$DSTRAIN" $cmd ;;
   esac
 done < readme.cmds
-[ "$(wc -l < runs/mine/metrics.jsonl)" -eq 30 ] && [ -f runs/mine/report/index.html ] || fail "the own-text run did not finish or report"
+[ "$(wc -l < runs/mine/metrics.jsonl)" -eq 15 ] && [ -f runs/mine/report/index.html ] || fail "the own-text run did not finish or report"
 grep -qF -- "--logdir $WORK/runs/mine/tensorboard" tensorboard.args || fail "tensorboard got: $(cat tensorboard.args)"
 grep -q '"vocab_size": 257' runs/mine/config.resolved.json || fail "the vocabulary did not come from data/mine.json"
 ok "the README's own-text path works as written: prepare-data, train, Ctrl-C (exit 75), resume, report, tensorboard"

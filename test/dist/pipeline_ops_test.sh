@@ -55,7 +55,7 @@ same_checkpoint_data whole4/ckpt/step_00000020 killed/ckpt/step_00000020 || fail
 ok "SIGKILL of stage 2 of 4 at step 8: restarted from the checkpoint, bit-identical losses and final weights"
 
 DSTRAIN_TEST_FAULTS=stall=2:4:60 expect_status 6 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${faults[@]}" --nproc-per-node 4 \
-  --set launch.collective_timeout_s=3 --set run_dir=stalled
+  --set launch.collective_timeout_s=3 --set launch.heartbeat_timeout_s=6 --set run_dir=stalled  # 1 s beats: reported in seconds, not ~30
 expect_out "hang: rank 2 ("
 expect_out "while others wait in recv #"
 expect_out "'s gradient from stage 2 to stage 1"

@@ -6,26 +6,13 @@
 # 0.006%:
 #   fp32 GPU vs CPU 1e-3 (reduction order; TF32 is off) | fp16 1% | bf16 5% | MoE: the same
 source "$(dirname "$0")/../lib.sh"
-cmp="$SRC/test/dist/compare_metrics.py"
-gpus=$("$DSTRAIN" check-env --local --skip probes --json | python3 -c 'import json,sys; print(next(f["values"][0]["value"] for f in json.load(sys.stdin)["facts"] if f["name"] == "gpus"))')
-gpus=${gpus%% *}  # "0 (none visible: ...)" without a GPU
-# DSTRAIN_GPU_TEST_DRY=1 runs the script's mechanics on CPU (the GPU-only checks skipped), so a
-# mistake in it is found before a lent GPU's minutes are spent.
-dry=${DSTRAIN_GPU_TEST_DRY:-0}
-if [ "$gpus" = "0" ] && [ "$dry" != 1 ]; then echo "SKIPPED: no GPU visible"; exit 77; fi
-gpu_check() { [ "$dry" = 1 ] || "$@"; }
+source "$(dirname "$0")/gpu_lib.sh"
 dense=(--set train.steps=30 --set train.micro_batch_size=16 --set train.global_batch_size=16 --set checkpoint.interval_steps=10)
 moe=(--set train.steps=20 --set train.micro_batch_size=8 --set train.global_batch_size=8)
-gpu_train() {  # gpu_train NAME RECIPE [args]: one rank on GPU 0
-  local name=$1 recipe=$2; shift 2
-  expect_status 0 "$DSTRAIN" train "$recipe" --nproc-per-node 1 --set run_dir="$name" "$@"
-  gpu_check grep -q "training on GPUs: rank 0 on cuda:0" "$name/logs/rank_00000.log" || fail "$name did not train on the GPU"
-}
 
 # The references: fp32 on the CPU (the GPU hidden).
-CUDA_VISIBLE_DEVICES= expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 1 "${dense[@]}" --set precision.dtype=fp32 --set run_dir=cpu32
-grep -q "training on CPU" cpu32/logs/rank_00000.log || fail "CUDA_VISIBLE_DEVICES= did not hide the GPU"
-CUDA_VISIBLE_DEVICES= expect_status 0 "$DSTRAIN" train "$SRC/recipes/tiny-mla-moe.yaml" --nproc-per-node 1 "${moe[@]}" --set precision.dtype=fp32 --set run_dir=moecpu32
+cpu_train cpu32 "$demo_recipe" "${dense[@]}"
+cpu_train moecpu32 "$SRC/recipes/tiny-mla-moe.yaml" "${moe[@]}"
 
 gpu_train gpu32 "$demo_recipe" "${dense[@]}" --set precision.dtype=fp32
 python3 "$cmp" cpu32/metrics.jsonl gpu32/metrics.jsonl --rtol 1e-3 || fail "fp32 on the GPU diverges from the CPU"
