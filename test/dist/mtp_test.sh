@@ -2,7 +2,8 @@
 # Multi-token prediction (issue 40): DeepSeek-V3's MTP at depth 2 with attention within documents
 # trains; 2 ranks at ZeRO-3 and with expert parallelism give the single process's losses and
 # MTP losses (1e-6, fp32), as does full recompute, and so do pipelines (zb_h1 at 2 stages;
-# interleaved 1F1B at 4 stages on 2 ranks x 2 data-parallel, whose middle stages pass the
+# interleaved 1F1B at 4 stages on 2 ranks x 2 data-parallel at ZeRO-3 with expert parallelism
+# 2 (the last stage's MTP block routes over the stage's expert group), whose middle stages pass the
 # embeddings' output on, with validation losses through the pipeline; a pipeline's checkpoint
 # resumed in one process); bf16 trains; the export is the
 # released layout (model.layers.{L+k-1}.* with copies of the embedding and head,
@@ -62,7 +63,7 @@ python3 "$cmp" one/metrics.jsonl ppres/metrics.jsonl --resumed --rtol 1e-6 --mtp
 four=(--set model.num_layers=4 --set train.steps=6 --set eval.split=0.1 --set eval.interval_steps=3 --set eval.max_batches=4)
 run one4 1 "${four[@]}"
 run il 4 "${four[@]}" --set parallel.pipeline_parallel_size=2 --set pipeline.virtual_stages=2 --set pipeline.schedule=interleaved_1f1b \
-  --set zero.stage=1
+  --set zero.stage=3 --set moe.expert_parallel_size=2
 python3 "$cmp" one4/metrics.jsonl il/metrics.jsonl --rtol 1e-6 --mtp || fail "MTP with an interleaved 4-stage pipeline differs from one process"
 python3 - one4/metrics.jsonl il/metrics.jsonl <<'PY' || fail "the validation losses through the pipeline differ from one process's"
 import json, sys
@@ -72,7 +73,7 @@ worst = max(abs(x - y) / x for (_, x), (_, y) in zip(a, b))
 print(f"validation losses {[round(x, 6) for _, x in a]}: largest relative difference {worst:.1e}")
 sys.exit(0 if worst <= 1e-6 else 1)
 PY
-ok "MTP with pipelines (zb_h1 at 2 stages; interleaved 1F1B at 4 stages x 2 data-parallel ranks) equals one process within 1e-6, validation and a resume without the pipeline too"
+ok "MTP with pipelines (zb_h1 at 2 stages; interleaved 1F1B at 4 stages x 2 data-parallel ranks at ZeRO-3 with expert parallelism) equals one process within 1e-6, validation and a resume without the pipeline too"
 
 expect_status 0 "$DSTRAIN" export-hf one hf
 python3 - hf <<'PY' || fail "the export is not DeepSeek-V3's MTP layout"
