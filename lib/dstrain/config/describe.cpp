@@ -36,13 +36,19 @@ ParameterCounts parameter_counts(const ModelConfig& m) {
     const ParameterCounts l = decoder_layer_counts(m, layer);
     c.total += l.total, c.active += l.active, c.routed += l.routed;
   }
-  // Each MTP module: enorm, hnorm, eh_proj [H, 2H], a decoder block (HF's layer L + k - 1) and
-  // shared_head.norm; the embedding and head are the main model's.
+  const ParameterCounts mtp = mtp_module_counts(m);
+  c.total += mtp.total, c.active += mtp.active, c.routed += mtp.routed, c.mtp = mtp.total;
+  return c;
+}
+
+ParameterCounts mtp_module_counts(const ModelConfig& m) {
+  ParameterCounts c{0, 0, 0};
   for (int64_t k = 1; k <= m.mtp_depth; ++k) {
     const ParameterCounts l = decoder_layer_counts(m, m.num_layers + k - 1);
-    const int64_t own = 3 * H + 2 * H * H;
-    c.total += l.total + own, c.active += l.active + own, c.routed += l.routed, c.mtp += l.total + own;
+    const int64_t own = 3 * m.hidden_size + 2 * m.hidden_size * m.hidden_size;
+    c.total += l.total + own, c.active += l.active + own, c.routed += l.routed;
   }
+  c.mtp = c.total;
   return c;
 }
 

@@ -20,6 +20,10 @@ struct ParameterCounts {
 ParameterCounts parameter_counts(const ModelConfig& model);
 // One decoder layer's (0-based): its total, active and routed-expert parameters (embedding 0).
 ParameterCounts decoder_layer_counts(const ModelConfig& model, int64_t layer);
+// The multi-token prediction modules' together (every depth; embedding 0, mtp = total): each
+// enorm, hnorm, eh_proj [H, 2H], a decoder block (HF's layer L + k - 1) and shared_head.norm; the
+// embedding and head are the main model's.
+ParameterCounts mtp_module_counts(const ModelConfig& model);
 
 // Training FLOPs per token: 6 x (active parameters less the input embedding) plus the attention
 // term 6 L n_h T (d_qk + d_v) (PaLM's 12 L H Q T when d_qk = d_v), no causal discount; each MTP

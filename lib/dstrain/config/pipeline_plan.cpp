@@ -22,11 +22,9 @@ pipeline::LayerCosts layer_costs(const ModelConfig& m, int64_t seq_len) {
   c.head = 6.0 * static_cast<double>(m.vocab_size * m.hidden_size + m.hidden_size);
   // The MTP modules run on the last stage with the head: each a decoder block, its projections
   // and one more pass through the head.
-  for (int64_t k = 1; k <= m.mtp_depth; ++k) {
-    const ParameterCounts block = decoder_layer_counts(m, m.num_layers + k - 1);
-    const int64_t own = 3 * m.hidden_size + 2 * m.hidden_size * m.hidden_size;
-    c.head += 6.0 * static_cast<double>(block.active + own + m.vocab_size * m.hidden_size) + attention;
-  }
+  const double depths = static_cast<double>(m.mtp_depth);
+  c.head += 6.0 * (static_cast<double>(mtp_module_counts(m).active) + depths * static_cast<double>(m.vocab_size * m.hidden_size)) +
+            depths * attention;
   return c;
 }
 
@@ -41,8 +39,7 @@ PipelinePlan pipeline_plan(const Recipe& r) {
   const ModelConfig& m = r.model;
   const double embedding = static_cast<double>(m.vocab_size * m.hidden_size), head = embedding + static_cast<double>(m.hidden_size);
   const pipeline::LayerCosts costs = layer_costs(m, r.data.seq_len);
-  ParameterCounts mtp{parameter_counts(m).mtp, 0, 0};  // the last stage's MTP modules, and their routed experts
-  for (int64_t k = 1; k <= m.mtp_depth; ++k) mtp.routed += decoder_layer_counts(m, m.num_layers + k - 1).routed;
+  const ParameterCounts mtp = mtp_module_counts(m);  // on the last stage
   PipelinePlan plan;
   int layer = 0;
   const std::vector<int> counts = stage_layers(r);
@@ -56,7 +53,9 @@ PipelinePlan pipeline_plan(const Recipe& r) {
       st.flops_per_token += costs.layers[static_cast<size_t>(layer)];
     }
     if (st.embedding) st.parameters += embedding;
-    if (st.head) st.parameters += head + mtp.total, st.routed += mtp.routed, st.flops_per_token += costs.head;
+    if (st.head)
+      st.parameters += head + static_cast<double>(mtp.total), st.routed += static_cast<double>(mtp.routed),
+          st.flops_per_token += costs.head;
     plan.stages.push_back(st);
   }
   plan.schedule = pipeline::build_schedule(r.pipeline.schedule, p, v, static_cast<int>(micro_batches_per_step(r).front()));

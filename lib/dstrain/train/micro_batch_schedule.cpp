@@ -41,6 +41,12 @@ ScheduleResult MicroBatchSchedule::run(const std::vector<data::Batch>& batches, 
   return out;
 }
 
+DividedLoss divided_loss(const model::LossParts& parts, config::LossNormalization mode, double global) {
+  const double divisor =
+      mode == config::LossNormalization::kMicroBatchMean ? static_cast<double>(std::max<int64_t>(parts.count, 1)) * global : global;
+  return {parts.sum / divisor, parts.terms.empty() ? at::Tensor() : (parts.sum.detach() - parts.main) / divisor};
+}
+
 void add_term_sums(at::Tensor& sums, const model::LossParts& parts) {
   if (parts.terms.empty()) return;
   std::vector<at::Tensor> rows;
@@ -66,12 +72,10 @@ double MicroBatchSchedule::micro(const data::Batch& host_batch, size_t index, bo
   if (normalization_ == config::LossNormalization::kPerSample && !batch.target_weights.defined())
     throw Error(ErrorCode::kInternal, "per_sample loss normalization on a batch without target weights", "report this as a bug");
   const model::LossParts parts = loss_(model_, batch);
-  const bool micro_mean = normalization_ == config::LossNormalization::kMicroBatchMean;
   const double units = static_cast<double>(loss_units(host_batch, normalization_));
-  const double divisor = micro_mean ? static_cast<double>(std::max<int64_t>(parts.count, 1)) * global : global;
-  at::Tensor loss = parts.sum / divisor;
-  // The added terms' share, which the reported loss leaves out.
-  const at::Tensor terms_share = parts.terms.empty() ? at::Tensor() : (parts.sum.detach() - parts.main) / divisor;
+  const DividedLoss divided = divided_loss(parts, normalization_, global);
+  at::Tensor loss = divided.loss;
+  const at::Tensor& terms_share = divided.terms_share;
   const auto issued = Clock::now();                // the forward's work is queued (launch overhead, below)
   if (time_phases_) device::synchronize(device_);  // GPU kernels run asynchronously: the breakdown waits for them, as DeepSpeed's timers do
   const auto f1 = Clock::now();

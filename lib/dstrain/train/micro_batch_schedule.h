@@ -72,6 +72,14 @@ struct ScheduleResult {
   double pipeline_compute_ms = 0, pipeline_schedule_ms = 0;
 };
 
+// A micro-batch's loss divided as train.loss_normalization says (global: the step's units over
+// every rank), and the added terms' share of it (undefined without terms), which the reported
+// loss leaves out.
+struct DividedLoss {
+  at::Tensor loss, terms_share;
+};
+DividedLoss divided_loss(const model::LossParts& parts, config::LossNormalization mode, double global);
+
 // The loss's added terms summed on the device, [terms, 2] float64 (sum, count; undefined until
 // a micro-batch has some), and read into a result once per step.
 void add_term_sums(at::Tensor& sums, const model::LossParts& parts);

@@ -118,15 +118,12 @@ class ModelStage final : public pipeline_run::StageModule {
       return out;
     }
     const model::LossParts parts = loss_.of_hidden(model_, h, batch);
-    const double divisor = normalization_ == config::LossNormalization::kMicroBatchMean
-                               ? static_cast<double>(std::max<int64_t>(parts.count, 1)) * step_.global
-                               : step_.global;
-    at::Tensor loss = parts.sum / divisor;
+    const DividedLoss divided = divided_loss(parts, normalization_, step_.global);
+    at::Tensor loss = divided.loss;
     if (aux.defined()) loss = loss + aux;
     for (MicroBatchObserver* o : observers_) loss = o->on_loss(static_cast<size_t>(mb), loss);
     // The reported loss leaves the added terms out, as MicroBatchSchedule's does.
-    const at::Tensor terms_share = parts.terms.empty() ? at::Tensor() : (parts.sum.detach() - parts.main) / divisor;
-    step_.loss += (terms_share.defined() ? loss.detach() - terms_share : loss).item<double>();
+    step_.loss += (divided.terms_share.defined() ? loss.detach() - divided.terms_share : loss).item<double>();
     add_token_sums(parts);
     out.output = step_.loss_scale == 1.0 ? loss : loss * step_.loss_scale;
     step_.forward_ms += ms_since(t0);
