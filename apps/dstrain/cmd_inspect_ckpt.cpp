@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 
@@ -52,25 +53,35 @@ Stats stats_of(const std::vector<double>& v) {
   return s;
 }
 
-// PATH as the user may give it: a checkpoint, a directory of checkpoints (its `latest`), or a
-// run directory (its checkpoint directory's `latest`), as resume, export-hf and report take.
+// PATH as the user may give it: a checkpoint, a directory of checkpoints, or a run directory (its
+// checkpoint directory). A directory of checkpoints gives the one resume, eval and export-hf would
+// take: `latest`, or the newest committed one when `latest` is missing or broken (said on stderr).
 std::string resolve_dir(const std::string& path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path))
     throw Error(ErrorCode::kUsage, fmt::format("'{}' does not exist", path),
                 "pass a run directory, its ckpt/ directory, or one checkpoint (RUN_DIR/ckpt/step_XXXXXXXX)");
   std::string dir = path;
-  if (fs::exists(fs::path(path) / "config.resolved.json")) {
+  const bool run = fs::exists(fs::path(path) / "config.resolved.json");
+  std::string logs;
+  if (run) {
     const run::RunDir run_dir(path);
     dir = run_dir.ckpt_dir(config::read_resolved_config(run_dir.config_path()));
+    logs = run_dir.log_dir();
+  }
+  std::vector<std::string> skipped;
+  const std::vector<std::string> candidates =
+      fs::is_directory(dir) ? ckpt::checkpoint_candidates(dir, &skipped) : std::vector<std::string>{};
+  for (const auto& why : skipped) std::fprintf(stderr, "note: %s\n", why.c_str());
+  if (!candidates.empty()) {
     if (!fs::exists(fs::path(dir) / "latest"))
-      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint yet (none in {})", path, dir),
-                  "it stopped before its first save; its logs are in " + run_dir.log_dir());
+      std::fprintf(stderr, "note: %s has no 'latest' file; showing its newest committed checkpoint, which resume would take\n",
+                   dir.c_str());
+    return candidates.front();
   }
-  if (fs::exists(fs::path(dir) / "latest")) {
-    const auto latest = ckpt::latest_checkpoint(dir);
-    if (latest) return *latest;
-  }
+  if (run)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint yet (none in {})", path, dir),
+                "it stopped before its first save; its logs are in " + logs);
   return dir;
 }
 

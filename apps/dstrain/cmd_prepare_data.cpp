@@ -162,7 +162,12 @@ void register_prepare_data(CLI::App& app, Run& run) {
       ->check(CLI::IsMember({"auto", "text", "jsonl"}));
   cmd->add_option("--workers", o->workers, "Tokenizer threads (default: every core)")->check(CLI::Range(0, 1024));
   cmd->add_option("--ext", *ext, "Only files ending in these suffixes, comma-separated (e.g. .py,.md or .jsonl.gz)");
-  cmd->add_option("--max-bytes", o->max_bytes, "Stop after this many input bytes (0: all)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-bytes", o->max_bytes, "Stop after this many input bytes, counted after decompression (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-line-bytes", o->max_line_bytes,
+                  "The longest JSON line (or whole text file) to read, after decompression; a longer one is an error naming it "
+                  "(default 268435456: 256 MiB)")
+      ->check(CLI::PositiveNumber);
   add_chat_options(cmd, *o, *chat);
   cmd->callback([o, ext, keys, format, chat, &run] {
     run = [o, ext, keys, format, chat] {

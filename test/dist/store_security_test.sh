@@ -58,4 +58,63 @@ grep -qE "forged in [2-3] bursts" forger.log || fail "the forger did not get to 
 grep -q "rendezvous store: ignored [0-9]* value(s) so far" guarded.log || fail "the ignored values were not reported: $(grep -i store guarded.log)"
 ! grep -q "hang:" guarded.log || fail "a forged heartbeat was taken for a hang"
 ok "forged heartbeats, decision and failure report are ignored (counted in a warning); the run completes"
+
+# The secret never leaves the process that holds it (issue 55, D1): rank 1 reaches the store that
+# rank 0 hosts through a recording proxy, so every byte it sends or reads there (environment facts,
+# checkpoint summaries, heartbeats) is captured; none may hold the secret, and neither may any
+# file of the run, nor check-env's output.
+secret="s3cr3t-$(python3 -c 'import secrets; print(secrets.token_hex(16))')"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+store_port=$(free_port)
+proxy_port=$(free_port)
+python3 - "$proxy_port" "$store_port" capture.bin > proxy.log 2>&1 <<'PY' &
+import socket, sys, threading
+listen, target, capture = int(sys.argv[1]), int(sys.argv[2]), open(sys.argv[3], "ab", buffering=0)
+lock = threading.Lock()
+def pump(src, dst):
+    try:
+        while data := src.recv(65536):
+            with lock: capture.write(data)
+            dst.sendall(data)
+    except OSError: pass
+    finally:
+        for s in (src, dst):
+            try: s.shutdown(socket.SHUT_RDWR)
+            except OSError: pass
+server = socket.create_server(("127.0.0.1", listen))
+server.settimeout(120)
+print("listening", flush=True)
+while True:
+    try: client, _ = server.accept()
+    except socket.timeout: break
+    for _ in range(200):
+        try: upstream = socket.create_connection(("127.0.0.1", target)); break
+        except OSError: threading.Event().wait(0.05)
+    threading.Thread(target=pump, args=(client, upstream), daemon=True).start()
+    threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+PY
+proxy=$!
+for _ in $(seq 1 100); do grep -q listening proxy.log && break; sleep 0.05; done
+secret_run=(--set train.steps=8 --set schedule.warmup_steps=2 --set checkpoint.interval_steps=4 --set launch.threads_per_worker=1 --set run_dir=secret_run)
+# torchrun's variables (its run id: the two ranks see different ports, so the default id would differ)
+DSTRAIN_STORE_SECRET="$secret" RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=secret MASTER_ADDR=127.0.0.1 MASTER_PORT=$store_port \
+  timeout 120 "$DSTRAIN" train "$demo_recipe" "${secret_run[@]}" > secret0.log 2>&1 &
+rank0=$!
+DSTRAIN_STORE_SECRET="$secret" RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 TORCHELASTIC_RUN_ID=secret MASTER_ADDR=127.0.0.1 MASTER_PORT=$proxy_port \
+  timeout 120 "$DSTRAIN" train "$demo_recipe" "${secret_run[@]}" > secret1.log 2>&1 || fail "rank 1 failed: $(tail -5 secret1.log)"
+wait $rank0 || fail "rank 0 failed: $(tail -5 secret0.log)"
+kill $proxy 2>/dev/null || true
+grep -q "step 8/8" secret0.log || fail "the run through the proxy did not train: $(tail -5 secret0.log)"
+[ "$(stat -c %s capture.bin)" -gt 1000 ] || fail "the proxy captured almost nothing: $(cat proxy.log)"
+grep -qa "env DSTRAIN_STORE_SECRET" capture.bin || fail "rank 1's environment facts did not pass through the proxy"
+! grep -qaF "$secret" capture.bin || fail "the secret went into the rendezvous store"
+! grep -rlaF "$secret" secret_run secret0.log secret1.log || fail "the secret is in a file of the run"
+grep -qaE "env DSTRAIN_STORE_SECRET	.*	\(set; value hidden\)" capture.bin || fail "rank 1 did not report that the secret is set"
+ok "the secret is in no byte sent to or read from the store (the env check and checkpoint gathers), no run file, no log"
+
+DSTRAIN_STORE_SECRET="$secret" expect_status 0 "$DSTRAIN" check-env --nproc-per-node 2
+! grep -qF "$secret" <<<"$OUT" || fail "check-env prints the secret: $OUT"
+expect_out "(set; value hidden)"
+ok "check-env shows only that the secret is set"
+
 finish

@@ -15,6 +15,7 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/rendezvous.h"
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/comm/store_gather.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/progress.h"
@@ -178,11 +179,16 @@ class NcclCommunicator final : public Communicator {
   std::vector<std::string> all_gather_bytes(const std::string& mine) override {
     // Small and rare: through the store, not the GPU.
     const std::string prefix = "dstrain/" + run_id_ + "/bytes/" + std::to_string(++bytes_round_) + "/";
-    store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(mine.begin(), mine.end()));
+    const std::string signed_value = sign_store_value(prefix + std::to_string(rank_), mine);
+    store_->set(prefix + std::to_string(rank_), std::vector<uint8_t>(signed_value.begin(), signed_value.end()));
     std::vector<std::string> out;
     for (int r = 0; r < world_; ++r) {
       const auto v = store_->get(prefix + std::to_string(r));
-      out.emplace_back(v.begin(), v.end());
+      auto value = verify_store_value(prefix + std::to_string(r), std::string(v.begin(), v.end()), size_t{1} << 30);
+      if (!value)
+        throw Error(ErrorCode::kComm, "rank " + std::to_string(r) + "'s all_gather_bytes value is not signed with the job's secret",
+                    "another program is writing into this job's rendezvous store");
+      out.push_back(std::move(*value));
     }
     return out;
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/progress.h"
 
@@ -11,6 +12,18 @@ namespace dstrain::comm {
 namespace {
 
 constexpr size_t kKeysPerRequest = 1024;  // one multiGet's keys: bounded replies, few round trips
+constexpr size_t kMaxValueBytes = size_t{1} << 30;
+
+// A rank's value, signed with the job's secret: the store is open to every local user, who
+// could otherwise hand rank 0 forged checkpoint summaries or environment facts.
+std::string verified(const std::string& key, const std::vector<uint8_t>& stored, int rank) {
+  auto value = verify_store_value(key, std::string(stored.begin(), stored.end()), kMaxValueBytes);
+  if (!value)
+    throw Error(ErrorCode::kComm, "rank " + std::to_string(rank) + "'s value under " + key + " is not signed with the job's secret",
+                "another program is writing into this job's rendezvous store, or the nodes were given different " +
+                    std::string(kSecretVariable) + " values");
+  return std::move(*value);
+}
 
 std::string seconds(std::chrono::milliseconds ms) { return std::to_string(ms.count() / 1000) + " s"; }
 
@@ -42,7 +55,7 @@ std::vector<std::string> read_all(const StoreGather& g, const std::string& round
   for (size_t first = 0; first < keys.size(); first += kKeysPerRequest) {
     const size_t last = std::min(keys.size(), first + kKeysPerRequest);
     const auto values = g.store->multiGet(std::vector<std::string>(keys.begin() + first, keys.begin() + last));
-    for (size_t i = first; i < last; ++i) out[static_cast<size_t>(ranks[i])].assign(values[i - first].begin(), values[i - first].end());
+    for (size_t i = first; i < last; ++i) out[static_cast<size_t>(ranks[i])] = verified(keys[i], values[i - first], ranks[i]);
   }
   return out;
 }
@@ -64,7 +77,8 @@ std::vector<std::string> store_gather_bytes(const StoreGather& g, uint64_t round
       return out;
     }
     const std::string key = round_prefix + std::to_string(g.rank);
-    g.store->set(key, std::vector<uint8_t>(mine.begin(), mine.end()));
+    const std::string signed_value = sign_store_value(key, mine);
+    g.store->set(key, std::vector<uint8_t>(signed_value.begin(), signed_value.end()));
     g.store->wait({done}, g.timeout);
     g.store->deleteKey(key);
   } catch (const Error&) {

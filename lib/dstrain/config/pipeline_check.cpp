@@ -18,6 +18,15 @@ bool set_by_user(const Recipe& r, const std::string& key) {
 
 }  // namespace
 
+std::string pipeline_world_problem(const Recipe& r) {
+  const int64_t p = r.parallel.pipeline_parallel_size;
+  if (p <= 1 || r.world_size() % p == 0) return "";
+  return fmt::format(
+      "parallel.pipeline_parallel_size {} does not divide the world size {} ({} node(s) x {} per node): every stage "
+      "needs as many data-parallel ranks",
+      p, r.world_size(), r.launch.nnodes, r.launch.nproc_per_node);
+}
+
 std::vector<int64_t> micro_batches_per_step(const Recipe& r) {
   std::vector<int64_t> out;
   for (const auto& stage : r.train.accumulation) out.push_back(stage.steps);
@@ -52,11 +61,7 @@ void check_pipeline(const Recipe& r, const std::function<void(const std::string&
         fmt::format("zero.overlap_comm ({}) has no effect with pipeline parallelism: each stage gathers its parameters (ZeRO-3) "
                     "and reduces its gradients once per step, at the step's boundaries",
                     r.sources.at("zero.overlap_comm")));
-  if (r.world_size() % p != 0)
-    problem(
-        fmt::format("parallel.pipeline_parallel_size {} does not divide the world size {} ({} node(s) x {} per node): every stage "
-                    "needs as many data-parallel ranks",
-                    p, r.world_size(), r.launch.nnodes, r.launch.nproc_per_node));
+  if (const std::string world = pipeline_world_problem(r); !world.empty()) return problem(world);
   const int64_t stages = p * v;
   if (r.model.num_layers < stages)
     problem(

@@ -344,6 +344,23 @@ void validate_documents(const Recipe& r, Problem problem) {
                     name(r.data.packing), name(r.data.format)));
 }
 
+// The parameter counts are int64 sums of products of the model's sizes: a model far beyond any
+// machine would wrap them around (a negative count in --dry-run). An upper bound, in double, first.
+template <typename Problem>
+void check_model_size(const ModelConfig& m, Problem&& problem) {
+  const double H = static_cast<double>(m.hidden_size),
+               widest = std::max(
+                   {static_cast<double>(m.intermediate_size),
+                    static_cast<double>(m.moe_intermediate_size) * static_cast<double>(m.n_routed_experts + m.n_shared_experts), H});
+  const double layers = static_cast<double>(m.num_layers + m.mtp_depth);
+  const double bound = 2.0 * static_cast<double>(m.vocab_size) * H + layers * 8.0 * H * (H + widest);
+  if (bound > 1e17)
+    problem(
+        fmt::format("model: hidden_size {}, intermediate sizes and vocab_size {} make a model of up to {:.2g} parameters, beyond "
+                    "what any cluster holds (DeepSeek-V3 has 6.7e11); check the sizes",
+                    m.hidden_size, m.vocab_size, bound));
+}
+
 void validate(LoadContext& ctx) {
   validate_eval(ctx);
   const Recipe& r = ctx.recipe;
@@ -367,6 +384,7 @@ void validate(LoadContext& ctx) {
   check_mtp(r, problem);
   check_expert_parallel(r, problem);
   check_pipeline(r, problem, warn);
+  check_model_size(m, problem);
   if (m.family == ModelFamily::kMlaMoe) {
   } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
@@ -524,6 +542,7 @@ void resolve_autos(LoadContext& ctx) {
 }
 
 void resolve_and_validate(LoadContext& ctx) {
+  if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
   resolve_token_stages(ctx);

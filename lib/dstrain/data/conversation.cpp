@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dstrain/core/error.h"
+#include "dstrain/core/json_depth.h"
 
 namespace dstrain::data {
 namespace {
@@ -19,7 +20,13 @@ std::string kind(const Json& j) {
 
 [[noreturn]] void malformed(const std::string& what) { throw ConversationError(what); }
 
+void check_depth(const std::string& text) {
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    malformed(fmt::format("JSON nested more than {} levels deep (a conversation needs a few)", kMaxJsonDepth));
+}
+
 Json parse_object(const std::string& text) {
+  check_depth(text);
   Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded()) malformed("not valid JSON");
   if (j.is_array()) return Json{{"messages", j}};  // a bare list of messages
@@ -188,6 +195,7 @@ Conversation parse_conversation(const std::string& text, ChatFormat format, cons
 }
 
 bool looks_like_conversation(const std::string& text, const ChatFields& f) {
+  if (json_nesting_depth(text) > kMaxJsonDepth) return false;
   const Json j = Json::parse(text, nullptr, false);
   if (j.is_array()) return !j.empty() && j.front().is_object() && j.front().contains(f.role);
   if (!j.is_object()) return false;
@@ -197,6 +205,7 @@ bool looks_like_conversation(const std::string& text, const ChatFields& f) {
 }
 
 std::vector<std::string> json_array_elements(const std::string& text) {
+  check_depth(text);
   const Json j = Json::parse(text, nullptr, false);
   if (j.is_discarded()) malformed("not valid JSON");
   if (!j.is_array()) malformed(fmt::format("{} in JSON, not an array of examples", kind(j)));

@@ -67,7 +67,18 @@ std::vector<DocumentSource> list_sources(const std::vector<std::string>& inputs,
   return out;
 }
 
-RecordReader::RecordReader(std::vector<DocumentSource> sources) : sources_(std::move(sources)) {}
+RecordReader::RecordReader(std::vector<DocumentSource> sources, int64_t max_record_bytes)
+    : sources_(std::move(sources)), max_record_bytes_(max_record_bytes) {}
+
+namespace {
+[[noreturn]] void too_long(const std::string& path, uint64_t line, int64_t limit) {
+  throw Error(ErrorCode::kData,
+              fmt::format("{}{}: the record is longer than {} MiB (after decompression){}", path == "-" ? "stdin" : path,
+                          line > 0 ? fmt::format(":{}", line) : std::string(), limit >> 20,
+                          line > 0 ? ": a line that never ends, or not JSON Lines" : ""),
+              "raise --max-line-bytes if the data really holds such documents, or split them");
+}
+}  // namespace
 
 RecordReader::~RecordReader() {
   if (file_) gzclose(static_cast<gzFile>(file_));
@@ -133,7 +144,8 @@ bool RecordReader::next(Record& record) {
     }
     const auto& source = sources_[current_];
     if (!source.jsonl) {  // the whole file is one document
-      while (read_more()) {}
+      while (read_more())
+        if (static_cast<int64_t>(buffer_.size()) > max_record_bytes_) too_long(source.path, 0, max_record_bytes_);
       record.payload.swap(buffer_);
       record.source = static_cast<uint32_t>(current_), record.line = 0;
       buffer_.clear();
@@ -151,6 +163,7 @@ bool RecordReader::next(Record& record) {
       }
       if (eof_) break;
       buffer_.erase(0, begin_), begin_ = 0;
+      if (static_cast<int64_t>(buffer_.size()) > max_record_bytes_) too_long(source.path, line_ + 1, max_record_bytes_);
       read_more();
     }
     ++current_, gzclose(static_cast<gzFile>(file_)), file_ = nullptr;

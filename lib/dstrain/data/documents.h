@@ -33,9 +33,15 @@ struct Record {
 };
 
 // Reads the sources one after another (gzip is recognized by its magic bytes, not its name).
+// The longest record (a JSON line, or a whole text file) a reader holds by default, after
+// decompression: far above real documents, far below what a gzip bomb with no newline expands to.
+constexpr int64_t kDefaultMaxRecordBytes = int64_t{256} << 20;
+
 class RecordReader {
  public:
-  explicit RecordReader(std::vector<DocumentSource> sources);
+  // A record longer than max_record_bytes is an Error{kData} naming the file and line, read no
+  // further than that (a stream that never ends a line is not buffered without limit).
+  explicit RecordReader(std::vector<DocumentSource> sources, int64_t max_record_bytes = kDefaultMaxRecordBytes);
   ~RecordReader();
   // The next record; false at the end of the last source. Throws Error{kData} for a read error.
   bool next(Record& record);
@@ -57,6 +63,7 @@ class RecordReader {
   bool eof_ = true;
   uint64_t line_ = 0;
   int64_t bytes_read_ = 0;
+  int64_t max_record_bytes_;
 };
 
 // The text of one JSON line's `key` (a string); throws Error{kData} naming the file and line

@@ -36,7 +36,7 @@ LossMaskWriter::LossMaskWriter(std::string prefix) : prefix_(std::move(prefix)),
 
 LossMaskWriter::~LossMaskWriter() {
   if (file_) std::fclose(file_);
-  if (!finished_) {
+  if (!published_) {
     std::error_code ignored;
     fs::remove(tmp_, ignored);
   }
@@ -53,13 +53,19 @@ void LossMaskWriter::add(const uint8_t* mask, size_t count) {
   tokens_ += static_cast<int64_t>(count);
 }
 
-void LossMaskWriter::finish() {
+void LossMaskWriter::stage() {
+  if (staged_) return;
   if (std::fflush(file_) != 0 || std::ferror(file_)) write_failed(tmp_);
   std::fclose(file_);
   file_ = nullptr;
   fsync_path(tmp_);
+  staged_ = true;
+}
+
+void LossMaskWriter::publish() {
+  if (!staged_) throw Error(ErrorCode::kInternal, "LossMaskWriter::publish before stage", "a dstrain bug: report it");
   rename_atomic(tmp_, path());
-  finished_ = true;
+  published_ = true;
 }
 
 LossMask::LossMask(const std::string& prefix, int64_t tokens) : path_(prefix + ".lossmask"), map_(path_), tokens_(tokens) {

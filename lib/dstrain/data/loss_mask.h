@@ -24,7 +24,11 @@ class LossMaskWriter {
   LossMaskWriter& operator=(const LossMaskWriter&) = delete;
   // The mask of the next document's tokens (values other than 0 and 1 are a dstrain bug: refused).
   void add(const uint8_t* mask, size_t count);
-  void finish();
+  // stage(): the temporary file complete on disk; publish(): renamed into place (as
+  // MegatronStreamWriter, so that a dataset's files are published together). finish(): both.
+  void stage();
+  void publish();
+  void finish() { stage(), publish(); }
   int64_t tokens() const { return tokens_; }
   int64_t trained() const { return trained_; }
   uint32_t crc32c() const { return crc_; }  // of the whole file, header included
@@ -35,7 +39,7 @@ class LossMaskWriter {
   std::FILE* file_ = nullptr;
   int64_t tokens_ = 0, trained_ = 0;
   uint32_t crc_ = 0;
-  bool finished_ = false;
+  bool staged_ = false, published_ = false;
 };
 
 class LossMask {

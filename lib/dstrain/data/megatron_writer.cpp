@@ -28,9 +28,10 @@ MegatronStreamWriter::MegatronStreamWriter(std::string prefix, int dtype_code)
 
 MegatronStreamWriter::~MegatronStreamWriter() {
   if (bin_) std::fclose(bin_);
-  if (!finished_) {
+  if (!published_) {
     std::error_code ignored;
     fs::remove(tmp_, ignored);
+    fs::remove(prefix_ + ".idx.tmp", ignored);
   }
 }
 
@@ -56,7 +57,8 @@ void MegatronStreamWriter::add_document(const uint32_t* tokens, size_t count, co
   tokens_ += static_cast<int64_t>(count);
 }
 
-void MegatronStreamWriter::finish() {
+void MegatronStreamWriter::stage() {
+  if (staged_) return;
   if (std::fflush(bin_) != 0 || std::ferror(bin_))
     throw Error(ErrorCode::kEnvironment, fmt::format("cannot write '{}': {}", tmp_, std::strerror(errno)), "check free disk space");
   std::fclose(bin_);
@@ -77,9 +79,15 @@ void MegatronStreamWriter::finish() {
     append(idx, &v, 8);
   }
   idx_crc_ = crc32c(idx.data(), idx.size());
+  write_file_atomic(prefix_ + ".idx.tmp", idx);
+  staged_ = true;
+}
+
+void MegatronStreamWriter::publish() {
+  if (!staged_) throw Error(ErrorCode::kInternal, "MegatronStreamWriter::publish before stage", "a dstrain bug: report it");
   rename_atomic(tmp_, prefix_ + ".bin");
-  write_file_atomic(prefix_ + ".idx", idx);
-  finished_ = true;
+  rename_atomic(prefix_ + ".idx.tmp", prefix_ + ".idx");
+  published_ = true;
 }
 
 }  // namespace dstrain::data

@@ -1,8 +1,10 @@
 #pragma once
 // Writes a Megatron-LM indexed dataset (PREFIX.bin + PREFIX.idx) one document at a time: tokens
-// stream into PREFIX.bin.tmp, the lengths stay in memory, and finish() writes the index and
-// renames both into place atomically. A writer destroyed before finish() removes its temporary
-// file, so a failed run never leaves a dataset that looks whole.
+// stream into PREFIX.bin.tmp, the lengths stay in memory. stage() completes PREFIX.bin.tmp and
+// PREFIX.idx.tmp on disk (fsynced); publish() renames them into place, so that a dataset's other
+// files (its loss mask, PREFIX.json) can be staged first and all of them published together
+// (data/dataset_set.h). finish() does both. A writer destroyed unpublished removes its temporary
+// files, so a failed run never leaves a dataset that looks whole, nor touches an older one.
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -20,7 +22,9 @@ class MegatronStreamWriter {
 
   // One document. Throws Error{kData} when it is longer than an int32 length allows.
   void add_document(const uint32_t* tokens, size_t count, const std::string& origin);
-  void finish();
+  void stage();
+  void publish();
+  void finish() { stage(), publish(); }
 
   int64_t documents() const { return static_cast<int64_t>(lengths_.size()); }
   int64_t tokens() const { return tokens_; }
@@ -36,7 +40,7 @@ class MegatronStreamWriter {
   std::vector<char> staging_;
   int64_t tokens_ = 0;
   uint32_t bin_crc_ = 0, idx_crc_ = 0;
-  bool finished_ = false;
+  bool staged_ = false, published_ = false;
 };
 
 }  // namespace dstrain::data

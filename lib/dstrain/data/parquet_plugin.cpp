@@ -8,7 +8,9 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include "dstrain/core/json_string.h"
 #include "dstrain/data/parquet_plugin_api.h"
@@ -18,6 +20,7 @@ struct dstrain_parquet {
   std::shared_ptr<arrow::RecordBatchReader> batches;
   std::shared_ptr<arrow::RecordBatch> batch;
   int64_t row = 0, rows = 0;
+  int64_t returned = 0;  // rows handed out so far
   std::string json;
 };
 
@@ -31,6 +34,35 @@ void set_error(char* error, size_t size, const std::string& what) {
 void append_string(std::string& out, std::string_view s) { dstrain::append_json_string(out, s); }
 
 void append_value(std::string& out, const arrow::Array& a, int64_t i);
+
+// A binary column's bytes, refused when they are not UTF-8 text (JSON holds text only): the
+// message names the column instead of every row reading as "not valid JSON".
+struct NotText : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+bool valid_utf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? c & 0x1F : n == 3 ? c & 0x0F : c & 0x07;
+    for (size_t k = 1; k < n; ++k) {
+      const auto d = static_cast<unsigned char>(s[i + k]);
+      if ((d >> 6) != 2) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    if ((n == 2 && cp < 0x80) || (n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10FFFF)) || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n;
+  }
+  return true;
+}
+
+void append_binary(std::string& out, std::string_view bytes) {
+  if (!valid_utf8(bytes)) throw NotText("binary data that is not UTF-8 text");
+  append_string(out, bytes);
+}
 
 template <class ListArray>
 void append_list(std::string& out, const ListArray& list, int64_t i) {
@@ -74,6 +106,10 @@ void append_value(std::string& out, const arrow::Array& a, int64_t i) {
       return append_string(out, static_cast<const arrow::StringArray&>(a).GetView(i));
     case Type::LARGE_STRING:
       return append_string(out, static_cast<const arrow::LargeStringArray&>(a).GetView(i));
+    case Type::BINARY:
+      return append_binary(out, static_cast<const arrow::BinaryArray&>(a).GetView(i));
+    case Type::LARGE_BINARY:
+      return append_binary(out, static_cast<const arrow::LargeBinaryArray&>(a).GetView(i));
     case Type::LIST:
       return append_list(out, static_cast<const arrow::ListArray&>(a), i);
     case Type::LARGE_LIST:
@@ -132,10 +168,17 @@ int dstrain_parquet_next(dstrain_parquet* f, const char** json, size_t* size, ch
     if (c > 0) f->json += ", ";
     append_string(f->json, f->batch->schema()->field(c)->name());
     f->json += ": ";
-    append_value(f->json, *f->batch->column(c), f->row);
+    try {
+      append_value(f->json, *f->batch->column(c), f->row);
+    } catch (const NotText& e) {
+      return set_error(error, error_size,
+                       "column '" + f->batch->schema()->field(c)->name() + "' holds " + e.what() + " (row " +
+                           std::to_string(f->returned + 1) + "); dstrain reads text columns: drop or decode that one"),
+             -1;
+    }
   }
   f->json += '}';
-  ++f->row;
+  ++f->row, ++f->returned;
   *json = f->json.data(), *size = f->json.size();
   return 1;
 }

@@ -319,14 +319,15 @@ std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const 
       c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
 }
 
-// PREFIX.json: what the dataset holds and how it was made (train and export-hf read it).
+// PREFIX.json (staged as PREFIX.json.tmp, published last): what the dataset holds and how it was
+// made, with its other files' CRCs (train checks the set against them: data/dataset_set.h).
 void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::Tokenizer* tokenizer, const std::string& tokenizer_dir,
                    const ChatPrepareOptions& chat) {
   std::string tok = "\"tokenizer\": \"bytes+eos\"";
   if (tokenizer)
     tok = fmt::format("\"tokenizer\": \"huggingface\", \"tokenizer_sha256\": \"{}\", \"tokenizer_dir\": \"{}\"", tokenizer->sha256(),
                       json_escape(tokenizer_dir));
-  write_file_atomic(o.prefix + ".json",
+  write_file_atomic(o.prefix + ".json.tmp",
                     fmt::format("{{\"format\": \"megatron\", \"version\": 2, {}, \"vocab_size\": {}, \"eos\": {}, \"json_key\": \"{}\", "
                                 "\"documents\": {}, \"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"{}}}\n",
                                 tok, s.vocab_size, s.end_of_document, json_escape(o.key), o.documents, o.tokens, o.bin_crc32c, o.idx_crc32c,
@@ -334,15 +335,42 @@ void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::
 }
 
 // The tokenizer's files, copied next to the dataset (PREFIX.tokenizer/), for inspect-data and
-// export-hf. Returns the folder's name relative to the dataset.
-std::string copy_tokenizer(const text::Tokenizer& tokenizer, const std::string& prefix) {
-  const fs::path dir = prefix + ".tokenizer";
+// export-hf: staged in PREFIX.tokenizer.tmp/ (returned), published with the rest of the set.
+std::string stage_tokenizer(const text::Tokenizer& tokenizer, const std::string& prefix) {
+  const fs::path dir = prefix + ".tokenizer.tmp";
+  fs::remove_all(dir);
   fs::create_directories(dir);
   for (const auto& file : tokenizer.files()) {
     const std::string name = file == tokenizer.json_path() ? "tokenizer.json" : fs::path(file).filename().string();
     write_file_atomic((dir / name).string(), read_file(file));
   }
-  return dir.filename().string();
+  return dir.string();
+}
+
+// The temporary names of PREFIX's files: an interrupted run (kill -9) leaves them behind.
+const char* const kStagedSuffixes[] = {".bin.tmp", ".idx.tmp", ".lossmask.tmp", ".json.tmp", ".tokenizer.tmp"};
+
+void remove_staged(const std::string& prefix) {
+  std::error_code ignored;
+  for (const char* suffix : kStagedSuffixes) fs::remove_all(prefix + suffix, ignored);
+}
+
+// Removes the staged files of every output unless publish() ran (an error before it leaves the
+// older set as it was, and no temporaries).
+struct StagedSet {
+  std::vector<std::string> prefixes;
+  bool published = false;
+  ~StagedSet() {
+    if (!published)
+      for (const auto& p : prefixes) remove_staged(p);
+  }
+};
+
+// Makes a staged folder visible under `to`, the older one (if any) gone.
+void publish_folder(const std::string& from, const std::string& to) {
+  if (!fs::exists(to)) return rename_atomic(from, to);
+  exchange_atomic(from, to);
+  fs::remove_all(from);  // now the older folder
 }
 
 uint32_t choose_end_of_document(const PrepareOptions& o, const text::Tokenizer* tokenizer) {
@@ -381,7 +409,7 @@ bool choose_chat(const PrepareOptions& o, const std::vector<DocumentSource>& sou
   }
   const auto first = std::find_if(sources.begin(), sources.end(), [](const DocumentSource& s) { return s.jsonl && s.path != "-"; });
   if (!have_tokenizer || o.json_keys != std::vector<std::string>{"text"} || first == sources.end()) return false;
-  RecordReader peek({*first});
+  RecordReader peek({*first}, o.max_line_bytes);
   Record record;
   while (peek.next(record))
     if (!blank(record.payload)) return looks_like_conversation(record.payload, o.chat.fields);
@@ -430,13 +458,17 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   const std::vector<std::string> keys = any_jsonl && !chat ? o.json_keys : std::vector<std::string>{""};
   // Megatron's rule: uint16 below 65500 ids, int32 above.
   const int dtype = summary.vocab_size < 65500 ? 8 : 4;
+  StagedSet staged;  // declared before the writers: destroyed after them
+  for (const auto& key : keys) staged.prefixes.push_back(keys.size() > 1 ? o.output_prefix + "_" + key : o.output_prefix);
+  staged.prefixes.push_back(o.output_prefix);  // its PREFIX.tokenizer.tmp
+  for (const auto& prefix : staged.prefixes) remove_staged(prefix);
   std::vector<std::unique_ptr<MegatronStreamWriter>> writers;
   for (const auto& key : keys)
     writers.push_back(std::make_unique<MegatronStreamWriter>(keys.size() > 1 ? o.output_prefix + "_" + key : o.output_prefix, dtype));
   std::unique_ptr<LossMaskWriter> masks;
   if (chat) masks = std::make_unique<LossMaskWriter>(o.output_prefix);
 
-  RecordReader reader(sources);
+  RecordReader reader(sources, o.max_line_bytes);
   Pipeline pipeline(reader, summary.workers, o.max_bytes);
   std::atomic<int64_t> dropped{0};
   pipeline.start([&sources, &keys, &tokenizer, &dropped, &o, chat = chat.get(), eod = summary.end_of_document](Batch& batch, Encoded& out) {
@@ -475,11 +507,14 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   pipeline.stop();
   if (chat && summary.chat_counts.kept == 0)
     throw Error(ErrorCode::kData, "no conversation is left to train on", chat_counts_line(summary.chat_counts));
-  for (auto& w : writers) w->finish();
-  if (masks) masks->finish();
-  const std::string tokenizer_dir = tokenizer ? copy_tokenizer(*tokenizer, o.output_prefix) : "";
+  // Every file of every output is staged under its temporary name first: a full disk or an error
+  // here leaves the older set whole. Then they are published, PREFIX.json last.
+  for (auto& w : writers) w->stage();
+  if (masks) masks->stage();
+  const std::string tokenizer_dir = tokenizer ? fs::path(o.output_prefix + ".tokenizer").filename().string() : "";
+  const std::string staged_tokenizer = tokenizer ? stage_tokenizer(*tokenizer, o.output_prefix) : "";
   // The template that rendered the conversations travels with the tokenizer (export-hf ships it).
-  if (chat) text::write_chat_template_into((fs::path(o.output_prefix).parent_path() / tokenizer_dir).string(), chat->source());
+  if (chat) text::write_chat_template_into(staged_tokenizer, chat->source());
   for (size_t k = 0; k < writers.size(); ++k) {
     PrepareOutput out{writers[k]->prefix(),    keys[k], writers[k]->documents(), writers[k]->tokens(), writers[k]->bin_crc32c(),
                       writers[k]->idx_crc32c()};
@@ -489,6 +524,22 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     write_sidecar(out, summary, tokenizer.get(), tokenizer_dir, o.chat);
     summary.outputs.push_back(out);
   }
+  for (size_t k = 0; k < writers.size(); ++k) {
+    const std::string& prefix = writers[k]->prefix();
+    writers[k]->publish();
+    if (masks)
+      masks->publish();
+    else
+      fs::remove(prefix + ".lossmask");  // an older fine-tuning set's: no part of this one
+    if (k == 0) {
+      if (tokenizer)
+        publish_folder(staged_tokenizer, o.output_prefix + ".tokenizer");
+      else
+        fs::remove_all(o.output_prefix + ".tokenizer");
+    }
+    rename_atomic(prefix + ".json.tmp", prefix + ".json");
+  }
+  staged.published = true;
   summary.dropped_characters = dropped.load();
   summary.input_bytes = p.bytes, summary.documents = p.documents, summary.tokens = p.tokens, summary.seconds = seconds();
   if (progress) p.seconds = summary.seconds, progress(p);

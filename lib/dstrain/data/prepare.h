@@ -33,12 +33,13 @@ struct ChatPrepareOptions {
 };
 
 struct PrepareOptions {
-  std::vector<std::string> inputs;      // files, directories (walked recursively, sorted), "-" for stdin
-  std::vector<std::string> extensions;  // keep files with these suffixes; empty: all files
-  std::string output_prefix;            // writes PREFIX.bin, PREFIX.idx, PREFIX.json (per key when several)
-  int64_t max_bytes = 0;                // stop after this much input; 0: no limit
-  std::string tokenizer;                // tokenizer.json or its folder; "": byte-level
-  std::string end_of_document;          // the token written after each document; "": the tokenizer's own
+  std::vector<std::string> inputs;                  // files, directories (walked recursively, sorted), "-" for stdin
+  std::vector<std::string> extensions;              // keep files with these suffixes; empty: all files
+  std::string output_prefix;                        // writes PREFIX.bin, PREFIX.idx, PREFIX.json (per key when several)
+  int64_t max_bytes = 0;                            // stop after this much input (decompressed); 0: no limit
+  int64_t max_line_bytes = kDefaultMaxRecordBytes;  // the longest JSON line or text file (decompressed)
+  std::string tokenizer;                            // tokenizer.json or its folder; "": byte-level
+  std::string end_of_document;                      // the token written after each document; "": the tokenizer's own
   InputFormat input_format = InputFormat::kAuto;
   std::vector<std::string> json_keys{"text"};
   int workers = 0;  // 0: every online core

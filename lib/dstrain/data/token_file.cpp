@@ -10,6 +10,7 @@
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/dataset_set.h"
 #include "dstrain/data/mapped_file.h"
 
 namespace dstrain::data {
@@ -190,6 +191,7 @@ std::unique_ptr<TokenFile> open_token_file(const std::string& path, config::Data
     for (const char* ext : {".idx", ".bin"})
       if (!std::filesystem::is_regular_file(prefix + ext))
         bad(prefix + ext, "does not exist (a Megatron dataset is PREFIX.idx + PREFIX.bin)");
+    verify_dataset_set(prefix);
     file = std::make_unique<MegatronFile>(prefix + ".idx", prefix + ".bin");
   } else {
     if (!std::filesystem::is_regular_file(path)) bad(path, "does not exist or is not a file");

@@ -19,7 +19,7 @@
 #include "dstrain/core/host.h"
 #include "dstrain/core/open_files.h"
 #include "dstrain/core/threads.h"
-#include "dstrain/envcheck/file_checksum.h"
+#include "dstrain/core/file_checksum.h"
 #include "dstrain_cuda.h"
 
 extern char** environ;
@@ -74,6 +74,15 @@ bool is_contract_variable(const std::string& name) {
   return std::find(std::begin(kPerWorker), std::end(kPerWorker), name) != std::end(kPerWorker) || name.rfind("DSTRAIN_TEST_", 0) == 0;
 }
 
+// Credentials: their values never leave this process (gathered facts travel through the
+// rendezvous store, which any local user can read, and land in check-env's output and 0644 logs).
+// Only that they are set is compared.
+bool is_secret_variable(const std::string& name) {
+  for (const char* word : {"SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "PRIVATE_KEY"})
+    if (name.find(word) != std::string::npos) return true;
+  return false;
+}
+
 std::string sanitize(std::string s) {
   for (char& c : s)
     if (c == '\t' || c == '\n' || c == '\r') c = ' ';
@@ -107,7 +116,8 @@ std::vector<std::pair<std::string, std::string>> relevant_environment() {
     const std::string name = kv.substr(0, eq);
     const bool relevant =
         name.rfind("NCCL_", 0) == 0 || name.rfind("CUDA_", 0) == 0 || name.rfind("OMP_", 0) == 0 || name.rfind("DSTRAIN_", 0) == 0;
-    if (relevant && !is_contract_variable(name)) out.emplace_back(name, kv.substr(eq + 1));
+    if (!relevant || is_contract_variable(name)) continue;
+    out.emplace_back(name, is_secret_variable(name) ? std::string(kHiddenValue) : kv.substr(eq + 1));
   }
   std::sort(out.begin(), out.end());
   return out;

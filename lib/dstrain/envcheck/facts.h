@@ -48,7 +48,9 @@ std::string encode_facts(const Facts& facts);
 Facts decode_facts(const std::string& text);
 
 // The NCCL_*, CUDA_*, OMP_*, DSTRAIN_* variables of this process, minus the per-worker contract
-// (rank, threads, device, run id, ...) that differs by design.
+// (rank, threads, device, run id, ...) that differs by design. A credential's value (a name with
+// SECRET, TOKEN, PASSWORD, ...: DSTRAIN_STORE_SECRET) reads kHiddenValue: only its presence is compared.
+constexpr const char* kHiddenValue = "(set; value hidden)";
 std::vector<std::pair<std::string, std::string>> relevant_environment();
 
 }  // namespace dstrain::envcheck

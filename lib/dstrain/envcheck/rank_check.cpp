@@ -297,8 +297,13 @@ void preflight_env_check(comm::Communicator& comm, int node, const config::Recip
   task.max_clock_skew_s = 5.0;  // only gross skew stops a job; check-env reports finer
   const auto t0 = std::chrono::steady_clock::now();
   const Report report = check_ranks(comm, node, &recipe, task);
-  // Rank 0's verdict for everyone.
-  const std::string verdict = comm.broadcast_bytes(comm.rank() == 0 ? fmt::format("{}", fmt::join(report.mismatches(), ", ")) : "", 0);
+  // Rank 0's verdict for everyone: "D" when ranks disagree, "L" when they agree but fail a limit or
+  // a check of their own (a full disk everywhere is no difference between them), then the rows.
+  bool differ = false;
+  for (const Row& row : report.rows) differ |= !row.ok && row.mismatch;
+  const std::string failed = fmt::format("{}", fmt::join(report.mismatches(), ", "));
+  const std::string said = comm.broadcast_bytes(comm.rank() == 0 && !failed.empty() ? (differ ? "D" : "L") + failed : "", 0);
+  const std::string verdict = said.empty() ? "" : said.substr(1);
   if (verdict.empty()) {
     if (comm.rank() == 0)
       log::info(fmt::format("environment check: {} facts agree on all {} ranks ({:.2f} s)", report.rows.size(), comm.world_size(),
@@ -306,6 +311,9 @@ void preflight_env_check(comm::Communicator& comm, int node, const config::Recip
     return;
   }
   if (comm.rank() == 0) log::error("environment check failed:\n" + render_text(report));
+  if (said[0] == 'L')
+    throw Error(ErrorCode::kEnvironment, "the environment check failed: " + verdict + " (the report is in rank 0's log)",
+                "fix what the report names (see `dstrain check-env`), or start with --skip-env-check (launch.env_check: false)");
   throw Error(ErrorCode::kEnvironment, "the ranks' environments differ: " + verdict + " (the report is in rank 0's log)",
               "make the nodes alike (see `dstrain check-env`), or start with --skip-env-check (launch.env_check: false)");
 }

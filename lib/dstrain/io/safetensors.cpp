@@ -21,8 +21,22 @@ namespace {
 
 constexpr uint64_t kMaxHeader = 100000000;  // the reference reader's MAX_HEADER_SIZE
 
+// A damaged header's bytes (names, the JSON parser's "last read") shown as \xNN, not written raw
+// to the terminal.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c < 0x20 || c >= 0x7f)
+      out += fmt::format("\\x{:02x}", c);
+    else
+      out += ch;
+  }
+  return out;
+}
+
 [[noreturn]] void bad(const std::string& path, const std::string& what) {
-  throw Error(ErrorCode::kCheckpoint, fmt::format("safetensors file '{}': {}", path, what),
+  throw Error(ErrorCode::kCheckpoint, fmt::format("safetensors file '{}': {}", path, printable(what)),
               "the file is corrupt, truncated or not safetensors; re-export or re-download it");
 }
 

@@ -360,9 +360,9 @@ class Group {
     }
     if (g_signal && !forwarded_signal_) {
       forwarded_signal_ = g_signal;
-      log::warn(fmt::format(
-          "received {}: the workers stop at the next step boundary after a checkpoint ({} s at most; a second signal kills them)",
-          forwarded_signal_ == SIGINT ? "SIGINT" : "SIGTERM", o_.grace_period_s));
+      log::warn(fmt::format("received {}: the workers stop{} ({} s at most; a second signal kills them)",
+                            forwarded_signal_ == SIGINT ? "SIGINT" : "SIGTERM",
+                            o_.saves_on_stop ? " at the next step boundary after a checkpoint" : "", o_.grace_period_s));
       signal_all(SIGTERM);
       stop_deadline_ = Clock::now() + std::chrono::seconds(o_.grace_period_s);
     } else if (forwarded_signal_ && g_signal_count > 1 && stop_deadline_ != Clock::time_point::min()) {

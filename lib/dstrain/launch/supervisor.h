@@ -43,7 +43,8 @@ struct SupervisorOptions {
   std::vector<std::string> worker_args;  // e.g. {"worker"}
   std::vector<run::WorkerEnv> workers;   // one per local rank
   std::string log_dir;
-  int grace_period_s = 60;  // after a forwarded SIGTERM: time to save and exit before SIGKILL
+  int grace_period_s = 60;    // after a forwarded SIGTERM: time to save and exit before SIGKILL
+  bool saves_on_stop = true;  // training: a forwarded SIGTERM ends with a checkpoint (eval, check-env: no)
   // Called every `watch_period_ms` while workers run. A failure it returns (a hang, a lost node,
   // another node's failure) ends the group like a local worker failure: every worker is killed.
   std::function<std::optional<WorkerFailure>()> watchdog;

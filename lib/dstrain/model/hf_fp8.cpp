@@ -57,9 +57,11 @@ std::optional<Fp8Format> read_fp8_format(const std::string& dir) {
   if (f.fmt != "e4m3" && f.fmt != "e5m2") bad_config(path, "fmt", fmt::format("'{}' is neither e4m3 nor e5m2", f.fmt));
   if (q.contains("weight_block_size") && !q["weight_block_size"].is_null()) {
     const auto& b = q["weight_block_size"];
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() || b[0].get<int64_t>() <= 0 ||
-        b[1].get<int64_t>() <= 0)
-      bad_config(path, "weight_block_size", fmt::format("{} is not two positive integers [rows, cols]", b.dump()));
+    // DeepSeek's blocks are 128 x 128; a bound keeps the scale grid's arithmetic far from overflow.
+    constexpr int64_t kMaxBlock = 65536;
+    auto in_range = [&](const nlohmann::json& n) { return n.is_number_integer() && n.get<int64_t>() > 0 && n.get<int64_t>() <= kMaxBlock; };
+    if (!b.is_array() || b.size() != 2 || !in_range(b[0]) || !in_range(b[1]))
+      bad_config(path, "weight_block_size", fmt::format("{} is not two integers [rows, cols] from 1 to {}", b.dump(), kMaxBlock));
     f.block_rows = b[0].get<int64_t>(), f.block_cols = b[1].get<int64_t>();
   }
   const std::string scale_fmt = text("scale_fmt", "");

@@ -147,7 +147,18 @@ at::Tensor HfWeights::read(const std::string& name) const {
       throw Error(ErrorCode::kCheckpoint,
                   fmt::format("{}: the block scales '{}' of '{}' hold a non-finite value (NaN or infinity)", scale_file, s->name, name),
                   "the checkpoint is corrupt: re-download it");
+    // DeepSeek's scales are amax / 448 with amax clamped above zero: a scale of 0 or below, or one
+    // so large that a weight overflows float32, is damage, not a weight.
+    if (!(scale > 0).all().item<bool>())
+      throw Error(ErrorCode::kCheckpoint,
+                  fmt::format("{}: the block scales '{}' of '{}' hold a value of 0 or below", scale_file, s->name, name),
+                  "the checkpoint is corrupt: re-download it");
     value = dequantize_fp8(view_of(*info, fp8->second), scale, *impl_->fp8);
+    if (!at::isfinite(value).all().item<bool>())
+      throw Error(ErrorCode::kCheckpoint,
+                  fmt::format("{}: '{}' dequantized with its block scales '{}' holds values beyond float32 (a scale too large)", scale_file,
+                              name, s->name),
+                  "the checkpoint is corrupt: re-download it");
   } else {
     throw Error(ErrorCode::kCheckpoint, fmt::format("{}: '{}' has dtype {}, which dstrain does not load", file, name, info->dtype),
                 "convert the weights to F32, BF16, F16 or DeepSeek's block-scaled FP8");

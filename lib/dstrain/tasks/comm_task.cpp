@@ -70,6 +70,7 @@ int launch_comm_task(const launch::Topology& topo, const CommTask& task, const s
   launch::SupervisorOptions sup;
   sup.executable = executable;
   sup.worker_args = {"worker"};
+  sup.saves_on_stop = false;
   for (const auto& a : comm_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = (std::filesystem::temp_directory_path() / fmt::format("dstrain-bench-{}", ::getpid())).string();
   sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), sup.log_dir,

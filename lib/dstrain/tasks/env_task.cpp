@@ -81,6 +81,7 @@ int launch_env_task(const launch::Topology& topo, const EnvCheckTask& task_in, b
   launch::SupervisorOptions sup;
   sup.executable = executable;
   sup.worker_args = {"worker"};
+  sup.saves_on_stop = false;
   for (const auto& a : env_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = dir;
   sup.workers = launch::local_worker_envs(topo, port, run_key.substr(0, run_key.rfind('/')), dir,

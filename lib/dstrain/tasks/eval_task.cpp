@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <limits>
 #include <cstdio>
 #include <filesystem>
 
@@ -74,6 +75,12 @@ nlohmann::json results_json(int64_t step, int world, const std::vector<train::Ev
   return {{"step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)}, {"world_size", world}, {"datasets", sets}};
 }
 
+// A loss that is not a number (a model with NaN weights) is JSON's null: the table says nan.
+double number_at(const nlohmann::json& d, const char* key) {
+  const auto& v = d.at(key);
+  return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
+}
+
 std::string render(const nlohmann::json& j, bool json) {
   if (json) return j.dump() + "\n";
   size_t width = 7;
@@ -82,8 +89,8 @@ std::string render(const nlohmann::json& j, bool json) {
       fmt::format("{:<{}}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}\n", "dataset", width, "val_loss", "val_ppl", "tokens", "windows", "time");
   for (const auto& d : j.at("datasets"))
     out += fmt::format("{:<{}}  {:>12.6f}  {:>12.4f}  {:>12}  {:>9}  {:>7.2f} s\n", d.at("name").get<std::string>(), width,
-                       d.at("val_loss").get<double>(), d.at("val_ppl").get<double>(), d.at("val_tokens").get<int64_t>(),
-                       d.at("windows").get<int64_t>(), d.at("eval_ms").get<double>() / 1000.0);
+                       number_at(d, "val_loss"), number_at(d, "val_ppl"), d.at("val_tokens").get<int64_t>(), d.at("windows").get<int64_t>(),
+                       d.at("eval_ms").get<double>() / 1000.0);
   return out;
 }
 
@@ -155,6 +162,15 @@ int evaluate_target(const launch::Topology& topo, const EvalTarget& target, cons
                     const std::string& executable) {
   const std::string dir = (fs::temp_directory_path() / fmt::format("dstrain-eval-{}", ::getpid())).string();
   fs::create_directories(dir);
+  // Removed however this ends, except after a worker failure, whose logs it holds (and names).
+  struct Scratch {
+    std::string dir;
+    bool keep = false;
+    ~Scratch() {
+      std::error_code ignored;
+      if (!keep) fs::remove_all(dir, ignored);
+    }
+  } scratch{dir};
   EvalTask task;
   task.config_path = dir + "/config.resolved.json";
   config::write_resolved_config(recipe, task.config_path);
@@ -169,15 +185,14 @@ int evaluate_target(const launch::Topology& topo, const EvalTarget& target, cons
   if (rank_mode) {
     const run::WorkerEnv env =
         launch::rank_env(topo, topo.shared_run_id(), "", launch::rank_threads(0, topo, online_cores(), node_cores()));
-    const int status = run_eval_task(env, task);
-    fs::remove_all(dir);
-    return status;
+    return run_eval_task(env, task);
   }
   task.result_path = dir + "/result.json";
   const TaskRendezvous rendezvous = task_rendezvous(topo, "eval", std::chrono::seconds(timeout_s));
   launch::SupervisorOptions sup;
   sup.executable = executable;
   sup.worker_args = {"worker"};
+  sup.saves_on_stop = false;
   for (const auto& a : eval_task_args(task)) sup.worker_args.push_back(a);
   sup.log_dir = dir;
   sup.progress_bar = ::isatty(STDERR_FILENO) != 0;
@@ -185,11 +200,11 @@ int evaluate_target(const launch::Topology& topo, const EvalTarget& target, cons
                                           threads_per_worker(0, topo.nproc_per_node, online_cores()));
   const int status = launch::supervise(sup);
   if (status != 0) {
-    log::error(fmt::format("dstrain eval could not finish (worker logs in {})", dir));
+    scratch.keep = status != exit_status::kInterrupted && status != exit_status::kStopped;
+    log::error(fmt::format("dstrain eval could not finish{}", scratch.keep ? fmt::format(" (worker logs in {})", dir) : ""));
     return status;
   }
   if (topo.node_rank == 0) std::fputs(render(nlohmann::json::parse(read_file(task.result_path)), json).c_str(), stdout);
-  fs::remove_all(dir);
   return exit_status::kOk;
 }
 

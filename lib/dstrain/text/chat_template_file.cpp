@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <stdexcept>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/json_depth.h"
 
 namespace dstrain::text {
 namespace fs = std::filesystem;
@@ -31,7 +33,10 @@ jinja::Value value_of(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::boolean:
       return Value(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
+      return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned:
+      if (j.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+        throw std::invalid_argument(fmt::format("the number {} needs more than 64 bits", j.get<uint64_t>()));
       return Value(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_float:
       return Value(j.get<double>());
@@ -68,8 +73,12 @@ ChatTemplateSource read_chat_template(const std::string& path, const std::string
   if (!fs::is_regular_file(config_path))
     throw Error(ErrorCode::kConfig, fmt::format("'{}' has no tokenizer_config.json", path), "pass --chat-template FILE with the template");
   nlohmann::json config;
+  const std::string text = read_file(config_path.string());
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    throw Error(ErrorCode::kConfig, fmt::format("{}: JSON nested more than {} levels deep", config_path.string(), kMaxJsonDepth),
+                "pass the model's own tokenizer_config.json");
   try {
-    config = nlohmann::json::parse(read_file(config_path.string()));
+    config = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorCode::kConfig, fmt::format("{}: not valid JSON: {}", config_path.string(), e.what()), "");
   }
@@ -81,15 +90,25 @@ ChatTemplateSource read_chat_template(const std::string& path, const std::string
     out.source = t.get<std::string>();
   } else if (t.is_array()) {  // [{"name": "default", "template": ...}, {"name": "tool_use", ...}]
     std::string names;
-    for (const auto& entry : t) {
-      const std::string n = entry.value("name", "");
+    for (size_t i = 0; i < t.size(); ++i) {
+      const nlohmann::json& entry = t[i];
+      if (!entry.is_object() || !entry.contains("name") || !entry.at("name").is_string() || !entry.contains("template") ||
+          !entry.at("template").is_string())
+        throw Error(ErrorCode::kConfig,
+                    fmt::format("{}: chat_template[{}] is not {{\"name\": a string, \"template\": a string}}", config_path.string(), i),
+                    "pass the model's own tokenizer_config.json, or the template with --chat-template FILE");
+      const std::string n = entry.at("name").get<std::string>();
       names += (names.empty() ? "" : ", ") + n;
-      if (n == template_name && entry.contains("template") && entry.at("template").is_string())
-        out.source = entry.at("template").get<std::string>(), out.name += " (" + n + ")";
+      if (n == template_name) out.source = entry.at("template").get<std::string>(), out.name += " (" + n + ")";
     }
     if (out.source.empty())
       throw Error(ErrorCode::kConfig,
                   fmt::format("{}: no chat template named '{}' (it has: {})", config_path.string(), template_name, names), "");
+  } else if (!t.is_null()) {
+    throw Error(
+        ErrorCode::kConfig,
+        fmt::format("{}: chat_template is {}, not a template (a string) or a list of named templates", config_path.string(), t.type_name()),
+        "pass the model's own tokenizer_config.json, or the template with --chat-template FILE");
   } else {
     // transformers >= 4.43 keeps it beside the config: chat_template.jinja
     const fs::path beside = config_path.parent_path() / "chat_template.jinja";
@@ -127,6 +146,8 @@ void write_chat_template_into(const std::string& tokenizer_dir, const ChatTempla
 }
 
 jinja::Value chat_context(const std::string& text, const ChatTemplateSource& source, bool generation_prompt) {
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    throw std::invalid_argument(fmt::format("JSON nested more than {} levels deep (a conversation needs a few)", kMaxJsonDepth));
   const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
   if (line.is_discarded()) throw std::invalid_argument("not valid JSON");
   if (!(line.is_array() || (line.is_object() && line.contains("messages") && line.at("messages").is_array())))

@@ -5,6 +5,7 @@
 // and the {% generation %} tag (its spans are reported). A construct outside the supported subset
 // is refused at parse time with NAME:LINE:COLUMN.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +32,9 @@ class ChatTemplate {
   // while rendering (an undefined value used, a type error), with NAME:LINE:COLUMN.
   ChatRender render(const jinja::Value& context) const;
   const std::string& name() const;
+  // The steps one render may take (jinja/limits.h's kMaxRenderSteps unless set): the fuzzer
+  // lowers it, so that a slow input is a refusal and not a time-out.
+  void set_step_limit(int64_t steps);
 
  private:
   struct Impl;

@@ -7,12 +7,17 @@
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
+#include "dstrain/core/json_depth.h"
 #include "dstrain/text/tokenizer_impl.h"
 
 namespace dstrain::text {
 namespace {
 
 using json = nlohmann::json;
+
+// The largest token id dstrain accepts: tables are sized by the largest id (real vocabularies hold
+// under 300,000), so an id of 2^31-1 in a 10 KB file would otherwise ask for 64 GB.
+constexpr uint64_t kMaxTokenId = (1u << 24) - 1;
 
 // The GPT-2 pattern of tokenizers' ByteLevel pre-tokenizer (use_regex: true).
 constexpr const char* kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -175,7 +180,8 @@ void read_model(const json& model, bool byte_level, Tokenizer::Impl& impl) {
   std::unordered_map<std::string, uint32_t> vocab;
   vocab.reserve(vocab_json.size());
   for (const auto& [token, id] : vocab_json.items()) {
-    if (!id.is_number_unsigned() || id.get<uint64_t>() > 0x7fffffff) refuse("model.vocab." + token, "is not a token id (0 to 2^31-1)");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > kMaxTokenId)
+      refuse("model.vocab." + token, fmt::format("is not a token id (0 to {}: vocabularies are far smaller)", kMaxTokenId));
     vocab.emplace(token, id.get<uint32_t>());
   }
   impl.model = std::make_unique<Bpe>(vocab, read_merges(member(model, "merges", "model")), config);
@@ -249,7 +255,8 @@ void read_added_tokens(const json& list, Tokenizer::Impl& impl) {
     AddedToken token;
     token.content = text_of(member(t, "content", where), where + ".content");
     const json& id = member(t, "id", where);
-    if (!id.is_number_unsigned()) refuse(where + ".id", "is not a token id");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() > kMaxTokenId)
+      refuse(where + ".id", fmt::format("is not a token id (0 to {})", kMaxTokenId));
     token.id = id.get<uint32_t>();
     if (flag(t, "single_word", false, where))
       refuse(where + ".single_word", fmt::format("is true for '{}': single-word added tokens are not supported", token.content),
@@ -276,6 +283,9 @@ void read_added_tokens(const json& list, Tokenizer::Impl& impl) {
 }  // namespace
 
 void parse_tokenizer_json(const std::string& text, Tokenizer::Impl& impl) {
+  if (json_nesting_depth(text) > kMaxJsonDepth)
+    throw Error(ErrorCode::kData, fmt::format("'{}' nests JSON more than {} levels deep", impl.json_path, kMaxJsonDepth),
+                "a tokenizer.json nests a few levels (a Sequence of normalizers); pass the tokenizer.json itself");
   json j;
   try {
     j = json::parse(text);

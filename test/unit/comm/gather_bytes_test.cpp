@@ -10,7 +10,10 @@
 #include <thread>
 #include <vector>
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
 #include "dstrain/comm/communicator.h"
+#include "dstrain/comm/store_auth.h"
 #include "dstrain/comm/store_server.h"
 #include "dstrain/core/error.h"
 #include "gloo_ranks.h"
@@ -67,4 +70,36 @@ TEST_CASE("gather_bytes names the ranks that never sent theirs", "[comm][gather]
   CHECK_THAT(errors[0], Catch::Contains("gathered from 2 of 3 ranks") && Catch::Contains("rank 2 never sent theirs"));
   CHECK_THAT(errors[1], Catch::Contains("gather_bytes #1 on rank 1 of 3 failed"));
   CHECK(errors[2].empty());
+}
+
+TEST_CASE("with the job's secret, gathered values are signed and a stranger's is refused by rank", "[comm][gather]") {
+  comm::set_store_secret("0123456789abcdef-the-job-secret");
+  comm::StoreServer server("127.0.0.1", 0, "gather-test", std::chrono::seconds(30));
+  std::vector<std::string> got;
+  auto errors = on_gloo_ranks(
+      2, std::chrono::seconds(30),
+      [&](comm::Communicator& c) {
+        auto all = c.gather_bytes(c.rank() == 1 ? "facts of rank 1" : "facts of rank 0", 0);
+        if (c.rank() == 0) got = all;
+      },
+      server, "gather-test");
+  for (const auto& e : errors) REQUIRE(e.empty());
+  CHECK(got == std::vector<std::string>{"facts of rank 0", "facts of rank 1"});
+
+  // Rank 2 never writes: a local program without the secret writes a plain value in its place.
+  comm::StoreServer server2("127.0.0.1", 0, "gather-test2", std::chrono::seconds(30));
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(server2.port());
+  options.isServer = false;
+  c10d::TCPStore stranger("127.0.0.1", options);
+  const std::string forged = "env DSTRAIN_STORE_SECRET\tforged";
+  stranger.set("dstrain/gather-test2/gather/1/2", std::vector<uint8_t>(forged.begin(), forged.end()));
+  errors = on_gloo_ranks(
+      3, std::chrono::seconds(3),
+      [&](comm::Communicator& c) {
+        if (c.rank() != 2) c.gather_bytes("x", 0);
+      },
+      server2, "gather-test2");
+  comm::set_store_secret("");
+  CHECK_THAT(errors[0], Catch::Contains("rank 2's value under dstrain/gather-test2/gather/1/2 is not signed with the job's secret"));
 }

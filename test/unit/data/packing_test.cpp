@@ -16,6 +16,7 @@
 #include "dstrain/data/loss_mask.h"
 #include "dstrain/data/packing.h"
 #include "dstrain/data/token_file.h"
+#include "data/fine_tuning_set.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/loss.h"
 #include "model/tiny_models.h"
@@ -55,6 +56,7 @@ struct Conversations {
     }
     data::write_megatron(prefix, docs);
     writer.finish();
+    test::describe_fine_tuning_set(prefix, vocab, writer);
     file = data::open_token_file(prefix, config::DataFormat::kMegatron, 1);
     mask = std::make_shared<data::LossMask>(prefix, file->size());
   }

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "dstrain/envcheck/compare.h"
-#include "dstrain/envcheck/file_checksum.h"
+#include "dstrain/core/file_checksum.h"
 
 using namespace dstrain;
 using envcheck::Fact;
@@ -114,18 +114,18 @@ TEST_CASE("file checksums are CRC-32C, cached by file identity", "[envcheck]") {
   ::setenv("XDG_CACHE_HOME", dir.c_str(), 1);
   const std::string path = (dir / "f.bin").string();
   std::ofstream(path) << "123456789";
-  const auto first = envcheck::file_checksum(path);
+  const auto first = file_checksum(path);
   CHECK(first.exists);
   CHECK(first.size == 9);
   CHECK(first.crc32c == 0xE3069283u);  // the CRC-32C check value
   CHECK_FALSE(first.cached);
-  CHECK(envcheck::file_checksum(path).cached);
+  CHECK(file_checksum(path).cached);
   std::ofstream(path) << "123456780";  // same size, new content and mtime
   std::filesystem::last_write_time(path, std::filesystem::last_write_time(path) + std::chrono::seconds(5));
-  const auto changed = envcheck::file_checksum(path);
+  const auto changed = file_checksum(path);
   CHECK_FALSE(changed.cached);
   CHECK(changed.crc32c != first.crc32c);
-  CHECK_FALSE(envcheck::file_checksum((dir / "missing").string()).exists);
+  CHECK_FALSE(file_checksum((dir / "missing").string()).exists);
   ::unsetenv("XDG_CACHE_HOME");
   std::filesystem::remove_all(dir);
 }

@@ -148,3 +148,25 @@ TEST_CASE("tokenizer.json: ByteLevel must be the last pre-tokenizer; the templat
   CHECK(t->decode(ids) == "<s>ab<s>ba");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("tokenizer.json: ids and nesting are checked before anything is allocated (issue 55, D11)", "[text]") {
+  const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": [["a", "b"]]})";
+  // A 10 KB file with an id of 2^31-1 asked for a 64 GB table.
+  CHECK_THROWS_WITH(Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 2147483647}, "merges": []}})", "t"),
+                    Catch::Contains("model.vocab.b: is not a token id (0 to 16777215"));
+  CHECK_THROWS_WITH(
+      Tokenizer::from_json(R"({"added_tokens": [{"id": 2147483647, "content": "<s>", "special": true}], )" + model + "}", "t"),
+      Catch::Contains("is not a token id (0 to 16777215)"));
+  // Normalizers nested 100,000 deep: memory was quadratic in the depth, and the recursion unbounded.
+  const std::string nested = R"({"type": "Lowercase"})";
+  std::string deep;
+  for (int i = 0; i < 100000; ++i) deep += R"({"type": "Sequence", "normalizers": [)";
+  deep += nested;
+  for (int i = 0; i < 100000; ++i) deep += "]}";
+  CHECK_THROWS_WITH(Tokenizer::from_json(R"({"normalizer": )" + deep + ", " + model + "}", "t"),
+                    Catch::Contains("nests JSON more than 128 levels deep"));
+  // A real tokenizer's nesting and ids load.
+  CHECK(
+      Tokenizer::from_json(R"({"normalizer": {"type": "Sequence", "normalizers": [)" + nested + "]}, " + model + "}", "t")->vocab_size() ==
+      3);
+}

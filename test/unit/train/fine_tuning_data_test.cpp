@@ -17,6 +17,7 @@
 #include "dstrain/train/data_plan.h"
 #include "dstrain/train/eval_sets.h"
 #include "dstrain/train/fine_tuning_data.h"
+#include "data/fine_tuning_set.h"
 #include "test_support.h"
 
 using namespace dstrain;
@@ -40,6 +41,7 @@ std::string write_set(const std::string& dir, const std::string& name, int64_t n
   }
   data::write_megatron(prefix, docs);
   mask.finish();
+  test::describe_fine_tuning_set(prefix, kVocab, mask);
   return prefix;
 }
 

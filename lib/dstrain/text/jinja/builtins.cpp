@@ -7,12 +7,21 @@
 #include <ctime>
 #include <stdexcept>
 
+#include "dstrain/text/jinja/integers.h"
+#include "dstrain/text/jinja/limits.h"
+
 namespace dstrain::text::jinja {
 namespace {
 
 using Kind = Value::Kind;
 
 [[noreturn]] void type_error(const std::string& what) { throw std::invalid_argument(what); }
+
+// Before a string grows to `bytes`: the sandbox's bound (jinja/limits.h).
+void check_growth(size_t bytes) {
+  if (bytes > kMaxStringBytes)
+    type_error(fmt::format("the result would hold more than {} MiB of text, which the sandbox refuses", kMaxStringBytes >> 20));
+}
 
 uint32_t decode_at(const std::string& s, size_t i, size_t& len) {
   const auto c = static_cast<unsigned char>(s[i]);
@@ -91,14 +100,20 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   if (from.empty()) {  // Python inserts `to` between code points
     std::string out = to;
     int64_t n = 1;
-    for (const auto& cp : code_points(s)) out += cp + ((count < 0 || n++ < count) ? to : "");
+    for (const auto& cp : code_points(s)) {
+      out += cp + ((count < 0 || n++ < count) ? to : "");
+      check_growth(out.size());
+    }
     return out;
   }
   std::string out;
   size_t start = 0;
   int64_t n = 0;
-  for (size_t p; (count < 0 || n < count) && (p = s.find(from, start)) != std::string::npos; start = p + from.size(), ++n)
+  for (size_t p; (count < 0 || n < count) && (p = s.find(from, start)) != std::string::npos; start = p + from.size(), ++n) {
     out += s.substr(start, p - start) + to;
+    check_growth(out.size());
+  }
+  check_growth(out.size() + s.size() - start);
   return out + s.substr(start);
 }
 
@@ -213,6 +228,7 @@ std::string indent(const std::string& s, const std::string& pad, bool first, boo
     const std::string line = s.substr(start, (nl == std::string::npos ? s.size() : nl) - start);
     if ((is_first && first) || (!is_first && (blank || !line.empty()))) out += pad;
     out += line;
+    check_growth(out.size());
     if (nl == std::string::npos) break;
     out += '\n';
     start = nl + 1, is_first = false;
@@ -335,7 +351,7 @@ bool apply_test(const std::string& name, const Value& v, Arguments& a, bool& out
     if (v.kind() != Kind::kInt) type_error("odd/even need an integer");
     out = (v.as_int() % 2 != 0) == (name == "odd");
   } else if (name == "divisibleby") {
-    out = arg.as_int() != 0 && v.as_int() % arg.as_int() == 0;
+    out = arg.as_int() != 0 && py_mod(v.as_int(), arg.as_int()) == 0;
   } else if (name == "lower" || name == "upper") {
     out = v.is_string() && ascii_case(v.as_string(), name == "upper") == v.as_string();
   } else {
@@ -395,9 +411,11 @@ bool value_filter(const std::string& name, const Value& v, Arguments& a, Value& 
       out = Value(items);
     }
   } else if (name == "int") {
-    if (v.kind() == Kind::kFloat)
+    if (v.kind() == Kind::kFloat) {
+      if (!(std::fabs(v.as_number()) < 9.2233720368547758e18))
+        type_error(fmt::format("cannot convert {} to a 64-bit integer", float_repr(v.as_number())));
       out = Value(static_cast<int64_t>(v.as_number()));
-    else if (v.is_number())
+    } else if (v.is_number())
       out = Value(v.as_int());
     else {
       try {
@@ -413,11 +431,20 @@ bool value_filter(const std::string& name, const Value& v, Arguments& a, Value& 
       out = a.get(0, "default", Value(0.0));
     }
   } else if (name == "abs")
-    out = v.kind() == Kind::kFloat ? Value(std::fabs(v.as_number())) : Value(static_cast<int64_t>(std::llabs(v.as_int())));
+    out = v.kind() == Kind::kFloat ? Value(std::fabs(v.as_number())) : Value(v.as_int() < 0 ? py_neg(v.as_int()) : v.as_int());
   else if (name == "round") {
+    // Python's round(): ties to even; a precision beyond a double's digits keeps the value.
     const int64_t precision = a.get(0, "precision", Value(int64_t{0})).as_int();
-    const double f = std::pow(10.0, static_cast<double>(precision));
-    out = Value(std::round(v.as_number() * f) / f);
+    const double x = v.as_number();
+    if (precision > 308 || !std::isfinite(x)) {
+      out = Value(x);
+    } else if (precision < -308) {
+      out = Value(std::copysign(0.0, x));
+    } else {
+      const double f = std::pow(10.0, static_cast<double>(precision));
+      const double scaled = x * f;
+      out = Value(std::isfinite(scaled) && f != 0 ? std::nearbyint(scaled) / f : x);
+    }
   } else if (name == "default" || name == "d") {
     const bool boolean = a.get(1, "boolean", Value(false)).truthy();
     out = (v.is_undefined() || (boolean && !v.truthy())) ? a.get(0, "default_value", Value("")) : v;
@@ -489,13 +516,15 @@ bool sequence_filter(const std::string& name, const Value& v, Arguments& a, Valu
     const Value attr = a.get(0, "attribute");
     for (const Value& x : items_of(v)) {
       const Value y = attr.is_undefined() ? x : attribute_of(x, attr.str());
-      total = total.kind() == Kind::kInt && y.kind() == Kind::kInt ? Value(total.as_int() + y.as_int())
+      total = total.kind() == Kind::kInt && y.kind() == Kind::kInt ? Value(py_add(total.as_int(), y.as_int()))
                                                                    : Value(total.as_number() + y.as_number());
     }
     out = total;
   } else if (name == "indent") {
     const Value w = a.get(0, "width", Value(int64_t{4}));
-    const std::string pad = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(w.as_int()), ' ');
+    // Python's " " * width: nothing for a width below 1.
+    if (!w.is_string()) check_growth(static_cast<size_t>(std::max<int64_t>(0, w.as_int())));
+    const std::string pad = w.is_string() ? w.as_string() : std::string(static_cast<size_t>(std::max<int64_t>(0, w.as_int())), ' ');
     out = Value(indent(v.str(), pad, a.get(1, "first", Value(false)).truthy(), a.get(2, "blank", Value(false)).truthy()));
   } else if (name == "wordcount") {
     out = Value(static_cast<int64_t>(split(v.str(), Value(), -1).as_list().size()));
@@ -570,15 +599,20 @@ Value string_method(const std::string& s, const std::string& name) {
     if (name == "count")
       return bind([s](Arguments& a) {
         const std::string sub = a.get(0, "sub").str();
+        // Python counts an empty substring once per code point, plus one.
+        if (sub.empty()) return Value(static_cast<int64_t>(code_point_offsets(s).size()));
         int64_t n = 0;
-        for (size_t p = 0; !sub.empty() && (p = s.find(sub, p)) != std::string::npos; p += sub.size()) ++n;
+        for (size_t p = 0; (p = s.find(sub, p)) != std::string::npos; p += sub.size()) ++n;
         return Value(n);
       });
     if (name == "join")
       return bind([s](Arguments& a) {
         std::string out;
         bool first = true;
-        for (const Value& x : items_of(a.get(0, "iterable"))) out += (first ? "" : s) + x.str(), first = false;
+        for (const Value& x : items_of(a.get(0, "iterable"))) {
+          out += (first ? "" : s) + x.str(), first = false;
+          check_growth(out.size());
+        }
         return Value(out);
       });
     if (name == "splitlines")
@@ -663,20 +697,32 @@ Dict template_globals() {
   g.set("raise_exception",
         Value::callable([](Arguments& a) -> Value { throw std::runtime_error("raise_exception: " + a.get(0, "message").str()); },
                         "raise_exception"));
-  g.set("range", Value::callable(
-                     [](Arguments& a) {
-                       int64_t start = 0, stop = 0, step = 1;
-                       if (a.positional.size() == 1)
-                         stop = a.positional[0].as_int();
-                       else if (a.positional.size() >= 2)
-                         start = a.positional[0].as_int(), stop = a.positional[1].as_int();
-                       if (a.positional.size() >= 3) step = a.positional[2].as_int();
-                       if (step == 0) type_error("range() arg 3 must not be zero");
-                       List out;
-                       for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.emplace_back(i);
-                       return Value(out);
-                     },
-                     "range"));
+  g.set("range",
+        Value::callable(
+            [](Arguments& a) {
+              int64_t start = 0, stop = 0, step = 1;
+              if (a.positional.size() == 1)
+                stop = a.positional[0].as_int();
+              else if (a.positional.size() >= 2)
+                start = a.positional[0].as_int(), stop = a.positional[1].as_int();
+              if (a.positional.size() >= 3) step = a.positional[2].as_int();
+              if (step == 0) type_error("range() arg 3 must not be zero");
+              // Its length before anything is allocated, in unsigned arithmetic (no overflow).
+              uint64_t length = 0;
+              if (step > 0 && start < stop)
+                length = (static_cast<uint64_t>(stop) - static_cast<uint64_t>(start) - 1) / static_cast<uint64_t>(step) + 1;
+              if (step < 0 && start > stop)
+                length = (static_cast<uint64_t>(start) - static_cast<uint64_t>(stop) - 1) / (static_cast<uint64_t>(-(step + 1)) + 1) + 1;
+              if (length > static_cast<uint64_t>(kMaxRange))
+                type_error(fmt::format("range() of {} items; the sandbox allows {} (Jinja2's MAX_RANGE)", length, kMaxRange));
+              List out;
+              for (int64_t k = 0, v = start; k < static_cast<int64_t>(length); ++k) {
+                out.emplace_back(v);
+                if (k + 1 < static_cast<int64_t>(length)) v += step;  // never past the last item: no overflow
+              }
+              return Value(out);
+            },
+            "range"));
   g.set("namespace", Value::callable(
                          [](Arguments& a) {
                            Dict attrs;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <optional>
 #include <stdexcept>
@@ -12,6 +13,8 @@
 #include "dstrain/core/error.h"
 #include "dstrain/text/jinja.h"
 #include "dstrain/text/jinja/builtins.h"
+#include "dstrain/text/jinja/integers.h"
+#include "dstrain/text/jinja/limits.h"
 #include "dstrain/text/jinja/parser.h"
 
 namespace dstrain::text {
@@ -20,6 +23,7 @@ using namespace jinja;
 struct ChatTemplate::Impl {
   std::string name;
   Body body;
+  int64_t max_steps = kMaxRenderSteps;
 };
 
 namespace {
@@ -29,7 +33,7 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 class Interpreter {
  public:
-  Interpreter(const std::string& name, ChatRender& out) : name_(name), out_(out) {}
+  Interpreter(const std::string& name, ChatRender& out, int64_t max_steps) : name_(name), out_(out), max_steps_(max_steps) {}
 
   void run(const Body& body, Dict context) {
     globals_ = std::make_shared<Dict>(template_globals());
@@ -41,6 +45,37 @@ class Interpreter {
  private:
   [[noreturn]] void fail(Where w, const std::string& what, ErrorCode code = ErrorCode::kData) const {
     throw Error(code, fmt::format("{}:{}:{}: {}", name_, w.line, w.column, what), "");
+  }
+
+  // One level of evaluation (a statement, an expression) while it lives, and one step of the
+  // render: the sandbox's depth and step bounds (jinja/limits.h).
+  class Level {
+   public:
+    Level(Interpreter& in, Where w) : in_(in) {
+      if (++in_.depth_ > kMaxRenderDepth) {
+        --in_.depth_;
+        in_.fail(w, fmt::format("rendering nests more than {} levels deep: a macro or a recursive loop that calls itself without end?",
+                                kMaxRenderDepth));
+      }
+      if (++in_.steps_ > in_.max_steps_) {
+        --in_.depth_;
+        in_.fail(w, fmt::format("rendering took more than {} steps: an endless or enormous loop?", in_.max_steps_));
+      }
+    }
+    ~Level() { --in_.depth_; }
+    Level(const Level&) = delete;
+    Level& operator=(const Level&) = delete;
+
+   private:
+    Interpreter& in_;
+  };
+
+  void check_items(Where w, size_t items) const {
+    if (items > kMaxListItems) fail(w, fmt::format("the template builds a list of {} items; the sandbox allows {}", items, kMaxListItems));
+  }
+  void check_size(Where w, size_t bytes) const {
+    if (bytes > kMaxStringBytes)
+      fail(w, fmt::format("the template builds text of {} bytes; the sandbox allows {} MiB", bytes, kMaxStringBytes >> 20));
   }
 
   // ---- names and scopes ----
@@ -70,14 +105,29 @@ class Interpreter {
     return saved;
   }
 
+  // A value of the wrong kind, an integer overflow or a bad conversion inside a statement
+  // (std::logic_error from jinja/value.h, integers.h, the builtins or the standard library) is
+  // an error at the statement's line, never a crash or an "internal error".
   Flow exec(const Stmt& s) {
+    const Level level(*this, s.where);
+    try {
+      return exec_statement(s);
+    } catch (const std::logic_error& e) {
+      fail(s.where, e.what());
+    }
+  }
+
+  Flow exec_statement(const Stmt& s) {
     switch (s.kind) {
       case Stmt::Kind::kText:
+        check_size(s.where, out_.text.size() + s.text.size());
         out_.text += s.text;
         return Flow::kNormal;
       case Stmt::Kind::kOutput: {
         const Value v = eval(*s.exprs[0]);
-        out_.text += v.str();
+        const std::string text = v.str();
+        check_size(s.where, out_.text.size() + text.size());
+        out_.text += text;
         return Flow::kNormal;
       }
       case Stmt::Kind::kIf:
@@ -198,6 +248,8 @@ class Interpreter {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      steps_ += kLoopIterationSteps - 1;  // an iteration costs as much as a few statements, even with an empty body
+      const Level iteration(*this, s.where);
       chain_.push_back(std::make_shared<Dict>());
       Dict loop;
       loop.set("index", Value(i + 1));
@@ -358,8 +410,12 @@ class Interpreter {
   Value arithmetic(const Expr& e, const std::string& op, const Value& a, const Value& b) const {
     if (a.is_undefined() || b.is_undefined()) undefined_use(e, describe(*e.operands[a.is_undefined() ? 0 : 1]));
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) {
+        check_size(e.where, a.as_string().size() + b.as_string().size());
+        return Value(a.as_string() + b.as_string());
+      }
       if (a.kind() == Kind::kList && b.kind() == Kind::kList) {
+        check_items(e.where, a.as_list().size() + b.as_list().size());
         List out = a.as_list();
         out.insert(out.end(), b.as_list().begin(), b.as_list().end());
         return Value(out);
@@ -367,41 +423,34 @@ class Interpreter {
     }
     if (op == "*" && a.kind() == Kind::kInt && (b.is_string() || b.kind() == Kind::kList)) return arithmetic(e, op, b, a);
     if (op == "*" && (a.is_string() || a.kind() == Kind::kList) && b.kind() == Kind::kInt) {
+      const auto times = static_cast<size_t>(std::max<int64_t>(0, b.as_int()));
+      const size_t unit = a.is_string() ? a.as_string().size() : a.as_list().size();
+      size_t total = 0;
+      if (__builtin_mul_overflow(unit, times, &total)) total = SIZE_MAX;
       if (a.is_string()) {
+        check_size(e.where, total);
         std::string out;
-        for (int64_t i = 0; i < b.as_int(); ++i) out += a.as_string();
+        out.reserve(total);
+        for (size_t i = 0; i < times && unit > 0; ++i) out += a.as_string();
         return Value(out);
       }
+      check_items(e.where, total);
       List out;
-      for (int64_t i = 0; i < b.as_int(); ++i) out.insert(out.end(), a.as_list().begin(), a.as_list().end());
+      for (size_t i = 0; i < times && unit > 0; ++i) out.insert(out.end(), a.as_list().begin(), a.as_list().end());
       return Value(out);
     }
     if (!a.is_number() || !b.is_number())
       fail(e.where, fmt::format("unsupported operand types for {}: '{}' and '{}'", op, a.type_name(), b.type_name()));
     const bool ints = a.kind() != Kind::kFloat && b.kind() != Kind::kFloat;
     const double x = a.as_number(), y = b.as_number();
-    if (op == "+") return ints ? Value(a.as_int() + b.as_int()) : Value(x + y);
-    if (op == "-") return ints ? Value(a.as_int() - b.as_int()) : Value(x - y);
-    if (op == "*") return ints ? Value(a.as_int() * b.as_int()) : Value(x * y);
+    if (op == "+") return ints ? Value(py_add(a.as_int(), b.as_int())) : Value(x + y);
+    if (op == "-") return ints ? Value(py_sub(a.as_int(), b.as_int())) : Value(x - y);
+    if (op == "*") return ints ? Value(py_mul(a.as_int(), b.as_int())) : Value(x * y);
     if ((op == "/" || op == "//" || op == "%") && y == 0) fail(e.where, "division by zero");
     if (op == "/") return Value(x / y);
-    if (op == "//") {
-      if (ints) {
-        int64_t q = a.as_int() / b.as_int();
-        if ((a.as_int() % b.as_int() != 0) && ((a.as_int() < 0) != (b.as_int() < 0))) --q;
-        return Value(q);
-      }
-      return Value(std::floor(x / y));
-    }
-    if (op == "%") {
-      if (ints) {
-        int64_t r = a.as_int() % b.as_int();
-        if (r != 0 && ((r < 0) != (b.as_int() < 0))) r += b.as_int();
-        return Value(r);
-      }
-      return Value(x - std::floor(x / y) * y);
-    }
-    if (op == "**") return ints && b.as_int() >= 0 ? Value(static_cast<int64_t>(std::llround(std::pow(x, y)))) : Value(std::pow(x, y));
+    if (op == "//") return ints ? Value(py_floordiv(a.as_int(), b.as_int())) : Value(std::floor(x / y));
+    if (op == "%") return ints ? Value(py_mod(a.as_int(), b.as_int())) : Value(x - std::floor(x / y) * y);
+    if (op == "**") return ints && b.as_int() >= 0 ? Value(py_pow(a.as_int(), b.as_int())) : Value(std::pow(x, y));
     fail(e.where, "unknown operator " + op, ErrorCode::kConfig);
   }
 
@@ -432,7 +481,11 @@ class Interpreter {
     if (op == "!=") return Value(!equal(a, b));
     if (op == "in") return Value(contains(e, b, a));
     if (op == "not in") return Value(!contains(e, b, a));
-    if (op == "~") return Value(a.str() + b.str());
+    if (op == "~") {
+      std::string left = a.str(), right = b.str();
+      check_size(e.where, left.size() + right.size());
+      return Value(left + right);
+    }
     if (op == "<" || op == ">" || op == "<=" || op == ">=") {
       try {
         if (op == "<") return Value(less(a, b));
@@ -496,6 +549,7 @@ class Interpreter {
   }
 
   Value eval(const Expr& e) {
+    const Level level(*this, e.where);
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;
@@ -518,7 +572,7 @@ class Interpreter {
         if (e.name == "not") return Value(!v.truthy());
         if (!v.is_number()) fail(e.where, fmt::format("bad operand type for unary {}: '{}'", e.name, v.type_name()));
         if (e.name == "+") return v;
-        return v.kind() == Kind::kFloat ? Value(-v.as_number()) : Value(-v.as_int());
+        return v.kind() == Kind::kFloat ? Value(-v.as_number()) : Value(py_neg(v.as_int()));
       }
       case Expr::Kind::kBinary:
         return binary(e);
@@ -545,6 +599,9 @@ class Interpreter {
   std::shared_ptr<Dict> globals_;
   std::vector<std::shared_ptr<Dict>> chain_;
   int capturing_ = 0;
+  int depth_ = 0;
+  int64_t steps_ = 0;
+  const int64_t max_steps_;
 };
 
 }  // namespace
@@ -556,10 +613,11 @@ ChatTemplate::ChatTemplate(const std::string& source, const std::string& name) :
 ChatTemplate::~ChatTemplate() = default;
 ChatTemplate::ChatTemplate(ChatTemplate&&) noexcept = default;
 const std::string& ChatTemplate::name() const { return impl_->name; }
+void ChatTemplate::set_step_limit(int64_t steps) { impl_->max_steps = steps; }
 
 ChatRender ChatTemplate::render(const Value& context) const {
   ChatRender out;
-  Interpreter(impl_->name, out).run(impl_->body, context.kind() == Value::Kind::kDict ? context.as_dict() : Dict());
+  Interpreter(impl_->name, out, impl_->max_steps).run(impl_->body, context.kind() == Value::Kind::kDict ? context.as_dict() : Dict());
   return out;
 }
 

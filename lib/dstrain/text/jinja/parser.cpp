@@ -7,6 +7,7 @@
 
 #include "dstrain/core/error.h"
 #include "dstrain/text/jinja/builtins.h"
+#include "dstrain/text/jinja/limits.h"
 
 namespace dstrain::text::jinja {
 namespace {
@@ -16,6 +17,24 @@ namespace {
               "dstrain renders the Jinja subset that Hugging Face chat templates use; rewrite that construct, or pass another "
               "template with --chat-template FILE");
 }
+
+// Counts one level of nesting while it lives; past kMaxParseDepth, the template is refused (the
+// parser recurses once per level: 10,000 '(' would overflow the stack).
+class Nesting {
+ public:
+  Nesting(int& depth, const std::string& name, Where w) : depth_(depth) {
+    if (++depth_ > kMaxParseDepth) {
+      --depth_;
+      fail(name, w, fmt::format("nested more than {} levels deep", kMaxParseDepth));
+    }
+  }
+  ~Nesting() { --depth_; }
+  Nesting(const Nesting&) = delete;
+  Nesting& operator=(const Nesting&) = delete;
+
+ private:
+  int& depth_;
+};
 
 // ---- segments: text, {{ expression }}, {% statement %}; comments dropped ----
 struct Segment {
@@ -196,10 +215,14 @@ std::vector<Token> tokenize(const std::string& src, Where start, const std::stri
       std::string digits;
       for (size_t k = i; k < j; ++k)
         if (src[k] != '_') digits += src[k];
-      if (is_float)
-        t.kind = Token::Kind::kFloat, t.d = std::stod(digits);
-      else
-        t.kind = Token::Kind::kInt, t.i = std::stoll(digits);
+      try {
+        if (is_float)
+          t.kind = Token::Kind::kFloat, t.d = std::stod(digits);
+        else
+          t.kind = Token::Kind::kInt, t.i = std::stoll(digits);
+      } catch (const std::out_of_range&) {
+        fail(name, w, fmt::format("the number {} is out of range (dstrain's templates hold integers of 64 bits and doubles)", digits));
+      }
       advance(i, j - i);
     } else if (c == '\'' || c == '"') {
       std::string value;
@@ -217,7 +240,12 @@ std::vector<Token> tokenize(const std::string& src, Where start, const std::stri
         } else if (e == 'x' || e == 'u' || e == 'U') {
           const size_t n = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           if (j + n >= src.size() + 0 && j + n > src.size() - 1) fail(name, w, "a truncated \\" + std::string(1, e) + " escape");
-          append_utf8(value, static_cast<uint32_t>(std::stoul(src.substr(j + 1, n), nullptr, 16)));
+          const std::string hex = src.substr(j + 1, n);
+          if (hex.size() != n || hex.find_first_not_of("0123456789abcdefABCDEF") != std::string::npos)
+            fail(name, w, "a \\" + std::string(1, e) + " escape needs " + std::to_string(n) + " hex digits");
+          const auto cp = static_cast<uint32_t>(std::stoul(hex, nullptr, 16));
+          if (cp > 0x10FFFF) fail(name, w, fmt::format("\\{} escape: U+{:X} is beyond Unicode", e, cp));
+          append_utf8(value, cp);
           j += n;
         } else if (e == '\n') {
           // a backslash-newline continues the line
@@ -276,6 +304,7 @@ class ExprParser {
 
   // expression := or_expr ['if' or_expr ['else' expression]]
   ExprPtr expression(bool with_condition = true) {
+    const Nesting level(depth_, name_, where());
     ExprPtr e = or_expr();
     if (with_condition && is_name("if")) {
       auto c = std::make_unique<Expr>(Expr::Kind::kCond, e->where);
@@ -324,6 +353,7 @@ class ExprParser {
     return l;
   }
   ExprPtr not_expr() {
+    const Nesting level(depth_, name_, where());
     if (is_name("not")) {
       auto u = std::make_unique<Expr>(Expr::Kind::kUnary, where());
       next();
@@ -371,6 +401,7 @@ class ExprParser {
     return l;
   }
   ExprPtr unary() {
+    const Nesting level(depth_, name_, where());
     if (is_op("-") || is_op("+")) {
       auto u = std::make_unique<Expr>(Expr::Kind::kUnary, where());
       u->name = next().text;
@@ -541,6 +572,7 @@ class ExprParser {
   std::vector<Token> t_;
   size_t pos_ = 0;
   const std::string& name_;
+  int depth_ = 0;
 };
 
 // ---- statements ----
@@ -603,6 +635,7 @@ class Parser {
     p.expect_end();
   }
   StmtPtr statement(const std::string& word, const Segment& s) {
+    const Nesting level(depth_, name_, s.where);
     ExprParser p = tag(s);
     const Where at = p.where();  // the keyword's
     p.next();
@@ -738,6 +771,7 @@ class Parser {
   std::vector<Segment> seg_;
   size_t pos_ = 0;
   const std::string& name_;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -55,6 +55,12 @@ Value Value::callable(Function f, std::string name) {
   return v;
 }
 
+const std::string* Value::wrong_kind(const char* wanted) const {
+  throw std::invalid_argument(fmt::format("expected {}, got {}", wanted, type_name()));
+}
+const List* Value::wrong_kind_list() const { throw std::invalid_argument("expected list, got " + type_name()); }
+Dict* Value::wrong_kind_dict() const { throw std::invalid_argument("expected dict, got " + type_name()); }
+
 double Value::as_number() const { return kind_ == Kind::kFloat ? d_ : static_cast<double>(i_); }
 
 bool Value::truthy() const {

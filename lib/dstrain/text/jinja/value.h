@@ -59,15 +59,21 @@ class Value {
   bool is_mapping() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace; }
   bool is_iterable() const { return kind_ == Kind::kList || kind_ == Kind::kDict || kind_ == Kind::kString; }
 
+  // The accessors check the kind: a value of another kind throws std::invalid_argument with
+  // Python's words ("expected str, got NoneType"), which the interpreter reports at the
+  // template's line. as_int() reads kInt and kBool (0/1) and gives 0 for other kinds.
   bool as_bool() const { return b_; }
-  int64_t as_int() const { return i_; }  // kInt (and kBool: 0/1)
-  double as_number() const;              // kInt, kFloat, kBool
-  const std::string& as_string() const { return *s_; }
-  const List& as_list() const { return *list_; }
-  const Dict& as_dict() const { return *dict_; }
-  Dict& namespace_attributes() const { return *dict_; }  // shared: a namespace changes in place
-  const Function& as_function() const { return *fn_; }
-  const std::string& function_name() const { return *s_; }
+  int64_t as_int() const { return i_; }
+  double as_number() const;  // kInt, kFloat, kBool
+  const std::string& as_string() const { return kind_ == Kind::kString ? *s_ : *wrong_kind("str"); }
+  const List& as_list() const { return kind_ == Kind::kList ? *list_ : *wrong_kind_list(); }
+  const Dict& as_dict() const { return kind_ == Kind::kDict || kind_ == Kind::kNamespace ? *dict_ : *wrong_kind_dict(); }
+  Dict& namespace_attributes() const { return kind_ == Kind::kNamespace || kind_ == Kind::kDict ? *dict_ : *wrong_kind_dict(); }
+  const Function& as_function() const {
+    if (kind_ != Kind::kCallable) wrong_kind("callable");
+    return *fn_;
+  }
+  const std::string& function_name() const { return kind_ == Kind::kCallable ? *s_ : *wrong_kind("callable"); }
 
   bool truthy() const;
   // Python's str() (what {{ }} prints: "None", "True", "[1, 'a']"; undefined prints nothing).
@@ -77,6 +83,10 @@ class Value {
   std::string type_name() const;  // Python's: "str", "int", "list", "dict", "NoneType", ...
 
  private:
+  [[noreturn]] const std::string* wrong_kind(const char* wanted) const;
+  [[noreturn]] const List* wrong_kind_list() const;
+  [[noreturn]] Dict* wrong_kind_dict() const;
+
   Kind kind_ = Kind::kUndefined;
   bool b_ = false;
   int64_t i_ = 0;

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-namespace dstrain::envcheck {
+namespace dstrain {
 
 struct FileSum {
   bool exists = false;
@@ -17,4 +17,4 @@ struct FileSum {
 // Throws Error{kData} when the file exists but cannot be read.
 FileSum file_checksum(const std::string& path);
 
-}  // namespace dstrain::envcheck
+}  // namespace dstrain

@@ -1,4 +1,4 @@
-#include "dstrain/envcheck/file_checksum.h"
+#include "dstrain/core/file_checksum.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -20,7 +20,7 @@
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
 
-namespace dstrain::envcheck {
+namespace dstrain {
 namespace {
 
 std::string cache_dir() {
@@ -94,4 +94,4 @@ FileSum file_checksum(const std::string& path) {
   return out;
 }
 
-}  // namespace dstrain::envcheck
+}  // namespace dstrain
