@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/prepare.h"
+#include "dstrain/train/step_triggers.h"
 
 namespace dstrain::app {
 namespace {
@@ -165,8 +166,8 @@ void register_prepare_data(CLI::App& app, Run& run) {
   cmd->add_option("--max-bytes", o->max_bytes, "Stop after this many input bytes, counted after decompression (0: all)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-line-bytes", o->max_line_bytes,
-                  "The longest JSON line (or whole text file) to read, after decompression; a longer one is an error naming it "
-                  "(default 268435456: 256 MiB)")
+                  "The longest JSON line (or compressed text file or stdin, read as one document) after decompression; a longer "
+                  "one is an error naming it (default 268435456: 256 MiB)")
       ->check(CLI::PositiveNumber);
   add_chat_options(cmd, *o, *chat);
   cmd->callback([o, ext, keys, format, chat, &run] {
@@ -178,6 +179,8 @@ void register_prepare_data(CLI::App& app, Run& run) {
                         : *format == "jsonl" ? data::InputFormat::kJsonl
                                              : data::InputFormat::kAuto;
       const bool tty = ::isatty(STDERR_FILENO);
+      train::StepTriggers::install_signal_handlers();  // Ctrl-C: stop between batches, temporaries removed
+      o->stop_requested = [] { return train::StepTriggers::stop_signal_received(); };
       const auto summary = data::prepare_dataset(*o, [tty](const data::PrepareProgress& p) {
         if (!tty || p.seconds <= 0) return;
         std::fprintf(stderr, "\r%.1f MB  %.1f MB/s  %lld documents  %.2f M tokens  %.2f M tokens/s   ", static_cast<double>(p.bytes) / 1e6,

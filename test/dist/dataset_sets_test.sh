@@ -104,6 +104,21 @@ expect_status 0 "${run[@]}" prepare-data text.jsonl --tokenizer toks/deepseek-ll
 expect_status 0 "${run[@]}" train sft.yaml --set data.path="$WORK/sft" --set data.packing=none --set run_dir=text
 ok "a pretraining set over a fine-tuning prefix removes the older loss mask and trains"
 
+# Ctrl-C while a prefix is rewritten: exit 130, the older set as it was, no temporaries.
+cp sft.bin before_sigint.bin
+for _ in $(seq 1 4); do cat many.jsonl; done > more.jsonl
+"$DSTRAIN" "${prepare[@]}" more.jsonl --output sft > sigint.log 2>&1 &
+writer=$!
+for _ in $(seq 1 200); do [ -e sft.bin.tmp ] && break; sleep 0.05; done
+[ -e sft.bin.tmp ] || fail "prepare-data never began writing: $(cat sigint.log)"
+kill -INT $writer
+set +e; wait $writer; status=$?; set -e
+[ $status -eq 130 ] || fail "prepare-data exited $status after SIGINT: $(cat sigint.log)"
+grep -q "stopped by a signal; nothing was written" sigint.log || fail "no word of the stop: $(cat sigint.log)"
+cmp -s sft.bin before_sigint.bin || fail "SIGINT changed the older set"
+! ls -d sft.*.tmp > /dev/null 2>&1 || fail "SIGINT left temporaries: $(ls -d sft.*)"
+ok "SIGINT while rewriting a prefix: exit 130, the older set unchanged, no temporaries"
+
 # Temporaries an interrupted run (kill -9) left behind are cleared by the next run.
 : > sft.bin.tmp && mkdir sft.tokenizer.tmp
 expect_status 0 "${run[@]}" "${prepare[@]}" few.jsonl --output sft --max-length 64

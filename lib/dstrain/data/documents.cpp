@@ -144,8 +144,10 @@ bool RecordReader::next(Record& record) {
     }
     const auto& source = sources_[current_];
     if (!source.jsonl) {  // the whole file is one document
+      // A plain file is bounded by its size; a compressed one or stdin only by the record bound.
+      const bool unbounded = source.path == "-" || gzdirect(static_cast<gzFile>(file_)) == 0;
       while (read_more())
-        if (static_cast<int64_t>(buffer_.size()) > max_record_bytes_) too_long(source.path, 0, max_record_bytes_);
+        if (unbounded && static_cast<int64_t>(buffer_.size()) > max_record_bytes_) too_long(source.path, 0, max_record_bytes_);
       record.payload.swap(buffer_);
       record.source = static_cast<uint32_t>(current_), record.line = 0;
       buffer_.clear();

@@ -40,7 +40,9 @@ constexpr int64_t kDefaultMaxRecordBytes = int64_t{256} << 20;
 class RecordReader {
  public:
   // A record longer than max_record_bytes is an Error{kData} naming the file and line, read no
-  // further than that (a stream that never ends a line is not buffered without limit).
+  // further than that (a stream that never ends a line is not buffered without limit). A whole
+  // uncompressed text file is one record of its own size, unbounded (its size is known); a
+  // compressed one or stdin is bounded.
   explicit RecordReader(std::vector<DocumentSource> sources, int64_t max_record_bytes = kDefaultMaxRecordBytes);
   ~RecordReader();
   // The next record; false at the end of the last source. Throws Error{kData} for a read error.

@@ -486,6 +486,9 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   PrepareProgress p;
   double last_report = -1;
   while (pipeline.next(encoded)) {
+    if (o.stop_requested && o.stop_requested())
+      throw Error(ErrorCode::kInterrupted, fmt::format("prepare-data stopped by a signal; nothing was written to {}", o.output_prefix),
+                  "a dataset already at that prefix is as it was");
     if (encoded.error) std::rethrow_exception(encoded.error);
     for (size_t k = 0; k < writers.size(); ++k) {
       const uint32_t* tokens = encoded.tokens[k].data();

@@ -44,6 +44,9 @@ struct PrepareOptions {
   std::vector<std::string> json_keys{"text"};
   int workers = 0;  // 0: every online core
   ChatPrepareOptions chat;
+  // Asked between batches; true stops with Error{kInterrupted}, the staged files removed and an
+  // older set at the prefix left as it was (the command wires SIGINT and SIGTERM to it).
+  std::function<bool()> stop_requested;
 };
 
 struct PrepareProgress {

@@ -86,7 +86,8 @@ TEST_CASE("sandbox: values of the wrong kind are errors at their line, never a c
   check_refused("{% set x = [] %}{{ x.append(1) }}", ErrorCode::kData, "the template changes a list ('append')");
   check_refused("{% set x = [] %}{% set y = x.pop() %}", ErrorCode::kData, "the template changes a list ('pop')");
   check_refused("{{ [1,2][9999999999999999999999] }}", ErrorCode::kConfig, "out of range");
-  CHECK(render("{{ 'a'|indent(-1, true) }}") == "a");  // Python's " " * -1 is ""
+  check_refused("{% set x = y [] %}", ErrorCode::kConfig, "a subscript needs an index");  // chat_fuzz's first finding (a null dereference)
+  CHECK(render("{{ 'a'|indent(-1, true) }}") == "a");                                     // Python's " " * -1 is ""
 }
 
 TEST_CASE("sandbox: memory and time are bounded (D7, D12)", "[text][jinja-sandbox]") {
@@ -121,4 +122,15 @@ TEST_CASE("JSON nesting is measured before parsing (D4, D11)", "[text][jinja-san
   } catch (const std::invalid_argument& e) {
     CHECK_THAT(e.what(), Catch::Contains("nested more than 128 levels deep"));
   }
+}
+
+TEST_CASE("strings are scanned, not tabled per code point, with Python's results (D9)", "[text][jinja-sandbox]") {
+  // Each expected string is what Jinja2's sandbox renders (checked with jinja2 3.1).
+  CHECK(
+      render("{{ ' a b  c  '.split(none, 1) }}|{{ '日本語x'[1:3] }}|{{ 'abc'[-1] }}|{{ '日本語'|reverse }}|{{ 'ab'.replace('', '-') }}") ==
+      "['a', 'b  c  ']|本語|c|語本日|-a-b-");
+  CHECK(render("{{ '日本'|list }}|{{ '日本語'.find('語') }}|{{ 'xxhixx'.strip('x') }}|{{ 'é日本é'.strip('é') }}|{{ '  '.lstrip() }}|") ==
+        "['日', '本']|2|hi|日本||");
+  CHECK(render("{{ '日本語'[::-1] }}|{{ '日本語'[5:1] }}|{{ '日本語'[-2:] }}|{{ '日本語'|length }}|{{ ' x\u3000'.strip() }}") ==
+        "語本日||本語|3|x");
 }

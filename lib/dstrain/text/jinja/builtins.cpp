@@ -47,43 +47,37 @@ std::vector<std::string> code_points(const std::string& s) {
   return out;
 }
 
-// str.strip / lstrip / rstrip: whitespace, or any code point of `chars`.
+// str.strip / lstrip / rstrip: whitespace, or any code point of `chars`. One pass over s, no
+// table of its code points (a 100 MB message's took 3 GB).
 std::string strip(const std::string& s, const Value& chars, bool left, bool right) {
-  const std::vector<std::string> cps = code_points(s);
   std::vector<std::string> set;
   if (chars.is_string()) set = code_points(chars.as_string());
-  auto strippable = [&](const std::string& cp) {
-    if (chars.is_string()) return std::find(set.begin(), set.end(), cp) != set.end();
-    size_t len = 0;
-    return is_python_space(decode_at(cp, 0, len));
-  };
-  size_t b = 0, e = cps.size();
-  if (left)
-    while (b < e && strippable(cps[b])) ++b;
-  if (right)
-    while (e > b && strippable(cps[e - 1])) --e;
-  std::string out;
-  for (size_t i = b; i < e; ++i) out += cps[i];
-  return out;
+  size_t first_kept = std::string::npos, kept_end = 0;
+  for (size_t i = 0, len = 0; i < s.size(); i += len) {
+    const uint32_t cp = decode_at(s, i, len);
+    const bool strippable = chars.is_string() ? std::find(set.begin(), set.end(), s.substr(i, len)) != set.end() : is_python_space(cp);
+    if (strippable) continue;
+    if (first_kept == std::string::npos) first_kept = i;
+    kept_end = i + len;
+  }
+  if (first_kept == std::string::npos) return left || right ? std::string() : s;
+  const size_t b = left ? first_kept : 0, e = right ? kept_end : s.size();
+  return s.substr(b, e - b);
 }
 
 Value split(const std::string& s, const Value& sep, int64_t maxsplit) {
   List out;
   if (!sep.is_string() || sep.is_none()) {  // runs of whitespace, leading/trailing dropped
-    const std::vector<std::string> cps = code_points(s);
-    std::string word;
-    bool in_word = false;
-    for (size_t i = 0; i < cps.size(); ++i) {
-      size_t len = 0;
-      const bool space = is_python_space(decode_at(cps[i], 0, len));
-      if (space && in_word && (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit)) {
-        out.emplace_back(word), word.clear(), in_word = false;
-      } else if (!space || in_word) {
-        if (!in_word && !space) in_word = true;
-        if (in_word) word += cps[i];
+    size_t word = std::string::npos;        // where the current word starts
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      const bool space = is_python_space(decode_at(s, i, len));
+      if (space && word != std::string::npos && (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit)) {
+        out.emplace_back(s.substr(word, i - word)), word = std::string::npos;
+      } else if (!space && word == std::string::npos) {
+        word = i;  // past maxsplit, the word runs to the end, spaces and all
       }
     }
-    if (in_word) out.emplace_back(strip(word, Value(), false, true));
+    if (word != std::string::npos) out.emplace_back(s.substr(word));  // Python keeps a remainder's trailing spaces
     return Value(out);
   }
   const std::string& d = sep.as_string();
@@ -100,8 +94,10 @@ std::string replace(const std::string& s, const std::string& from, const std::st
   if (from.empty()) {  // Python inserts `to` between code points
     std::string out = to;
     int64_t n = 1;
-    for (const auto& cp : code_points(s)) {
-      out += cp + ((count < 0 || n++ < count) ? to : "");
+    for (size_t i = 0, len = 0; i < s.size(); i += len) {
+      decode_at(s, i, len);
+      out.append(s, i, len);
+      if (count < 0 || n++ < count) out += to;
       check_growth(out.size());
     }
     return out;
@@ -146,8 +142,11 @@ List items_of(const Value& v) {
       return keys;
     }
     case Kind::kString: {
+      const std::string& s = v.as_string();
+      if (code_point_count(s) > kMaxListItems)
+        type_error(fmt::format("a list of the {} characters of a string; the sandbox allows {} items", code_point_count(s), kMaxListItems));
       List out;
-      for (auto& cp : code_points(v.as_string())) out.emplace_back(cp);
+      for (size_t i = 0, len = 0; i < s.size(); i += len) decode_at(s, i, len), out.emplace_back(s.substr(i, len));
       return out;
     }
     case Kind::kUndefined:
@@ -180,7 +179,7 @@ Value attribute_of(const Value& v, const std::string& path) {
 int64_t length_of(const Value& v) {
   switch (v.kind()) {
     case Kind::kString:
-      return static_cast<int64_t>(code_point_offsets(v.as_string()).size() - 1);
+      return static_cast<int64_t>(code_point_count(v.as_string()));
     case Kind::kList:
       return static_cast<int64_t>(v.as_list().size());
     case Kind::kDict:
@@ -401,9 +400,11 @@ bool value_filter(const std::string& name, const Value& v, Arguments& a, Value& 
     out = Value(items_of(v));
   else if (name == "reverse") {
     if (v.is_string()) {
-      std::vector<std::string> cps = code_points(v.as_string());
+      const std::string& in = v.as_string();
+      const std::vector<size_t> at = code_point_offsets(in);
       std::string s;
-      for (auto it = cps.rbegin(); it != cps.rend(); ++it) s += *it;
+      s.reserve(in.size());
+      for (size_t k = at.size() - 1; k > 0; --k) s.append(in, at[k - 1], at[k] - at[k - 1]);
       out = Value(s);
     } else {
       List items = items_of(v);
@@ -594,13 +595,13 @@ Value string_method(const std::string& s, const std::string& name) {
       return bind([s, name](Arguments& a) {
         const size_t p = name == "find" ? s.find(a.get(0, "sub").str()) : s.rfind(a.get(0, "sub").str());
         if (p == std::string::npos) return Value(int64_t{-1});
-        return Value(static_cast<int64_t>(code_point_offsets(s.substr(0, p)).size() - 1));
+        return Value(static_cast<int64_t>(code_point_count(s, p)));
       });
     if (name == "count")
       return bind([s](Arguments& a) {
         const std::string sub = a.get(0, "sub").str();
         // Python counts an empty substring once per code point, plus one.
-        if (sub.empty()) return Value(static_cast<int64_t>(code_point_offsets(s).size()));
+        if (sub.empty()) return Value(static_cast<int64_t>(code_point_count(s) + 1));
         int64_t n = 0;
         for (size_t p = 0; (p = s.find(sub, p)) != std::string::npos; p += sub.size()) ++n;
         return Value(n);

@@ -362,13 +362,19 @@ class Interpreter {
       return key.is_string() ? method_of(obj, key.as_string()) : Value();
     }
     if ((obj.kind() == Kind::kList || obj.is_string()) && (key.kind() == Kind::kInt || key.kind() == Kind::kBool)) {
-      const std::vector<size_t> cps = obj.is_string() ? code_point_offsets(obj.as_string()) : std::vector<size_t>{};
-      const int64_t n = obj.is_string() ? static_cast<int64_t>(cps.size() - 1) : static_cast<int64_t>(obj.as_list().size());
+      // A string is walked, not tabled: message.content[0] of a long message costs no memory.
+      const int64_t n =
+          obj.is_string() ? static_cast<int64_t>(code_point_count(obj.as_string())) : static_cast<int64_t>(obj.as_list().size());
       int64_t i = key.as_int();
       if (i < 0) i += n;
       if (i < 0 || i >= n) return Value();
-      if (obj.is_string())
-        return Value(obj.as_string().substr(cps[static_cast<size_t>(i)], cps[static_cast<size_t>(i) + 1] - cps[static_cast<size_t>(i)]));
+      if (obj.is_string()) {
+        const std::string& str = obj.as_string();
+        const size_t begin = code_point_byte(str, static_cast<size_t>(i));
+        size_t end = begin + 1;
+        while (end < str.size() && (static_cast<unsigned char>(str[end]) & 0xC0) == 0x80) ++end;
+        return Value(str.substr(begin, end - begin));
+      }
       return obj.as_list()[static_cast<size_t>(i)];
     }
     if (key.is_string()) return method_of(obj, key.as_string());
@@ -379,8 +385,7 @@ class Interpreter {
     if (obj.is_undefined()) undefined_use(*e.operands[0], describe(*e.operands[0]));
     const bool str = obj.is_string();
     if (!str && obj.kind() != Kind::kList) fail(e.where, fmt::format("'{}' object is not subscriptable", obj.type_name()));
-    const std::vector<size_t> cps = str ? code_point_offsets(obj.as_string()) : std::vector<size_t>{};
-    const int64_t n = str ? static_cast<int64_t>(cps.size() - 1) : static_cast<int64_t>(obj.as_list().size());
+    const int64_t n = str ? static_cast<int64_t>(code_point_count(obj.as_string())) : static_cast<int64_t>(obj.as_list().size());
     auto get = [&](size_t k) -> std::optional<int64_t> {
       if (!e.operands[k]) return std::nullopt;
       const Value v = eval(*e.operands[k]);
@@ -396,6 +401,13 @@ class Interpreter {
       return std::clamp<int64_t>(x, -1, n - 1);
     };
     const int64_t start = clamp(get(1), step > 0 ? 0 : n - 1), stop = clamp(get(2), step > 0 ? n : -1);
+    if (str && step == 1) {  // s[1:], s[:-1]: one substring, no table of the code points
+      if (start >= stop) return Value(std::string());
+      const std::string& s = obj.as_string();
+      const size_t from = code_point_byte(s, static_cast<size_t>(start)), to = code_point_byte(s, static_cast<size_t>(stop));
+      return Value(s.substr(from, to - from));
+    }
+    const std::vector<size_t> cps = str ? code_point_offsets(obj.as_string()) : std::vector<size_t>{};
     List picked;
     std::string s;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {

@@ -489,6 +489,7 @@ class ExprParser {
           break;
         }
         expect_op("]");
+        if (!slice && !parts[0]) fail(name_, w, "a subscript needs an index: x[] is not an expression");
         auto s = std::make_unique<Expr>(slice ? Expr::Kind::kSlice : Expr::Kind::kItem, w);
         s->operands.push_back(std::move(e));
         for (auto& p : parts) s->operands.push_back(std::move(p));  // kItem: [obj, key, null, null]

@@ -226,6 +226,23 @@ bool less(const Value& a, const Value& b) {
   throw std::invalid_argument(fmt::format("'<' not supported between instances of '{}' and '{}'", a.type_name(), b.type_name()));
 }
 
+namespace {
+bool starts_code_point(char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }
+}  // namespace
+
+size_t code_point_count(const std::string& s, size_t bytes) {
+  const size_t end = std::min(bytes, s.size());
+  size_t n = 0;
+  for (size_t i = 0; i < end; ++i) n += starts_code_point(s[i]);
+  return n;
+}
+
+size_t code_point_byte(const std::string& s, size_t k) {
+  for (size_t i = 0; i < s.size(); ++i)
+    if (starts_code_point(s[i]) && k-- == 0) return i;
+  return s.size();
+}
+
 std::vector<size_t> code_point_offsets(const std::string& s) {
   std::vector<size_t> out;
   for (size_t i = 0; i < s.size(); ++i)

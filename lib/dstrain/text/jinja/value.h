@@ -112,6 +112,10 @@ bool less(const Value& a, const Value& b);
 std::string float_repr(double d);
 // UTF-8 code points of s, as byte offsets (one per code point, plus s.size()).
 std::vector<size_t> code_point_offsets(const std::string& s);
+// Without a table (a long message's would take 8 bytes a character): the code points in the
+// first `bytes` bytes of s, and the byte offset of code point k (s.size() for k = the count).
+size_t code_point_count(const std::string& s, size_t bytes = std::string::npos);
+size_t code_point_byte(const std::string& s, size_t k);
 // Python's s.strip(): without the whitespace str.isspace() knows at either end.
 std::string python_strip(const std::string& s);
 // Python's json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys) (transformers' tojson).
