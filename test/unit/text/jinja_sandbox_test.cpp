@@ -108,7 +108,15 @@ TEST_CASE("sandbox: memory and time are bounded (D7, D12)", "[text][jinja-sandbo
                 "rendering took more than 10000000 steps");
   check_refused("{% for i in range(100000) %}{% for j in range(100000) %}{{ i }}{% endfor %}{% endfor %}", ErrorCode::kData,
                 "more than 10000000 steps");
+  // Building large values in a loop costs steps by their size (chat_fuzz's slow input rebuilt a
+  // range in each outer iteration; each iteration was one step).
+  check_refused("{% for i in range(100000) %}{% set x = range(100000) %}{% endfor %}", ErrorCode::kData, "more than 10000000 steps");
+  check_refused("{% set s = 'x' * 100000000 %}{% for i in range(100000) %}{% set t = s[1:] %}{% endfor %}", ErrorCode::kData,
+                "more than 10000000 steps");
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(60));
+  // One loop object, as Jinja2's: what a template keeps of it shows the loop's latest state.
+  CHECK(render("{% set ns = namespace(l=none) %}{% for x in 'abc' %}{% set ns.l = loop %}{{ loop.cycle('p', 'q') }}{% endfor %}"
+               "{{ ns.l.index }}{{ ns.l.last }}") == "pqp3True");
 }
 
 TEST_CASE("JSON nesting is measured before parsing (D4, D11)", "[text][jinja-sandbox]") {
