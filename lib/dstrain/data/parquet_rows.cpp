@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 
@@ -77,7 +78,12 @@ bool ParquetRows::next(std::string& json) {
   size_t size = 0;
   char error[512] = "";
   const int r = plugin().next(static_cast<dstrain_parquet*>(file_), &text, &size, error, sizeof error);
-  if (r < 0) throw Error(ErrorCode::kData, fmt::format("cannot read '{}': {}", path_, error), "a truncated or corrupt Parquet file?");
+  if (r < 0) {
+    const bool not_text = std::strstr(error, "not UTF-8 text") != nullptr;  // the plugin names the column
+    throw Error(ErrorCode::kData, fmt::format("cannot read '{}': {}", path_, error),
+                not_text ? "write a Parquet file without that column (pyarrow: table.drop_columns([...]))"
+                         : "a truncated or corrupt Parquet file?");
+  }
   if (r == 0) return false;
   json.assign(text, size);
   return true;
