@@ -1,7 +1,9 @@
 #pragma once
 // CRC-32C of a whole file, cached by the file's identity (device, inode, size, modification
 // time) in ~/.cache/dstrain/checksums.tsv, so that a check before every job reads a large
-// dataset once. Concurrent ranks on a node take turns (flock), so the file is read once.
+// dataset once. Concurrent ranks on a node take turns (flock), so the file is read once. A
+// process also remembers its own answers, so that a run whose cache directory cannot be written
+// reads each dataset once, not at every open (data/dataset_set.h checks a set at each).
 #include <cstdint>
 #include <string>
 
