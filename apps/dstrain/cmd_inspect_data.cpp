@@ -102,12 +102,8 @@ void register_inspect_data(CLI::App& app, Run& run) {
       std::unique_ptr<data::LossMask> mask;
       const std::string prefix = config::megatron_prefix(*path);
       if (data_format == config::DataFormat::kMegatron && data::has_loss_mask(prefix)) {
+        // open_token_file checked the mask against PREFIX.json (data/dataset_set.h).
         mask = std::make_unique<data::LossMask>(prefix, file->size());
-        const auto sidecar = config::read_dataset_sidecar(*path);
-        if (!sidecar || sidecar->lossmask_bytes < 0)
-          throw Error(ErrorCode::kData, fmt::format("{}.lossmask has no record in {}.json", prefix, prefix),
-                      "prepare the dataset again with `dstrain prepare-data --chat`");
-        mask->verify(sidecar->lossmask_bytes, sidecar->lossmask_crc32c);
         const int64_t trained = std::count(mask->values(), mask->values() + file->size(), uint8_t{1});
         fmt::print("loss mask  {}: {} of {} tokens trained ({:.1f}%), size and CRC-32C as {}.json records\n", mask->path(), trained,
                    file->size(), file->size() ? 100.0 * static_cast<double>(trained) / static_cast<double>(file->size()) : 0.0, prefix);

@@ -14,9 +14,9 @@ MaskedTokens open_masked_tokens(const std::string& path, int64_t vocab_size) {
   const std::string prefix = config::megatron_prefix(path);
   std::shared_ptr<const TokenFile> file = open_token_file(path, config::DataFormat::kMegatron, 1);
   auto mask = std::make_shared<const LossMask>(prefix, file->size());
+  // open_token_file checked the mask's size and CRC against PREFIX.json (data/dataset_set.h).
   int64_t trained = -1;
-  if (const auto sidecar = config::read_dataset_sidecar(path); sidecar && sidecar->lossmask_bytes >= 0)
-    mask->verify(sidecar->lossmask_bytes, sidecar->lossmask_crc32c), trained = sidecar->trained_tokens;
+  if (const auto sidecar = config::read_dataset_sidecar(path); sidecar && sidecar->lossmask_bytes >= 0) trained = sidecar->trained_tokens;
   for (int64_t i = 0; vocab_size > 0 && i < file->size(); ++i)
     if (const int64_t t = file->at(i); t < 0 || t >= vocab_size)
       throw Error(ErrorCode::kData, fmt::format("{}: token {} at offset {} is outside model.vocab_size {}", file->path(), t, i, vocab_size),

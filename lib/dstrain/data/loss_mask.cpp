@@ -85,17 +85,6 @@ LossMask::LossMask(const std::string& prefix, int64_t tokens) : path_(prefix + "
     throw bad(fmt::format("{} mask bytes for the {} tokens of {}.bin: the two were not written together", have, tokens, prefix));
 }
 
-void LossMask::verify(int64_t bytes, uint32_t crc) const {
-  const auto size = static_cast<int64_t>(map_.size());
-  const uint32_t have = size == bytes ? dstrain::crc32c(map_.bytes(), map_.size()) : 0;
-  if (size != bytes || have != crc)
-    throw Error(ErrorCode::kData,
-                size != bytes ? fmt::format("loss mask '{}' is {} bytes; its dataset's .json recorded {}", path_, size, bytes)
-                              : fmt::format("loss mask '{}' has CRC-32C {:08x}; its dataset's .json recorded {:08x}: the file changed",
-                                            path_, have, crc),
-                "prepare the dataset again with `dstrain prepare-data --chat`");
-}
-
 bool has_loss_mask(const std::string& prefix) { return fs::is_regular_file(prefix + ".lossmask"); }
 
 }  // namespace dstrain::data

@@ -51,9 +51,6 @@ class LossMask {
   int64_t tokens() const { return tokens_; }
   const std::string& path() const { return path_; }
   const uint8_t* values() const { return map_.bytes() + kLossMaskHeaderBytes; }  // one per token
-  // Against what PREFIX.json recorded (the file's size and CRC-32C, header included): throws
-  // Error{kData} naming the file when either differs.
-  void verify(int64_t bytes, uint32_t crc32c) const;
 
  private:
   std::string path_;
