@@ -87,9 +87,10 @@ expect_status 3 "${run[@]}" prepare-data bomb.jsonl.gz --output out/bomb --max-l
 expect_out "longer than 0 MiB"
 ok "a $(($(stat -c %s bomb.jsonl.gz) / 1024)) KB gzip bomb of 600 MiB without a newline: exit 3 at the line bound (256 MiB, or --max-line-bytes), within a 4 GB address space (dstrain itself maps 2.5 GB)"
 
-# D9: the chat path's memory is linear in a message with a small constant. A 20 MB answer, whose
-# prefix strip alone took 32 bytes a character (a string per code point): peak RSS above the same
-# command's on a small conversation, against the message's size.
+# D9: the chat path's memory is linear in a message with a small constant (at most 5 times it). A
+# 20 MB answer, whose prefix strip alone took 32 bytes a character (a string per code point), and
+# which was held in 7 copies and cut into 16-byte pieces for the whole text: peak RSS above the
+# same command's on a small conversation, against the message's size.
 python3 - <<'PY'
 import json, random
 rng = random.Random(1)
@@ -105,8 +106,8 @@ small=$(peak_kb "$DSTRAIN" prepare-data short.jsonl --chat --tokenizer $tok --ou
 large=$(peak_kb "$DSTRAIN" prepare-data long.jsonl --chat --tokenizer $tok --output out/long --workers 1 --max-length 4096)
 message_kb=$(($(stat -c %s long.jsonl) / 1024))
 ratio=$(python3 -c "print(f'{($large - $small) / $message_kb:.1f}')")
-python3 -c "import sys; sys.exit(0 if $ratio < 15 else 1)" || fail "a ${message_kb} KB message took $ratio times its size ($small -> $large KB)"
-ok "a ${message_kb} KB message: $ratio times its size in peak memory (it was 36 times; a string per code point in strip())"
+python3 -c "import sys; sys.exit(0 if $ratio <= 5 else 1)" || fail "a ${message_kb} KB message took $ratio times its size ($small -> $large KB)"
+ok "a ${message_kb} KB message: $ratio times its size in peak memory (at most 5; it was 36 times at 3464396)"
 
 # D11: a small tokenizer.json with a huge id.
 mkdir -p hugeid && python3 -c '

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/prefix_tokens.h"
 
 namespace dstrain::data {
 namespace {
@@ -37,10 +39,6 @@ constexpr const char* kDeepSeekCoderFinetune =
     "{%- endif -%}\n"
     "{%- endfor -%}\n";
 
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
-}
-
 size_t common_prefix(const std::string& a, const std::string& b) {
   size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
@@ -49,26 +47,10 @@ size_t common_prefix(const std::string& a, const std::string& b) {
 
 // The longest suffix of `prompt` that `content` begins with (R1's generation prompt ends with
 // "<think>\n", which its data's reasoning begins with too).
-size_t overlap(const std::string& prompt, const std::string& content) {
+size_t overlap(const std::string& prompt, std::string_view content) {
   for (size_t n = std::min(prompt.size(), content.size()); n > 0; --n)
     if (prompt.compare(prompt.size() - n, n, content, 0, n) == 0) return n;
   return 0;
-}
-
-// The template's context with only the first `count` messages.
-Value with_messages(const Value& context, size_t count, bool generation_prompt) {
-  Dict d;
-  for (const auto& [key, value] : context.as_dict().items()) {
-    if (key == "messages") {
-      const List& all = value.as_list();
-      d.set(key, Value(List(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(count))));
-    } else if (key == "add_generation_prompt") {
-      d.set(key, Value(generation_prompt));
-    } else {
-      d.set(key, value);
-    }
-  }
-  return Value(std::move(d));
 }
 
 bool trained_message(const Conversation& c, size_t i, TrainOn on, size_t last_assistant) {
@@ -118,57 +100,76 @@ ChatEncoder::ChatEncoder(text::ChatTemplateSource source, std::shared_ptr<const 
 
 ChatEncoder::~ChatEncoder() = default;
 
-void ChatEncoder::encode(const Conversation& c, EncodedChat& out, text::Tokenizer::Session& session) const {
+void ChatEncoder::encode(Conversation c, EncodedChat& out, text::Tokenizer::Session& session) const {
+  using Prefix = text::ChatTemplate::PrefixText;
   const Value context = text::chat_context(c.json, source_, false);
+  std::string().swap(c.json);
   const size_t n = c.roles.size();
+  // The messages' texts, as the context holds them (the conversation's own copies are released).
+  std::vector<std::string_view> contents(n);
+  const List& messages = context.as_dict().find("messages")->as_list();
+  for (size_t i = 0; i < n && i < messages.size(); ++i)
+    if (messages[i].kind() == Value::Kind::kDict)
+      if (const Value* v = messages[i].as_dict().find("content"); v && v->is_string()) contents[i] = v->as_string();
+  std::vector<std::string>().swap(c.contents);
   size_t last_assistant = n;
   for (size_t i = 0; i < n; ++i)
     if (c.roles[i] == "assistant") last_assistant = i;
   const bool verbatim = options_.last_turn_verbatim && last_assistant == n - 1;
-  std::string full;
-  if (verbatim) {
-    const std::string prompt = template_->render(with_messages(context, n - 1, true)).text;
-    full = prompt + c.contents[n - 1].substr(overlap(prompt, c.contents[n - 1])) + options_.end_of_turn;
-  } else {
-    full = template_->render(context).text;
-  }
-  out = EncodedChat();
-  tokenizer_->encode(full, out.tokens, session, false);
-  std::vector<uint32_t> scratch;
-  const auto count = [&](const std::string& text) {
-    scratch.clear();
-    tokenizer_->encode(text, scratch, session, false);
-    return scratch.size();
-  };
-  const auto common_tokens = [&](const std::string& text, const std::vector<uint32_t>& tokens) {
-    count(text);
-    size_t k = 0;
-    while (k < scratch.size() && k < tokens.size() && scratch[k] == tokens[k]) ++k;
-    return k;
-  };
   // --train-on all: every token, less the messages marked "train": false.
   const bool everything = options_.train_on == TrainOn::kAll;
-  out.mask.assign(out.tokens.size(), everything ? 1 : 0);
+  std::vector<bool> wanted(n + 1, false);  // the prefixes a trained message's span is found from
+  for (size_t i = 0; i < n; ++i)
+    if (trained_message(c, i, options_.train_on, last_assistant) != everything) wanted[i] = wanted[i + 1] = true;
+  if (verbatim) wanted[n - 1] = true;
+  const auto renders = template_->prefixes(context, wanted);
+  const std::string& rendered = renders->full().text;
+  std::string verbatim_text;  // what is tokenized: the rendering, or its verbatim last turn
+  if (verbatim) {
+    const Prefix p = renders->prefix(n - 1, true);
+    const std::string prompt = rendered.substr(0, p.shared) + p.tail;
+    verbatim_text = prompt;
+    verbatim_text.append(contents[n - 1].substr(overlap(prompt, contents[n - 1]))).append(options_.end_of_turn);
+  }
+  const std::string& full = verbatim ? verbatim_text : rendered;
+  // Prefixes come as bytes shared with the template's rendering; the tokens are those of `full`.
+  const size_t agree = verbatim ? common_prefix(rendered, full) : rendered.size();
+  const auto in_full = [&](Prefix p) {
+    if (p.shared > agree) p.tail = rendered.substr(agree, p.shared - agree) + p.tail, p.shared = agree;
+    return p;
+  };
+  out = EncodedChat();
+  data::PrefixTokens tokens(*tokenizer_, session, full);
+  std::vector<uint32_t>& ids = tokens.ids();
+  const std::string& text = tokens.full();
+  const auto is_prefix_of_full = [&](const Prefix& p) { return text.compare(p.shared, p.tail.size(), p.tail) == 0; };
+  const auto bytes_in_common = [&](const Prefix& p) {
+    return p.shared + common_prefix(p.tail, text.substr(p.shared, std::min(p.tail.size(), text.size() - p.shared)));
+  };
+  out.mask.assign(ids.size(), everything ? 1 : 0);
   for (size_t i = 0; i < n; ++i) {
     if (trained_message(c, i, options_.train_on, last_assistant) == everything) continue;
     const bool assistant = c.roles[i] == "assistant";
-    const std::string before = template_->render(with_messages(context, i, assistant)).text;
-    const std::string through = i + 1 == n ? full : template_->render(with_messages(context, i + 1, false)).text;
-    if (!starts_with(full, through)) {  // a later message changed how this one renders
+    const Prefix before = in_full(renders->prefix(i, assistant));
+    const Prefix through = i + 1 == n ? Prefix{text.size(), ""} : in_full(renders->prefix(i + 1, false));
+    if (!is_prefix_of_full(through)) {  // a later message changed how this one renders
       out.rewrites_history = true;
       continue;
     }
-    const bool prompt_is_prefix = starts_with(through, before);
-    const size_t start = prompt_is_prefix ? before.size() : common_prefix(before, through);
-    if (assistant && !(verbatim && i + 1 == n) && through.find(text::jinja::python_strip(c.contents[i]), start) == std::string::npos)
+    const size_t through_end = through.shared + through.tail.size(), before_end = before.shared + before.tail.size();
+    const bool prompt_is_prefix = before_end <= through_end && is_prefix_of_full(before);
+    const size_t start = prompt_is_prefix ? before_end : std::min(bytes_in_common(before), through_end);
+    if (assistant && !(verbatim && i + 1 == n) &&
+        std::string_view(text).substr(start, through_end - start).find(text::jinja::python_strip_view(contents[i])) ==
+            std::string_view::npos)
       out.rewrites_history = true;
     // Where the generation prompt is not how the turn begins (R1's "<think>\n"), the turn starts
     // after the tokens the two renderings share.
-    const size_t a = prompt_is_prefix ? count(before) : common_tokens(before, out.tokens);
-    const size_t b = i + 1 == n ? out.tokens.size() : count(through);
+    const size_t a = prompt_is_prefix ? tokens.count(before.shared, before.tail) : tokens.common(before.shared, before.tail);
+    const size_t b = i + 1 == n ? ids.size() : tokens.count(through.shared, through.tail);
     if (assistant && !everything &&
-        std::find(out.tokens.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), out.tokens.begin() + static_cast<std::ptrdiff_t>(b),
-                  end_of_turn_id_) == out.tokens.begin() + static_cast<std::ptrdiff_t>(b))
+        std::find(ids.begin() + static_cast<std::ptrdiff_t>(std::min(a, b)), ids.begin() + static_cast<std::ptrdiff_t>(b),
+                  end_of_turn_id_) == ids.begin() + static_cast<std::ptrdiff_t>(b))
       throw Error(ErrorCode::kConfig,
                   fmt::format("{} does not end assistant message {} with the end-of-turn token '{}' (id {}): a model trained on it "
                               "would not learn to stop",
@@ -176,6 +177,7 @@ void ChatEncoder::encode(const Conversation& c, EncodedChat& out, text::Tokenize
                   "pass the token the template ends assistant turns with: --end-of-turn TOKEN");
     for (size_t t = a; t < b && t < out.mask.size(); ++t) out.mask[t] = everything ? 0 : 1;
   }
+  out.tokens = std::move(ids);
   if (bos_id_ >= 0 && out.tokens.size() >= 2 && out.tokens[0] == static_cast<uint32_t>(bos_id_) && out.tokens[1] == out.tokens[0]) {
     out.tokens.erase(out.tokens.begin()), out.mask.erase(out.mask.begin());
     out.doubled_bos = true;

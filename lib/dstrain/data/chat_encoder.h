@@ -51,7 +51,9 @@ class ChatEncoder {
   // Thread-safe (one session per thread). Throws Error{kData} when the template refuses the
   // conversation (its raise_exception) and Error{kConfig} when a trained assistant turn does not
   // contain the end-of-turn token (the model would never learn to stop).
-  void encode(const Conversation& conversation, EncodedChat& out, text::Tokenizer::Session& session) const;
+  // The conversation is taken (and its JSON released once read), so that a long message is not
+  // held more times than it must be.
+  void encode(Conversation conversation, EncodedChat& out, text::Tokenizer::Session& session) const;
 
   uint32_t end_of_turn_id() const { return end_of_turn_id_; }
   const std::string& end_of_turn() const { return options_.end_of_turn; }

@@ -119,12 +119,15 @@ std::string where(const Record& record, const std::vector<DocumentSource>& sourc
 }
 
 // One example of a --chat input: counted, dropped or appended to `out` (tokens, mask, length).
-void encode_conversation(const std::string& json, const std::string& origin, const Record& record, const ChatEncoder& encoder,
+// `json` is released once read: a long message is not held in its line as well.
+void encode_conversation(std::string& json, const std::string& origin, const Record& record, const ChatEncoder& encoder,
                          const ChatPrepareOptions& o, text::Tokenizer::Session& session, Encoded& out) {
   EncodedChat chat;
   std::string problem;
   try {
-    encoder.encode(parse_conversation(json, o.format, o.fields), chat, session);
+    Conversation conversation = parse_conversation(json, o.format, o.fields);
+    std::string().swap(json);
+    encoder.encode(std::move(conversation), chat, session);
   } catch (const ConversationError& e) {
     problem = e.what();
   } catch (const Error& e) {
@@ -144,10 +147,15 @@ void encode_conversation(const std::string& json, const std::string& origin, con
   if (chat.outcome == ChatOutcome::kNothingTrained) return void(++out.chat.untrained);
   out.chat.truncated += chat.outcome == ChatOutcome::kTruncated;
   ++out.chat.kept;
-  out.chat.longest = std::max(out.chat.longest, static_cast<int64_t>(chat.tokens.size()));
-  out.tokens[0].insert(out.tokens[0].end(), chat.tokens.begin(), chat.tokens.end());
-  out.mask.insert(out.mask.end(), chat.mask.begin(), chat.mask.end());
-  out.lengths[0].push_back(static_cast<uint32_t>(chat.tokens.size()));
+  const size_t length = chat.tokens.size();
+  out.chat.longest = std::max(out.chat.longest, static_cast<int64_t>(length));
+  if (out.tokens[0].empty() && out.mask.empty()) {  // moved, not copied, where it can be: a long conversation's ids are large
+    out.tokens[0] = std::move(chat.tokens), out.mask = std::move(chat.mask);
+  } else {
+    out.tokens[0].insert(out.tokens[0].end(), chat.tokens.begin(), chat.tokens.end());
+    out.mask.insert(out.mask.end(), chat.mask.begin(), chat.mask.end());
+  }
+  out.lengths[0].push_back(static_cast<uint32_t>(length));
   out.origins[0].push_back({record.source, record.line});
 }
 

@@ -40,8 +40,7 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(s
   for (uint32_t i = 0; i < tokens_.size(); ++i) first_[static_cast<unsigned char>(tokens_[i].content[0])].push_back(i);
 }
 
-void AddedTokenMatcher::split(const Pieces& pieces, const Piece& piece, std::vector<Piece>& out) const {
-  const std::string_view text(pieces.text);
+void AddedTokenMatcher::split(std::string_view text, const Piece& piece, std::vector<Piece>& out) const {
   const std::string_view sentence = text.substr(piece.begin, piece.end - piece.begin);
   uint32_t done = 0;  // offsets relative to the piece
   for (uint32_t i = 0; i < sentence.size(); ++i) {
@@ -59,7 +58,7 @@ void AddedTokenMatcher::split(const Pieces& pieces, const Piece& piece, std::vec
     if (found->lstrip) start = std::max(whitespace_start_before(sentence, start), done);
     if (found->rstrip) stop = whitespace_end_after(sentence, stop, static_cast<uint32_t>(sentence.size()));
     if (done < start) out.push_back({piece.begin + done, piece.begin + start, -1});
-    out.push_back({piece.begin + start, piece.begin + stop, found->id});
+    out.push_back({piece.begin + start, piece.begin + stop, static_cast<int32_t>(found->id)});
     done = stop;
     i = stop - 1;  // continue after the match
   }

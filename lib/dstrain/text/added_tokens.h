@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dstrain/text/pieces.h"
@@ -23,8 +24,8 @@ class AddedTokenMatcher {
   AddedTokenMatcher() = default;
   explicit AddedTokenMatcher(std::vector<AddedToken> tokens);
   bool empty() const { return tokens_.empty(); }
-  // Cuts the plain piece `piece` of `pieces.text` at every match, appending to `out`.
-  void split(const Pieces& pieces, const Piece& piece, std::vector<Piece>& out) const;
+  // Cuts the plain piece `piece` of `text` at every match, appending to `out`.
+  void split(std::string_view text, const Piece& piece, std::vector<Piece>& out) const;
 
  private:
   std::vector<AddedToken> tokens_;                // longest first

@@ -23,7 +23,8 @@ std::string token_text(const nlohmann::json& config, const char* key) {
   return "";
 }
 
-jinja::Value value_of(const nlohmann::ordered_json& j) {
+// Strings are moved out of `j`: a long message is not held twice.
+jinja::Value value_of(nlohmann::ordered_json& j) {
   using jinja::Dict;
   using jinja::List;
   using jinja::Value;
@@ -41,10 +42,10 @@ jinja::Value value_of(const nlohmann::ordered_json& j) {
     case nlohmann::ordered_json::value_t::number_float:
       return Value(j.get<double>());
     case nlohmann::ordered_json::value_t::string:
-      return Value(j.get<std::string>());
+      return Value(std::move(j.get_ref<std::string&>()));
     case nlohmann::ordered_json::value_t::array: {
       List list;
-      for (const auto& e : j) list.push_back(value_of(e));
+      for (auto& e : j) list.push_back(value_of(e));
       return Value(std::move(list));
     }
     case nlohmann::ordered_json::value_t::object: {
@@ -148,33 +149,35 @@ void write_chat_template_into(const std::string& tokenizer_dir, const ChatTempla
 jinja::Value chat_context(const std::string& text, const ChatTemplateSource& source, bool generation_prompt) {
   if (json_nesting_depth(text) > kMaxJsonDepth)
     throw std::invalid_argument(fmt::format("JSON nested more than {} levels deep (a conversation needs a few)", kMaxJsonDepth));
-  const nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
+  nlohmann::ordered_json line = nlohmann::ordered_json::parse(text, nullptr, false);
   if (line.is_discarded()) throw std::invalid_argument("not valid JSON");
   if (!(line.is_array() || (line.is_object() && line.contains("messages") && line.at("messages").is_array())))
     throw std::invalid_argument("not a conversation (a JSON array of messages, or an object with \"messages\")");
-  nlohmann::ordered_json context = line.is_array() ? nlohmann::ordered_json{{"messages", line}} : line;
+  // Moved, never copied, from here on: a message's text is held once.
+  nlohmann::ordered_json context = nlohmann::ordered_json::object();
+  if (line.is_array())
+    context["messages"] = std::move(line);
+  else
+    context = std::move(line);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  for (const auto& m : context.at("messages")) {
+  for (auto& m : context.at("messages")) {
     const nlohmann::ordered_json* reasoning = nullptr;
     for (const char* key : {"reasoning_content", "thinking", "reasoning"})
       if (!reasoning && m.is_object() && m.contains(key) && !m.at(key).is_null()) reasoning = &m.at(key);
     if (!m.is_object()) {
-      messages.push_back(m);
+      messages.push_back(std::move(m));
       continue;
     }
     // apply_chat_template drops a message's keys whose value is None (transformers 5).
     nlohmann::ordered_json aliased = nlohmann::ordered_json::object();
-    if (reasoning) aliased["thinking"] = *reasoning;
+    const nlohmann::ordered_json reasoning_text = reasoning ? *reasoning : nlohmann::ordered_json();
+    if (reasoning) aliased["thinking"] = reasoning_text;
     for (auto it = m.begin(); it != m.end(); ++it)
-      if (!it.value().is_null()) aliased[it.key()] = it.value();
-    if (!reasoning) {
-      messages.push_back(std::move(aliased));
-      continue;
-    }
-    aliased["reasoning_content"] = *reasoning;
-    messages.push_back(aliased);
+      if (!it.value().is_null()) aliased[it.key()] = std::move(it.value());
+    if (reasoning) aliased["reasoning_content"] = reasoning_text;
+    messages.push_back(std::move(aliased));
   }
-  context["messages"] = messages;
+  context["messages"] = std::move(messages);
   for (const char* key : {"tools", "documents"})
     if (!context.contains(key)) context[key] = nullptr;
   if (!context.contains("add_generation_prompt")) context["add_generation_prompt"] = generation_prompt;

@@ -36,6 +36,35 @@ class ChatTemplate {
   // lowers it, so that a slow input is a refusal and not a time-out.
   void set_step_limit(int64_t steps);
 
+  // A rendering that begins with the first `shared` bytes of the whole conversation's.
+  struct PrefixText {
+    size_t shared = 0;
+    std::string tail;
+  };
+  // The renderings of a conversation's prefixes (its first k messages), without rendering the
+  // history again for each: the whole conversation is rendered once, and a prefix resumes that
+  // render where a top-level loop over the messages reached message k, when nothing rendered
+  // before that point depended on message k or later (jinja/prefix_tracker.h says when). A
+  // prefix it cannot prove that for is rendered from the start. Either way the text is exactly
+  // render() of the context with messages[:k] and add_generation_prompt as asked.
+  class PrefixRenders {
+   public:
+    ~PrefixRenders();
+    const ChatRender& full() const;  // render(context)
+    // Throws as render() does.
+    PrefixText prefix(size_t k, bool generation_prompt);
+    size_t resumed() const;   // prefixes resumed so far
+    size_t rendered() const;  // prefixes rendered from the start so far
+
+   private:
+    friend class ChatTemplate;
+    PrefixRenders();
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+  };
+  // `wanted[k]`: the prefixes of k messages that will be asked for. Throws as render() does.
+  std::unique_ptr<PrefixRenders> prefixes(const jinja::Value& context, const std::vector<bool>& wanted) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -1,6 +1,8 @@
 #include "dstrain/text/pre_tokenizer.h"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <string_view>
 #include <utility>
 
@@ -15,122 +17,115 @@ struct Part {
 };
 
 // The matches of a step in `s` and the gaps between them, covering all of `s` (tokenizers'
-// Pattern::find_matches).
-void find_parts(const PreTokenizerStep& step, std::string_view s, std::vector<Part>& parts, std::vector<ByteRange>& matches) {
-  parts.clear();
-  matches.clear();
-  if (s.empty()) return parts.push_back({0, 0, false});
+// Pattern::find_matches), each handed to `part` in order.
+void for_each_part(const PreTokenizerStep& step, std::string_view s, const std::function<void(Part)>& part) {
+  if (s.empty()) return part({0, 0, false});
+  uint32_t previous = 0;
+  const auto match = [&](uint32_t begin, uint32_t end) {
+    if (previous != begin) part({previous, begin, false});
+    part({begin, end, true});
+    previous = end;
+  };
   if (step.kind == PreTokenizerStep::Kind::kDigits) {
     for (size_t i = 0; i < s.size();) {  // every numeric character is one match
       const CodePoint cp = decode_utf8(s, i);
-      if (is_unicode_numeric(cp.value)) matches.emplace_back(static_cast<uint32_t>(i), static_cast<uint32_t>(i + cp.length));
+      if (is_unicode_numeric(cp.value)) match(static_cast<uint32_t>(i), static_cast<uint32_t>(i + cp.length));
       i += cp.length;
     }
   } else if (step.regex) {
-    step.regex->find_all(s, matches);
+    step.regex->for_each_match(s, match);
   } else {
     for (size_t at = s.find(step.literal); at != std::string_view::npos; at = s.find(step.literal, at + step.literal.size()))
-      matches.emplace_back(static_cast<uint32_t>(at), static_cast<uint32_t>(at + step.literal.size()));
+      match(static_cast<uint32_t>(at), static_cast<uint32_t>(at + step.literal.size()));
   }
-  uint32_t previous = 0;
-  for (const auto& [begin, end] : matches) {
-    if (previous != begin) parts.push_back({previous, begin, false});
-    parts.push_back({begin, end, true});
-    previous = end;
-  }
-  if (previous != s.size()) parts.push_back({previous, static_cast<uint32_t>(s.size()), false});
+  if (previous != s.size()) part({previous, static_cast<uint32_t>(s.size()), false});
 }
 
-// tokenizers' SplitDelimiterBehavior applied to `parts`, in place; the result's `match` flags
-// mean nothing.
-void apply_behavior(std::vector<Part>& parts, SplitBehavior behavior, bool invert) {
-  if (invert)
-    for (auto& p : parts) p.match = !p.match;
-  std::vector<Part> out;
-  out.reserve(parts.size());
-  bool previous_match = false;
-  switch (behavior) {
-    case SplitBehavior::kIsolated:
-      return;
-    case SplitBehavior::kRemoved:
-      for (const auto& p : parts)
-        if (!p.match) out.push_back(p);
-      break;
-    case SplitBehavior::kMergedWithPrevious:
-      for (const auto& p : parts) {
-        if (p.match && !previous_match && !out.empty()) {
-          out.back().end = p.end;
+// tokenizers' SplitDelimiterBehavior over a stream of parts, with at most one part held back:
+// what each behavior merges is a match with the part before it (MergedWithPrevious), a match
+// with the part after it (MergedWithNext), or runs of parts alike (Contiguous).
+class Behavior {
+ public:
+  Behavior(SplitBehavior behavior, bool invert, const std::function<void(Part)>& out) : behavior_(behavior), invert_(invert), out_(out) {}
+  void add(Part p) {
+    if (invert_) p.match = !p.match;
+    switch (behavior_) {
+      case SplitBehavior::kIsolated:
+        return out_(p);
+      case SplitBehavior::kRemoved:
+        if (!p.match) out_(p);
+        return;
+      case SplitBehavior::kMergedWithPrevious:
+        if (p.match && !previous_match_ && held_) {
+          held_->end = p.end;
         } else {
-          out.push_back(p);
+          flush();
+          held_ = p;
         }
-        previous_match = p.match;
-      }
-      break;
-    case SplitBehavior::kMergedWithNext:
-      for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
-        if (it->match && !previous_match && !out.empty()) {
-          out.back().begin = it->begin;
+        break;
+      case SplitBehavior::kMergedWithNext:
+        if (p.match) {
+          flush();
+          held_ = p;
+        } else if (held_) {
+          out_({held_->begin, p.end, false});
+          held_.reset();
         } else {
-          out.push_back(*it);
+          out_(p);
         }
-        previous_match = it->match;
-      }
-      std::reverse(out.begin(), out.end());
-      break;
-    case SplitBehavior::kContiguous:
-      for (const auto& p : parts) {
-        if (p.match == previous_match && !out.empty()) {
-          out.back().end = p.end;
+        break;
+      case SplitBehavior::kContiguous:
+        if (held_ && p.match == previous_match_) {
+          held_->end = p.end;
         } else {
-          out.push_back(p);
+          flush();
+          held_ = p;
         }
-        previous_match = p.match;
-      }
-      break;
+        break;
+    }
+    previous_match_ = p.match;
   }
-  parts.swap(out);
-}
+  void flush() {
+    if (held_) out_(*held_);
+    held_.reset();
+  }
 
-// ByteLevel's add_prefix_space: a space before every plain piece that does not start with one.
-void prefix_spaces(Pieces& pieces, Pieces& scratch) {
-  scratch.text.clear();
-  scratch.list.clear();
-  for (const auto& piece : pieces.list) {
-    const auto begin = static_cast<uint32_t>(scratch.text.size());
-    if (piece.token < 0 && (piece.end == piece.begin || pieces.text[piece.begin] != ' ')) scratch.text += ' ';
-    scratch.text.append(pieces.text, piece.begin, piece.end - piece.begin);
-    scratch.list.push_back({begin, static_cast<uint32_t>(scratch.text.size()), piece.token});
-  }
-  std::swap(pieces, scratch);
-}
+ private:
+  SplitBehavior behavior_;
+  bool invert_;
+  const std::function<void(Part)>& out_;
+  std::optional<Part> held_;
+  bool previous_match_ = false;
+};
 
 }  // namespace
 
-void PreTokenizer::apply(Pieces& pieces, Pieces& scratch) const {
-  std::vector<Part> parts;
-  std::vector<ByteRange> matches;
-  for (const auto& step : steps_) {
-    if (step.kind == PreTokenizerStep::Kind::kByteLevel) {
-      if (step.add_prefix_space) prefix_spaces(pieces, scratch);
-      if (!step.regex) continue;
+// Step `step` on `piece`, then the next steps on each piece it gives: one piece of the text at a
+// time, so a long message never has all of its pieces (16 bytes a word) held at once.
+void PreTokenizer::cut(size_t step, std::string_view piece, const std::function<void(std::string_view)>& leaf) const {
+  if (step == steps_.size()) return leaf(piece);
+  const PreTokenizerStep& st = steps_[step];
+  std::string spaced;
+  if (st.kind == PreTokenizerStep::Kind::kByteLevel) {
+    if (st.add_prefix_space && (piece.empty() || piece[0] != ' ')) {  // ByteLevel's add_prefix_space
+      spaced.reserve(piece.size() + 1);
+      spaced.append(" ").append(piece);
+      piece = spaced;
     }
-    scratch.list.clear();
-    for (const auto& piece : pieces.list) {
-      if (piece.token >= 0) {
-        scratch.list.push_back(piece);
-        continue;
-      }
-      find_parts(step, std::string_view(pieces.text).substr(piece.begin, piece.end - piece.begin), parts, matches);
-      const SplitBehavior behavior = step.kind == PreTokenizerStep::Kind::kSplit ? step.behavior
-                                     : step.kind == PreTokenizerStep::Kind::kDigits
-                                         ? (step.individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous)
-                                         : SplitBehavior::kIsolated;
-      apply_behavior(parts, behavior, step.kind == PreTokenizerStep::Kind::kSplit && step.invert);
-      for (const auto& p : parts)
-        if (p.end > p.begin) scratch.list.push_back({piece.begin + p.begin, piece.begin + p.end, -1});
-    }
-    pieces.list.swap(scratch.list);
+    if (!st.regex) return cut(step + 1, piece, leaf);
   }
+  const SplitBehavior behavior = st.kind == PreTokenizerStep::Kind::kSplit ? st.behavior
+                                 : st.kind == PreTokenizerStep::Kind::kDigits
+                                     ? (st.individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous)
+                                     : SplitBehavior::kIsolated;
+  const std::function<void(Part)> next = [&](Part p) {
+    if (p.end > p.begin) cut(step + 1, piece.substr(p.begin, p.end - p.begin), leaf);  // empty pieces are dropped
+  };
+  Behavior parts(behavior, st.kind == PreTokenizerStep::Kind::kSplit && st.invert, next);
+  for_each_part(st, piece, [&](Part p) { parts.add(p); });
+  parts.flush();
 }
+
+void PreTokenizer::for_each_piece(std::string_view text, const std::function<void(std::string_view)>& leaf) const { cut(0, text, leaf); }
 
 }  // namespace dstrain::text

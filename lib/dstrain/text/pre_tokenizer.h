@@ -2,8 +2,11 @@
 // tokenizer.json pre-tokenizers that dstrain implements: Split (a regex or a literal, with
 // `behavior` and `invert`), Digits, ByteLevel (last, as every byte-level tokenizer has it), and
 // Sequence. Each step cuts every plain piece again, as Hugging Face's PreTokenizedString::split
-// does; empty pieces are dropped.
+// does; empty pieces are dropped. Pieces go through the steps one at a time (depth first), which
+// gives the same pieces in the same order as cutting all of them by each step in turn.
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -27,10 +30,12 @@ struct PreTokenizerStep {
 class PreTokenizer {
  public:
   void add(PreTokenizerStep step) { steps_.push_back(std::move(step)); }
-  // Cuts the plain pieces of `pieces` (using `scratch` as working space).
-  void apply(Pieces& pieces, Pieces& scratch) const;
+  // Cuts one plain piece of text by every step in turn, handing each final piece to `leaf` in
+  // order as soon as it is cut.
+  void for_each_piece(std::string_view text, const std::function<void(std::string_view)>& leaf) const;
 
  private:
+  void cut(size_t step, std::string_view piece, const std::function<void(std::string_view)>& leaf) const;
   std::vector<PreTokenizerStep> steps_;
 };
 

@@ -43,8 +43,8 @@ Regex::~Regex() {
   if (regex_) onig_free(static_cast<OnigRegex>(regex_));
 }
 
-void Regex::find_all(std::string_view text, std::vector<ByteRange>& out) const {
-  thread_local Region scratch;
+void Regex::for_each_match(std::string_view text, const std::function<void(uint32_t, uint32_t)>& match) const {
+  thread_local Region scratch;  // read before `match` runs: it may search again
   const auto* begin = reinterpret_cast<const OnigUChar*>(text.data());
   const auto* end = begin + text.size();
   size_t from = 0;
@@ -63,10 +63,14 @@ void Regex::find_all(std::string_view text, std::vector<ByteRange>& out) const {
       from += from < text.size() ? decode_utf8(text, from).length : 1;  // step over one character
       continue;
     }
-    out.emplace_back(match_begin, match_end);
     from = match_end;
     last_match_end = match_end;
+    match(match_begin, match_end);
   }
+}
+
+void Regex::find_all(std::string_view text, std::vector<ByteRange>& out) const {
+  for_each_match(text, [&](uint32_t b, uint32_t e) { out.emplace_back(b, e); });
 }
 
 }  // namespace dstrain::text

@@ -4,6 +4,7 @@
 // what it means there: \p{L}, \s, (?i:...), lookahead and all. Thread-safe: one Regex may be
 // searched from many threads at once.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -24,6 +25,8 @@ class Regex {
   // Every match in `text`, left to right, as `tokenizers` finds them (an empty match right where
   // the previous one ended is skipped by one character). Appends to `out`.
   void find_all(std::string_view text, std::vector<ByteRange>& out) const;
+  // The same matches, each handed to `match` as it is found (nothing held for the whole text).
+  void for_each_match(std::string_view text, const std::function<void(uint32_t, uint32_t)>& match) const;
   const std::string& pattern() const { return pattern_; }
 
  private:

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
@@ -39,17 +41,28 @@ std::shared_ptr<const Tokenizer> Tokenizer::from_json(const std::string& json, c
   return t;
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens) const {
+namespace {
+// Added tokens still in raw-text coordinates (all of them before a normalizer rewrites the text)
+// remember where they end there.
+void mark_raw_ends(std::vector<Piece>& list) {
+  for (auto& piece : list)
+    if (piece.token >= 0 && piece.raw_end == 0) piece.raw_end = piece.end;
+}
+}  // namespace
+
+void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens,
+                       std::vector<TokenCut>* cuts) const {
   const Impl& m = *impl_;
   auto& s = *session.impl_;
   if (add_special_tokens) ids.insert(ids.end(), m.prefix_ids.begin(), m.prefix_ids.end());
   auto& pieces = s.pieces;
-  pieces.text.assign(text.data(), text.size());
+  std::string_view buffer = text;  // what the pieces index: the text itself (not copied), or its normalized form
   pieces.list.assign(1, Piece{0, static_cast<uint32_t>(text.size()), -1});
   if (!m.raw_matcher.empty()) {
     s.cut.clear();
-    for (const auto& piece : pieces.list) m.raw_matcher.split(pieces, piece, s.cut);
+    for (const auto& piece : pieces.list) m.raw_matcher.split(buffer, piece, s.cut);
     pieces.list.swap(s.cut);
+    if (cuts) mark_raw_ends(pieces.list);
   }
   if (m.normalizer) {  // normalize each plain piece, then find the normalized added tokens in it
     s.scratch.text.clear();
@@ -57,14 +70,15 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Sessio
     for (const auto& piece : pieces.list) {
       const auto begin = static_cast<uint32_t>(s.scratch.text.size());
       if (piece.token >= 0) {
-        s.scratch.text.append(pieces.text, piece.begin, piece.end - piece.begin);
+        s.scratch.text.append(buffer.substr(piece.begin, piece.end - piece.begin));
       } else {
-        m.normalizer->apply(std::string_view(pieces.text).substr(piece.begin, piece.end - piece.begin), s.normalized);
+        m.normalizer->apply(buffer.substr(piece.begin, piece.end - piece.begin), s.normalized);
         s.scratch.text += s.normalized;
       }
-      s.scratch.list.push_back({begin, static_cast<uint32_t>(s.scratch.text.size()), piece.token});
+      s.scratch.list.push_back({begin, static_cast<uint32_t>(s.scratch.text.size()), piece.token, piece.raw_end});
     }
     std::swap(pieces, s.scratch);
+    buffer = pieces.text;
   }
   if (!m.normalized_matcher.empty()) {
     s.cut.clear();
@@ -72,16 +86,21 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Sessio
       if (piece.token >= 0)
         s.cut.push_back(piece);
       else
-        m.normalized_matcher.split(pieces, piece, s.cut);
+        m.normalized_matcher.split(buffer, piece, s.cut);
     }
     pieces.list.swap(s.cut);
   }
-  m.pre_tokenizer.apply(pieces, s.scratch);
+  // Tokens found after a first pass cut the text are cuts only where that pass was the only one
+  // (the second pass sees plain pieces the first pass bounded, which a different text may not).
+  if (cuts && !m.normalizer && m.raw_matcher.empty()) mark_raw_ends(pieces.list);
+  const size_t first_id = ids.size();
+  const std::function<void(std::string_view)> model = [&](std::string_view piece) { m.model->encode(piece, ids, s.bpe, s.dropped); };
   for (const auto& piece : pieces.list) {
     if (piece.token >= 0) {
       ids.push_back(static_cast<uint32_t>(piece.token));
+      if (cuts && piece.raw_end > 0) cuts->push_back({piece.raw_end, ids.size() - first_id});
     } else {
-      m.model->encode(std::string_view(pieces.text).substr(piece.begin, piece.end - piece.begin), ids, s.bpe, s.dropped);
+      m.pre_tokenizer.for_each_piece(buffer.substr(piece.begin, piece.end - piece.begin), model);
     }
   }
   if (add_special_tokens) ids.insert(ids.end(), m.suffix_ids.begin(), m.suffix_ids.end());
@@ -108,6 +127,12 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
 }
 
 uint32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
+
+size_t Tokenizer::longest_added_token() const {
+  size_t n = 0;
+  for (const auto& t : impl_->added) n = std::max(n, t.content.size());
+  return n;
+}
 
 std::optional<uint32_t> Tokenizer::token_id(std::string_view content) const {
   if (auto it = impl_->content_to_id.find(std::string(content)); it != impl_->content_to_id.end()) return it->second;

@@ -39,12 +39,21 @@ class Tokenizer {
   // Appends the ids of `text` (valid UTF-8) as `tokenizers`' encode(text).ids gives them, with
   // the post-processor's special tokens (add_special_tokens=True), or without them (false: what
   // apply_chat_template(tokenize=True) does, since a chat template prints its own BOS).
-  void encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens = true) const;
+  // `cuts` (optional): where the text splits after an added token. Another text that begins with
+  // the same `byte` bytes, and either ends there or agrees with this one for longest_added_token()
+  // bytes more, encodes as this text's first `ids` ids (after the post-processor's prefix) and
+  // then the ids of its own rest encoded alone.
+  struct TokenCut {
+    size_t byte, ids;
+  };
+  void encode(std::string_view text, std::vector<uint32_t>& ids, Session& session, bool add_special_tokens = true,
+              std::vector<TokenCut>* cuts = nullptr) const;
   // The text of `ids` (added tokens as their content), as the ByteLevel decoder (or, without a
   // decoder, the concatenation of the tokens) gives it. Throws for ids outside the vocabulary.
   std::string decode(const std::vector<uint32_t>& ids) const;
 
-  uint32_t vocab_size() const;  // the largest id plus one, added tokens included
+  uint32_t vocab_size() const;         // the largest id plus one, added tokens included
+  size_t longest_added_token() const;  // in bytes
   std::optional<uint32_t> token_id(std::string_view content) const;
   // The end-of-document token: the folder's tokenizer_config.json eos_token when there is one,
   // else the first of the usual names found (<|endoftext|>, </s>, DeepSeek's, Llama 3's).

@@ -17,10 +17,8 @@ using namespace dstrain::text;
 namespace {
 
 std::vector<std::string> cut(const PreTokenizer& p, const std::string& text) {
-  Pieces pieces{text, {{0, static_cast<uint32_t>(text.size()), -1}}}, scratch;
-  p.apply(pieces, scratch);
   std::vector<std::string> out;
-  for (const auto& piece : pieces.list) out.push_back(pieces.text.substr(piece.begin, piece.end - piece.begin));
+  p.for_each_piece(text, [&](std::string_view piece) { out.emplace_back(piece); });
   return out;
 }
 

@@ -23,7 +23,7 @@ void check_growth(size_t bytes) {
     type_error(fmt::format("the result would hold more than {} MiB of text, which the sandbox refuses", kMaxStringBytes >> 20));
 }
 
-uint32_t decode_at(const std::string& s, size_t i, size_t& len) {
+uint32_t decode_at(std::string_view s, size_t i, size_t& len) {
   const auto c = static_cast<unsigned char>(s[i]);
   len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
   if (i + len > s.size()) len = 1;
@@ -274,6 +274,16 @@ bool test(const std::string& name, const Value& v, Arguments& a) {
 }  // namespace
 
 std::string python_strip(const std::string& s) { return strip(s, Value(), true, true); }
+
+std::string_view python_strip_view(std::string_view s) {
+  size_t first_kept = std::string_view::npos, kept_end = 0;
+  for (size_t i = 0, len = 0; i < s.size(); i += len) {
+    if (is_python_space(decode_at(s, i, len))) continue;
+    if (first_kept == std::string_view::npos) first_kept = i;
+    kept_end = i + len;
+  }
+  return first_kept == std::string_view::npos ? std::string_view() : s.substr(first_kept, kept_end - first_kept);
+}
 
 bool is_filter(const std::string& name) {
   static const char* const kNames[] = {"length", "count",      "string", "safe",    "e",      "escape",     "trim",       "upper",

@@ -7,8 +7,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
+#include <map>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "dstrain/core/error.h"
 #include "dstrain/text/jinja.h"
@@ -16,6 +18,7 @@
 #include "dstrain/text/jinja/integers.h"
 #include "dstrain/text/jinja/limits.h"
 #include "dstrain/text/jinja/parser.h"
+#include "dstrain/text/jinja/prefix_tracker.h"
 
 namespace dstrain::text {
 using namespace jinja;
@@ -31,15 +34,76 @@ namespace {
 using Kind = Value::Kind;
 enum class Flow { kNormal, kBreak, kContinue };
 
+// Where a render can be resumed as the render of the first k messages (jinja/prefix_tracker.h).
+struct ResumePoint {
+  bool valid = false;
+  size_t statement = 0;  // the top-level loop; what follows it is rendered again
+  size_t output = 0;     // bytes of the whole render written before that loop's iteration k
+  int64_t steps = 0;
+  std::shared_ptr<Dict> top;              // the top-level scope then, its namespaces copied
+  bool generation_prompt_unseen = false;  // add_generation_prompt had not been read yet
+};
+
+struct Recording {
+  Recording(size_t messages, std::vector<bool> want) : tracker(messages), wanted(std::move(want)), at(wanted.size()) {}
+  PrefixTracker tracker;
+  std::vector<bool> wanted;  // by k: the prefixes that will be asked for
+  std::vector<ResumePoint> at;
+  std::unordered_set<const void*> kept;  // values the resume points keep alive, and their bytes
+  size_t kept_bytes = 0;
+};
+
+// A top-level loop over (a slice of) the messages: its statement, and the message of its item 0.
+struct RootLoop {
+  size_t statement, offset;
+};
+
 class Interpreter {
  public:
-  Interpreter(const std::string& name, ChatRender& out, int64_t max_steps) : name_(name), out_(out), max_steps_(max_steps) {}
+  Interpreter(const std::string& name, ChatRender& out, int64_t max_steps) : name_(name), out_(&out), max_steps_(max_steps) {}
 
-  void run(const Body& body, Dict context) {
+  void run(const Body& body, const Dict& context) {
     globals_ = std::make_shared<Dict>(template_globals());
     for (const auto& [k, v] : context.items()) globals_->set(k, v);
     chain_ = {globals_, std::make_shared<Dict>()};
-    exec(body);
+    exec_top(body, 0);
+  }
+
+  // Renders with `recording`: the resume points of the prefixes it wants.
+  void record(Recording* recording) {
+    recording_ = recording;
+    tracker_ = &recording->tracker;
+  }
+
+  // The render of `context` with its first `count` messages and add_generation_prompt as given,
+  // from a resume point of the recorded render of `context`.
+  std::string resume(const Body& body, const ResumePoint& at, const Dict& context, size_t count, bool generation_prompt) {
+    ChatRender out;
+    out_ = &out;
+    capturing_ = depth_ = 0;
+    steps_ = at.steps;
+    loop_ = nullptr;
+    lazy_source_ = &context.find("messages")->as_list();
+    lazy_count_ = count;
+    globals_ = std::make_shared<Dict>(template_globals());
+    for (const auto& [k, v] : context.items()) globals_->set(k, k == "messages" ? Value() : v);
+    globals_->set("add_generation_prompt", Value(generation_prompt));
+    lazy_ = {{globals_.get(), "messages", 0}};
+    const auto top = copy_scope(*at.top);
+    for (const auto& [k, v] : top->items()) {
+      const int64_t offset = tracker_->offset_of(v);  // messages[o:] of the whole: of the prefix now
+      if (offset >= 0) lazy_.push_back({top.get(), k, static_cast<size_t>(offset)});
+    }
+    chain_ = {globals_, top};
+    // Not recording while resuming, and ready for the next prefix even when this one is refused.
+    struct Restore {
+      Interpreter& in;
+      PrefixTracker* tracker;
+      ~Restore() { in.tracker_ = tracker, in.lazy_.clear(); }
+    } restore{*this, tracker_};
+    tracker_ = nullptr;
+    exec_top(body, at.statement + 1);
+    return std::move(out.text);
   }
 
  private:
@@ -89,13 +153,112 @@ class Interpreter {
 
   // ---- names and scopes ----
   Value lookup(const std::string& n) const {
+    if (!lazy_.empty()) materialize(n);
     for (auto it = chain_.rbegin(); it != chain_.rend(); ++it)
       if (const Value* v = (*it)->find(n)) return *v;
     return Value();
   }
-  void assign(const std::string& n, Value v) { chain_.back()->set(n, std::move(v)); }
+  void assign(const std::string& n, Value v) {
+    if (!lazy_.empty())
+      lazy_.erase(std::remove_if(lazy_.begin(), lazy_.end(), [&](const Lazy& l) { return l.scope == chain_.back().get() && l.name == n; }),
+                  lazy_.end());
+    chain_.back()->set(n, std::move(v));
+  }
+
+  // A resumed render's messages[o:k] lists, made when first looked up: copying them for every
+  // prefix would make a conversation quadratic in its turns again.
+  struct Lazy {
+    Dict* scope;
+    std::string name;
+    size_t from;
+  };
+  void materialize(const std::string& n) const {
+    for (auto it = lazy_.begin(); it != lazy_.end();) {
+      if (it->name != n) {
+        ++it;
+        continue;
+      }
+      const List& all = *lazy_source_;
+      const auto end = all.begin() + static_cast<std::ptrdiff_t>(lazy_count_);
+      it->scope->set(n, Value(List(all.begin() + static_cast<std::ptrdiff_t>(std::min(it->from, lazy_count_)), end)));
+      it = lazy_.erase(it);
+    }
+  }
 
   // ---- statements ----
+  // The template's top-level statements from `first` on; while recording, a top-level loop over
+  // the messages is where prefixes can be resumed.
+  void exec_top(const Body& body, size_t first) {
+    for (size_t r = first; r < body.size(); ++r) {
+      const Stmt& s = *body[r];
+      if (tracker_ && s.kind == Stmt::Kind::kFor && !s.recursive) {
+        exec_top_for(s, r);
+      } else if (exec(s) != Flow::kNormal) {
+        return;
+      }
+    }
+  }
+
+  void exec_top_for(const Stmt& s, size_t statement) {
+    const Level level(*this, s.where);
+    try {
+      const Value items = eval_quiet(*s.exprs[0]);
+      const int64_t offset = tracker_->offset_of(items);
+      const RootLoop loop{statement, static_cast<size_t>(std::max<int64_t>(offset, 0))};
+      exec_for(s, &items, 1, offset < 0 ? nullptr : &loop);
+    } catch (const std::logic_error& e) {
+      fail(s.where, e.what());
+    }
+  }
+
+  // The top-level scope with its namespaces copied (one copy for names that share one).
+  static std::shared_ptr<Dict> copy_scope(const Dict& scope) {
+    auto copy = std::make_shared<Dict>();
+    std::map<const Dict*, Value> copies;
+    for (const auto& [k, v] : scope.items()) {
+      if (v.kind() != Kind::kNamespace) {
+        copy->set(k, v);
+        continue;
+      }
+      auto [it, fresh] = copies.try_emplace(&v.as_dict());
+      if (fresh) it->second = Value::namespace_of(v.as_dict());
+      copy->set(k, it->second);
+    }
+    return copy;
+  }
+
+  // What a unit of a tracked loop changed: output written, namespaces written, a break.
+  struct UnitStart {
+    size_t output = 0;
+    int64_t writes = 0;
+  };
+  UnitStart begin_unit(const RootLoop* root, size_t message) {
+    if (!root) return {};
+    tracker_->begin_unit(message);
+    return {out_->text.size(), namespace_writes_};
+  }
+  void end_unit(const RootLoop* root, const UnitStart& start, bool broke) {
+    if (root) tracker_->end_unit(broke || out_->text.size() != start.output || namespace_writes_ != start.writes);
+  }
+
+  void resume_point(size_t k, size_t statement) {
+    if (k >= recording_->at.size() || !recording_->wanted[k] || !tracker_->resumable(k)) return;
+    if ((recording_->kept_bytes += newly_kept_bytes(*chain_[1])) > kMaxResumeBytes) return;
+    recording_->at[k] = {true, statement, out_->text.size(), steps_, copy_scope(*chain_[1]), !tracker_->generation_prompt_seen()};
+  }
+  // The strings and lists the namespaces of `scope` hold that no earlier resume point holds.
+  size_t newly_kept_bytes(const Dict& scope) {
+    size_t bytes = 0;
+    for (const auto& [name, ns] : scope.items()) {
+      if (ns.kind() != Kind::kNamespace) continue;
+      for (const auto& [key, v] : ns.as_dict().items()) {
+        if (v.is_string() && recording_->kept.insert(&v.as_string()).second) bytes += v.as_string().size();
+        if (v.kind() == Kind::kList && recording_->kept.insert(&v.as_list()).second) bytes += v.as_list().size() * sizeof(Value);
+      }
+    }
+    return bytes;
+  }
+
   Flow exec(const Body& body) {
     for (const auto& s : body) {
       const Flow f = exec(*s);
@@ -106,11 +269,11 @@ class Interpreter {
 
   std::string capture(const Body& body) {
     std::string saved;
-    std::swap(saved, out_.text);
+    std::swap(saved, out_->text);
     ++capturing_;
     exec(body);
     --capturing_;
-    std::swap(saved, out_.text);
+    std::swap(saved, out_->text);
     return saved;
   }
 
@@ -129,14 +292,19 @@ class Interpreter {
   Flow exec_statement(const Stmt& s) {
     switch (s.kind) {
       case Stmt::Kind::kText:
-        check_size(s.where, out_.text.size() + s.text.size());
-        out_.text += s.text;
+        check_size(s.where, out_->text.size() + s.text.size());
+        out_->text += s.text;
         return Flow::kNormal;
       case Stmt::Kind::kOutput: {
         const Value v = eval(*s.exprs[0]);
+        if (v.is_string()) {  // written as it is: a long message is not copied once more
+          check_size(s.where, out_->text.size() + v.as_string().size());
+          out_->text += v.as_string();
+          return Flow::kNormal;
+        }
         const std::string text = v.str();
-        check_size(s.where, out_.text.size() + text.size());
-        out_.text += text;
+        check_size(s.where, out_->text.size() + text.size());
+        out_->text += text;
         return Flow::kNormal;
       }
       case Stmt::Kind::kIf:
@@ -160,9 +328,9 @@ class Interpreter {
       case Stmt::Kind::kContinue:
         return Flow::kContinue;
       case Stmt::Kind::kGeneration: {
-        const size_t start = out_.text.size();
+        const size_t start = out_->text.size();
         const Flow f = exec(s.bodies[0]);
-        if (capturing_ == 0) out_.generation_spans.emplace_back(start, out_.text.size());
+        if (capturing_ == 0) out_->generation_spans.emplace_back(start, out_->text.size());
         return f;
       }
       case Stmt::Kind::kFilterBlock: {
@@ -170,7 +338,7 @@ class Interpreter {
         Value r;
         if (!apply_filter(s.text, Value(capture(s.bodies[0])), none, r))
           fail(s.where, "no filter named '" + s.text + "'", ErrorCode::kConfig);
-        out_.text += r.str();
+        out_->text += r.str();
         return Flow::kNormal;
       }
       case Stmt::Kind::kCallBlock: {
@@ -188,7 +356,7 @@ class Interpreter {
             "caller");
         chain_.push_back(std::make_shared<Dict>());
         assign("caller", caller);
-        out_.text += eval(*s.call).str();
+        out_->text += eval(*s.call).str();
         chain_.pop_back();
         return Flow::kNormal;
       }
@@ -197,11 +365,13 @@ class Interpreter {
   }
 
   void exec_set(const Stmt& s) {
-    Value v = eval(*s.exprs[0]);
+    // `set name = messages` (or a slice) names the list without looking into it.
+    Value v = s.attribute.empty() && s.targets.empty() ? eval_quiet(*s.exprs[0]) : eval(*s.exprs[0]);
     if (!s.attribute.empty()) {
       const Value ns = lookup(s.text);
       if (ns.kind() != Kind::kNamespace)
         fail(s.where, fmt::format("'set {}.{}' needs '{}' to be a namespace()", s.text, s.attribute, s.text));
+      if (tracker_) noted_write(ns, v);
       ns.namespace_attributes().set(s.attribute, std::move(v));
       return;
     }
@@ -210,6 +380,16 @@ class Interpreter {
     if (items.size() != s.targets.size())
       fail(s.where, fmt::format("cannot unpack {} values into {} names", items.size(), s.targets.size()));
     for (size_t i = 0; i < items.size(); ++i) assign(s.targets[i], items[i]);
+  }
+
+  // Resuming copies the namespaces the top-level scope holds; a write elsewhere, or a namespace
+  // stored in one, would not be copied.
+  void noted_write(const Value& ns, const Value& v) {
+    ++namespace_writes_;
+    bool held = false;
+    for (const auto& item : chain_[1]->items())
+      held = held || (item.second.kind() == Kind::kNamespace && &item.second.as_dict() == &ns.as_dict());
+    if (!held || v.kind() == Kind::kNamespace) tracker_->untracked_change();
   }
 
   List iterate(const Value& v, Where w) const {
@@ -238,18 +418,27 @@ class Interpreter {
     for (size_t i = 0; i < parts.size(); ++i) assign(s.targets[i], parts[i]);
   }
 
-  void exec_for(const Stmt& s, const Value* given = nullptr, int depth = 1) {
+  // `root`: a top-level loop over the messages, whose iterations (and filter tests) are units,
+  // and whose iteration k is where the prefix of k messages can be resumed.
+  void exec_for(const Stmt& s, const Value* given = nullptr, int depth = 1, const RootLoop* root = nullptr) {
     List items = iterate(given ? *given : eval(*s.exprs[0]), s.where);
+    std::vector<size_t> message_of;  // root: the message of each item kept
+    for (size_t i = 0; root && i < items.size(); ++i) message_of.push_back(root->offset + i);
     if (s.has_filter) {
       List kept;
-      for (const Value& item : items) {
+      std::vector<size_t> kept_messages;
+      for (size_t i = 0; i < items.size(); ++i) {
+        const UnitStart unit = begin_unit(root, root ? message_of[i] : 0);
         chain_.push_back(std::make_shared<Dict>());
-        bind_targets(s, item);
+        bind_targets(s, items[i]);
         const bool keep = eval(*s.exprs[1]).truthy();
         chain_.pop_back();
-        if (keep) kept.push_back(item);
+        end_unit(root, unit, false);
+        if (keep) kept.push_back(items[i]);
+        if (keep && root) kept_messages.push_back(message_of[i]);
       }
       items = std::move(kept);
+      message_of = std::move(kept_messages);
     }
     if (items.empty()) {
       exec(s.bodies[1]);
@@ -282,7 +471,11 @@ class Interpreter {
     }
     const Value loop_value(std::move(fields));
     Dict& loop = loop_value.namespace_attributes();
+    const Dict* const outer_loop = loop_;
+    if (root) loop_ = &loop;
     for (int64_t i = 0; i < n; ++i) {
+      const size_t message = root ? message_of[static_cast<size_t>(i)] : 0;
+      if (root && i > 0) resume_point(message, root->statement);
       steps_ += kLoopIterationSteps - 1;  // an iteration costs as much as a few statements, even with an empty body
       const Level iteration(*this, s.where);
       chain_.push_back(std::make_shared<Dict>());
@@ -297,18 +490,22 @@ class Interpreter {
       loop.set("nextitem", i + 1 < n ? items[static_cast<size_t>(i + 1)] : Value());
       assign("loop", loop_value);
       bind_targets(s, items[static_cast<size_t>(i)]);
+      const UnitStart unit = begin_unit(root, message);
+      if (root) loop_next_message_ = i + 1 < n ? message_of[static_cast<size_t>(i + 1)] : message;
       const Flow f = exec(s.bodies[0]);
       chain_.pop_back();
+      end_unit(root, unit, f == Flow::kBreak);
       if (f == Flow::kBreak) break;
     }
+    loop_ = outer_loop;
   }
   std::string capture_for(const Stmt& s, const Value& items, int depth) {
     std::string saved;
-    std::swap(saved, out_.text);
+    std::swap(saved, out_->text);
     ++capturing_;
     exec_for(s, &items, depth);
     --capturing_;
-    std::swap(saved, out_.text);
+    std::swap(saved, out_->text);
     return saved;
   }
 
@@ -576,24 +773,94 @@ class Interpreter {
     }
   }
 
+  // ---- what a recorded render looks at (jinja/prefix_tracker.h) ----
+  // A value used as a whole: the messages list (or a slice), or a tracked loop's object, tells the
+  // count of the messages.
   Value eval(const Expr& e) {
+    Value v = evaluate(e);
+    if (tracker_ && (tracker_->offset_of(v) >= 0 || is_tracked_loop(v))) tracker_->observe_all();
+    return v;
+  }
+  bool is_tracked_loop(const Value& v) const { return loop_ && v.kind() == Kind::kDict && &v.as_dict() == loop_; }
+
+  // Where a list or a loop object is only named or looked into, not used as a whole: the operand
+  // of an item or an attribute, of a slice, a loop's list, `set name = ...`.
+  Value eval_quiet(const Expr& e) {
+    if (!tracker_) return eval(e);
+    if (e.kind == Expr::Kind::kName) {
+      const Level level(*this, e.where);
+      if (e.name == "add_generation_prompt") tracker_->observe_generation_prompt();
+      return lookup(e.name);
+    }
+    if (e.kind != Expr::Kind::kSlice) return eval(e);
+    const Level level(*this, e.where);
+    const Value list = eval_quiet(*e.operands[0]);
+    const int64_t offset = tracker_->offset_of(list);
+    const Expr* start = e.operands[1].get();
+    const bool tail_slice = start && start->kind == Expr::Kind::kLiteral && start->literal.kind() == Kind::kInt &&
+                            start->literal.as_int() >= 0 && !e.operands[2] && !e.operands[3];
+    if (offset >= 0 && !tail_slice) tracker_->observe_all();
+    Value v = charged(slice(e, list), e.where);
+    if (offset >= 0 && tail_slice)
+      tracker_->track_list(v, static_cast<size_t>(offset + std::min<int64_t>(start->literal.as_int(), INT32_MAX)));
+    return v;
+  }
+
+  // messages[i] looks at message i; loop.index does not look ahead, loop.last does.
+  void observe_item(const Value& object, const Value& key) {
+    const int64_t offset = tracker_->offset_of(object);
+    if (offset >= 0) {
+      if (key.kind() == Kind::kInt && key.as_int() >= 0)
+        tracker_->observe(static_cast<size_t>(offset + std::min<int64_t>(key.as_int(), INT32_MAX)));
+      else
+        tracker_->observe_all();
+    } else if (is_tracked_loop(object)) {
+      static const char* const kBehind[] = {"index", "index0", "first", "previtem", "depth", "depth0", "cycle"};
+      const bool behind =
+          key.is_string() && std::any_of(std::begin(kBehind), std::end(kBehind), [&](const char* k) { return key.as_string() == k; });
+      const bool next = key.is_string() && (key.as_string() == "last" || key.as_string() == "nextitem");
+      if (next)  // whether a next item exists, and which: the next message the loop would take
+        tracker_->observe(loop_next_message_);
+      else if (!behind)
+        tracker_->observe_all();
+    }
+  }
+
+  Value evaluate(const Expr& e) {
     const Level level(*this, e.where);
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.literal;
       case Expr::Kind::kName:
+        if (tracker_ && e.name == "add_generation_prompt") tracker_->observe_generation_prompt();
         return lookup(e.name);
-      case Expr::Kind::kAttr:
-        return attribute(e, eval(*e.operands[0]), e.name);
-      case Expr::Kind::kItem:
-        return item(e, eval(*e.operands[0]), eval(*e.operands[1]));
+      case Expr::Kind::kAttr: {
+        if (!tracker_) return attribute(e, eval(*e.operands[0]), e.name);
+        const Value object = eval_quiet(*e.operands[0]);
+        observe_item(object, Value(e.name));
+        return attribute(e, object, e.name);
+      }
+      case Expr::Kind::kItem: {
+        if (!tracker_) return item(e, eval(*e.operands[0]), eval(*e.operands[1]));
+        const Value object = eval_quiet(*e.operands[0]);
+        const Value key = eval(*e.operands[1]);
+        observe_item(object, key);
+        return item(e, object, key);
+      }
       case Expr::Kind::kSlice:
+        if (tracker_) return eval_quiet(e);
         return charged(slice(e, eval(*e.operands[0])), e.where);
       case Expr::Kind::kCall:
         return call(e);
       case Expr::Kind::kFilter:
         return call_filter(e);
       case Expr::Kind::kTest:
+        // `add_generation_prompt is defined` does not read its value.
+        if (tracker_ && (e.name == "defined" || e.name == "undefined") && e.operands.size() == 1 &&
+            e.operands[0]->kind == Expr::Kind::kName) {
+          const bool defined = !lookup(e.operands[0]->name).is_undefined();
+          return Value((e.name == "defined" ? defined : !defined) != e.negated);
+        }
         return call_test(e);
       case Expr::Kind::kUnary: {
         const Value v = eval(*e.operands[0]);
@@ -623,13 +890,23 @@ class Interpreter {
   }
 
   const std::string& name_;
-  ChatRender& out_;
+  ChatRender* out_;
   std::shared_ptr<Dict> globals_;
   std::vector<std::shared_ptr<Dict>> chain_;
   int capturing_ = 0;
   int depth_ = 0;
   int64_t steps_ = 0;
   const int64_t max_steps_;
+  // Recording (ChatTemplate::prefixes): null otherwise.
+  Recording* recording_ = nullptr;
+  PrefixTracker* tracker_ = nullptr;
+  const Dict* loop_ = nullptr;    // the object of the tracked loop running now
+  size_t loop_next_message_ = 0;  // the message of its next item (its own on the last)
+  // Resuming: lists made on first use (see materialize).
+  mutable std::vector<Lazy> lazy_;
+  const List* lazy_source_ = nullptr;
+  size_t lazy_count_ = 0;
+  int64_t namespace_writes_ = 0;
 };
 
 }  // namespace
@@ -647,6 +924,71 @@ ChatRender ChatTemplate::render(const Value& context) const {
   ChatRender out;
   Interpreter(impl_->name, out, impl_->max_steps).run(impl_->body, context.kind() == Value::Kind::kDict ? context.as_dict() : Dict());
   return out;
+}
+
+namespace {
+// The context with only the first `count` messages, and add_generation_prompt as given.
+Dict with_messages(const Dict& context, size_t count, bool generation_prompt) {
+  Dict d;
+  for (const auto& [key, value] : context.items()) {
+    if (key == "messages" && value.kind() == Kind::kList) {
+      const List& all = value.as_list();
+      d.set(key, Value(List(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(std::min(count, all.size())))));
+    } else {
+      d.set(key, value);
+    }
+  }
+  d.set("add_generation_prompt", Value(generation_prompt));
+  return d;
+}
+}  // namespace
+
+struct ChatTemplate::PrefixRenders::Impl {
+  const ChatTemplate::Impl* owner = nullptr;
+  Dict context;
+  std::unique_ptr<Recording> recording;
+  ChatRender full;
+  std::unique_ptr<Interpreter> interpreter;
+  size_t resumed = 0, rendered = 0;
+};
+
+ChatTemplate::PrefixRenders::PrefixRenders() : impl_(std::make_unique<Impl>()) {}
+ChatTemplate::PrefixRenders::~PrefixRenders() = default;
+const ChatRender& ChatTemplate::PrefixRenders::full() const { return impl_->full; }
+size_t ChatTemplate::PrefixRenders::resumed() const { return impl_->resumed; }
+size_t ChatTemplate::PrefixRenders::rendered() const { return impl_->rendered; }
+
+ChatTemplate::PrefixText ChatTemplate::PrefixRenders::prefix(size_t k, bool generation_prompt) {
+  Impl& m = *impl_;
+  if (k < m.recording->at.size()) {
+    const ResumePoint& at = m.recording->at[k];
+    if (at.valid && (!generation_prompt || at.generation_prompt_unseen)) {
+      ++m.resumed;
+      return {at.output, m.interpreter->resume(m.owner->body, at, m.context, k, generation_prompt)};
+    }
+  }
+  ++m.rendered;
+  ChatRender out;
+  Interpreter(m.owner->name, out, m.owner->max_steps).run(m.owner->body, with_messages(m.context, k, generation_prompt));
+  size_t shared = 0;
+  while (shared < out.text.size() && shared < m.full.text.size() && out.text[shared] == m.full.text[shared]) ++shared;
+  return {shared, out.text.substr(shared)};
+}
+
+std::unique_ptr<ChatTemplate::PrefixRenders> ChatTemplate::prefixes(const Value& context, const std::vector<bool>& wanted) const {
+  std::unique_ptr<PrefixRenders> p(new PrefixRenders());
+  Impl& owner = *impl_;
+  PrefixRenders::Impl& m = *p->impl_;
+  m.owner = &owner;
+  m.context = context.kind() == Value::Kind::kDict ? context.as_dict() : Dict();
+  const Value* messages = m.context.find("messages");
+  const size_t n = messages && messages->kind() == Value::Kind::kList ? messages->as_list().size() : 0;
+  m.recording = std::make_unique<Recording>(n, wanted);
+  if (n > 0) m.recording->tracker.track_list(*messages, 0);
+  m.interpreter = std::make_unique<Interpreter>(owner.name, m.full, owner.max_steps);
+  m.interpreter->record(m.recording.get());
+  m.interpreter->run(owner.body, m.context);
+  return p;
 }
 
 }  // namespace dstrain::text

@@ -25,5 +25,9 @@ constexpr int64_t kMaxRange = 100'000;
 constexpr size_t kMaxStringBytes = size_t{256} << 20;
 // One list a template builds (l * n, l + l).
 constexpr size_t kMaxListItems = size_t{1} << 22;
+// What the resume points of one conversation's prefix renderings may keep alive (the namespace
+// values of the top-level scope at each, counted once each): a template that builds a new string
+// per message would otherwise keep every one. Past it, later prefixes are rendered from the start.
+constexpr size_t kMaxResumeBytes = size_t{256} << 20;
 
 }  // namespace dstrain::text::jinja

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -118,6 +119,7 @@ size_t code_point_count(const std::string& s, size_t bytes = std::string::npos);
 size_t code_point_byte(const std::string& s, size_t k);
 // Python's s.strip(): without the whitespace str.isspace() knows at either end.
 std::string python_strip(const std::string& s);
+std::string_view python_strip_view(std::string_view s);  // the same, without a copy
 // Python's json.dumps(v, ensure_ascii=False, indent=indent, sort_keys=sort_keys) (transformers' tojson).
 std::string to_json(const Value& v, int indent, bool sort_keys);
 
