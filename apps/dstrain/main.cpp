@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dstrain/comm/torch_logging.h"
 #include "dstrain/core/open_files.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/build_info.h"
@@ -63,6 +64,7 @@ std::string unexpected_arguments(CLI::App& app, int argc, char** argv) {
 
 int main(int argc, char** argv) {
   dstrain::raise_open_files_limit();  // a socket per peer rank: the soft limit (often 1,024) must not stop a large job
+  dstrain::comm::quiet_torch_logging();
   CLI::App app{
       "dstrain: launcher and trainer for DeepSeek-style language models.\n"
       "One worker per GPU (or per CPU slot), ZeRO sharding, checkpoints and resume.\n\n"

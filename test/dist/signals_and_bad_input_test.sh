@@ -99,4 +99,15 @@ kill $holder 2>/dev/null || true
 expect_out "cannot host the rendezvous store on 127.0.0.1:$(cat held_port)"
 ! grep -qE "frame #|Exception raised from" <<<"$OUT" || fail "the port-in-use error carries a C++ backtrace: $OUT"
 ok "a store port in use: exit 6 and one line naming the address, no C++ backtrace"
+
+# Node 1 with no node 0 (issue 55's nit): c10d's own error and retry warnings carried a C++
+# backtrace of 17 frames to the console before dstrain's one line. TORCH_CPP_LOG_LEVEL brings them back.
+expect_status 6 "$DSTRAIN" train "$demo_recipe" --set run_dir=lonely --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 \
+  --master-port "$(cat held_port)" --set launch.timeout_s=3 --set train.global_batch_size=32
+expect_out "cannot reach node 0's launcher at 127.0.0.1:$(cat held_port) within 3 s"
+! grep -qE "frame #|Exception raised from|\[c10d\]" <<<"$OUT" || fail "c10d's log lines reach the console: $OUT"
+TORCH_CPP_LOG_LEVEL=WARNING expect_status 6 "$DSTRAIN" train "$demo_recipe" --set run_dir=lonely --nnodes 2 --node-rank 1 \
+  --master-addr 127.0.0.1 --master-port "$(cat held_port)" --set launch.timeout_s=3 --set train.global_batch_size=32
+grep -qF "[c10d]" <<<"$OUT" || fail "TORCH_CPP_LOG_LEVEL=WARNING did not bring c10d's log lines back: $OUT"
+ok "node 1 without node 0: exit 6 and dstrain's one line, no c10d backtrace (TORCH_CPP_LOG_LEVEL=WARNING shows c10d's lines)"
 finish
