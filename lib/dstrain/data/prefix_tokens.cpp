@@ -39,7 +39,8 @@ size_t PrefixTokens::count(size_t shared, std::string_view tail) {
 
 size_t PrefixTokens::common(size_t shared, std::string_view tail) {
   const Rest r = rest(shared, tail);
-  const std::vector<uint32_t>& more = r.ids > 0 && r.text.empty() ? (scratch_.clear(), scratch_) : encode(r.text);
+  if (r.ids > 0 && r.text.empty()) return r.ids;  // the text ends at a cut: its ids are the whole rendering's first r.ids
+  const std::vector<uint32_t>& more = encode(r.text);
   size_t k = r.ids;
   while (k - r.ids < more.size() && k < ids_.size() && more[k - r.ids] == ids_[k]) ++k;
   return k;

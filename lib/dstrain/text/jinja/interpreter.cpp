@@ -36,11 +36,10 @@ enum class Flow { kNormal, kBreak, kContinue };
 
 // Where a render can be resumed as the render of the first k messages (jinja/prefix_tracker.h).
 struct ResumePoint {
-  bool valid = false;
   size_t statement = 0;  // the top-level loop; what follows it is rendered again
   size_t output = 0;     // bytes of the whole render written before that loop's iteration k
   int64_t steps = 0;
-  std::shared_ptr<Dict> top;              // the top-level scope then, its namespaces copied
+  std::shared_ptr<Dict> top;              // the top-level scope then, its namespaces copied (null: no resume point)
   bool generation_prompt_unseen = false;  // add_generation_prompt had not been read yet
 };
 
@@ -244,7 +243,7 @@ class Interpreter {
   void resume_point(size_t k, size_t statement) {
     if (k >= recording_->at.size() || !recording_->wanted[k] || !tracker_->resumable(k)) return;
     if ((recording_->kept_bytes += newly_kept_bytes(*chain_[1])) > kMaxResumeBytes) return;
-    recording_->at[k] = {true, statement, out_->text.size(), steps_, copy_scope(*chain_[1]), !tracker_->generation_prompt_seen()};
+    recording_->at[k] = {statement, out_->text.size(), steps_, copy_scope(*chain_[1]), !tracker_->generation_prompt_seen()};
   }
   // The strings and lists the namespaces of `scope` hold that no earlier resume point holds.
   size_t newly_kept_bytes(const Dict& scope) {
@@ -962,7 +961,7 @@ ChatTemplate::PrefixText ChatTemplate::PrefixRenders::prefix(size_t k, bool gene
   Impl& m = *impl_;
   if (k < m.recording->at.size()) {
     const ResumePoint& at = m.recording->at[k];
-    if (at.valid && (!generation_prompt || at.generation_prompt_unseen)) {
+    if (at.top && (!generation_prompt || at.generation_prompt_unseen)) {
       ++m.resumed;
       return {at.output, m.interpreter->resume(m.owner->body, at, m.context, k, generation_prompt)};
     }
