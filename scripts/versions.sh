@@ -4,12 +4,15 @@
 DSTRAIN_TORCH_VERSION="2.11.0"
 # Python packages beside torch for every user: TensorBoard, which `dstrain tensorboard` runs, and
 # pyarrow, whose wheel carries the Arrow/Parquet C++ libraries and headers that prepare-data's
-# Parquet plugin is built against (21: Arrow 26's headers need C++20; 21's build as C++17).
+# Parquet plugin is built against (any version builds: the plugin takes the C++ standard its headers
+# need, C++17 for 21, C++20 for 26; cmake/DstrainParquet.cmake).
 DSTRAIN_PY_PACKAGES="tensorboard pyarrow==21.0.0"
 # transformers (with tokenizers): the fine-tuning demo (scripts/demo.sh --sft) trains its tokenizer
 # with it and chats with the exported model through it (scripts/setup.sh --sft).
 DSTRAIN_PY_SFT_PACKAGES="transformers==5.24.0"
 # Python packages the tests use as independent references (scripts/setup.sh --test, into the
 # same venv): transformers loads dstrain's exports and gives reference logits (YaRN, DeepSeek
-# V2/V3); the tests also read TensorBoard's event files with tensorboard itself.
-DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES"
+# V2/V3); the tests also read TensorBoard's event files with tensorboard itself, and the wandb and
+# mlflow sinks' offline runs with the Weights & Biases and MLflow SDKs (which users install
+# themselves where they want those sinks).
+DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES wandb==0.31.0 mlflow-skinny==3.18.0"

@@ -33,7 +33,9 @@ void register_export_hf(CLI::App& app, Run& run) {
       "  dstrain export-hf DeepSeek-V3 DeepSeek-V3-bf16 --dtype bf16");
   cmd->add_option("run_dir", args->run_dir, "Run directory of a `dstrain train`, or a Hugging Face folder to convert")->required();
   cmd->add_option("out_dir", args->out_dir, "Directory to write (created if needed)")->required();
-  cmd->add_option("--checkpoint", args->options.checkpoint, "A checkpoint directory of the run (default: the newest committed one)");
+  cmd->add_option(
+      "--checkpoint", args->options.checkpoint,
+      "A checkpoint directory of the run, a step number, or best (the one checkpoint.keep_best kept); default: the newest that verifies");
   cmd->add_option("--dtype", args->options.dtype,
                   "Weights' dtype: fp32 (default, the master weights exactly), bf16, fp16, or fp8 (DeepSeek's block-scaled FP8)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16", "fp8"}));

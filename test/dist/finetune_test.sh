@@ -63,7 +63,7 @@ ok "6 steps + resume + 6 equal 12 straight, losses and final state bit for bit"
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set data.document_mask=true --dry-run
 expect_out "a fine-tuning set always keeps attention and positions inside each conversation"
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=bad --set data.seq_len=16 --set model.max_seq_len=16
-expect_out "data.seq_len: 16 is shorter than the longest conversation"
+expect_out "data.seq_len: 16 (--set) is shorter than the longest conversation"
 expect_out "--max-length 16"
 expect_status 3 "$DSTRAIN" train sft.yaml --set run_dir=bad --set eval.split=500
 expect_out "eval.split 500 holds out 500 of its"

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "dstrain/core/atomic_file.h"
+#include "dstrain/core/sha256.h"
 
 namespace dstrain::config {
 
@@ -47,6 +49,33 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path)
   });
 }
 
+std::string other_tokenizer_than(const std::string& model_dir, const std::string& data_path) {
+  const auto sidecar = read_dataset_sidecar(data_path);
+  if (!sidecar || sidecar->tokenizer_sha256.empty()) return "";
+  const std::string json = (std::filesystem::path(model_dir) / "tokenizer.json").string();
+  if (!std::filesystem::is_regular_file(json)) return "";  // weights alone: nothing to compare with
+  const std::string sha = to_hex(sha256(read_file(json)));
+  if (sha == sidecar->tokenizer_sha256) return "";
+  return fmt::format("'{}' was prepared with another tokenizer (sha256 {}, {}) than the weights' own {} (sha256 {})", data_path,
+                     sidecar->tokenizer_sha256.substr(0, 12), sidecar->file, json, sha.substr(0, 12));
+}
+
+namespace {
+
+// The weights of model.init_from were trained on their folder's tokenizer: data tokenized with
+// another one (of the same vocabulary size) would train and export with no error, and mean nothing.
+std::string init_tokenizer_problem(const Recipe& r, const std::string& data) {
+  if (r.model.init_from.empty() || r.data.other_tokenizer) return "";
+  const std::string other = other_tokenizer_than(r.model.init_from, data);
+  if (other.empty()) return "";
+  return fmt::format(
+      "model.init_from: {}: the token ids would mean other words to the model; prepare the data again with --tokenizer {}, or set "
+      "data.other_tokenizer: true if the two tokenizers give the same ids",
+      other, r.model.init_from);
+}
+
+}  // namespace
+
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read) {
   std::vector<std::string> problems;
   if (r.data.format != DataFormat::kMegatron) return problems;
@@ -72,10 +101,12 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
                       sources.front(), path, first->file, s->file));
     if (s->lossmask_bytes >= 0) ++fine_tuning;
     if (s->lossmask_bytes >= 0 && s->longest_conversation > r.data.seq_len)
-      problems.push_back(
-          fmt::format("data.seq_len: {} is shorter than the longest conversation of '{}' ({} tokens, {}); conversations are "
-                      "never split: raise data.seq_len, or prepare the data with --max-length {}",
-                      r.data.seq_len, path, s->longest_conversation, s->file, r.data.seq_len));
+      problems.push_back(fmt::format(
+          "data.seq_len: {} ({}) is shorter than the longest conversation of '{}' ({} tokens, {}); conversations are "
+          "never split: {}prepare the data again with --max-length {} (longer conversations are then dropped)",
+          r.data.seq_len, r.sources.count("data.seq_len") ? r.sources.at("data.seq_len") : "default", path, s->longest_conversation,
+          s->file, s->longest_conversation <= r.model.max_seq_len ? fmt::format("set data.seq_len: {}, or ", s->longest_conversation) : "",
+          std::min(r.data.seq_len, r.model.max_seq_len)));
     if (!first) first = s;
   }
   if (fine_tuning > 0 && fine_tuning < sources.size())
@@ -93,6 +124,7 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
         fmt::format("data.packing: {} packs the conversations of a fine-tuning set (prepare-data --chat), and '{}' has no "
                     "loss mask; remove data.packing to pretrain on it",
                     name(r.data.packing), sources.front()));
+  if (const std::string p = init_tokenizer_problem(r, sources.front()); !p.empty()) problems.push_back(p);
   // Evaluation sets: the same tokenizer as the training data, or the loss means nothing.
   for (const auto& path : r.eval.paths) {
     const auto s = read_dataset_sidecar(path, read);

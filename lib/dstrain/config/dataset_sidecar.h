@@ -36,6 +36,10 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
 // The same, read from the disk.
 std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path);
 
+// "'DATA' was prepared with another tokenizer (sha256 ..., PREFIX.json) than the weights' own
+// MODEL_DIR/tokenizer.json (sha256 ...)" when the two differ; "" when they agree or either is unknown.
+std::string other_tokenizer_than(const std::string& model_dir, const std::string& data_path);
+
 // What in the recipe contradicts its datasets' sidecars, one message each.
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read);
 

@@ -275,6 +275,10 @@ bool key_applies(const std::string& path, const Recipe& r) {
     return r.zero.offload_optimizer != OffloadDevice::kNone;
   if (path == "logging.tensorboard_dir") return r.logging.has_sink(Sink::kTensorboard);
   if (path == "logging.csv_dir") return r.logging.has_sink(Sink::kCsv);
+  if (path == "logging.python" || path == "logging.run_name") return r.logging.has_tracker();
+  if (starts_with(path, "logging.wandb_")) return r.logging.has_sink(Sink::kWandb);
+  if (path == "logging.mlflow_experiment") return r.logging.has_sink(Sink::kMlflow);
+  if (path == "data.other_tokenizer") return !r.model.init_from.empty();
   if (starts_with(path, "logging.straggler_")) return r.world_size() > 1;
   if (starts_with(path, "pipeline.")) return r.parallel.pipeline_parallel_size > 1;
   return true;

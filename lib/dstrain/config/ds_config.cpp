@@ -199,13 +199,13 @@ class DsReader {
         monitor(value, key, "tensorboard");
       else if (key == "csv_monitor")
         monitor(value, key, "csv");
-      else if (key == "wandb" || key == "comet") {
+      else if (key == "wandb")
+        wandb(value);
+      else if (key == "comet") {
         if (enabled(value))
-          ctx_.warning(
-              where,
-              fmt::format(
-                  "{}.enabled = true has no effect in dstrain (no network logging); metrics go to metrics.jsonl, CSV and TensorBoard",
-                  key));
+          ctx_.warning(where,
+                       "comet.enabled = true has no effect in dstrain; metrics go to metrics.jsonl, CSV, TensorBoard, and with "
+                       "logging.sinks to Weights & Biases or MLflow");
       } else if (key == "amp" || key == "torch_autocast") {
         if (enabled(value))
           ctx_.problem(where, fmt::format("{}.enabled = true is not supported by dstrain, and it would change the training math. Use "
@@ -220,8 +220,14 @@ class DsReader {
       } else if (key == "vocabulary_size") {
         ctx_.warning(where, "vocabulary_size has no effect in dstrain: the model's vocabulary comes from the recipe (model.vocab_size)");
       } else if (!top_unimplemented(key, value, where)) {
-        ctx_.warning(where, fmt::format("{}: unknown top-level key, ignored (DeepSpeed ignores it silently){}", key,
-                                        did_you_mean(key, known_top())));
+        // A typo of a known key would silently leave that setting at its default (DeepSpeed ignores unknown keys).
+        const std::string hint = did_you_mean(key, known_top());
+        if (hint.empty())
+          ctx_.warning(where, fmt::format("{}: unknown top-level key, ignored (DeepSpeed ignores it silently)", key));
+        else
+          ctx_.problem(where, fmt::format("{}: unknown top-level key{}; DeepSpeed would ignore it and leave that setting at its default, "
+                                          "so dstrain refuses it: fix the name, or remove the key",
+                                          key, hint));
       }
     }
   }
@@ -415,6 +421,25 @@ class DsReader {
               if (value.kind != Node::Kind::kNull && value.text != "fp32")
                 ctx_.warning(where, fmt::format("data_types.grad_accum_dtype = {} has no effect: dstrain accumulates gradients in fp32",
                                                 shown(value)));
+              return true;
+            });
+  }
+
+  // DeepSpeed's wandb monitor: enabled, team, group, project.
+  void wandb(const Node& node) {
+    if (!node.is_object()) return ctx_.problem(node.where, "wandb: expected a JSON object");
+    section(node, "wandb", {}, {"enabled", "team", "group", "project"},
+            [&](const std::string& key, const Node& value, const Location& where) {
+              if (key == "enabled") {
+                bool on = false;
+                if (!node_bool(value, true, on)) ctx_.problem(where, "wandb.enabled: expected true or false");
+                if (on && !ctx_.recipe.logging.has_sink(Sink::kWandb)) {
+                  ctx_.recipe.logging.sinks.push_back(Sink::kWandb);
+                  ctx_.recipe.sources["logging.sinks"] = where.str();
+                }
+              } else {
+                map("wandb." + key, value, where, key == "team" ? "logging.wandb_entity" : "logging.wandb_" + key);
+              }
               return true;
             });
   }
@@ -917,12 +942,18 @@ void finish_ds_config(LoadContext& ctx) {
     ctx.recipe.sources["zero.overlap_comm"] = "default (DeepSpeed: true iff stage 3)";
   }
   if ((ds.fp16_auto.line || ds.bf16_auto.line) && !ctx.explicitly_set("precision.dtype")) {
+    // HF's Trainer fills "auto" from TrainingArguments' fp16/bf16, both False unless asked: fp32.
     const bool both = ds.fp16_auto.line && ds.bf16_auto.line;
-    const char* want = ds.bf16_auto.line ? "bf16" : "fp16";
-    ctx.problem(ds.fp16_auto.line ? ds.fp16_auto : ds.bf16_auto,
-                fmt::format("{} \"auto\", but the recipe does not set precision.dtype; set it (precision: {{dtype: {}}}, or fp32) or "
-                            "write true/false",
-                            both ? "fp16.enabled and bf16.enabled are" : fmt::format("{}.enabled is", want), want));
+    const Location& at = ds.fp16_auto.line ? ds.fp16_auto : ds.bf16_auto;
+    const Location where{at.str(), 0, 0};
+    if (ctx.set("precision.dtype", Node{Node::Kind::kString, "fp32", {}, {}, {}, where}, where, false))
+      ctx.recipe.sources["precision.dtype"] = fmt::format(
+          "{} ({} \"auto\" and the recipe sets no precision.dtype: fp32, as HF TrainingArguments' fp16/bf16 default to "
+          "False; set precision.dtype: bf16 to train in bf16)",
+          at.str(),
+          both                ? "fp16.enabled and bf16.enabled are"
+          : ds.bf16_auto.line ? "bf16.enabled is"
+                              : "fp16.enabled is");
   }
   if (ds.warmup_min_lr >= 0) {
     const double peak = ctx.recipe.optimizer.lr;

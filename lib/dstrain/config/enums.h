@@ -21,7 +21,7 @@ enum class BatchScaling { kNone, kLinear, kSqrt };                            //
 enum class BadStepAction { kStop, kSkip, kRollback };                         // train.on_bad_step
 enum class Dtype { kFp32, kBf16, kFp16 };                                     // training precision
 enum class OffloadDevice { kNone, kCpu };                                     // zero.offload_optimizer/param
-enum class Sink { kConsole, kJsonl, kCsv, kTensorboard };                     // logging.sinks
+enum class Sink { kConsole, kJsonl, kCsv, kTensorboard, kWandb, kMlflow };    // logging.sinks
 enum class RopeScaling { kNone, kLinear, kYarn };                             // model.rope_scaling: HF's default, linear, yarn
 enum class Recompute { kNone, kFull, kSelective };                            // train.activation_checkpointing
 enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows

@@ -181,9 +181,6 @@ void apply_hf_config(const std::string& given, const Location& where, LoadContex
                                 path));
     return;
   }
-  for (const char* key : kModelSizeKeys)
-    if (ctx.explicitly_set(key))
-      ctx.problem(Location{ctx.recipe.sources[key]}, fmt::format("{} is set together with model.hf_config; give the sizes one way", key));
   const Node root = parse_json_with_comments(*text, path, ctx.problems);
   if (!root.is_object()) return;
   const Node* type = root.find("model_type");

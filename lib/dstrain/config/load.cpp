@@ -7,6 +7,7 @@
 
 #include "dstrain/config/assign.h"
 #include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/config/hf_weight_names.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
@@ -89,16 +90,12 @@ std::string key_of(const std::string& spec) { return spec.substr(0, spec.find('=
 // files are read, so that it wins like every other --set.
 bool names_a_config_file(const std::string& key) { return key == "ds_config" || key == "model.hf_config" || key == "model.init_from"; }
 
-// model.init_from without model.hf_config: the weights' own config.json gives the model (unless
-// the recipe gives the sizes itself), so that the sizes match the weights.
-void imply_hf_config_from_weights(LoadContext& ctx, const std::vector<std::string>& overrides) {
+// model.init_from without model.hf_config: the weights' own config.json gives the model, so that
+// the sizes match the weights. A size the recipe or --set gives beside it overrides that field
+// (e.g. a longer model.max_seq_len), with its own source.
+void imply_hf_config_from_weights(LoadContext& ctx) {
   ModelConfig& m = ctx.recipe.model;
   if (!m.hf_config.empty() || m.init_from.empty()) return;
-  for (const char* key : kModelSizeKeys) {
-    if (ctx.explicitly_set(key)) return;
-    for (const auto& spec : overrides)  // --set, applied after this layer
-      if (key_of(spec) == key) return;
-  }
   const std::string config_json = (fs::path(resolve_relative(ctx.recipe.source_path, m.init_from)) / "config.json").string();
   if (!ctx.read(config_json)) return;  // the weights' shapes are checked against the recipe's sizes instead
   m.hf_config = config_json;
@@ -174,6 +171,41 @@ void apply_override(const std::string& spec, LoadContext& ctx, const std::string
 
 }  // namespace
 
+std::string recipe_relative_note(const Recipe& r, const std::string& key, const std::string& path) {
+  const auto it = r.sources.find(key);
+  if (it == r.sources.end() || r.source_path.empty() || fs::exists(path)) return "";
+  const std::string& source = it->second;
+  for (const char* layer : {"default", "--set", "implied", "derived"})
+    if (source.rfind(layer, 0) == 0) return "";
+  const fs::path dir = fs::path(r.source_path).parent_path();
+  const fs::path written = fs::path(path).lexically_relative(dir);  // the text as the recipe has it
+  if (written.empty() || written.is_absolute()) return "";
+  std::string note = fmt::format(" (a recipe's paths are relative to its own directory, {}", dir.string());
+  const fs::path meant = fs::absolute(written).lexically_normal();
+  if (fs::exists(meant) || fs::exists(meant.string() + ".idx"))  // a file, a directory, or a Megatron PREFIX
+    note += fmt::format("; '{}' from the current directory exists: write {}", meant.string(),
+                        meant.lexically_relative(dir).lexically_normal().string());
+  return note + ")";
+}
+
+// transformers writes num_nextn_predict_layers without the modules' weights: training them from
+// random values (and exporting them) only because config.json names them would be a silent surprise.
+void leave_out_missing_mtp(LoadContext& ctx) {
+  ModelConfig& m = ctx.recipe.model;
+  if (m.init_from.empty() || m.mtp_depth <= 0 || m.hf_config.empty()) return;
+  std::string& source = ctx.recipe.sources["model.mtp_depth"];
+  if (source.find(m.hf_config) == std::string::npos) return;  // the recipe or --set asks for them
+  const std::string dir = resolve_relative(ctx.recipe.source_path, m.init_from);
+  if (!fs::is_directory(dir) || hf_folder_holds(dir, fmt::format("model.layers.{}.eh_proj.weight", m.num_layers))) return;
+  const int64_t named = m.mtp_depth;
+  m.mtp_depth = 0;
+  source = fmt::format("model.init_from: {} holds no MTP weights (num_nextn_predict_layers {} in config.json left out)", dir, named);
+  ctx.warnings.push_back(
+      fmt::format("{}/config.json names {} multi-token prediction module{} (num_nextn_predict_layers) but its weights "
+                  "hold none: training without MTP; set model.mtp_depth: {} to train new ones from random values",
+                  dir, named, named == 1 ? "" : "s", named));
+}
+
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides, const LastLayer& last, const LoadOptions& options) {
   return load_recipe_with(
       path, overrides,
@@ -213,7 +245,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     ctx.problem(root.where, "a recipe is a mapping of keys; see recipes/demo.yaml");
   for (const auto& spec : overrides)
     if (names_a_config_file(key_of(spec))) apply_override(spec, ctx);
-  imply_hf_config_from_weights(ctx, overrides);
+  imply_hf_config_from_weights(ctx);
   if (!ctx.recipe.model.hf_config.empty()) {
     ctx.recipe.model.hf_config = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.hf_config);
     apply_hf_config(ctx.recipe.model.hf_config, Location{path, 0, 0}, ctx);
@@ -226,7 +258,8 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     const std::string ds_path = resolve_relative(ctx.recipe.source_path, ctx.recipe.ds_config_path);
     ctx.recipe.ds_config_path = ds_path;
     if (const auto ds_text = ctx.read(ds_path); !ds_text) {
-      ctx.problem(Location{ctx.recipe.sources["ds_config"]}, fmt::format("ds_config: '{}' does not exist or is not a file", ds_path));
+      ctx.problem(Location{ctx.recipe.sources["ds_config"]}, fmt::format("ds_config: '{}' does not exist or is not a file{}", ds_path,
+                                                                         recipe_relative_note(ctx.recipe, "ds_config", ds_path)));
     } else {
       const Node ds = parse_json_with_comments(*ds_text, ds_path, ctx.problems);
       apply_ds_config(ds, ctx);
@@ -241,11 +274,14 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   if (last && ctx.problems.empty())
     for (const auto& v : last(ctx.recipe)) apply_override(v.assignment, ctx, v.source);
   finish_ds_config(ctx);
+  apply_fine_tuning_defaults(ctx);
+  leave_out_missing_mtp(ctx);
   resolve_autos(ctx);
   if (!ctx.recipe.model.init_from.empty()) {
     ctx.recipe.model.init_from = resolve_relative(ctx.recipe.source_path, ctx.recipe.model.init_from);
     if (!fs::is_directory(ctx.recipe.model.init_from))
-      ctx.problems.push_back(fmt::format("{}: model.init_from: '{}' is not a directory", path, ctx.recipe.model.init_from));
+      ctx.problems.push_back(fmt::format("{}: model.init_from: '{}' is not a directory{}", path, ctx.recipe.model.init_from,
+                                         recipe_relative_note(ctx.recipe, "model.init_from", ctx.recipe.model.init_from)));
   }
   if (!ctx.recipe.data.paths.empty()) {
     if (!ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: give data.path or data.paths, not both", path));

@@ -52,9 +52,10 @@ struct LoadContext {
   bool explicitly_set(const std::string& path) const;
 };
 
-// The model's sizes: given by model.hf_config, or by the recipe, never by both.
-inline constexpr const char* kModelSizeKeys[] = {"model.vocab_size", "model.hidden_size",       "model.num_layers",
-                                                 "model.num_heads",  "model.intermediate_size", "model.max_seq_len"};
+// " (a recipe's paths are relative to its own directory, DIR; ... write REL)" when `key` came from
+// the recipe file and `path` (resolved) does not exist; "" otherwise. Says the path that the same
+// text names from the current directory, when that one exists.
+std::string recipe_relative_note(const Recipe& r, const std::string& key, const std::string& path);
 
 // load_recipe with documents from `read` instead of the disk (fuzzing, tests).
 Recipe load_recipe_with(const std::string& path, const std::vector<std::string>& overrides, FileReader read, const LastLayer& last = {},
@@ -72,6 +73,10 @@ void apply_hf_config(const std::string& path, const Location& where, LoadContext
 // "auto" filled from the recipe (or with HF TrainingArguments' defaults for the optimizer and
 // clipping); each one left open is a problem. After finish_ds_config, before the problem check.
 void resolve_autos(LoadContext& ctx);
+// With model.init_from: HF TrainingArguments' lr, weight decay and beta2 for what no layer set.
+void apply_fine_tuning_defaults(LoadContext& ctx);
+// config.json names MTP modules that model.init_from's weights lack: trains without them, said.
+void leave_out_missing_mtp(LoadContext& ctx);
 void resolve_and_validate(LoadContext& ctx);
 
 }  // namespace dstrain::config

@@ -91,6 +91,7 @@ struct DataConfig {
   // conversations, packed into rows of seq_len tokens (data/packing.h); pretraining text ignores it.
   Packing packing = Packing::kNone;
   int64_t seed = -1;                  // data order seed; -1: the run's seed
+  bool other_tokenizer = false;       // train on data tokenized otherwise than model.init_from's tokenizer
   std::vector<double> shard_weights;  // per-rank share of each global batch; empty: equal
   bool auto_balance = false;          // `shard_weights: auto`: measure the ranks' speed, then weight
   int64_t balance_steps = 5;          // steps measured (with equal shares) before auto weights apply
@@ -263,6 +264,14 @@ struct LoggingConfig {
   int64_t straggler_interval = 20;    // steps between straggler checks (0: never)
   double straggler_threshold = 0.2;   // slower than the median compute time by this fraction
   int64_t profile_step = 0;           // this step (1-based) recorded with the PyTorch profiler (0: none)
+  // wandb and mlflow sinks: a side process of the launcher on node 0 (launch/tracker.h).
+  std::string python;    // the interpreter with their SDKs; "" = $DSTRAIN_PYTHON, else python3
+  std::string run_name;  // "" = run_dir's name
+  std::string wandb_project = "dstrain";
+  std::string wandb_entity;  // "" = the SDK's default (ds_config: wandb.team)
+  std::string wandb_group;   // ds_config: wandb.group
+  std::string mlflow_experiment = "dstrain";
+  bool has_tracker() const { return has_sink(Sink::kWandb) || has_sink(Sink::kMlflow); }
 };
 
 struct LaunchConfig {

@@ -182,8 +182,14 @@ void resolve_epochs(LoadContext& ctx) {
   int64_t rows = 0;
   try {
     rows = ctx.packed_rows(r);
-  } catch (const Error& e) {  // an unreadable set or a conversation longer than a row: validate() names it too
-    ctx.problems.push_back(fmt::format("train.epochs: cannot count the fine-tuning set's rows: {}", e.what()));
+  } catch (const Error& e) {
+    // A conversation longer than a row is one cause, named once by the sidecar check in validate().
+    const auto sources = r.data.sources();
+    const bool too_long = std::any_of(sources.begin(), sources.end(), [&](const std::string& path) {
+      const auto s = read_dataset_sidecar(path, ctx.read);
+      return s && s->longest_conversation > r.data.seq_len;
+    });
+    if (!too_long) ctx.problems.push_back(fmt::format("train.epochs: cannot count the fine-tuning set's rows: {}", e.what()));
     return;
   }
   if (rows < 0) {
@@ -337,7 +343,10 @@ void validate_documents(const Recipe& r, Problem problem) {
     problem("data.document_mask needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
   if (r.data.reset_positions && r.data.eos_token < 0)
     problem("data.reset_positions needs data.eos_token, the token that ends a document (256 for prepare-data datasets)");
-  if (r.data.packing != Packing::kNone && r.data.format != DataFormat::kMegatron)
+  // (data that does not exist is said once, below; its format is then only the default)
+  const auto sources = r.data.sources();
+  const bool data_exists = std::all_of(sources.begin(), sources.end(), [](const std::string& p) { return std::filesystem::exists(p); });
+  if (r.data.packing != Packing::kNone && r.data.format != DataFormat::kMegatron && data_exists)
     problem(
         fmt::format("data.packing: {} packs the conversations of a fine-tuning set, which is data.format megatron from "
                     "`dstrain prepare-data --chat`; remove data.packing for {} data",
@@ -406,14 +415,15 @@ void validate(LoadContext& ctx) {
   for (const auto& path : sources) {
     const std::string prefix = megatron_prefix(path);
     if (megatron && !(std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")))
-      ctx.data_problems.push_back(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron", key, prefix, prefix));
+      ctx.data_problems.push_back(fmt::format("{}: '{}.idx' and '{}.bin' must both exist for data.format megatron{}", key, prefix, prefix,
+                                              recipe_relative_note(r, key, path)));
     else if (!megatron && !std::filesystem::is_regular_file(path))
       ctx.data_problems.push_back(
           std::filesystem::is_regular_file(prefix + ".idx") && std::filesystem::is_regular_file(prefix + ".bin")
               ? fmt::format("{}: '{}' is not a file, but '{}.idx' and '{}.bin' are a Megatron dataset: set data.format: megatron "
                             "(data.format is {}, {})",
                             key, path, prefix, prefix, name(r.data.format), r.sources.at("data.format"))
-              : fmt::format("{}: '{}' does not exist or is not a file", key, path));
+              : fmt::format("{}: '{}' does not exist or is not a file{}", key, path, recipe_relative_note(r, key, path)));
   }
   for (const auto& message : sidecar_problems(r, ctx.read)) ctx.problems.push_back(message);
   if (!r.data.weights.empty() && r.data.weights.size() != r.data.paths.size())
@@ -431,7 +441,8 @@ void validate(LoadContext& ctx) {
     problem(fmt::format("data.eos_token {} is not below model.vocab_size {}", r.data.eos_token, m.vocab_size));
   if (r.data.auto_balance && !r.data.shard_weights.empty()) problem("data.shard_weights: give weights or auto, not both");
   const auto& s = r.schedule;
-  if (s.warmup_steps > r.train.steps) {
+  // train.steps 0: the length could not be derived, which is reported already; nothing to compare with.
+  if (s.warmup_steps > r.train.steps && r.train.steps > 0) {
     if (s.type == ScheduleType::kWarmupCosine)
       problem(
           fmt::format("schedule.warmup_steps {} ({}) is longer than the run's {} steps ({}): shorten the warmup, e.g. --set "
@@ -447,7 +458,7 @@ void validate(LoadContext& ctx) {
         "logging.steps_per_print {} ({}) is more than the run's {} steps: the console shows no step line (metrics.jsonl "
         "has every step); e.g. --set logging.steps_per_print={}",
         r.logging.steps_per_print, r.sources.at("logging.steps_per_print"), r.train.steps, std::max<int64_t>(1, r.train.steps / 10)));
-  if (r.logging.profile_step > r.train.steps)
+  if (r.logging.profile_step > r.train.steps && r.train.steps > 0)
     problem(
         fmt::format("logging.profile_step {} ({}) is past the run's last step {}: pick a step the run reaches (a few after the first, "
                     "which warms up), or 0",
@@ -488,12 +499,16 @@ struct HfAutoDefault {
   const char* argument;  // the TrainingArguments field
 };
 // The "auto"s the recipe must fill, with what HF would have put there (for the message only).
-constexpr HfAutoDefault kHfAutoHints[] = {{"optimizer.lr", "5e-05", "learning_rate"}, {"schedule.warmup_steps", "0", "warmup_steps"}};
-constexpr HfAutoDefault kHfAutoDefaults[] = {{"optimizer.beta1", "0.9", "adam_beta1"},
-                                             {"optimizer.beta2", "0.999", "adam_beta2"},
-                                             {"optimizer.eps", "1e-08", "adam_epsilon"},
-                                             {"optimizer.weight_decay", "0.0", "weight_decay"},
-                                             {"train.grad_clip", "1.0", "max_grad_norm"}};
+constexpr HfAutoDefault kHfAutoHints[] = {{"optimizer.lr", "5e-05", "learning_rate"}};
+constexpr HfAutoDefault kHfAutoDefaults[] = {
+    {"schedule.warmup_steps", "0", "warmup_steps"},    {"optimizer.beta1", "0.9", "adam_beta1"},
+    {"optimizer.beta2", "0.999", "adam_beta2"},        {"optimizer.eps", "1e-08", "adam_epsilon"},
+    {"optimizer.weight_decay", "0.0", "weight_decay"}, {"train.grad_clip", "1.0", "max_grad_norm"}};
+
+// The optimizer a fine-tuning run (model.init_from) gets where the recipe and ds_config say nothing.
+constexpr HfAutoDefault kFineTuningDefaults[] = {{"optimizer.lr", "5e-05", "learning_rate"},
+                                                 {"optimizer.weight_decay", "0.0", "weight_decay"},
+                                                 {"optimizer.beta2", "0.999", "adam_beta2"}};
 
 template <size_t N>
 const HfAutoDefault* hf_default_of(const HfAutoDefault (&table)[N], const std::string& target) {
@@ -504,6 +519,18 @@ const HfAutoDefault* hf_default_of(const HfAutoDefault (&table)[N], const std::s
 
 }  // namespace
 
+void apply_fine_tuning_defaults(LoadContext& ctx) {
+  // Fine-tuning from released weights at pretraining's lr 3e-3, weight decay 0.1 and beta2 0.95
+  // would undo them: with model.init_from, what the recipe leaves out is what HF's Trainer uses.
+  if (ctx.recipe.model.init_from.empty()) return;
+  for (const HfAutoDefault& d : kFineTuningDefaults) {
+    if (ctx.explicitly_set(d.target)) continue;
+    const Location where{"model.init_from", 0, 0};
+    if (ctx.set(d.target, Node{Node::Kind::kNumber, d.value, {}, {}, {}, where}, where, false))
+      ctx.recipe.sources[d.target] = fmt::format("fine-tuning default with model.init_from (HF TrainingArguments' {})", d.argument);
+  }
+}
+
 void resolve_autos(LoadContext& ctx) {
   // "auto" values stand for what the recipe sets, or HF's default where HF has one; anything else
   // would be a silent default. Every "auto" left open is reported at once.
@@ -512,6 +539,8 @@ void resolve_autos(LoadContext& ctx) {
     const HfAutoDefault* hf = hf_default_of(kHfAutoDefaults, a.target);
     if (ctx.explicitly_set(a.target)) {
       ctx.recipe.sources[a.target] += fmt::format(" (filled into \"auto\" at {})", a.where.str());
+    } else if (a.target == "train.steps" && (ctx.explicitly_set("train.epochs") || ctx.explicitly_set("train.tokens"))) {
+      // total_num_steps "auto" beside train.epochs or train.tokens: the steps they derive, as HF's Trainer fills it.
     } else if (a.target == "train.global_batch_size" || a.target == "train.micro_batch_size" ||
                a.target == "train.gradient_accumulation_steps") {
       // The batch triple: "auto" means "not given"; DeepSpeed's inference fills it from the others.

@@ -40,8 +40,8 @@ std::vector<Field> top_fields() {
 std::vector<Field> model_fields() {
   return {
     {"model.family", 0, 0, DS_CHOICES(model.family), "dense: LLaMA-style (deepseek-llm, deepseek-coder); mla_moe: DeepSeek-V2/V3 (MLA + DeepSeekMoE).", DS_ENUM(model.family)},
-    {"model.hf_config", 0, 0, {}, "A Hugging Face config.json, or the model directory holding it (model_type llama, deepseek_v2 or deepseek_v3), to take the model from (relative to the recipe file). Implied by model.init_from when the recipe gives no sizes.", DS_FIELD(model.hf_config)},
-    {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file); its config.json gives the model unless model.hf_config or the sizes are set.", DS_FIELD(model.init_from)},
+    {"model.hf_config", 0, 0, {}, "A Hugging Face config.json, or the model directory holding it (model_type llama, deepseek_v2 or deepseek_v3), to take the model from (relative to the recipe file); a model.* key set beside it overrides that field. Implied by model.init_from.", DS_FIELD(model.hf_config)},
+    {"model.init_from", 0, 0, {}, "Start from the weights of a Hugging Face model directory (relative to the recipe file); its config.json gives the model (unless model.hf_config names another), and a model.* key set beside it overrides that field.", DS_FIELD(model.init_from)},
     {"model.vocab_size", 1, kMaxInt, {}, "Vocabulary size.", DS_FIELD(model.vocab_size)},
     {"model.hidden_size", 1, kMaxInt, {}, "Hidden size H.", DS_FIELD(model.hidden_size)},
     {"model.num_layers", 1, 1024, {}, "Number of decoder layers.", DS_FIELD(model.num_layers)},
@@ -97,6 +97,7 @@ std::vector<Field> data_fields() {
     {"data.packing", 0, 0, DS_CHOICES(data.packing), "Fine-tuning sets (prepare-data --chat): none (a conversation per row, padded), greedy (conversations in order, a new row when the next does not fit) or best_fit (longest first into the fullest row). Conversations are never split; attention and positions stay inside each.", DS_ENUM(data.packing)},
     {"data.reset_positions", 0, 0, {}, "Count RoPE positions from 0 in each document (Megatron's reset_position_ids); needs data.eos_token.", DS_FIELD(data.reset_positions)},
     {"data.eos_token", -1, kMaxInt, {}, "The end-of-document token (256 for prepare-data datasets); -1: none.", DS_FIELD(data.eos_token)},
+    {"data.other_tokenizer", 0, 0, {}, "Accept data prepared with another tokenizer than model.init_from's (refused by default: a vocabulary of the same size is not the same tokens).", DS_FIELD(data.other_tokenizer)},
     {"data.seed", -1, kMaxInt, {}, "Seed of the data order; -1: the run's seed.", DS_FIELD(data.seed)},
     {"data.shard_weights", 0, kInf, {}, "Per-rank share of each global batch, e.g. [2, 1, 1, 1] (faster ranks get more), or auto; empty: equal. The gradient stays that of the whole batch.", DS_FIELD(data.shard_weights)},
     {"data.auto_balance", 0, 0, {}, "Measure each rank's speed for balance_steps, then weight the shares by it (set by shard_weights: auto).", DS_FIELD(data.auto_balance)},
@@ -240,9 +241,15 @@ std::vector<Field> checkpoint_fields() {
 std::vector<Field> logging_fields() {
   return {
     {"logging.steps_per_print", 0, kMaxInt, {}, "Print a metrics line every N steps (0: never).", DS_FIELD(logging.steps_per_print)},
-    {"logging.sinks", 0, 0, DS_CHOICES(logging.sinks), "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files.", DS_ENUM(logging.sinks)},
+    {"logging.sinks", 0, 0, DS_CHOICES(logging.sinks), "Where metrics go: console lines, run_dir/metrics.jsonl, one CSV file per metric, TensorBoard event files, Weights & Biases and MLflow (through their Python SDKs, in a side process of the launcher; WANDB_MODE, WANDB_API_KEY and MLFLOW_TRACKING_URI as the SDKs read them).", DS_ENUM(logging.sinks)},
     {"logging.tensorboard_dir", 0, 0, {}, "TensorBoard event files (ds_config: tensorboard.output_path/job_name); empty: run_dir/tensorboard.", DS_FIELD(logging.tensorboard_dir)},
     {"logging.csv_dir", 0, 0, {}, "CSV files, one per metric (ds_config: csv_monitor.output_path/job_name); empty: run_dir/csv.", DS_FIELD(logging.csv_dir)},
+    {"logging.python", 0, 0, {}, "The Python interpreter whose wandb/mlflow packages the wandb and mlflow sinks use; empty: $DSTRAIN_PYTHON, else python3 on PATH.", DS_FIELD(logging.python)},
+    {"logging.run_name", 0, 0, {}, "The run's name in Weights & Biases and MLflow; empty: the run directory's name.", DS_FIELD(logging.run_name)},
+    {"logging.wandb_project", 0, 0, {}, "Weights & Biases project (ds_config: wandb.project).", DS_FIELD(logging.wandb_project)},
+    {"logging.wandb_entity", 0, 0, {}, "Weights & Biases entity (team); empty: the SDK's default (ds_config: wandb.team).", DS_FIELD(logging.wandb_entity)},
+    {"logging.wandb_group", 0, 0, {}, "Weights & Biases run group (ds_config: wandb.group).", DS_FIELD(logging.wandb_group)},
+    {"logging.mlflow_experiment", 0, 0, {}, "MLflow experiment name.", DS_FIELD(logging.mlflow_experiment)},
     {"logging.wall_clock_breakdown", 0, 0, {}, "Split each step into forward, backward, gradient reduce, parameter gather, optimizer, data and checkpoint time (ds_config wall_clock_breakdown).", DS_FIELD(logging.wall_clock_breakdown)},
     {"logging.straggler_interval", 0, kMaxInt, {}, "Every N steps the ranks' compute and wait times are compared; slow ranks are reported (0: never).", DS_FIELD(logging.straggler_interval)},
     {"logging.straggler_threshold", 0, kInf, {}, "A rank whose compute time exceeds the median by more than this fraction is a straggler.", DS_FIELD(logging.straggler_threshold)},
@@ -338,6 +345,11 @@ std::string did_you_mean(const std::string& key, const std::vector<std::string>&
   for (const auto& c : candidates) {
     const size_t d = edit_distance(key, c);
     if (d < best_d) best_d = d, best = c;
+  }
+  // A key cut short or run on (gradient_clip for gradient_clipping) is as likely a typo.
+  for (const auto& c : candidates) {
+    if (!best.empty() || std::min(key.size(), c.size()) < 6) break;
+    if (c.compare(0, key.size(), key) == 0 || key.compare(0, c.size(), c) == 0) best = c;
   }
   return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
 }

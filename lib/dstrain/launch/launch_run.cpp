@@ -10,6 +10,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -28,6 +29,7 @@
 #include "dstrain/launch/plan.h"
 #include "dstrain/launch/preflight.h"
 #include "dstrain/launch/supervisor.h"
+#include "dstrain/launch/tracker.h"
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/run/store_keys.h"
@@ -168,6 +170,8 @@ int Launcher::run() {
                         options_.resume ? "resuming" : "starting", run_id_, topo_.node_rank, topo_.nnodes, nproc, nproc == 1 ? "" : "s",
                         threads, threads == 1 ? "" : "s", count.why, topo_.master_addr, port_));
   if (topo_.node_rank == 0) log::info(describe_plan(recipe_));
+  std::optional<Tracker> tracker;  // W&B / MLflow: started before any worker, so that a missing SDK stops nothing
+  if (topo_.node_rank == 0 && recipe_.logging.has_tracker()) tracker.emplace(recipe_, run_dir_);
   SupervisorOptions sup = supervisor_options();
   int status = 0;
   for (int generation = 0;; ++generation) {
@@ -193,7 +197,14 @@ int Launcher::run() {
     status = supervise(sup, &failure);
     if (!failure.happened || !restart_after(failure, watch, generation)) break;
   }
+  if (tracker) tracker->finish();
   if (!failures_.empty() && topo_.node_rank == 0) log::warn(root_cause_report(failures_));
+  if (status != 0 && !failures_.empty() && topo_.node_rank == 0 && !stopped_by_)
+    log::warn(ckpt::has_committed_checkpoint(run_dir_.ckpt_dir(recipe_))
+                  ? fmt::format("continue from the newest checkpoint with `dstrain resume {}` (launch.max_restarts / --max-restarts N "
+                                "restarts by itself)",
+                                run_dir_.root())
+                  : fmt::format("the run stopped before its first checkpoint: `dstrain resume {}` starts it again", run_dir_.root()));
   if (stopped_by_) {
     const bool resumable = ckpt::has_committed_checkpoint(run_dir_.ckpt_dir(recipe_));
     log::warn(fmt::format("stopped by {} during the restart backoff; {}", stopped_by_ == SIGINT ? "SIGINT" : "SIGTERM",

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dstrain/config/describe.h"
+#include "dstrain/config/hf_overrides.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/device/training_device.h"
@@ -68,7 +69,7 @@ void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers)
 
 void refuse_mismatched_init_weights(const config::Recipe& recipe) {
   if (recipe.model.init_from.empty()) return;
-  model::check_hf_weights(recipe.model.init_from, model::model_tensor_shapes(recipe.model));
+  model::check_hf_weights(recipe.model.init_from, model::model_tensor_shapes(recipe.model), config::init_weights_hint(recipe));
 }
 
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers) {

@@ -388,8 +388,13 @@ class Group {
   int report_failed(WorkerFailure* failure) const {
     const Child& c = *first_failure_;
     const std::string host = host_name();
-    std::string report = fmt::format("rank {} (pid {} on {}) {}; the other workers were stopped.\nlast lines of {}:", c.rank, c.pid, host,
-                                     describe(c.status), c.log_path);
+    std::string report =
+        fmt::format("rank {} (pid {} on {}) {}; the other workers were stopped.\n", c.rank, c.pid, host, describe(c.status));
+    if (c.tail.empty())
+      report += fmt::format("its log {} is empty: it wrote nothing before it stopped (ranks other than 0 log only warnings and errors)",
+                            c.log_path);
+    else
+      report += fmt::format("last lines of {}:", c.log_path);
     for (const auto& line : c.tail) report += "\n    " + line;
     log::error(report);
     if (failure) {

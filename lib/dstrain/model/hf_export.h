@@ -90,9 +90,10 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
 // What in an HF directory's weights does not fit `tensors` (model_tensor_shapes: missing tensors,
 // other shapes, dtypes dstrain cannot load, FP8 weights without fitting scales), read from the
 // safetensors headers alone; one
-// message each. check_hf_weights throws them as one Error{kCheckpoint} with what to change.
+// message each. check_hf_weights throws them as one Error{kCheckpoint} with `hint` (what to
+// change; empty: the folder's config.json disagrees with its own weights).
 std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors);
-void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors);
+void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors, const std::string& hint = "");
 
 // Writes params and buffers to HF layout (see above).
 void export_hf(const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers, const std::string& out_dir);

@@ -25,10 +25,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kSizesHint =
-    "the model's sizes differ from the weights': drop the sizes from the recipe (model.init_from then takes the weights' own "
-    "config.json), or point model.hf_config at it";
-
 const std::map<std::string, at::ScalarType>& plain_types() {
   static const std::map<std::string, at::ScalarType> types = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
   return types;
@@ -133,7 +129,9 @@ bool HfWeights::stored_alike(const std::string& a, const std::string& b) const {
 
 at::Tensor HfWeights::read(const std::string& name) const {
   const auto [info, file] = impl_->files.find(name);
-  if (!info) throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", impl_->dir, name), kSizesHint);
+  if (!info)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("{}: no tensor '{}'", impl_->dir, name),
+                "the model's sizes differ from the weights': `dstrain train RECIPE --dry-run` checks every tensor and says why");
   c10::NoGradGuard no_grad;
   at::Tensor value;
   if (const auto plain = plain_types().find(info->dtype); plain != plain_types().end()) {
@@ -201,7 +199,7 @@ std::vector<std::string> hf_weight_problems(const std::string& dir, const std::v
   return problems;
 }
 
-void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors) {
+void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors, const std::string& hint) {
   const auto problems = hf_weight_problems(dir, tensors);
   if (problems.empty()) return;
   const size_t shown = std::min<size_t>(problems.size(), 8);
@@ -209,7 +207,10 @@ void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& ten
               fmt::format("model.init_from: {} of the model's {} tensors do not match the weights in {}:\n  {}{}", problems.size(),
                           tensors.size(), dir, fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
                           problems.size() > shown ? fmt::format("\n  ... and {} more", problems.size() - shown) : ""),
-              kSizesHint);
+              hint.empty() ? fmt::format("{}/config.json does not describe the weights beside it: export the folder again, or fix its "
+                                         "config.json",
+                                         dir)
+                           : hint);
 }
 
 namespace {

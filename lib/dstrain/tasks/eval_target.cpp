@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "dstrain/ckpt/checkpoint.h"
@@ -16,6 +17,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/tasks/run_checkpoint.h"
 #include "dstrain/train/eval_sets.h"
 
 namespace dstrain::tasks {
@@ -25,46 +27,6 @@ namespace {
 bool is_hf_folder(const fs::path& p) {
   return fs::is_regular_file(p / "config.json") &&
          (fs::is_regular_file(p / "model.safetensors") || fs::is_regular_file(p / "model.safetensors.index.json"));
-}
-
-std::vector<int64_t> committed_steps(const std::string& root) {
-  std::vector<int64_t> steps;
-  for (const auto& dir : ckpt::checkpoint_candidates(root)) steps.push_back(ckpt::Reader(dir, /*verified=*/true).state().step);
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
-// The checkpoint of a run that --step names ("": the newest that verifies).
-std::string run_checkpoint(const std::string& run, const std::string& root, const std::string& step) {
-  if (step.empty()) {
-    std::vector<std::string> skipped;
-    const auto usable = ckpt::usable_checkpoint(root, &skipped);
-    for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
-    if (!usable)
-      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies (none in {})", run, root),
-                  "train it until its first checkpoint; its logs are in " + run::RunDir(run).log_dir());
-    return *usable;
-  }
-  const std::string have = fmt::format("{}", fmt::join(committed_steps(root), ", "));
-  const std::string hint = have.empty() ? "it has no committed checkpoint yet" : "its committed checkpoints are of steps " + have;
-  if (step == "best") {
-    const auto best = ckpt::best_checkpoint(root);
-    if (!best)
-      throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no best checkpoint ({}/best)", run, root),
-                  "only checkpoint.keep_best with an eval block keeps one; pass --step N (" + hint + ")");
-    return *best;
-  }
-  int64_t n = -1;
-  try {
-    size_t used = 0;
-    n = std::stoll(step, &used);
-    if (used != step.size()) n = -1;
-  } catch (const std::exception&) {}
-  if (n < 0) throw Error(ErrorCode::kUsage, fmt::format("--step '{}' is not a step number or 'best'", step), hint);
-  const std::string dir = (fs::path(root) / ckpt::step_dir_name(n)).string();
-  if (!fs::is_regular_file(fs::path(dir) / "COMMITTED"))
-    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint of step {} ({})", run, n, dir), hint);
-  return dir;
 }
 
 // A checkpoint directory's run: the directory above it, or above its checkpoint directory,
@@ -88,11 +50,31 @@ void fill_from_checkpoint(EvalTarget& t, bool verified) {
   t.written_by = reader.state().world_size;
 }
 
+// --data given a file of records (what prepare-data reads) rather than a dataset: says so
+// before anything else about it. `tokenizer` is the folder whose tokenizer.json to name.
+void refuse_unprepared_data(const EvalFlags& flags, const std::string& tokenizer) {
+  if (!flags.format.empty()) return;  // --format says what the file is
+  for (const auto& d : flags.data) {
+    const std::string name = fs::path(d).filename().string();
+    const bool records = [&] {
+      for (const char* ext : {".jsonl", ".json", ".parquet", ".jsonl.gz", ".json.gz"})
+        if (name.size() > std::strlen(ext) && name.compare(name.size() - std::strlen(ext), std::string::npos, ext) == 0) return true;
+      return false;
+    }();
+    if (records && fs::is_regular_file(d) && !fs::is_regular_file(config::megatron_prefix(d) + ".idx"))
+      throw Error(ErrorCode::kUsage, fmt::format("--data '{}' is a file of records, not a dataset: eval reads what prepare-data writes", d),
+                  fmt::format("tokenize it first: `dstrain prepare-data {} --tokenizer {} --output PREFIX` (it finds conversations by "
+                              "their messages key), then pass --data PREFIX",
+                              d, tokenizer));
+  }
+}
+
 // A recipe for a Hugging Face folder: its config.json gives the model, the data flags the rest.
 config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
   if (flags.data.empty())
     throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) has no evaluation data of its own", dir),
                 "pass --data PATH (prepare-data's output, or a file in --format)");
+  refuse_unprepared_data(flags, dir);
   if (!flags.seq_len)
     throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) does not say how long the windows are", dir),
                 "pass --seq-len N (at most its max_position_embeddings)");
@@ -104,6 +86,7 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
   const bool conversations = format == "megatron" && data::has_loss_mask(config::megatron_prefix(flags.data.front()));
   const std::vector<std::string> sets = {
       "model.init_from=" + dir,
+      "data.other_tokenizer=true",  // every --data set is checked against the folder's tokenizer, as --data (check_sets)
       "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),  // required by the recipe; nothing is written there
       "data.path=" + flags.data.front(),
       "data.format=" + format,
@@ -127,6 +110,8 @@ void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f
     throw Error(ErrorCode::kUsage, fmt::format("{} --name for {} --data sets", f.names.size(), f.data.size()),
                 "give one --name per --data, or none (each set is then named by its file stem)");
   if (!f.data.empty()) {
+    const auto trained_on = config::read_dataset_sidecar(r.data.sources().front());  // the run's tokenizer travels with its data
+    refuse_unprepared_data(f, trained_on && !trained_on->tokenizer_dir.empty() ? trained_on->tokenizer_dir : std::string("DIR"));
     r.eval.paths.clear();
     for (const auto& d : f.data) r.eval.paths.push_back(fs::absolute(d).lexically_normal().string());
     r.eval.names = f.names;
@@ -163,7 +148,7 @@ void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f
 
 // The sets' sidecars against the model (and the training data's tokenizer), the sets opened
 // once (each has a window; every token in the vocabulary is checked by the workers as they read).
-void check_sets(const config::Recipe& r, bool from_flags) {
+void check_sets(const config::Recipe& r, bool from_flags, const std::string& hf_dir) {
   std::vector<std::string> problems = config::sidecar_problems(r, [](const std::string& path) -> std::optional<std::string> {
     if (!fs::is_regular_file(path)) return std::nullopt;
     return read_file(path);
@@ -171,6 +156,10 @@ void check_sets(const config::Recipe& r, bool from_flags) {
   if (from_flags)
     for (auto& p : problems)
       if (p.rfind("eval.paths: ", 0) == 0) p = "--data: " + p.substr(12);
+  if (!hf_dir.empty())  // an HF folder's own tokenizer (hf_recipe leaves this check to here, to name --data)
+    for (const auto& path : r.eval.paths)
+      if (const std::string other = config::other_tokenizer_than(hf_dir, path); !other.empty())
+        problems.push_back("--data: " + other + ": its token ids would mean other words to the model");
   if (!problems.empty())
     throw Error(ErrorCode::kData, fmt::format("{}", fmt::join(problems, "; ")), "evaluate data tokenized with the model's tokenizer");
   for (const auto& path : r.eval.paths) {
@@ -263,7 +252,7 @@ config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags) {
   config::Recipe r =
       target.hf_dir.empty() ? config::read_resolved_config(run::RunDir(target.run_dir).config_path()) : hf_recipe(target.hf_dir, flags);
   check_flags(r, target, flags);
-  check_sets(r, !flags.data.empty());
+  check_sets(r, !flags.data.empty(), target.hf_dir);
   check_weights(r, target);
   return r;
 }

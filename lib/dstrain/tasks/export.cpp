@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
 
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/tasks/run_checkpoint.h"
 #include "dstrain/config/describe.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/recipe.h"
@@ -34,15 +36,16 @@ bool is_model_tensor(const std::string& name) {
   return true;
 }
 
+// --checkpoint: a checkpoint directory, or a step as eval's --step takes it ("best", a number).
 std::string checkpoint_of(const run::RunDir& run_dir, const config::Recipe& recipe, const std::string& given) {
-  if (!given.empty()) return given;
-  std::vector<std::string> skipped;
-  const auto usable = ckpt::usable_checkpoint(run_dir.ckpt_dir(recipe), &skipped);
-  for (const auto& why : skipped) log::warn("skipping a checkpoint that does not verify: " + why);
-  if (!usable)
-    throw Error(ErrorCode::kCheckpoint, fmt::format("run '{}' has no committed checkpoint that verifies", run_dir.root()),
-                "train it first");
-  return *usable;
+  if (!given.empty() && fs::exists(given)) return given;
+  const bool step =
+      given == "best" || (!given.empty() && std::all_of(given.begin(), given.end(), [](char c) { return c >= '0' && c <= '9'; }));
+  if (!given.empty() && !step)
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--checkpoint '{}' is neither a checkpoint directory nor a step ('best' or a number)", given),
+                "pass a directory under the run's ckpt/, a step number, or best");
+  return run_checkpoint(run_dir.root(), run_dir.ckpt_dir(recipe), given, "--checkpoint");
 }
 
 model::HfExportOptions hf_options(const ExportOptions& options) {

@@ -28,7 +28,8 @@ namespace {
 metrics::SinkOptions sink_options(const config::Recipe& r, const run::RunDir& run_dir, int64_t keep_through_step) {
   metrics::SinkOptions o;
   o.keep_through_step = keep_through_step;
-  if (r.logging.has_sink(config::Sink::kJsonl)) o.jsonl_path = run_dir.metrics_path();
+  // The wandb and mlflow sinks follow metrics.jsonl (launch/tracker.h).
+  if (r.logging.has_sink(config::Sink::kJsonl) || r.logging.has_tracker()) o.jsonl_path = run_dir.metrics_path();
   if (r.logging.has_sink(config::Sink::kCsv)) o.csv_dir = r.logging.csv_dir.empty() ? run_dir.root() + "/csv" : r.logging.csv_dir;
   if (r.logging.has_sink(config::Sink::kTensorboard))
     o.tensorboard_dir = r.logging.tensorboard_dir.empty() ? run_dir.root() + "/tensorboard" : r.logging.tensorboard_dir;

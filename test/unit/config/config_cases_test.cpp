@@ -318,6 +318,19 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.recipe.schedule.warmup_steps == 0);
          CHECK_THAT(o.recipe.sources.at("schedule.cycle_max_lr"), Catch::Contains("ds.json:1:"));
        }},
+      {"DeepSpeed's wandb monitor turns on the wandb sink, team as the entity",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"wandb": {"enabled": true, "team": "t", "group": "g", "project": "p"}})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.logging.has_sink(config::Sink::kWandb));
+         CHECK(o.recipe.logging.has_tracker());
+         CHECK(o.recipe.logging.wandb_entity == "t");
+         CHECK(o.recipe.logging.wandb_group == "g");
+         CHECK(o.recipe.logging.wandb_project == "p");
+         CHECK_THAT(o.recipe.sources.at("logging.wandb_entity"), Catch::Contains("ds.json:1:"));
+       }},
       {"unknown top-level keys warn instead of vanishing",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"comms_config": {"x": 1}})",
@@ -325,6 +338,17 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
        [](const Outcome& o) {
          REQUIRE(o.ok);
          CHECK_THAT(o.warnings, Catch::Contains("comms_config: unknown top-level key"));
+       }},
+      {"a top-level key close to a known one is refused with the right name: it would leave that setting at its default",
+       "train: {steps: 10, micro_batch_size: 2}\n",
+       R"({"gradient_clip": 0.5, "train_micro_batch_size": 2})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE_FALSE(o.ok);
+         CHECK_THAT(o.error, Catch::Contains("gradient_clip: unknown top-level key (did you mean 'gradient_clipping'?); DeepSpeed would "
+                                             "ignore it and leave that setting at its default, so dstrain refuses it"));
+         CHECK_THAT(o.error, Catch::Contains("train_micro_batch_size: unknown top-level key (did you mean "
+                                             "'train_micro_batch_size_per_gpu'?)"));
        }},
       {"harmless unimplemented keys warn when set",
        "train: {steps: 10, micro_batch_size: 2}\n",
@@ -657,10 +681,6 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": "0"}}})",
        {"scheduler.params.warmup_min_lr: expected a number, found the string \"0\""}},
-      {"an HF Trainer \"auto\" the recipe cannot fill (HF fills it from TrainingArguments' warmup_steps)",
-       "train: {steps: 10, micro_batch_size: 2}\n",
-       R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": "auto"}}})",
-       {"scheduler.params.warmup_num_steps is \"auto\", but the recipe does not set schedule.warmup_steps"}},
       {"MoE hf_config",
        "model: {hf_config: v3.json}\ntrain: {steps: 10, micro_batch_size: 2}\n",
        "",

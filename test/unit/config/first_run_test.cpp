@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "dstrain/config/describe.h"
+#include "dstrain/config/hf_overrides.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/prepare.h"
@@ -108,10 +109,49 @@ TEST_CASE("model.init_from takes the model from the weights' config.json; model.
     }
     CHECK(r.model.hidden_size == 48);
   }
-  SECTION("sizes in the recipe: they are the model (and the weights' shapes are checked against them)") {
-    const config::Recipe r = config::load_recipe(write(dir.path() + "/r.yaml", base + "model: {init_from: hf, hidden_size: 64}\n"));
-    CHECK(r.model.hidden_size == 64);
-    CHECK(r.model.hf_config.empty());
+  SECTION("a size beside init_from overrides that field of config.json, in the recipe and in --set alike") {
+    const config::Recipe r = config::load_recipe(write(dir.path() + "/r.yaml", base + "model: {init_from: hf, max_seq_len: 128}\n"));
+    CHECK(r.model.max_seq_len == 128);
+    CHECK(r.model.hidden_size == 48);  // the rest still from config.json
+    CHECK(r.model.hf_config == dir.path() + "/hf/config.json");
+    CHECK_THAT(r.sources.at("model.max_seq_len"), Catch::StartsWith(dir.path() + "/r.yaml:"));
+    const auto over = config::model_keys_over_hf_config(r);
+    REQUIRE(over.size() == 1);
+    CHECK_THAT(over[0], Catch::StartsWith("model.max_seq_len 128 (" + dir.path() + "/r.yaml:"));
+    const config::Recipe s =
+        config::load_recipe(write(dir.path() + "/s.yaml", base + "model: {init_from: hf}\n"), {"model.max_seq_len=128"});
+    CHECK(s.model.max_seq_len == 128);
+    CHECK(s.model.num_layers == 3);
+    CHECK(s.sources.at("model.max_seq_len") == "--set");
+    CHECK_THAT(config::init_weights_hint(s),
+               Catch::StartsWith("model.max_seq_len 128 (--set) overrides " + dir.path() + "/hf/config.json"));
+    CHECK_THAT(config::init_weights_hint(config::load_recipe(dir.path() + "/s.yaml")),
+               Catch::Contains("/hf/config.json does not describe the weights beside it"));
+  }
+  SECTION("with init_from, the optimizer a recipe leaves out is HF TrainingArguments', said as such; what it sets stays") {
+    const config::Recipe r =
+        config::load_recipe(write(dir.path() + "/r.yaml", base + "model: {init_from: hf}\noptimizer: {beta2: 0.98}\n"));
+    CHECK(r.optimizer.lr == 5e-5);
+    CHECK(r.optimizer.weight_decay == 0.0);
+    CHECK(r.optimizer.beta2 == 0.98);
+    CHECK(r.sources.at("optimizer.lr") == "fine-tuning default with model.init_from (HF TrainingArguments' learning_rate)");
+    CHECK(r.sources.at("optimizer.weight_decay") == "fine-tuning default with model.init_from (HF TrainingArguments' weight_decay)");
+    const config::Recipe p = config::load_recipe(write(dir.path() + "/p.yaml", base + "model: {hf_config: hf}\n"));
+    CHECK(p.optimizer.lr == 3e-3);  // pretraining from config.json alone keeps pretraining's defaults
+  }
+  SECTION("a wrong recipe-relative path says paths are relative to the recipe, and which one exists") {
+    std::filesystem::create_directories(dir.path() + "/sub");
+    struct InDir {
+      std::filesystem::path was = std::filesystem::current_path();
+      explicit InDir(const std::string& dir) { std::filesystem::current_path(dir); }
+      ~InDir() { std::filesystem::current_path(was); }
+    };
+    const InDir in(dir.path());
+    const std::string what = load_error(write(dir.path() + "/sub/r.yaml", base + "model: {init_from: hf}\n")).what();
+    CHECK_THAT(what, Catch::Contains("model.init_from: '" + dir.path() +
+                                     "/sub/hf' is not a directory (a recipe's paths are relative to its "
+                                     "own directory, " +
+                                     dir.path() + "/sub; '" + dir.path() + "/hf' from the current directory exists: write ../hf)"));
   }
   SECTION("hf_config names the directory") {
     const config::Recipe r = config::load_recipe(write(dir.path() + "/r.yaml", base + "model: {hf_config: hf}\n"));
@@ -146,18 +186,25 @@ TEST_CASE("Hugging Face's stock ds_config_zero2.json: every open \"auto\" at onc
   const std::string base =
       "run_dir: run\nds_config: ds_config_zero2.json\ndata: {path: data.txt, seq_len: 32}\nmodel: {max_seq_len: 32}\n"
       "train: {steps: 20, micro_batch_size: 2}\n";
-  SECTION("the recipe sets nothing: one error lists precision, lr and warmup, and nothing HF would fill") {
+  SECTION("the recipe sets nothing: pretraining's lr is the one error; precision and warmup are HF's defaults") {
     const Error e = load_error(write(dir.path() + "/r.yaml", base));
     const std::string what = e.what();
     CHECK(e.code() == ErrorCode::kConfig);
-    CHECK_THAT(what, Catch::Contains("3 problems in the configuration"));
-    CHECK_THAT(what, Catch::Contains("fp16.enabled and bf16.enabled are \"auto\", but the recipe does not set precision.dtype"));
+    CHECK_THAT(what, Catch::Contains("1 problem in the configuration"));
     CHECK_THAT(what, Catch::Contains("optimizer.params.lr and scheduler.params.warmup_max_lr are \"auto\", but the recipe does not set "
                                      "optimizer.lr"));
-    CHECK_THAT(what, Catch::Contains("scheduler.params.warmup_num_steps is \"auto\", but the recipe does not set schedule.warmup_steps"));
     CHECK_THAT(what, Catch::Contains("HF TrainingArguments' learning_rate defaults to 5e-05"));
-    for (const char* filled : {"params.betas", "params.eps", "params.weight_decay", "gradient_clipping"})
+    for (const char* filled : {"params.betas", "params.eps", "params.weight_decay", "gradient_clipping", "precision", "warmup_num_steps"})
       CHECK_THAT(what, !Catch::Contains(filled));
+  }
+  SECTION("with only lr set: fp32 and no warmup, as HF's TrainingArguments fill the \"auto\"s, each with that source") {
+    const config::Recipe r = config::load_recipe(write(dir.path() + "/r.yaml", base + "optimizer: {lr: 2.0e-5}\n"));
+    CHECK(r.precision.dtype == config::Dtype::kFp32);
+    CHECK_THAT(r.sources.at("precision.dtype"),
+               Catch::Contains("fp16.enabled and bf16.enabled are \"auto\" and the recipe sets no precision.dtype: fp32, as HF "
+                               "TrainingArguments' fp16/bf16 default to False"));
+    CHECK(r.schedule.warmup_steps == 0);
+    CHECK_THAT(r.sources.at("schedule.warmup_steps"), Catch::Contains("the default of HF TrainingArguments' warmup_steps"));
   }
   SECTION("with those three set it runs, with HF's optimizer defaults and its sources; steps_per_print is said once") {
     const config::Recipe r = config::load_recipe(
