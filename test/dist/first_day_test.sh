@@ -56,6 +56,14 @@ done < readme.cmds
 [ -f models/sft/tokenizer.json ] && grep -q chat_template models/sft/tokenizer_config.json || fail "the export lacks the tokenizer or template"
 ok "README's fine-tune block as written: prepare-data, --dry-run, train, eval --step best, export-hf --checkpoint best, chat in transformers"
 
+# One story in the docs: the limits up front; pipeline parallelism and the optimizer's device told alike.
+grep -q "^## What dstrain does not do yet" "$SRC/README.md" || fail "README.md lists no limits up front"
+grep -q "NCCL across 2+ GPUs has not run on real GPUs yet" <(sed -n '/^## What dstrain does not do yet/,/^## /p' "$SRC/README.md") ||
+  fail "the multi-GPU status is not in the README's limits"
+! grep -q "not yet run\|always runs today\|planned but not built" "$SRC/recipes/README.md" "$SRC/docs/ARCHITECTURE.md" ||
+  fail "recipes/README.md or docs/ARCHITECTURE.md still says pipeline parallelism does not run, or where the optimizer always runs"
+ok "the docs list what dstrain does not do yet, and tell pipeline parallelism and the optimizer's device as the README does"
+
 ft=(--set run_dir=runs/x --set train.epochs=0 --set train.steps=2 --set schedule.warmup_steps=0 --set launch.threads_per_worker=1)
 
 # --- (a) data prepared with another tokenizer of the same vocabulary size ----------------------

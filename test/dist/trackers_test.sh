@@ -129,6 +129,21 @@ print(f"{len(want)} metrics x {len(steps)} steps in MLflow and W&B")
 PY
 ok "MLflow (file store) and W&B (offline) hold every metric of metrics.jsonl at its step, the config as parameters, the charts as artifacts"
 
+# A rank started by another launcher (torchrun's variables): rank 0 hosts the side process.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port TORCHELASTIC_RUN_ID=tr \
+  expect_status 0 "$DSTRAIN" train "$demo_recipe" --set train.steps=6 --set schedule.warmup_steps=1 --set checkpoint.interval_steps=0 \
+  --set logging.python="$py" --set 'logging.sinks=[console, mlflow]' --set logging.run_name=as-rank --set run_dir=asrank
+"$py" - asrank "$WORK/mlruns" <<'PY' || fail "a rank started by torchrun did not log to MLflow"
+import json, os, sys
+from mlflow.tracking import MlflowClient
+state = json.load(open(os.path.join(sys.argv[1], "tracker.json")))
+losses = [json.loads(l)["loss"] for l in open(os.path.join(sys.argv[1], "metrics.jsonl")) if '"loss"' in l]
+got = [m.value for m in sorted(MlflowClient(f"file://{sys.argv[2]}").get_metric_history(state["mlflow_run_id"], "loss"), key=lambda m: m.step)]
+assert len(losses) == 6 and got == losses, (got, losses)
+PY
+ok "a rank started with torchrun's variables (no dstrain launcher): rank 0 hosts the side process; MLflow holds its 6 losses"
+
 # A missing SDK or interpreter stops the run before any worker starts, saying what to install.
 python3 -c 'import wandb' 2>/dev/null && { echo "SKIP: the system python3 has wandb"; finish; exit 0; }
 expect_status 5 "$DSTRAIN" train "$demo_recipe" "${run[@]}" --set train.steps=4 --set run_dir=nosdk --set logging.python=python3

@@ -19,6 +19,7 @@
 #include "dstrain/launch/failures.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/preflight.h"
+#include "dstrain/launch/tracker.h"
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/run/run_lock.h"
@@ -71,6 +72,7 @@ int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) 
   starting.emplace(topo.rank, "startup (waiting for rank 0 to prepare the run directory)",
                    [&recipe] { return train::startup_stop_status(recipe.run_dir); });
   std::optional<run::RunDirLock> lock;  // rank 0 holds the run directory for the job's lifetime
+  std::optional<Tracker> tracker;       // rank 0 hosts the wandb/mlflow side process (no launcher here)
   if (topo.rank == 0) {
     lock.emplace(recipe.run_dir);
     for (const auto& warning : recipe.warnings) log::warn(warning);
@@ -78,6 +80,7 @@ int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) 
       run_dir.check_resumable(recipe);
     else if (!restarted)
       run_dir.prepare_new(recipe);
+    if (recipe.logging.has_tracker()) tracker.emplace(recipe, run_dir);  // before the mark: a missing SDK stops the job here
     write_file_atomic(mark, run_id);
   } else {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -99,7 +102,9 @@ int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) 
   env.resume = resume;
   env.resume_from = options.resume_from;
   env.env_check = options.env_check;
-  return train::run_worker(env);
+  const int status = train::run_worker(env);
+  if (tracker) tracker->finish();
+  return status;
 }
 
 }  // namespace
