@@ -24,6 +24,7 @@
 #include "dstrain/model/layers.h"
 #include "dstrain/model/mla_moe_model.h"
 #include "dstrain/model/moe_experts.h"
+#include "gpu/moe_experts_check.h"
 #include "tiny_models.h"
 
 using namespace dstrain;
@@ -110,6 +111,22 @@ TEST_CASE("grouped routed experts equal a dense per-expert reference, values and
     CHECK(worst(grad_or_zeros(grouped.up[e]), grad_or_zeros(dense.up[e])) <= 1e-6);
     CHECK(worst(grad_or_zeros(grouped.down[e]), grad_or_zeros(dense.down[e])) <= 1e-6);
   }
+}
+
+TEST_CASE("gpu.kernels' expert check runs on the CPU: grouped GEMMs against the loop, fp32, every gradient", "[model][moe]") {
+  // The GPU test's own code (moe_experts_check.h) on the CPU, so that its plumbing is tested
+  // where there is no GPU: it joined [I, H] and [H, I] gradients along dim 1 and failed on every GPU.
+  const auto c = dstrain::test::expert_case(at::kCPU, at::kFloat);
+  std::string unavailable;
+  const auto grouped = dstrain::test::run_experts(c, model::ExpertKernels::kGroupedMm, &unavailable);
+  INFO(unavailable);
+  REQUIRE(grouped);
+  const auto loop = dstrain::test::run_experts(c, model::ExpertKernels::kLoop, nullptr);
+  REQUIRE(loop);
+  CHECK(grouped->grad_experts.numel() == c.experts * 3 * 128 * 256);
+  for (const double d : dstrain::test::expert_differences(*grouped, *loop)) CHECK(d < 1e-5);
+  // Expert 5 got no rows: its gradients are zeros, joined all the same.
+  CHECK(loop->grad_experts.slice(0, 5 * 3 * 128 * 256, 6 * 3 * 128 * 256).abs().max().item<float>() == 0.0f);
 }
 
 TEST_CASE("expert parallelism over 2 and 4 ranks gives the one-rank outputs and gradients", "[model][moe][expert-parallel]") {
