@@ -6,7 +6,8 @@
 #   scripts/compare-builds.sh OLD_DSTRAIN NEW_DSTRAIN [WORK_DIR]
 # The configurations: the demo (document mask, 2 ranks), ZeRO-3 bf16, fp16 ZeRO-2 with an injected
 # overflow, a NaN loss rolled back, weighted shares, tiny-mla-moe at ZeRO-1, expert parallelism,
-# activation checkpointing with the chunked loss, and optimizer offload. Then the old binary's demo
+# activation checkpointing with the chunked loss, optimizer offload, a 2-stage 1F1B pipeline, and
+# multi-token prediction over packed documents. Then the old binary's demo
 # checkpoint of step 50 is resumed by the new binary, which must continue exactly as the old did.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -33,6 +34,8 @@ configs=(
   "expert_parallel||$moe --set moe.expert_parallel_size=2 --set zero.stage=2 --set train.steps=20"
   "recompute_chunked||$demo --set train.activation_checkpointing=full --set train.loss_chunk_tokens=64 --set zero.stage=3 --set train.steps=20"
   "offload||$demo --set zero.stage=2 --set zero.offload_optimizer=cpu --set train.steps=20"
+  "pipeline_1f1b||$demo --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=1f1b --set model.num_layers=4 --set train.global_batch_size=16 --set train.micro_batch_size=2 --set train.steps=20"
+  "mtp_documents||$moe --set model.mtp_depth=2 --set data.document_mask=true --set data.eos_token=10 --set train.micro_batch_size=2 --set train.global_batch_size=8 --set train.steps=20"
 )
 status=0
 printf '%-18s %6s  %s\n' config steps result

@@ -8,6 +8,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
+#include "dstrain/model/freeze.h"
 #include "dstrain/tasks/env_task.h"
 #include "dstrain/train/fine_tuning_data.h"
 #include "launch_flags.h"
@@ -73,7 +74,8 @@ void register_check_env(CLI::App& app, Run& run) {
         // Data this node lacks is what the check is for: reported among the facts, on every rank.
         config::LoadOptions lenient;
         lenient.data_may_be_missing = true;
-        lenient.packed_rows = train::packed_rows_of;  // train.epochs (plan_recipe sets it too; --local needs it here)
+        lenient.packed_rows = train::packed_rows_of;
+        lenient.frozen_counts = model::frozen_counts_of;  // train.epochs (plan_recipe sets it too; --local needs it here)
         if (args->local) {
           recipe = config::load_recipe(args->recipe, args->overrides, {}, lenient);
         } else {

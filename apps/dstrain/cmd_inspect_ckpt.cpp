@@ -93,6 +93,17 @@ int inspect(const Options& o) {
   for (const auto& f : in.files) ok &= f.ok, bytes += f.bytes;
   int64_t elements = 0;
   for (const auto& t : in.tensors) elements += t.numel();
+  // Frozen parameters (train.freeze) are saved as values alone: a parameter whose exp_avg is absent.
+  std::set<std::string> names;
+  for (const auto& t : in.tensors) names.insert(t.name);
+  int64_t frozen = 0, frozen_elements = 0;
+  const bool has_optimizer_state =
+      std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.rfind("exp_avg.", 0) == 0; });
+  auto is_parameter = [](const std::string& n) {  // the model's tensors but its buffer (V3's selection bias)
+    return (n.rfind("model.", 0) == 0 || n.rfind("lm_head.", 0) == 0) && n.find("e_score_correction_bias") == std::string::npos;
+  };
+  for (const auto& t : in.tensors)
+    if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
   nlohmann::json j;
   if (o.json) {
     j = {{"dir", in.dir},
@@ -110,6 +121,7 @@ int inspect(const Options& o) {
          {"elements", elements},
          {"ok", ok},
          {"manifest_problem", in.manifest_problem},
+         {"frozen_parameters", frozen},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
     for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
@@ -121,6 +133,8 @@ int inspect(const Options& o) {
         in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.tokens_consumed, in.state.samples_consumed,
         in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash,
         in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
+    if (frozen > 0)
+      fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state (train.freeze)\n", frozen, frozen_elements);
   }
   if (o.tensors && ok) {
     const ckpt::Reader reader(dir);

@@ -2,17 +2,18 @@
 """An independent fine-tuning loop in PyTorch + transformers, the reference for dstrain's
 training on conversations (issue 38).
 
-  finetune_reference.py model OUT --vocab V
-      a tiny LlamaForCausalLM (fp32, random weights from a fixed seed), saved as an HF folder that
-      both sides start from (dstrain through model.init_from)
+  finetune_reference.py model OUT --vocab V [--family llama|deepseek_v3]
+      a tiny LlamaForCausalLM (or DeepseekV3ForCausalLM: MLA and DeepSeekMoE) (fp32, random weights
+      from a fixed seed), saved as an HF folder that both sides start from (dstrain through model.init_from)
   finetune_reference.py train MODEL PREFIX OUT.json --steps N --seq-len T [optimizer options]
       fine-tunes MODEL on dstrain's dataset PREFIX (.bin/.idx/.lossmask): each conversation one row
       padded to T (data.packing none), every step the whole set (so the order within a step does
       not matter); the loss is the sum of the token losses over the step's trained tokens, as
       transformers >= 4.54 computes it with num_items_in_batch; clipping as torch's
       clip_grad_norm_; torch.optim.AdamW with decay on matrices only; linear warmup from
-      lr x (step + 1) / warmup, then cosine to lr x min_lr_ratio. Writes the per-step losses and
-      gradient norms.
+      lr x (step + 1) / warmup, then cosine to lr x min_lr_ratio. --freeze GLOB...: the parameters
+      whose names match get requires_grad=False (train.freeze's reference). Writes the per-step
+      losses and gradient norms.
   finetune_reference.py compare OUT.json METRICS.jsonl --rtol R --grad-rtol G
       dstrain's per-step losses and LRs (within R) and gradient norms (within G) against the reference's
   finetune_reference.py eval MODEL PREFIX --seq-len T
@@ -21,6 +22,7 @@ training on conversations (issue 38).
       {"val_loss", "val_tokens", "conversations"} as JSON
 """
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -32,6 +34,17 @@ import torch
 def make_model(args):
     import transformers
     torch.manual_seed(11)
+    if args.family == "deepseek_v3":
+        config = transformers.DeepseekV3Config(
+            vocab_size=args.vocab, hidden_size=64, intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4, routed_scaling_factor=2.5,
+            kv_lora_rank=16, q_lora_rank=32, qk_rope_head_dim=8, v_head_dim=16, qk_nope_head_dim=16, n_group=2, topk_group=1,
+            num_experts_per_tok=2, first_k_dense_replace=1, norm_topk_prob=True, max_position_embeddings=args.max_positions,
+            rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False, initializer_range=0.05)
+        model = transformers.DeepseekV3ForCausalLM(config).to(torch.float32)
+        model.save_pretrained(args.out, safe_serialization=True)
+        print(f"{args.out}: DeepseekV3ForCausalLM, {sum(p.numel() for p in model.parameters())} parameters")
+        return
     config = transformers.LlamaConfig(vocab_size=args.vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=args.max_positions,
                                       rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False, attention_bias=False,
@@ -72,8 +85,12 @@ def train(args):
     model.train()
     tokens, labels = rows_of(args.prefix, args.seq_len)
     trained = int((labels != -100).sum())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    plain = [p for p in model.parameters() if p.dim() < 2]
+    for name, p in model.named_parameters():
+        if any(fnmatch.fnmatchcase(name, g) for g in args.freeze):
+            p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]
+    plain = [p for p in params if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay}, {"params": plain, "weight_decay": 0.0}], lr=args.lr,
                             betas=(args.beta1, args.beta2), eps=args.eps)
     out = []
@@ -85,8 +102,8 @@ def train(args):
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100,
                                                  reduction="sum") / trained
         loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip) if args.clip > 0 else torch.sqrt(
-            sum(p.grad.pow(2).sum() for p in model.parameters()))
+        norm = torch.nn.utils.clip_grad_norm_(params, args.clip) if args.clip > 0 else torch.sqrt(
+            sum(p.grad.pow(2).sum() for p in params))
         opt.step()
         out.append({"step": step + 1, "loss": loss.item(), "grad_norm": float(norm), "lr": lr_at(args, step)})
     json.dump({"conversations": len(tokens), "trained_tokens": trained, "steps": out}, open(args.out, "w"), indent=1)
@@ -130,6 +147,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("model")
     p.add_argument("out"), p.add_argument("--vocab", type=int, required=True), p.add_argument("--max-positions", type=int, default=64)
+    p.add_argument("--family", choices=["llama", "deepseek_v3"], default="llama")
     p = sub.add_parser("train")
     p.add_argument("model"), p.add_argument("prefix"), p.add_argument("out")
     p.add_argument("--steps", type=int, required=True), p.add_argument("--seq-len", type=int, required=True)
@@ -137,6 +155,7 @@ def main():
     p.add_argument("--min-lr-ratio", type=float, default=0.1), p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta1", type=float, default=0.9), p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--eps", type=float, default=1e-8), p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--freeze", nargs="*", default=[])
     p = sub.add_parser("compare")
     p.add_argument("reference"), p.add_argument("metrics"), p.add_argument("--rtol", type=float, default=1e-5)
     p.add_argument("--grad-rtol", type=float, default=1e-4)  # a norm over every gradient: rounding adds up

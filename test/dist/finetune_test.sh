@@ -194,6 +194,24 @@ expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=ref --nproc-per-node 2
 "$py" "$fr" compare ref.json ref/metrics.jsonl --rtol 1e-5 || fail "dstrain's fine-tuning differs from the PyTorch reference"
 ok "30 steps (train.epochs 30) on 2 ranks x micro 4 x accumulation 3 equal a PyTorch + transformers loop's losses and LRs within 1e-5, gradient norms within 1e-4"
 
+# train.freeze against PyTorch's requires_grad=False on the same tensors (issue 57): the dense
+# model and a DeepSeek-V3 (MLA + MoE, its routed experts frozen too), 10 steps on 2 ranks at ZeRO 3.
+"$py" "$fr" model hf-v3 --vocab 3000 --family deepseek_v3 >/dev/null || fail "the reference DeepSeek-V3 could not be made"
+for family in llama v3; do
+  model=hf globs=('model.embed_tokens.*' 'model.layers.0.*') extra=()
+  if [ "$family" = v3 ]; then
+    model=hf-v3 globs+=('*.mlp.experts.*') extra=(--set model.aux_loss_alpha=0 --set model.bias_update_speed=0)
+  fi
+  list=$(printf '"%s", ' "${globs[@]}")
+  expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=frozen-$family --set model.init_from=$model --set train.epochs=0 \
+    --set train.steps=10 --set eval.interval_steps=0 --set zero.stage=3 --set "train.freeze=[${list%, }]" "${extra[@]}" --nproc-per-node 2
+  "$py" "$fr" train $model sft24 frozen-$family.json --steps 10 --seq-len 64 --lr 2e-3 --warmup 3 --min-lr-ratio 0.1 --weight-decay 0.1 \
+    --freeze "${globs[@]}" || fail "the reference loop with frozen parameters failed"
+  "$py" "$fr" compare frozen-$family.json frozen-$family/metrics.jsonl --rtol 1e-6 --grad-rtol 1e-4 \
+    || fail "$family: dstrain's train.freeze differs from PyTorch's requires_grad=False"
+done
+ok "train.freeze (embeddings, layer 0; the V3's routed experts too) equals PyTorch's requires_grad=False over 10 steps at ZeRO 3 on 2 ranks: losses and LRs within 1e-6, gradient norms within 1e-4, the dense model and DeepSeek-V3"
+
 # A fine-tuning set in eval.paths: the loss on its trained tokens, as transformers computes it from
 # the exported weights (each conversation alone in a row) and as dstrain eval computes it from the
 # export; the export ships the chat template the conversations were rendered with.

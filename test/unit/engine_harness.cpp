@@ -2,10 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/thread_communicator.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/model/freeze.h"
 #include "dstrain/model/loss.h"
 #include "dstrain/train/micro_batch_schedule.h"
 #include "model/tiny_models.h"
@@ -98,9 +103,16 @@ void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& rec
   const model::NamedTensors full = comm.rank() == 0 ? engine.full_state() : model::NamedTensors{};
   engine.gather_full_state(full);
   if (comm.rank() != 0) return;
-  const size_t np = full.size() / 3;
+  // The parameters' own entries, then exp_avg.* and exp_avg_sq.* of the trained ones.
   std::vector<at::Tensor> master, second;
-  for (size_t i = 0; i < np; ++i) master.push_back(full[i].tensor.reshape({-1})), second.push_back(full[2 * np + i].tensor.reshape({-1}));
+  for (const auto& t : full) {
+    if (t.name.rfind("exp_avg_sq.", 0) == 0) {
+      second.push_back(t.tensor.reshape({-1}));
+    } else if (t.name.rfind("exp_avg.", 0) != 0) {
+      master.push_back(t.tensor.reshape({-1}));
+      record.names.push_back(t.name), record.numels.push_back(t.tensor.numel());
+    }
+  }
   record.master = at::cat(master);
   record.exp_avg_sq = at::cat(second);
 }
@@ -114,6 +126,8 @@ EngineRun run_engine(const EngineSpec& spec) {
     const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel)
                                                 : make_tiny_model(spec.dtype);
     model->set_activation_checkpointing(spec.recompute);
+    if (!spec.freeze.empty())
+      model::apply_frozen_set(*model, model::frozen_set(spec.expert_parallel > 0 ? tiny_moe_config() : tiny_model_config(), spec.freeze));
     if (comm.rank() == 0) {
       std::vector<at::Tensor> flat;
       for (const auto& p : model->parameters()) flat.push_back(p.tensor.detach().to(at::kFloat).reshape({-1}));
@@ -125,6 +139,13 @@ EngineRun run_engine(const EngineSpec& spec) {
     if (comm.rank() == 0) record.memory = engine.memory(), record.parameters = model->num_parameters();
   });
   return record;
+}
+
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("worst_relative: series of different lengths");
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-12));
+  return worst;
 }
 
 }  // namespace dstrain::test

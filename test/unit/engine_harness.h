@@ -43,14 +43,17 @@ struct EngineSpec {
   bool delayed_update = false;  // with offload
   int64_t delayed_after = 0;    // updates applied without delay first
   double lr = 1e-2;
+  std::vector<std::string> freeze;  // train.freeze: these parameters do not train
 };
 
 struct EngineRun {  // rank 0's view
   std::vector<double> losses, grad_norms, scales;
   std::vector<bool> skipped;
   int64_t skipped_steps = 0;
-  at::Tensor master, exp_avg_sq;  // every parameter's, flattened and concatenated
-  at::Tensor initial;             // rank 0's model parameters before training, in the same order (all of them when one rank holds all)
+  at::Tensor master, exp_avg_sq;   // every parameter's (exp_avg_sq: every trained one's), flattened and concatenated
+  std::vector<std::string> names;  // the parameters in `master`'s order, with their element counts
+  std::vector<int64_t> numels;
+  at::Tensor initial;  // rank 0's model parameters before training, in the same order (all of them when one rank holds all)
   zero::MemoryReport memory;
   int64_t parameters = 0;
 };
@@ -67,5 +70,7 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
 void gather_state(zero::Engine& engine, comm::Communicator& comm, EngineRun& record);
 // A whole run: model, engine, spec.steps steps, the gathered state.
 EngineRun run_engine(const EngineSpec& spec);
+// The largest |a - b| / |b| over two equally long series (a test failure when their lengths differ).
+double worst_relative(const std::vector<double>& a, const std::vector<double>& b);
 
 }  // namespace dstrain::test

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <tuple>
 
 #include "dstrain/config/pipeline_plan.h"
 #include "dstrain/config/schema.h"
@@ -82,29 +83,35 @@ RankParameters rank_parameters(const Recipe& r) {
   out.experts = static_cast<double>(c.routed) / ep;                  // this rank's block of every MoE layer's routed experts
   const double ranks = static_cast<double>(r.data_parallel_size());  // the world, less a pipeline's other stages
   out.dense_ranks = ranks, out.expert_ranks = ranks / ep;
-  out.shard = r.zero.stage == 0 ? out.dense + out.experts : out.dense / out.dense_ranks + out.experts / out.expert_ranks;
+  const int last_group = static_cast<int>(r.model.num_layers) + 1;
+  out.frozen_dense = r.frozen.in_groups(0, last_group, false), out.frozen_experts = r.frozen.in_groups(0, last_group, true) / ep;
+  const double dense_trained = out.dense - out.frozen_dense, experts_trained = out.experts - out.frozen_experts;
+  out.shard = r.zero.stage == 0 ? dense_trained + experts_trained : dense_trained / out.dense_ranks + experts_trained / out.expert_ranks;
   return out;
 }
 
 ModelStateMemory model_state_memory(const Recipe& r) {
   const RankParameters held = rank_parameters(r);
-  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks);
+  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.frozen_dense, held.frozen_experts);
 }
 
-ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_ranks, double experts, double expert_ranks) {
+ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_ranks, double experts, double expert_ranks,
+                                   double frozen_dense, double frozen_experts) {
   const bool mixed = r.precision.dtype != Dtype::kFp32;
   // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
   ModelStateMemory mem{0, 0};
   // The dense parameters are sharded over the world, the routed experts (expert parallelism)
   // over the ranks holding the same block.
-  for (const auto& [psi, n] : {std::pair{dense, dense_ranks}, std::pair{experts, expert_ranks}}) {
+  // Frozen parameters keep their values only: no gradient, master copy or Adam states.
+  for (const auto& [psi, n, frozen] : {std::tuple{dense, dense_ranks, frozen_dense}, std::tuple{experts, expert_ranks, frozen_experts}}) {
     double p = param, g = grad, s = states;
     if (r.zero.stage >= 1) s /= n;
     if (r.zero.stage >= 2) g /= n;
     if (r.zero.stage >= 3) p /= n;
-    mem.device_bytes += psi * (p + g + s);
-    if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= psi * s, mem.host_bytes += psi * s;
+    const double trained = psi - frozen;
+    mem.device_bytes += psi * p + trained * (g + s);
+    if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= trained * s, mem.host_bytes += trained * s;
     if (param_shard_on_host(r)) mem.device_bytes -= psi * p, mem.host_bytes += psi * p;
   }
   return mem;
@@ -202,6 +209,22 @@ std::string count_text(double v) {
 }
 
 namespace {
+// train.freeze: what trains, what does not, and the model states it saves per rank.
+std::string frozen_text(const Recipe& r) {
+  const int last = static_cast<int>(r.model.num_layers) + 1;
+  const double total = static_cast<double>(parameter_counts(r.model).total);
+  const double frozen = r.frozen.in_groups(0, last, false) + r.frozen.in_groups(0, last, true);
+  Recipe unfrozen = r;
+  unfrozen.frozen = {};
+  const MemoryPlan with = memory_plan(r), without = memory_plan(unfrozen);
+  const double saved = (without.device_states + without.host_states) - (with.device_states + with.host_states);
+  return fmt::format(
+      "  train.freeze            {} parameters frozen ({:.1f}%), {} trainable; model states per rank {} instead of {} (saves {}: no "
+      "gradients, fp32 master or Adam states for the frozen ones)\n",
+      count_text(frozen), 100.0 * frozen / std::max(total, 1.0), count_text(total - frozen),
+      bytes_text(with.device_states + with.host_states), bytes_text(without.device_states + without.host_states), bytes_text(saved));
+}
+
 // Expert parallelism's layout: which ranks exchange tokens, which hold the same experts.
 std::string expert_parallel_text(const Recipe& r) {
   const int64_t ep = r.moe.expert_parallel_size, world = r.data_parallel_size();  // expert groups live inside a pipeline stage
@@ -267,6 +290,7 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (is_one_of(path, {"schedule.warmup_type", "schedule.warmup_min_ratio", "schedule.min_lr_ratio"})) return !one_cycle;
   if (path == "train.tokens") return r.train.tokens > 0;
   if (path == "train.accumulation") return !r.train.accumulation.empty();
+  if (path == "train.freeze") return !r.train.freeze.empty();
   if (starts_with(path, "train.batch_ramp_")) return r.train.batch_ramp_start > 0;
   if (path == "train.max_bad_steps") return r.train.on_bad_step != BadStepAction::kStop;
   if (starts_with(path, "precision.") && path != "precision.dtype") return r.precision.dtype == Dtype::kFp16;
@@ -334,6 +358,7 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   out += fmt::format(
       "  model                   {} parameters ({}){}\n", count_text(static_cast<double>(params.total)), params.total,
       params.active != params.total ? fmt::format(", {} active per token", count_text(static_cast<double>(params.active))) : "");
+  if (!r.frozen.empty()) out += frozen_text(r);
   if (r.model.mtp_depth > 0)
     out += fmt::format(
         "  multi-token prediction  depth {}: {} parameters ({}) of those, in the final group with the shared head; loss "

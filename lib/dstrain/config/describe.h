@@ -39,18 +39,22 @@ struct ModelStateMemory {
 // The parameters one rank holds and shards: with expert parallelism (moe.expert_parallel_size E)
 // a rank holds 1/E of the routed experts, sharded over world / E ranks; the rest over the world.
 struct RankParameters {
-  double dense = 0, experts = 0;             // held: every non-routed parameter, this rank's experts
-  double dense_ranks = 1, expert_ranks = 1;  // the ranks each is data-parallel (ZeRO-sharded) over
-  double shard = 0;                          // the elements this rank's optimizer steps (stage 0: all it holds)
+  double dense = 0, experts = 0;                // held: every non-routed parameter, this rank's experts
+  double dense_ranks = 1, expert_ranks = 1;     // the ranks each is data-parallel (ZeRO-sharded) over
+  double frozen_dense = 0, frozen_experts = 0;  // of those, frozen (train.freeze: Recipe::frozen)
+  double shard = 0;                             // the elements this rank's optimizer steps (stage 0: all it holds that train)
 };
 RankParameters rank_parameters(const Recipe& recipe);
 
 // Parameters, gradients and optimizer state per rank (activations and buffers are extra):
 // mixed precision (bf16/fp16): 2 + 2 + 12 bytes per parameter, fp32: 4 + 4 + 12; stage 1
-// partitions the optimizer state, stage 2 also gradients, stage 3 also parameters.
+// partitions the optimizer state, stage 2 also gradients, stage 3 also parameters. A frozen
+// parameter costs its own bytes only.
 ModelStateMemory model_state_memory(const Recipe& recipe);
-// The same for given parameter counts: `dense` sharded over `dense_ranks`, `experts` over `expert_ranks`.
-ModelStateMemory model_state_bytes(const Recipe& recipe, double dense, double dense_ranks, double experts, double expert_ranks);
+// The same for given parameter counts: `dense` sharded over `dense_ranks`, `experts` over
+// `expert_ranks`, of which frozen_dense and frozen_experts are frozen.
+ModelStateMemory model_state_bytes(const Recipe& recipe, double dense, double dense_ranks, double experts, double expert_ranks,
+                                   double frozen_dense = 0, double frozen_experts = 0);
 
 // Activation memory per rank for one micro-batch (bytes), a rough estimate: what a decoder layer
 // keeps for backward (34 H bytes per token at 16 bits, Korthikanti et al., without recomputation;

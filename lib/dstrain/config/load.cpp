@@ -226,6 +226,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   LoadContext ctx;
   ctx.read = std::move(read);
   ctx.packed_rows = options.packed_rows;
+  ctx.frozen_counts = options.frozen_counts;
   const auto recipe_text = ctx.read(path);
   if (!recipe_text)
     throw Error(ErrorCode::kConfig, fmt::format("recipe '{}' does not exist or is not a file", path),

@@ -36,7 +36,8 @@ using FileReader = std::function<std::optional<std::string>(const std::string& p
 
 struct LoadContext {
   FileReader read;
-  std::function<int64_t(const Recipe&)> packed_rows;  // LoadOptions::packed_rows (train.epochs)
+  std::function<int64_t(const Recipe&)> packed_rows;         // LoadOptions::packed_rows (train.epochs)
+  std::function<FrozenCounts(const Recipe&)> frozen_counts;  // LoadOptions::frozen_counts (train.freeze)
   Recipe recipe;
   DsPending ds;
   std::vector<std::string> problems;

@@ -68,16 +68,20 @@ PipelinePlan pipeline_plan(const Recipe& r) {
   const double ep = static_cast<double>(r.moe.expert_parallel_size), dp = static_cast<double>(r.data_parallel_size());
   for (int rank = 0; rank < p; ++rank) {
     PipelineRankPlan rp;
-    double dense = 0, experts = 0, layers = 0;
+    double dense = 0, experts = 0, layers = 0, frozen_dense = 0, frozen_experts = 0;
     bool holds_head = false;
     for (int s = rank; s < p * v; s += p) {
       const StagePlan& st = plan.stages[static_cast<size_t>(s)];
       rp.stages.push_back(s);
       dense += st.parameters - st.routed, experts += st.routed / ep, layers += st.layers;
+      // Its layer groups (0 the embeddings, 1..L the layers, L+1 the head): what train.freeze froze there.
+      const int first = st.embedding ? 0 : st.first_layer + 1,
+                last = st.head ? static_cast<int>(m.num_layers) + 1 : st.first_layer + st.layers;
+      frozen_dense += r.frozen.in_groups(first, last, false), frozen_experts += r.frozen.in_groups(first, last, true) / ep;
       rp.flops_per_token += st.flops_per_token, holds_head = holds_head || st.head;
     }
     rp.parameters = dense + experts;
-    const ModelStateMemory states = model_state_bytes(r, dense, dp, experts, dp / ep);
+    const ModelStateMemory states = model_state_bytes(r, dense, dp, experts, dp / ep, frozen_dense, frozen_experts);
     rp.device_states = states.device_bytes, rp.host_states = states.host_bytes;
     rp.peak_micro_batches = plan.timeline.peak_held[static_cast<size_t>(rank)];
     rp.activations = rp.peak_micro_batches * ((layers / v) * act.per_layer + carried) + act.working;

@@ -191,6 +191,27 @@ struct TrainConfig {
   // own mean (micro_batch_mean: DeepSpeed's and Megatron's default), or its samples after each
   // sample's own mean (per_sample: each conversation weighs the same).
   LossNormalization loss_normalization = LossNormalization::kGlobalTokens;
+  // Parameters that do not train (LLaMA-Factory's finetuning_type freeze): Hugging Face name
+  // globs (model.layers.[0-3].*) and roles (embeddings, attention, mlp, experts, router, norms,
+  // head, mtp). Matched against the model's parameters when it is built (model/freeze.h).
+  std::vector<std::string> freeze;
+};
+
+// What train.freeze freezes, by layer group (0 the embeddings, 1..L the decoder layers, L+1 the
+// final norm, head and MTP): parameter elements outside the routed experts (`dense`) and of
+// every routed expert (`routed`). Derived when the recipe is loaded, by the model layer
+// (LoadOptions::frozen_counts), from the parameters the model declares; empty when nothing is
+// frozen or the loader was not given the counter.
+struct FrozenCounts {
+  std::vector<double> dense, routed;
+  bool empty() const { return dense.empty(); }
+  // The frozen elements of groups [first, last]: dense or routed.
+  double in_groups(int first, int last, bool experts) const {
+    const std::vector<double>& v = experts ? routed : dense;
+    double n = 0;
+    for (int g = std::max(first, 0); g <= last && g < static_cast<int>(v.size()); ++g) n += v[static_cast<size_t>(g)];
+    return n;
+  }
 };
 
 struct PrecisionConfig {
@@ -313,6 +334,7 @@ struct Recipe {
   // "ds_config.json:4:5", "--set", or a derivation ("derived: train_batch_size / ...").
   std::map<std::string, std::string> sources;
   std::vector<std::string> warnings;  // printed by the launcher; not part of the hash
+  FrozenCounts frozen;                // what train.freeze freezes (derived at load; not part of the hash)
 
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
   // The ranks each pipeline stage is data-parallel over: what the batch math counts.
@@ -342,6 +364,10 @@ using LastLayer = std::function<std::vector<LayerValue>(const Recipe& layered)>;
 struct LoadOptions {
   bool data_may_be_missing = false;
   std::function<int64_t(const Recipe&)> packed_rows;
+  // train.freeze: the frozen parameter counts of the layered recipe's model (Recipe::frozen);
+  // throws Error{kConfig} for a pattern that matches nothing. The model layer answers it
+  // (model::frozen_counts_of); without it the counts stay empty (the worker freezes all the same).
+  std::function<FrozenCounts(const Recipe&)> frozen_counts;
 };
 Recipe load_recipe(const std::string& path, const std::vector<std::string>& overrides = {}, const LastLayer& last = {},
                    const LoadOptions& options = {});

@@ -570,6 +570,18 @@ void resolve_autos(LoadContext& ctx) {
   }
 }
 
+// train.freeze: what it freezes, counted by the model layer (patterns that match nothing are refused there).
+void resolve_frozen(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  r.frozen = {};
+  if (r.train.freeze.empty() || !ctx.frozen_counts) return;
+  try {
+    r.frozen = ctx.frozen_counts(r);
+  } catch (const Error& e) {
+    ctx.problems.push_back(e.hint().empty() ? e.what() : fmt::format("{} ({})", e.what(), e.hint()));
+  }
+}
+
 void resolve_and_validate(LoadContext& ctx) {
   if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
   resolve_batch(ctx);
@@ -579,6 +591,7 @@ void resolve_and_validate(LoadContext& ctx) {
   if (!ctx.problems.empty()) return;
   resolve_length(ctx);
   validate(ctx);
+  if (ctx.problems.empty()) resolve_frozen(ctx);
   warn_ds_scheduler(ctx);
 }
 

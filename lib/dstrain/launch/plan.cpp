@@ -8,6 +8,7 @@
 #include "dstrain/config/describe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/model/freeze.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/train/fine_tuning_data.h"
 #include "dstrain_cuda.h"
@@ -44,7 +45,8 @@ RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::strin
     return out;
   };
   config::LoadOptions with_data = options;
-  if (!with_data.packed_rows) with_data.packed_rows = train::packed_rows_of;  // train.epochs
+  if (!with_data.packed_rows) with_data.packed_rows = train::packed_rows_of;        // train.epochs
+  if (!with_data.frozen_counts) with_data.frozen_counts = model::frozen_counts_of;  // train.freeze
   plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer, with_data);
   return plan;
 }

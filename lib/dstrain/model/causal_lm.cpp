@@ -48,7 +48,27 @@ at::Tensor CausalLM::logits(const Input& input) const {
   return close(h, at::linear(h.hidden, h.head));
 }
 
-std::string CausalLM::expert_parameter_name(size_t index, int64_t) const { return parameters().at(index).name; }
+std::string CausalLM::expert_parameter_name(size_t index, int64_t expert) const {
+  const std::string& pattern = expert_names_.at(index);
+  return pattern.empty() ? params_.at(index).name : fmt::format(fmt::runtime(pattern), expert);
+}
+
+void CausalLM::freeze(size_t index) {
+  places_.at(index).trains = false;
+  params_.at(index).tensor.requires_grad_(false);
+}
+
+std::vector<Linear*> CausalLM::linears() {
+  std::vector<Linear*> out;
+  for (Linear& l : linears_) out.push_back(&l);
+  return out;
+}
+
+Linear* CausalLM::linear(const std::string& module) {
+  for (Linear& l : linears_)
+    if (l.module == module) return &l;
+  return nullptr;
+}
 
 const NamedTensors& CausalLM::buffers() const {
   static const NamedTensors none;
@@ -59,20 +79,6 @@ int64_t CausalLM::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters()) n += p.tensor.numel();
   return n;
-}
-
-at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos) {
-  const at::Tensor is_eos = inputs.eq(eos).to(at::kLong);
-  const at::Tensor doc = is_eos.cumsum(1) - is_eos;  // EOS closes its own document
-  const int64_t T = inputs.size(1);
-  const at::Tensor causal = at::ones({T, T}, inputs.options().dtype(at::kBool)).tril();
-  return (doc.unsqueeze(2) == doc.unsqueeze(1)).logical_and(causal).unsqueeze(1);
-}
-
-at::Tensor document_causal_mask_of(const at::Tensor& document_ids) {
-  const int64_t T = document_ids.size(1);
-  const at::Tensor causal = at::ones({T, T}, document_ids.options().dtype(at::kBool)).tril();
-  return (document_ids.unsqueeze(2) == document_ids.unsqueeze(1)).logical_and(causal).unsqueeze(1);
 }
 
 c10::ScalarType scalar_type(config::Dtype dtype) {
@@ -99,9 +105,12 @@ std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config) {
   const auto model = make_model(config, 0, c10::ScalarType::Float, nullptr, Init::kShapesOnly);
   std::vector<NamedShape> out;
   for (const auto* group : {&model->parameters(), &model->buffers()})
-    for (const auto& p : *group) {
+    for (size_t i = 0; i < group->size(); ++i) {
+      const NamedTensor& p = (*group)[i];
+      const bool parameter = group == &model->parameters();
       const int64_t depth = mtp_depth_of(config, p.name);
-      out.push_back({p.name, p.tensor.sizes().vec(), group == &model->parameters() && depth == 0, depth});
+      out.push_back({p.name, p.tensor.sizes().vec(), parameter && depth == 0, depth,
+                     parameter ? model->parameter_places()[i].role : ParamRole::kBias, !parameter});
     }
   return out;
 }

@@ -5,6 +5,7 @@
 // (expert load, bias update) that are no-ops for dense models.
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
@@ -12,7 +13,10 @@
 
 #include "dstrain/config/enums.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/model/attention.h"
+#include "dstrain/model/linear.h"
 #include "dstrain/model/named_tensor.h"
+#include "dstrain/model/param_role.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -20,12 +24,16 @@ class Communicator;
 
 namespace dstrain::model {
 
-// Where a parameter belongs, declared by the model that made it (ZeRO lays the parameters out by
-// it and never reads their names).
+class ParamBuilder;
+
+// Where a parameter belongs and what it is for, declared once by the model that made it (ZeRO
+// lays the parameters out by it and never reads their names).
 struct ParamPlace {
   int group = 0;        // layer group (LayerGate's numbering)
   int64_t expert = -1;  // a routed expert's parameter: the expert's index in this rank's block; -1 otherwise
-  bool decays = true;   // weight decay applies (matrices; never norms or biases)
+  ParamRole role = ParamRole::kAttention;
+  bool trains = true;  // false: frozen (no gradient, no optimizer state)
+  bool decays() const { return model::decays(role); }
 };
 
 // Called by a model around each layer group (0 the embeddings, 1..L the decoder layers, L+1 the
@@ -53,10 +61,12 @@ class CausalLM {
   virtual ~CausalLM() = default;
   // What a forward reads besides the parameters: int64 tokens [B, T]; positions int64 [B, T]
   // (undefined: 0..T-1 in every row); attention_mask bool [B, 1, T, T], true = may attend
-  // (undefined: causal), e.g. to keep attention within documents. embedded: the embeddings'
-  // output [B, T, H] for a pipeline stage that runs multi-token prediction without group 0.
+  // (undefined: causal); document_ids int64 [B, T]: attention stays within each document (the
+  // attention scope builds the mask). embedded: the embeddings' output [B, T, H] for a pipeline
+  // stage that runs multi-token prediction without group 0.
   struct Input {
-    at::Tensor tokens, positions, attention_mask, embedded = {};
+    at::Tensor tokens, positions, attention_mask, embedded = {}, document_ids = {};
+    AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask); }
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the
   // auxiliary losses (MoE balance, already weighted; undefined for dense models) and the final
@@ -91,14 +101,22 @@ class CausalLM {
   // Activation checkpointing of the decoder layers (model/recompute.h): the same values and
   // gradients, less memory for one more forward of what is recomputed.
   void set_activation_checkpointing(config::Recompute mode) { recompute_mode_ = mode; }
-  virtual const NamedTensors& parameters() const = 0;
+  // Parameters in a fixed order with their HF names, as the family declared them (ParamBuilder).
+  const NamedTensors& parameters() const { return params_; }
   // parameters()' places, in the same order, and the number of layer groups (embeddings, the
   // decoder layers, the final norm and head).
   const std::vector<ParamPlace>& parameter_places() const { return places_; }
   int num_groups() const { return num_groups_; }
   // The name a routed expert's parameter `index` (parameters()' order) has when it belongs to
   // the expert `expert` of all experts (its global name in another rank's block).
-  virtual std::string expert_parameter_name(size_t index, int64_t expert) const;
+  std::string expert_parameter_name(size_t index, int64_t expert) const;
+  // The model's projections (model/linear.h), in parameters()' order: where adapters, quantized
+  // bases and matmul policies attach. linear(): by HF module name, or nullptr.
+  std::vector<Linear*> linears();
+  Linear* linear(const std::string& module);
+  // Parameter `index` does not train (train.freeze, a base under adapters): no gradient, and
+  // ZeRO keeps no optimizer state for it. Before the engine takes the parameters over.
+  void freeze(size_t index);
   // State that is saved but not trained by gradients (V3's expert-selection bias).
   virtual const NamedTensors& buffers() const;
   // Moves what a forward reads besides the parameters (RoPE tables, MoE load counters and
@@ -128,11 +146,6 @@ class CausalLM {
     if (gate_) gate_->before_group(group);
   }
   at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
-  // A family's constructor declares each parameter's place as it adds it.
-  void declare_place(const ParamPlace& place) {
-    places_.push_back(place);
-    num_groups_ = std::max(num_groups_, place.group + 1);
-  }
   LayerGate* gate_ = nullptr;
   config::Recompute recompute_mode_ = config::Recompute::kNone;
 
@@ -154,18 +167,15 @@ class CausalLM {
   void check_held(int group) const;
 
  private:
+  friend class ParamBuilder;  // the one way parameters are added
+  NamedTensors params_;
   std::vector<ParamPlace> places_;
+  std::vector<std::string> expert_names_;  // by parameter: a routed expert's name with "{}" for its global index, else empty
+  std::deque<Linear> linears_;             // stable addresses: the families hold pointers
   int num_groups_ = 0;
   HeldGroups held_;
   int final_group_ = 0;
 };
-
-// Causal attention that stays within documents: token t sees token s <= t only when no
-// `eos` token lies in [s, t) (the end-of-document token belongs to the document it ends).
-// Returns bool [B, 1, T, T] for int64 inputs [B, T].
-at::Tensor document_causal_mask(const at::Tensor& inputs, int64_t eos);
-// The same from each token's document index int64 [B, T] (data::Batch::document_ids).
-at::Tensor document_causal_mask_of(const at::Tensor& document_ids);
 
 // The type of parameters, activations and gradients for a training precision.
 c10::ScalarType scalar_type(config::Dtype dtype);

@@ -1,7 +1,7 @@
 #pragma once
 // The dense DeepSeek model (LLaMA-style: RMSNorm, RoPE with the half-split layout, causal
-// multi-head attention, SwiGLU MLP, untied lm_head), written with plain ATen ops over named
-// fp32 parameters so that every tensor has its Hugging Face name and a stable order.
+// multi-head attention, SwiGLU MLP, untied lm_head), built from its parts (model/linear.h,
+// model/attention.h) over named parameters with their Hugging Face names and a stable order.
 #include <cstdint>
 #include <memory>
 
@@ -19,8 +19,6 @@ class DenseModel final : public CausalLM {
   DenseModel(const DenseModel&) = delete;
   DenseModel& operator=(const DenseModel&) = delete;
 
-  // Parameters in a fixed order with HF names (model.layers.{i}.self_attn.q_proj.weight, ...).
-  const NamedTensors& parameters() const override;
   void move_buffers_to(const c10::Device& device) override;
 
   struct Impl;  // defined in the .cpp; public so that the layer helpers there can take it

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <memory>
 
 #include "dstrain/core/atomic_file.h"
@@ -154,20 +155,30 @@ struct Stored {
   }
 };
 
-Stored stored_form(const TensorShape& t, const HfExportOptions& o) {
+// The weights an FP8 export writes in FP8: those whose declared role DeepSeek's release stores so.
+using Fp8Names = std::set<std::string>;
+Fp8Names fp8_weight_names(const config::ModelConfig& c, const HfExportOptions& o) {
+  Fp8Names out;
+  if (!is_fp8(o.dtype)) return out;
+  for (const NamedShape& s : model_tensor_shapes(c))
+    if (s.shape.size() == 2 && stored_as_fp8(s.role)) out.insert(s.name);
+  return out;
+}
+
+Stored stored_form(const TensorShape& t, const HfExportOptions& o, const Fp8Names& fp8) {
   if (!is_fp8(o.dtype)) return {&t, {{t.name, o.dtype, t.shape}}};
-  if (stored_as_fp8(t.name, t.shape)) return {&t, {{t.name, o.dtype, t.shape}, {scale_name_of(t.name), "F32", scale_grid(t.shape, o.fp8)}}};
+  if (fp8.count(t.name)) return {&t, {{t.name, o.dtype, t.shape}, {scale_name_of(t.name), "F32", scale_grid(t.shape, o.fp8)}}};
   const bool bias = t.name.size() > 23 && t.name.compare(t.name.size() - 23, 23, "e_score_correction_bias") == 0;
   return {&t, {{t.name, bias ? "F32" : "BF16", t.shape}}};
 }
 
 // Tensors into shards of at most `max` bytes, in model order (a larger tensor gets its own; a
 // weight and its scales share one).
-std::vector<std::vector<Stored>> plan_shards(const std::vector<TensorShape>& tensors, const HfExportOptions& o) {
+std::vector<std::vector<Stored>> plan_shards(const std::vector<TensorShape>& tensors, const HfExportOptions& o, const Fp8Names& fp8) {
   std::vector<std::vector<Stored>> shards(1);
   uint64_t used = 0;
   for (const auto& t : tensors) {
-    Stored s = stored_form(t, o);
+    Stored s = stored_form(t, o, fp8);
     if (!shards.back().empty() && used + s.bytes() > o.max_shard_bytes) shards.emplace_back(), used = 0;
     used += s.bytes();
     shards.back().push_back(std::move(s));
@@ -193,7 +204,7 @@ void write_configs(const config::ModelConfig& c, const HfExportOptions& o, const
 // Writes one shard, a tensor at a time in the writer's order. An FP8 weight is read and
 // quantized twice (for its scales, which come first, and for itself) rather than held.
 uint64_t write_shard(const config::ModelConfig& c, const std::vector<Stored>& shard, const TensorReader& read, const HfExportOptions& o,
-                     const std::string& path) {
+                     const Fp8Names& fp8, const std::string& path) {
   std::vector<io::SafetensorsWriter::Entry> entries;
   std::map<std::string, const TensorShape*> source;
   for (const auto& s : shard)
@@ -204,7 +215,7 @@ uint64_t write_shard(const config::ModelConfig& c, const std::vector<Stored>& sh
     const TensorShape& t = *source.at(e.name);
     const at::Tensor hf = permute_rope_rows(c, t.name, read(t), true);
     at::Tensor stored;
-    if (is_fp8(o.dtype) && stored_as_fp8(t.name, t.shape)) {
+    if (fp8.count(t.name)) {
       const Fp8Weight q = quantize_fp8(hf, o.fp8);
       stored = e.name == t.name ? q.weight : q.scale_inv;
     } else {
@@ -284,7 +295,8 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
     return read(it == copy_of.end() ? t : TensorShape{it->second, t.shape});
   };
   write_configs(model, o, out_dir);
-  const auto shards = plan_shards(all, o);
+  const Fp8Names fp8 = fp8_weight_names(c, o);
+  const auto shards = plan_shards(all, o, fp8);
   std::vector<std::string> files;
   nlohmann::json weight_map = nlohmann::json::object();
   uint64_t total = 0;
@@ -294,7 +306,7 @@ std::vector<std::string> export_hf_streaming(const config::ModelConfig& c, const
         shards.size() == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", k + 1, shards.size());
     for (const auto& s : shards[k])
       for (const auto& e : s.entries) weight_map[e.name] = file;
-    total += write_shard(c, shards[k], read_any, o, out_dir + "/" + file);
+    total += write_shard(c, shards[k], read_any, o, fp8, out_dir + "/" + file);
     files.push_back(file);
   }
   if (shards.size() > 1) {

@@ -6,7 +6,6 @@
 
 #include <cmath>
 #include <filesystem>
-#include <regex>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
@@ -110,12 +109,6 @@ Fp8Weight quantize_fp8(const at::Tensor& weight, const Fp8Format& f) {
   }
   const at::ScalarType type = f.fmt == "e5m2" ? at::kFloat8_e5m2 : at::kFloat8_e4m3fn;
   return {(w / expand_blocks(scale, rows, cols, f)).to(type), scale};
-}
-
-bool stored_as_fp8(const std::string& name, const std::vector<int64_t>& shape) {
-  static const std::regex kLinear(R"((^|\.)(self_attn\.(q_proj|q_a_proj|q_b_proj|k_proj|v_proj|kv_a_proj_with_mqa|kv_b_proj|o_proj)|)"
-                                  R"(mlp\.(experts\.\d+\.|shared_experts\.)?(gate_proj|up_proj|down_proj))\.weight$)");
-  return shape.size() == 2 && std::regex_search(name, kLinear);
 }
 
 }  // namespace dstrain::model

@@ -46,9 +46,7 @@ struct Fp8Weight {
 // float8 step: 2^-4 of it, or 2^-10 · s below the smallest normal.
 Fp8Weight quantize_fp8(const at::Tensor& weight, const Fp8Format& format);
 
-// Whether DeepSeek's release stores the tensor in FP8: the 2-D Linear weights of attention
-// (q/kv/o projections) and of the MLPs (dense, every routed expert, the shared experts); not
-// the router, the norms, the embedding, the head, or MTP's eh_proj.
-bool stored_as_fp8(const std::string& name, const std::vector<int64_t>& shape);
+// Which tensors DeepSeek's release stores in FP8 follows from their role (model/param_role.h:
+// stored_as_fp8); an export asks the model's declared shapes (model_tensor_shapes).
 
 }  // namespace dstrain::model

@@ -33,11 +33,17 @@ at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, dou
   return normed.to(x.scalar_type()) * weight;
 }
 
-at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down, bool recompute_activation) {
-  const at::Tensor g = at::linear(x, gate), u = at::linear(x, up);
-  if (!recompute_activation) return at::linear(silu_mul(g, u), down);
+at::Tensor swiglu(const at::Tensor& x, const Projection& gate, const Projection& up, const Projection& down, bool recompute_activation) {
+  const at::Tensor g = gate(x), u = up(x);
+  if (!recompute_activation) return down(silu_mul(g, u));
   const Region activation = [](const std::vector<at::Tensor>& in, bool) { return std::vector<at::Tensor>{silu_mul(in[0], in[1])}; };
-  return at::linear(recompute(activation, {g, u}).at(0), down);
+  return down(recompute(activation, {g, u}).at(0));
+}
+
+at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down, bool recompute_activation) {
+  return swiglu(
+      x, [&](const at::Tensor& t) { return at::linear(t, gate); }, [&](const at::Tensor& t) { return at::linear(t, up); },
+      [&](const at::Tensor& t) { return at::linear(t, down); }, recompute_activation);
 }
 
 double yarn_get_mscale(double scale, double mscale) { return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0; }

@@ -3,6 +3,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "dstrain/config/recipe.h"
@@ -16,8 +17,12 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
 at::Tensor rms_norm_composite(const at::Tensor& x, const at::Tensor& weight, double eps);
 // rms_norm, recomputed in backward from x when `recompute_in_backward` (selective checkpointing).
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps, bool recompute_in_backward);
-// SwiGLU MLP: down(silu(gate(x)) * up(x)). recompute_activation: silu(gate) * up is recomputed
-// in backward from the two projections (selective activation checkpointing).
+// SwiGLU MLP: down(silu(gate(x)) * up(x)), from its three projections. recompute_activation:
+// silu(gate) * up is recomputed in backward from the two projections (selective activation
+// checkpointing).
+using Projection = std::function<at::Tensor(const at::Tensor&)>;
+at::Tensor swiglu(const at::Tensor& x, const Projection& gate, const Projection& up, const Projection& down, bool recompute_activation);
+// The same over plain weights (a routed expert's).
 at::Tensor swiglu(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& up, const at::Tensor& down,
                   bool recompute_activation = false);
 

@@ -26,7 +26,7 @@ void Loss::set_weight(const std::string& name, double weight) {
 CausalLM::Input input_of(const data::Batch& batch) {
   CausalLM::Input in{batch.tokens, {}, {}};
   if (!batch.sequential_positions) in.positions = batch.positions;
-  if (batch.document_ids.defined()) in.attention_mask = document_causal_mask_of(batch.document_ids);
+  in.document_ids = batch.document_ids;  // the attention scope builds the document mask
   return in;
 }
 

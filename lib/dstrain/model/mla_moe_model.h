@@ -23,13 +23,11 @@ class MlaMoeModel final : public CausalLM {
               comm::Communicator* expert_group = nullptr, Init init = Init::kRandom, const HeldGroups& held = {});
   ~MlaMoeModel() override;
 
-  const NamedTensors& parameters() const override;
   void move_buffers_to(const c10::Device& device) override;
   const NamedTensors& buffers() const override;  // model.layers.{i}.mlp.gate.e_score_correction_bias (noaux_tc)
   at::Tensor take_expert_load() override;
   double take_all_to_all_wait_ms() override;
   ExpertBlock local_experts() const override;
-  std::string expert_parameter_name(size_t index, int64_t expert) const override;
   void update_expert_bias(const at::Tensor& global_load) override;
 
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it

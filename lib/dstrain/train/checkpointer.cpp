@@ -49,6 +49,37 @@ ckpt::ShardFile summary_of(ckpt::ShardFile file, const ckpt::ShardTable* table) 
   return file;
 }
 
+// A checkpoint holds optimizer state (exp_avg.<name>) for exactly the parameters that trained:
+// resuming with another train.freeze would train a parameter from no state, or drop one's.
+void check_same_frozen_set(const ckpt::Reader& reader, const std::vector<zero::Engine::StateTensor>& tensors, const std::string& dir) {
+  static const std::string kState = "exp_avg.";
+  std::set<std::string> trains;
+  for (const auto& t : tensors)
+    if (t.name.rfind(kState, 0) == 0) trains.insert(t.name.substr(kState.size()));
+  std::vector<std::string> now_frozen, now_trained;
+  for (const auto& t : tensors) {
+    if (t.name.rfind(kState, 0) == 0 || t.name.rfind("exp_avg_sq.", 0) == 0) continue;  // the parameters' own entries only
+    const bool trained_then = reader.find(kState + t.name) != nullptr, trains_now = trains.count(t.name) > 0;
+    if (trained_then && !trains_now) now_frozen.push_back(t.name);
+    if (!trained_then && trains_now && reader.find(t.name)) now_trained.push_back(t.name);
+  }
+  if (now_frozen.empty() && now_trained.empty()) return;
+  auto some = [](const std::vector<std::string>& names) {
+    const size_t shown = std::min<size_t>(names.size(), 6);
+    return fmt::format("{}{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "),
+                       names.size() > shown ? fmt::format(" and {} more", names.size() - shown) : "");
+  };
+  std::string what;
+  if (!now_frozen.empty()) what += fmt::format("{} parameter(s) trained there are frozen now ({})", now_frozen.size(), some(now_frozen));
+  if (!now_trained.empty())
+    what +=
+        fmt::format("{}{} parameter(s) frozen there would train now ({})", what.empty() ? "" : "; ", now_trained.size(), some(now_trained));
+  throw Error(ErrorCode::kConfig,
+              fmt::format("train.freeze: checkpoint {} was written with another set of frozen parameters: {}", dir, what),
+              "resume with the train.freeze that wrote the checkpoint; to change it, export the checkpoint (dstrain export-hf) and start a "
+              "new run from it (model.init_from)");
+}
+
 }  // namespace
 
 Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, comm::Communicator& comm, zero::Engine& engine,
@@ -299,6 +330,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
     throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", root),
                 "see the warnings above for each one; start the run again with `dstrain train`");
   if (fell_back && comm_.rank() == 0) log::warn(fmt::format("falling back to {}", chosen));
+  check_same_frozen_set(*reader, engine_.state_tensors(), chosen);
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");
   std::vector<model::Stateful*> loaded_whole = replicated_;

@@ -87,9 +87,9 @@ class ModelStage final : public pipeline_run::StageModule {
              const std::vector<MicroBatchObserver*>& observers, StepInputs& step)
       : model_(model), loss_(loss), plain_loss_(loss.chunk_tokens()), normalization_(recipe.train.loss_normalization),
         hidden_size_(recipe.model.hidden_size), mtp_(recipe.model.mtp_depth > 0), groups_(groups), observers_(observers), step_(step) {
-    for (size_t i = 0; i < model.parameters().size(); ++i) {
-      const int g = model.parameter_places()[i].group;
-      if (g >= groups.first && g <= groups.last) params_.push_back(model.parameters()[i].tensor);
+    for (size_t i = 0; i < model.parameters().size(); ++i) {  // the ones backward computes gradients for (frozen ones have none)
+      const model::ParamPlace& place = model.parameter_places()[i];
+      if (place.trains && place.group >= groups.first && place.group <= groups.last) params_.push_back(model.parameters()[i].tensor);
     }
   }
 

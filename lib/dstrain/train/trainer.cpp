@@ -17,6 +17,7 @@
 #include "dstrain/core/fault_injector.h"
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
+#include "dstrain/model/freeze.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
@@ -159,6 +160,11 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   const model::HeldGroups held = p.comm.pipeline ? pipeline_rank_groups(p.recipe, p.comm.pipeline->rank()) : model::HeldGroups{};
   p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get(),
                               model::Init::kRandom, held);
+  if (!p.recipe.train.freeze.empty()) {  // before the engine: frozen parameters get no optimizer state
+    const model::FrozenSet frozen = model::frozen_set(p.recipe.model, p.recipe.train.freeze);
+    model::apply_frozen_set(*p.model, frozen);
+    if (env.rank == 0) log::info(model::describe_frozen(p.recipe.model, frozen));
+  }
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);

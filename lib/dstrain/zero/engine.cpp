@@ -118,7 +118,8 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     }
   }
   // Zero the gradients for the next step.
-  for (auto& g : m.unit_grad) g.zero_();
+  for (auto& g : m.unit_grad)
+    if (g.defined()) g.zero_();  // (frozen units have none)
   m.grads_fresh = true;
   result.reduce_wait_ms = m.waited_ms;
   result.gather_wait_ms = m.waited_gather_ms;
@@ -133,16 +134,19 @@ MemoryReport Engine::memory() const {
   const int64_t elem = at::elementSize(m.dtype);
   for (size_t u = 0; u < m.unit_full.size(); ++u)
     if (m.resident[u]) r.params += m.layout.units()[u].padded * elem;
-  if (m.param_shard.defined()) (m.params_on_host ? r.host_params : r.params) += m.param_shard.numel() * elem;
-  for (const auto& g : m.unit_grad) r.grads += g.numel() * elem;
+  for (const at::Tensor* shard : {&m.param_shard, &m.frozen_shard})
+    if (shard->defined()) (m.params_on_host ? r.host_params : r.params) += shard->numel() * elem;
+  for (const auto& g : m.unit_grad)
+    if (g.defined()) r.grads += g.numel() * elem;
   if (m.grad_shard.defined()) r.grads += m.grad_shard.numel() * elem;
   r.master = m.master.numel() * 4;
   r.optimizer = (m.exp_avg.numel() + m.exp_avg_sq.numel()) * 4;
-  const int64_t psi = m.layout.numel(), n = m.world;
+  // Frozen parameters count in the parameters only: no gradient, master weights or Adam states.
+  const int64_t psi = m.layout.numel(), trained = psi - m.layout.frozen_numel(), n = m.world;
   const int stage = m.opt.stage;
   r.formula_params = stage == 3 ? psi * elem / n : psi * elem;
-  r.formula_grads = stage >= 2 ? psi * elem / n : psi * elem;
-  r.formula_optimizer = stage >= 1 ? 12 * psi / n : 12 * psi;  // fp32 master + exp_avg + exp_avg_sq
+  r.formula_grads = stage >= 2 ? trained * elem / n : trained * elem;
+  r.formula_optimizer = stage >= 1 ? 12 * trained / n : 12 * trained;  // fp32 master + exp_avg + exp_avg_sq
   return r;
 }
 
@@ -166,9 +170,12 @@ std::string Engine::describe() const {
                                   : "";
   return fmt::format(
       "ZeRO stage {} on {} rank(s){}, {} {} units on {}, overlap_comm {}, optimizer {}; per rank: params {:.2f} MiB, "
-      "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB)",
+      "grads {:.2f} MiB, master + Adam states {:.2f} MiB (ZeRO formula {:.2f} / {:.2f} / {:.2f} MiB){}",
       m.opt.stage, m.world, experts, m.layout.units().size(), config::name(m.opt.dtype), m.device.str(), m.opt.overlap_comm ? "on" : "off",
-      where, mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer));
+      where, mb(r.params), mb(r.grads), mb(r.master + r.optimizer), mb(r.formula_params), mb(r.formula_grads), mb(r.formula_optimizer),
+      m.layout.frozen_numel() > 0 ? fmt::format("; {} frozen parameters: no gradients, master or Adam states; model states {:.1f} MiB",
+                                                m.layout.frozen_numel(), mb(r.params + r.host_params + r.grads + r.master + r.optimizer))
+                                  : "");
 }
 
 // A delayed update still running writes the master weights and moments: it finishes first.

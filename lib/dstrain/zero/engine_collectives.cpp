@@ -15,7 +15,7 @@ void Engine::Impl::start_gather(int group) {
     if (resident[u] || gathering[u] || storage_present(unit_full[u])) continue;
     const Unit& unit = layout.units()[u];
     allocate_storage(unit_full[u]);
-    gathering[u] = comm_of(unit).all_gather(on_device_copy(param_shard.narrow(0, unit.shard_offset, unit.chunk())), unit_full[u]);
+    gathering[u] = comm_of(unit).all_gather(on_device_copy(shard_of(unit).narrow(0, unit.shard_offset, unit.chunk())), unit_full[u]);
   }
 }
 
@@ -53,6 +53,7 @@ void Engine::Impl::flush(MicroState& micro, int group) {
   for (int ui : units_of_group[static_cast<size_t>(group)]) {
     const auto u = static_cast<size_t>(ui);
     const Unit& unit = layout.units()[u];
+    if (!unit.trains) continue;  // frozen: nothing to reduce
     comm::Communicator& group_comm = comm_of(unit);
     const bool shared = ranks_of(unit) > 1;
     if (opt.stage == 0) {
@@ -115,6 +116,7 @@ void Engine::Impl::publish_params() {
   std::vector<Pending> pending;
   for (size_t u = 0; u < units.size(); ++u) {
     const Unit& unit = units[u];
+    if (!unit.trains) continue;  // frozen: unchanged
     const at::Tensor mine = source.narrow(0, unit.shard_offset, unit.chunk());
     if (opt.stage == 3 && !resident[u]) continue;
     if (opt.stage == 0 || ranks_of(unit) == 1) {

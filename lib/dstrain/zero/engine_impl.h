@@ -71,7 +71,10 @@ struct Engine::Impl final : model::LayerGate {
   std::vector<bool> resident;               // stage 3: kept gathered
   std::vector<comm::WorkHandle> gathering;  // stage 3: an all-gather in flight per unit
   std::vector<std::vector<int>> units_of_group;
-  at::Tensor param_shard;                  // stage 3: this rank's chunks of every unit (model dtype)
+  at::Tensor param_shard;   // stage 3: this rank's chunks of every trained unit (model dtype)
+  at::Tensor frozen_shard;  // stage 3: this rank's chunks of every frozen unit (model dtype)
+  // Checkpoints: the frozen parameters this rank saves or loads, in fp32 (see frozen_runs()).
+  mutable at::Tensor frozen_mirror;
   at::Tensor master, exp_avg, exp_avg_sq;  // fp32, this rank's shard, on optim_device
   // Offload: this rank's updated chunks in the model dtype on the device (stage 3: param_shard),
   // the pinned staging of the gradient shard (GPU only), and the chunks as segment index ranges.
@@ -130,6 +133,8 @@ struct Engine::Impl final : model::LayerGate {
   int place_of(const Unit& u) const { return u.expert ? edp_rank : rank; }
   int ranks_of(const Unit& u) const { return u.expert ? edp_world : world; }
   int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : place_of(u)) * u.chunk(); }
+  // Stage 3: where a unit's chunk of this rank lives (the trained or the frozen shard).
+  const at::Tensor& shard_of(const Unit& u) const { return u.trains ? param_shard : frozen_shard; }
   // Stage 0 without expert parallelism: every rank holds every reduced gradient, its own norm is the norm.
   bool replicated_norm() const { return opt.stage == 0 && ep == 1; }
   // The name of this rank's parameter `index` in expert-parallel rank `target`'s block.
@@ -204,7 +209,17 @@ struct Engine::Impl final : model::LayerGate {
   void publish_params();
 
   // This rank's runs of the optimizer state (Engine::shard_runs); saved_only: those it writes.
+  // The frozen parameters' runs come last, through frozen_mirror.
   std::vector<ShardRun> runs(bool saved_only) const;
+  // The frozen parameters a rank saves (saved_only) or loads: where their model-dtype values live.
+  struct FrozenPiece {
+    int param = 0;
+    int64_t param_offset = 0, numel = 0;
+    at::Tensor values;  // a view of unit_full or frozen_shard
+  };
+  std::vector<FrozenPiece> frozen_pieces(bool saved_only) const;
+  // After a load: the frozen values read into frozen_mirror go to where they live.
+  void publish_loaded_frozen();
 
   // --- model::LayerGate -----------------------------------------------------------------------
   void before_group(int group) override;

@@ -110,6 +110,7 @@ at::Tensor Engine::Impl::grad_shard_contiguous() const {
   std::vector<at::Tensor> pieces;
   for (size_t u = 0; u < unit_grad.size(); ++u) {
     const Unit& unit = layout.units()[u];
+    if (!unit.trains) continue;  // frozen: no gradient
     pieces.push_back(unit_grad[u].narrow(0, my_chunk_start(unit), unit.chunk()));
   }
   return at::cat(pieces);

@@ -82,7 +82,8 @@ std::vector<Layout::Param> Engine::Impl::layout_params(const model::CausalLM& m,
                 "this is a dstrain bug; please report it");
   std::vector<Layout::Param> out;
   for (size_t i = 0; i < params.size(); ++i)
-    out.push_back({params[i].name, params[i].tensor.numel(), places[i].group, places[i].decays, expert_parallel && places[i].expert >= 0});
+    out.push_back({params[i].name, params[i].tensor.numel(), places[i].group, places[i].decays(), expert_parallel && places[i].expert >= 0,
+                   places[i].trains});
   return out;
 }
 
@@ -99,9 +100,13 @@ void Engine::Impl::build() {
   units_of_group.assign(static_cast<size_t>(layout.num_groups()), {});
   master = state_buffer(layout.shard_numel(), /*copied=*/true);
   if (opt.stage >= 2) grad_shard = at::zeros({layout.shard_numel()}, on_device(dtype));
-  if (opt.stage == 3)
+  if (opt.stage == 3) {
     param_shard = params_on_host ? host_buffer(layout.shard_numel(), dtype, "the offloaded parameter shard (offload_param)").zero_()
                                  : at::zeros({layout.shard_numel()}, on_device(dtype));
+    if (layout.frozen_shard_numel() > 0)
+      frozen_shard = params_on_host ? host_buffer(layout.frozen_shard_numel(), dtype, "the offloaded frozen parameters").zero_()
+                                    : at::zeros({layout.frozen_shard_numel()}, on_device(dtype));
+  }
   for (size_t ui = 0; ui < units.size(); ++ui) {
     const Unit& u = units[ui];
     units_of_group[static_cast<size_t>(u.group)].push_back(static_cast<int>(ui));
@@ -111,11 +116,15 @@ void Engine::Impl::build() {
       at::Tensor& p = params[static_cast<size_t>(i)];
       full.narrow(0, slot.offset, slot.numel).copy_(p.reshape({-1}));
       p.set_data(full.narrow(0, slot.offset, slot.numel).view(p.sizes()));
+      if (!u.trains) p.requires_grad_(false);
     }
-    // The fp32 master starts from the model-dtype values, as DeepSpeed's does.
-    master.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
-    if (opt.stage == 3) param_shard.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
-    if (opt.stage <= 1) {
+    // The fp32 master starts from the model-dtype values, as DeepSpeed's does; a frozen unit has
+    // none (and no gradient buffer): at stage 3 its chunk is kept in the frozen shard.
+    if (u.trains) master.narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
+    if (opt.stage == 3) shard_of(u).narrow(0, u.shard_offset, u.chunk()).copy_(full.narrow(0, my_chunk_start(u), u.chunk()));
+    if (!u.trains) {
+      if (opt.stage <= 1) unit_grad.emplace_back();
+    } else if (opt.stage <= 1) {
       at::Tensor grad = at::zeros({u.padded}, on_device(dtype));
       for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {
         const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];

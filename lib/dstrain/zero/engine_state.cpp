@@ -46,7 +46,65 @@ std::vector<Engine::ShardRun> Engine::Impl::runs(bool saved_only) const {
       if (saved_only && m.opt.stage == 0 && (slot.expert ? m.edp_rank : m.rank) != 0) continue;
       out.push_back({prefix + slot.name, s.param_offset, s.numel, shard->data_ptr<float>() + s.shard_offset});
     }
+  // The frozen parameters: their values alone (no optimizer state), widened to fp32 into the mirror.
+  const std::vector<FrozenPiece> pieces = m.frozen_pieces(saved_only);
+  int64_t total = 0;
+  for (const FrozenPiece& p : pieces) total += p.numel;
+  m.frozen_mirror = at::empty({total}, at::kFloat);
+  int64_t at_offset = 0;
+  for (const FrozenPiece& p : pieces) {
+    at::Tensor into = m.frozen_mirror.narrow(0, at_offset, p.numel);
+    into.copy_(p.values.reshape({-1}));
+    out.push_back({m.layout.params()[static_cast<size_t>(p.param)].name, p.param_offset, p.numel, into.data_ptr<float>()});
+    at_offset += p.numel;
+  }
   return out;
+}
+
+std::vector<Engine::Impl::FrozenPiece> Engine::Impl::frozen_pieces(bool saved_only) const {
+  std::vector<FrozenPiece> out;
+  if (layout.frozen_numel() == 0) return out;
+  if (opt.stage == 3) {  // this rank's chunks, in the frozen shard
+    for (const ShardSegment& s : layout.segments(rank, edp_rank, /*trained=*/false))
+      out.push_back({s.param, s.param_offset, s.numel, frozen_shard.narrow(0, s.shard_offset, s.numel)});
+    return out;
+  }
+  // Stages 0-2 hold every frozen unit whole: each rank loads them whole; the chunks a rank saves
+  // are its own (stage 0: the whole of its group's first rank's).
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const Unit& unit = layout.units()[u];
+    if (unit.trains) continue;
+    int64_t lo = 0, hi = unit.padded;
+    if (saved_only && opt.stage == 0 && place_of(unit) != 0) continue;
+    if (saved_only && opt.stage > 0) lo = place_of(unit) * unit.chunk(), hi = lo + unit.chunk();
+    for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i) {
+      const ParamSlot& slot = layout.params()[static_cast<size_t>(i)];
+      const int64_t a = std::max(lo, slot.offset), b = std::min(hi, slot.offset + slot.numel);
+      if (a < b) out.push_back({i, a - slot.offset, b - a, unit_full[u].narrow(0, a, b - a)});
+    }
+  }
+  return out;
+}
+
+void Engine::Impl::publish_loaded_frozen() {
+  if (!frozen_mirror.defined()) return;
+  int64_t at_offset = 0;
+  for (const FrozenPiece& p : frozen_pieces(/*saved_only=*/false)) {
+    p.values.copy_(frozen_mirror.narrow(0, at_offset, p.numel).to(p.values.device()));
+    at_offset += p.numel;
+  }
+  frozen_mirror = at::Tensor();
+  if (opt.stage != 3) return;
+  // Stage 3: the resident frozen units are gathered again from the loaded chunks (the others on demand).
+  for (size_t u = 0; u < layout.units().size(); ++u) {
+    const Unit& unit = layout.units()[u];
+    if (unit.trains || !resident[u]) continue;
+    const at::Tensor mine = frozen_shard.narrow(0, unit.shard_offset, unit.chunk());
+    if (ranks_of(unit) == 1)
+      unit_full[u].narrow(0, my_chunk_start(unit), unit.chunk()).copy_(mine);
+    else
+      timed_wait(*comm_of(unit).all_gather(on_device_copy(mine), unit_full[u]), waited_gather_ms);
+  }
 }
 
 ckpt::ShardTable Engine::shard_table() const {
@@ -65,7 +123,8 @@ ckpt::ShardTable Engine::shard_table() const {
   return t;
 }
 
-bool Engine::has_shard_table() const { return !shard_replicated() && impl_->ep == 1; }
+// The table describes units whose parameters all have the three states: none with frozen ones.
+bool Engine::has_shard_table() const { return !shard_replicated() && impl_->ep == 1 && impl_->layout.frozen_numel() == 0; }
 
 std::vector<Engine::StateTensor> Engine::state_tensors() const {
   const Impl& m = *impl_;
@@ -73,18 +132,23 @@ std::vector<Engine::StateTensor> Engine::state_tensors() const {
   // parameters stands for every rank's block, in expert order (the unsharded model's order).
   std::vector<StateTensor> params;
   const model::NamedTensors& mine = m.model.parameters();
+  std::vector<bool> trains;
   auto is_expert = [&](size_t i) { return m.ep > 1 && m.model.parameter_places()[i].expert >= 0; };
   for (size_t i = 0; i < mine.size();) {
     size_t end = i + 1;
     const bool expert = is_expert(i);
     while (expert && end < mine.size() && is_expert(end)) ++end;
     for (int target = 0; target < (expert ? m.ep : 1); ++target)
-      for (size_t k = i; k < end; ++k) params.push_back({m.name_on(k, target), "float32", mine[k].tensor.sizes().vec()});
+      for (size_t k = i; k < end; ++k) {
+        params.push_back({m.name_on(k, target), "float32", mine[k].tensor.sizes().vec()});
+        trains.push_back(m.model.parameter_places()[k].trains);
+      }
     i = end;
   }
   std::vector<StateTensor> out;
   for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
-    for (const auto& p : params) out.push_back({prefix + p.name, p.dtype, p.shape});
+    for (size_t k = 0; k < params.size(); ++k)
+      if (prefix.empty() || trains[k]) out.push_back({prefix + params[k].name, params[k].dtype, params[k].shape});  // frozen: values alone
   return out;
 }
 
@@ -135,11 +199,13 @@ void Engine::publish_loaded_shard() {
   else
     m.fused->write_params();
   m.publish_params();
+  m.publish_loaded_frozen();
 }
 
 void Engine::drop_host_copies() {
   for (auto& m : impl_->mirror) m = at::Tensor();
   impl_->mirrored = false;
+  impl_->frozen_mirror = at::Tensor();
 }
 
 model::NamedTensors Engine::full_state() const {
@@ -156,9 +222,14 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
   for (const auto& t : full) by_name[t.name] = &t.tensor;
   const std::pair<const char*, const at::Tensor*> kinds[] = {{"", &m.master}, {"exp_avg.", &m.exp_avg}, {"exp_avg_sq.", &m.exp_avg_sq}};
   for (const auto& [prefix, shard] : kinds) {
-    for (const Unit& unit : m.layout.units()) {
+    for (size_t u = 0; u < m.layout.units().size(); ++u) {
+      const Unit& unit = m.layout.units()[u];
+      if (!unit.trains && *prefix) continue;  // frozen: values alone
       at::Tensor whole = at::empty({unit.padded}, m.on_device(at::kFloat));
-      const at::Tensor mine = shard->narrow(0, unit.shard_offset, unit.chunk()).to(m.device).contiguous();
+      // A frozen unit's values: held whole below stage 3, else this rank's chunk of the frozen shard.
+      const at::Tensor source = unit.trains ? *shard : m.opt.stage == 3 ? m.frozen_shard : m.unit_full[u];
+      const int64_t from = unit.trains || m.opt.stage == 3 ? unit.shard_offset : m.my_chunk_start(unit);
+      const at::Tensor mine = source.narrow(0, from, unit.chunk()).to(m.device, at::kFloat).contiguous();
       if (m.opt.stage == 0 || m.ranks_of(unit) == 1)
         whole.copy_(mine);
       else

@@ -20,24 +20,28 @@ Layout::Layout(const std::vector<Param>& params, int world_size, int64_t max_uni
     slot.group = in.group;
     slot.decay = in.decay;
     slot.expert = in.expert;
+    slot.trains = in.trains;
     params_.push_back(slot);
     numel_ += in.numel;
+    if (!in.trains) frozen_numel_ += in.numel;
   }
   auto close_unit = [&](Unit& u) {
     u.world = u.expert ? expert_world_ : world_;
     const int64_t quantum = static_cast<int64_t>(u.world) * kAlignment;
     u.padded = std::max<int64_t>(quantum, (u.numel + quantum - 1) / quantum * quantum);
     u.flat_offset = flat_;
-    u.shard_offset = shard_;
+    int64_t& shard = u.trains ? shard_ : frozen_shard_;
+    u.shard_offset = shard;
     flat_ += u.padded;
-    shard_ += u.chunk();
+    shard += u.chunk();
     units_.push_back(u);
   };
   Unit current;
   bool open = false;
   for (int i = 0; i < static_cast<int>(params_.size()); ++i) {
     ParamSlot& p = params_[static_cast<size_t>(i)];
-    if (open && (p.group != current.group || p.expert != current.expert || current.numel + p.numel > max_unit_elements)) {
+    if (open && (p.group != current.group || p.expert != current.expert || p.trains != current.trains ||
+                 current.numel + p.numel > max_unit_elements)) {
       close_unit(current);
       open = false;
     }
@@ -45,6 +49,7 @@ Layout::Layout(const std::vector<Param>& params, int world_size, int64_t max_uni
       current = Unit{};
       current.group = p.group;
       current.expert = p.expert;
+      current.trains = p.trains;
       current.first_param = i;
       open = true;
     }
@@ -56,9 +61,10 @@ Layout::Layout(const std::vector<Param>& params, int world_size, int64_t max_uni
   if (open) close_unit(current);
 }
 
-std::vector<ShardSegment> Layout::segments(int rank, int expert_rank) const {
+std::vector<ShardSegment> Layout::segments(int rank, int expert_rank, bool trained) const {
   std::vector<ShardSegment> out;
   for (const Unit& u : units_) {
+    if (u.trains != trained) continue;
     const int place = u.expert && expert_rank >= 0 ? expert_rank : rank;
     const int64_t lo = static_cast<int64_t>(place) * u.chunk(), hi = lo + u.chunk();
     for (int i = u.first_param; i < u.first_param + u.num_params; ++i) {

@@ -98,6 +98,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"train.tokens", {"640", {"train.steps=0"}}},
       {"train.global_batch_size", {"4", {}}},
       {"train.gradient_accumulation_steps", {"3", {}}},
+      {"train.freeze", {"[model.embed_tokens.*, norms]", {}}},
       {"train.accumulation", {"[{until_step: 5, steps: 2}, {steps: 3}]", {}}},
       {"train.batch_ramp_start", {"2", {"train.global_batch_size=8", "train.batch_ramp_steps=4"}}},
       {"train.batch_ramp_steps", {"4", {"train.global_batch_size=8", "train.batch_ramp_start=2"}}},

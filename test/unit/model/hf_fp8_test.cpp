@@ -5,12 +5,14 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/GradMode.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -107,20 +109,30 @@ TEST_CASE("fp8 quantization keeps every value within half a float8 step of its b
   }
 }
 
-TEST_CASE("fp8: which tensors DeepSeek's release stores in FP8", "[fp8]") {
-  for (const char* name :
-       {"model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_b_proj.weight", "model.layers.0.self_attn.q_proj.weight",
-        "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", "model.layers.0.self_attn.kv_b_proj.weight",
-        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.2.mlp.down_proj.weight",
-        "model.layers.3.mlp.experts.255.up_proj.weight", "model.layers.3.mlp.shared_experts.down_proj.weight",
-        "model.layers.61.mlp.experts.0.gate_proj.weight"})
-    CHECK(model::stored_as_fp8(name, {64, 64}));
-  for (const char* name : {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight", "model.layers.3.mlp.gate.weight",
-                           "model.layers.3.mlp.gate.e_score_correction_bias", "model.layers.0.input_layernorm.weight",
-                           "model.layers.0.self_attn.kv_a_layernorm.weight", "model.layers.61.eh_proj.weight",
-                           "model.layers.61.shared_head.head.weight", "model.layers.61.enorm.weight"})
-    CHECK_FALSE(model::stored_as_fp8(name, {64, 64}));
-  CHECK_FALSE(model::stored_as_fp8("model.layers.0.mlp.gate_proj.weight", {64}));
+TEST_CASE("fp8: which tensors DeepSeek's release stores in FP8 follows from their declared roles", "[fp8]") {
+  config::ModelConfig cfg = test::tiny_v3();
+  cfg.mtp_depth = 1;
+  std::set<std::string> fp8;
+  for (const auto& s : model::model_tensor_shapes(cfg))
+    if (model::stored_as_fp8(s.role)) fp8.insert(s.name);
+  const std::string mtp = fmt::format("model.layers.{}.", cfg.num_layers);
+  for (const std::string& name : std::vector<std::string>{
+           "model.layers.0.self_attn.q_a_proj.weight", "model.layers.0.self_attn.q_b_proj.weight",
+           "model.layers.0.self_attn.kv_a_proj_with_mqa.weight", "model.layers.0.self_attn.kv_b_proj.weight",
+           "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.down_proj.weight",
+           "model.layers.1.mlp.experts.3.up_proj.weight", "model.layers.1.mlp.shared_experts.down_proj.weight",
+           mtp + "mlp.experts.0.gate_proj.weight", mtp + "self_attn.o_proj.weight"})
+    CHECK(fp8.count(name));
+  for (const std::string& name :
+       std::vector<std::string>{"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight", "model.layers.1.mlp.gate.weight",
+                                "model.layers.1.mlp.gate.e_score_correction_bias", "model.layers.0.input_layernorm.weight",
+                                "model.layers.0.self_attn.kv_a_layernorm.weight", mtp + "eh_proj.weight", mtp + "enorm.weight"})
+    CHECK_FALSE(fp8.count(name));
+  // Every tensor has its name's role: the count of each agrees with the names the release uses.
+  size_t projections = 0;
+  for (const auto& s : model::model_tensor_shapes(cfg))
+    projections += s.name.find("_proj") != std::string::npos && s.name.find("eh_proj") == std::string::npos ? 1 : 0;
+  CHECK(fp8.size() == projections);
 }
 
 TEST_CASE("fp8: quantization_config is read as DeepSeek writes it, and refused by key", "[fp8]") {
@@ -160,12 +172,15 @@ TEST_CASE("fp8: a model written in FP8 loads as its dequantized weights; broken 
       cfg, shapes, [&](const model::TensorShape& t) { return param(*a, t.name).detach().clone(); }, o, hf);
   auto b = model::make_model(cfg, 8);
   model::load_hf_weights(hf, cfg, b->parameters(), b->buffers());
+  std::set<std::string> fp8;
+  for (size_t i = 0; i < a->parameters().size(); ++i)
+    if (model::stored_as_fp8(a->parameter_places()[i].role)) fp8.insert(a->parameters()[i].name);
   c10::NoGradGuard no_grad;
   for (const auto& p : a->parameters()) {
     const at::Tensor got = param(*b, p.name);
     const at::Tensor hf_layout = model::permute_rope_rows(cfg, p.name, p.tensor, true);
     at::Tensor want;
-    if (model::stored_as_fp8(p.name, p.tensor.sizes().vec())) {
+    if (fp8.count(p.name)) {
       const auto q = model::quantize_fp8(hf_layout, o.fp8);
       want = model::permute_rope_rows(cfg, p.name, model::dequantize_fp8(q.weight, q.scale_inv, o.fp8), false);
     } else {

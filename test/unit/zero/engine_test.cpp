@@ -19,15 +19,9 @@
 using namespace dstrain;
 using dstrain::test::EngineRun;
 using dstrain::test::EngineSpec;
+using dstrain::test::worst_relative;
 
 namespace {
-
-double worst_relative(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-12));
-  return worst;
-}
 
 double worst_absolute(const at::Tensor& a, const at::Tensor& b) { return (a - b).abs().max().item<double>(); }
 

@@ -1,0 +1,15 @@
+#include "dstrain/model/linear.h"
+
+#include <ATen/ATen.h>
+
+namespace dstrain::model {
+
+at::Tensor apply(const Linear& linear, const at::Tensor& x, std::optional<c10::ScalarType> compute) {
+  const at::Tensor in = compute ? x.to(*compute) : x;
+  const at::Tensor weight = compute ? linear.weight.to(*compute) : linear.weight;
+  at::Tensor out = linear.base ? linear.base->product(in, weight) : at::linear(in, weight);
+  for (const auto& adapter : linear.adapters) out = adapter->apply(in, out);
+  return out;
+}
+
+}  // namespace dstrain::model

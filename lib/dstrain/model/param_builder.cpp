@@ -1,0 +1,50 @@
+#include "dstrain/model/param_builder.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <utility>
+
+#include "dstrain/model/layers.h"
+
+namespace dstrain::model {
+
+ParamBuilder::ParamBuilder(CausalLM& model, uint64_t seed, c10::ScalarType dtype, Init init)
+    : model_(model), gen_(at::detail::createCPUGenerator(seed)), dtype_(dtype), meta_(init == Init::kShapesOnly) {}
+
+bool ParamBuilder::holds_group() const { return model_.holds_group(group_); }
+
+void ParamBuilder::set_expert(int64_t local_index, std::string name_pattern) {
+  expert_ = local_index;
+  expert_pattern_ = std::move(name_pattern);
+}
+
+at::Tensor ParamBuilder::normal(const std::vector<int64_t>& shape, double std) {
+  return meta_ ? meta_tensor(shape) : at::normal(0.0, std, shape, gen_);
+}
+
+at::Tensor ParamBuilder::ones(const std::vector<int64_t>& shape) const { return meta_ ? meta_tensor(shape) : at::ones(shape); }
+
+at::Tensor ParamBuilder::add(const std::string& name, ParamRole role, const at::Tensor& init) {
+  if (!holds_group()) return {};
+  at::Tensor t = init.to(dtype_).set_requires_grad(true);
+  model_.params_.push_back({name, t});
+  model_.places_.push_back({group_, expert_, role, true});
+  model_.expert_names_.push_back(expert_ < 0 ? std::string() : expert_pattern_);
+  model_.num_groups_ = std::max(model_.num_groups_, group_ + 1);
+  return t;
+}
+
+const Linear* ParamBuilder::add_linear(const std::string& module, ParamRole role, const at::Tensor& init) {
+  const at::Tensor weight = add(module + ".weight", role, init);
+  if (!weight.defined()) return nullptr;
+  Linear l;
+  l.module = module;
+  l.role = role;
+  l.index = model_.params_.size() - 1;
+  l.weight = weight;
+  model_.linears_.push_back(std::move(l));
+  return &model_.linears_.back();
+}
+
+}  // namespace dstrain::model

@@ -1,0 +1,51 @@
+#pragma once
+// How a model family declares its parameters: one call per parameter with its HF name, role and
+// initial values, in the model's order. The builder draws the initial values from one stream
+// seeded by the model's seed (drawn whether or not this rank keeps the parameter: every rank,
+// pipeline stage and expert block draws the same stream, so the same model), keeps what the
+// model holds, and records each parameter's place and, for a projection, its Linear.
+#include <ATen/core/Tensor.h>
+#include <ATen/core/Generator.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::model {
+
+class ParamBuilder {
+ public:
+  ParamBuilder(CausalLM& model, uint64_t seed, c10::ScalarType dtype, Init init);
+
+  // The layer group of what is added next (LayerGate's numbering).
+  void set_group(int group) { group_ = group; }
+  bool holds_group() const;
+  // What is added next belongs to a routed expert: its index in this rank's block and its name
+  // with "{}" for the global index; end_expert() returns to the model's own parameters.
+  void set_expert(int64_t local_index, std::string name_pattern);
+  void end_expert() { expert_ = -1; }
+
+  // Initial values, drawn from the stream in call order (meta tensors for Init::kShapesOnly).
+  at::Tensor normal(const std::vector<int64_t>& shape, double std);
+  at::Tensor ones(const std::vector<int64_t>& shape) const;
+
+  // Adds a parameter when its group is held; returns it (undefined when not held).
+  at::Tensor add(const std::string& name, ParamRole role, const at::Tensor& init);
+  // A projection: the parameter module + ".weight" [out, in] and its Linear (nullptr when not held).
+  const Linear* add_linear(const std::string& module, ParamRole role, const at::Tensor& init);
+  // An RMSNorm's weight of `size`, initialised to ones.
+  at::Tensor add_norm(const std::string& name, int64_t size) { return add(name, ParamRole::kNorm, ones({size})); }
+
+ private:
+  CausalLM& model_;
+  at::Generator gen_;
+  c10::ScalarType dtype_;
+  bool meta_;
+  int group_ = 0;
+  int64_t expert_ = -1;
+  std::string expert_pattern_;
+};
+
+}  // namespace dstrain::model

@@ -1,0 +1,120 @@
+// Frozen parameters in the ZeRO engine (train.freeze): they stay bitwise at their initial values
+// at every stage, with expert parallelism too, hold no gradient, master copy or Adam states, and
+// the parameters that train follow the one-rank run.
+#include "catch_torch.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/freeze.h"
+#include "engine_harness.h"
+
+using namespace dstrain;
+using dstrain::test::EngineRun;
+using dstrain::test::EngineSpec;
+using dstrain::test::worst_relative;
+
+namespace {
+
+// Every frozen parameter's final value is its initial one, bit for bit; every other one moved.
+// Returns the trained elements.
+int64_t check_frozen_at_initial(const EngineRun& run, const config::ModelConfig& cfg, const std::vector<std::string>& freeze) {
+  const auto initial_model = model::make_model(cfg, 1234);  // the harness's seed, every expert
+  std::map<std::string, at::Tensor> initial;
+  for (const auto& p : initial_model->parameters()) initial[p.name] = p.tensor.detach().reshape({-1});
+  const model::FrozenSet set = model::frozen_set(cfg, freeze);
+  REQUIRE(run.names.size() == initial.size());
+  int64_t offset = 0, trained = 0, frozen_seen = 0;
+  for (size_t i = 0; i < run.names.size(); ++i) {
+    const at::Tensor final_value = run.master.narrow(0, offset, run.numels[i]);
+    offset += run.numels[i];
+    INFO(run.names[i]);
+    if (set.names.count(run.names[i])) {
+      CHECK(at::equal(final_value, initial.at(run.names[i])));
+      ++frozen_seen;
+    } else {
+      CHECK_FALSE(at::equal(final_value, initial.at(run.names[i])));
+      trained += run.numels[i];
+    }
+  }
+  CHECK(frozen_seen == static_cast<int64_t>(set.names.size()));
+  CHECK(trained == set.trainable());
+  return trained;
+}
+
+// The model states of a rank with frozen parameters: master and Adam states (and at stage 2/3
+// gradients) for its share of the trained parameters only, padding aside.
+void check_frozen_memory(const EngineRun& run, int64_t trained, int world, int stage) {
+  const int64_t share = stage == 0 ? trained : trained / world, slack = 64 * 16 * world;  // at most one padded tail per unit
+  INFO("master " << run.memory.master << " B for " << trained << " trained elements over " << world);
+  CHECK(run.memory.master >= 4 * share);
+  CHECK(run.memory.master <= 4 * (share + slack));
+  CHECK(run.memory.optimizer == 2 * run.memory.master);
+  if (stage >= 2) CHECK(run.memory.grads <= 4 * (share + slack));
+  CHECK(run.memory.formula_optimizer == 12 * share);
+}
+
+}  // namespace
+
+TEST_CASE("engine: frozen parameters stay at their initial values at stages 0-3, hold no optimizer state, the rest trains as one rank",
+          "[engine][freeze]") {
+  const std::vector<std::string> freeze = {"model.embed_tokens.*", "model.layers.0.*"};
+  EngineSpec one;
+  one.freeze = freeze;
+  const EngineRun reference = test::run_engine(one);
+  const int64_t trained = check_frozen_at_initial(reference, test::tiny_model_config(), freeze);
+  CHECK(worst_relative(reference.losses, test::run_engine({}).losses) > 1e-4);  // freezing changed the run
+  for (int stage = 0; stage <= 3; ++stage)
+    for (bool overlap : {false, true}) {
+      EngineSpec spec = one;
+      spec.world = 2, spec.stage = stage, spec.overlap_comm = overlap, spec.bucket = overlap ? 300 : spec.bucket;
+      INFO("stage " << stage << (overlap ? ", overlap_comm, small buckets" : ""));
+      const EngineRun run = test::run_engine(spec);
+      check_frozen_at_initial(run, test::tiny_model_config(), freeze);
+      CHECK(worst_relative(run.losses, reference.losses) <= 1e-5);
+      CHECK(worst_relative(run.grad_norms, reference.grad_norms) <= 1e-4);
+      CHECK((run.master - reference.master).abs().max().item<double>() <= 1e-4);
+      check_frozen_memory(run, trained, 2, stage);
+    }
+}
+
+TEST_CASE("engine: frozen routed experts and layers with expert parallelism over 2 ranks, stages 0-3",
+          "[engine][freeze][expert-parallel]") {
+  const std::vector<std::string> freeze = {"model.layers.0.*", "experts", "model.layers.1.self_attn.*"};
+  EngineSpec one;
+  one.expert_parallel = 1, one.freeze = freeze;
+  const EngineRun reference = test::run_engine(one);
+  check_frozen_at_initial(reference, test::tiny_moe_config(), freeze);
+  for (int stage = 0; stage <= 3; ++stage) {
+    EngineSpec spec = one;
+    spec.world = 2, spec.stage = stage, spec.expert_parallel = 2;
+    INFO("stage " << stage);
+    const EngineRun run = test::run_engine(spec);
+    check_frozen_at_initial(run, test::tiny_moe_config(), freeze);
+    CHECK(worst_relative(run.losses, reference.losses) <= 1e-5);
+  }
+}
+
+TEST_CASE("train.freeze: roles and globs select from the whole model; nothing matched and everything frozen are refused by key",
+          "[freeze]") {
+  const config::ModelConfig moe = test::tiny_moe_config();
+  const model::FrozenSet experts = model::frozen_set(moe, {"experts"});
+  for (const auto& name : experts.names) CHECK(name.find(".mlp.experts.") != std::string::npos);
+  CHECK(experts.names.size() == 2 * 4 * 3);  // 2 MoE layers x 4 experts x 3 projections, on every rank whatever it holds
+  const model::FrozenSet layers = model::frozen_set(moe, {"model.layers.[0-1].*"});
+  CHECK(layers.names.count("model.layers.1.mlp.experts.3.down_proj.weight"));
+  CHECK_FALSE(layers.names.count("model.layers.2.input_layernorm.weight"));
+  CHECK(model::frozen_set(moe, {"router"}).frozen_routers == 2);
+  CHECK(model::frozen_set(moe, {"norms"}).names.count("model.norm.weight"));
+  CHECK_THROWS_WITH(
+      model::frozen_set(moe, {"norms", "model.embed.*"}),
+      Catch::Contains("train.freeze[1]: 'model.embed.*' matches no parameter") && Catch::Contains("model.embed_tokens.weight"));
+  CHECK_THROWS_WITH(model::frozen_set(moe, {"embedding"}), Catch::Contains("train.freeze[0]") && Catch::Contains("embeddings, attention"));
+  CHECK_THROWS_WITH(model::frozen_set(test::tiny_model_config(), {"experts"}), Catch::Contains("no parameters of that role"));
+  CHECK_THROWS_WITH(model::frozen_set(moe, {"*"}), Catch::Contains("freezes every parameter"));
+}
