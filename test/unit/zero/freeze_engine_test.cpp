@@ -83,6 +83,39 @@ TEST_CASE("engine: frozen parameters stay at their initial values at stages 0-3,
     }
 }
 
+TEST_CASE("engine: frozen parameters with optimizer offload (stage 2, stage 3 with parameter offload, the delayed update) and in bf16",
+          "[engine][freeze]") {
+  const std::vector<std::string> freeze = {"model.embed_tokens.*", "norms", "model.layers.1.mlp.*"};
+  EngineSpec one;
+  one.freeze = freeze;
+  const EngineRun reference = test::run_engine(one);
+  for (int variant = 0; variant < 3; ++variant) {
+    EngineSpec spec = one;
+    spec.world = 2, spec.offload = true, spec.offload_chunk = 1000;
+    spec.stage = variant == 0 ? 2 : 3;
+    spec.offload_param = variant >= 1;
+    spec.delayed_update = variant == 2, spec.delayed_after = 2;
+    INFO("variant " << variant);
+    const EngineRun run = test::run_engine(spec);
+    check_frozen_at_initial(run, test::tiny_model_config(), freeze);
+    if (variant < 2) CHECK(worst_relative(run.losses, reference.losses) <= 1e-5);  // the delayed update is another method
+  }
+  EngineSpec bf16 = one;
+  bf16.dtype = config::Dtype::kBf16, bf16.world = 2, bf16.stage = 3;
+  const EngineRun run = test::run_engine(bf16);
+  // What the engine holds of a frozen parameter: its initial value in bf16, unchanged.
+  const auto initial = model::make_model(test::tiny_model_config(), 1234, at::kBFloat16);
+  const model::FrozenSet set = model::frozen_set(test::tiny_model_config(), freeze);
+  int64_t offset = 0;
+  for (size_t i = 0; i < run.names.size(); ++i) {
+    if (set.names.count(run.names[i])) {
+      INFO(run.names[i]);
+      CHECK(at::equal(run.master.narrow(0, offset, run.numels[i]), initial->parameters()[i].tensor.detach().to(at::kFloat).reshape({-1})));
+    }
+    offset += run.numels[i];
+  }
+}
+
 TEST_CASE("engine: frozen routed experts and layers with expert parallelism over 2 ranks, stages 0-3",
           "[engine][freeze][expert-parallel]") {
   const std::vector<std::string> freeze = {"model.layers.0.*", "experts", "model.layers.1.self_attn.*"};
