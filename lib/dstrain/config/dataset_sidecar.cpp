@@ -1,11 +1,13 @@
 #include "dstrain/config/dataset_sidecar.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
-#include <nlohmann/json.hpp>
+#include <map>
+#include <mutex>
 
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/sha256.h"
@@ -49,12 +51,30 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path)
   });
 }
 
+namespace {
+
+// A file's sha256, remembered by path, size and modification time: a recipe is loaded several
+// times per command (layers, resolution, the workers' checks), a tokenizer.json is megabytes.
+std::string remembered_sha256(const std::string& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::pair<std::string, std::string>> known;  // path -> (identity, sha256)
+  const auto mtime = std::filesystem::last_write_time(path).time_since_epoch().count();
+  const std::string identity = fmt::format("{}:{}", std::filesystem::file_size(path), mtime);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(path);
+  if (it == known.end() || it->second.first != identity)
+    it = known.insert_or_assign(path, std::pair{identity, to_hex(sha256(read_file(path)))}).first;
+  return it->second.second;
+}
+
+}  // namespace
+
 std::string other_tokenizer_than(const std::string& model_dir, const std::string& data_path) {
   const auto sidecar = read_dataset_sidecar(data_path);
   if (!sidecar || sidecar->tokenizer_sha256.empty()) return "";
   const std::string json = (std::filesystem::path(model_dir) / "tokenizer.json").string();
   if (!std::filesystem::is_regular_file(json)) return "";  // weights alone: nothing to compare with
-  const std::string sha = to_hex(sha256(read_file(json)));
+  const std::string sha = remembered_sha256(json);
   if (sha == sidecar->tokenizer_sha256) return "";
   return fmt::format("'{}' was prepared with another tokenizer (sha256 {}, {}) than the weights' own {} (sha256 {})", data_path,
                      sidecar->tokenizer_sha256.substr(0, 12), sidecar->file, json, sha.substr(0, 12));

@@ -113,10 +113,14 @@ Tracker::Tracker(const config::Recipe& recipe, const run::RunDir& run_dir)
   const std::string spec = spec_json(recipe, run_dir);
   fs::create_directories(run_dir.log_dir());
   const int log_fd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  int in[2], out[2];
-  if (log_fd < 0 || ::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
-    throw Error(ErrorCode::kEnvironment, fmt::format("cannot start the {} side process: {}", sink_names(recipe), std::strerror(errno)),
+  int in[2] = {-1, -1}, out[2] = {-1, -1};
+  if (log_fd < 0 || ::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) {
+    const int error = errno;
+    for (const int fd : {log_fd, in[0], in[1], out[0], out[1]})  // whatever opened before the failure
+      if (fd >= 0) ::close(fd);
+    throw Error(ErrorCode::kEnvironment, fmt::format("cannot start the {} side process: {}", sink_names(recipe), std::strerror(error)),
                 "check that " + run_dir.log_dir() + " is writable");
+  }
   std::vector<std::string> args = {python, "-c", kTrackerScript, spec};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
