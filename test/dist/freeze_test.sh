@@ -84,11 +84,15 @@ run "$demo_recipe" half 2 --set "$dense_freeze" --set zero.stage=2 --set train.s
 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 2 --set "$dense_freeze" --set zero.stage=3 \
   --set run_dir=resumed --resume half/ckpt/step_00000010
 python3 "$cmp" half/metrics.jsonl resumed/metrics.jsonl --resumed --rtol 1e-6 || fail "a resume with the same frozen set does not continue the run"
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 1 --set "$dense_freeze" --set zero.stage=1 \
+  --set run_dir=alone --resume half/ckpt/step_00000010
+python3 "$cmp" half/metrics.jsonl alone/metrics.jsonl --resumed --rtol 1e-5 || fail "a resume on one rank does not continue the run"
+frozen_at_initial init alone 'model.embed_tokens.*' 'model.layers.0.*'
 expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 2 --set 'train.freeze=[model.embed_tokens.*]' \
   --set run_dir=other --resume half/ckpt/step_00000010
 expect_out "train.freeze: checkpoint"
 expect_out "9 parameter(s) frozen there would train now (model.layers.0.input_layernorm.weight"
-ok "a resume with the same frozen set (ZeRO 2 -> 3) continues the run; one with another set is refused, naming the parameters"
+ok "a resume with the same frozen set (ZeRO 2 -> 3, and 2 ranks -> 1) continues the run; one with another set is refused, naming the parameters"
 
 # --- MoE: expert parallelism 2, the routed experts frozen ----------------------------------------
 run "$moe" minit 1 --set optimizer.lr=0 --set train.steps=1 --set schedule.warmup_steps=0
