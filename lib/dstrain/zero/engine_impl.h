@@ -128,10 +128,20 @@ struct Engine::Impl final : model::LayerGate {
   // The parameters where the model placed them (model::ParamPlace); their names are only labels.
   static std::vector<Layout::Param> layout_params(const model::CausalLM& m, bool expert_parallel);
 
-  // A unit's group: the world, or (expert units) the expert-data-parallel group.
-  comm::Communicator& comm_of(const Unit& u) const { return u.expert ? *experts.data : comm; }
-  int place_of(const Unit& u) const { return u.expert ? edp_rank : rank; }
-  int ranks_of(const Unit& u) const { return u.expert ? edp_world : world; }
+  // A ZeRO domain: the ranks its units are split over (the world, or for routed experts the
+  // expert-data-parallel group), this rank's place among them, and whether its units train
+  // (frozen ones are gathered like the others but never reduced, and hold no optimizer state).
+  struct Domain {
+    comm::Communicator* group = nullptr;
+    int rank = 0, world = 1;
+    bool trains = true;
+  };
+  Domain domain_of(const Unit& u) const {
+    return u.expert ? Domain{experts.data, edp_rank, edp_world, u.trains} : Domain{&comm, rank, world, u.trains};
+  }
+  comm::Communicator& comm_of(const Unit& u) const { return *domain_of(u).group; }
+  int place_of(const Unit& u) const { return domain_of(u).rank; }
+  int ranks_of(const Unit& u) const { return domain_of(u).world; }
   int64_t my_chunk_start(const Unit& u) const { return (opt.stage == 0 ? 0 : place_of(u)) * u.chunk(); }
   // Stage 3: where a unit's chunk of this rank lives (the trained or the frozen shard).
   const at::Tensor& shard_of(const Unit& u) const { return u.trains ? param_shard : frozen_shard; }

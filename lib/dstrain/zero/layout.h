@@ -43,6 +43,8 @@ struct Unit {
   int world = 1;        // ranks the unit is split over: the world, or the expert-data-parallel group
   bool expert = false;  // routed experts' parameters (the expert domain)
   bool trains = true;   // false: frozen parameters (no gradient, master or optimizer state)
+  // The unit's domain (the engine's Domain): 0 dense, 1 routed experts, 2 frozen dense, 3 frozen experts.
+  int domain() const { return (expert ? 1 : 0) + (trains ? 0 : 2); }
 };
 
 // A run of one parameter inside one rank's shard: the optimizer's unit of work.
