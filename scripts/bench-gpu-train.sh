@@ -5,7 +5,8 @@
 # x 2048). Median tokens/s and MFU over the steps after the first 5; MFU against the peak the run
 # logs (the datasheet's dense bf16 peak for known GPUs). Then the PyTorch peers of the dense run
 # (bench/torch_peer.py: eager with autocast, eager bf16, torch.compile; the same model, batch and
-# FLOPs formula) and the ratio dstrain / best peer. Run by scripts/gpu-check.sh.
+# FLOPs formula) and the ratio dstrain / best peer. No run saves its end (checkpoint.at_end false:
+# the 1.3b's is 21.6 GB, and the rows would fill the disk). Run by scripts/gpu-check.sh.
 #   scripts/bench-gpu-train.sh [DSTRAIN_BINARY] [STEPS]
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,7 +17,8 @@ trap 'rm -rf "$work"' EXIT
 if ! "$dstrain" --version 2>/dev/null | grep -q "^cuda: yes"; then echo "skipped: this dstrain was built without CUDA"; exit 0; fi
 if ! nvidia-smi -L > /dev/null 2>&1; then echo "skipped: no GPU visible"; exit 0; fi
 common=(--nproc-per-node 1 --nnodes 1 --set zero.stage=0 --set zero.offload_optimizer=none --set data.seq_len=2048 --set train.steps="$steps"
-        --set schedule.warmup_steps=5 --set checkpoint.interval_steps=0 --set checkpoint.interval_minutes=0 --set launch.env_check=false)
+        --set schedule.warmup_steps=5 --set checkpoint.interval_steps=0 --set checkpoint.interval_minutes=0 --set checkpoint.at_end=false
+        --set launch.env_check=false)
 profiles=()
 # Each row is printed as soon as it is measured: a time limit that cuts the script short keeps
 # the rows measured before it.

@@ -76,4 +76,9 @@ expect_out "step 12/12"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" "${auto[@]}" --set train.steps=13
 expect_out "holds a run with another configuration"
 ok "train --resume auto starts a new run_dir, continues the same run from its checkpoint, and refuses another run's directory"
+# checkpoint.at_end false (benchmarks): the interval's checkpoints only, not the end's.
+expect_status 0 "$DSTRAIN" train "$demo_recipe" --set launch.threads_per_worker=1 --set train.steps=5 --set schedule.warmup_steps=0 --set checkpoint.interval_steps=2 \
+  --set checkpoint.at_end=false --set checkpoint.keep_last=0 --set run_dir=noend
+[ "$(cd noend/ckpt && ls -d step_* | xargs)" = "step_00000002 step_00000004" ] || fail "checkpoint.at_end false: $(ls noend/ckpt)"
+ok "checkpoint.at_end false saves the interval's checkpoints and not the end's"
 finish

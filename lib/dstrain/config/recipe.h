@@ -266,12 +266,13 @@ struct PipelineConfig {
 
 struct CheckpointConfig {
   std::string dir;              // "" = run_dir/ckpt
-  int64_t interval_steps = 0;   // 0: no step-based saves (the end is always saved)
+  int64_t interval_steps = 0;   // 0: no step-based saves (the end is saved unless at_end is false)
   double interval_minutes = 0;  // 0: no time-based saves
   int64_t keep_last = 2;        // 0 keeps all
   int64_t keep_every = 0;       // also keep every checkpoint whose step is a multiple; 0: none
   bool async = false;
   bool keep_best = false;  // also keep the checkpoint with the lowest validation loss (ckpt/best)
+  bool at_end = true;      // save after the last step (benchmarks turn it off: a large model's checkpoint fills a disk)
   double mtbf_hours = 24;  // expected hours between failures: for the Young/Daly interval suggestion
 };
 

@@ -229,11 +229,12 @@ std::vector<Field> pipeline_fields() {
 std::vector<Field> checkpoint_fields() {
   return {
     {"checkpoint.dir", 0, 0, {}, "Checkpoint directory; empty: run_dir/ckpt.", DS_FIELD(checkpoint.dir)},
-    {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: off; the end is always saved).", DS_FIELD(checkpoint.interval_steps)},
+    {"checkpoint.interval_steps", 0, kMaxInt, {}, "Checkpoint every N steps (0: off; the end is saved unless checkpoint.at_end is false).", DS_FIELD(checkpoint.interval_steps)},
     {"checkpoint.interval_minutes", 0, kInf, {}, "Checkpoint every N minutes of training (0: off).", DS_FIELD(checkpoint.interval_minutes)},
     {"checkpoint.keep_last", 0, kMaxInt, {}, "Keep the newest N checkpoints (0: keep all).", DS_FIELD(checkpoint.keep_last)},
     {"checkpoint.keep_every", 0, kMaxInt, {}, "Also keep checkpoints whose step is a multiple of N (0: none).", DS_FIELD(checkpoint.keep_every)},
     {"checkpoint.async", 0, 0, {}, "Write checkpoints in the background.", DS_FIELD(checkpoint.async)},
+    {"checkpoint.at_end", 0, 0, {}, "Save a checkpoint after the last step (false: only the interval's, a stop's and SAVE_NOW's; for benchmarks, whose final checkpoint of a large model takes minutes and tens of GB).", DS_FIELD(checkpoint.at_end)},
     {"checkpoint.keep_best", 0, 0, {}, "Save a checkpoint at each new lowest validation loss (the first eval set) and keep it, whatever keep_last says, while it is the best; ckpt/best names it.", DS_FIELD(checkpoint.keep_best)},
     {"checkpoint.mtbf_hours", 0, kInf, {}, "Expected hours between failures of the job; the log suggests the Young/Daly checkpoint interval sqrt(2 x save time x MTBF) from it.", DS_FIELD(checkpoint.mtbf_hours)},
   };

@@ -61,7 +61,7 @@ bool StepTriggers::stop_wanted() const {
 
 bool StepTriggers::save_after(int64_t done, const StepSignals& all) const {
   const int64_t interval = recipe_.checkpoint.interval_steps;
-  return done == recipe_.train.steps || (interval > 0 && done % interval == 0) || all.save || all.stop;
+  return (done == recipe_.train.steps && recipe_.checkpoint.at_end) || (interval > 0 && done % interval == 0) || all.save || all.stop;
 }
 
 std::string StepTriggers::stop_reason() const {

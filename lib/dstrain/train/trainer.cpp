@@ -345,6 +345,7 @@ Trainer::StepEnd Trainer::step() {
   const size_t terms_part = terms.empty() ? 0 : sums.add(terms);
   const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
   const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
+  if (p.recipe.logging.wall_clock_breakdown) device::synchronize(p.device.device);  // the update's kernels belong to its phase
   const double optimizer_ms = ms_since(o0);
   if (p.bad_steps.judge(p.step + 1, result, all.loss) == BadStepPolicy::Action::kRollback) {
     roll_back();

@@ -124,6 +124,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"eval.interval_steps", {"5", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.at_start", {"true", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.early_stopping_patience", {"2", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
+      {"checkpoint.at_end", {"false", {}}},
       {"checkpoint.keep_best", {"true", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
   };
 }
