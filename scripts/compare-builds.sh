@@ -54,7 +54,7 @@ for entry in "${configs[@]}"; do
   result=$(python3 - "$work/$name-old" "$work/$name-new" <<'EOF'
 import hashlib, json, os, sys
 old, new = sys.argv[1:3]
-keys = ("loss", "grad_norm", "lr", "loss_scale", "skipped")
+keys = ("loss", "grad_norm", "lr", "loss_scale", "skipped", "mtp_loss")
 def steps(run):
     out = {}
     for line in open(os.path.join(run, "metrics.jsonl")):

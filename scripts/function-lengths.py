@@ -3,6 +3,8 @@
 
   scripts/function-lengths.py [--limit N] [PATH ...]     (default: lib/ and apps/, limit 120)
 
+Some functions have a tighter limit of their own (TIGHT): the training step reads top to bottom.
+
 Functions are the bodies that open at namespace or class scope; lambdas and local classes count
 toward the function they are in. Exits 1 when any function is over the limit.
 """
@@ -11,6 +13,7 @@ import os
 import re
 import sys
 
+TIGHT = {("lib/dstrain/train/trainer.cpp", "Trainer::step"): 50}
 KEYWORDS_NOT_FUNCTIONS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "decltype", "alignof", "static_assert"}
 
 
@@ -88,11 +91,15 @@ def main():
             for line, length, name in functions(f):
                 found.append((length, f, line, name))
     found.sort(reverse=True)
-    over = [x for x in found if x[0] > args.limit]
+    over = [x for x in found if x[0] > args.limit or x[0] > TIGHT.get((os.path.normpath(x[1]), x[3]), args.limit)]
+    for (path, name), limit in TIGHT.items():  # the tight limits must keep finding what they hold
+        if args.paths == ["lib", "apps"] and not any(os.path.normpath(f) == path and n == name for _, f, _, n in found):
+            print(f"function-lengths: {path} has no function {name} (update TIGHT)", file=sys.stderr)
+            over.append((0, path, 0, name))
     for length, f, line, name in (found[: args.top] if args.top else over):
         print(f"{length:5d} lines  {f}:{line}  {name}")
     if over:
-        print(f"{len(over)} function(s) over {args.limit} lines", file=sys.stderr)
+        print(f"{len(over)} function(s) over {args.limit} lines (or their own limit in TIGHT)", file=sys.stderr)
     return 1 if over else 0
 
 

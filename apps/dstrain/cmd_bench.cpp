@@ -1,9 +1,9 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "dstrain/comm/control_plane_bench.h"
-#include "dstrain/launch/liveness_bench.h"
-#include "dstrain/zero/checkpoint_bench.h"
+#include "dstrain/bench/control_plane_bench.h"
+#include "dstrain/bench/liveness_bench.h"
+#include "dstrain/bench/checkpoint_bench.h"
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -11,11 +11,11 @@
 
 #include <unistd.h>
 
-#include "dstrain/optim/adam_bench.h"
+#include "dstrain/bench/adam_bench.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/tasks/comm_task.h"
-#include "dstrain/tasks/model_bench.h"
-#include "dstrain/tasks/moe_bench.h"
+#include "dstrain/bench/model_bench.h"
+#include "dstrain/bench/moe_bench.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {

@@ -10,7 +10,7 @@
 #include "dstrain/launch/plan.h"
 #include "dstrain/model/freeze.h"
 #include "dstrain/tasks/env_task.h"
-#include "dstrain/train/fine_tuning_data.h"
+#include "dstrain/data/fine_tuning.h"
 #include "launch_flags.h"
 
 namespace dstrain::app {
@@ -74,7 +74,7 @@ void register_check_env(CLI::App& app, Run& run) {
         // Data this node lacks is what the check is for: reported among the facts, on every rank.
         config::LoadOptions lenient;
         lenient.data_may_be_missing = true;
-        lenient.packed_rows = train::packed_rows_of;
+        lenient.packed_rows = data::packed_rows_of;
         lenient.frozen_counts = model::frozen_counts_of;  // train.epochs (plan_recipe sets it too; --local needs it here)
         if (args->local) {
           recipe = config::load_recipe(args->recipe, args->overrides, {}, lenient);

@@ -3,7 +3,9 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 
 namespace dstrain::app {
 
@@ -13,7 +15,7 @@ void register_schema(CLI::App& app, Run& run) {
   cmd->group("");
   cmd->callback([&run] {
     run = [] {
-      const std::string text = config::schema_markdown();
+      const std::string text = cost::schema_markdown();
       std::fwrite(text.data(), 1, text.size(), stdout);
       return 0;
     };

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/launch/launch_run.h"
 #include "dstrain/launch/plan.h"
@@ -94,7 +96,7 @@ void register_train(CLI::App& app, Run& run) {
       const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
         launch::refuse_mismatched_init_weights(recipe);  // what training would find first
-        std::string out = topo.describe() + "\n" + config::describe_resolved(recipe, args->show_schedule);
+        std::string out = topo.describe() + "\n" + cost::describe_resolved(recipe, args->show_schedule);
         out += fmt::format("  LR schedule             {}\n", sched::describe_lr(recipe));
         // This node's first GPU, when it has one: does the plan fit it?
         char gpu[256] = {0};
@@ -102,11 +104,11 @@ void register_train(CLI::App& app, Run& run) {
         size_t total = 0;
         if (dstrain_cuda_device_count() > 0 && dstrain_cuda_device_name(0, gpu, sizeof gpu) == 0 &&
             dstrain_cuda_device_props(0, &major, &minor, &total) == 0 && total > 0) {
-          const config::MemoryPlan memory = config::memory_plan(recipe);
+          const cost::MemoryPlan memory = cost::memory_plan(recipe);
           out += fmt::format("  on this node's GPU 0    {} ({:.1f} GiB): {} (at most ~{:.3g} parameters at this shape, batch and mode)\n",
                              gpu, static_cast<double>(total) / 1073741824.0,
                              memory.device_total() <= 0.9 * static_cast<double>(total) ? "fits" : "does not fit",
-                             config::largest_model_fitting(recipe, static_cast<double>(total)));
+                             cost::largest_model_fitting(recipe, static_cast<double>(total)));
         }
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
         out += "the configuration is valid; --dry-run: no worker started, nothing written\n";

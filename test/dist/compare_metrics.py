@@ -8,6 +8,7 @@
                                           steps are compared with A's same steps
   compare_metrics.py A B --grad-norm ...  the gradient norms as well as the losses
   compare_metrics.py A B --mtp ...        multi-token prediction's losses (each depth's) as well
+  compare_metrics.py A B --key z_loss ... any other metric of the objective as well (repeatable)
 """
 import argparse
 import json
@@ -22,9 +23,9 @@ def losses(path, first=None, key="loss"):
     start = steps[0] if first is None and steps else 1 if first is None else first
     if steps != list(range(start, start + len(rows))):
         sys.exit(f"{path}: steps are not {start}..{start + len(rows) - 1}: {steps[:5]}...")
-    values = [r[key] for r in rows]
-    if key == "mtp_loss" and any(v is None for v in values):
-        sys.exit(f"{path}: a step without mtp_loss")
+    values = [r.get(key) for r in rows]
+    if key != "loss" and key != "grad_norm" and any(v is None for v in values):
+        sys.exit(f"{path}: a step without {key}")
     return start, values
 
 
@@ -38,16 +39,17 @@ def main():
     ap.add_argument("--resumed", action="store_true")
     ap.add_argument("--grad-norm", action="store_true")
     ap.add_argument("--mtp", action="store_true")
+    ap.add_argument("--key", action="append", default=[])
     args = ap.parse_args()
-    for key in ["loss"] + (["grad_norm"] if args.grad_norm else []) + (["mtp_loss"] if args.mtp else []):
+    for key in ["loss"] + (["grad_norm"] if args.grad_norm else []) + (["mtp_loss"] if args.mtp else []) + args.key:
         compare(args, key)
 
 
 def compare(args, key):
     _, a = losses(args.a, 1, key)
     if args.decreases is not None:
-        drop = a[0] - a[-1] if key != "mtp_loss" else 0.0
-        if key == "mtp_loss":
+        drop = a[0] - a[-1] if key == "loss" else 0.0
+        if key != "loss":
             return
         print(f"loss {a[0]:.4f} -> {a[-1]:.4f} (drop {drop:.4f})")
         if drop < args.decreases:
@@ -63,7 +65,7 @@ def compare(args, key):
     for step, (xs, ys) in enumerate(zip(a, b), start=start):
         if args.exact and xs != ys:
             sys.exit(f"step {step}: {key} {xs!r} != {ys!r}")
-        xs, ys = (xs, ys) if isinstance(xs, list) else ([xs], [ys])  # mtp_loss: a list for several depths
+        xs, ys = (xs, ys) if isinstance(xs, list) else ([xs], [ys])  # a list for several values (mtp_loss's depths)
         if len(xs) != len(ys):
             sys.exit(f"step {step}: {key} {xs!r} vs {ys!r}")
         for x, y in zip(xs, ys):

@@ -25,7 +25,7 @@ run() {  # run NAME NPROC [--set ...]
 }
 
 run one 1
-expect_out "| mtp "
+expect_out "| mtp_loss "
 python3 "$cmp" one/metrics.jsonl --decreases 0.5 || fail "the loss did not fall with MTP"
 python3 - one/metrics.jsonl <<'PY' || fail "metrics.jsonl's mtp_loss is not one number per depth that falls"
 import json, sys

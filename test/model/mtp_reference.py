@@ -5,7 +5,8 @@ final norm as h^0, each depth's block output before shared_head.norm passed on),
 per-token MLA + MoE reference in reference_check_moe.py. Recomputes dstrain's loss (main
 cross-entropy + balance losses + λ/D Σ_k CE_k, all over the batch's trained targets) on a batch
 with two documents in a row (restarting positions, attention within documents) and a masked
-target, then every gradient with autograd, and compares them with dstrain's: within 1e-6 of the
+target (and a case with PaLM's z-loss, weight x logsumexp(logits)^2 per trained target), then every
+gradient with autograd, and compares them with dstrain's: within 1e-6 of the
 loss, and of each gradient tensor's largest element."""
 import json
 import sys
@@ -55,7 +56,7 @@ def block(c, w, i, x, positions, allowed):
     return x + swiglu(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"], w[p + "mlp.down_proj.weight"]), torch.zeros(())
 
 
-def loss_of(c, w, tokens, labels, positions, documents):
+def loss_of(c, w, tokens, labels, positions, documents, z_loss_weight=0.0):
     T, L, D = tokens.shape[1], c["num_layers"], c["mtp_depth"]
     eps = c["rms_norm_eps"]
     causal = torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -67,8 +68,10 @@ def loss_of(c, w, tokens, labels, positions, documents):
         aux = aux + a
     h = rms(x, w["model.norm.weight"], eps)
     count = (labels != -100).sum()
-    total = F.cross_entropy(F.linear(h, w["lm_head.weight"]).reshape(-1, c["vocab_size"]), labels.reshape(-1), ignore_index=-100,
-                            reduction="sum")
+    logits = F.linear(h, w["lm_head.weight"])
+    total = F.cross_entropy(logits.reshape(-1, c["vocab_size"]), labels.reshape(-1), ignore_index=-100, reduction="sum")
+    # PaLM's z-loss: z_loss_weight x logsumexp(logits)^2, summed over the trained targets (then / count, as the rest).
+    z = (torch.logsumexp(logits, -1) ** 2 * (labels != -100)).sum()
     terms = []
     for k in range(1, D + 1):
         n, p = T - k, f"model.layers.{L + k - 1}."
@@ -80,11 +83,15 @@ def loss_of(c, w, tokens, labels, positions, documents):
         ce = F.cross_entropy(logits.reshape(-1, c["vocab_size"]), target.reshape(-1), ignore_index=-100, reduction="sum")
         terms.append((ce, (target != -100).sum().item()))
         total = total + ce * c["mtp_loss_weight"] / D
+    if z_loss_weight:
+        terms.append((z, count.item()))
+        total = total + z * z_loss_weight
     return total / count + aux, terms
 
 
 def check(d):
-    c = json.loads((d / "config.json").read_text())["model"]
+    recipe = json.loads((d / "config.json").read_text())
+    c, z_loss_weight = recipe["model"], recipe["train"]["z_loss_weight"]
     w = read_safetensors(d / "model.safetensors")
     grads = read_safetensors(d / "grads.safetensors")
     shape = (2, 12)
@@ -93,7 +100,7 @@ def check(d):
     for k, v in w.items():
         if not k.endswith("e_score_correction_bias"):
             v.requires_grad_(True)
-    loss, terms = loss_of(c, w, tokens, labels, positions, documents)
+    loss, terms = loss_of(c, w, tokens, labels, positions, documents, z_loss_weight)
     loss.backward()
     lines = (d / "loss.txt").read_text().split("\n")
     ours = float(lines[0])
@@ -107,7 +114,7 @@ def check(d):
     for k, (ce, count) in enumerate(terms, 1):
         s, n = (float(v) for v in lines[k].split())
         depth_ok &= abs(s - ce.item()) <= 1e-6 * abs(ce.item()) and n == count
-        print(f"  depth {k}: CE sum {s:.8f} vs reference {ce.item():.8f} over {int(n)} targets (reference {count})")
+        print(f"  term {k}: sum {s:.8f} vs reference {ce.item():.8f} over {int(n)} targets (reference {count})")
     print(f"{d.name}: loss {ours:.9f} vs reference {loss.item():.9f}; worst gradient {worst:.2e} of its largest element ({where}); "
           f"{len(grads)} gradients, {len([n for n in grads if n.startswith('model.layers.') and int(n.split('.')[2]) >= c['num_layers']])} "
           f"of them MTP's")
@@ -117,10 +124,10 @@ def check(d):
 def main():
     torch.set_num_threads(1)
     ok = True
-    for depth in (1, 2):
-        ok = check(Path(sys.argv[1]) / f"mtp{depth}") and ok
+    for case in ("mtp1", "mtp2", "mtp1_zloss"):
+        ok = check(Path(sys.argv[1]) / case) and ok
     if not ok:
-        sys.exit("FAIL: dstrain's multi-token prediction differs from the PyTorch reference")
+        sys.exit("FAIL: dstrain's multi-token prediction or z-loss differs from the PyTorch reference")
 
 
 if __name__ == "__main__":

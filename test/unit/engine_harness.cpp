@@ -11,8 +11,9 @@
 #include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/freeze.h"
-#include "dstrain/model/loss.h"
-#include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/model/objective.h"
+#include "dstrain/train/loss_share.h"
+#include "dstrain/train/sequential_runner.h"
 #include "model/tiny_models.h"
 
 namespace dstrain::test {
@@ -78,9 +79,9 @@ zero::EngineOptions engine_options(const EngineSpec& spec) {
 void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicator& comm, const EngineSpec& spec, int64_t first,
                  int64_t count, EngineRun& record) {
   const int64_t world = comm.world_size(), micro = kGlobalBatch / (world * kAccumulation);
-  // The trainer's own schedule (forward, loss, scaling, the engine's micro-batch calls, backward).
-  const model::Loss loss;
-  train::MicroBatchSchedule schedule(model, loss, &engine, at::kCPU);
+  // The trainer's own runner (forward, objective, scaling, the engine's micro-batch calls, backward).
+  const model::Objective objective;
+  train::SequentialRunner runner(model, objective, &engine, at::kCPU);
   for (int64_t step = first; step < first + count; ++step) {
     const at::Tensor global = global_batch(step);
     if (step + 1 == spec.overflow_at_step && (spec.overflow_rank < 0 || spec.overflow_rank == comm.rank()))
@@ -88,10 +89,10 @@ void train_steps(zero::Engine& engine, model::CausalLM& model, comm::Communicato
     std::vector<data::Batch> batches;  // micro-batches dealt rank-major, as DataPlan does
     for (int64_t m = 0; m < kAccumulation; ++m)
       batches.push_back(data::pretraining_batch(global.narrow(0, (m * world + comm.rank()) * micro, micro)));
-    const double local_loss = schedule.run(batches, train::global_loss_units(comm, batches), /*backward=*/true).loss;
-    const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), {local_loss});
+    const train::StepTotals totals = runner.train(batches, train::global_loss_units(comm, batches));
+    const zero::StepResult r = engine.step(spec.lr, step + 1 - engine.skipped_steps(), zero::StepScalars{{}, totals.values});
     if (comm.rank() != 0) continue;
-    record.losses.push_back(r.sums.at(0));
+    record.losses.push_back(r.device_sums.at(0));
     record.grad_norms.push_back(r.grad_norm);
     record.scales.push_back(r.loss_scale);
     record.skipped.push_back(r.skipped);

@@ -3,7 +3,7 @@
 // runs of the engine and checkpointer tests. Batches are a function of the step alone, and each
 // rank reads its share of the global batch as the trainer does, so every world size and stage
 // computes the same global gradient. The micro-batch loop is the trainer's own
-// (train::MicroBatchSchedule): these tests check production's forward, loss, scaling, backward
+// (train::SequentialRunner): these tests check production's forward, loss, scaling, backward
 // and engine calls, not a copy of them.
 #include <ATen/core/Tensor.h>
 

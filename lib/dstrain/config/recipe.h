@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dstrain/config/enums.h"
+#include "dstrain/config/parallel_layout.h"
 
 namespace dstrain::config {
 
@@ -182,11 +183,14 @@ struct TrainConfig {
   // The LM head and the cross-entropy run this many tokens at a time, fused: the logits of the
   // whole micro-batch never exist (model/chunked_cross_entropy.h). 0: all logits, then the loss.
   int64_t loss_chunk_tokens = 4096;
+  // PaLM's z-loss: this weight x logsumexp(logits)^2, averaged over the trained targets, added to
+  // the objective (model/z_loss.h) and logged as z_loss. 0: off.
+  double z_loss_weight = 0;
   // Activation checkpointing: "full" keeps only each decoder layer's input and recomputes the
   // layer in backward; "selective" keeps the GEMM outputs and recomputes the norms, SwiGLU's
   // activation and the attention core (Korthikanti et al.); "none" keeps everything.
   Recompute activation_checkpointing = Recompute::kNone;
-  // What a step's summed token losses are divided by (train/micro_batch_schedule.h): the
+  // What a step's summed token losses are divided by (train/loss_share.h): the
   // step's trained targets (global_tokens), its micro-batches' count after each micro-batch's
   // own mean (micro_batch_mean: DeepSpeed's and Megatron's default), or its samples after each
   // sample's own mean (per_sample: each conversation weighs the same).
@@ -338,8 +342,13 @@ struct Recipe {
   FrozenCounts frozen;                // what train.freeze freezes (derived at load; not part of the hash)
 
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
+  // The ranks over the parallel axes (config/parallel_layout.h).
+  ParallelLayout layout() const {
+    return {static_cast<int>(world_size()), static_cast<int>(std::max<int64_t>(1, parallel.pipeline_parallel_size)),
+            static_cast<int>(std::max<int64_t>(1, moe.expert_parallel_size))};
+  }
   // The ranks each pipeline stage is data-parallel over: what the batch math counts.
-  int64_t data_parallel_size() const { return world_size() / std::max<int64_t>(1, parallel.pipeline_parallel_size); }
+  int64_t data_parallel_size() const { return layout().data(); }
   // The data order's seed: data.seed, or the run's.
   uint64_t data_seed() const { return data.seed >= 0 ? static_cast<uint64_t>(data.seed) : seed; }
 };

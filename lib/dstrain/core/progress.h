@@ -30,7 +30,7 @@ class CollectiveWait {
 
 // Where in a pipeline schedule this worker is: the stage and micro-batch of the action running
 // now and, for a transfer, what it carries from which stage to which. Set by the schedule's
-// executor (pipeline_run/executor.h) for each action; a default PipelinePlace clears it.
+// executor (pipeline_exec/executor.h) for each action; a default PipelinePlace clears it.
 enum class Carries : int { kNothing = 0, kActivations = 1, kGradient = 2 };
 struct PipelinePlace {
   int stage = -1;  // -1: not in a pipeline action

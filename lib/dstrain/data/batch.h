@@ -3,7 +3,7 @@
 // token's position), what the loss trains (labels, kIgnoreIndex where nothing is trained), where
 // documents begin and end inside each row, and how many targets count. Pretraining builds it
 // from T + 1-token windows (pretraining_batch); fine-tuning and evaluation build their own, and
-// the training step (train/micro_batch_schedule.h) and the loss (model/loss.h) take any of them.
+// the step runners (train/step_runner.h) and the objective (model/objective.h) take any of them.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <cstdlib>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain_cuda.h"
@@ -18,7 +20,7 @@ at::Tensor pinned_empty(int64_t numel, at::ScalarType dtype, const std::string& 
   const auto page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t bytes = static_cast<size_t>(std::max<int64_t>(numel, 1)) * at::elementSize(dtype);
   const size_t rounded = (bytes + page - 1) / page * page;
-  const std::string size = config::bytes_text(static_cast<double>(rounded));
+  const std::string size = cost::bytes_text(static_cast<double>(rounded));
   void* p = nullptr;
   if (posix_memalign(&p, page, rounded) != 0)
     throw Error(ErrorCode::kEnvironment, fmt::format("could not allocate {} of host memory for {}", size, what),

@@ -9,7 +9,9 @@
 #include <utility>
 #include <vector>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/core/error.h"
@@ -137,7 +139,7 @@ std::string out_of_memory_hint(const config::Recipe& r) {
   if (r.zero.offload_optimizer != config::OffloadDevice::kCpu)
     state.push_back("set zero.offload_optimizer: cpu (master weights and Adam states in host memory)");
   std::string hint;
-  if (config::activation_bytes_estimate(r) >= config::model_state_memory(r).device_bytes || state.empty()) {
+  if (cost::activation_bytes_estimate(r) >= cost::model_state_memory(r).device_bytes || state.empty()) {
     hint = batch + " first: activations are most of it";
     if (!state.empty()) hint += "; then " + state[0] + (state.size() > 1 ? " or " + state[1] : "");
   } else {
@@ -147,9 +149,9 @@ std::string out_of_memory_hint(const config::Recipe& r) {
 }
 
 std::string out_of_memory_message(const config::Recipe& r, const TrainingDevice& d, const std::string& where, const std::string& detail) {
-  const config::ModelStateMemory state = config::model_state_memory(r);
+  const cost::ModelStateMemory state = cost::model_state_memory(r);
   const double gib = 1073741824.0;
-  const double activations = config::activation_bytes_estimate(r);
+  const double activations = cost::activation_bytes_estimate(r);
   const std::string size = d.device.is_cuda() ? fmt::format(" ({}, {:.1f} GiB)", d.name, d.memory_gib) : "";
   return fmt::format(
       "out of memory on {}{} in {}: {}. Per rank this run needs about {:.2f} GiB of model state {} (ZeRO stage {}, {}{}) "

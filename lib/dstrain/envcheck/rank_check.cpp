@@ -18,7 +18,9 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/dataset_sidecar.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/fault_injector.h"
@@ -80,7 +82,7 @@ FactOptions fact_options(const config::Recipe* recipe, int rank) {
     }
   }
   o.ckpt_dir = run::RunDir(recipe->run_dir).ckpt_dir(*recipe);
-  o.ckpt_bytes = 12.0 * static_cast<double>(config::parameter_counts(recipe->model).total);  // fp32 master + Adam moments
+  o.ckpt_bytes = 12.0 * static_cast<double>(cost::parameter_counts(recipe->model).total);  // fp32 master + Adam moments
   return o;
 }
 

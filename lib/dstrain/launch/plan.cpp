@@ -5,12 +5,14 @@
 #include <filesystem>
 
 #include "dstrain/ckpt/checkpoint.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/model/freeze.h"
 #include "dstrain/run/run_dir.h"
-#include "dstrain/train/fine_tuning_data.h"
+#include "dstrain/data/fine_tuning.h"
 #include "dstrain_cuda.h"
 
 namespace dstrain::launch {
@@ -45,7 +47,7 @@ RunPlan plan_recipe(const std::string& recipe_path, const std::vector<std::strin
     return out;
   };
   config::LoadOptions with_data = options;
-  if (!with_data.packed_rows) with_data.packed_rows = train::packed_rows_of;        // train.epochs
+  if (!with_data.packed_rows) with_data.packed_rows = data::packed_rows_of;         // train.epochs
   if (!with_data.frozen_counts) with_data.frozen_counts = model::frozen_counts_of;  // train.freeze
   plan.recipe = config::load_recipe(recipe_path, overrides, topology_layer, with_data);
   return plan;
@@ -125,7 +127,7 @@ std::string describe_plan(const config::Recipe& r) {
       "  batch: global {} = micro {} x {} ranks x {} accumulation{}; {} tokens/step; {} steps\n"
       "  optimizer: {} lr {:g}; schedule {} ({} warmup steps); {}, ZeRO stage {}",
       r.run_dir, config::name(r.model.family), r.model.hidden_size, r.model.num_layers, r.model.num_heads, r.model.vocab_size,
-      static_cast<double>(config::parameter_counts(r.model).total) / 1e6, r.data.path, config::name(r.data.format), r.data.seq_len,
+      static_cast<double>(cost::parameter_counts(r.model).total) / 1e6, r.data.path, config::name(r.data.format), r.data.seq_len,
       config::global_batch_at(r, 0), r.train.micro_batch_size, world, config::accumulation_at(r, 0),
       r.train.accumulation.empty() ? "" : " (first stage)", config::global_batch_at(r, 0) * r.data.seq_len, r.train.steps,
       config::name(r.optimizer.type), r.optimizer.lr, config::name(r.schedule.type), r.schedule.warmup_steps,

@@ -8,7 +8,9 @@
 #include <fstream>
 #include <string>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/hf_overrides.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
@@ -31,7 +33,7 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
   while (meminfo >> key >> value >> unit)
     if (key == "MemAvailable:") available_kib = value;
   if (available_kib <= 0) return;
-  const config::ModelStateMemory per_rank = config::model_state_memory(recipe);
+  const cost::ModelStateMemory per_rank = cost::model_state_memory(recipe);
   const bool on_gpu = at::hasCUDA();
   const double needed = local_workers * (per_rank.host_bytes + (on_gpu ? 0.0 : per_rank.device_bytes));
   const double available = available_kib * 1024.0;
@@ -49,7 +51,7 @@ void refuse_if_host_memory_short(const config::Recipe& recipe, int local_workers
 // use: refused before any worker starts, with what to change, instead of a CUDA OOM later.
 void refuse_if_gpu_memory_short(const config::Recipe& recipe, int local_workers) {
   const int gpus = dstrain_cuda_device_count();
-  const double needed = config::model_state_memory(recipe).device_bytes;
+  const double needed = cost::model_state_memory(recipe).device_bytes;
   for (int g = 0; g < std::min(gpus, local_workers); ++g) {
     int major = 0, minor = 0;
     size_t total = 0;

@@ -54,7 +54,7 @@ def metrics_of(record):
         elif isinstance(value, (int, float)):
             if math.isfinite(value):
                 values[prefix + key] = value
-        elif isinstance(value, list) and key == "mtp_loss":  # one loss per MTP depth
+        elif isinstance(value, list) and key != "stragglers":  # an objective's metric with several values (mtp_loss: per depth)
             for depth, loss in enumerate(value, 1):
                 if isinstance(loss, (int, float)) and math.isfinite(loss):
                     values[f"{prefix}{key}/{depth}"] = loss

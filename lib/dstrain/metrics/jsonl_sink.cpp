@@ -54,8 +54,13 @@ std::string number(double v) { return std::isfinite(v) ? fmt::format("{:.9g}", v
 
 std::string jsonl_line(const StepMetrics& m) {
   std::string out = fmt::format("{{\"step\":{},\"time\":{:.3f}", m.step, m.wall_time);
+  auto listed = [&m](const std::string& field) {  // a value of a metric with several: in its list, below
+    for (const ObjectiveMetric& o : m.objective)
+      if (o.values.size() > 1 && field.rfind(o.name + "_", 0) == 0) return true;
+    return false;
+  };
   for (const auto& [name, value] : scalar_fields(m)) {
-    if (name.rfind("mtp_loss_", 0) == 0) continue;  // several depths: one list, below
+    if (listed(name)) continue;
     if (name == "skipped")
       out += fmt::format(",\"skipped\":{}", m.skipped ? "true" : "false");
     else if (name == "bad_steps" || name == "tokens" || name == "accumulation")
@@ -63,9 +68,10 @@ std::string jsonl_line(const StepMetrics& m) {
     else
       out += fmt::format(",\"{}\":{}", name, number(value));
   }
-  if (m.mtp_loss.size() > 1) {
-    out += ",\"mtp_loss\":[";
-    for (size_t k = 0; k < m.mtp_loss.size(); ++k) out += (k ? "," : "") + number(m.mtp_loss[k]);
+  for (const ObjectiveMetric& o : m.objective) {
+    if (o.values.size() <= 1) continue;
+    out += fmt::format(",\"{}\":[", o.name);
+    for (size_t k = 0; k < o.values.size(); ++k) out += (k ? "," : "") + number(o.values[k]);
     out += "]";
   }
   out += ",\"stragglers\":[";

@@ -6,8 +6,9 @@ namespace dstrain::metrics {
 
 std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m) {
   std::vector<std::pair<std::string, double>> fields = {{"loss", m.loss}};
-  for (size_t k = 0; k < m.mtp_loss.size(); ++k)
-    fields.emplace_back(m.mtp_loss.size() == 1 ? "mtp_loss" : "mtp_loss_" + std::to_string(k + 1), m.mtp_loss[k]);
+  for (const ObjectiveMetric& o : m.objective)
+    for (size_t k = 0; k < o.values.size(); ++k)
+      fields.emplace_back(o.values.size() == 1 ? o.name : o.name + "_" + std::to_string(k + 1), o.values[k]);
   const std::vector<std::pair<std::string, double>> rest = {{"lr", m.lr},
                                                             {"grad_norm", m.grad_norm},
                                                             {"loss_scale", m.loss_scale},

@@ -14,14 +14,21 @@ namespace dstrain::metrics {
 
 constexpr double kNone = std::numeric_limits<double>::quiet_NaN();
 
+// A metric the step's objective names (model/objective.h): one value, or one per term (mtp_loss:
+// one per depth). Each is a term's sum over the targets it covered, all ranks.
+struct ObjectiveMetric {
+  std::string name;
+  std::vector<double> values;
+};
+
 struct StepMetrics {
   int64_t step = 0;      // 1-based: optimizer steps completed
   double wall_time = 0;  // unix seconds
   double loss = kNone;
-  // Multi-token prediction: each depth's cross-entropy over its own targets, all ranks (empty: no
-  // MTP). JSONL: "mtp_loss", a number for one depth, a list for more; TensorBoard and CSV:
-  // mtp_loss, or mtp_loss_1, mtp_loss_2, ...
-  std::vector<double> mtp_loss;
+  // The objective's terms (mtp_loss: each MTP depth's cross-entropy over its own targets; z_loss),
+  // right after the loss. JSONL: a number for one value, a list for more; TensorBoard and CSV:
+  // the name, or name_1, name_2, ...
+  std::vector<ObjectiveMetric> objective;
   double lr = kNone;
   double grad_norm = kNone;
   double loss_scale = 1;     // fp16: the scale this step used (1 otherwise)

@@ -11,9 +11,9 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossEntropy> {
+struct ChunkedLinearLoss : torch::autograd::Function<ChunkedLinearLoss> {
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
-                            const at::Tensor& target_weights, int64_t chunk, int64_t ignore_index, bool with_grad) {
+                            const at::Tensor& target_weights, int64_t chunk, int64_t ignore_index, bool with_grad, ChunkTerm term) {
     const int64_t N = hidden.size(0);
     const at::ScalarType wide = hidden.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
     at::Tensor total = at::zeros({}, hidden.options().dtype(wide));
@@ -29,15 +29,10 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
       at::Tensor logits = at::linear(h, weight).to(wide);  // [n, V]: the only chunk-sized buffers
       const at::Tensor lse = logits.logsumexp(-1, /*keepdim=*/true);
       const at::Tensor valid = t.ne(ignore_index);
-      const at::Tensor safe = t.masked_fill(valid.logical_not(), 0).unsqueeze(1);
       const at::Tensor weights = target_weights.numel() > 0 ? target_weights.narrow(0, s, n).to(wide) * valid : valid.to(wide);
-      total += ((lse - logits.gather(1, safe)).squeeze(1) * weights).sum();
+      total += term(logits, lse, t.masked_fill(valid.logical_not(), 0).unsqueeze(1), weights, with_grad);
       if (!with_grad) continue;
-      // d loss / d logits = softmax - one_hot(target), zero for ignored rows; in place.
-      at::Tensor d = logits.sub_(lse).exp_();
-      d.scatter_add_(1, safe, at::full({n, 1}, -1.0, d.options()));
-      d.mul_(weights.unsqueeze(1));
-      const at::Tensor d_model = d.to(hidden.scalar_type());
+      const at::Tensor d_model = logits.to(hidden.scalar_type());  // the term's gradient, in place of the logits
       grad_hidden.narrow(0, s, n).copy_(at::mm(d_model, weight));
       grad_weight.add_(at::mm(d_model.t(), h));
     }
@@ -56,18 +51,36 @@ struct ChunkedLinearCrossEntropy : torch::autograd::Function<ChunkedLinearCrossE
             at::Tensor(),
             at::Tensor(),
             at::Tensor(),
+            at::Tensor(),
             at::Tensor()};
   }
 };
+
+// The cross-entropy's chunk: lse - the target's logit, weighted; d / d logits = softmax - one_hot(target).
+at::Tensor cross_entropy_term(at::Tensor& logits, const at::Tensor& lse, const at::Tensor& safe, const at::Tensor& weights,
+                              bool with_grad) {
+  const at::Tensor sum = ((lse - logits.gather(1, safe)).squeeze(1) * weights).sum();
+  if (with_grad) {
+    at::Tensor& d = logits.sub_(lse).exp_();
+    d.scatter_add_(1, safe, at::full({logits.size(0), 1}, -1.0, d.options()));
+    d.mul_(weights.unsqueeze(1));
+  }
+  return sum;
+}
 
 }  // namespace
 
 at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
                                         int64_t ignore_index, const at::Tensor& target_weights) {
+  return chunked_linear_loss(hidden, weight, targets, chunk_tokens, ignore_index, target_weights, cross_entropy_term);
+}
+
+at::Tensor chunked_linear_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
+                               int64_t ignore_index, const at::Tensor& target_weights, ChunkTerm term) {
   const bool with_grad = at::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
   // Always a defined tensor through autograd's apply (an undefined one has no device): empty when none.
   const at::Tensor given = target_weights.defined() ? target_weights : at::empty({0}, hidden.options().dtype(at::kFloat));
-  return ChunkedLinearCrossEntropy::apply(hidden, weight, targets, given, std::max<int64_t>(1, chunk_tokens), ignore_index, with_grad);
+  return ChunkedLinearLoss::apply(hidden, weight, targets, given, std::max<int64_t>(1, chunk_tokens), ignore_index, with_grad, term);
 }
 
 }  // namespace dstrain::model

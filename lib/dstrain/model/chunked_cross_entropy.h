@@ -20,4 +20,13 @@ namespace dstrain::model {
 at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
                                         int64_t ignore_index, const at::Tensor& target_weights = {});
 
+// Any per-target loss of the head's logits the same way (the z-loss: model/z_loss.h). A chunk's
+// term gets its logits [n, V] (fp32, or double), their logsumexp [n, 1], the targets and each
+// row's weight (0 where the target is ignored); it returns the chunk's weighted sum and, when
+// `with_grad`, turns `logits` in place into that sum's gradient with respect to them.
+using ChunkTerm = at::Tensor (*)(at::Tensor& logits, const at::Tensor& lse, const at::Tensor& targets, const at::Tensor& weights,
+                                 bool with_grad);
+at::Tensor chunked_linear_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
+                               int64_t ignore_index, const at::Tensor& target_weights, ChunkTerm term);
+
 }  // namespace dstrain::model

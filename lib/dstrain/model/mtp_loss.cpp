@@ -5,6 +5,7 @@
 
 #include "dstrain/core/error.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/objective.h"
 
 namespace dstrain::model {
 
@@ -22,10 +23,10 @@ at::Tensor mtp_target_weights(const data::Batch& batch, int64_t k) {
 
 std::string mtp_term_name(int64_t k) { return fmt::format("mtp_{}", k); }
 
-void add_mtp_terms(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
+void add_mtp_terms(Objective& loss, const config::ModelConfig& c, int64_t tokens) {
   const int64_t chunk = loss.chunk_tokens();
   for (int64_t k = 1; k <= c.mtp_depth; ++k)
-    loss.add_term(mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth),
+    loss.add_term(mtp_term_name(k), "mtp_loss", c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth),
                   [k, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
                     if (static_cast<int64_t>(h.mtp.size()) < k)
                       throw Error(ErrorCode::kInternal, fmt::format("a forward without MTP depth {}'s hidden states", k),
@@ -38,7 +39,7 @@ void add_mtp_terms(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
                   });
 }
 
-void set_mtp_weights(Loss& loss, const config::ModelConfig& c, int64_t tokens) {
+void set_mtp_weights(Objective& loss, const config::ModelConfig& c, int64_t tokens) {
   for (int64_t k = 1; k <= c.mtp_depth; ++k) loss.set_weight(mtp_term_name(k), c.mtp_weight_at(tokens) / static_cast<double>(c.mtp_depth));
 }
 

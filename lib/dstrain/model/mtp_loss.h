@@ -14,7 +14,7 @@
 
 namespace dstrain::model {
 
-class Loss;
+class Objective;
 
 // Depth k's targets [B, T - k]: at position i the main target at i + k (the token i + k + 1),
 // kept only where that target trains (loss masks, packed conversations' ends) and, when the batch
@@ -24,11 +24,11 @@ at::Tensor mtp_labels(const data::Batch& batch, int64_t k);
 // The weights of those targets under per_sample normalization (undefined otherwise).
 at::Tensor mtp_target_weights(const data::Batch& batch, int64_t k);
 
-// The name of depth k's term ("mtp_1", ...).
+// The name of depth k's term ("mtp_1", ...); every depth is logged under "mtp_loss".
 std::string mtp_term_name(int64_t k);
 // Adds config.mtp_depth terms (none when 0), each weighted λ / D with λ = mtp_weight_at(tokens).
-void add_mtp_terms(Loss& loss, const config::ModelConfig& config, int64_t tokens = 0);
+void add_mtp_terms(Objective& objective, const config::ModelConfig& config, int64_t tokens = 0);
 // The weights for a step that starts after `tokens` trained tokens (the schedule of λ).
-void set_mtp_weights(Loss& loss, const config::ModelConfig& config, int64_t tokens);
+void set_mtp_weights(Objective& objective, const config::ModelConfig& config, int64_t tokens);
 
 }  // namespace dstrain::model

@@ -109,7 +109,9 @@ void check_launch(int rc, const char* what) {
 }  // namespace
 #endif
 
-double FusedStep::grad_sum_squares() const {
+double FusedStep::grad_sum_squares() const { return grad_sum_squares_tensor().item<double>(); }
+
+at::Tensor FusedStep::grad_sum_squares_tensor() const {
   if (gpu_) {
 #ifdef DSTRAIN_WITH_CUDA
     const c10::cuda::CUDAGuard guard(device_);
@@ -117,7 +119,7 @@ double FusedStep::grad_sum_squares() const {
                                                elem_code(dtype_), gpu_->partials.data_ptr<double>(), gpu_->total.data_ptr<double>(),
                                                c10::cuda::getCurrentCUDAStream(device_.index()).stream()),
                  "gradient norm");
-    return gpu_->total.item<double>();
+    return gpu_->total;
 #endif
   }
   // Per piece in parallel, then summed in piece order: the same total for any thread count.
@@ -133,7 +135,7 @@ double FusedStep::grad_sum_squares() const {
   });
   double total = 0;
   for (double x : partial) total += x;
-  return total;
+  return at::scalar_tensor(total, at::kDouble);
 }
 
 void FusedStep::apply(const AdamHyper& h, float grad_scale) const {

@@ -5,6 +5,7 @@
 // On a GPU each phase is one launch over a table of pieces (cuda/fused_step.cu); on the CPU the
 // same runs go through the fused CPU Adam (cpu_adam.h), which makes this the CPU twin the GPU
 // kernels are tested against.
+#include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
@@ -45,6 +46,9 @@ class FusedStep {
   // Sum of the squared gradients as stored, accumulated in double (inf/nan when any is).
   // Waits for the device.
   double grad_sum_squares() const;
+  // The same as a float64 scalar on the runs' device, without waiting (the GPU's is overwritten
+  // by the next call: use it before).
+  at::Tensor grad_sum_squares_tensor() const;
   // Adam on every run (no weight decay where a run does not decay), gradients multiplied by
   // grad_scale, and the model-dtype copy written where a run has one. Queued on the device.
   void apply(const AdamHyper& h, float grad_scale) const;

@@ -14,13 +14,13 @@ namespace dstrain::sched {
 namespace {
 
 // DeepSpeed's warmup fraction for iteration `it` of N warmup steps.
-double ds_warmup_fraction(const Schedule& s, int64_t it, double n) {
+double ds_warmup_fraction(const LrSchedule& s, int64_t it, double n) {
   const double x = static_cast<double>(it);
   return s.log_warmup ? std::log(x + 1) / std::log(n) : x / n;
 }
 
 // OneCycle's position in the cycle for DeepSpeed iteration `it`: 0 at the ends, 1 at the peak.
-double one_cycle_scale(const Schedule::OneCycle& c, int64_t it) {
+double one_cycle_scale(const LrSchedule::OneCycle& c, int64_t it) {
   const double total = static_cast<double>(c.first + c.second);
   const double b = static_cast<double>(it + 1);
   const double x = 1.0 + b / total - std::floor(1.0 + b / total);
@@ -29,14 +29,14 @@ double one_cycle_scale(const Schedule::OneCycle& c, int64_t it) {
 }
 
 // Decay intervals after the cycle (0 when decay is off).
-double one_cycle_decay_intervals(const Schedule::OneCycle& c, int64_t it) {
+double one_cycle_decay_intervals(const LrSchedule::OneCycle& c, int64_t it) {
   if (c.decay_step_size <= 0) return 0;
   return static_cast<double>(it - (c.first + c.second) + 1) / static_cast<double>(c.decay_step_size);
 }
 
 }  // namespace
 
-Betas betas_at(const Schedule& s, int64_t step) {
+Betas betas_at(const LrSchedule& s, int64_t step) {
   if (s.type != ScheduleType::kDsOneCycle || !s.cycle.momentum) return {};
   const auto& c = s.cycle;
   const int64_t it = step - 1;
@@ -44,9 +44,9 @@ Betas betas_at(const Schedule& s, int64_t step) {
   return {c.max_mom * (1.0 + c.decay_mom_rate * one_cycle_decay_intervals(c, it)), 0.99};
 }
 
-Schedule schedule_from(const config::Recipe& r) {
+LrSchedule lr_schedule_from(const config::Recipe& r) {
   const auto& s = r.schedule;
-  Schedule out;
+  LrSchedule out;
   out.type = s.type;
   out.peak_lr = r.optimizer.lr;
   out.warmup_steps = s.warmup_steps;
@@ -64,7 +64,7 @@ Schedule schedule_from(const config::Recipe& r) {
 }
 
 std::string describe_lr(const config::Recipe& r) {
-  const Schedule s = schedule_from(r);
+  const LrSchedule s = lr_schedule_from(r);
   const int64_t total = std::max<int64_t>(r.train.steps, 1);
   std::vector<int64_t> steps{1};  // 1-based
   if (s.warmup_steps > 1 && s.warmup_steps < total) steps.push_back(s.warmup_steps);
@@ -83,7 +83,7 @@ double batch_lr_factor(const config::Recipe& r, int64_t step) {
   return 1.0;
 }
 
-double lr_at(const Schedule& s, int64_t step) {
+double lr_at(const LrSchedule& s, int64_t step) {
   switch (s.type) {
     case ScheduleType::kConstant:
       return s.peak_lr;

@@ -14,7 +14,7 @@ namespace dstrain::sched {
 
 using config::ScheduleType;
 
-struct Schedule {
+struct LrSchedule {
   ScheduleType type = ScheduleType::kWarmupCosine;
   double peak_lr = 0;
   int64_t warmup_steps = 0;
@@ -34,14 +34,14 @@ struct Schedule {
 };
 
 // The recipe's schedule (its schedule section, optimizer.lr and train.steps).
-Schedule schedule_from(const config::Recipe& recipe);
+LrSchedule lr_schedule_from(const config::Recipe& recipe);
 // schedule.batch_scaling: the LR factor at `step` (0-based) when staged accumulation makes its
 // global batch differ from the first step's (1 without scaling).
 double batch_lr_factor(const config::Recipe& recipe, int64_t step);
 
 // LR for optimizer step `step` (0-based). The DeepSpeed types use DeepSpeed's iteration counter
 // it = step - 1 (its scheduler sets the first step's LR at construction, with it = -1).
-double lr_at(const Schedule& s, int64_t step);
+double lr_at(const LrSchedule& s, int64_t step);
 
 // The LR the run will follow, for --dry-run: a line with the LR at the first step, the end of
 // the warmup, the middle and the last step (1-based steps, as the metrics count them).
@@ -52,6 +52,6 @@ std::string describe_lr(const config::Recipe& recipe);
 struct Betas {
   double beta1 = -1, beta2 = -1;
 };
-Betas betas_at(const Schedule& s, int64_t step);
+Betas betas_at(const LrSchedule& s, int64_t step);
 
 }  // namespace dstrain::sched

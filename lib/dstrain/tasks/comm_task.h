@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "dstrain/comm/collective_tests.h"
+#include "dstrain/bench/collective_bench.h"
+#include "dstrain/comm/collective_check.h"
 #include "dstrain/launch/topology.h"
 
 namespace dstrain::run {

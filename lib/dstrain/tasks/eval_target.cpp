@@ -18,7 +18,7 @@
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/tasks/run_checkpoint.h"
-#include "dstrain/train/eval_sets.h"
+#include "dstrain/data/data_sources.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -171,7 +171,7 @@ void check_sets(const config::Recipe& r, bool from_flags, const std::string& hf_
                               megatron ? "Megatron dataset (PREFIX.idx and PREFIX.bin)" : "file", config::name(r.data.format)),
                   from_flags ? "pass prepare-data's output prefix, or the file with --format" : "");
   }
-  (void)train::open_eval_sets(r);
+  (void)data::open_eval_sets(r);
 }
 
 void check_weights(const config::Recipe& r, const EvalTarget& t) {

@@ -14,6 +14,7 @@
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
+#include "dstrain/comm/parallel_groups.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/exit_code.h"
@@ -24,11 +25,13 @@
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
+#include "dstrain/model/objective.h"
 #include "dstrain/run/progress_line.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/train/evaluator.h"
+#include "dstrain/train/sequential_runner.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -98,7 +101,7 @@ std::string render(const nlohmann::json& j, bool json) {
 train::Evaluator::Progress progress_printer(int64_t total, int world) {
   auto done = std::make_shared<int64_t>(0);
   const auto start = std::chrono::steady_clock::now();
-  return [=](const train::EvalSet&, int64_t, int64_t, double token_loss, int64_t tokens) {
+  return [=](const data::EvalSet&, int64_t, int64_t, double token_loss, int64_t tokens) {
     ++*done;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double loss = tokens > 0 ? token_loss / static_cast<double>(tokens) : 0.0;
@@ -134,11 +137,14 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
     client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
   }
-  comm::ExpertCommunicators experts = comm::split_expert_groups(nccl ? *nccl : *gloo, ep);
-  auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), experts.parallel.get());
+  // Every layer on every rank (no pipeline); the experts spread as in training.
+  const comm::ParallelGroups groups =
+      comm::open_parallel_groups(nccl ? *nccl : *gloo, config::ParallelLayout{env.world_size, 1, std::max(ep, 1)});
+  auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_weights(*model, recipe, task, device.device);
-  train::Evaluator evaluator(train::open_eval_sets(recipe), train::eval_options_from(recipe), *model, nullptr, *gloo, device.device,
-                             recipe.train.loss_chunk_tokens);
+  const model::Objective objective(recipe.train.loss_chunk_tokens);
+  train::SequentialRunner runner(*model, objective, nullptr, device.device);
+  train::Evaluator evaluator(data::open_eval_sets(recipe), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
   if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {

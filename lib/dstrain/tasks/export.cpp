@@ -11,7 +11,9 @@
 
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/tasks/run_checkpoint.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
@@ -285,7 +287,7 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
       for (int64_t d : t.shape) n *= d;
       elements += n;
     }
-  const int64_t expected = config::parameter_counts(recipe.model).total;
+  const int64_t expected = cost::parameter_counts(recipe.model).total;
   if (elements != expected)
     throw Error(ErrorCode::kCheckpoint,
                 fmt::format("checkpoint {} holds {} model elements, the run's model has {}", result.checkpoint, elements, expected),

@@ -9,10 +9,9 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/data/batch_source.h"
+#include "dstrain/data/data_sources.h"
 #include "dstrain/data/global_sampler.h"
-#include "dstrain/data/sample_stream.h"
-#include "dstrain/train/eval_sets.h"
-#include "dstrain/train/fine_tuning_data.h"
 
 namespace dstrain::train {
 
@@ -44,21 +43,16 @@ std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t firs
 }  // namespace
 
 DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world)
-    : DataPlan(recipe, rank, world, std::move(open_data_sources(recipe, /*with_eval=*/false).train)) {}
+    : DataPlan(recipe, rank, world, data::open_data_sources(recipe, /*with_eval=*/false, rank).train) {}
 
-DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, TrainingSources sources)
-    : recipe_(recipe), rank_(rank), world_(world) {
-  if (sources.fine_tuning) {
-    packed_ = std::make_unique<PackedConversations>(recipe, std::move(*sources.fine_tuning), rank);
-    return;
-  }
-  stream_ = std::make_unique<data::SampleStream>(std::move(sources.files), recipe.data.weights, recipe.data.seq_len, recipe.data_seed(),
-                                                 recipe.model.vocab_size);
-}
+DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source)
+    : recipe_(recipe), rank_(rank), world_(world), source_(std::move(source)) {}
 
 DataPlan::~DataPlan() { discard(); }
 
-int64_t DataPlan::num_samples() const { return packed_ ? packed_->rows() : stream_->num_samples(); }
+int64_t DataPlan::num_samples() const { return source_->rows(); }
+
+bool DataPlan::fine_tuning() const { return source_->conversations(); }
 
 void DataPlan::prefetch(int64_t step, int64_t first, std::vector<double> weights) {
   pending_ = std::async(std::launch::async, [this, step, first, w = std::move(weights)] { return build(step, first, w); });
@@ -71,19 +65,9 @@ void DataPlan::discard() {
 }
 
 std::vector<data::Batch> DataPlan::build(int64_t step, int64_t first, const std::vector<double>& weights) {
-  const int64_t seq_len = recipe_.data.seq_len;
-  const auto& d = recipe_.data;
-  const int64_t eos = d.document_mask || d.reset_positions ? d.eos_token : -1;
   std::vector<data::Batch> batches;
   for (const Chunk& c : plan_step(recipe_, step, first, weights, rank_, world_)) {
-    if (packed_) {
-      batches.push_back(packed_->batch(c.first, c.count));
-    } else {
-      at::Tensor batch = at::empty({c.count, seq_len + 1}, at::kLong);
-      auto* out = batch.data_ptr<int64_t>();
-      for (int64_t i = 0; i < c.count; ++i) stream_->read(c.first + i, out + i * (seq_len + 1));
-      batches.push_back(data::pretraining_batch(batch, eos, d.document_mask, d.reset_positions));
-    }
+    batches.push_back(source_->batch(c.first, c.count));
     if (recipe_.train.loss_normalization == config::LossNormalization::kPerSample) data::weigh_per_sample(batches.back());
   }
   return batches;

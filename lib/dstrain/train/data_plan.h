@@ -26,13 +26,8 @@ namespace dstrain::config {
 struct Recipe;
 }
 namespace dstrain::data {
-class SampleStream;
-class TokenFile;
-}  // namespace dstrain::data
-namespace dstrain::train {
-class PackedConversations;
-struct TrainingSources;
-}  // namespace dstrain::train
+class BatchSource;
+}
 
 namespace dstrain::train {
 
@@ -41,11 +36,11 @@ class DataPlan {
   // Opens and validates the token files (Error{kData} naming the file), the training side of
   // eval.split when it holds documents out.
   DataPlan(const config::Recipe& recipe, int rank, int world);
-  // Reads what open_data_sources opened for training (train/eval_sets.h), in the recipe's blend.
-  DataPlan(const config::Recipe& recipe, int rank, int world, TrainingSources sources);
+  // Reads what data::open_data_sources opened for training (data/data_sources.h), in the recipe's blend.
+  DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source);
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
-  bool fine_tuning() const { return packed_ != nullptr; }  // fine-tuning sets' packed rows, not pretraining windows
+  bool fine_tuning() const;  // fine-tuning sets' packed rows, not pretraining windows
   // Starts building step `step`'s batches, global positions from `first`, with `weights` (empty: equal).
   void prefetch(int64_t step, int64_t first, std::vector<double> weights);
   // The prefetched step's micro-batches (on the CPU); waits for them.
@@ -57,8 +52,7 @@ class DataPlan {
   std::vector<data::Batch> build(int64_t step, int64_t first, const std::vector<double>& weights);
   const config::Recipe& recipe_;
   int rank_, world_;
-  std::unique_ptr<data::SampleStream> stream_;
-  std::unique_ptr<PackedConversations> packed_;  // fine-tuning sets instead of the stream
+  std::unique_ptr<data::BatchSource> source_;
   std::future<std::vector<data::Batch>> pending_;
 };
 

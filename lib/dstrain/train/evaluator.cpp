@@ -11,9 +11,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
-#include "dstrain/model/loss.h"
-#include "dstrain/train/micro_batch_schedule.h"
-#include "dstrain/train/pipeline_step.h"
+#include "dstrain/train/step_runner.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
@@ -22,30 +20,19 @@ EvalOptions eval_options_from(const config::Recipe& recipe) {
   EvalOptions o;
   o.micro_batch_size = recipe.eval.micro_batch_size > 0 ? recipe.eval.micro_batch_size : recipe.train.micro_batch_size;
   o.max_batches = recipe.eval.max_batches;
-  o.windows.eos_token = recipe.data.eos_token;
-  o.windows.document_mask = recipe.data.document_mask;
-  o.windows.reset_positions = recipe.data.reset_positions;
-  o.windows.vocab_size = recipe.model.vocab_size;
   return o;
 }
 
-Evaluator::Evaluator(std::vector<EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine,
-                     comm::Communicator& comm, const c10::Device& device, int64_t loss_chunk_tokens)
-    : sets_(std::move(sets)), options_(options), model_(model), engine_(engine), comm_(comm),
-      loss_(std::make_unique<model::Loss>(loss_chunk_tokens)),
-      // Its own schedule, without the trainer's observers: the balancer and telemetry never see it.
-      schedule_(std::make_unique<MicroBatchSchedule>(model, *loss_, nullptr, device)) {}
+Evaluator::Evaluator(std::vector<data::EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine,
+                     StepRunner& runner, comm::Communicator& data_parallel, comm::Communicator& comm)
+    : sets_(std::move(sets)), options_(options), model_(model), engine_(engine), runner_(runner), data_parallel_(data_parallel),
+      comm_(comm) {}
 
 Evaluator::~Evaluator() = default;
 
-void Evaluator::use_pipeline(PipelineStep& step, comm::Communicator& data_parallel, int pipeline_ranks) {
-  pipeline_ = &step, data_parallel_ = &data_parallel;
-  pass_ = 2 * static_cast<int64_t>(pipeline_ranks);
-}
-
 std::vector<EvalResult> Evaluator::evaluate() {
   std::vector<EvalResult> results;
-  for (const EvalSet& set : sets_) results.push_back(evaluate(set));
+  for (const data::EvalSet& set : sets_) results.push_back(evaluate(set));
   // What the forwards left for training's step: the routed expert load (the bias would move by
   // it) and the waits on all-to-alls and gathers (the next step's timing).
   model_.take_expert_load();
@@ -54,8 +41,8 @@ std::vector<EvalResult> Evaluator::evaluate() {
   return results;
 }
 
-Evaluator::Plan Evaluator::plan(const EvalSet& set) const {
-  const int64_t world = (data_parallel_ ? *data_parallel_ : comm_).world_size(), micro = options_.micro_batch_size;
+Evaluator::Plan Evaluator::plan(const data::EvalSet& set) const {
+  const int64_t world = data_parallel_.world_size(), micro = options_.micro_batch_size;
   Plan p;
   p.batches = (set.samples() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
   if (options_.max_batches > 0) p.batches = std::min(p.batches, options_.max_batches);
@@ -66,33 +53,26 @@ Evaluator::Plan Evaluator::plan(const EvalSet& set) const {
 
 int64_t Evaluator::rounds() const {
   int64_t n = 0;
-  for (const EvalSet& set : sets_) n += plan(set).rounds;
+  for (const data::EvalSet& set : sets_) n += plan(set).rounds;
   return n;
 }
 
-EvalResult Evaluator::evaluate(const EvalSet& set) {
+EvalResult Evaluator::evaluate(const data::EvalSet& set) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
-  const comm::Communicator& dealt = data_parallel_ ? *data_parallel_ : comm_;
-  const int64_t world = dealt.world_size(), rank = dealt.rank();
+  const int64_t world = data_parallel_.world_size(), rank = data_parallel_.rank(), pass = runner_.forward_batches();
   const int64_t micro = options_.micro_batch_size;
   const Plan planned = plan(set);
   const int64_t windows = planned.windows, rounds = planned.rounds;
   // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
-  auto batch_of = [&](int64_t round) { return set.batch((round * world + rank) * micro, micro, windows, options_.windows); };
+  auto batch_of = [&](int64_t round) { return set.batch((round * world + rank) * micro, micro, windows); };
   double token_loss = 0;
   int64_t tokens = 0;
   for (int64_t round = 0; round < rounds;) {
-    ScheduleResult r;
-    int64_t done = round + 1;
-    if (pipeline_) {
-      std::vector<data::Batch> pass;
-      for (done = round; done < rounds && done < round + pass_; ++done) pass.push_back(batch_of(done));
-      r = pipeline_->forward_only(pass);
-    } else {
-      const data::Batch batch = batch_of(round);
-      r = schedule_->run({batch}, std::max<int64_t>(batch.trained_targets, 1), /*backward=*/false);
-    }
+    std::vector<data::Batch> batches;
+    int64_t done = round;
+    for (; done < rounds && done < round + pass; ++done) batches.push_back(batch_of(done));
+    const HostTotals r = read_totals(runner_.forward(batches));  // one read per pass
     round = done;
     token_loss += r.token_loss;
     tokens += r.trained_targets;

@@ -1,20 +1,20 @@
 #pragma once
-// The validation loss of fixed evaluation sets (train/eval_sets.h), on every rank at once:
+// The validation loss of fixed evaluation sets (data/data_sources.h), on every rank at once:
 //   samples (text windows or packed rows of conversations) dealt out in micro-batches,
 //   micro-batch g to rank g % world, so each rank reads
 //   about 1/world of each set; every rank runs the same number of forwards (a rank past the end
 //   runs a batch whose labels are all ignored), as stage-3 gathers and expert all-to-alls need;
-//   each forward goes through the training step's MicroBatchSchedule with backward off (no
-//   autograd: activation checkpointing recomputes nothing); the cross-entropy is summed over
+//   each forward goes through the training step's runner (StepRunner::forward: no autograd,
+//   activation checkpointing recomputes nothing); the cross-entropy is summed over
 //   trained targets (the MoE balance loss is not part of it) and the sums of every rank are added
 //   in rank order: loss = sum of token losses / trained tokens, the same at any world size.
 // It reads the weights only (no optimizer state), and leaves nothing behind that training sees:
 // the MoE expert load it routed, the all-to-all and gather waits are discarded, no RNG is drawn.
-// With pipeline parallelism (use_pipeline) the micro-batches are dealt to the data-parallel
-// ranks instead, and every pipeline rank of one data-parallel index runs the same ones through
-// its stages, forwards only, a pass of up to 2 x P micro-batches at a time (the bubble of one
-// forward-only GPipe pass); the last stage's ranks hold the sums, the others add zeros. The sums
-// are then those of the same data-parallel run without a pipeline, bit for bit.
+// The micro-batches are dealt over the runner's data-parallel ranks; with pipeline parallelism
+// every pipeline rank of one data-parallel index runs the same ones through its stages, a pass of
+// runner.forward_batches() (2 x P: the bubble of one forward-only GPipe pass) at a time; the last
+// stage's ranks hold the sums, the others add zeros. The sums are then those of the same
+// data-parallel run without a pipeline, bit for bit.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "dstrain/train/eval_sets.h"
+#include "dstrain/data/data_sources.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -33,16 +33,14 @@ struct Recipe;
 }
 namespace dstrain::model {
 class CausalLM;
-class Loss;
-}  // namespace dstrain::model
+}
 namespace dstrain::zero {
 class Engine;
 }
 
 namespace dstrain::train {
 
-class MicroBatchSchedule;
-class PipelineStep;
+class StepRunner;
 
 struct EvalResult {
   std::string name;
@@ -57,7 +55,6 @@ struct EvalResult {
 struct EvalOptions {
   int64_t micro_batch_size = 1;
   int64_t max_batches = 0;  // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
-  WindowOptions windows;    // how text windows become batches
 };
 
 // The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).
@@ -66,40 +63,35 @@ EvalOptions eval_options_from(const config::Recipe& recipe);
 class Evaluator {
  public:
   // Everything but the sets is borrowed. engine: null when the model is not under one (dstrain
-  // eval); comm: sums the results (Gloo's, on CPU).
-  Evaluator(std::vector<EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine, comm::Communicator& comm,
-            const c10::Device& device, int64_t loss_chunk_tokens);
+  // eval); runner: the forwards; data_parallel: the ranks the samples are dealt to (the runner's);
+  // comm: every rank, which sums the results (Gloo's, on CPU).
+  Evaluator(std::vector<data::EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine, StepRunner& runner,
+            comm::Communicator& data_parallel, comm::Communicator& comm);
   ~Evaluator();
   // Collective: every rank calls it at the same point.
   std::vector<EvalResult> evaluate();
-  const std::vector<EvalSet>& sets() const { return sets_; }
+  const std::vector<data::EvalSet>& sets() const { return sets_; }
   // The forwards evaluate() runs on each rank, all sets together.
   int64_t rounds() const;
   // Called on every rank after each of a set's forwards with this rank's sums so far (dstrain
   // eval's progress bar).
-  using Progress = std::function<void(const EvalSet& set, int64_t round, int64_t rounds, double token_loss, int64_t tokens)>;
+  using Progress = std::function<void(const data::EvalSet& set, int64_t round, int64_t rounds, double token_loss, int64_t tokens)>;
   void set_progress(Progress progress) { progress_ = std::move(progress); }
-  // Pipeline parallelism: the forwards go through `step` (borrowed), the samples are dealt over
-  // `data_parallel` (this stage's group; the constructor's comm still sums the results).
-  void use_pipeline(PipelineStep& step, comm::Communicator& data_parallel, int pipeline_ranks);
 
  private:
   struct Plan {
     int64_t batches = 0, windows = 0, rounds = 0;
   };
-  Plan plan(const EvalSet& set) const;
-  EvalResult evaluate(const EvalSet& set);
-  std::vector<EvalSet> sets_;
+  Plan plan(const data::EvalSet& set) const;
+  EvalResult evaluate(const data::EvalSet& set);
+  std::vector<data::EvalSet> sets_;
   EvalOptions options_;
   model::CausalLM& model_;
   zero::Engine* engine_;
+  StepRunner& runner_;
+  comm::Communicator& data_parallel_;
   comm::Communicator& comm_;
-  std::unique_ptr<model::Loss> loss_;
-  std::unique_ptr<MicroBatchSchedule> schedule_;
   Progress progress_;
-  PipelineStep* pipeline_ = nullptr;
-  comm::Communicator* data_parallel_ = nullptr;  // with a pipeline: who the samples are dealt to
-  int64_t pass_ = 1;                             // micro-batches per forward-only pass through the stages
 };
 
 }  // namespace dstrain::train

@@ -1,12 +1,12 @@
 #pragma once
-// What the trainer hangs on the micro-batch schedule (train/micro_batch_schedule.h):
+// What the trainer hangs on a step runner (train/step_runner.h):
 //   FaultObserver   the fault injector's per-micro-batch faults (DSTRAIN_FAULT_*): a stall
 //                   before the first forward, a NaN loss, a slowed rank's extra compute time
 //   ComputeTimes    each micro-batch's times into the step's telemetry (forward, backward,
 //                   launch overhead) and the shard balancer (samples per second of compute)
 #include <cstdint>
 
-#include "dstrain/train/micro_batch_schedule.h"
+#include "dstrain/train/step_runner.h"
 
 namespace dstrain {
 class FaultInjector;

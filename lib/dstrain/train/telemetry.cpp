@@ -12,7 +12,9 @@
 #include <fstream>
 
 #include "dstrain/comm/communicator.h"
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/host.h"
@@ -70,7 +72,7 @@ Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, c
       started_(std::chrono::steady_clock::now()) {
   console_ = recipe.logging.has_sink(config::Sink::kConsole);
   progress_ = comm.rank() == 0 && progress_line;
-  flops_per_token_ = config::flops_per_token(recipe.model, recipe.data.seq_len);
+  flops_per_token_ = cost::flops_per_token(recipe.model, recipe.data.seq_len);
   if (comm.rank() == 0) {
     sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe, run_dir, start_step));
     // A GPU's datasheet peak for the training dtype (dense), else one measured on the GPU; on CPU
@@ -162,7 +164,7 @@ void Telemetry::finish_step(const StepOutcome& o) {
   m.step = o.step;
   m.wall_time = unix_seconds();
   m.loss = o.loss;
-  m.mtp_loss = o.mtp_loss;
+  m.objective = o.objective;
   m.lr = o.lr;
   m.grad_norm = o.grad_norm;
   m.loss_scale = o.loss_scale;
@@ -217,13 +219,14 @@ void Telemetry::finish_step(const StepOutcome& o) {
   if (comm_.rank() != 0) return;
   sinks_->write(m);
   const int64_t total = recipe_.train.steps, print_every = recipe_.logging.steps_per_print;
+  std::string terms;
+  for (const metrics::ObjectiveMetric& t : o.objective) terms += fmt::format(" | {} {:.4f}", t.name, fmt::join(t.values, "/"));
   if (console_ && print_every > 0 && (o.step == first_step_ + 1 || o.step % print_every == 0 || o.step == total))
-    log::info(fmt::format("step {}/{}{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%{}",
-                          o.step, total, std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss,
-                          o.mtp_loss.empty() ? "" : fmt::format(" | mtp {:.4f}", fmt::join(o.mtp_loss, "/")), o.lr, o.grad_norm,
-                          recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "",
-                          m.tokens_per_s, o.step_ms, 100.0 * m.mfu,
-                          std::isnan(o.pipeline_bubble) ? "" : fmt::format(" | bubble {:.0f}%", 100.0 * o.pipeline_bubble)));
+    log::info(fmt::format(
+        "step {}/{}{} | loss {:.4f}{} | lr {:.2e} | grad_norm {:.3f}{} | {:.0f} tok/s | {:.0f} ms/step | mfu {:.2f}%{}", o.step, total,
+        std::isnan(o.epoch) ? "" : fmt::format(" | epoch {:.2f}", o.epoch), o.loss, terms, o.lr, o.grad_norm,
+        recipe_.precision.dtype == config::Dtype::kFp16 ? fmt::format(" | loss scale {:g}", o.loss_scale) : "", m.tokens_per_s, o.step_ms,
+        100.0 * m.mfu, std::isnan(o.pipeline_bubble) ? "" : fmt::format(" | bubble {:.0f}%", 100.0 * o.pipeline_bubble)));
   if (progress_) {  // the launcher draws these as a bar on its terminal (launch/supervisor.cpp)
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     std::printf("%s\n", run::encode_line({o.step, first_step_, total, o.loss, m.tokens_per_s, elapsed}).c_str());

@@ -51,7 +51,7 @@ struct StepOutcome {
   double all_to_all_ms = std::numeric_limits<double>::quiet_NaN();  // expert parallelism: blocked on token exchanges
   // Pipeline parallelism: the schedule's time the ranks did not compute over the time they did (all ranks).
   double pipeline_bubble = std::numeric_limits<double>::quiet_NaN();
-  std::vector<double> mtp_loss;  // each MTP depth's mean cross-entropy over its targets, all ranks
+  std::vector<metrics::ObjectiveMetric> objective;  // the objective's terms by name (mtp_loss: per depth; z_loss), all ranks
   // On straggler steps: every rank's (compute ms, wait ms) per step, rank-major; else empty.
   std::vector<double> straggler_times;
 };

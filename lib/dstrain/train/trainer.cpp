@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "dstrain/comm/communicator.h"
+#include "dstrain/comm/parallel_groups.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/shutdown_sequence.h"
@@ -21,20 +22,22 @@
 #include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
-#include "dstrain/model/loss.h"
 #include "dstrain/model/mtp_loss.h"
+#include "dstrain/model/objective.h"
+#include "dstrain/model/z_loss.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
+#include "dstrain/data/data_sources.h"
 #include "dstrain/train/data_plan.h"
-#include "dstrain/train/eval_sets.h"
 #include "dstrain/train/eval_tracker.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/envcheck/rank_check.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/run/run_dir.h"
-#include "dstrain/train/micro_batch_schedule.h"
-#include "dstrain/train/pipeline_step.h"
+#include "dstrain/train/loss_share.h"
+#include "dstrain/train/pipeline_runner.h"
+#include "dstrain/train/sequential_runner.h"
 #include "dstrain/train/step_observers.h"
 #include "dstrain/train/step_signals.h"
 #include "dstrain/train/step_triggers.h"
@@ -60,19 +63,15 @@ config::Recipe checked_recipe(const run::WorkerEnv& env) {
 
 // On GPUs the engine's collectives (gradients, parameters, the step's scalars and flags) go over
 // NCCL; Gloo carries the rest on CPU (metrics, straggler times, expert load, checkpoint
-// summaries and barriers, the environment check).
+// summaries and barriers, the environment check). The parallel groups (data, pipeline, expert)
+// are split from that world once, by the recipe's layout (comm/parallel_groups.h).
 struct Communicators {
   std::unique_ptr<comm::Communicator> gloo, nccl;
-  // Pipeline parallelism (P > 1), split from the world's: the stage's data-parallel ranks
-  // (consecutive: the engine's group) and the P ranks of one data-parallel index, one per
-  // pipeline rank (activations and gradients between the stages).
-  std::unique_ptr<comm::Communicator> data_parallel, pipeline;
-  // Expert parallelism (moe.expert_parallel_size E > 1), split from the engine's: E consecutive
-  // ranks exchange tokens; the ranks with the same experts (every E-th) reduce their gradients.
-  std::unique_ptr<comm::Communicator> expert_parallel, expert_data;
+  comm::ParallelGroups groups;
   comm::Communicator& world() { return nccl ? *nccl : *gloo; }
-  comm::Communicator& engine() { return data_parallel ? *data_parallel : world(); }
-  zero::ExpertGroups experts() const { return {expert_parallel.get(), expert_data.get()}; }
+  comm::Communicator& engine() { return groups.data(); }
+  comm::Communicator* pipeline() const { return groups.pipeline.get(); }
+  zero::ExpertGroups experts() const { return {groups.expert_parallel.get(), groups.expert_data.get()}; }
 };
 
 Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe& recipe, const device::TrainingDevice& device) {
@@ -86,17 +85,7 @@ Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe
     client.host_store = client.publish_run_id = false;  // done already, through the Gloo communicator
     c.nccl = comm::make_nccl_communicator(client, env.rank, env.world_size, device.device.index());
   }
-  const int p = static_cast<int>(recipe.parallel.pipeline_parallel_size), d = env.world_size / std::max(p, 1);
-  if (p > 1) {  // stage-major: rank = pipeline rank x d + data-parallel index
-    std::vector<std::vector<int>> stages(static_cast<size_t>(p)), pipelines(static_cast<size_t>(d));
-    for (int r = 0; r < env.world_size; ++r)
-      stages[static_cast<size_t>(r / d)].push_back(r), pipelines[static_cast<size_t>(r % d)].push_back(r);
-    c.data_parallel = c.world().split(stages);
-    c.pipeline = c.world().split(pipelines);
-  }
-  comm::ExpertCommunicators experts = comm::split_expert_groups(c.engine(), static_cast<int>(recipe.moe.expert_parallel_size));
-  c.expert_parallel = std::move(experts.parallel);
-  c.expert_data = std::move(experts.data);
+  c.groups = comm::open_parallel_groups(c.world(), recipe.layout());
   if (env.rank == 0)
     log::info(device.device.is_cuda() ? fmt::format("training on GPUs: rank 0 on {} ({}, {:.1f} GiB); gradients and parameters over NCCL",
                                                     device.device.str(), device.name, device.memory_gib)
@@ -120,15 +109,14 @@ struct Trainer::Parts {
   std::unique_ptr<model::CausalLM> model;
   std::unique_ptr<DataPlan> data;
   ShardBalancer balancer;
-  const sched::Schedule schedule;
+  const sched::LrSchedule lr_schedule;
   std::unique_ptr<zero::Engine> engine;
   std::unique_ptr<model::TensorState> buffers;
   std::unique_ptr<Checkpointer> checkpointer;
   std::unique_ptr<Telemetry> telemetry;
   std::unique_ptr<StepProfiler> profiler;
-  std::unique_ptr<model::Loss> loss;
-  std::unique_ptr<MicroBatchSchedule> micro_batches;
-  std::unique_ptr<PipelineStep> pipeline;  // parallel.pipeline_parallel_size > 1: the step's schedule instead
+  std::unique_ptr<model::Objective> objective;
+  std::unique_ptr<StepRunner> runner;  // sequential, or parallel.pipeline_parallel_size > 1's pipeline
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
   std::unique_ptr<Evaluator> evaluator;  // eval.paths / eval.split
@@ -142,7 +130,7 @@ struct Trainer::Parts {
 
   Parts(const run::WorkerEnv& e, const device::TrainingDevice& d)
       : env(e), device(d), run_dir(e.run_dir), recipe(checked_recipe(e)), balancer(recipe, e.rank, e.world_size),
-        schedule(sched::schedule_from(recipe)), eval_tracker(recipe), triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
+        lr_schedule(sched::lr_schedule_from(recipe)), eval_tracker(recipe), triggers(recipe, run_dir, e.rank), bad_steps(recipe, e.rank) {}
   int64_t steps() const { return recipe.train.steps; }
   int64_t global_batch(int64_t s) const { return config::global_batch_at(recipe, s); }
 };
@@ -157,9 +145,9 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // Every rank's software, hardware, config and data files alike (check-env without its probes).
   if (p.recipe.launch.env_check && env.env_check) envcheck::preflight_env_check(*p.comm.gloo, env.group_rank, p.recipe);
   // With pipeline parallelism, this rank's stages only (their parameters under their global names).
-  const model::HeldGroups held = p.comm.pipeline ? pipeline_rank_groups(p.recipe, p.comm.pipeline->rank()) : model::HeldGroups{};
-  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype), p.comm.expert_parallel.get(),
-                              model::Init::kRandom, held);
+  const model::HeldGroups held = p.comm.pipeline() ? pipeline_rank_groups(p.recipe, p.comm.pipeline()->rank()) : model::HeldGroups{};
+  p.model = model::make_model(p.recipe.model, p.recipe.seed, model::scalar_type(p.recipe.precision.dtype),
+                              p.comm.groups.expert_parallel.get(), model::Init::kRandom, held);
   if (!p.recipe.train.freeze.empty()) {  // before the engine: frozen parameters get no optimizer state
     const model::FrozenSet frozen = model::frozen_set(p.recipe.model, p.recipe.train.freeze);
     model::apply_frozen_set(*p.model, frozen);
@@ -168,22 +156,22 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // Initialised on the CPU (the same values everywhere); the engine moves the parameters.
   p.model->move_buffers_to(device.device);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
-  DataSources sources = open_data_sources(p.recipe, p.recipe.eval.enabled());
+  data::DataSources sources = data::open_data_sources(p.recipe, p.recipe.eval.enabled(), p.comm.engine().rank());
   p.data = std::make_unique<DataPlan>(p.recipe, p.comm.engine().rank(), p.comm.engine().world_size(), std::move(sources.train));
   if (!env.resume && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }
   p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts(),
-                                            p.comm.pipeline ? &p.comm.world() : nullptr);
+                                            p.comm.pipeline() ? &p.comm.world() : nullptr);
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
   p.buffers = std::make_unique<model::TensorState>(p.model->buffers());
   // The model's buffers (V3's selection bias) belong to layers: with pipeline parallelism each
   // stage's first data-parallel rank saves its own.
   std::vector<model::Stateful*> replicated{&p.balancer, &p.eval_tracker};
-  if (!p.comm.pipeline) replicated.insert(replicated.begin(), p.buffers.get());
+  if (!p.comm.pipeline()) replicated.insert(replicated.begin(), p.buffers.get());
   p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine, replicated, env.run_id);
-  if (p.comm.pipeline) p.checkpointer->set_stage_state({{p.buffers.get()}, p.comm.engine().rank() == 0});
+  if (p.comm.pipeline()) p.checkpointer->set_stage_state({{p.buffers.get()}, p.comm.engine().rank() == 0});
   progress::enter(progress::Phase::kCheckpoint);
   if (env.resume) {
     const auto load_start = Clock::now();
@@ -197,42 +185,43 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     log::info(
         fmt::format("model: {:.3f}M parameters{}; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
                     "data-parallel ranks x {})",
-                    static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline ? " in pipeline rank 0's stages" : "",
+                    static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
                     p.data->num_samples(), p.recipe.data.seq_len, p.steps(), p.global_batch(p.step),
                     config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
-  if (p.comm.pipeline && p.comm.engine().rank() == 0) {  // each pipeline rank's first data-parallel rank says what it holds
+  if (p.comm.pipeline() && p.comm.engine().rank() == 0) {  // each pipeline rank's first data-parallel rank says what it holds
     std::string stages;
-    for (int s : pipeline_rank_stages(p.recipe, p.comm.pipeline->rank()))
+    for (int s : pipeline_rank_stages(p.recipe, p.comm.pipeline()->rank()))
       stages += (stages.empty() ? "" : "; ") + describe_stage(p.recipe, s);
     const zero::MemoryReport m = p.engine->memory();  // next to --dry-run's plan of the pipeline rank's states
     const double states = static_cast<double>(m.params + m.host_params + m.grads + m.master + m.optimizer);
-    log::info(fmt::format("pipeline rank {} of {}: {}; {:.3f}M parameters, model states {:.1f} MiB per rank", p.comm.pipeline->rank(),
-                          p.comm.pipeline->world_size(), stages, static_cast<double>(p.model->num_parameters()) / 1e6, states / 1048576.0));
+    log::info(fmt::format("pipeline rank {} of {}: {}; {:.3f}M parameters, model states {:.1f} MiB per rank", p.comm.pipeline()->rank(),
+                          p.comm.pipeline()->world_size(), stages, static_cast<double>(p.model->num_parameters()) / 1e6,
+                          states / 1048576.0));
   }
   p.telemetry = std::make_unique<Telemetry>(p.recipe, p.run_dir, *p.comm.gloo, p.step, env.threads, device, env.progress_line);
   p.profiler = std::make_unique<StepProfiler>(p.recipe.logging.profile_step, p.run_dir.root() + "/profile", env.rank, device.device);
-  p.loss = std::make_unique<model::Loss>(p.recipe.train.loss_chunk_tokens);
-  model::add_mtp_terms(*p.loss, p.recipe.model, p.cursor * p.recipe.data.seq_len);
-  p.micro_batches = std::make_unique<MicroBatchSchedule>(*p.model, *p.loss, p.engine.get(), device.device);
-  p.micro_batches->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
-  p.micro_batches->set_normalization(p.recipe.train.loss_normalization);
+  p.objective = std::make_unique<model::Objective>(p.recipe.train.loss_chunk_tokens);
+  model::add_mtp_terms(*p.objective, p.recipe.model, p.cursor * p.recipe.data.seq_len);
+  model::add_z_loss_term(*p.objective, p.recipe.train.z_loss_weight);
+  if (p.comm.pipeline()) {
+    p.runner = std::make_unique<PipelineRunner>(p.recipe, *p.model, *p.objective, *p.engine, *p.comm.pipeline(), device.device);
+  } else {
+    auto sequential = std::make_unique<SequentialRunner>(*p.model, *p.objective, p.engine.get(), device.device);
+    sequential->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
+    sequential->set_normalization(p.recipe.train.loss_normalization);
+    p.runner = std::move(sequential);
+  }
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
-  p.micro_batches->add_observer(p.fault_observer.get());
-  p.micro_batches->add_observer(p.compute_times.get());
-  if (p.comm.pipeline) {
-    p.pipeline = std::make_unique<PipelineStep>(p.recipe, *p.model, *p.loss, *p.engine, *p.comm.pipeline, device.device);
-    p.pipeline->add_observer(p.fault_observer.get());
-    p.pipeline->add_observer(p.compute_times.get());
-  }
+  p.runner->add_observer(p.fault_observer.get());
+  p.runner->add_observer(p.compute_times.get());
   if (!sources.eval.empty()) {
     if (env.rank == 0)
-      for (const EvalSet& set : sources.eval) log::info(set.describe());
-    p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.comm.gloo,
-                                              device.device, p.recipe.train.loss_chunk_tokens);
-    if (p.pipeline) p.evaluator->use_pipeline(*p.pipeline, p.comm.engine(), p.comm.pipeline->world_size());
+      for (const data::EvalSet& set : sources.eval) log::info(set.describe());
+    p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.runner,
+                                              p.comm.engine(), *p.comm.gloo);
     if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
   }
   plan_shutdown();
@@ -251,9 +240,9 @@ void Trainer::plan_shutdown() {
   p.ending.add("metrics and TensorBoard files", [&p] { p.telemetry.reset(); });
   p.ending.add("heartbeat thread", [&p] { p.heartbeat.reset(); });
   p.ending.add("device work", [&p] { device::synchronize(p.device.device); });
-  p.ending.add("engine, model and buffers", [&p] { p.pipeline.reset(), p.engine.reset(), p.buffers.reset(), p.model.reset(); });
-  p.ending.add("expert-parallel communicators", [&p] { p.comm.expert_parallel.reset(), p.comm.expert_data.reset(); });
-  p.ending.add("pipeline communicators", [&p] { p.comm.pipeline.reset(), p.comm.data_parallel.reset(); });
+  p.ending.add("engine, model and buffers", [&p] { p.runner.reset(), p.engine.reset(), p.buffers.reset(), p.model.reset(); });
+  p.ending.add("expert-parallel communicators", [&p] { p.comm.groups.expert_parallel.reset(), p.comm.groups.expert_data.reset(); });
+  p.ending.add("pipeline communicators", [&p] { p.comm.groups.pipeline.reset(), p.comm.groups.data_parallel.reset(); });
   p.ending.add("NCCL communicator", [&p] { p.comm.nccl.reset(); });
   p.ending.add("Gloo communicator and its threads", [&p] { p.comm.gloo.reset(); });
   p.ending.add("device memory cache", [&p] { device::release_cached_memory(p.device.device); });
@@ -302,51 +291,56 @@ int Trainer::train_to_end() {
   return 0;
 }
 
+// The host's part of a step's one scalar all-reduce, in segments every rank adds alike: save and
+// stop wishes, and on the steps that need them every rank's straggler times and data rates, and
+// the pipeline's compute and schedule times.
+struct Trainer::StepControl {
+  StepSums sums;
+  bool stragglers = false, rebalance = false;
+  size_t signals_part = 0, straggler_part = 0, rate_part = 0, bubble_part = 0;
+};
+
+Trainer::StepControl Trainer::control_of(const StepTotals& totals) {
+  Parts& p = *p_;
+  StepControl c;
+  c.signals_part = c.sums.add(StepSignals{0, p.triggers.save_wanted(), p.triggers.stop_wanted()}.pack());
+  c.stragglers = p.telemetry->stragglers_due(p.step + 1);
+  if (c.stragglers) c.straggler_part = c.sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample());
+  c.rebalance = p.balancer.rebalance_due(p.step + 1);
+  if (c.rebalance) c.rate_part = c.sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()});
+  if (p.comm.pipeline()) c.bubble_part = c.sums.add({totals.pipeline_compute_ms, totals.pipeline_schedule_ms});
+  return c;
+}
+
 Trainer::StepEnd Trainer::step() {
   Parts& p = *p_;
+  StepTimes times;
   const auto t0 = Clock::now();
   progress::set_step(p.step + 1);
   progress::enter(progress::Phase::kData);
   const std::vector<data::Batch> batches = p.data->take();
-  const double data_wait_ms = ms_since(t0);
+  times.data_wait_ms = ms_since(t0);
   if (p.step + 1 < p.steps()) p.data->prefetch(p.step + 1, p.cursor + p.global_batch(p.step), p.balancer.weights());
   // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.
   const int64_t applied = p.step - p.engine->skipped_steps();
-  const double lr = sched::lr_at(p.schedule, applied) * sched::batch_lr_factor(p.recipe, p.step);
-  const sched::Betas betas = sched::betas_at(p.schedule, applied);
+  const double lr = sched::lr_at(p.lr_schedule, applied) * sched::batch_lr_factor(p.recipe, p.step);
+  const sched::Betas betas = sched::betas_at(p.lr_schedule, applied);
   if (p.faults.overflow_at(p.step + 1)) p.engine->mark_gradients_nonfinite();
   // The loss is divided by the global batch's units (train.loss_normalization: its trained
-  // targets by default): one small all-reduce, over the engine's communicator (NCCL on GPUs: a
-  // tree, not a Gloo ring of N hops).
+  // targets by default): one small all-reduce over the engine's communicator.
   const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
-  if (p.recipe.model.mtp_depth > 0) model::set_mtp_weights(*p.loss, p.recipe.model, p.cursor * p.recipe.data.seq_len);
-  const ScheduleResult ran =
-      p.pipeline ? p.pipeline->run(batches, global_units) : p.micro_batches->run(batches, global_units, /*backward=*/true);
-  const double local_loss = ran.loss;
+  if (p.recipe.model.mtp_depth > 0) model::set_mtp_weights(*p.objective, p.recipe.model, p.cursor * p.recipe.data.seq_len);
+  const StepTotals totals = p.runner->train(batches, global_units);
   progress::enter(progress::Phase::kOptimizer);
-  // A NaN/Inf loss on this rank poisons the gradient norm, so every rank sees the bad step and
-  // the engine applies no update from it.
-  if (!std::isfinite(local_loss)) p.engine->mark_gradients_nonfinite();
   const auto o0 = Clock::now();
-  const StepSignals mine{local_loss, p.triggers.save_wanted(), p.triggers.stop_wanted()};
-  // The step's control data rides the engine's one scalar all-reduce (NCCL on GPUs).
-  StepSums sums;
-  sums.add(mine.pack());
-  const bool stragglers = p.telemetry->stragglers_due(p.step + 1);
-  const size_t straggler_part = stragglers ? sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample()) : 0;
-  const bool rebalance = p.balancer.rebalance_due(p.step + 1);
-  const size_t rate_part = rebalance ? sums.add_row(p.env.rank, p.env.world_size, {p.balancer.rate()}) : 0;
-  const size_t bubble_part = p.pipeline ? sums.add({ran.pipeline_compute_ms, ran.pipeline_schedule_ms}) : 0;
-  // MTP: each depth's summed loss and targets, over all ranks. Every rank adds the segment (zeros
-  // where it computed none: a pipeline's stages before the last), so that the sums line up.
-  const size_t depths = static_cast<size_t>(p.recipe.model.mtp_depth);
-  std::vector<double> terms(2 * depths, 0.0);
-  for (size_t k = 0; k < std::min(depths, ran.term_sums.size()); ++k) terms[k] = ran.term_sums[k], terms[depths + k] = ran.term_counts[k];
-  const size_t terms_part = terms.empty() ? 0 : sums.add(terms);
-  const zero::StepResult result = p.engine->step(lr, applied + 1, sums.values(), betas.beta1, betas.beta2);
-  const StepSignals all = StepSignals::unpack(sums.segment(result.sums, 0));
+  // The step's control data and loss sums ride the engine's one scalar all-reduce (NCCL on GPUs),
+  // the only read of the step's values to the host; a NaN loss there makes every rank skip.
+  StepControl control = control_of(totals);
+  const zero::StepResult result = p.engine->step(lr, applied + 1, {control.sums.values(), totals.values}, betas.beta1, betas.beta2);
+  const HostTotals all_totals = read_totals(result.device_sums, totals.trained_targets);
+  const StepSignals all = StepSignals::unpack(control.sums.segment(result.sums, control.signals_part), all_totals.loss);
   if (p.recipe.logging.wall_clock_breakdown) device::synchronize(p.device.device);  // the update's kernels belong to its phase
-  const double optimizer_ms = ms_since(o0);
+  times.optimizer_ms = ms_since(o0);
   if (p.bad_steps.judge(p.step + 1, result, all.loss) == BadStepPolicy::Action::kRollback) {
     roll_back();
     return StepEnd::kRolledBack;
@@ -354,36 +348,46 @@ Trainer::StepEnd Trainer::step() {
   if (result.skipped && p.recipe.precision.dtype == config::Dtype::kFp16 && p.env.rank == 0)
     log::warn(fmt::format("step {}: fp16 gradients overflowed at loss scale {}: update skipped ({} skipped so far), scale now {}",
                           p.step + 1, result.loss_scale, p.engine->skipped_steps(), p.engine->loss_scale()));
-  const int64_t batch = p.global_batch(p.step);
-  p.cursor += batch;
-  if (rebalance) {  // the next step's batches were built with the old shares
-    p.balancer.rebalance(p.step + 1, sums.segment(result.sums, rate_part));
+  p.cursor += p.global_batch(p.step);
+  if (control.rebalance) {  // the next step's batches were built with the old shares
+    p.balancer.rebalance(p.step + 1, control.sums.segment(result.sums, control.rate_part));
     p.data->discard();
     p.data->prefetch(p.step + 1, p.cursor, p.balancer.weights());
   }
   device::synchronize(p.device.device);  // the step's queued GPU work belongs to its time
+  times.step_ms = ms_since(t0);
   // Metrics before the save: a committed checkpoint of step N always has step N's line, which a
   // resume keeps. The save's time is reported on the next line (checkpoint_ms).
+  p.telemetry->finish_step(outcome_of(result, control, all_totals, lr, static_cast<int64_t>(batches.size()), times));
+  return end_step(all);
+}
+
+StepOutcome Trainer::outcome_of(const zero::StepResult& result, const StepControl& control, const HostTotals& totals, double lr,
+                                int64_t accumulation, const StepTimes& times) {
+  Parts& p = *p_;
   StepOutcome o;
-  o.step = p.step + 1, o.loss = all.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale,
+  o.step = p.step + 1, o.loss = totals.loss, o.lr = lr, o.grad_norm = result.grad_norm, o.loss_scale = result.loss_scale,
   o.skipped = result.skipped;
   if (p.data->fine_tuning()) o.epoch = static_cast<double>(p.cursor) / static_cast<double>(std::max<int64_t>(p.data->num_samples(), 1));
-  o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = batch, o.accumulation = static_cast<int64_t>(batches.size());
-  o.step_ms = ms_since(t0), o.data_wait_ms = data_wait_ms, o.optimizer_ms = optimizer_ms, o.checkpoint_ms = p.save_ms;
+  o.bad_steps = p.bad_steps.bad_steps(), o.cursor = p.cursor, o.global_batch = p.global_batch(p.step), o.accumulation = accumulation;
+  o.step_ms = times.step_ms, o.data_wait_ms = times.data_wait_ms, o.optimizer_ms = times.optimizer_ms, o.checkpoint_ms = p.save_ms;
   o.comm_wait_ms = result.comm_wait_ms, o.reduce_ms = result.reduce_wait_ms, o.gather_ms = result.gather_wait_ms;
   o.expert_load = result.expert_load;
   o.all_to_all_ms = p.model->take_all_to_all_wait_ms();
-  if (stragglers) o.straggler_times = sums.segment(result.sums, straggler_part);
-  if (!terms.empty()) {
-    const std::vector<double> all_terms = sums.segment(result.sums, terms_part);
-    for (size_t k = 0; k < depths; ++k) o.mtp_loss.push_back(all_terms[k] / std::max(all_terms[depths + k], 1.0));
+  if (control.stragglers) o.straggler_times = control.sums.segment(result.sums, control.straggler_part);
+  // The objective's terms, by the metric each is logged under: its sum over its targets, all ranks.
+  size_t term = 0;
+  for (const model::MetricShape& metric : p.objective->metrics()) {
+    metrics::ObjectiveMetric named{metric.name, {}};
+    for (size_t k = 0; k < metric.values; ++k, ++term)
+      named.values.push_back(totals.term_sums.at(term) / std::max(totals.term_counts.at(term), 1.0));
+    o.objective.push_back(std::move(named));
   }
-  if (p.pipeline) {  // idle over compute, every rank's summed: the papers' measure, (p - 1) / m for 1F1B
-    const std::vector<double> times = sums.segment(result.sums, bubble_part);
-    if (times[0] > 0) o.pipeline_bubble = (times[1] - times[0]) / times[0];
+  if (p.comm.pipeline()) {  // idle over compute, every rank's summed: the papers' measure, (p - 1) / m for 1F1B
+    const std::vector<double> pipeline = control.sums.segment(result.sums, control.bubble_part);
+    if (pipeline[0] > 0) o.pipeline_bubble = (pipeline[1] - pipeline[0]) / pipeline[0];
   }
-  p.telemetry->finish_step(o);
-  return end_step(all);
+  return o;
 }
 
 void Trainer::roll_back() {

@@ -3,8 +3,8 @@
 //   Trainer(env, device)  the config, communicators, heartbeat, preflight env check, model, data,
 //                         the ZeRO engine, the checkpointer (and the resume), telemetry
 //   run()                 step() until the last step or a coordinated stop
-//   step()                batches -> the global trained-target count -> the micro-batch schedule
-//                         (forward, loss, backward) -> engine step with every rank's StepSignals
+//   step()                batches -> the global trained-target count -> the step runner
+//                         (forward, objective, backward) -> engine step with every rank's StepSignals
 //                         (and the MoE bias) -> bad-step policy -> shard balance -> metrics ->
 //                         evaluation (eval.*: the validation loss, best checkpoint, early
 //                         stopping) -> checkpoint / stop
@@ -26,10 +26,16 @@ struct WorkerEnv;
 namespace dstrain::device {
 struct TrainingDevice;
 }
+namespace dstrain::zero {
+struct StepResult;
+}
 
 namespace dstrain::train {
 
 struct StepSignals;
+struct StepOutcome;
+struct StepTotals;
+struct HostTotals;
 
 class Trainer {
  public:
@@ -55,6 +61,13 @@ class Trainer {
   int train_to_end();
   void plan_shutdown();
   StepEnd step();
+  struct StepControl;
+  struct StepTimes {
+    double data_wait_ms = 0, optimizer_ms = 0, step_ms = 0;
+  };
+  StepControl control_of(const StepTotals& totals);
+  StepOutcome outcome_of(const zero::StepResult& result, const StepControl& control, const HostTotals& totals, double lr,
+                         int64_t accumulation, const StepTimes& times);
   void roll_back();
   void save(int64_t steps_done);
   StepEnd end_step(const StepSignals& all);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "dstrain/core/error.h"
+#include "dstrain/device/host_read.h"
 #include "dstrain/optim/device_adam.h"
 
 namespace dstrain::zero {
@@ -47,7 +48,7 @@ void Engine::discard_wait_times() { impl_->waited_ms = impl_->waited_gather_ms =
 
 double Engine::loss_scale() const { return impl_->opt.dtype == config::Dtype::kFp16 ? impl_->scaler.scale() : 1.0; }
 
-StepResult Engine::step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1, double beta2) {
+StepResult Engine::step(double lr, int64_t applied_step, const StepScalars& scalars, double beta1, double beta2) {
   Impl& m = *impl_;
   c10::NoGradGuard no_grad;
   m.drain_all();
@@ -57,44 +58,47 @@ StepResult Engine::step(double lr, int64_t applied_step, const std::vector<doubl
     if (const at::Tensor first = m.first_grad(); first.defined()) first.fill_(std::numeric_limits<float>::infinity());
     nonfinite_marked_ = false;
   }
-  // One small all-reduce: the caller's sums, this rank's part of the squared gradient norm (its
-  // shard's; unsharded, nothing: its own norm is the norm) and a count of the ranks whose
-  // gradients are not finite, so that no rank updates while another skips (an fp16 overflow).
-  // With expert parallelism at stage 0 the parts count each gradient once (plan_expert_norm).
-  // The squares are summed in double straight from the model-dtype gradients (one pass, one
-  // synchronisation): the norm decides clipping, and fp32 accumulation here would let ranks and
-  // the single process drift apart.
-  const double local_sq = m.fused->grad_sum_squares();
-  std::vector<double> scalars(sums.begin(), sums.end());
+  // One small all-reduce and one read of it: the caller's sums, this rank's part of the squared
+  // gradient norm (its shard's; unsharded, nothing: its own norm is the norm) and a count of the
+  // ranks whose gradients are not finite, so that no rank updates while another skips (an fp16
+  // overflow). With expert parallelism at stage 0 the parts count each gradient once
+  // (plan_expert_norm). The squares are summed in double straight from the model-dtype gradients
+  // (one pass): the norm decides clipping, and fp32 accumulation here would let ranks and the
+  // single process drift apart. Everything stays on the device until the one read.
+  const auto doubles = at::TensorOptions().dtype(at::kDouble).device(m.device);
+  at::Tensor local_sq = m.fused->grad_sum_squares_tensor().to(doubles);
+  const at::Tensor device_sums = scalars.device.defined() ? scalars.device.to(doubles).reshape({-1}) : at::empty({0}, doubles);
+  if (device_sums.numel() > 0)  // a NaN loss on this rank: as non-finite gradients (the norm reads inf)
+    local_sq = at::where(at::isfinite(device_sums).all(), local_sq, std::numeric_limits<double>::infinity());
   // MoE: the step's tokens per expert ride along, and every rank moves V3's selection bias by
   // the same global load (model -> engine -> model).
   const at::Tensor local_load = m.model.take_expert_load();
   const int64_t load_values = local_load.defined() ? local_load.numel() : 0;
-  if (load_values > 0) {
-    const at::Tensor flat = local_load.to(at::kCPU, at::kDouble).contiguous().view(-1);
-    for (int64_t i = 0; i < load_values; ++i) scalars.push_back(flat.data_ptr<double>()[i]);
-  }
-  const size_t norm_at = sums.size() + static_cast<size_t>(load_values);
-  scalars.push_back(m.counted_sum_squares(local_sq));
-  scalars.push_back(std::isfinite(local_sq) ? 0.0 : 1.0);
+  const at::Tensor load = load_values > 0 ? local_load.to(doubles).reshape({-1}) : at::empty({0}, doubles);
+  const int64_t host_n = static_cast<int64_t>(scalars.host.size()), device_n = device_sums.numel();
+  const int64_t norm_at = host_n + device_n + load_values;
   // float64 on the wire: the norm of a sharded or pipelined run then equals the single
   // process's (summed in double) but for the order of a few additions; float32 rounded it at
   // 6e-8, which clipping turned into a drift of 1e-5 in 50 steps.
-  at::Tensor packed = at::tensor(scalars, at::kDouble).to(m.device);
+  at::Tensor packed =
+      at::cat({at::tensor(scalars.host, at::kDouble).to(m.device), device_sums, load, m.counted_sum_squares(local_sq).reshape({1}),
+               at::isfinite(local_sq).logical_not().to(at::kDouble).reshape({1})});
   comm::Communicator& everyone = m.step_world ? *m.step_world : m.comm;
   if (everyone.world_size() > 1) timed_wait(*everyone.all_reduce(packed), m.waited_ms);
-  const at::Tensor reduced = packed.to(at::kCPU, at::kDouble);
-  const double* reduced_values = reduced.data_ptr<double>();
-  for (size_t i = 0; i < sums.size(); ++i) result.sums.push_back(reduced_values[i]);
+  const std::vector<double> reduced = device::read_to_host(at::cat({packed, local_sq.reshape({1})}));  // the step's one read
+  const double* values = reduced.data();
+  result.sums.assign(values, values + host_n);
+  result.device_sums.assign(values + host_n, values + host_n + device_n);
   if (load_values > 0) {
-    const std::vector<double> load(reduced_values + sums.size(), reduced_values + norm_at);
-    result.expert_load = at::tensor(load, at::kDouble).view(local_load.sizes()).to(at::kFloat);
+    const std::vector<double> global_load(values + host_n + device_n, values + norm_at);
+    result.expert_load = at::tensor(global_load, at::kDouble).view(local_load.sizes()).to(at::kFloat);
     m.model.update_expert_bias(result.expert_load);
   }
-  const double total_sq = !m.step_world && (m.replicated_norm() || m.world == 1) ? local_sq : reduced_values[norm_at];
+  const double mine_sq = values[norm_at + 2];
+  const double total_sq = !m.step_world && (m.replicated_norm() || m.world == 1) ? mine_sq : values[norm_at];
   const double divisor = (m.opt.average_over_ranks ? m.world : 1) * result.loss_scale;
   result.grad_norm = std::sqrt(total_sq) / divisor;
-  result.skipped = reduced_values[norm_at + 1] > 0 || !std::isfinite(total_sq);
+  result.skipped = values[norm_at + 1] > 0 || !std::isfinite(total_sq);
   if (m.opt.dtype == config::Dtype::kFp16) m.scaler.update(result.skipped);
   if (m.opt.delayed_update) m.apply_delayed();  // the previous step's update, computed while this step ran
   if (result.skipped) {

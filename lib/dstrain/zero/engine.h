@@ -104,14 +104,24 @@ struct MemoryReport {
 };
 
 struct StepResult {
-  double grad_norm = 0;       // of the averaged, unscaled gradients, before clipping
-  bool skipped = false;       // fp16 overflow: no update
-  double loss_scale = 1;      // the scale this step used
-  std::vector<double> sums;   // the caller's extra values, summed over ranks
+  double grad_norm = 0;             // of the averaged, unscaled gradients, before clipping
+  bool skipped = false;             // fp16 overflow: no update
+  double loss_scale = 1;            // the scale this step used
+  std::vector<double> sums;         // the caller's extra values, summed over ranks
+  std::vector<double> device_sums;  // the caller's device values (StepScalars::device), summed over ranks
   at::Tensor expert_load;     // MoE: the step's tokens per expert, summed over ranks [moe layers, routed experts] (the bias moved by it)
   double comm_wait_ms = 0;    // time this step blocked on collectives (what overlap did not hide)
   double reduce_wait_ms = 0;  // ... of it on gradient reductions
   double gather_wait_ms = 0;  // ... and on parameter all-gathers (stage 3, and after the update)
+};
+
+// What the caller adds to the step's one scalar all-reduce: values on the host, and values still
+// on the device (a runner's loss sums: float64, 1-D), read to the host only there, once per step.
+// A non-finite device value (a NaN loss) counts as non-finite gradients on this rank: no rank
+// updates.
+struct StepScalars {
+  std::vector<double> host;
+  at::Tensor device;
 };
 
 // engine.state in checkpoints: the fp16 loss scaler and the count of skipped steps, as
@@ -153,7 +163,10 @@ class Engine final : public model::Stateful {
   // Reduces what is left, sums `sums` over ranks, checks overflow, clips, updates and re-gathers.
   // `applied_step` is the 1-based count of applied updates including this one (bias correction).
   // beta1/beta2 >= 0 replace the configured ones for this step (schedules that cycle momentum).
-  StepResult step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1 = -1, double beta2 = -1);
+  StepResult step(double lr, int64_t applied_step, const StepScalars& scalars, double beta1 = -1, double beta2 = -1);
+  StepResult step(double lr, int64_t applied_step, const std::vector<double>& sums, double beta1 = -1, double beta2 = -1) {
+    return step(lr, applied_step, StepScalars{sums, {}}, beta1, beta2);
+  }
   int64_t skipped_steps() const { return skipped_; }
 
   MemoryReport memory() const;

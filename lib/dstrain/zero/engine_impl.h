@@ -158,7 +158,7 @@ struct Engine::Impl final : model::LayerGate {
   void plan_expert_norm(const std::vector<optim::StepRun>& runs);
 
   // This rank's part of the global squared gradient norm, given the squares of all it holds.
-  double counted_sum_squares(double all) const;
+  at::Tensor counted_sum_squares(const at::Tensor& all) const;
 
   // The optimizer's runs: per shard segment, where its gradient is (the reduced full buffer at
   // stage 0/1, the gradient shard at 2/3) and where its updated model-dtype copy goes. Offloaded,

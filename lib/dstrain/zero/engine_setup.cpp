@@ -188,10 +188,10 @@ void Engine::Impl::plan_expert_norm(const std::vector<optim::StepRun>& runs) {
   if (!counted.empty() && counted.size() < runs.size()) norm_only = std::make_unique<optim::FusedStep>(device, dtype, counted);
 }
 
-double Engine::Impl::counted_sum_squares(double all) const {
-  if (replicated_norm()) return step_world && rank == 0 ? all : 0;  // over stages: each stage's once
-  if (norm_counts_none) return 0;
-  return norm_only ? norm_only->grad_sum_squares() : all;
+at::Tensor Engine::Impl::counted_sum_squares(const at::Tensor& all) const {
+  if (replicated_norm()) return step_world && rank == 0 ? all : at::zeros_like(all);  // over stages: each stage's once
+  if (norm_counts_none) return at::zeros_like(all);
+  return norm_only ? norm_only->grad_sum_squares_tensor().to(all.device()) : all;
 }
 
 std::vector<optim::StepRun> Engine::Impl::step_runs() {

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/hf_overrides.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
@@ -236,7 +238,7 @@ TEST_CASE("Hugging Face's stock ds_config_zero2.json: every open \"auto\" at onc
 
 TEST_CASE("--dry-run shows the keys the run uses, and every key something set", "[config]") {
   const config::Recipe dense = config::load_recipe(test::source_dir() + "/recipes/demo.yaml");
-  const std::string text = config::describe_resolved(dense);
+  const std::string text = cost::describe_resolved(dense);
   CHECK_THAT(text, Catch::Contains("model.hidden_size") && Catch::Contains("zero.stage") && Catch::Contains("optimizer.lr"));
   for (const char* unused : {"model.kv_lora_rank", "model.n_routed_experts", "precision.loss_scale", "zero.stage3_prefetch_bucket_size",
                              "schedule.cycle_min_lr", "model.rope_beta_fast", "data.paths"})
@@ -244,8 +246,8 @@ TEST_CASE("--dry-run shows the keys the run uses, and every key something set", 
   CHECK_THAT(text, Catch::Contains("keys that this run does not use are not shown"));
   // Set, it is shown even where it does not apply (the warning says so).
   const config::Recipe set = config::load_recipe(test::source_dir() + "/recipes/demo.yaml", {"precision.hysteresis=4"});
-  CHECK_THAT(config::describe_resolved(set), Catch::Contains("precision.hysteresis"));
+  CHECK_THAT(cost::describe_resolved(set), Catch::Contains("precision.hysteresis"));
   const config::Recipe moe = config::load_recipe(test::source_dir() + "/recipes/tiny-mla-moe.yaml");
-  CHECK_THAT(config::describe_resolved(moe), Catch::Contains("model.n_routed_experts") && !Catch::Contains("model.num_kv_heads "));
+  CHECK_THAT(cost::describe_resolved(moe), Catch::Contains("model.n_routed_experts") && !Catch::Contains("model.num_kv_heads "));
   CHECK(std::count(text.begin(), text.end(), '\n') < 110);  // was 163 lines for this 50-line recipe
 }

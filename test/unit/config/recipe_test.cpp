@@ -2,7 +2,9 @@
 
 #include <fstream>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
@@ -178,7 +180,7 @@ TEST_CASE("recipes/README.md documents every key of the schema", "[config]") {
   REQUIRE(a != std::string::npos);
   REQUIRE(b != std::string::npos);
   INFO("regenerate it with scripts/gen-recipe-docs.sh");
-  CHECK(doc.substr(a + begin.size(), b - a - begin.size()) == config::schema_markdown());
+  CHECK(doc.substr(a + begin.size(), b - a - begin.size()) == cost::schema_markdown());
   for (const auto& field : config::recipe_schema()) CHECK_THAT(doc, Catch::Contains("`" + field.path + "`"));
 }
 
@@ -193,7 +195,7 @@ TEST_CASE("every bundled recipe resolves", "[config]") {
   CHECK(lite.model.q_lora_rank == 0);  // null in config.json: a direct q_proj
   CHECK(lite.model.n_routed_experts == 64);
   CHECK(lite.model.init_std == 0.006);  // set in the recipe: wins over config.json's initializer_range
-  CHECK(config::parameter_counts(lite.model).total == 15706484224);
+  CHECK(cost::parameter_counts(lite.model).total == 15706484224);
   CHECK_THAT(lite.sources.at("model.kv_lora_rank"), Catch::Contains("deepseek-v2-lite/config.json:"));
 }
 

@@ -19,6 +19,7 @@
 #include "data/fine_tuning_set.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/objective.h"
 #include "model/tiny_models.h"
 
 using namespace dstrain;
@@ -114,14 +115,14 @@ void check_packed_loss(const config::ModelConfig& cfg) {
   const Conversations c(lengths, cfg.vocab_size);
   const c10::NoGradGuard no_grad;
   const auto m = model::make_model(cfg, 11);
-  const model::Loss loss_of;
+  const model::Objective loss_of;
   std::vector<int64_t> order(lengths.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
   const auto rows = data::pack_documents(lengths, order, cfg.max_seq_len, data::Packing::kBestFit);
   std::vector<const data::PackedRow*> all;
   for (const auto& r : rows) all.push_back(&r);
   const data::Batch packed = data::packed_batch(all, c.set(), cfg.max_seq_len, 1);
-  const model::LossParts p = loss_of(*m, packed);
+  const model::ObjectiveValue p = loss_of(*m, packed);
   double separate = 0;
   int64_t count = 0;
   for (size_t d = 0; d < c.docs.size(); ++d) {
@@ -130,7 +131,7 @@ void check_packed_loss(const config::ModelConfig& cfg) {
     at::Tensor labels = at::full({1, n}, data::kIgnoreIndex, at::kLong);
     for (int64_t i = 0; i + 1 < n; ++i)
       if (c.masks[d][static_cast<size_t>(i + 1)]) labels[0][i] = c.docs[d][static_cast<size_t>(i + 1)];
-    const model::LossParts one = loss_of(*m, data::labelled_batch(tokens, labels));
+    const model::ObjectiveValue one = loss_of(*m, data::labelled_batch(tokens, labels));
     separate += one.sum.item<double>();
     count += one.count;
   }

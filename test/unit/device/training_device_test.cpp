@@ -2,7 +2,9 @@
 // estimate, and the out-of-memory message and hint.
 #include "catch_torch.h"
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/device/pinned_memory.h"
@@ -48,20 +50,20 @@ TEST_CASE("activation estimate: 34 H bytes per token and layer at 16 bits, + sco
   r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16;
   r.train.loss_chunk_tokens = 0;  // the full logits
   const double tokens = 8.0 * 128;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + tokens * 256 * (4 + 4 + 2)));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + tokens * 256 * (4 + 4 + 2)));
   r.precision.dtype = config::Dtype::kFp32;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 * 2 + tokens * 256 * (4 + 4 + 4)));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 * 2 + tokens * 256 * (4 + 4 + 4)));
   r.data.document_mask = true;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * (34 * 64 + 5 * 4 * 128) * 2 + tokens * 256 * 12));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * (34 * 64 + 5 * 4 * 128) * 2 + tokens * 256 * 12));
   // Chunked loss: one chunk's logits (bf16, fp32, bf16 gradient), the hidden gradient, the fp32 head gradient.
   r.data.document_mask = false, r.precision.dtype = config::Dtype::kBf16, r.train.loss_chunk_tokens = 100;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * 34 * 64 + 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4));
   // Recompute: full keeps each layer's input plus one layer's activations; selective the GEMM outputs.
   const double head = 100 * 256 * (2 + 4 + 2) + tokens * 64 * 2 + 256 * 64 * 4;
   r.train.activation_checkpointing = config::Recompute::kFull;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 64 * 2 + tokens * 34 * 64 + head));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * 64 * 2 + tokens * 34 * 64 + head));
   r.train.activation_checkpointing = config::Recompute::kSelective;
-  CHECK(config::activation_bytes_estimate(r) == Approx(2 * tokens * 26 * 64 + head));
+  CHECK(cost::activation_bytes_estimate(r) == Approx(2 * tokens * 26 * 64 + head));
 }
 
 TEST_CASE("memory plan: model states, activations and offload staging per rank; the largest model that fits", "[config]") {
@@ -69,18 +71,18 @@ TEST_CASE("memory plan: model states, activations and offload staging per rank; 
   r.model.hidden_size = 64, r.model.num_layers = 2, r.model.num_heads = 4, r.model.vocab_size = 256, r.model.intermediate_size = 172;
   r.train.micro_batch_size = 8, r.data.seq_len = 128, r.precision.dtype = config::Dtype::kBf16;
   r.launch.nproc_per_node = 4, r.zero.stage = 2;
-  const double psi = static_cast<double>(config::parameter_counts(r.model).total);
-  config::MemoryPlan plan = config::memory_plan(r);
+  const double psi = static_cast<double>(cost::parameter_counts(r.model).total);
+  cost::MemoryPlan plan = cost::memory_plan(r);
   CHECK(plan.device_states == Approx(psi * (2 + 2.0 / 4 + 12.0 / 4)));
-  CHECK(plan.device_activations == Approx(config::activation_bytes_estimate(r)));
+  CHECK(plan.device_activations == Approx(cost::activation_bytes_estimate(r)));
   CHECK(plan.device_staging == 0);
   CHECK(plan.host_total() == 0);
   const double gib80 = 80.0 * 1073741824.0;
-  CHECK(config::largest_model_fitting(r, gib80) == Approx((0.9 * gib80 - plan.device_activations) / (2 + 2.0 / 4 + 12.0 / 4)));
+  CHECK(cost::largest_model_fitting(r, gib80) == Approx((0.9 * gib80 - plan.device_activations) / (2 + 2.0 / 4 + 12.0 / 4)));
   // Offloaded: the states move to the host; the step stages the updated bf16 shard on the
   // device, and the bf16 gradient shard in pinned host memory.
   r.zero.offload_optimizer = config::OffloadDevice::kCpu;
-  plan = config::memory_plan(r);
+  plan = cost::memory_plan(r);
   CHECK(plan.device_states == Approx(psi * (2 + 2.0 / 4)));
   CHECK(plan.device_staging == Approx(psi / 4 * 2));
   CHECK(plan.host_states == Approx(psi * 12.0 / 4));
@@ -88,7 +90,7 @@ TEST_CASE("memory plan: model states, activations and offload staging per rank; 
   // Stage 3 with offload_param: the parameter shard joins the host's states; the device holds the
   // gathered groups (the running one and the prefetched one; a decoder layer is the largest here).
   r.zero.stage = 3, r.zero.offload_param = config::OffloadDevice::kCpu;
-  plan = config::memory_plan(r);
+  plan = cost::memory_plan(r);
   CHECK(plan.device_states == Approx(psi * 2.0 / 4));
   CHECK(plan.host_states == Approx(psi * (2.0 + 12.0) / 4));
   const double layer = (psi - 2.0 * 256 * 64) / 2;
@@ -97,10 +99,10 @@ TEST_CASE("memory plan: model states, activations and offload staging per rank; 
   CHECK(plan.host_staging == Approx(psi / 4 * 2));
   // The delayed update stages its bf16 parameters on the host too.
   r.zero.delayed_update = true;
-  CHECK(config::memory_plan(r).host_staging == Approx(psi / 4 * 2 * 2));
+  CHECK(cost::memory_plan(r).host_staging == Approx(psi / 4 * 2 * 2));
   r.zero.delayed_update = false;
   // Activations alone beyond the GPU: nothing fits.
-  CHECK(config::largest_model_fitting(r, plan.device_activations) == 0);
+  CHECK(cost::largest_model_fitting(r, plan.device_activations) == 0);
 }
 
 TEST_CASE("out of memory: where, the per-rank estimate, and the biggest lever first", "[device]") {

@@ -8,6 +8,7 @@
 
 #include "dstrain/data/batch.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/objective.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/chunked_cross_entropy.h"
 
@@ -73,7 +74,7 @@ TEST_CASE("chunked linear cross-entropy: a whole model's loss and gradients matc
   const data::Batch batch = data::pretraining_batch(tokens);
   auto losses = [&](int64_t chunk) {
     const auto m = model::make_model(c, 11);
-    const model::LossParts parts = model::Loss(chunk)(*m, batch);
+    const model::ObjectiveValue parts = model::Objective(chunk)(*m, batch);
     parts.mean().backward();
     std::vector<at::Tensor> grads;
     for (const auto& p : m->parameters()) grads.push_back(p.tensor.grad());
@@ -86,7 +87,7 @@ TEST_CASE("chunked linear cross-entropy: a whole model's loss and gradients matc
   // Without grad mode: the loss alone, no graph.
   const auto m = model::make_model(c, 11);
   const c10::NoGradGuard no_grad;
-  const at::Tensor loss = model::Loss(10)(*m, batch).sum;
+  const at::Tensor loss = model::Objective(10)(*m, batch).sum;
   CHECK_FALSE(loss.requires_grad());
   CHECK(loss.item<double>() == Approx(want_loss).epsilon(1e-6));
 }

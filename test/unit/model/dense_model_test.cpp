@@ -4,7 +4,9 @@
 
 #include <cmath>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/model/loss.h"
 #include "dstrain/model/dense_model.h"
@@ -35,12 +37,12 @@ TEST_CASE("parameters have HF names, shapes and the expected count", "[model]") 
   CHECK(p.back().name == "lm_head.weight");
   // 2VH + L(4H^2 + 3HI + 2H) + H, and the config-only count agrees with the real one
   CHECK(m.num_parameters() == 2 * 256 * 32 + 2 * (4 * 32 * 32 + 3 * 32 * 64 + 2 * 32) + 32);
-  CHECK(m.num_parameters() == config::parameter_counts(tiny()).total);
+  CHECK(m.num_parameters() == cost::parameter_counts(tiny()).total);
   config::ModelConfig gqa = tiny();
   gqa.num_kv_heads = 2;
   const model::DenseModel g(gqa, 1);
   CHECK(g.parameters()[3].tensor.sizes() == at::IntArrayRef({16, 32}));  // k_proj [n_kv * d, H]
-  CHECK(g.num_parameters() == config::parameter_counts(gqa).total);
+  CHECK(g.num_parameters() == cost::parameter_counts(gqa).total);
 }
 
 TEST_CASE("the same seed builds the same weights", "[model]") {

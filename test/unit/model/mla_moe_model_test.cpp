@@ -12,11 +12,14 @@
 #include <random>
 #include <string>
 
-#include "dstrain/config/describe.h"
+#include "dstrain/cost/dry_run.h"
+#include "dstrain/cost/memory_plan.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/io/safetensors.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/objective.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "model/tiny_models.h"
@@ -85,7 +88,7 @@ TEST_CASE("MLA + MoE models count what the config formula counts", "[model]") {
   with_mtp.mtp_depth = 2;
   for (const auto& cfg : {tiny_v3(), tiny_v2_lite(), with_mtp}) {
     const auto m = model::make_model(cfg, 1);
-    CHECK(m->num_parameters() + static_cast<int64_t>(m->buffers().size()) * cfg.n_routed_experts == config::parameter_counts(cfg).total);
+    CHECK(m->num_parameters() + static_cast<int64_t>(m->buffers().size()) * cfg.n_routed_experts == cost::parameter_counts(cfg).total);
   }
   // MTP's modules come after the main model, whose initial values they leave alone.
   const auto a = model::make_model(tiny_v3(), 1), b = model::make_model(with_mtp, 1);
@@ -124,10 +127,10 @@ TEST_CASE("the loss counts only targets that are not ignored", "[model]") {
   auto m = model::make_model(tiny_dense_gqa(), 4);
   const at::Tensor in = at::randint(0, 97, {2, 6}, at::detail::createCPUGenerator(2), at::kLong);
   at::Tensor target = at::randint(0, 97, {2, 6}, at::detail::createCPUGenerator(3), at::kLong);
-  const auto full = model::Loss()(*m, data::labelled_batch(in, target));
+  const auto full = model::Objective()(*m, data::labelled_batch(in, target));
   CHECK(full.count == 12);
   target.select(1, 5).fill_(model::kIgnoreIndex);
-  const auto part = model::Loss()(*m, data::labelled_batch(in, target));
+  const auto part = model::Objective()(*m, data::labelled_batch(in, target));
   CHECK(part.count == 10);
   CHECK(part.sum.item<double>() < full.sum.item<double>());
   CHECK(part.mean().item<double>() == Approx(part.sum.item<double>() / 10));
@@ -199,7 +202,7 @@ TEST_CASE("V3-style models export to HF layout (interleaved RoPE rows) and read 
   CHECK(recipe.model.family == config::ModelFamily::kMlaMoe);
   CHECK(recipe.model.topk_method == config::TopkMethod::kNoauxTc);
   CHECK(recipe.model.q_lora_rank == 32);
-  CHECK(config::parameter_counts(recipe.model).total == config::parameter_counts(cfg).total);
+  CHECK(cost::parameter_counts(recipe.model).total == cost::parameter_counts(cfg).total);
 }
 
 TEST_CASE("document masking: after an end-of-document token, a sample sees only its own document", "[model]") {

@@ -4,7 +4,7 @@
 // whole model's loss and gradients bit for bit, for the dense and the MoE family (whose
 // balance losses and expert load stay with the stage that holds the layer). With multi-token
 // prediction, the stages pass the embeddings' output on beside the hidden states (as
-// train::PipelineStep does) and the last stage's MTP modules read it.
+// train::PipelineRunner does) and the last stage's MTP modules read it.
 #include <ATen/ATen.h>
 
 #include <map>

@@ -19,6 +19,8 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/loss.h"
 #include "dstrain/model/mtp_loss.h"
+#include "dstrain/model/objective.h"
+#include "dstrain/model/z_loss.h"
 #include "model/tiny_models.h"
 
 using namespace dstrain;
@@ -81,8 +83,16 @@ TEST_CASE("MTP's weight follows its token schedule", "[model][mtp]") {
 TEST_CASE("export MTP losses and gradients for the independent PyTorch reference", "[.][model-mtp-reference]") {
   const char* out = std::getenv("DSTRAIN_REFERENCE_DIR");
   if (!out) FAIL("DSTRAIN_REFERENCE_DIR is not set: this case only exports data for test/model/*.sh");
-  for (const int64_t depth : {1, 2}) {
-    const std::string dir = std::string(out) + "/mtp" + std::to_string(depth);
+  // Depth 1 and 2; then depth 1 with PaLM's z-loss, the head chunked (train.loss_chunk_tokens 5).
+  struct Case {
+    int64_t depth;
+    double z_loss_weight;
+    int64_t chunk;
+    std::string name;
+  };
+  for (const Case& c : {Case{1, 0, 0, "mtp1"}, Case{2, 0, 0, "mtp2"}, Case{1, 0.05, 5, "mtp1_zloss"}}) {
+    const int64_t depth = c.depth;
+    const std::string dir = std::string(out) + "/" + c.name;
     std::filesystem::create_directories(dir);
     config::ModelConfig cfg = test::tiny_v3();
     cfg.mtp_depth = depth, cfg.mtp_loss_weight = 0.3;
@@ -92,9 +102,10 @@ TEST_CASE("export MTP losses and gradients for the independent PyTorch reference
       for (const auto& b : m->buffers()) b.tensor.copy_(at::randn({cfg.n_routed_experts}, at::detail::createCPUGenerator(4)) * 0.05);
     }
     const data::Batch batch = documents_batch(cfg.vocab_size);
-    model::Loss loss;
+    model::Objective loss(c.chunk);
     model::add_mtp_terms(loss, cfg);
-    const model::LossParts parts = loss(*m, batch);
+    model::add_z_loss_term(loss, c.z_loss_weight);
+    const model::ObjectiveValue parts = loss(*m, batch);
     parts.mean().backward();
     std::vector<io::TensorToWrite> tensors, grads;
     for (const auto* group : {&m->parameters(), &m->buffers()})
@@ -109,6 +120,7 @@ TEST_CASE("export MTP losses and gradients for the independent PyTorch reference
     io::write_safetensors(dir + "/grads.safetensors", grads);
     config::Recipe r;
     r.model = cfg;
+    r.train.z_loss_weight = c.z_loss_weight;
     std::ofstream(dir + "/config.json") << config::to_canonical_json(r);
     write_tensor(dir + "/tokens.bin", batch.tokens);
     write_tensor(dir + "/labels.bin", batch.labels);
@@ -116,6 +128,7 @@ TEST_CASE("export MTP losses and gradients for the independent PyTorch reference
     write_tensor(dir + "/documents.bin", batch.document_ids);
     std::ofstream values(dir + "/loss.txt");
     values << std::setprecision(17) << parts.mean().item<double>() << "\n";
-    for (const auto& t : parts.terms) values << t.sum.item<double>() << " " << t.count.item<double>() << "\n";
+    for (int64_t t = 0; t < parts.terms.size(0); ++t)
+      values << parts.terms[t][0].item<double>() << " " << parts.terms[t][1].item<double>() << "\n";
   }
 }

@@ -11,6 +11,7 @@
 
 #include "dstrain/data/batch.h"
 #include "dstrain/model/loss.h"
+#include "dstrain/model/objective.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/recompute.h"
 #include "model/tiny_models.h"
@@ -34,7 +35,7 @@ struct Result {
 Result train_once(const config::ModelConfig& c, config::Recompute mode, bool document_mask) {
   const auto m = model::make_model(c, 17);
   m->set_activation_checkpointing(mode);
-  const model::Loss loss_of(7);
+  const model::Objective loss_of(7);
   at::manual_seed(2);
   const at::Tensor tokens = at::randint(0, c.vocab_size, {3, 17}, at::kLong);
   const data::Batch batch = data::pretraining_batch(tokens, document_mask ? 5 : -1, document_mask);

@@ -7,9 +7,9 @@
 using namespace dstrain::sched;
 
 namespace {
-Schedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0,
-              double min_ratio = 0) {
-  Schedule s;
+LrSchedule make(ScheduleType type, double peak, int64_t warmup, int64_t total, bool log_warmup = false, double wmin = 0,
+                double min_ratio = 0) {
+  LrSchedule s;
   s.type = type, s.peak_lr = peak, s.warmup_steps = warmup, s.total_steps = total, s.log_warmup = log_warmup, s.warmup_min_ratio = wmin,
   s.min_ratio = min_ratio;
   return s;
@@ -67,7 +67,7 @@ TEST_CASE("constant and names", "[sched]") {
 }
 
 TEST_CASE("wsd: warmup, stable at the peak, linear decay to min_lr_ratio over the last decay_ratio", "[sched]") {
-  Schedule s = make(ScheduleType::kWsd, 1.0, 10, 100, false, 0, 0.1);
+  LrSchedule s = make(ScheduleType::kWsd, 1.0, 10, 100, false, 0, 0.1);
   s.decay_ratio = 0.2;  // steps 80..99 decay
   CHECK(lr_at(s, 0) == Approx(0.1));
   CHECK(lr_at(s, 9) == Approx(1.0));
@@ -81,7 +81,7 @@ TEST_CASE("wsd: warmup, stable at the peak, linear decay to min_lr_ratio over th
 }
 
 TEST_CASE("ds_one_cycle follows DeepSpeed's OneCycle: LR up, down, then decay; beta1 inversely", "[sched]") {
-  Schedule s = make(ScheduleType::kDsOneCycle, 0, 0, 100);
+  LrSchedule s = make(ScheduleType::kDsOneCycle, 0, 0, 100);
   s.cycle = {0.1, 1.0, 10, 10, 0.5, 5, true, 0.8, 0.9, 0.1};
   // step k uses it = k - 1; b = it + 1 = k; x = k/20 within the cycle; ratio 0.5.
   CHECK(lr_at(s, 0) == Approx(0.1));              // x = 0

@@ -17,7 +17,8 @@
 #include "dstrain/data/document_split.h"
 #include "dstrain/data/sample_stream.h"
 #include "dstrain/metrics/jsonl_sink.h"
-#include "dstrain/train/eval_sets.h"
+#include "dstrain/data/data_sources.h"
+#include "dstrain/data/text_windows.h"
 #include "dstrain/train/eval_tracker.h"
 #include "test_support.h"
 
@@ -101,17 +102,23 @@ TEST_CASE("evaluation sets are fixed windows of their files, named by stem or ev
   std::vector<int64_t> tokens(100);
   for (int64_t i = 0; i < 100; ++i) tokens[static_cast<size_t>(i)] = i;
   data::write_llmc(tmp.path() + "/held.bin", tokens, 7);
-  auto sets = train::open_eval_files({tmp.path() + "/held.bin"}, {}, config::DataFormat::kLlmc, 10);
+  data::WindowOptions options;
+  options.vocab_size = 41;
+  auto sets = data::open_eval_files({tmp.path() + "/held.bin"}, {}, config::DataFormat::kLlmc, 10, options);
   REQUIRE(sets.size() == 1);
   CHECK(sets[0].name() == "held");
   CHECK(sets[0].samples() == 9);  // (100 - 1) / 10
+  auto& windows = dynamic_cast<data::HeldOutWindows&>(sets[0].source());
   std::vector<int64_t> w(11);
-  sets[0].read(3, w.data(), 0);
+  windows.read(3, w.data());
   CHECK(w.front() == 30);
   CHECK(w.back() == 40);
-  CHECK_THROWS_WITH(sets[0].read(3, w.data(), 35), Catch::Contains("outside the model's vocabulary"));
-  CHECK(train::open_eval_files({tmp.path() + "/held.bin"}, {"val"}, config::DataFormat::kLlmc, 10)[0].name() == "val");
-  CHECK_THROWS_WITH(train::open_eval_files({tmp.path() + "/held.bin", tmp.path() + "/held.bin"}, {}, config::DataFormat::kLlmc, 10),
+  CHECK_THROWS_WITH(windows.read(4, w.data()), Catch::Contains("outside the model's vocabulary"));
+  const data::Batch b = sets[0].batch(0, 3, 2);  // a row past `end`: its shape, nothing trained
+  CHECK(b.rows() == 3);
+  CHECK(b.trained_targets == 2 * 10);
+  CHECK(data::open_eval_files({tmp.path() + "/held.bin"}, {"val"}, config::DataFormat::kLlmc, 10)[0].name() == "val");
+  CHECK_THROWS_WITH(data::open_eval_files({tmp.path() + "/held.bin", tmp.path() + "/held.bin"}, {}, config::DataFormat::kLlmc, 10),
                     Catch::Contains("two evaluation sets are named 'held'"));
 }
 

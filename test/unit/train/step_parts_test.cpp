@@ -61,10 +61,10 @@ TEST_CASE("StepSums: segments come back as summed; a row is one rank's slots", "
   train::StepSums sums;
   const size_t signals = sums.add(train::StepSignals{2.5, true, false}.pack());
   const size_t rows = sums.add_row(1, 3, {7.0, 8.0});
-  CHECK(sums.values() == std::vector<double>{2.5, 1, 0, 0, 0, 7, 8, 0, 0});
-  const std::vector<double> summed{5.0, 1, 2, 1, 2, 7, 8, 5, 6};  // as if two ranks had added theirs
+  CHECK(sums.values() == std::vector<double>{1, 0, 0, 0, 7, 8, 0, 0});
+  const std::vector<double> summed{1, 2, 1, 2, 7, 8, 5, 6};  // as if two ranks had added theirs
   CHECK(sums.segment(summed, rows) == std::vector<double>{1, 2, 7, 8, 5, 6});
-  const train::StepSignals all = train::StepSignals::unpack(sums.segment(summed, signals));
+  const train::StepSignals all = train::StepSignals::unpack(sums.segment(summed, signals), 5.0);
   CHECK(all.loss == 5.0);
   CHECK(all.save);
   CHECK(all.stop);  // summed: some rank asked
