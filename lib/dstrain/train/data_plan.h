@@ -1,14 +1,12 @@
 #pragma once
 // What each rank reads, step by step, and how the global batch is shared:
-//   DataPlan       the recipe's token files as one global sample order (data::SampleStream), this
+//   DataPlan       the recipe's training source (data::BatchSource: text windows in one global
+//                  sample order, or fine-tuning sets' packed rows; data/data_sources.h), this
 //                  rank's micro-batches of each step (equal shares: micro-batches dealt
 //                  rank-major; weighted shares: this rank's contiguous slice, cut into
-//                  micro-batches) as data::Batch (labels the shifted tokens; documents cut at
-//                  data.eos_token for data.document_mask / data.reset_positions), built one
-//                  step ahead on a background thread, the only user of the stream.
-//                  Fine-tuning sets (a loss mask beside each) are read as whole conversations
-//                  packed into rows (train/fine_tuning_data.h): global positions are rows
-
+//                  micro-batches) as data::Batch, weighed per sample for per_sample
+//                  normalization, built one step ahead on a background thread, the only user
+//                  of the source.
 //   ShardBalancer  the shares (data.shard_weights): equal, the recipe's weights, or, with auto,
 //                  equal until balance_steps are measured and then by each rank's samples per
 //                  second. Checkpointed (data.shard_weights) so a resume splits alike.
