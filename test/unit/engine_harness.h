@@ -44,6 +44,7 @@ struct EngineSpec {
   int64_t delayed_after = 0;    // updates applied without delay first
   double lr = 1e-2;
   std::vector<std::string> freeze;  // train.freeze: these parameters do not train
+  int64_t lora_rank = 0;            // > 0: LoRA adapters (rank, alpha 2 x rank) on every projection, the rest frozen
 };
 
 struct EngineRun {  // rank 0's view

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "dstrain/model/layers.h"
@@ -23,7 +24,13 @@ at::Tensor ParamBuilder::normal(const std::vector<int64_t>& shape, double std) {
   return meta_ ? meta_tensor(shape) : at::normal(0.0, std, shape, gen_);
 }
 
+at::Tensor ParamBuilder::uniform(const std::vector<int64_t>& shape, double low, double high) {
+  return meta_ ? meta_tensor(shape) : at::empty(shape).uniform_(low, high, gen_);
+}
+
 at::Tensor ParamBuilder::ones(const std::vector<int64_t>& shape) const { return meta_ ? meta_tensor(shape) : at::ones(shape); }
+
+at::Tensor ParamBuilder::zeros(const std::vector<int64_t>& shape) const { return meta_ ? meta_tensor(shape) : at::zeros(shape); }
 
 at::Tensor ParamBuilder::add(const std::string& name, ParamRole role, const at::Tensor& init) {
   if (!holds_group()) return {};
@@ -32,6 +39,21 @@ at::Tensor ParamBuilder::add(const std::string& name, ParamRole role, const at::
   model_.places_.push_back({group_, expert_, role, true});
   model_.expert_names_.push_back(expert_ < 0 ? std::string() : expert_pattern_);
   model_.num_groups_ = std::max(model_.num_groups_, group_ + 1);
+  return t;
+}
+
+at::Tensor ParamBuilder::insert(size_t position, const std::string& name, ParamRole role, const at::Tensor& init) {
+  const at::Tensor t = add(name, role, init);
+  if (!t.defined() || position + 1 >= model_.params_.size()) return t;
+  // Rotate the new entry (last) into `position` in every parallel list.
+  auto move_last = [position](auto& list) {
+    std::rotate(list.begin() + static_cast<std::ptrdiff_t>(position), list.end() - 1, list.end());
+  };
+  move_last(model_.params_);
+  move_last(model_.places_);
+  move_last(model_.expert_names_);
+  for (Linear& l : model_.linears_)
+    if (l.index >= position) ++l.index;
   return t;
 }
 

@@ -29,10 +29,16 @@ class ParamBuilder {
 
   // Initial values, drawn from the stream in call order (meta tensors for Init::kShapesOnly).
   at::Tensor normal(const std::vector<int64_t>& shape, double std);
+  at::Tensor uniform(const std::vector<int64_t>& shape, double low, double high);
+  at::Tensor zeros(const std::vector<int64_t>& shape) const;
   at::Tensor ones(const std::vector<int64_t>& shape) const;
 
   // Adds a parameter when its group is held; returns it (undefined when not held).
   at::Tensor add(const std::string& name, ParamRole role, const at::Tensor& init);
+  // The same at `position` in the model's order (an adapter beside its projection, once the
+  // model is built: the engine wants each layer group's parameters together); later parameters
+  // and their Linears move up by one.
+  at::Tensor insert(size_t position, const std::string& name, ParamRole role, const at::Tensor& init);
   // A projection: the parameter module + ".weight" [out, in] and its Linear (nullptr when not held).
   const Linear* add_linear(const std::string& module, ParamRole role, const at::Tensor& init);
   // An RMSNorm's weight of `size`, initialised to ones.

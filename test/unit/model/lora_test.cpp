@@ -1,0 +1,150 @@
+// LoRA on the model's projections (model/lora.h): a fresh adapter leaves the logits bitwise
+// unchanged; with B non-zero the forward equals the merged model W + scale·B·A, and the adapters'
+// gradients equal the merged weight's gradient carried through (dL/dB = s·G·Aᵀ, dL/dA = s·Bᵀ·G);
+// only adapters train; every parallel mode trains them as one process and leaves the base bitwise
+// unchanged.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/GradMode.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "catch_torch.h"
+#include "dstrain/core/error.h"
+#include "dstrain/data/batch.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/model/linear.h"
+#include "dstrain/model/loss.h"
+#include "dstrain/model/lora.h"
+#include "engine_harness.h"
+#include "model/tiny_models.h"
+
+using namespace dstrain;
+
+namespace {
+
+at::Tensor tokens_of(int64_t vocab) { return at::randint(0, vocab, {2, 12}, at::detail::createCPUGenerator(5), at::kLong); }
+
+std::map<std::string, at::Tensor> by_name(const model::CausalLM& m) {
+  std::map<std::string, at::Tensor> out;
+  for (const auto& p : m.parameters()) out[p.name] = p.tensor;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA: fresh adapters leave the logits bitwise unchanged; names, places and freezing", "[model]") {
+  for (const bool moe : {false, true}) {
+    DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense")) {
+      const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
+      auto base = model::make_model(cfg, 3), adapted = model::make_model(cfg, 3);
+      const size_t before = adapted->parameters().size();
+      const size_t n = model::attach_lora(*adapted, model::LoraSpec{4, 8.0}, 11);
+      CHECK(adapted->parameters().size() == before + 2 * n);
+      const at::Tensor tokens = tokens_of(cfg.vocab_size);
+      CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));
+      int previous_group = 0;
+      for (size_t i = 0; i < adapted->parameters().size(); ++i) {
+        const auto& name = adapted->parameters()[i].name;
+        const model::ParamPlace& place = adapted->parameter_places()[i];
+        const bool adapter = name.find(".lora_") != std::string::npos;
+        CHECK(adapter == (place.role == model::ParamRole::kAdapter));
+        CHECK(place.trains == adapter);        // everything else frozen
+        CHECK(place.group >= previous_group);  // the engine's order: groups never go back
+        previous_group = place.group;
+        CHECK_FALSE((adapter && (name.find(".mlp.experts.") != std::string::npos || name.find(".mlp.gate.") != std::string::npos)));
+      }
+      for (model::Linear* l : adapted->linears()) CHECK(adapted->parameters()[l->index].name == l->module + ".weight");
+      CHECK(adapted->linear("model.layers.0.self_attn.o_proj")->adapters.size() == 1);
+    }
+  }
+}
+
+TEST_CASE("LoRA: the forward and the adapters' gradients equal the merged model's (float64)", "[model]") {
+  for (const bool rslora : {false, true}) {
+    for (const bool moe : {false, true}) {
+      DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense") << (rslora ? ", rsLoRA" : "")) {
+        const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
+        model::LoraSpec spec{4, 16.0, rslora, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}};
+        const double scale = model::lora_scale(spec);
+        CHECK(scale == Approx(rslora ? 8.0 : 4.0));
+        auto adapted = model::make_model(cfg, 3, at::kDouble), merged = model::make_model(cfg, 3, at::kDouble);
+        REQUIRE(model::attach_lora(*adapted, spec, 11) > 0);
+        std::map<std::string, at::Tensor> params = by_name(*adapted), reference = by_name(*merged);
+        at::Generator g = at::detail::createCPUGenerator(21);
+        {
+          c10::NoGradGuard no_grad;
+          for (model::Linear* l : adapted->linears()) {
+            if (l->adapters.empty()) continue;
+            at::Tensor b = params.at(l->module + ".lora_B.weight");
+            b.copy_(at::randn(b.sizes(), g, at::kDouble) * 0.1);
+            reference.at(l->module + ".weight").add_(at::mm(b, params.at(l->module + ".lora_A.weight")) * scale);
+          }
+        }
+        const at::Tensor tokens = tokens_of(cfg.vocab_size);
+        const at::Tensor labels = at::roll(tokens, -1, 1);
+        for (auto& [name, t] : reference) t.requires_grad_(true);  // the merged weights are what the gradient is taken of
+        const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
+        CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
+        ours.backward();
+        theirs.backward();
+        for (model::Linear* l : adapted->linears()) {
+          if (l->adapters.empty()) {
+            CHECK_FALSE(adapted->parameters()[l->index].tensor.requires_grad());
+            continue;
+          }
+          const at::Tensor grad_w = reference.at(l->module + ".weight").grad();
+          const at::Tensor a = params.at(l->module + ".lora_A.weight"), b = params.at(l->module + ".lora_B.weight");
+          INFO(l->module);
+          CHECK(at::allclose(b.grad(), at::mm(grad_w, a.t()) * scale, 1e-9, 1e-12));
+          CHECK(at::allclose(a.grad(), at::mm(b.t(), grad_w) * scale, 1e-9, 1e-12));
+          CHECK_FALSE(l->weight.grad().defined());  // the base has no gradient
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("LoRA: a target that matches nothing, or a rank below 1, is refused naming what exists", "[model]") {
+  auto m = model::make_model(test::tiny_model_config(), 3);
+  try {
+    model::attach_lora(*m, model::LoraSpec{4, 8.0, false, {"q_a_proj"}}, 1);
+    FAIL("a target that matches nothing was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kConfig);
+    CHECK_THAT(e.what(), Catch::Contains("lora.targets [q_a_proj] match no projection"));
+    CHECK_THAT(e.hint(), Catch::Contains("down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"));
+  }
+  CHECK_THROWS_WITH(model::attach_lora(*m, model::LoraSpec{0, 8.0}, 1), Catch::Contains("lora.rank 0"));
+}
+
+TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapters as one process; the base stays bitwise", "[zero]") {
+  test::EngineSpec one;
+  one.lora_rank = 4, one.steps = 6, one.lr = 5e-2;
+  const test::EngineRun reference = test::run_engine(one);
+  REQUIRE(reference.losses.size() == 6);
+  CHECK(reference.losses.back() < reference.losses.front());  // the adapters learn
+  for (const int stage : {0, 1, 2, 3}) {
+    DYNAMIC_SECTION("ZeRO-" << stage << " on 2 ranks") {
+      test::EngineSpec two = one;
+      two.world = 2, two.stage = stage;
+      const test::EngineRun run = test::run_engine(two);
+      CHECK(test::worst_relative(run.losses, reference.losses) <= 1e-5);
+      // The base: every non-adapter value as it started; the adapters moved.
+      int64_t offset = 0, adapter_elements = 0;
+      for (size_t i = 0; i < run.names.size(); ++i) {
+        const at::Tensor now = run.master.narrow(0, offset, run.numels[i]), then = run.initial.narrow(0, offset, run.numels[i]);
+        const bool adapter = run.names[i].find(".lora_") != std::string::npos;
+        INFO(run.names[i]);
+        if (adapter) adapter_elements += run.numels[i];
+        if (!adapter) CHECK(at::equal(now, then));
+        if (run.names[i].find(".lora_B.") != std::string::npos) CHECK_FALSE(at::equal(now, then));
+        offset += run.numels[i];
+      }
+      // Adam's two moments for the adapters alone.
+      CHECK(run.exp_avg_sq.numel() == adapter_elements);
+    }
+  }
+}
