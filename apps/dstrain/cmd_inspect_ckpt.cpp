@@ -17,6 +17,7 @@
 #include "dstrain/core/exit_code.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/tasks/export.h"
+#include "dstrain/tasks/peft_export.h"
 
 namespace dstrain::app {
 namespace {
@@ -104,6 +105,14 @@ int inspect(const Options& o) {
   };
   for (const auto& t : in.tensors)
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
+  // LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]).
+  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0;
+  for (const auto& t : in.tensors)
+    if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
+      ++adapters, adapter_elements += t.numel();
+      const std::string a = ".lora_A.weight";
+      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty()) lora_rank = t.shape[0];
+    }
   nlohmann::json j;
   if (o.json) {
     j = {{"dir", in.dir},
@@ -122,6 +131,8 @@ int inspect(const Options& o) {
          {"ok", ok},
          {"manifest_problem", in.manifest_problem},
          {"frozen_parameters", frozen},
+         {"lora", adapters > 0 ? nlohmann::json{{"rank", lora_rank}, {"tensors", adapters}, {"elements", adapter_elements}}
+                               : nlohmann::json(nullptr)},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
     for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
@@ -133,8 +144,12 @@ int inspect(const Options& o) {
         in.dir, in.committed ? "yes" : "NO (incomplete save)", in.state.step, in.state.tokens_consumed, in.state.samples_consumed,
         in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash,
         in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
+    if (adapters > 0)
+      fmt::print("lora         {} adapter tensors of rank {} on {} projections ({} elements), with their optimizer state\n", adapters,
+                 lora_rank, adapters / 2, adapter_elements);
     if (frozen > 0)
-      fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state (train.freeze)\n", frozen, frozen_elements);
+      fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state ({})\n", frozen, frozen_elements,
+                 adapters > 0 ? "the LoRA base" : "train.freeze");
   }
   if (o.tensors && ok) {
     const ckpt::Reader reader(dir);

@@ -61,7 +61,7 @@ for recipe in "$SRC"/recipes/*.yaml; do
   extra=()
   [ "$(basename "$recipe")" = demo-coder.yaml ] && [ ! -f "$SRC/recipes/data/pycode.idx" ] && extra=(--set data.path="$WORK/code")
   # A fine-tuning set needs a chat tokenizer: dist.finetune dry-runs this recipe on one it prepares.
-  [ "$(basename "$recipe")" = sft-deepseek-coder.yaml ] && [ ! -f "$SRC/recipes/data/sft-deepseek-coder.idx" ] && continue
+  case "$(basename "$recipe")" in sft-deepseek-coder.yaml|lora-deepseek-coder.yaml) [ -f "$SRC/recipes/data/sft-deepseek-coder.idx" ] || continue ;; esac
   # The fine-tuning demo's recipes read what scripts/demo.sh --sft makes (dist.sft_demo runs them).
   case "$(basename "$recipe")" in demo-sft*.yaml) [ -f "$SRC/recipes/data/sft-demo/base-hf/config.json" ] || continue ;; esac
   expect_status 0 "$DSTRAIN" train "$recipe" --dry-run "${extra[@]}"

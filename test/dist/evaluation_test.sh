@@ -25,26 +25,8 @@ expect_out "eval step 12/12 | val | val_loss"
 trained=$(val 12 ref)
 expect_status 0 "$DSTRAIN" export-hf ref hf
 if "$py" -c 'import transformers' 2>/dev/null; then
-  "$py" - hf val.txt "$trained" <<'PY' || fail "the validation loss differs from transformers' on the exported weights"
-import sys, torch, transformers
-d, path, want = sys.argv[1], sys.argv[2], float(sys.argv[3])
-model = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager").eval()
-data = torch.tensor(list(open(path, "rb").read()), dtype=torch.int64)
-T = 128
-n = (data.numel() - 1) // T
-windows = torch.stack([data[i * T:i * T + T + 1] for i in range(n)])
-total, count = 0.0, 0
-with torch.no_grad():
-    for b in range(0, n, 8):
-        w = windows[b:b + 8]
-        logits = model(w[:, :-1]).logits.double()
-        total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[:, 1:].reshape(-1), reduction="sum").item()
-        count += w[:, 1:].numel()
-got = total / count
-rel = abs(got - want) / want
-print(f"dstrain val_loss {want:.9f}, transformers {got:.9f} over {count} tokens: relative {rel:.2e}")
-sys.exit(0 if rel <= 1e-6 else 1)
-PY
+  "$py" "$SRC/test/dist/peft_reference.py" - none val.txt 128 "$trained" hf \
+    || fail "the validation loss differs from transformers' on the exported weights"
   ok "the validation loss of trained weights equals transformers' on the export (1e-6 relative, fp32)"
 else
   echo "note: transformers is not importable from $py; the reference check was not run"

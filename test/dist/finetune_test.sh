@@ -163,6 +163,12 @@ expect_out "the ds_config's scheduler WarmupLR warms the LR up over 10 steps (lo
 expect_out "in place of the recipe's schedule.type warmup_cosine"
 expect_out "LR schedule             ds_warmup:"
 ok "recipes/sft-deepseek-coder.yaml: --dry-run shows the epochs' steps and warns that WarmupLR replaces the cosine and never decays"
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-coder.yaml" --set run_dir=lora-coder --set data.path="$WORK/sft" --set data.seq_len=64 \
+  --set schedule.warmup_steps=1 --dry-run
+expect_out "lora                    rank 16, alpha 32 (scale 2) on [all-linear]: 39.98M adapter parameters"
+expect_out "model states per rank 12.7 GiB instead of full training's 23.5 GiB"
+ok "recipes/lora-deepseek-coder.yaml: --dry-run counts the adapters and the model states they leave"
+
 
 # The independent reference: transformers' LlamaForCausalLM and torch.optim.AdamW on the same
 # conversations and masks, every step the whole set (the order within a step does not matter).

@@ -9,6 +9,7 @@
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/hf_weight_names.h"
 #include "dstrain/config/load_context.h"
+#include "dstrain/config/peft_adapter.h"
 #include "dstrain/config/schema.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
@@ -111,6 +112,7 @@ void make_set_path_absolute(const std::string& key, Recipe& r) {
   if (key == "ds_config") absolute(r.ds_config_path);
   if (key == "model.hf_config") absolute(r.model.hf_config);
   if (key == "model.init_from") absolute(r.model.init_from);
+  if (key == "lora.init_from") absolute(r.lora.init_from);
   if (key == "data.path") absolute(r.data.path);
   if (key == "data.paths")
     for (auto& p : r.data.paths) absolute(p);
@@ -283,6 +285,11 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     if (!fs::is_directory(ctx.recipe.model.init_from))
       ctx.problems.push_back(fmt::format("{}: model.init_from: '{}' is not a directory{}", path, ctx.recipe.model.init_from,
                                          recipe_relative_note(ctx.recipe, "model.init_from", ctx.recipe.model.init_from)));
+  }
+  if (!ctx.recipe.lora.init_from.empty()) {
+    ctx.recipe.lora.init_from = resolve_relative(ctx.recipe.source_path, ctx.recipe.lora.init_from);
+    for (const std::string& problem : peft_adapter_problems(ctx.recipe.lora, ctx.recipe.sources["lora.init_from"]))
+      ctx.problems.push_back(problem);
   }
   if (!ctx.recipe.data.paths.empty()) {
     if (!ctx.recipe.data.path.empty()) ctx.problems.push_back(fmt::format("{}: give data.path or data.paths, not both", path));

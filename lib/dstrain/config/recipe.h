@@ -203,15 +203,21 @@ struct TrainConfig {
 
 // What train.freeze freezes, by layer group (0 the embeddings, 1..L the decoder layers, L+1 the
 // final norm, head and MTP): parameter elements outside the routed experts (`dense`) and of
-// every routed expert (`routed`). Derived when the recipe is loaded, by the model layer
+// every routed expert (`routed`); with lora, the whole base but lora.modules_to_save, and the
+// adapters it adds. Derived when the recipe is loaded, by the model layer
 // (LoadOptions::frozen_counts), from the parameters the model declares; empty when nothing is
 // frozen or the loader was not given the counter.
 struct FrozenCounts {
   std::vector<double> dense, routed;
+  std::vector<double> adapters;  // lora: the adapters' elements by layer group (they train; outside the routed experts)
   bool empty() const { return dense.empty(); }
   // The frozen elements of groups [first, last]: dense or routed.
-  double in_groups(int first, int last, bool experts) const {
-    const std::vector<double>& v = experts ? routed : dense;
+  double in_groups(int first, int last, bool experts) const { return sum(experts ? routed : dense, first, last); }
+  // The adapters' elements of groups [first, last] (model parameters beyond the config's counts).
+  double adapters_in(int first, int last) const { return sum(adapters, first, last); }
+
+ private:
+  static double sum(const std::vector<double>& v, int first, int last) {
     double n = 0;
     for (int g = std::max(first, 0); g <= last && g < static_cast<int>(v.size()); ++g) n += v[static_cast<size_t>(g)];
     return n;
@@ -247,6 +253,20 @@ struct ZeroConfig {
   int64_t stage3_max_reuse_distance = 1000000000;
   bool stage3_gather_16bit_weights_on_model_save = false;
   int64_t sub_group_size = 1000000000;
+};
+
+// Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets
+// y += (x Aᵀ) Bᵀ · alpha / rank (alpha / √rank with use_rslora); the base does not train.
+struct LoraConfig {
+  int64_t rank = 0;    // PEFT's r; 0: no adapters (every parameter trains)
+  double alpha = 8;    // lora_alpha (PEFT's default)
+  double dropout = 0;  // lora_dropout; only 0 for now
+  // Projections by module name (q_proj, q_a_proj, kv_b_proj, o_proj, gate_proj, ...) or all-linear.
+  std::vector<std::string> targets = {"all-linear"};
+  bool use_rslora = false;
+  std::vector<std::string> modules_to_save;  // modules trained in full beside the adapters (embed_tokens, lm_head)
+  std::string init_from;                     // a PEFT adapter folder to start from (absolute); "": fresh adapters
+  bool enabled() const { return rank > 0; }
 };
 
 struct MoeConfig {
@@ -327,6 +347,7 @@ struct Recipe {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainConfig train;
+  LoraConfig lora;
   PrecisionConfig precision;
   ZeroConfig zero;
   MoeConfig moe;
@@ -339,7 +360,7 @@ struct Recipe {
   // "ds_config.json:4:5", "--set", or a derivation ("derived: train_batch_size / ...").
   std::map<std::string, std::string> sources;
   std::vector<std::string> warnings;  // printed by the launcher; not part of the hash
-  FrozenCounts frozen;                // what train.freeze freezes (derived at load; not part of the hash)
+  FrozenCounts frozen;                // what train.freeze or lora freezes (derived at load; not part of the hash)
 
   int64_t world_size() const { return launch.nproc_per_node * launch.nnodes; }
   // The ranks over the parallel axes (config/parallel_layout.h).

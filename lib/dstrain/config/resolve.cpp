@@ -269,6 +269,28 @@ void check_mtp(const Recipe& r, Problem&& problem) {
                         m.mtp_depth, name(m.family)));
 }
 
+// lora: what is not supported yet, and keys that would do nothing. The targets are matched
+// against the model's projections by the model layer (resolve_frozen).
+template <typename Problem>
+void check_lora(const Recipe& r, Problem&& problem) {
+  const LoraConfig& l = r.lora;
+  if (!l.enabled()) {
+    for (const char* key : {"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.modules_to_save", "lora.init_from"})
+      if (r.sources.count(key) && r.sources.at(key) != "default")
+        problem(fmt::format("{} is set ({}) but lora.rank is 0: no adapters are attached and every parameter would train", key,
+                            r.sources.at(key)));
+    return;
+  }
+  if (l.dropout > 0)
+    problem(fmt::format("lora.dropout {}: dropout on the adapters' input is not supported yet; set lora.dropout: 0 (PEFT's default)",
+                        l.dropout));
+  if (l.targets.empty()) problem("lora.targets is empty: name the projections that get adapters (q_proj, o_proj, ...) or all-linear");
+  if (!r.train.freeze.empty())
+    problem(
+        "train.freeze with lora: the adapters already freeze the whole base; name what else should train in full in "
+        "lora.modules_to_save, and leave train.freeze out");
+}
+
 // moe.expert_parallel_size against the model and the world: also on a resume at another size.
 template <typename Problem>
 void check_expert_parallel(const Recipe& r, Problem&& problem) {
@@ -370,6 +392,16 @@ void check_model_size(const ModelConfig& m, Problem&& problem) {
                     m.hidden_size, m.vocab_size, bound));
 }
 
+// The sections beside the model's shape: multi-token prediction, adapters, the parallel axes.
+template <typename Problem, typename Warn>
+void check_features(const Recipe& r, Problem&& problem, Warn&& warn) {
+  check_mtp(r, problem);
+  check_lora(r, problem);
+  check_expert_parallel(r, problem);
+  check_pipeline(r, problem, warn);
+  check_model_size(r.model, problem);
+}
+
 void validate(LoadContext& ctx) {
   validate_eval(ctx);
   const Recipe& r = ctx.recipe;
@@ -390,10 +422,7 @@ void validate(LoadContext& ctx) {
     if (m.topk_method == TopkMethod::kNoauxTc && m.scoring_func != ScoringFunc::kSigmoid)
       problem("model.topk_method noaux_tc (V3) needs model.scoring_func sigmoid");
   }
-  check_mtp(r, problem);
-  check_expert_parallel(r, problem);
-  check_pipeline(r, problem, warn);
-  check_model_size(m, problem);
+  check_features(r, problem, warn);
   if (m.family == ModelFamily::kMlaMoe) {
   } else if (m.hidden_size % m.num_heads != 0)
     problem(fmt::format("model.num_heads: {} does not divide model.hidden_size {}", m.num_heads, m.hidden_size));
@@ -570,11 +599,12 @@ void resolve_autos(LoadContext& ctx) {
   }
 }
 
-// train.freeze: what it freezes, counted by the model layer (patterns that match nothing are refused there).
+// train.freeze or lora: what it freezes (and lora adds), counted by the model layer (patterns and
+// targets that match nothing are refused there).
 void resolve_frozen(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
   r.frozen = {};
-  if (r.train.freeze.empty() || !ctx.frozen_counts) return;
+  if ((r.train.freeze.empty() && !r.lora.enabled()) || !ctx.frozen_counts) return;
   try {
     r.frozen = ctx.frozen_counts(r);
   } catch (const Error& e) {

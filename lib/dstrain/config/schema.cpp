@@ -178,6 +178,18 @@ std::vector<Field> train_fields() {
   };
 }
 
+std::vector<Field> lora_fields() {
+  return {
+    {"lora.rank", 0, kMaxInt, {}, "Low-rank adapters (LoRA, PEFT's r): each targeted projection gets y += (x A^T) B^T * alpha/rank, A [rank, in] drawn as PEFT draws it, B [out, rank] zeros; the base model does not train (no gradients, master copies or Adam states), only the adapters and lora.modules_to_save do. Any ZeRO stage, expert and pipeline parallelism. 0: no adapters, every parameter trains.", DS_FIELD(lora.rank)},
+    {"lora.alpha", 1e-12, kInf, {}, "lora_alpha: the adapters' output is scaled by alpha / rank (alpha / sqrt(rank) with lora.use_rslora). PEFT's default, 8.", DS_FIELD(lora.alpha)},
+    {"lora.dropout", 0, 1, {}, "lora_dropout on the adapters' input. Only 0 (PEFT's default) for now: a non-zero value is refused.", DS_FIELD(lora.dropout)},
+    {"lora.targets", 0, 0, {}, "The projections that get adapters, by module name as PEFT's target_modules writes them: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj; MLA's q_a_proj, q_b_proj (q_proj without a query compression), kv_a_proj_with_mqa, kv_b_proj; or all-linear (every projection but the head and the MoE router, as PEFT means it). The routed experts and the MTP modules get none. A name that matches no projection is refused.", DS_FIELD(lora.targets)},
+    {"lora.use_rslora", 0, 0, {}, "Rank-stabilized LoRA: scale by alpha / sqrt(rank) instead of alpha / rank.", DS_FIELD(lora.use_rslora)},
+    {"lora.modules_to_save", 0, 0, {}, "Modules trained in full beside the adapters (PEFT's modules_to_save): embed_tokens, lm_head, norm, or any module name or suffix of one (model.layers.0.mlp). Exported with the adapter.", DS_FIELD(lora.modules_to_save)},
+    {"lora.init_from", 0, 0, {}, "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) to start the adapters and lora.modules_to_save from, on the base of model.init_from: its r, lora_alpha and use_rslora must be lora.rank, lora.alpha and lora.use_rslora, and it must hold exactly the adapters lora.targets attach (relative to the recipe file). A resume reads the checkpoint instead.", DS_FIELD(lora.init_from)},
+  };
+}
+
 std::vector<Field> precision_fields() {
   return {
     {"precision.dtype", 0, 0, DS_CHOICES(precision.dtype), "Training precision.", DS_ENUM(precision.dtype)},
@@ -284,7 +296,7 @@ std::vector<Field> launch_fields() {
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields,
+    for (auto section : {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields, lora_fields,
                          precision_fields, zero_fields, moe_fields, pipeline_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
@@ -305,7 +317,7 @@ const Field* find_field(const std::string& path) {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> sections = {"model", "data", "eval",     "optimizer", "schedule",   "train",   "precision",
+  static const std::vector<std::string> sections = {"model", "data", "eval",     "optimizer", "schedule",   "train",   "lora",  "precision",
                                                     "zero",  "moe",  "parallel", "pipeline",  "checkpoint", "logging", "launch"};
   return sections;
 }

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "dstrain/config/schema.h"
 #include "dstrain/cost/memory_plan.h"
@@ -15,20 +16,31 @@ namespace dstrain::cost {
 using namespace config;
 
 namespace {
-// train.freeze: what trains, what does not, and the model states it saves per rank.
+// train.freeze or lora: what trains, what does not, and the model states it saves per rank.
 std::string frozen_text(const Recipe& r) {
   const int last = static_cast<int>(r.model.num_layers) + 1;
-  const double total = static_cast<double>(parameter_counts(r.model).total);
+  const double adapters = r.frozen.adapters_in(0, last);
+  const double total = static_cast<double>(parameter_counts(r.model).total) + adapters;
   const double frozen = r.frozen.in_groups(0, last, false) + r.frozen.in_groups(0, last, true);
   Recipe unfrozen = r;
   unfrozen.frozen = {};
   const MemoryPlan with = memory_plan(r), without = memory_plan(unfrozen);
   const double saved = (without.device_states + without.host_states) - (with.device_states + with.host_states);
-  return fmt::format(
-      "  train.freeze            {} parameters frozen ({:.1f}%), {} trainable; model states per rank {} instead of {} (saves {}: no "
-      "gradients, fp32 master or Adam states for the frozen ones)\n",
-      count_text(frozen), 100.0 * frozen / std::max(total, 1.0), count_text(total - frozen),
-      bytes_text(with.device_states + with.host_states), bytes_text(without.device_states + without.host_states), bytes_text(saved));
+  std::string out;
+  if (r.lora.enabled()) {
+    const double scale = r.lora.use_rslora ? r.lora.alpha / std::sqrt(static_cast<double>(r.lora.rank)) : r.lora.alpha / r.lora.rank;
+    out = fmt::format(
+        "  lora                    rank {}, alpha {:g} (scale {:g}) on [{}]: {} adapter parameters{}; the rest of the base (norms, MoE "
+        "routers and their bias, routed experts) frozen\n",
+        r.lora.rank, r.lora.alpha, scale, fmt::join(r.lora.targets, ", "), count_text(adapters),
+        r.lora.modules_to_save.empty() ? "" : fmt::format(", [{}] trained in full", fmt::join(r.lora.modules_to_save, ", ")));
+  }
+  return out + fmt::format(
+                   "  {:<23} {} parameters frozen ({:.1f}%), {} trainable; model states per rank {} instead of full training's {} "
+                   "(saves {}: no gradients, fp32 master or Adam states for the frozen ones)\n",
+                   r.lora.enabled() ? "frozen base" : "train.freeze", count_text(frozen), 100.0 * frozen / std::max(total, 1.0),
+                   count_text(total - frozen), bytes_text(with.device_states + with.host_states),
+                   bytes_text(without.device_states + without.host_states), bytes_text(saved));
 }
 
 // Expert parallelism's layout: which ranks exchange tokens, which hold the same experts.
@@ -97,6 +109,7 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "train.tokens") return r.train.tokens > 0;
   if (path == "train.accumulation") return !r.train.accumulation.empty();
   if (path == "train.freeze") return !r.train.freeze.empty();
+  if (starts_with(path, "lora.")) return r.lora.enabled();
   if (starts_with(path, "train.batch_ramp_")) return r.train.batch_ramp_start > 0;
   if (path == "train.max_bad_steps") return r.train.on_bad_step != BadStepAction::kStop;
   if (starts_with(path, "precision.") && path != "precision.dtype") return r.precision.dtype == Dtype::kFp16;

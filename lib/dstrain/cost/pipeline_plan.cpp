@@ -60,10 +60,11 @@ PipelinePlan pipeline_plan(const Recipe& r) {
       const StagePlan& st = plan.stages[static_cast<size_t>(s)];
       rp.stages.push_back(s);
       dense += st.parameters - st.routed, experts += st.routed / ep, layers += st.layers;
-      // Its layer groups (0 the embeddings, 1..L the layers, L+1 the head): what train.freeze froze there.
+      // Its layer groups (0 the embeddings, 1..L the layers, L+1 the head): what train.freeze or lora froze there.
       const int first = st.embedding ? 0 : st.first_layer + 1,
                 last = st.head ? static_cast<int>(m.num_layers) + 1 : st.first_layer + st.layers;
       frozen_dense += r.frozen.in_groups(first, last, false), frozen_experts += r.frozen.in_groups(first, last, true) / ep;
+      dense += r.frozen.adapters_in(first, last);  // lora's adapters there
       rp.flops_per_token += st.flops_per_token, holds_head = holds_head || st.head;
     }
     rp.parameters = dense + experts;

@@ -16,6 +16,12 @@ std::vector<double> read_to_host(const at::Tensor& values) {
   return std::vector<double>(v, v + host.numel());
 }
 
+at::Tensor send_to_device(const std::vector<double>& values, const c10::Device& device) {
+  const at::Tensor host = at::tensor(values, at::kDouble);
+  if (!device.is_cuda()) return host.to(device);
+  return host.pin_memory().to(device, /*non_blocking=*/true);  // the caching host allocator keeps the block until the copy ends
+}
+
 int64_t host_reads() { return reads.load(); }
 
 }  // namespace dstrain::device

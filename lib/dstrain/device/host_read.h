@@ -11,6 +11,10 @@ namespace dstrain::device {
 
 // `values` (any dtype and device) as float64 on the host; counted.
 std::vector<double> read_to_host(const at::Tensor& values);
+// `values` as a float64 tensor on `device`. On a GPU the copy leaves from pinned memory without
+// waiting for the queued work (the step's host sums go up once per step; a pageable copy would
+// wait for the device).
+at::Tensor send_to_device(const std::vector<double>& values, const c10::Device& device);
 // How many reads this process has made (tests).
 int64_t host_reads();
 

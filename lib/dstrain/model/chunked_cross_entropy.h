@@ -26,6 +26,9 @@ at::Tensor chunked_linear_cross_entropy(const at::Tensor& hidden, const at::Tens
 // `with_grad`, turns `logits` in place into that sum's gradient with respect to them.
 using ChunkTerm = at::Tensor (*)(at::Tensor& logits, const at::Tensor& lse, const at::Tensor& targets, const at::Tensor& weights,
                                  bool with_grad);
+// Each row's weight in a per-target loss: its target weight (all 1 when `target_weights` is
+// empty) where the row trains (`valid`), else 0; in `wide`.
+at::Tensor trained_row_weights(const at::Tensor& valid, const at::Tensor& target_weights, at::ScalarType wide);
 at::Tensor chunked_linear_loss(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets, int64_t chunk_tokens,
                                int64_t ignore_index, const at::Tensor& target_weights, ChunkTerm term);
 

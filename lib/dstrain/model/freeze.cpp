@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "dstrain/core/error.h"
+#include "dstrain/model/lora.h"
 
 namespace dstrain::model {
 namespace {
@@ -75,6 +76,7 @@ FrozenSet frozen_set(const config::ModelConfig& config, const std::vector<std::s
 }
 
 config::FrozenCounts frozen_counts_of(const config::Recipe& recipe) {
+  if (recipe.lora.enabled()) return lora_counts(recipe);
   const FrozenSet set = frozen_set(recipe.model, recipe.train.freeze);
   return {set.dense, set.routed};
 }

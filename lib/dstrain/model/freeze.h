@@ -27,7 +27,7 @@ struct FrozenSet {
 // are), and for a set that freezes every parameter.
 FrozenSet frozen_set(const config::ModelConfig& config, const std::vector<std::string>& patterns);
 
-// The recipe's frozen counts (config::LoadOptions::frozen_counts).
+// The recipe's frozen counts (config::LoadOptions::frozen_counts): train.freeze's, or lora's (model/lora.h).
 config::FrozenCounts frozen_counts_of(const config::Recipe& recipe);
 
 // Marks the model's parameters in `set` frozen (ParamPlace::trains false, no requires_grad).

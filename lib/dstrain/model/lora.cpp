@@ -37,7 +37,35 @@ uint64_t stream_of(uint64_t seed, const std::string& module) {
   return seed ^ h;
 }
 
+// Each module to save must name one the model has (PEFT would otherwise train nothing there);
+// checked on a whole model (a pipeline stage holds a part of it: the recipe's load checks).
+void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
+  for (int g = 0; g < model.num_groups(); ++g)
+    if (!model.holds_group(g)) return;
+  for (const std::string& m : spec.modules_to_save) {
+    bool found = false;
+    for (const auto& p : model.parameters()) found = found || lora_saves(LoraSpec{0, 0, false, {}, {m}}, p.name);
+    if (!found)
+      throw Error(ErrorCode::kConfig, fmt::format("lora.modules_to_save: '{}' is no module of this model", m),
+                  "name a module as Hugging Face names it: embed_tokens, lm_head, norm, or a longer path such as model.layers.0.mlp");
+  }
+}
+
 }  // namespace
+
+LoraSpec lora_spec_of(const config::LoraConfig& config) {
+  LoraSpec spec;
+  spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;
+  spec.targets = config.targets, spec.modules_to_save = config.modules_to_save;
+  return spec;
+}
+
+bool lora_saves(const LoraSpec& spec, const std::string& name) {
+  const std::string module = name.substr(0, name.rfind('.'));
+  for (const std::string& m : spec.modules_to_save)
+    if (module == m || (module.size() > m.size() && module.compare(module.size() - m.size() - 1, m.size() + 1, "." + m) == 0)) return true;
+  return false;
+}
 
 double lora_scale(const LoraSpec& spec) {
   const double r = static_cast<double>(spec.rank);
@@ -68,9 +96,11 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
   if (targeted.empty())
     throw Error(ErrorCode::kConfig, fmt::format("lora.targets [{}] match no projection of this model", fmt::join(spec.targets, ", ")),
                 fmt::format("the model's projections are {}, or all-linear", fmt::join(names, ", ")));
-  const at::ScalarType dtype = model.parameters().front().tensor.scalar_type();
+  check_modules_to_save(spec, model);
+  const at::Tensor first = model.parameters().front().tensor;             // a copy: inserting moves the list
+  const Init init = first.is_meta() ? Init::kShapesOnly : Init::kRandom;  // a model of shapes gets adapters of shapes
   for (Linear* l : targeted) {
-    ParamBuilder builder(model, stream_of(seed, l->module), dtype, Init::kRandom);
+    ParamBuilder builder(model, stream_of(seed, l->module), first.scalar_type(), init);
     const ParamPlace place = model.parameter_places()[l->index];
     builder.set_group(place.group);
     const double bound = 1.0 / std::sqrt(static_cast<double>(l->in_features()));
@@ -81,8 +111,43 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
     l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec)));
   }
   for (size_t i = 0; i < model.parameters().size(); ++i)
-    if (model.parameter_places()[i].role != ParamRole::kAdapter) model.freeze(i);
+    if (model.parameter_places()[i].role != ParamRole::kAdapter && !lora_saves(spec, model.parameters()[i].name)) model.freeze(i);
   return targeted.size();
+}
+
+std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t adapted) {
+  int64_t adapters = 0, saved = 0, frozen = 0;
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const int64_t n = model.parameters()[i].tensor.numel();
+    const ParamPlace& place = model.parameter_places()[i];
+    (place.role == ParamRole::kAdapter ? adapters : place.trains ? saved : frozen) += n;
+  }
+  const double total = static_cast<double>(adapters + saved + frozen);
+  return fmt::format(
+      "lora: rank {}, alpha {:g} (scale {:g}{}) on {} projections ({}): {:.3f}M adapter parameters{} train ({:.2f}%), the "
+      "base's {:.3f}M are frozen",
+      spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", adapted, fmt::join(spec.targets, ", "),
+      static_cast<double>(adapters) / 1e6,
+      saved > 0 ? fmt::format(" and {:.3f}M of [{}]", static_cast<double>(saved) / 1e6, fmt::join(spec.modules_to_save, ", ")) : "",
+      100.0 * static_cast<double>(adapters + saved) / std::max(total, 1.0), static_cast<double>(frozen) / 1e6);
+}
+
+config::FrozenCounts lora_counts(const config::Recipe& recipe) {
+  const auto model = make_model(recipe.model, 0, c10::ScalarType::Float, nullptr, Init::kShapesOnly);
+  attach_lora(*model, lora_spec_of(recipe.lora), 0);
+  config::FrozenCounts out;
+  out.dense.assign(static_cast<size_t>(model->num_groups()), 0.0);
+  out.routed = out.adapters = out.dense;
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    const ParamPlace& place = model->parameter_places()[i];
+    const double n = static_cast<double>(model->parameters()[i].tensor.numel());
+    const auto group = static_cast<size_t>(place.group);
+    if (place.role == ParamRole::kAdapter)
+      out.adapters[group] += n;
+    else if (!place.trains)
+      (place.expert >= 0 ? out.routed : out.dense)[group] += n;
+  }
+  return out;
 }
 
 }  // namespace dstrain::model

@@ -5,13 +5,14 @@
 // zeros, so a fresh adapter leaves the model's output bitwise unchanged. Each A and B is a
 // parameter of role `adapter` in its projection's layer group (ZeRO-3 gathers it with the layer;
 // a pipeline stage holds its own), under PEFT's key names: <module>.lora_A.weight and
-// <module>.lora_B.weight. Every other parameter is frozen: the engine keeps gradients and
-// optimizer states for the adapters only. This is the model's half of issue 59 (the recipe's
-// `lora:` block, dropout, DoRA, the routed experts, quantized bases and PEFT export follow).
+// <module>.lora_B.weight. Every other parameter is frozen but the modules to save: the engine
+// keeps gradients and optimizer states for those and the adapters only. The recipe's `lora:`
+// block (config::LoraConfig) gives the spec.
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "dstrain/config/recipe.h"
 #include "dstrain/model/causal_lm.h"
 
 namespace dstrain::model {
@@ -24,17 +25,32 @@ struct LoraSpec {
   // gate_proj, ...), or "all-linear": every projection but the head and the MoE router. Never the
   // MTP modules' (transformers does not load them, so PEFT never adapts them).
   std::vector<std::string> targets = {"all-linear"};
+  // Modules trained in full (PEFT's modules_to_save): a parameter trains when its module's name
+  // is one of these or ends with "." and one of these.
+  std::vector<std::string> modules_to_save;
 };
+
+LoraSpec lora_spec_of(const config::LoraConfig& config);
 
 double lora_scale(const LoraSpec& spec);
 // Whether a projection of `model` gets an adapter: its module's last part is a target
 // (all-linear: any but the router's), and it is neither a routed expert's nor in the final group
 // (the MTP modules beside the head).
 bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& linear);
+// Whether parameter `name` belongs to one of the spec's modules to save.
+bool lora_saves(const LoraSpec& spec, const std::string& name);
 // Attaches an adapter to every targeted projection the model holds, drawing A from `seed` (the
-// same on every rank and stage), and freezes the rest. Before the engine takes the parameters
-// over. Returns the number of adapted projections; throws Error{kConfig} for a rank below 1 or
-// targets that match no projection (naming the ones that exist).
+// same on every rank and stage), and freezes the rest but the modules to save. Before the engine
+// takes the parameters over. Returns the number of adapted projections; throws Error{kConfig}
+// for a rank below 1, or targets or modules to save that match nothing (naming what exists).
 size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed);
+
+// One log line: the adapters' rank and scale, the projections adapted, what trains and what is
+// frozen (in this model: a pipeline stage's part).
+std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t adapted);
+
+// What lora freezes and adds in a model of `recipe` (recipe.lora enabled), by layer group, from
+// the model's declared parameters (nothing allocated); the checks of attach_lora.
+config::FrozenCounts lora_counts(const config::Recipe& recipe);
 
 }  // namespace dstrain::model

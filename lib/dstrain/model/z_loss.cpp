@@ -2,20 +2,12 @@
 
 #include <ATen/ATen.h>
 
-#include <algorithm>
-
 #include "dstrain/data/batch.h"
 #include "dstrain/model/chunked_cross_entropy.h"
 #include "dstrain/model/objective.h"
 
 namespace dstrain::model {
 namespace {
-
-// Row weights: each target's weight where it trains, else 0.
-at::Tensor row_weights(const at::Tensor& targets, const at::Tensor& weights, at::ScalarType wide) {
-  const at::Tensor valid = targets.ne(data::kIgnoreIndex);
-  return weights.numel() > 0 ? weights.to(wide) * valid : valid.to(wide);
-}
 
 // A chunk of the head's logits: sum of w lse^2; d / d logits = 2 w lse softmax, in place.
 at::Tensor z_loss_term(at::Tensor& logits, const at::Tensor& lse, const at::Tensor&, const at::Tensor& weights, bool with_grad) {
@@ -34,7 +26,7 @@ at::Tensor summed_z_loss(const at::Tensor& hidden, const at::Tensor& head, const
   const at::Tensor given = weights.defined() ? weights.reshape({-1}) : at::empty({0}, hidden.options().dtype(at::kFloat));
   if (chunk_tokens <= 0) {
     const at::Tensor lse = at::linear(rows, head).to(wide).logsumexp(-1);
-    return (lse.square() * row_weights(flat, given, wide)).sum();
+    return (lse.square() * trained_row_weights(flat.ne(data::kIgnoreIndex), given, wide)).sum();
   }
   return chunked_linear_loss(rows, head, flat, chunk_tokens, data::kIgnoreIndex, given, z_loss_term);
 }

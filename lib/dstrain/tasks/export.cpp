@@ -22,6 +22,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/run/run_dir.h"
+#include "dstrain/tasks/peft_export.h"
 #include "dstrain/text/byte_level.h"
 #include "dstrain/text/tokenizer.h"
 #include "dstrain/config/dataset_sidecar.h"
@@ -278,10 +279,14 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
   ExportResult result;
   result.checkpoint = checkpoint_of(run_dir, recipe, options.checkpoint);
   const ckpt::Reader reader(result.checkpoint);
+  if (options.merge && !recipe.lora.enabled())
+    throw Error(ErrorCode::kUsage,
+                fmt::format("--merge: run {} trained no adapters (lora.rank 0); its export is the whole model already", run_path),
+                "leave --merge out");
   std::vector<model::TensorShape> tensors;
   int64_t elements = 0;
   for (const auto& t : reader.tensors())
-    if (is_model_tensor(t.name)) {
+    if (is_model_tensor(t.name) && !is_adapter_tensor(t.name)) {
       tensors.push_back({t.name, t.shape});
       int64_t n = 1;
       for (int64_t d : t.shape) n *= d;
@@ -296,15 +301,14 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
   const Tokens tokens = write_tokenizer(recipe, out_dir);
   o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos, o.end_of_turn_id = tokens.end_of_turn;
   result.tokenizer = tokens.tokenizer;
-  // One tensor in memory at a time: read whole from its pieces, converted and written.
+  if (recipe.lora.enabled() && !options.merge) {
+    result.files = write_peft_adapter(recipe, reader, o.dtype, out_dir), result.adapter = true;
+    return result;
+  }
+  // One tensor in memory at a time: read whole from its pieces (a LoRA run's adapters merged in),
+  // converted and written.
   result.files = model::export_hf_streaming(
-      recipe.model, tensors,
-      [&](const model::TensorShape& t) {
-        at::Tensor value = at::empty(t.shape, at::kFloat);
-        reader.read(t.name, 0, value.numel(), value.data_ptr(), "float32");
-        return value;
-      },
-      o, out_dir);
+      recipe.model, tensors, [&](const model::TensorShape& t) { return merged_weight(recipe, reader, t.name); }, o, out_dir);
   return result;
 }
 

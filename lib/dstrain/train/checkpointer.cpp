@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -47,6 +48,42 @@ ckpt::ShardFile summary_of(ckpt::ShardFile file, const ckpt::ShardTable* table) 
       std::remove_if(file.pieces.begin(), file.pieces.end(), [&](const ckpt::Piece& p) { return placed.count(p.tensor) > 0; }),
       file.pieces.end());
   return file;
+}
+
+bool is_adapter(const std::string& name) {
+  for (const char* part : {".lora_A.weight", ".lora_B.weight"})
+    if (name.size() > std::strlen(part) && name.compare(name.size() - std::strlen(part), std::strlen(part), part) == 0) return true;
+  return false;
+}
+
+// A LoRA run's adapters (lora.*) must be the checkpoint's: the same projections, the same rank.
+void check_same_adapters(const ckpt::Reader& reader, const std::vector<zero::Engine::StateTensor>& tensors, const std::string& dir) {
+  std::set<std::string> now;
+  for (const auto& t : tensors) {
+    if (!is_adapter(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
+    now.insert(t.name);
+    const ckpt::TensorMeta* then = reader.find(t.name);
+    if (then && then->shape != t.shape)
+      throw Error(ErrorCode::kConfig,
+                  fmt::format("lora: checkpoint {} holds {} of shape [{}], this run's is [{}]: the adapters' rank differs", dir, t.name,
+                              fmt::join(then->shape, ", "), fmt::join(t.shape, ", ")),
+                  "resume with the lora.rank that wrote the checkpoint");
+  }
+  size_t then_count = 0;
+  std::string missing;
+  for (const auto& t : reader.tensors()) {
+    if (!is_adapter(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
+    ++then_count;
+    if (missing.empty() && !now.count(t.name)) missing = t.name;
+  }
+  const bool absent = std::any_of(now.begin(), now.end(), [&](const std::string& n) { return !reader.find(n); });
+  if (!missing.empty() || absent)
+    throw Error(ErrorCode::kConfig,
+                fmt::format("lora: checkpoint {} was written with {} adapter tensors, this run has {}{}", dir, then_count, now.size(),
+                            missing.empty() ? "" : fmt::format(" (it lacks {})", missing)),
+                then_count == 0 ? "this checkpoint trained every parameter: resume it without lora, or export it (dstrain export-hf) "
+                                  "and start a LoRA run from it (model.init_from)"
+                                : "resume with the lora block (rank, targets) that wrote the checkpoint");
 }
 
 // A checkpoint holds optimizer state (exp_avg.<name>) for exactly the parameters that trained:
@@ -330,6 +367,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
     throw Error(ErrorCode::kCheckpoint, fmt::format("no committed checkpoint in {} verifies", root),
                 "see the warnings above for each one; start the run again with `dstrain train`");
   if (fell_back && comm_.rank() == 0) log::warn(fmt::format("falling back to {}", chosen));
+  check_same_adapters(*reader, engine_.state_tensors(), chosen);
   check_same_frozen_set(*reader, engine_.state_tensors(), chosen);
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");

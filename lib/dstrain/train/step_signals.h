@@ -1,7 +1,7 @@
 #pragma once
 // What each rank says at the end of a step, summed over all ranks in the engine's one scalar
 // all-reduce (zero::Engine::step's `sums`): whether it wants a checkpoint or a stop at this step
-// boundary; the step's loss comes beside them, from the runner's device sums. Summed, save and stop mean "some rank
+// boundary. Summed, save and stop mean "some rank
 // asked", so every rank takes the same decision without another collective.
 // The step's other control data rides the same all-reduce (issue 26: on GPUs that is NCCL, not
 // a Gloo ring of N hops): MoE expert load, and on the steps that need them every rank's
@@ -13,12 +13,11 @@
 namespace dstrain::train {
 
 struct StepSignals {
-  double loss = 0;
   bool save = false;
   bool stop = false;
 
   std::vector<double> pack() const { return {save ? 1.0 : 0.0, stop ? 1.0 : 0.0}; }
-  static StepSignals unpack(const std::vector<double>& sums, double loss) { return {loss, sums.at(0) > 0, sums.at(1) > 0}; }
+  static StepSignals unpack(const std::vector<double>& sums) { return {sums.at(0) > 0, sums.at(1) > 0}; }
 };
 
 // Segments of the step's summed values. Every rank must add the same segments in the same order.

@@ -19,6 +19,8 @@
 #include "dstrain/core/log.h"
 #include "dstrain/core/progress.h"
 #include "dstrain/model/freeze.h"
+#include "dstrain/model/lora.h"
+#include "dstrain/model/peft_import.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/hf_export.h"
@@ -162,6 +164,14 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }
+  if (p.recipe.lora.enabled()) {  // on the base's weights, before the engine: only what trains gets optimizer state
+    const size_t adapted = model::attach_lora(*p.model, model::lora_spec_of(p.recipe.lora), p.recipe.seed);
+    if (env.rank == 0) log::info(model::describe_lora(*p.model, model::lora_spec_of(p.recipe.lora), adapted));
+    if (!env.resume && !p.recipe.lora.init_from.empty()) {
+      model::load_peft_adapter(*p.model, p.recipe);
+      if (env.rank == 0) log::info(fmt::format("lora: adapters initialised from {}", p.recipe.lora.init_from));
+    }
+  }
   p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts(),
                                             p.comm.pipeline() ? &p.comm.world() : nullptr);
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
@@ -303,7 +313,7 @@ struct Trainer::StepControl {
 Trainer::StepControl Trainer::control_of(const StepTotals& totals) {
   Parts& p = *p_;
   StepControl c;
-  c.signals_part = c.sums.add(StepSignals{0, p.triggers.save_wanted(), p.triggers.stop_wanted()}.pack());
+  c.signals_part = c.sums.add(StepSignals{p.triggers.save_wanted(), p.triggers.stop_wanted()}.pack());
   c.stragglers = p.telemetry->stragglers_due(p.step + 1);
   if (c.stragglers) c.straggler_part = c.sums.add_row(p.env.rank, p.env.world_size, p.telemetry->straggler_sample());
   c.rebalance = p.balancer.rebalance_due(p.step + 1);
@@ -338,10 +348,10 @@ Trainer::StepEnd Trainer::step() {
   StepControl control = control_of(totals);
   const zero::StepResult result = p.engine->step(lr, applied + 1, {control.sums.values(), totals.values}, betas.beta1, betas.beta2);
   const HostTotals all_totals = read_totals(result.device_sums, totals.trained_targets);
-  const StepSignals all = StepSignals::unpack(control.sums.segment(result.sums, control.signals_part), all_totals.loss);
+  const StepSignals all = StepSignals::unpack(control.sums.segment(result.sums, control.signals_part));
   if (p.recipe.logging.wall_clock_breakdown) device::synchronize(p.device.device);  // the update's kernels belong to its phase
   times.optimizer_ms = ms_since(o0);
-  if (p.bad_steps.judge(p.step + 1, result, all.loss) == BadStepPolicy::Action::kRollback) {
+  if (p.bad_steps.judge(p.step + 1, result, all_totals.loss) == BadStepPolicy::Action::kRollback) {
     roll_back();
     return StepEnd::kRolledBack;
   }

@@ -81,7 +81,7 @@ StepResult Engine::step(double lr, int64_t applied_step, const StepScalars& scal
   // process's (summed in double) but for the order of a few additions; float32 rounded it at
   // 6e-8, which clipping turned into a drift of 1e-5 in 50 steps.
   at::Tensor packed =
-      at::cat({at::tensor(scalars.host, at::kDouble).to(m.device), device_sums, load, m.counted_sum_squares(local_sq).reshape({1}),
+      at::cat({device::send_to_device(scalars.host, m.device), device_sums, load, m.counted_sum_squares(local_sq).reshape({1}),
                at::isfinite(local_sq).logical_not().to(at::kDouble).reshape({1})});
   comm::Communicator& everyone = m.step_world ? *m.step_world : m.comm;
   if (everyone.world_size() > 1) timed_wait(*everyone.all_reduce(packed), m.waited_ms);

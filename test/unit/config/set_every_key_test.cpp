@@ -99,6 +99,12 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"train.global_batch_size", {"4", {}}},
       {"train.gradient_accumulation_steps", {"3", {}}},
       {"train.freeze", {"[model.embed_tokens.*, norms]", {}}},
+      {"lora.alpha", {"4", {"lora.rank=4"}}},
+      {"lora.dropout", {"0", {"lora.rank=4"}}},  // another value is refused until dropout is supported
+      {"lora.targets", {"[q_proj, v_proj]", {"lora.rank=4"}}},
+      {"lora.use_rslora", {"true", {"lora.rank=4"}}},
+      {"lora.modules_to_save", {"[lm_head]", {"lora.rank=4"}}},
+      {"lora.init_from", {dir + "/adapter", {"lora.rank=4", "lora.alpha=8"}}},
       {"train.accumulation", {"[{until_step: 5, steps: 2}, {steps: 3}]", {}}},
       {"train.batch_ramp_start", {"2", {"train.global_batch_size=8", "train.batch_ramp_steps=4"}}},
       {"train.batch_ramp_steps", {"4", {"train.global_batch_size=8", "train.batch_ramp_start=2"}}},
@@ -146,6 +152,8 @@ TEST_CASE("--set applies to every schema key, and the resolved config keeps the 
   write(d + "/data.txt", std::string(4096, 'a'));
   write(d + "/other.txt", std::string(4096, 'b'));
   write(d + "/ds.json", R"({"steps_per_print": 7})");
+  write(d + "/adapter/adapter_config.json", R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "use_rslora": false})");
+  write(d + "/adapter/adapter_model.safetensors", "");  // the config reads adapter_config.json alone
   write(d + "/hf/config.json",
         R"({"model_type": "llama", "hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 64,
             "vocab_size": 256, "max_position_embeddings": 32, "rms_norm_eps": 1e-6, "rope_theta": 10000.0})");

@@ -20,9 +20,9 @@ struct Grads {
   at::Tensor loss, hidden, weight;
 };
 
-Grads run(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Tensor& targets, int64_t chunk) {
+Grads run(const at::Tensor& hidden0, const at::Tensor& weight0, const at::Tensor& targets, int64_t chunk, bool head_trains = true) {
   const at::Tensor hidden = hidden0.detach().clone().set_requires_grad(true);
-  const at::Tensor weight = weight0.detach().clone().set_requires_grad(true);
+  const at::Tensor weight = weight0.detach().clone().set_requires_grad(head_trains);
   at::Tensor loss;
   if (chunk > 0) {
     loss = model::chunked_linear_cross_entropy(hidden, weight, targets, chunk, model::kIgnoreIndex);
@@ -54,7 +54,11 @@ TEST_CASE("chunked linear cross-entropy: loss and gradients of the full-logit pa
     CHECK(got.loss.item<double>() == Approx(want.loss.item<double>()).epsilon(1e-13));
     CHECK(rel(got.hidden, want.hidden) < 1e-13);
     CHECK(rel(got.weight, want.weight) < 1e-13);
-    CHECK((got.hidden.narrow(0, 4, 3) == 0).all().item<bool>());  // ignored rows get no gradient
+    CHECK((got.hidden.narrow(0, 4, 3) == 0).all().item<bool>());                      // ignored rows get no gradient
+    const Grads frozen = run(hidden, weight, targets, chunk, /*head_trains=*/false);  // a frozen head (LoRA): no weight GEMM
+    CHECK_FALSE(frozen.weight.defined());
+    CHECK(at::equal(frozen.hidden, got.hidden));
+    CHECK(at::equal(frozen.loss, got.loss));
   }
   // bf16: the same within bf16 rounding (the softmax and the sums in fp32 in both paths).
   const Grads want16 = run(hidden.to(at::kBFloat16), weight.to(at::kBFloat16), targets, 0);

@@ -148,3 +148,50 @@ TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapter
     }
   }
 }
+
+TEST_CASE("LoRA: modules to save train in full; a name matches a module or a dotted suffix of one", "[model]") {
+  const model::LoraSpec spec{4, 8.0, false, {"q_proj"}, {"lm_head", "norm"}};
+  CHECK(model::lora_saves(spec, "lm_head.weight"));
+  CHECK(model::lora_saves(spec, "model.norm.weight"));
+  CHECK_FALSE(model::lora_saves(spec, "model.layers.0.input_layernorm.weight"));  // a suffix of the name, not of a module
+  CHECK_FALSE(model::lora_saves(spec, "model.embed_tokens.weight"));
+  auto m = model::make_model(test::tiny_model_config(), 3);
+  model::attach_lora(*m, spec, 1);
+  for (size_t i = 0; i < m->parameters().size(); ++i) {
+    const std::string& name = m->parameters()[i].name;
+    const bool trains = name.find(".lora_") != std::string::npos || name == "lm_head.weight" || name == "model.norm.weight";
+    CHECK(m->parameter_places()[i].trains == trains);
+  }
+  auto other = model::make_model(test::tiny_model_config(), 3);
+  CHECK_THROWS_WITH(model::attach_lora(*other, model::LoraSpec{4, 8.0, false, {"q_proj"}, {"lm_hed"}}, 1),
+                    Catch::Contains("lora.modules_to_save: 'lm_hed' is no module of this model"));
+}
+
+TEST_CASE("LoRA: the recipe's counts (nothing allocated) are the attached model's, by layer group", "[model]") {
+  for (const bool moe : {false, true}) {
+    DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense")) {
+      config::Recipe r;
+      r.model = moe ? test::tiny_v3() : test::tiny_model_config();
+      r.lora.rank = 3, r.lora.modules_to_save = {"embed_tokens"};
+      const config::FrozenCounts counts = model::lora_counts(r);
+      auto m = model::make_model(r.model, 3);
+      model::attach_lora(*m, model::lora_spec_of(r.lora), 1);
+      std::vector<double> adapters(counts.adapters.size(), 0.0), frozen(counts.dense.size(), 0.0), routed(frozen);
+      for (size_t i = 0; i < m->parameters().size(); ++i) {
+        const model::ParamPlace& place = m->parameter_places()[i];
+        const auto n = static_cast<double>(m->parameters()[i].tensor.numel());
+        if (place.role == model::ParamRole::kAdapter)
+          adapters[static_cast<size_t>(place.group)] += n;
+        else if (!place.trains)
+          (place.expert >= 0 ? routed : frozen)[static_cast<size_t>(place.group)] += n;
+      }
+      CHECK(counts.adapters == adapters);
+      CHECK(counts.dense == frozen);
+      CHECK(counts.routed == routed);
+      CHECK(counts.dense.front() == 0);  // the embedding trains in full
+      const int last = static_cast<int>(r.model.num_layers) + 1;
+      CHECK(counts.adapters_in(0, last) > 0);
+      CHECK(counts.adapters_in(0, 0) == 0);  // no adapter on the embedding
+    }
+  }
+}

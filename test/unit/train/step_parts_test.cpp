@@ -59,13 +59,12 @@ zero::StepResult result(bool skipped, double grad_norm = 1.0) {
 
 TEST_CASE("StepSums: segments come back as summed; a row is one rank's slots", "[train]") {
   train::StepSums sums;
-  const size_t signals = sums.add(train::StepSignals{2.5, true, false}.pack());
+  const size_t signals = sums.add(train::StepSignals{true, false}.pack());
   const size_t rows = sums.add_row(1, 3, {7.0, 8.0});
   CHECK(sums.values() == std::vector<double>{1, 0, 0, 0, 7, 8, 0, 0});
   const std::vector<double> summed{1, 2, 1, 2, 7, 8, 5, 6};  // as if two ranks had added theirs
   CHECK(sums.segment(summed, rows) == std::vector<double>{1, 2, 7, 8, 5, 6});
-  const train::StepSignals all = train::StepSignals::unpack(sums.segment(summed, signals), 5.0);
-  CHECK(all.loss == 5.0);
+  const train::StepSignals all = train::StepSignals::unpack(sums.segment(summed, signals));
   CHECK(all.save);
   CHECK(all.stop);  // summed: some rank asked
 }
@@ -122,8 +121,8 @@ TEST_CASE("StepTriggers: the last step, every interval_steps, a SAVE_NOW file (r
   for (int64_t done = 1; done <= 10; ++done)
     if (rank1.save_after(done, none)) saved.push_back(done);
   CHECK(saved == std::vector<int64_t>{4, 8, 10});
-  CHECK(rank1.save_after(3, train::StepSignals{0, true, false}));  // some rank asked
-  CHECK(rank1.save_after(3, train::StepSignals{0, false, true}));  // a stop saves too
+  CHECK(rank1.save_after(3, train::StepSignals{true, false}));  // some rank asked
+  CHECK(rank1.save_after(3, train::StepSignals{false, true}));  // a stop saves too
   CHECK_FALSE(rank0.save_wanted());
   write_file_atomic(dir.path() + "/SAVE_NOW", "");
   CHECK_FALSE(rank1.save_wanted());  // only rank 0 reads the file

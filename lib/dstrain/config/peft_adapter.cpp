@@ -1,0 +1,43 @@
+#include "dstrain/config/peft_adapter.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "dstrain/core/atomic_file.h"
+
+namespace dstrain::config {
+
+std::vector<std::string> peft_adapter_problems(const LoraConfig& lora, const std::string& source) {
+  namespace fs = std::filesystem;
+  const std::string dir = lora.init_from, where = fmt::format("lora.init_from ({})", source);
+  std::vector<std::string> problems;
+  for (const char* file : {"adapter_config.json", "adapter_model.safetensors"})
+    if (!fs::is_regular_file(fs::path(dir) / file))
+      problems.push_back(
+          fmt::format("{}: '{}' has no {}: not a PEFT adapter folder (save_pretrained writes adapter_config.json and "
+                      "adapter_model.safetensors)",
+                      where, dir, file));
+  if (!problems.empty()) return problems;
+  const nlohmann::json c = nlohmann::json::parse(read_file(dir + "/adapter_config.json"), nullptr, false);
+  if (!c.is_object()) return {fmt::format("{}: {}/adapter_config.json is not a JSON object", where, dir)};
+  auto value = [&](const char* key) { return c.contains(key) ? c.at(key) : nlohmann::json(nullptr); };
+  if (value("peft_type") != "LORA")
+    problems.push_back(fmt::format("{}: the adapter's peft_type is {}, not LORA", where, value("peft_type").dump()));
+  if (value("use_dora") == true) problems.push_back(fmt::format("{}: the adapter is DoRA (use_dora true), not supported yet", where));
+  const nlohmann::json r = value("r"), alpha = value("lora_alpha"), rslora = value("use_rslora");
+  if (!r.is_number_integer() || r.get<int64_t>() != lora.rank)
+    problems.push_back(fmt::format("{}: the adapter's r is {}, lora.rank is {}: set lora.rank: {}", where, r.dump(), lora.rank, r.dump()));
+  if (!alpha.is_number() || std::abs(alpha.get<double>() - lora.alpha) > 1e-12 * std::abs(lora.alpha))
+    problems.push_back(fmt::format("{}: the adapter's lora_alpha is {}, lora.alpha is {:g}: set lora.alpha: {}", where, alpha.dump(),
+                                   lora.alpha, alpha.dump()));
+  if (rslora.is_boolean() && rslora.get<bool>() != lora.use_rslora)
+    problems.push_back(fmt::format("{}: the adapter's use_rslora is {}, lora.use_rslora is {}", where, rslora.dump(), lora.use_rslora));
+  if (!value("rank_pattern").empty() || !value("alpha_pattern").empty())
+    problems.push_back(fmt::format("{}: the adapter has a rank_pattern or alpha_pattern; per-module ranks are not supported yet", where));
+  return problems;
+}
+
+}  // namespace dstrain::config

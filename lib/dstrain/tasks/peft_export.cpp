@@ -1,0 +1,166 @@
+#include "dstrain/tasks/peft_export.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/io/safetensors.h"
+#include "dstrain/model/hf_export.h"
+#include "dstrain/model/lora.h"
+
+namespace dstrain::tasks {
+namespace {
+
+const std::string kA = ".lora_A.weight", kB = ".lora_B.weight", kPeftPrefix = "base_model.model.";
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::string module_of(const std::string& adapter_tensor) { return adapter_tensor.substr(0, adapter_tensor.size() - kA.size()); }
+
+std::string regex_escape(const std::string& s) {
+  std::string out;
+  for (const char c : s) out += (c == '.' ? std::string("\\.") : std::string(1, c));
+  return out;
+}
+
+at::Tensor read_fp32(const ckpt::Reader& reader, const std::string& name) {
+  const ckpt::TensorMeta* m = reader.find(name);
+  if (!m) throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} lacks {}", reader.dir(), name), "export a checkpoint of this run");
+  at::Tensor value = at::empty(m->shape, at::kFloat);
+  reader.read(name, 0, value.numel(), value.data_ptr(), "float32");
+  return value;
+}
+
+// Decoder layer index of "model.layers.N.*"; -1 for other names.
+int64_t layer_of(const std::string& name) {
+  static const std::string kLayers = "model.layers.";
+  if (name.rfind(kLayers, 0) != 0) return -1;
+  return std::stoll(name.substr(kLayers.size(), name.find('.', kLayers.size()) - kLayers.size()));
+}
+
+// The tensors the adapter holds, under dstrain's names: every adapter's A and B, and the
+// parameters of the modules saved in full; never the MTP modules' (transformers does not load them).
+std::vector<std::string> adapter_contents(const config::Recipe& recipe, const ckpt::Reader& reader) {
+  const model::LoraSpec spec = model::lora_spec_of(recipe.lora);
+  std::vector<std::string> names;
+  for (const auto& t : reader.tensors()) {
+    if (t.name.find('.') == std::string::npos || t.name.rfind("exp_avg", 0) == 0) continue;
+    if (layer_of(t.name) >= recipe.model.num_layers) continue;
+    if (is_adapter_tensor(t.name) || model::lora_saves(spec, t.name)) names.push_back(t.name);
+  }
+  return names;
+}
+
+nlohmann::json adapter_config(const config::Recipe& recipe, const std::vector<std::string>& adapters) {
+  const config::LoraConfig& l = recipe.lora;
+  return {{"peft_type", "LORA"},
+          {"task_type", "CAUSAL_LM"},
+          {"base_model_name_or_path", recipe.model.init_from},
+          {"r", l.rank},
+          {"lora_alpha", l.alpha == std::floor(l.alpha) ? nlohmann::json(static_cast<int64_t>(l.alpha)) : nlohmann::json(l.alpha)},
+          {"lora_dropout", l.dropout},
+          {"target_modules", peft_target_regex(adapters)},
+          {"use_rslora", l.use_rslora},
+          {"use_dora", false},
+          {"modules_to_save", l.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.modules_to_save)},
+          {"rank_pattern", nlohmann::json::object()},
+          {"alpha_pattern", nlohmann::json::object()},
+          {"bias", "none"},
+          {"fan_in_fan_out", false},
+          {"init_lora_weights", true},
+          {"inference_mode", true},
+          {"layers_to_transform", nullptr},
+          {"layers_pattern", nullptr},
+          {"revision", nullptr}};
+}
+
+// PEFT (0.21) under transformers 5 rewrites the targets of a DeepSeek-V2/V3 model before it
+// loads an adapter: gate_proj, up_proj and down_proj become the routed experts' fused parameters,
+// so the dense layers' and shared experts' adapters of such an export are not loaded there.
+void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::string>& names) {
+  if (recipe.model.family != config::ModelFamily::kMlaMoe) return;
+  for (const std::string& n : names)
+    for (const char* mlp : {".gate_proj.lora_A.weight", ".up_proj.lora_A.weight", ".down_proj.lora_A.weight"})
+      if (ends_with(n, mlp)) {
+        log::warn(
+            "this adapter holds MLP projections (gate_proj, up_proj, down_proj) of a DeepSeek MoE model: PEFT 0.21 under "
+            "transformers 5 reads those targets as the routed experts and does not load these adapters (attention targets load "
+            "as written); for transformers 5 export with --merge, or train lora.targets on attention only");
+        return;
+      }
+}
+
+}  // namespace
+
+bool is_adapter_tensor(const std::string& name) { return ends_with(name, kA) || ends_with(name, kB); }
+
+std::string peft_target_regex(const std::vector<std::string>& adapter_tensors) {
+  std::set<int64_t> layers;
+  std::set<std::string> suffixes, others;
+  for (const std::string& t : adapter_tensors) {
+    if (!ends_with(t, kA)) continue;
+    const std::string module = module_of(t);
+    const int64_t layer = layer_of(module);
+    if (layer < 0) {
+      others.insert(regex_escape(module));
+      continue;
+    }
+    layers.insert(layer);
+    suffixes.insert(regex_escape(module.substr(module.find('.', std::string("model.layers.").size()) + 1)));
+  }
+  std::vector<std::string> alternatives(others.begin(), others.end());
+  if (!layers.empty())
+    alternatives.push_back(fmt::format("model\\.layers\\.({})\\.({})", fmt::join(layers, "|"), fmt::join(suffixes, "|")));
+  return alternatives.size() == 1 ? alternatives.front() : fmt::format("({})", fmt::join(alternatives, "|"));
+}
+
+std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& dtype,
+                                            const std::string& out_dir) {
+  if (recipe.model.init_from.empty())
+    throw Error(ErrorCode::kUsage,
+                "this LoRA run's base is its own random initialisation, not a Hugging Face model (no model.init_from): a PEFT adapter "
+                "would have no base to load on",
+                "export the merged model with --merge");
+  static const std::map<std::string, at::ScalarType> kTypes = {{"F32", at::kFloat}, {"BF16", at::kBFloat16}, {"F16", at::kHalf}};
+  if (!kTypes.count(dtype))
+    throw Error(ErrorCode::kUsage, fmt::format("a LoRA adapter is written in fp32, bf16 or fp16, not {}", dtype),
+                "pick --dtype fp32, bf16 or fp16, or export the merged model (--merge)");
+  const std::vector<std::string> names = adapter_contents(recipe, reader);
+  warn_moe_mlp_targets(recipe, names);
+  std::vector<io::SafetensorsWriter::Entry> entries;
+  for (const std::string& n : names) entries.push_back({kPeftPrefix + n, dtype, reader.find(n)->shape});
+  const std::string weights = out_dir + "/adapter_model.safetensors";
+  io::SafetensorsWriter writer(weights, entries, {{"format", "pt"}});
+  for (const auto& e : writer.order()) {
+    const std::string name = e.name.substr(kPeftPrefix.size());
+    // B's rows are its projection's output rows: in the released layout as the weight's are.
+    const std::string rows_of = ends_with(name, kB) ? module_of(name) + ".weight" : name;
+    const at::Tensor stored =
+        model::permute_rope_rows(recipe.model, rows_of, read_fp32(reader, name), true).to(kTypes.at(dtype)).contiguous();
+    writer.write(e.name, stored.data_ptr(), static_cast<uint64_t>(stored.nbytes()));
+  }
+  writer.finish();
+  const std::string config_path = out_dir + "/adapter_config.json";
+  write_file_atomic(config_path, adapter_config(recipe, names).dump(2) + "\n");
+  return {config_path, weights};
+}
+
+at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name) {
+  at::Tensor w = read_fp32(reader, name);
+  const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // less ".weight"
+  if (!ends_with(name, ".weight") || !reader.find(module + kA)) return w;
+  const at::Tensor a = read_fp32(reader, module + kA).to(at::kDouble), b = read_fp32(reader, module + kB).to(at::kDouble);
+  return (w.to(at::kDouble) + at::mm(b, a) * model::lora_scale(model::lora_spec_of(recipe.lora))).to(at::kFloat);
+}
+
+}  // namespace dstrain::tasks

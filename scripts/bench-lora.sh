@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# LoRA against full fine-tuning of the same model, in one script (issue 59): step time (median
+# after warm-up, with its forward / backward / optimizer parts), the engine's model states and the
+# worker's peak host memory. A dense model of 4 layers x 512 with deepseek-coder's 32,256-token
+# vocabulary (46M parameters, a third of them the head), one rank, fp32 on the CPU; LoRA rank 16 on
+# all-linear. No gradient is computed for a frozen weight (the head's included, in the chunked
+# loss) and the optimizer steps the adapters alone, so LoRA should take well under full
+# fine-tuning's time.
+#   scripts/bench-lora.sh [STEPS] [--set KEY=VALUE ...]   (e.g. --set precision.dtype=bf16 on a GPU)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+steps="${1:-20}"
+[ $# -gt 0 ] && shift
+"$DSTRAIN_ROOT/scripts/build.sh" dstrain >/dev/null
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+model=(--set model.vocab_size=32256 --set model.hidden_size=512 --set model.num_layers=4 --set model.num_heads=8 --set model.intermediate_size=1376
+       --set data.seq_len=128 --set train.micro_batch_size=8 --set train.global_batch_size=8 --set schedule.warmup_steps=0)
+echo "# $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); 1 rank x $(nproc) threads, 4 x 512 dense, vocabulary 32256, batch 8 x 128, $steps steps"
+printf '%-22s %9s %9s %9s %9s %12s %14s %14s\n' mode "step ms" forward backward optimizer "tokens/s" "model states" "peak host RSS"
+declare -A step_ms rss states
+for mode in full lora; do
+  extra=()
+  [ $mode = lora ] && extra=(--set lora.rank=16 --set lora.alpha=32)
+  "$DSTRAIN_BUILD_DIR/dstrain" train "$DSTRAIN_ROOT/recipes/demo.yaml" --nproc-per-node 1 --set launch.threads_per_worker="$(nproc)" \
+    "${model[@]}" --set train.steps="$steps" --set checkpoint.interval_steps=0 --set checkpoint.at_end=false \
+    --set logging.wall_clock_breakdown=true --set run_dir="$work/$mode" "${extra[@]}" "$@" >/dev/null 2>&1 || die "the $mode run failed"
+  # The engine's line: "per rank: params A MiB, grads B MiB, master + Adam states C MiB".
+  states[$mode]=$(python3 -c "import re,sys; m=re.search(r'per rank: params ([\d.]+) MiB, grads ([\d.]+) MiB, master \+ Adam states ([\d.]+) MiB', open(sys.argv[1]).read()); print(f'{sum(map(float, m.groups())):.1f} MiB')" "$work/$mode/logs/rank_00000.log")
+  read -r step_ms[$mode] rss[$mode] line < <(python3 - "$work/$mode/metrics.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+med = lambda k: statistics.median(r.get(k) or 0 for r in rows)
+print(f"{med('step_ms'):.1f} {max(r['host_peak_rss_mb'] for r in rows):.0f} "
+      f"{med('step_ms'):9.1f} {med('forward_ms'):9.1f} {med('backward_ms'):9.1f} {med('optimizer_ms'):9.1f} {med('tokens_per_s'):12.0f}")
+PY
+)
+  printf '%-22s %s %14s %11s MiB\n' "$([ $mode = lora ] && echo 'LoRA r16 all-linear' || echo 'full fine-tuning')" "$line" "${states[$mode]}" "${rss[$mode]}"
+done
+python3 - "${step_ms[full]}" "${step_ms[lora]}" "${rss[full]}" "${rss[lora]}" "${states[full]% MiB}" "${states[lora]% MiB}" <<'PY'
+import sys
+f, l, rf, rl, sf, sl = map(float, sys.argv[1:])
+print(f"ratio  LoRA / full: step time {l / f:.2f}, model states {sl / sf:.3f}, peak host RSS {rl / rf:.2f}")
+PY

@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# LoRA (issue 59): the recipe's lora block on a Hugging Face base (model.init_from). On the dense
+# model and the MLA + MoE model: 20 steps at ZeRO 0-3 on 2 ranks, with expert parallelism 2 and a
+# 2-stage pipeline, give the losses of one process within 1e-5; the engine's model states per rank
+# are --dry-run's; a resume (2 ranks -> 1) continues exactly, one with another lora block is
+# refused by key; `dstrain eval` of the run gives its training-time validation loss; the PEFT export
+# loads with PeftModel.from_pretrained (every tensor taken, bit for bit) and gives that loss, as
+# does the merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the
+# weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; bad
+# lora settings are refused by key.
+source "$(dirname "$0")/../lib.sh"
+source "$SRC/scripts/common.sh"
+cmp="$SRC/test/dist/compare_metrics.py"
+py="$DSTRAIN_VENV/bin/python"
+moe="$SRC/recipes/tiny-mla-moe.yaml"
+export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error PYTHONWARNINGS=ignore
+tail -c 40000 "$SRC/recipes/data/demo_corpus.txt" > val.txt
+common=(--set launch.threads_per_worker=1 --set checkpoint.interval_steps=0 --set checkpoint.keep_last=0
+        --set zero.stage3_param_persistence_threshold=0)
+evals=(--set eval.paths="[$WORK/val.txt]" --set eval.micro_batch_size=4 --set eval.interval_steps=0)
+run() {  # run RECIPE NAME NPROC [--set ...]
+  local recipe=$1 name=$2 n=$3; shift 3
+  expect_status 0 "$DSTRAIN" train "$recipe" "${common[@]}" --set train.steps=20 --nproc-per-node "$n" --set run_dir="$name" "$@"
+}
+val() { python3 -c "import json; r=[json.loads(l) for l in open('$1/metrics.jsonl')]; print(repr(next(x['val_loss'] for x in r if x.get('eval')=='val' and x['step']==$2)))"; }
+
+# --- refused by key, before anything runs ------------------------------------------------------
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set 'lora.targets=[q_a_proj]' --dry-run
+expect_out "lora.targets [q_a_proj] match no projection of this model"
+expect_out "the model's projections are down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set 'lora.modules_to_save=[lm_hed]' --dry-run
+expect_out "lora.modules_to_save: 'lm_hed' is no module of this model"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set lora.dropout=0.05 --dry-run
+expect_out "lora.dropout 0.05: dropout on the adapters' input is not supported yet"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.alpha=16 --dry-run
+expect_out "lora.alpha is set (--set) but lora.rank is 0"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set 'train.freeze=[norms]' --dry-run
+expect_out "train.freeze with lora"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=-1 --dry-run
+expect_out "lora.rank"
+ok "targets and modules that match nothing, dropout, alpha without a rank, train.freeze beside lora and a negative rank are refused by key (exit 2)"
+
+# --- the bases: short full trainings, exported -------------------------------------------------
+run "$demo_recipe" base 2 --set train.steps=12
+expect_status 0 "$DSTRAIN" export-hf base hf-base
+run "$moe" mbase 2 --set train.steps=12
+expect_status 0 "$DSTRAIN" export-hf mbase hf-mbase
+dense=(--set model.init_from="$WORK/hf-base" --set lora.rank=4 --set lora.alpha=16 --set 'lora.modules_to_save=[lm_head]')
+mla=(--set model.init_from="$WORK/hf-mbase" --set lora.rank=4 --set lora.alpha=8 --set lora.use_rslora=true)
+
+# --- dense: one process, ZeRO 0-3 on 2 ranks ---------------------------------------------------
+run "$demo_recipe" one 1 "${dense[@]}" "${evals[@]}"
+expect_out "lora: rank 4, alpha 16 (scale 4) on 14 projections (all-linear): 0.020M adapter parameters and 0.033M of [lm_head] train"
+for stage in 0 1 2 3; do
+  run "$demo_recipe" z$stage 2 "${dense[@]}" --set zero.stage=$stage
+  python3 "$cmp" one/metrics.jsonl z$stage/metrics.jsonl --rtol 1e-5 --grad-norm || fail "LoRA at ZeRO $stage on 2 ranks differs from one process"
+done
+ok "dense LoRA with lm_head trained in full: ZeRO 0-3 on 2 ranks within 1e-5 of one process (loss and gradient norm)"
+
+# --- model states: the engine's are what --dry-run planned ---------------------------------------
+for stage in 1 3; do
+  expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${dense[@]}" --set zero.stage=$stage \
+    --dry-run
+  expect_out "lora                    rank 4, alpha 16 (scale 4) on [all-linear]: 19.5k adapter parameters, [lm_head] trained in full"
+  planned=$(grep -o "model states per rank   [0-9.]* [KM]iB" <<<"$OUT" | grep -o "[0-9.]* [KM]iB")
+  measured=$(grep -o "; model states [0-9.]* MiB" z$stage/logs/rank_00000.log | grep -o "[0-9.]* MiB")
+  [ -n "$planned" ] && [ "$planned" = "$measured" ] || fail "ZeRO $stage: the engine holds $measured of model states per rank, --dry-run planned $planned"
+done
+ok "model states per rank of a LoRA run are what --dry-run plans (ZeRO 1 and 3)"
+
+# --- resume: 2 ranks -> 1 continues exactly; another lora block is refused --------------------------
+run "$demo_recipe" half 2 "${dense[@]}" --set zero.stage=2 --set checkpoint.interval_steps=10
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 1 "${dense[@]}" --set zero.stage=3 \
+  --set run_dir=alone --resume half/ckpt/step_00000010
+python3 "$cmp" half/metrics.jsonl alone/metrics.jsonl --resumed --rtol 1e-5 || fail "a LoRA run resumed on one rank does not continue the run"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${dense[@]}" --set lora.rank=8 \
+  --set run_dir=other --resume half/ckpt/step_00000010
+expect_out "this run's is [8, 128]: the adapters' rank differs"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 --set run_dir=full \
+  --set model.init_from="$WORK/hf-base" --resume half/ckpt/step_00000010
+expect_out "lora: checkpoint $WORK/half/ckpt/step_00000010 was written with 28 adapter tensors, this run has 0"
+ok "a LoRA run resumes on another world size and ZeRO stage exactly; another rank, or no lora, is refused by key"
+
+# --- inspect-ckpt, eval and the PEFT export (dense) ---------------------------------------------------
+expect_status 0 "$DSTRAIN" inspect-ckpt one
+expect_out "lora         28 adapter tensors of rank 4 on 14 projections (19520 elements), with their optimizer state"
+expect_out "frozen       20 parameters (428672 elements): values alone, no optimizer state (the LoRA base)"
+trained=$(val one 20)
+expect_status 0 "$DSTRAIN" eval one --json
+python3 -c "import json,sys; v=json.loads(sys.argv[1])['datasets'][0]['val_loss']; sys.exit(0 if abs(v-$trained)<=1e-6*$trained else f'{v} vs $trained')" \
+  "$(tail -1 <<<"$OUT")" || fail "dstrain eval of the LoRA run gives another loss than its training-time evaluation"
+expect_status 0 "$DSTRAIN" export-hf one adapter
+expect_out "as a PEFT LoRA adapter (adapter_config.json, adapter_model.safetensors, fp32"
+expect_status 0 "$DSTRAIN" export-hf one merged --merge
+"$py" "$SRC/test/dist/peft_reference.py" hf-base adapter val.txt 128 "$trained" merged || fail "the dense adapter does not give dstrain's loss in PEFT"
+ok "dense: dstrain eval, PEFT on the exported adapter and the merged export in transformers give the run's validation loss (1e-6)"
+
+# --- lora.init_from: our own export back, and an adapter PEFT made ------------------------------------
+start=(--set train.steps=1 --set schedule.warmup_steps=0 --set eval.at_start=true)
+run "$demo_recipe" again 1 "${dense[@]}" "${evals[@]}" "${start[@]}" --set lora.init_from="$WORK/adapter"
+expect_out "lora: adapters initialised from $WORK/adapter"
+close() { python3 -c "import sys; a,b=float('$1'),float('$2'); sys.exit(0 if abs(a-b)<=1e-6*abs(a) else f'{a!r} vs {b!r}')"; }
+close "$trained" "$(val again 0)" || fail "a run started from its own exported adapter does not score as the run did"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${dense[@]}" --set lora.rank=8 --set lora.init_from="$WORK/adapter" --dry-run
+expect_out "lora.init_from (--set): the adapter's r is 4, lora.rank is 8: set lora.rank: 4"
+expect_status 4 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set run_dir=nosave --set model.init_from="$WORK/hf-base" --set lora.rank=4 \
+  --set lora.alpha=16 --set lora.init_from="$WORK/adapter"
+expect_out "base_model.model.lm_head.weight is a module saved in full this run does not train"
+attention='lora.targets=[q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj]'
+peft_loss=$("$py" "$SRC/test/dist/peft_reference.py" make hf-mbase peft-made val.txt 64 4 8 q_a_proj q_b_proj kv_a_proj_with_mqa kv_b_proj o_proj | tail -1)
+run "$moe" imported 1 "${mla[@]}" "${evals[@]}" "${start[@]}" --set "$attention" --set lora.init_from="$WORK/peft-made"
+close "$peft_loss" "$(val imported 0)" || fail "an adapter PEFT made does not give PEFT's loss here"
+ok "lora.init_from: the run's own export scores as the run did; a PEFT-made MLA adapter (random A and B, rsLoRA) gives PEFT's loss (1e-6); a mismatched rank or module is refused"
+
+# --- MLA + MoE: expert parallelism, a pipeline, the RoPE rows in the export ---------------------------
+run "$moe" mone 1 "${mla[@]}" "${evals[@]}" --set "$attention"
+run "$moe" mep 2 "${mla[@]}" --set "$attention" --set moe.expert_parallel_size=2 \
+  --set zero.stage=1
+python3 "$cmp" mone/metrics.jsonl mep/metrics.jsonl --rtol 1e-5 || fail "LoRA with expert parallelism 2 differs from one process"
+expect_status 0 "$DSTRAIN" export-hf mone madapter
+expect_status 0 "$DSTRAIN" export-hf mone mmerged --merge
+"$py" "$SRC/test/dist/peft_reference.py" hf-mbase madapter val.txt 64 "$(val mone 20)" mmerged || fail "the MLA adapter does not give dstrain's loss in PEFT"
+run "$moe" mall 1 "${mla[@]}" "${evals[@]}" --set model.num_layers=4 --set train.global_batch_size=16 --set train.micro_batch_size=2 \
+  --set model.init_from="" --set lora.alpha=8
+run "$moe" mpp 2 "${mla[@]}" --set model.num_layers=4 --set train.global_batch_size=16 --set train.micro_batch_size=2 --set model.init_from="" \
+  --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=1f1b
+python3 "$cmp" mall/metrics.jsonl mpp/metrics.jsonl --rtol 1e-5 || fail "LoRA on a 2-stage pipeline differs from one process"
+expect_status 2 "$DSTRAIN" export-hf mall nowhere
+expect_out "no model.init_from"
+expect_status 0 "$DSTRAIN" export-hf mall mall-merged --merge
+expect_out "exported"
+"$py" "$SRC/test/dist/peft_reference.py" - none val.txt 64 "$(val mall 20)" mall-merged || fail "the merged all-linear MoE export does not give dstrain's loss"
+ok "MLA + MoE: EP 2 and a 2-stage pipeline within 1e-5 of one process; the attention adapter in PEFT and the merged all-linear model give dstrain's loss"
+
+finish
