@@ -106,12 +106,13 @@ int inspect(const Options& o) {
   for (const auto& t : in.tensors)
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
   // LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]).
-  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0;
+  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0, projections = 0;
   for (const auto& t : in.tensors)
     if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
       ++adapters, adapter_elements += t.numel();
       const std::string a = ".lora_A.weight";
-      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty()) lora_rank = t.shape[0];
+      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty())
+        lora_rank = t.shape[0], ++projections;
     }
   nlohmann::json j;
   if (o.json) {
@@ -146,7 +147,7 @@ int inspect(const Options& o) {
         in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
     if (adapters > 0)
       fmt::print("lora         {} adapter tensors of rank {} on {} projections ({} elements), with their optimizer state\n", adapters,
-                 lora_rank, adapters / 2, adapter_elements);
+                 lora_rank, projections, adapter_elements);
     if (frozen > 0)
       fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state ({})\n", frozen, frozen_elements,
                  adapters > 0 ? "the LoRA base" : "train.freeze");

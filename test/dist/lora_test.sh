@@ -6,8 +6,8 @@
 # refused by key; `dstrain eval` of the run gives its training-time validation loss; the PEFT export
 # loads with PeftModel.from_pretrained (every tensor taken, bit for bit) and gives that loss, as
 # does the merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the
-# weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; bad
-# lora settings are refused by key.
+# weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA
+# likewise against one process and PEFT; bad lora settings are refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
@@ -111,6 +111,19 @@ peft_loss=$("$py" "$SRC/test/dist/peft_reference.py" make hf-mbase peft-made val
 run "$moe" imported 1 "${mla[@]}" "${evals[@]}" "${start[@]}" --set "$attention" --set lora.init_from="$WORK/peft-made"
 close "$peft_loss" "$(val imported 0)" || fail "an adapter PEFT made does not give PEFT's loss here"
 ok "lora.init_from: the run's own export scores as the run did; a PEFT-made MLA adapter (random A and B, rsLoRA) gives PEFT's loss (1e-6); a mismatched rank or module is refused"
+
+# --- DoRA: ZeRO-3 on 2 ranks against one process; PEFT (use_dora) and the merged export -----------------
+run "$demo_recipe" dora 1 "${dense[@]}" "${evals[@]}" --set lora.use_dora=true
+expect_out "lora: rank 4, alpha 16 (scale 4, DoRA) on 14 projections"
+run "$demo_recipe" dora3 2 "${dense[@]}" --set lora.use_dora=true --set zero.stage=3
+python3 "$cmp" dora/metrics.jsonl dora3/metrics.jsonl --rtol 1e-5 --grad-norm || fail "DoRA at ZeRO 3 on 2 ranks differs from one process"
+expect_status 0 "$DSTRAIN" export-hf dora dadapter
+expect_status 0 "$DSTRAIN" export-hf dora dmerged --merge
+"$py" "$SRC/test/dist/peft_reference.py" hf-base dadapter val.txt 128 "$(val dora 20)" dmerged || fail "the DoRA adapter does not give dstrain's loss in PEFT"
+run "$moe" mdora 1 "${mla[@]}" "${evals[@]}" --set "$attention" --set lora.use_dora=true
+expect_status 0 "$DSTRAIN" export-hf mdora mdadapter
+"$py" "$SRC/test/dist/peft_reference.py" hf-mbase mdadapter val.txt 64 "$(val mdora 20)" || fail "the MLA DoRA adapter does not give dstrain's loss in PEFT"
+ok "DoRA: ZeRO-3 on 2 ranks within 1e-5 of one process; PEFT (use_dora) on the export and the merged model give the run's loss (dense and MLA, 1e-6)"
 
 # --- MLA + MoE: expert parallelism, a pipeline, the RoPE rows in the export ---------------------------
 run "$moe" mone 1 "${mla[@]}" "${evals[@]}" --set "$attention"

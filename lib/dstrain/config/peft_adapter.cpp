@@ -26,7 +26,6 @@ std::vector<std::string> peft_adapter_problems(const LoraConfig& lora, const std
   auto value = [&](const char* key) { return c.contains(key) ? c.at(key) : nlohmann::json(nullptr); };
   if (value("peft_type") != "LORA")
     problems.push_back(fmt::format("{}: the adapter's peft_type is {}, not LORA", where, value("peft_type").dump()));
-  if (value("use_dora") == true) problems.push_back(fmt::format("{}: the adapter is DoRA (use_dora true), not supported yet", where));
   const nlohmann::json r = value("r"), alpha = value("lora_alpha"), rslora = value("use_rslora");
   if (!r.is_number_integer() || r.get<int64_t>() != lora.rank)
     problems.push_back(fmt::format("{}: the adapter's r is {}, lora.rank is {}: set lora.rank: {}", where, r.dump(), lora.rank, r.dump()));
@@ -35,6 +34,9 @@ std::vector<std::string> peft_adapter_problems(const LoraConfig& lora, const std
                                    lora.alpha, alpha.dump()));
   if (rslora.is_boolean() && rslora.get<bool>() != lora.use_rslora)
     problems.push_back(fmt::format("{}: the adapter's use_rslora is {}, lora.use_rslora is {}", where, rslora.dump(), lora.use_rslora));
+  if (value("use_dora").is_boolean() && value("use_dora").get<bool>() != lora.use_dora)
+    problems.push_back(
+        fmt::format("{}: the adapter's use_dora is {}, lora.use_dora is {}", where, value("use_dora").dump(), lora.use_dora));
   if (!value("rank_pattern").empty() || !value("alpha_pattern").empty())
     problems.push_back(fmt::format("{}: the adapter has a rank_pattern or alpha_pattern; per-module ranks are not supported yet", where));
   return problems;

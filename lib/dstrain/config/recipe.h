@@ -264,6 +264,7 @@ struct LoraConfig {
   // Projections by module name (q_proj, q_a_proj, kv_b_proj, o_proj, gate_proj, ...) or all-linear.
   std::vector<std::string> targets = {"all-linear"};
   bool use_rslora = false;
+  bool use_dora = false;                     // DoRA: a trained magnitude per output row
   std::vector<std::string> modules_to_save;  // modules trained in full beside the adapters (embed_tokens, lm_head)
   std::string init_from;                     // a PEFT adapter folder to start from (absolute); "": fresh adapters
   bool enabled() const { return rank > 0; }

@@ -30,9 +30,9 @@ std::string frozen_text(const Recipe& r) {
   if (r.lora.enabled()) {
     const double scale = r.lora.use_rslora ? r.lora.alpha / std::sqrt(static_cast<double>(r.lora.rank)) : r.lora.alpha / r.lora.rank;
     out = fmt::format(
-        "  lora                    rank {}, alpha {:g} (scale {:g}) on [{}]: {} adapter parameters{}; the rest of the base (norms, MoE "
+        "  lora                    rank {}, alpha {:g} (scale {:g}{}) on [{}]: {} adapter parameters{}; the rest of the base (norms, MoE "
         "routers and their bias, routed experts) frozen\n",
-        r.lora.rank, r.lora.alpha, scale, fmt::join(r.lora.targets, ", "), count_text(adapters),
+        r.lora.rank, r.lora.alpha, scale, r.lora.use_dora ? ", DoRA" : "", fmt::join(r.lora.targets, ", "), count_text(adapters),
         r.lora.modules_to_save.empty() ? "" : fmt::format(", [{}] trained in full", fmt::join(r.lora.modules_to_save, ", ")));
   }
   return out + fmt::format(

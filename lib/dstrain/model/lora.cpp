@@ -1,6 +1,7 @@
 #include "dstrain/model/lora.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -24,6 +25,30 @@ class LoraAdapter final : public LinearAdapter {
 
  private:
   at::Tensor a_, b_;  // the model's parameters themselves (ZeRO repoints their storage; the handles follow)
+  double scale_;
+};
+
+// DoRA (Liu et al. 2024) as PEFT computes it: the output plus (m / |W + s BA| - 1) · base +
+// (m / |W + s BA|) · (x Aᵀ) Bᵀ · s, the row norms detached (DoRA's section 4.3). A row whose norm
+// is zero divides by 1 instead (PEFT gives NaN there, peft#2049).
+class DoraAdapter final : public LinearAdapter {
+ public:
+  DoraAdapter(at::Tensor a, at::Tensor b, at::Tensor magnitude, at::Tensor weight, double scale)
+      : a_(std::move(a)), b_(std::move(b)), m_(std::move(magnitude)), w_(std::move(weight)), scale_(scale) {}
+  at::Tensor apply(const at::Tensor& x, const at::Tensor& output) const override {
+    const at::Tensor in = x.to(a_.scalar_type());
+    at::Tensor norm;
+    {
+      c10::NoGradGuard no_grad;
+      norm = dora_row_norms(w_.to(in.scalar_type()), at::mm(b_, a_).to(in.scalar_type()), scale_);
+    }
+    const at::Tensor ratio = m_ / norm;
+    const at::Tensor lora = at::linear(at::linear(in, a_), b_);
+    return output + ((ratio - 1) * output + ratio * lora * scale_);
+  }
+
+ private:
+  at::Tensor a_, b_, m_, w_;  // the model's parameters themselves (ZeRO repoints their storage; the handles follow)
   double scale_;
 };
 
@@ -56,7 +81,7 @@ void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
 LoraSpec lora_spec_of(const config::LoraConfig& config) {
   LoraSpec spec;
   spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;
-  spec.targets = config.targets, spec.modules_to_save = config.modules_to_save;
+  spec.targets = config.targets, spec.modules_to_save = config.modules_to_save, spec.dora = config.use_dora;
   return spec;
 }
 
@@ -65,6 +90,11 @@ bool lora_saves(const LoraSpec& spec, const std::string& name) {
   for (const std::string& m : spec.modules_to_save)
     if (module == m || (module.size() > m.size() && module.compare(module.size() - m.size() - 1, m.size() + 1, "." + m) == 0)) return true;
   return false;
+}
+
+at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weight, double scale) {
+  const at::Tensor norm = at::linalg_vector_norm(weight + scale * lora_weight, 2, at::IntArrayRef{1}).to(weight.scalar_type());
+  return at::where(norm == 0, at::ones_like(norm), norm);
 }
 
 double lora_scale(const LoraSpec& spec) {
@@ -108,7 +138,16 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
                                         builder.uniform({spec.rank, l->in_features()}, -bound, bound));
     const at::Tensor b =
         builder.insert(l->index + 2, l->module + ".lora_B.weight", ParamRole::kAdapter, builder.zeros({l->out_features(), spec.rank}));
-    l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec)));
+    if (!spec.dora) {
+      l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec)));
+      continue;
+    }
+    // DoRA's magnitude starts as W's row norms (B = 0), in W's dtype as PEFT's.
+    const at::Tensor norms = init == Init::kShapesOnly
+                                 ? builder.zeros({l->out_features()})
+                                 : at::linalg_vector_norm(l->weight.detach(), 2, at::IntArrayRef{1}).to(first.scalar_type());
+    const at::Tensor m = builder.insert(l->index + 3, l->module + ".lora_magnitude_vector", ParamRole::kAdapter, norms);
+    l->adapters.push_back(std::make_shared<DoraAdapter>(a, b, m, l->weight, lora_scale(spec)));
   }
   for (size_t i = 0; i < model.parameters().size(); ++i)
     if (model.parameter_places()[i].role != ParamRole::kAdapter && !lora_saves(spec, model.parameters()[i].name)) model.freeze(i);
@@ -124,10 +163,10 @@ std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t ad
   }
   const double total = static_cast<double>(adapters + saved + frozen);
   return fmt::format(
-      "lora: rank {}, alpha {:g} (scale {:g}{}) on {} projections ({}): {:.3f}M adapter parameters{} train ({:.2f}%), the "
+      "lora: rank {}, alpha {:g} (scale {:g}{}{}) on {} projections ({}): {:.3f}M adapter parameters{} train ({:.2f}%), the "
       "base's {:.3f}M are frozen",
-      spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", adapted, fmt::join(spec.targets, ", "),
-      static_cast<double>(adapters) / 1e6,
+      spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", spec.dora ? ", DoRA" : "", adapted,
+      fmt::join(spec.targets, ", "), static_cast<double>(adapters) / 1e6,
       saved > 0 ? fmt::format(" and {:.3f}M of [{}]", static_cast<double>(saved) / 1e6, fmt::join(spec.modules_to_save, ", ")) : "",
       100.0 * static_cast<double>(adapters + saved) / std::max(total, 1.0), static_cast<double>(frozen) / 1e6);
 }

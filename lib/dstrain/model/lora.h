@@ -5,7 +5,7 @@
 // zeros, so a fresh adapter leaves the model's output bitwise unchanged. Each A and B is a
 // parameter of role `adapter` in its projection's layer group (ZeRO-3 gathers it with the layer;
 // a pipeline stage holds its own), under PEFT's key names: <module>.lora_A.weight and
-// <module>.lora_B.weight. Every other parameter is frozen but the modules to save: the engine
+// <module>.lora_B.weight (DoRA: and <module>.lora_magnitude_vector). Every other parameter is frozen but the modules to save: the engine
 // keeps gradients and optimizer states for those and the adapters only. The recipe's `lora:`
 // block (config::LoraConfig) gives the spec.
 #include <cstdint>
@@ -28,11 +28,16 @@ struct LoraSpec {
   // Modules trained in full (PEFT's modules_to_save): a parameter trains when its module's name
   // is one of these or ends with "." and one of these.
   std::vector<std::string> modules_to_save;
+  // DoRA: a trained magnitude per output row, <module>.lora_magnitude_vector [out] (PEFT's key),
+  // starting at W's row norms.
+  bool dora = false;
 };
 
 LoraSpec lora_spec_of(const config::LoraConfig& config);
 
 double lora_scale(const LoraSpec& spec);
+// DoRA's row norms of W + scale · lora_weight (lora_weight = B A, [out, in]), 1 where a row is zero.
+at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weight, double scale);
 // Whether a projection of `model` gets an adapter: its module's last part is a target
 // (all-linear: any but the router's), and it is neither a routed expert's nor in the final group
 // (the MTP modules beside the head).

@@ -19,7 +19,8 @@ namespace {
 const std::string kPrefix = "base_model.model.";
 
 bool is_adapter_name(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos;
+  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos ||
+         name.find(".lora_magnitude_vector") != std::string::npos;
 }
 
 // V3's MTP modules are decoder layers numbered from num_layers on.
@@ -83,9 +84,9 @@ void load_peft_adapter(CausalLM& model, const config::Recipe& recipe) {
                   fmt::format("{}: {} has shape [{}], this run's adapter [{}]", path, t->name, fmt::join(t->shape, ", "),
                               fmt::join(p.tensor.sizes(), ", ")),
                   "the adapter was made for another model or rank");
-    // B's rows are its projection's output rows, stored in the released layout as the weight's are.
-    const std::string rows_of =
-        p.name.find(".lora_B.") != std::string::npos ? p.name.substr(0, p.name.find(".lora_B.")) + ".weight" : p.name;
+    std::string rows_of = p.name;  // B's rows and DoRA's magnitudes: their projection's output rows, in the released layout
+    for (const char* part : {".lora_B.", ".lora_magnitude_vector"})
+      if (p.name.find(part) != std::string::npos) rows_of = p.name.substr(0, p.name.find(part)) + ".weight";
     p.tensor.copy_(permute_rope_rows(recipe.model, rows_of, widened(*t), /*to_interleaved=*/false));
   }
 }

@@ -53,16 +53,20 @@ void load_checkpoint_weights(const std::string& dir, const model::NamedTensors& 
   }
 }
 
-// The model in the recipe's dtype with the target's weights, on `device`; no engine.
+// The model in the recipe's dtype with the target's weights, on `device`; no engine. A LoRA run's
+// adapters are attached as the run attached them: on the base's weights (DoRA's magnitudes start
+// from them), then its lora.init_from, or before the checkpoint that holds them all.
 void load_weights(model::CausalLM& model, const config::Recipe& recipe, const EvalTask& task, const c10::Device& device) {
   c10::NoGradGuard no_grad;
+  const auto attach = [&] {
+    if (recipe.lora.enabled()) model::attach_lora(model, model::lora_spec_of(recipe.lora), recipe.seed);
+  };
   if (task.checkpoint.empty()) {
-    model::NamedTensors base;  // a LoRA run's adapters are not the base model's: fresh ones add nothing
-    for (size_t i = 0; i < model.parameters().size(); ++i)
-      if (model.parameter_places()[i].role != model::ParamRole::kAdapter) base.push_back(model.parameters()[i]);
-    model::load_hf_weights(recipe.model.init_from, recipe.model, base, model.buffers());
-    if (!recipe.lora.init_from.empty()) model::load_peft_adapter(model, recipe);  // the run's starting adapters
+    model::load_hf_weights(recipe.model.init_from, recipe.model, model.parameters(), model.buffers());
+    attach();
+    if (!recipe.lora.init_from.empty()) model::load_peft_adapter(model, recipe);
   } else {
+    attach();
     load_checkpoint_weights(task.checkpoint, model.parameters());
     load_checkpoint_weights(task.checkpoint, model.buffers());
   }
@@ -147,7 +151,6 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   const comm::ParallelGroups groups =
       comm::open_parallel_groups(nccl ? *nccl : *gloo, config::ParallelLayout{env.world_size, 1, std::max(ep, 1)});
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
-  if (recipe.lora.enabled()) model::attach_lora(*model, model::lora_spec_of(recipe.lora), recipe.seed);  // as the run trained it
   load_weights(*model, recipe, task, device.device);
   const model::Objective objective(recipe.train.loss_chunk_tokens);
   train::SequentialRunner runner(*model, objective, nullptr, device.device);

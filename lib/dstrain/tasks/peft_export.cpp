@@ -19,13 +19,18 @@
 namespace dstrain::tasks {
 namespace {
 
-const std::string kA = ".lora_A.weight", kB = ".lora_B.weight", kPeftPrefix = "base_model.model.";
+const std::string kA = ".lora_A.weight", kB = ".lora_B.weight", kMagnitude = ".lora_magnitude_vector", kPeftPrefix = "base_model.model.";
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() > suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-std::string module_of(const std::string& adapter_tensor) { return adapter_tensor.substr(0, adapter_tensor.size() - kA.size()); }
+// The projection an adapter tensor belongs to (its A, B or DoRA magnitude).
+std::string module_of(const std::string& adapter_tensor) {
+  for (const std::string& part : {kA, kB, kMagnitude})
+    if (ends_with(adapter_tensor, part)) return adapter_tensor.substr(0, adapter_tensor.size() - part.size());
+  return adapter_tensor;
+}
 
 std::string regex_escape(const std::string& s) {
   std::string out;
@@ -71,7 +76,7 @@ nlohmann::json adapter_config(const config::Recipe& recipe, const std::vector<st
           {"lora_dropout", l.dropout},
           {"target_modules", peft_target_regex(adapters)},
           {"use_rslora", l.use_rslora},
-          {"use_dora", false},
+          {"use_dora", l.use_dora},
           {"modules_to_save", l.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.modules_to_save)},
           {"rank_pattern", nlohmann::json::object()},
           {"alpha_pattern", nlohmann::json::object()},
@@ -102,7 +107,7 @@ void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::s
 
 }  // namespace
 
-bool is_adapter_tensor(const std::string& name) { return ends_with(name, kA) || ends_with(name, kB); }
+bool is_adapter_tensor(const std::string& name) { return ends_with(name, kA) || ends_with(name, kB) || ends_with(name, kMagnitude); }
 
 std::string peft_target_regex(const std::vector<std::string>& adapter_tensors) {
   std::set<int64_t> layers;
@@ -143,8 +148,8 @@ std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const 
   io::SafetensorsWriter writer(weights, entries, {{"format", "pt"}});
   for (const auto& e : writer.order()) {
     const std::string name = e.name.substr(kPeftPrefix.size());
-    // B's rows are its projection's output rows: in the released layout as the weight's are.
-    const std::string rows_of = ends_with(name, kB) ? module_of(name) + ".weight" : name;
+    // B's rows and DoRA's magnitudes are their projection's output rows: in the released layout as the weight's are.
+    const std::string rows_of = is_adapter_tensor(name) && !ends_with(name, kA) ? module_of(name) + ".weight" : name;
     const at::Tensor stored =
         model::permute_rope_rows(recipe.model, rows_of, read_fp32(reader, name), true).to(kTypes.at(dtype)).contiguous();
     writer.write(e.name, stored.data_ptr(), static_cast<uint64_t>(stored.nbytes()));
@@ -160,7 +165,11 @@ at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reade
   const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // less ".weight"
   if (!ends_with(name, ".weight") || !reader.find(module + kA)) return w;
   const at::Tensor a = read_fp32(reader, module + kA).to(at::kDouble), b = read_fp32(reader, module + kB).to(at::kDouble);
-  return (w.to(at::kDouble) + at::mm(b, a) * model::lora_scale(model::lora_spec_of(recipe.lora))).to(at::kFloat);
+  const at::Tensor merged = w.to(at::kDouble) + at::mm(b, a) * model::lora_scale(model::lora_spec_of(recipe.lora));
+  if (!reader.find(module + kMagnitude)) return merged.to(at::kFloat);
+  // DoRA, merged as PEFT merges it: each row scaled by m / |W + s BA|.
+  const at::Tensor m = read_fp32(reader, module + kMagnitude).to(at::kDouble);
+  return (merged * (m / model::dora_row_norms(merged, at::zeros_like(merged), 0.0)).unsqueeze(1)).to(at::kFloat);
 }
 
 }  // namespace dstrain::tasks

@@ -20,7 +20,7 @@ class Tensor;
 
 namespace dstrain::tasks {
 
-// Whether a checkpoint tensor is an adapter's (<module>.lora_A.weight or .lora_B.weight).
+// Whether a checkpoint tensor is an adapter's (<module>.lora_A.weight, .lora_B.weight or DoRA's .lora_magnitude_vector).
 bool is_adapter_tensor(const std::string& name);
 
 // PEFT's target_modules for these adapter tensors: model\.layers\.(0|1|...)\.(self_attn\.q_proj|...).
@@ -33,7 +33,7 @@ std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const 
                                             const std::string& out_dir);
 
 // Weight `name` of the checkpoint (float32, dstrain's layout) with its adapter merged in when it
-// has one: W + scale · B A, computed in float64.
+// has one: W + scale · B A (DoRA: times m / |W + scale · B A| per row), computed in float64.
 at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name);
 
 }  // namespace dstrain::tasks

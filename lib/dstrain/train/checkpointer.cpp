@@ -51,7 +51,7 @@ ckpt::ShardFile summary_of(ckpt::ShardFile file, const ckpt::ShardTable* table) 
 }
 
 bool is_adapter(const std::string& name) {
-  for (const char* part : {".lora_A.weight", ".lora_B.weight"})
+  for (const char* part : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
     if (name.size() > std::strlen(part) && name.compare(name.size() - std::strlen(part), std::strlen(part), part) == 0) return true;
   return false;
 }

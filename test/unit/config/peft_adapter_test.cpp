@@ -37,7 +37,7 @@ TEST_CASE("lora.init_from: the adapter's r, alpha, rsLoRA and type must be the r
   CHECK_THAT(all, Catch::Contains("lora.init_from (recipe.yaml:3:4): the adapter's r is 8, lora.rank is 4: set lora.rank: 8"));
   CHECK_THAT(all, Catch::Contains("the adapter's lora_alpha is 16.0, lora.alpha is 8: set lora.alpha: 16.0"));
   CHECK_THAT(all, Catch::Contains("the adapter's use_rslora is true, lora.use_rslora is false"));
-  CHECK_THAT(all, Catch::Contains("the adapter is DoRA (use_dora true), not supported yet"));
+  CHECK_THAT(all, Catch::Contains("the adapter's use_dora is true, lora.use_dora is false"));
   lora.init_from = adapter_dir(R"({"peft_type": "IA3", "r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 8}})");
   const std::string other = joined(config::peft_adapter_problems(lora, "--set"));
   CHECK_THAT(other, Catch::Contains("the adapter's peft_type is \"IA3\", not LORA"));

@@ -103,6 +103,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"lora.dropout", {"0", {"lora.rank=4"}}},  // another value is refused until dropout is supported
       {"lora.targets", {"[q_proj, v_proj]", {"lora.rank=4"}}},
       {"lora.use_rslora", {"true", {"lora.rank=4"}}},
+      {"lora.use_dora", {"true", {"lora.rank=4"}}},
       {"lora.modules_to_save", {"[lm_head]", {"lora.rank=4"}}},
       {"lora.init_from", {dir + "/adapter", {"lora.rank=4", "lora.alpha=8"}}},
       {"train.accumulation", {"[{until_step: 5, steps: 2}, {steps: 3}]", {}}},

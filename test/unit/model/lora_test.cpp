@@ -195,3 +195,72 @@ TEST_CASE("LoRA: the recipe's counts (nothing allocated) are the attached model'
     }
   }
 }
+
+TEST_CASE("DoRA: fresh, the logits are the base's bitwise; the forward and gradients equal the merged model's (float64)", "[model]") {
+  for (const bool moe : {false, true}) {
+    DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense")) {
+      const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
+      model::LoraSpec spec{4, 16.0, false, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}};
+      spec.dora = true;
+      const double scale = model::lora_scale(spec);
+      auto base = model::make_model(cfg, 3, at::kDouble), adapted = model::make_model(cfg, 3, at::kDouble),
+           merged = model::make_model(cfg, 3, at::kDouble);
+      REQUIRE(model::attach_lora(*adapted, spec, 11) > 0);
+      const at::Tensor tokens = tokens_of(cfg.vocab_size);
+      CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));  // m = |W|: every row's ratio is exactly 1
+      std::map<std::string, at::Tensor> params = by_name(*adapted), reference = by_name(*merged);
+      std::map<std::string, at::Tensor> norms, ratios;  // per projection: |W + s BA| and m / it, constants of the merge
+      at::Generator g = at::detail::createCPUGenerator(21);
+      {
+        c10::NoGradGuard no_grad;
+        for (model::Linear* l : adapted->linears()) {
+          if (l->adapters.empty()) continue;
+          at::Tensor b = params.at(l->module + ".lora_B.weight"), m = params.at(l->module + ".lora_magnitude_vector");
+          CHECK(at::equal(m, at::linalg_vector_norm(l->weight, 2, at::IntArrayRef{1})));  // PEFT's initial magnitude
+          b.copy_(at::randn(b.sizes(), g, at::kDouble) * 0.1);
+          m.mul_(1 + 0.1 * at::randn(m.sizes(), g, at::kDouble));
+          const at::Tensor v = l->weight + at::mm(b, params.at(l->module + ".lora_A.weight")) * scale;
+          norms[l->module] = at::linalg_vector_norm(v, 2, at::IntArrayRef{1});
+          ratios[l->module] = m / norms[l->module];
+          reference.at(l->module + ".weight").copy_(v * ratios[l->module].unsqueeze(1));
+        }
+      }
+      const at::Tensor labels = at::roll(tokens, -1, 1);
+      for (auto& [name, t] : reference) t.requires_grad_(true);
+      const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
+      CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
+      ours.backward();
+      theirs.backward();
+      for (model::Linear* l : adapted->linears()) {
+        if (l->adapters.empty()) continue;
+        INFO(l->module);
+        // W' = diag(m / n) (W + s BA) with n held constant (detached): dL/d(BA) = s diag(m / n) G.
+        const at::Tensor grad = reference.at(l->module + ".weight").grad() * ratios.at(l->module).unsqueeze(1);
+        const at::Tensor a = params.at(l->module + ".lora_A.weight"), b = params.at(l->module + ".lora_B.weight");
+        const at::Tensor m = params.at(l->module + ".lora_magnitude_vector");
+        CHECK(at::allclose(b.grad(), at::mm(grad, a.t()) * scale, 1e-9, 1e-12));
+        CHECK(at::allclose(a.grad(), at::mm(b.t(), grad) * scale, 1e-9, 1e-12));
+        const at::Tensor v = l->weight + at::mm(b, a).detach() * scale;
+        CHECK(at::allclose(m.grad(), (reference.at(l->module + ".weight").grad() * v).sum(1) / norms.at(l->module), 1e-9, 1e-12));
+        CHECK_FALSE(l->weight.grad().defined());
+      }
+    }
+  }
+}
+
+TEST_CASE("DoRA: a zero row of the base stays finite (PEFT divides by its zero norm)", "[model]") {
+  auto m = model::make_model(test::tiny_model_config(), 3, at::kDouble);
+  {
+    c10::NoGradGuard no_grad;
+    m->linear("model.layers.0.self_attn.o_proj")->weight[0].zero_();
+  }
+  model::LoraSpec spec{4, 8.0, false, {"o_proj"}};
+  spec.dora = true;
+  model::attach_lora(*m, spec, 2);
+  const at::Tensor tokens = tokens_of(test::tiny_model_config().vocab_size);
+  const at::Tensor loss = model::mean_loss(*m, tokens, at::roll(tokens, -1, 1));
+  loss.backward();
+  CHECK(std::isfinite(loss.item<double>()));
+  for (const auto& p : m->parameters())
+    if (p.tensor.grad().defined()) CHECK(at::isfinite(p.tensor.grad()).all().item<bool>());
+}
