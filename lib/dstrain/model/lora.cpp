@@ -78,6 +78,12 @@ void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
 
 }  // namespace
 
+bool is_adapter_name(const std::string& name) {
+  for (const std::string part : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
+    if (name.size() > part.size() && name.compare(name.size() - part.size(), part.size(), part) == 0) return true;
+  return false;
+}
+
 LoraSpec lora_spec_of(const config::LoraConfig& config) {
   LoraSpec spec;
   spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;

@@ -42,6 +42,9 @@ at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weigh
 // (all-linear: any but the router's), and it is neither a routed expert's nor in the final group
 // (the MTP modules beside the head).
 bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& linear);
+// Whether a parameter (or checkpoint tensor) is an adapter's: <module>.lora_A.weight,
+// .lora_B.weight or DoRA's .lora_magnitude_vector.
+bool is_adapter_name(const std::string& name);
 // Whether parameter `name` belongs to one of the spec's modules to save.
 bool lora_saves(const LoraSpec& spec, const std::string& name);
 // Attaches an adapter to every targeted projection the model holds, drawing A from `seed` (the

@@ -18,11 +18,6 @@ namespace {
 
 const std::string kPrefix = "base_model.model.";
 
-bool is_adapter_name(const std::string& name) {
-  return name.find(".lora_A.") != std::string::npos || name.find(".lora_B.") != std::string::npos ||
-         name.find(".lora_magnitude_vector") != std::string::npos;
-}
-
 // V3's MTP modules are decoder layers numbered from num_layers on.
 bool is_mtp(const config::ModelConfig& config, const std::string& name) {
   static const std::string kLayers = "model.layers.";

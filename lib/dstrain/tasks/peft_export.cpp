@@ -107,7 +107,7 @@ void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::s
 
 }  // namespace
 
-bool is_adapter_tensor(const std::string& name) { return ends_with(name, kA) || ends_with(name, kB) || ends_with(name, kMagnitude); }
+bool is_adapter_tensor(const std::string& name) { return model::is_adapter_name(name); }
 
 std::string peft_target_regex(const std::vector<std::string>& adapter_tensors) {
   std::set<int64_t> layers;

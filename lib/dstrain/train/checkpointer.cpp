@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <map>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/model/lora.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::train {
@@ -50,17 +50,11 @@ ckpt::ShardFile summary_of(ckpt::ShardFile file, const ckpt::ShardTable* table) 
   return file;
 }
 
-bool is_adapter(const std::string& name) {
-  for (const char* part : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
-    if (name.size() > std::strlen(part) && name.compare(name.size() - std::strlen(part), std::strlen(part), part) == 0) return true;
-  return false;
-}
-
 // A LoRA run's adapters (lora.*) must be the checkpoint's: the same projections, the same rank.
 void check_same_adapters(const ckpt::Reader& reader, const std::vector<zero::Engine::StateTensor>& tensors, const std::string& dir) {
   std::set<std::string> now;
   for (const auto& t : tensors) {
-    if (!is_adapter(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
+    if (!model::is_adapter_name(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
     now.insert(t.name);
     const ckpt::TensorMeta* then = reader.find(t.name);
     if (then && then->shape != t.shape)
@@ -72,7 +66,7 @@ void check_same_adapters(const ckpt::Reader& reader, const std::vector<zero::Eng
   size_t then_count = 0;
   std::string missing;
   for (const auto& t : reader.tensors()) {
-    if (!is_adapter(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
+    if (!model::is_adapter_name(t.name) || t.name.rfind("exp_avg", 0) == 0) continue;
     ++then_count;
     if (missing.empty() && !now.count(t.name)) missing = t.name;
   }
