@@ -10,7 +10,9 @@
 #include <limits>
 
 #include "commands.h"
+#include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/core/crc32c.h"
 #include "dstrain/core/error.h"
 #include "dstrain/config/recipe.h"
@@ -86,6 +88,15 @@ std::string resolve_dir(const std::string& path) {
   return dir;
 }
 
+// What differs between a checkpoint's base and the files at its path now ("" when nothing).
+std::string base_problem_of(const ckpt::BaseModel& base) {
+  try {
+    return ckpt::base_difference(base, ckpt::identify_base(base.path));
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 int inspect(const Options& o) {
   const std::string dir = resolve_dir(o.path);
   const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
@@ -114,6 +125,12 @@ int inspect(const Options& o) {
       if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty())
         lora_rank = t.shape[0], ++projections;
     }
+  // A LoRA checkpoint that names its base: with --verify, the base's files are checked too.
+  const ckpt::BaseModel& base = in.state.base;
+  const std::string base_problem = o.verify && !base.empty() ? base_problem_of(base) : "";
+  ok &= base_problem.empty();
+  uint64_t base_bytes = 0;
+  for (const auto& f : base.files) base_bytes += f.bytes;
   nlohmann::json j;
   if (o.json) {
     j = {{"dir", in.dir},
@@ -134,8 +151,10 @@ int inspect(const Options& o) {
          {"frozen_parameters", frozen},
          {"lora", adapters > 0 ? nlohmann::json{{"rank", lora_rank}, {"tensors", adapters}, {"elements", adapter_elements}}
                                : nlohmann::json(nullptr)},
+         {"base", base.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(ckpt::to_json(base))},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
+    if (o.verify && !base.empty()) j["base"]["problem"] = base_problem;
     for (const auto& f : in.files) j["files"].push_back({{"name", f.name}, {"bytes", f.bytes}, {"ok", f.ok}, {"problem", f.problem}});
   } else {
     fmt::print(
@@ -151,6 +170,12 @@ int inspect(const Options& o) {
     if (frozen > 0)
       fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state ({})\n", frozen, frozen_elements,
                  adapters > 0 ? "the LoRA base" : "train.freeze");
+    if (!base.empty())
+      fmt::print("base         {} ({} file{}, {}): named, not held; a resume, eval or merge reads it from there{}\n", base.path,
+                 base.files.size(), base.files.size() == 1 ? "" : "s", cost::bytes_text(static_cast<double>(base_bytes)),
+                 !o.verify              ? ""
+                 : base_problem.empty() ? " (verified: the same files)"
+                                        : "\nbase         CHANGED: " + base_problem);
   }
   if (o.tensors && ok) {
     const ckpt::Reader reader(dir);
@@ -238,7 +263,9 @@ void register_inspect_ckpt(CLI::App& app, Run& run) {
       "  dstrain inspect-ckpt runs/demo/ckpt --export exported/demo");
   cmd->add_option("path", o->path, "A run directory, its ckpt/ directory, or one checkpoint directory")->required();
   cmd->add_flag("--tensors", o->tensors, "Every tensor: dtype, shape, files holding it, norm, min, max, CRC-32C of its values");
-  cmd->add_flag("--verify", o->verify, "Report every file's check (the summary verifies too)");
+  cmd->add_flag(
+      "--verify", o->verify,
+      "Report every file's check (the summary verifies too); a LoRA checkpoint's base (named, not held) is checked against its files too");
   cmd->add_flag("--json", o->json, "Machine-readable output");
   cmd->add_option("--diff", o->diff, "Another checkpoint: which tensors differ, and by how much");
   cmd->add_option("--export", o->export_dir, "Write the weights as a Hugging Face model (config.json + safetensors) into this directory");

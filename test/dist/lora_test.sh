@@ -2,11 +2,12 @@
 # LoRA (issue 59): the recipe's lora block on a Hugging Face base (model.init_from). On the dense
 # model and the MLA + MoE model: 20 steps at ZeRO 0-3 on 2 ranks, with expert parallelism 2 and a
 # 2-stage pipeline, give the losses of one process within 1e-5; the engine's model states per rank
-# are --dry-run's; a resume (2 ranks -> 1) continues exactly, one with another lora block is
-# refused by key; `dstrain eval` of the run gives its training-time validation loss; the PEFT export
-# loads with PeftModel.from_pretrained (every tensor taken, bit for bit) and gives that loss, as
-# does the merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the
-# weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA
+# are --dry-run's; the checkpoints hold what trains and name the base (its files' CRC-32C): a
+# resume (2 ranks -> 1) reads the base again and continues exactly, one with another lora block or
+# another base is refused, as are eval and a merge on a base changed since; `dstrain eval` of the
+# run gives its training-time validation loss; the PEFT export loads with
+# PeftModel.from_pretrained (every tensor taken, bit for bit) and gives that loss, as does the
+# merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA
 # likewise against one process and PEFT; bad lora settings are refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
@@ -69,22 +70,49 @@ done
 ok "model states per rank of a LoRA run are what --dry-run plans (ZeRO 1 and 3)"
 
 # --- resume: 2 ranks -> 1 continues exactly; another lora block is refused --------------------------
+# The checkpoints hold what trains and name the base: a resume reads it again (here from a copy
+# elsewhere: the same files), and refuses another base or none.
 run "$demo_recipe" half 2 "${dense[@]}" --set zero.stage=2 --set checkpoint.interval_steps=10
+cp -r hf-base hf-moved
 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 1 "${dense[@]}" --set zero.stage=3 \
-  --set run_dir=alone --resume half/ckpt/step_00000010
+  --set model.init_from="$WORK/hf-moved" --set run_dir=alone --resume half/ckpt/step_00000010
+expect_out "the checkpoint's base $WORK/hf-base is at $WORK/hf-moved now (the same files)"
 python3 "$cmp" half/metrics.jsonl alone/metrics.jsonl --resumed --rtol 1e-5 || fail "a LoRA run resumed on one rank does not continue the run"
+perturb() {  # perturb FOLDER: one weight of the base changed
+  "$py" -c "from safetensors.torch import load_file, save_file
+t = load_file('$1/model.safetensors'); k = sorted(t)[0]; t[k] = t[k] + 0.01
+save_file(t, '$1/model.safetensors', metadata={'format': 'pt'})"
+}
+cp -r hf-base hf-other && perturb hf-other
+expect_status 4 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${dense[@]}" \
+  --set model.init_from="$WORK/hf-other" --set run_dir=other --resume half/ckpt/step_00000010
+expect_out "holds adapters trained on the base $WORK/hf-base, and model.init_from $WORK/hf-other is another model: model.safetensors: CRC-32C"
+expect_status 4 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${dense[@]}" --set model.init_from= \
+  --set run_dir=other --resume half/ckpt/step_00000010
+expect_out "holds LoRA adapters without their base, which was $WORK/hf-base"
+expect_status 0 "$DSTRAIN" inspect-ckpt half --verify --json --tensors
+python3 -c "import json,sys; j=json.loads(sys.argv[1]); b=j['base']; assert b['path']=='$WORK/hf-base' and b['problem']=='' and len(b['files'])==1, b
+assert j['frozen_parameters']==0 and not any(t['name']=='model.layers.0.self_attn.q_proj.weight' for t in j['tensors']), 'the base is in the checkpoint'" \
+  "$OUT" || fail "the LoRA checkpoint holds its base, or does not name it"
+perturb hf-moved  # the base of run 'alone', changed under it
+expect_status 4 "$DSTRAIN" eval alone --data val.txt
+expect_out "holds adapters trained on the base $WORK/hf-moved, whose files have changed since: model.safetensors"
+expect_status 4 "$DSTRAIN" export-hf alone nowhere --merge
+[ ! -e nowhere ] || fail "export-hf --merge on a changed base wrote something"
+expect_status 4 "$DSTRAIN" inspect-ckpt alone --verify
+expect_out "base         CHANGED: model.safetensors: CRC-32C"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${dense[@]}" --set lora.rank=8 \
   --set run_dir=other --resume half/ckpt/step_00000010
 expect_out "this run's is [8, 128]: the adapters' rank differs"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 --set run_dir=full \
   --set model.init_from="$WORK/hf-base" --resume half/ckpt/step_00000010
 expect_out "lora: checkpoint $WORK/half/ckpt/step_00000010 was written with 28 adapter tensors, this run has 0"
-ok "a LoRA run resumes on another world size and ZeRO stage exactly; another rank, or no lora, is refused by key"
+ok "a LoRA checkpoint holds what trains and names its base: it resumes on another world size and ZeRO stage exactly (the base read again, from a copy elsewhere); another base, none, another rank or no lora is refused; eval, a merge and inspect-ckpt --verify refuse a base changed since"
 
 # --- inspect-ckpt, eval and the PEFT export (dense) ---------------------------------------------------
 expect_status 0 "$DSTRAIN" inspect-ckpt one
 expect_out "lora         28 adapter tensors of rank 4 on 14 projections (19520 elements), with their optimizer state"
-expect_out "frozen       20 parameters (428672 elements): values alone, no optimizer state (the LoRA base)"
+expect_out "base         $WORK/hf-base (1 file, 1.8 MiB): named, not held; a resume, eval or merge reads it from there"
 trained=$(val one 20)
 expect_status 0 "$DSTRAIN" eval one --json
 python3 -c "import json,sys; v=json.loads(sys.argv[1])['datasets'][0]['val_loss']; sys.exit(0 if abs(v-$trained)<=1e-6*$trained else f'{v} vs $trained')" \
@@ -140,6 +168,8 @@ run "$moe" mpp 2 "${mla[@]}" --set model.num_layers=4 --set train.global_batch_s
 python3 "$cmp" mall/metrics.jsonl mpp/metrics.jsonl --rtol 1e-5 || fail "LoRA on a 2-stage pipeline differs from one process"
 expect_status 2 "$DSTRAIN" export-hf mall nowhere
 expect_out "no model.init_from"
+expect_status 0 "$DSTRAIN" inspect-ckpt mall
+expect_out "values alone, no optimizer state (the LoRA base)"  # its own random base: saved whole
 expect_status 0 "$DSTRAIN" export-hf mall mall-merged --merge
 expect_out "exported"
 "$py" "$SRC/test/dist/peft_reference.py" - none val.txt 64 "$(val mall 20)" mall-merged || fail "the merged all-linear MoE export does not give dstrain's loss"

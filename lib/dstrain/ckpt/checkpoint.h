@@ -1,8 +1,11 @@
 #pragma once
-// dstrain's checkpoint format (version 3; version 2 is read too), free of torch so that
+// dstrain's checkpoint format (versions 3 and 4; version 2 is read too), free of torch so that
 // inspect-ckpt and tests read it cheaply. A checkpoint is a directory:
 //   step_XXXXXXXX/manifest.json    format, version, step, samples and tokens consumed, world size,
 //                                  ZeRO stage, precision, config hash, model, creation time;
+//                                  version 4: the base a LoRA run's adapters belong to (`base`:
+//                                  its folder and its weight files' sizes and CRC-32C), whose
+//                                  frozen weights the checkpoint names instead of holding;
 //                                  every tensor's global name, dtype and shape with its pieces
 //                                  (file, byte offset, element range of the flattened tensor),
 //                                  or, for the ZeRO engine's sharded tensors, "pieces": "shards":
@@ -28,8 +31,22 @@
 
 namespace dstrain::ckpt {
 
-constexpr int kFormatVersion = 3;  // written; 2 and 3 are read
+constexpr int kFormatVersion = 4;  // written when a base is named, else 3; 2 to 4 are read
 constexpr int kOldestReadableVersion = 2;
+
+// A LoRA run's frozen base, named instead of saved: the Hugging Face folder it was read from and
+// each weight file's size and CRC-32C (a resume, an eval or a merge reads the base from there and
+// refuses another one). Empty for a checkpoint that holds every weight it needs.
+struct BaseFile {
+  std::string name;  // relative to the folder
+  uint64_t bytes = 0;
+  uint32_t crc32c = 0;
+};
+struct BaseModel {
+  std::string path;  // absolute
+  std::vector<BaseFile> files;
+  bool empty() const { return path.empty(); }
+};
 
 struct TrainState {
   int64_t step = 0;              // optimizer steps completed
@@ -41,6 +58,7 @@ struct TrainState {
   std::string config_hash;
   std::string model;    // one line: family and sizes
   std::string created;  // UTC, ISO 8601 (set by the writer)
+  BaseModel base;       // format 4: the frozen base the checkpoint does not hold
 };
 
 struct TensorMeta {

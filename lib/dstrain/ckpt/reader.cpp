@@ -103,7 +103,7 @@ ShardTable shard_table_from(const nlohmann::json& j, const std::string& manifest
   return t;
 }
 
-TrainState state_from(const nlohmann::json& m) {
+TrainState state_from(const nlohmann::json& m, const std::string& manifest) {
   TrainState s;
   s.step = integer<int64_t>(m.at("step"));
   s.samples_consumed = integer<int64_t>(m.at("samples_consumed"));
@@ -114,6 +114,12 @@ TrainState state_from(const nlohmann::json& m) {
   s.config_hash = m.at("config_hash").get<std::string>();
   s.model = m.at("model").get<std::string>();
   s.created = m.at("created").get<std::string>();
+  if (const auto base = m.find("base"); base != m.end()) {  // format 4
+    s.base.path = base->at("path").get<std::string>();
+    for (const auto& f : base->at("files"))
+      s.base.files.push_back({f.at("name").get<std::string>(), integer<uint64_t>(f.at("bytes")), integer<uint32_t>(f.at("crc32c"))});
+    if (s.base.path.empty() || s.base.files.empty()) corrupt(manifest, "base: an empty path or no files");
+  }
   return s;
 }
 
@@ -282,7 +288,7 @@ Reader::Reader(const std::string& dir, bool verified) : dir_(dir), impl_(std::ma
   if (!committed_matches(read_file((fs::path(dir) / kCommitted).string()), crc32c(manifest_text.data(), manifest_text.size())))
     corrupt(manifest, "does not match the checksum recorded in COMMITTED: it was changed after the save");
   try {
-    state_ = state_from(m);
+    state_ = state_from(m, manifest);
     for (const auto& f : m.at("files")) {
       const std::string name = f.at("name").get<std::string>();
       if (!is_plain_file_name(name)) corrupt(manifest, fmt::format("file name '{}' is not a plain file name in the checkpoint", name));
@@ -483,7 +489,7 @@ Inspection inspect_checkpoint(const std::string& dir) {
   in.committed = fs::exists(fs::path(dir) / kCommitted);
   const nlohmann::json m = read_manifest(dir);
   try {
-    in.state = state_from(m);
+    in.state = state_from(m, (fs::path(dir) / kManifest).string());
     const std::map<std::string, std::vector<std::string>> shard_files =
         m.contains("shards") ? files_of_sharded(shard_table_from(m.at("shards"), (fs::path(dir) / kManifest).string()))
                              : std::map<std::string, std::vector<std::string>>{};

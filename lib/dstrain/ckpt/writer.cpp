@@ -13,6 +13,7 @@
 #include <set>
 
 #include "dstrain/ckpt/checkpoint.h"
+#include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/format.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/crc32c.h"
@@ -269,7 +270,7 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   state.created = utc_now();
   nlohmann::json m;
   m["format"] = kFormatName;
-  m["format_version"] = kFormatVersion;
+  m["format_version"] = state.base.empty() ? 3 : kFormatVersion;  // an older dstrain reads what needs no base
   m["step"] = state.step;
   m["samples_consumed"] = state.samples_consumed;
   m["tokens_consumed"] = state.tokens_consumed;
@@ -279,6 +280,7 @@ std::string commit(const std::string& root, TrainState state, const std::vector<
   m["config_hash"] = state.config_hash;
   m["model"] = state.model;
   m["created"] = state.created;
+  if (!state.base.empty()) m["base"] = nlohmann::json::parse(to_json(state.base));
   std::map<std::string, nlohmann::json> pieces_of;
   for (const auto& f : files)
     for (const auto& p : f.pieces)

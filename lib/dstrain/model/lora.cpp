@@ -195,4 +195,6 @@ config::FrozenCounts lora_counts(const config::Recipe& recipe) {
   return out;
 }
 
+bool lora_checkpoints_name_base(const config::Recipe& recipe) { return recipe.lora.enabled() && !recipe.model.init_from.empty(); }
+
 }  // namespace dstrain::model

@@ -57,6 +57,11 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed);
 // frozen (in this model: a pipeline stage's part).
 std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t adapted);
 
+// A LoRA run on a Hugging Face base (model.init_from) checkpoints what trains only: the frozen
+// base is named (its folder and files' checksums, ckpt::BaseModel) and read from there again.
+// Without model.init_from the base is the run's own random initialisation, saved whole.
+bool lora_checkpoints_name_base(const config::Recipe& recipe);
+
 // What lora freezes and adds in a model of `recipe` (recipe.lora enabled), by layer group, from
 // the model's declared parameters (nothing allocated); the checks of attach_lora.
 config::FrozenCounts lora_counts(const config::Recipe& recipe);

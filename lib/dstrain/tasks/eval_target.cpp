@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/enums.h"
@@ -178,10 +179,15 @@ void check_weights(const config::Recipe& r, const EvalTarget& t) {
   const std::vector<model::NamedShape> shapes = model::model_tensor_shapes(r.model);
   if (!t.hf_dir.empty()) return model::check_hf_weights(t.hf_dir, shapes);
   const ckpt::Reader reader(t.checkpoint, /*verified=*/true);
+  const ckpt::BaseModel& base = reader.state().base;
+  if (!base.empty()) {  // a LoRA checkpoint's base: the run's model.init_from, if it is the one the checkpoint names
+    ckpt::check_checkpoint_base(t.checkpoint, base, ckpt::identify_base(r.model.init_from));
+    model::check_hf_weights(r.model.init_from, shapes);
+  }
   std::vector<std::string> problems;
   for (const auto& s : shapes) {
     const ckpt::TensorMeta* m = reader.find(s.name);
-    if (!m && s.required) problems.push_back(fmt::format("no tensor '{}'", s.name));
+    if (!m && s.required && base.empty()) problems.push_back(fmt::format("no tensor '{}'", s.name));
     if (m && m->shape != s.shape)
       problems.push_back(fmt::format("'{}' is [{}], the model's is [{}]", s.name, fmt::join(m->shape, ", "), fmt::join(s.shape, ", ")));
   }

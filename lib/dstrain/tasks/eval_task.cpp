@@ -55,7 +55,8 @@ void load_checkpoint_weights(const std::string& dir, const model::NamedTensors& 
 
 // The model in the recipe's dtype with the target's weights, on `device`; no engine. A LoRA run's
 // adapters are attached as the run attached them: on the base's weights (DoRA's magnitudes start
-// from them), then its lora.init_from, or before the checkpoint that holds them all.
+// from them), then its lora.init_from, or before the checkpoint that holds them (and the base, when
+// the run had no model.init_from).
 void load_weights(model::CausalLM& model, const config::Recipe& recipe, const EvalTask& task, const c10::Device& device) {
   c10::NoGradGuard no_grad;
   const auto attach = [&] {
@@ -66,6 +67,9 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
     attach();
     if (!recipe.lora.init_from.empty()) model::load_peft_adapter(model, recipe);
   } else {
+    // A LoRA checkpoint names its base (the launcher checked it is model.init_from's files).
+    if (model::lora_checkpoints_name_base(recipe))
+      model::load_hf_weights(recipe.model.init_from, recipe.model, model.parameters(), model.buffers());
     attach();
     load_checkpoint_weights(task.checkpoint, model.parameters());
     load_checkpoint_weights(task.checkpoint, model.buffers());

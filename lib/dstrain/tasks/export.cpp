@@ -9,6 +9,7 @@
 #include <map>
 #include <optional>
 
+#include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/tasks/run_checkpoint.h"
 #include "dstrain/cost/dry_run.h"
@@ -200,6 +201,32 @@ Tokens write_tokenizer(const config::Recipe& r, const std::string& out_dir) {
   return t;
 }
 
+// The model's tensors an export writes: the checkpoint's (not the adapters), and with a base the
+// checkpoint names, the frozen ones from there. Throws Error{kCheckpoint} when they are not the
+// run's model.
+std::vector<model::TensorShape> model_tensors_of(const config::Recipe& recipe, const ckpt::Reader& reader, const model::HfWeights* base) {
+  std::vector<model::TensorShape> tensors;
+  int64_t elements = 0;
+  const auto take = [&](const std::string& name, const std::vector<int64_t>& shape) {
+    tensors.push_back({name, shape});
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    elements += n;
+  };
+  for (const auto& t : reader.tensors())
+    if (is_model_tensor(t.name) && !is_adapter_tensor(t.name)) take(t.name, t.shape);
+  if (base)
+    for (const auto& s : model::model_tensor_shapes(recipe.model))
+      if (!reader.find(s.name) && (s.required || base->has(s.name))) take(s.name, s.shape);
+  const int64_t expected = cost::parameter_counts(recipe.model).total;
+  if (elements != expected)
+    throw Error(ErrorCode::kCheckpoint,
+                fmt::format("checkpoint {} holds {} model elements{}, the run's model has {}", reader.dir(), elements,
+                            base ? " with its base's" : "", expected),
+                "export with the run directory that wrote the checkpoint");
+  return tensors;
+}
+
 bool is_hf_folder(const std::string& dir) {
   return fs::is_regular_file(dir + "/config.json") &&
          (fs::is_regular_file(dir + "/model.safetensors") || fs::is_regular_file(dir + "/model.safetensors.index.json"));
@@ -283,32 +310,34 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
     throw Error(ErrorCode::kUsage,
                 fmt::format("--merge: run {} trained no adapters (lora.rank 0); its export is the whole model already", run_path),
                 "leave --merge out");
-  std::vector<model::TensorShape> tensors;
-  int64_t elements = 0;
-  for (const auto& t : reader.tensors())
-    if (is_model_tensor(t.name) && !is_adapter_tensor(t.name)) {
-      tensors.push_back({t.name, t.shape});
-      int64_t n = 1;
-      for (int64_t d : t.shape) n *= d;
-      elements += n;
-    }
-  const int64_t expected = cost::parameter_counts(recipe.model).total;
-  if (elements != expected)
-    throw Error(ErrorCode::kCheckpoint,
-                fmt::format("checkpoint {} holds {} model elements, the run's model has {}", result.checkpoint, elements, expected),
-                "export with the run directory that wrote the checkpoint");
+  // A LoRA checkpoint that names its base: the frozen weights from there (checked before anything
+  // is written), in the model's dtype as the run held them.
+  const bool adapter = recipe.lora.enabled() && !options.merge;
+  std::unique_ptr<model::HfWeights> base;
+  if (!adapter && !reader.state().base.empty()) {
+    ckpt::check_checkpoint_base(result.checkpoint, reader.state().base, ckpt::identify_base(recipe.model.init_from));
+    base = std::make_unique<model::HfWeights>(recipe.model.init_from, recipe.model);
+  }
+  const std::vector<model::TensorShape> tensors =
+      adapter ? std::vector<model::TensorShape>{} : model_tensors_of(recipe, reader, base.get());
   fs::create_directories(out_dir);
   const Tokens tokens = write_tokenizer(recipe, out_dir);
   o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos, o.end_of_turn_id = tokens.end_of_turn;
   result.tokenizer = tokens.tokenizer;
-  if (recipe.lora.enabled() && !options.merge) {
+  if (adapter) {
     result.files = write_peft_adapter(recipe, reader, o.dtype, out_dir), result.adapter = true;
     return result;
   }
+  const at::ScalarType held = model::scalar_type(recipe.precision.dtype);
   // One tensor in memory at a time: read whole from its pieces (a LoRA run's adapters merged in),
   // converted and written.
   result.files = model::export_hf_streaming(
-      recipe.model, tensors, [&](const model::TensorShape& t) { return merged_weight(recipe, reader, t.name); }, o, out_dir);
+      recipe.model, tensors,
+      [&](const model::TensorShape& t) {
+        const at::Tensor w = reader.find(t.name) ? read_fp32(reader, t.name) : base->read(t.name).to(held).to(at::kFloat);
+        return recipe.lora.enabled() ? merged_weight(recipe, reader, t.name, w) : w;
+      },
+      o, out_dir);
   return result;
 }
 

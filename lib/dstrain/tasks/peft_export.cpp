@@ -38,14 +38,6 @@ std::string regex_escape(const std::string& s) {
   return out;
 }
 
-at::Tensor read_fp32(const ckpt::Reader& reader, const std::string& name) {
-  const ckpt::TensorMeta* m = reader.find(name);
-  if (!m) throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} lacks {}", reader.dir(), name), "export a checkpoint of this run");
-  at::Tensor value = at::empty(m->shape, at::kFloat);
-  reader.read(name, 0, value.numel(), value.data_ptr(), "float32");
-  return value;
-}
-
 // Decoder layer index of "model.layers.N.*"; -1 for other names.
 int64_t layer_of(const std::string& name) {
   static const std::string kLayers = "model.layers.";
@@ -107,6 +99,14 @@ void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::s
 
 }  // namespace
 
+at::Tensor read_fp32(const ckpt::Reader& reader, const std::string& name) {
+  const ckpt::TensorMeta* m = reader.find(name);
+  if (!m) throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} lacks {}", reader.dir(), name), "export a checkpoint of this run");
+  at::Tensor value = at::empty(m->shape, at::kFloat);
+  reader.read(name, 0, value.numel(), value.data_ptr(), "float32");
+  return value;
+}
+
 bool is_adapter_tensor(const std::string& name) { return model::is_adapter_name(name); }
 
 std::string peft_target_regex(const std::vector<std::string>& adapter_tensors) {
@@ -160,8 +160,8 @@ std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const 
   return {config_path, weights};
 }
 
-at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name) {
-  at::Tensor w = read_fp32(reader, name);
+at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name, const at::Tensor& weight) {
+  const at::Tensor& w = weight;
   const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // less ".weight"
   if (!ends_with(name, ".weight") || !reader.find(module + kA)) return w;
   const at::Tensor a = read_fp32(reader, module + kA).to(at::kDouble), b = read_fp32(reader, module + kB).to(at::kDouble);

@@ -32,8 +32,11 @@ std::string peft_target_regex(const std::vector<std::string>& adapter_tensors);
 std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& dtype,
                                             const std::string& out_dir);
 
-// Weight `name` of the checkpoint (float32, dstrain's layout) with its adapter merged in when it
-// has one: W + scale · B A (DoRA: times m / |W + scale · B A| per row), computed in float64.
-at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name);
+// Weight `name` (`weight`: float32, dstrain's layout, from the checkpoint or the base it names)
+// with its adapter in the checkpoint merged in when it has one: W + scale · B A (DoRA: times
+// m / |W + scale · B A| per row), computed in float64.
+at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& name, const at::Tensor& weight);
+// A checkpoint's tensor as float32.
+at::Tensor read_fp32(const ckpt::Reader& reader, const std::string& name);
 
 }  // namespace dstrain::tasks

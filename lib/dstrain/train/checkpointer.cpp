@@ -13,10 +13,12 @@
 #include <set>
 #include <sstream>
 
+#include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
+#include "dstrain/cost/model_costs.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
 #include "dstrain/model/lora.h"
@@ -138,6 +140,50 @@ Checkpointer::Checkpointer(const config::Recipe& recipe, std::string ckpt_dir, c
       log::warn("checkpoint.async needs a filesystem every rank shares: saving synchronously instead");
   }
   async_ = recipe_.checkpoint.async && shared_;
+  if (model::lora_checkpoints_name_base(recipe_)) identify_base();
+}
+
+void Checkpointer::identify_base() {
+  // Rank 0 reads the files (their checksums are cached per file version); every rank learns the
+  // answer, or the error, so that all refuse a resume alike.
+  std::string answer;
+  if (comm_.rank() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      const ckpt::BaseModel base = ckpt::identify_base(recipe_.model.init_from);
+      uint64_t bytes = 0;
+      for (const auto& f : base.files) bytes += f.bytes;
+      log::info(fmt::format("lora: checkpoints hold what trains and name the base {} ({} file{}, {}, checksummed in {:.2f} s)", base.path,
+                            base.files.size(), base.files.size() == 1 ? "" : "s", cost::bytes_text(static_cast<double>(bytes)),
+                            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()));
+      answer = "ok" + ckpt::to_json(base);
+    } catch (const Error& e) {
+      answer = "error" + std::string(e.what());
+    }
+  }
+  answer = comm_.broadcast_bytes(answer, 0);
+  if (answer.rfind("ok", 0) != 0)
+    throw Error(ErrorCode::kCheckpoint, answer.substr(5), "model.init_from names the Hugging Face folder the adapters are trained on");
+  base_ = std::make_shared<const ckpt::BaseModel>(ckpt::base_model_from_json(answer.substr(2)));
+}
+
+// A checkpoint that names its base resumes on that base only; one that holds its base's weights
+// (written before checkpoints named it) is taken as it is.
+void Checkpointer::check_base(const ckpt::Reader& reader, const std::string& dir) const {
+  const ckpt::BaseModel& then = reader.state().base;
+  if (then.empty()) {
+    if (base_ && comm_.rank() == 0)
+      log::warn(
+          fmt::format("checkpoint {} names no base (it was written before checkpoints named one): model.init_from {} is taken as its base",
+                      dir, base_->path));
+    return;
+  }
+  if (!base_)
+    throw Error(ErrorCode::kCheckpoint, fmt::format("checkpoint {} holds LoRA adapters without their base, which was {}", dir, then.path),
+                fmt::format("resume with model.init_from: {} (and the lora block that wrote the checkpoint)", then.path));
+  ckpt::check_checkpoint_base(dir, then, *base_);
+  if (then.path != base_->path && comm_.rank() == 0)
+    log::info(fmt::format("the checkpoint's base {} is at {} now (the same files)", then.path, base_->path));
 }
 
 Checkpointer::~Checkpointer() {
@@ -252,6 +298,7 @@ ckpt::TrainState Checkpointer::train_state(int64_t step, int64_t samples_consume
   ts.precision = config::name(recipe_.precision.dtype);
   ts.config_hash = config::config_hash(recipe_);
   ts.model = model_line(recipe_);
+  if (base_) ts.base = *base_;
   return ts;
 }
 
@@ -363,6 +410,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   if (fell_back && comm_.rank() == 0) log::warn(fmt::format("falling back to {}", chosen));
   check_same_adapters(*reader, engine_.state_tensors(), chosen);
   check_same_frozen_set(*reader, engine_.state_tensors(), chosen);
+  check_base(*reader, chosen);
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");
   std::vector<model::Stateful*> loaded_whole = replicated_;

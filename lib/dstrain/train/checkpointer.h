@@ -29,6 +29,7 @@ class Engine;
 }
 namespace dstrain::ckpt {
 class Reader;
+struct BaseModel;
 struct ShardTable;
 struct TrainState;
 struct TensorMeta;
@@ -83,6 +84,11 @@ class Checkpointer {
   zero::Engine& engine_;
   std::vector<model::Stateful*> replicated_;  // the engine first
   std::unique_ptr<StageState> stage_;         // pipeline parallelism only
+  // A LoRA run on a Hugging Face base (model::lora_checkpoints_name_base): the base its
+  // checkpoints name, identified by rank 0 and known to every rank; null otherwise.
+  std::shared_ptr<const ckpt::BaseModel> base_;
+  void identify_base();
+  void check_base(const ckpt::Reader& reader, const std::string& dir) const;
   // Rank 0: every rank's tensors (pipeline parallelism: each holds other ones), in rank order.
   std::vector<ckpt::TensorMeta> all_ranks_metas(const std::vector<ckpt::TensorMeta>& mine) const;
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;

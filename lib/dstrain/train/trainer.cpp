@@ -160,7 +160,8 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
   data::DataSources sources = data::open_data_sources(p.recipe, p.recipe.eval.enabled(), p.comm.engine().rank());
   p.data = std::make_unique<DataPlan>(p.recipe, p.comm.engine().rank(), p.comm.engine().world_size(), std::move(sources.train));
-  if (!env.resume && !p.recipe.model.init_from.empty()) {
+  // A LoRA checkpoint names its base instead of holding it: a resume reads the base again.
+  if ((!env.resume || model::lora_checkpoints_name_base(p.recipe)) && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }

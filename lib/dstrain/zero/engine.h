@@ -82,6 +82,9 @@ struct EngineOptions {
   // schedule calls begin_micro(true) before the step's first forward and end_micro() after its
   // last backward; the layer gate does nothing in between (no overlap_comm, no prefetch).
   bool step_boundary_comm = false;
+  // false: checkpoints leave the frozen parameters out (a LoRA run's base, which the checkpoint
+  // names instead: ckpt::BaseModel), and loading leaves them as they are.
+  bool checkpoint_frozen = true;
 };
 
 // Expert parallelism's two groups, split from the engine's communicator (they outlive the engine).

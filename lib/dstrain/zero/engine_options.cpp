@@ -1,5 +1,6 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/fault_injector.h"
+#include "dstrain/model/lora.h"
 #include "dstrain/zero/engine.h"
 
 namespace dstrain::zero {
@@ -30,6 +31,7 @@ EngineOptions options_from(const config::Recipe& r, const at::Device& device) {
             r.optimizer.type == config::OptimizerType::kAdamW,
             1};
   o.grad_clip = r.train.grad_clip;
+  o.checkpoint_frozen = !model::lora_checkpoints_name_base(r);
   o.average_over_ranks = false;  // each rank's loss is already divided by the global token count
   const auto& p = r.precision;
   o.loss_scaler = {p.loss_scale, p.initial_scale_power,    p.loss_scale_window,

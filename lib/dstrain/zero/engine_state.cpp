@@ -63,7 +63,7 @@ std::vector<Engine::ShardRun> Engine::Impl::runs(bool saved_only) const {
 
 std::vector<Engine::Impl::FrozenPiece> Engine::Impl::frozen_pieces(bool saved_only) const {
   std::vector<FrozenPiece> out;
-  if (layout.frozen_numel() == 0) return out;
+  if (layout.frozen_numel() == 0 || !opt.checkpoint_frozen) return out;
   if (opt.stage == 3) {  // this rank's chunks, in the frozen shard
     for (const ShardSegment& s : layout.segments(rank, edp_rank, /*trained=*/false))
       out.push_back({s.param, s.param_offset, s.numel, frozen_shard.narrow(0, s.shard_offset, s.numel)});
@@ -148,7 +148,8 @@ std::vector<Engine::StateTensor> Engine::state_tensors() const {
   std::vector<StateTensor> out;
   for (const std::string prefix : {"", "exp_avg.", "exp_avg_sq."})
     for (size_t k = 0; k < params.size(); ++k)
-      if (prefix.empty() || trains[k]) out.push_back({prefix + params[k].name, params[k].dtype, params[k].shape});  // frozen: values alone
+      if (trains[k] || (prefix.empty() && m.opt.checkpoint_frozen))
+        out.push_back({prefix + params[k].name, params[k].dtype, params[k].shape});  // frozen: values alone
   return out;
 }
 
@@ -224,7 +225,7 @@ void Engine::gather_full_state(const model::NamedTensors& full) {
   for (const auto& [prefix, shard] : kinds) {
     for (size_t u = 0; u < m.layout.units().size(); ++u) {
       const Unit& unit = m.layout.units()[u];
-      if (!unit.trains && *prefix) continue;  // frozen: values alone
+      if (!unit.trains && (*prefix || !m.opt.checkpoint_frozen)) continue;  // frozen: values alone, or nothing
       at::Tensor whole = at::empty({unit.padded}, m.on_device(at::kFloat));
       // A frozen unit's values: held whole below stage 3, else this rank's chunk of the frozen shard.
       const at::Tensor source = unit.trains ? *shard : m.opt.stage == 3 ? m.frozen_shard : m.unit_full[u];

@@ -253,7 +253,26 @@ TEST_CASE("format 3: a hostile shard table is a checkpoint error", "[ckpt]") {
       {"a marked tensor the table misses", [](nlohmann::json& m) { m["shards"]["prefixes"] = {""}; }},
       {"\"shards\" without a table", [](nlohmann::json& m) { m.erase("shards"); }},
       {"a mistyped table", [](nlohmann::json& m) { m["shards"]["units"][0]["params"][0] = "a"; }},
-      {"format 4", [](nlohmann::json& m) { m["format_version"] = 4; }},
+      {"format 5", [](nlohmann::json& m) { m["format_version"] = 5; }},
   };
   expect_refused(cases, save_sharded);
+}
+
+TEST_CASE("format 4: a hostile base record is a checkpoint error", "[ckpt]") {
+  const auto with_base = [](const std::string& root) {
+    static const std::vector<float> a{1, 2, 3, 4};
+    ckpt::TrainState state;
+    state.step = 1, state.world_size = 1, state.config_hash = "abc";
+    state.base = {"/models/base", {{"model.safetensors", 64, 0x1234}}};
+    return ckpt::save_checkpoint(root, state, {{"w.lora_A.weight", "float32", {4}, a.data(), a.size() * 4}}, {});
+  };
+  const Edits cases{
+      {"no files", [](nlohmann::json& m) { m["base"]["files"] = nlohmann::json::array(); }},
+      {"an empty path", [](nlohmann::json& m) { m["base"]["path"] = ""; }},
+      {"a number for a path", [](nlohmann::json& m) { m["base"]["path"] = 3; }},
+      {"a negative size", [](nlohmann::json& m) { m["base"]["files"][0]["bytes"] = -1; }},
+      {"a checksum past 32 bits", [](nlohmann::json& m) { m["base"]["files"][0]["crc32c"] = int64_t{1} << 40; }},
+      {"a file without a name", [](nlohmann::json& m) { m["base"]["files"][0].erase("name"); }},
+  };
+  expect_refused(cases, with_base);
 }

@@ -41,7 +41,7 @@ TEST_CASE("LoRA: fresh adapters leave the logits bitwise unchanged; names, place
       const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
       auto base = model::make_model(cfg, 3), adapted = model::make_model(cfg, 3);
       const size_t before = adapted->parameters().size();
-      const size_t n = model::attach_lora(*adapted, model::LoraSpec{4, 8.0}, 11);
+      const size_t n = model::attach_lora(*adapted, model::LoraSpec{4, 8.0, false, {"all-linear"}, {}, false}, 11);
       CHECK(adapted->parameters().size() == before + 2 * n);
       const at::Tensor tokens = tokens_of(cfg.vocab_size);
       CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));
@@ -67,7 +67,7 @@ TEST_CASE("LoRA: the forward and the adapters' gradients equal the merged model'
     for (const bool moe : {false, true}) {
       DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense") << (rslora ? ", rsLoRA" : "")) {
         const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
-        model::LoraSpec spec{4, 16.0, rslora, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}};
+        model::LoraSpec spec{4, 16.0, rslora, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}, {}, false};
         const double scale = model::lora_scale(spec);
         CHECK(scale == Approx(rslora ? 8.0 : 4.0));
         auto adapted = model::make_model(cfg, 3, at::kDouble), merged = model::make_model(cfg, 3, at::kDouble);
@@ -110,14 +110,14 @@ TEST_CASE("LoRA: the forward and the adapters' gradients equal the merged model'
 TEST_CASE("LoRA: a target that matches nothing, or a rank below 1, is refused naming what exists", "[model]") {
   auto m = model::make_model(test::tiny_model_config(), 3);
   try {
-    model::attach_lora(*m, model::LoraSpec{4, 8.0, false, {"q_a_proj"}}, 1);
+    model::attach_lora(*m, model::LoraSpec{4, 8.0, false, {"q_a_proj"}, {}, false}, 1);
     FAIL("a target that matches nothing was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kConfig);
     CHECK_THAT(e.what(), Catch::Contains("lora.targets [q_a_proj] match no projection"));
     CHECK_THAT(e.hint(), Catch::Contains("down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"));
   }
-  CHECK_THROWS_WITH(model::attach_lora(*m, model::LoraSpec{0, 8.0}, 1), Catch::Contains("lora.rank 0"));
+  CHECK_THROWS_WITH(model::attach_lora(*m, model::LoraSpec{0, 8.0, false, {"all-linear"}, {}, false}, 1), Catch::Contains("lora.rank 0"));
 }
 
 TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapters as one process; the base stays bitwise", "[zero]") {
@@ -163,7 +163,7 @@ TEST_CASE("LoRA: modules to save train in full; a name matches a module or a dot
     CHECK(m->parameter_places()[i].trains == trains);
   }
   auto other = model::make_model(test::tiny_model_config(), 3);
-  CHECK_THROWS_WITH(model::attach_lora(*other, model::LoraSpec{4, 8.0, false, {"q_proj"}, {"lm_hed"}}, 1),
+  CHECK_THROWS_WITH(model::attach_lora(*other, model::LoraSpec{4, 8.0, false, {"q_proj"}, {"lm_hed"}, false}, 1),
                     Catch::Contains("lora.modules_to_save: 'lm_hed' is no module of this model"));
 }
 
@@ -200,7 +200,7 @@ TEST_CASE("DoRA: fresh, the logits are the base's bitwise; the forward and gradi
   for (const bool moe : {false, true}) {
     DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense")) {
       const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
-      model::LoraSpec spec{4, 16.0, false, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}};
+      model::LoraSpec spec{4, 16.0, false, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}, {}, false};
       spec.dora = true;
       const double scale = model::lora_scale(spec);
       auto base = model::make_model(cfg, 3, at::kDouble), adapted = model::make_model(cfg, 3, at::kDouble),
@@ -254,7 +254,7 @@ TEST_CASE("DoRA: a zero row of the base stays finite (PEFT divides by its zero n
     c10::NoGradGuard no_grad;
     m->linear("model.layers.0.self_attn.o_proj")->weight[0].zero_();
   }
-  model::LoraSpec spec{4, 8.0, false, {"o_proj"}};
+  model::LoraSpec spec{4, 8.0, false, {"o_proj"}, {}, false};
   spec.dora = true;
   model::attach_lora(*m, spec, 2);
   const at::Tensor tokens = tokens_of(test::tiny_model_config().vocab_size);
