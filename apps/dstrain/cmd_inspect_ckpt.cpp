@@ -117,13 +117,15 @@ int inspect(const Options& o) {
   for (const auto& t : in.tensors)
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
   // LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]).
-  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0, projections = 0;
+  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0, max_rank = 0, projections = 0;  // ranks differ with a rank_pattern
   for (const auto& t : in.tensors)
     if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
       ++adapters, adapter_elements += t.numel();
       const std::string a = ".lora_A.weight";
-      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty())
-        lora_rank = t.shape[0], ++projections;
+      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty()) {
+        lora_rank = projections == 0 ? t.shape[0] : std::min(lora_rank, t.shape[0]), ++projections;
+        max_rank = std::max(max_rank, t.shape[0]);
+      }
     }
   // A LoRA checkpoint that names its base: with --verify, the base's files are checked too.
   const ckpt::BaseModel& base = in.state.base;
@@ -149,8 +151,9 @@ int inspect(const Options& o) {
          {"ok", ok},
          {"manifest_problem", in.manifest_problem},
          {"frozen_parameters", frozen},
-         {"lora", adapters > 0 ? nlohmann::json{{"rank", lora_rank}, {"tensors", adapters}, {"elements", adapter_elements}}
-                               : nlohmann::json(nullptr)},
+         {"lora", adapters > 0
+                      ? nlohmann::json{{"rank", lora_rank}, {"max_rank", max_rank}, {"tensors", adapters}, {"elements", adapter_elements}}
+                      : nlohmann::json(nullptr)},
          {"base", base.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(ckpt::to_json(base))},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
@@ -166,7 +169,8 @@ int inspect(const Options& o) {
         in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
     if (adapters > 0)
       fmt::print("lora         {} adapter tensors of rank {} on {} projections ({} elements), with their optimizer state\n", adapters,
-                 lora_rank, projections, adapter_elements);
+                 max_rank > lora_rank ? fmt::format("{} to {}", lora_rank, max_rank) : std::to_string(lora_rank), projections,
+                 adapter_elements);
     if (frozen > 0)
       fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state ({})\n", frozen, frozen_elements,
                  adapters > 0 ? "the LoRA base" : "train.freeze");

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # LoRA (issue 59): the recipe's lora block on a Hugging Face base (model.init_from). On the dense
-# model and the MLA + MoE model: 20 steps at ZeRO 0-3 on 2 ranks, with expert parallelism 2 and a
-# 2-stage pipeline, give the losses of one process within 1e-5; the engine's model states per rank
+# model and the MLA + MoE model: 20 steps at ZeRO 0-3 on 2 ranks (and ZeRO-3 offloaded), with expert
+# parallelism 2 and a 2-stage pipeline, give the losses of one process within 1e-5; the engine's model states per rank
 # are --dry-run's; the checkpoints hold what trains and name the base (its files' CRC-32C): a
 # resume (2 ranks -> 1) reads the base again and continues exactly, one with another lora block or
 # another base is refused, as are eval and a merge on a base changed since; `dstrain eval` of the
 # run gives its training-time validation loss; the PEFT export loads with
 # PeftModel.from_pretrained (every tensor taken, bit for bit) and gives that loss, as does the
-# merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the weights'); lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA
-# likewise against one process and PEFT; bad lora settings are refused by key.
+# merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the weights');
+# lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA and
+# per-module ranks and alphas (rank_pattern, alpha_pattern) likewise against one process and PEFT;
+# bad lora settings are refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
@@ -56,7 +58,9 @@ for stage in 0 1 2 3; do
   run "$demo_recipe" z$stage 2 "${dense[@]}" --set zero.stage=$stage
   python3 "$cmp" one/metrics.jsonl z$stage/metrics.jsonl --rtol 1e-5 --grad-norm || fail "LoRA at ZeRO $stage on 2 ranks differs from one process"
 done
-ok "dense LoRA with lm_head trained in full: ZeRO 0-3 on 2 ranks within 1e-5 of one process (loss and gradient norm)"
+run "$demo_recipe" zoff 2 "${dense[@]}" --set zero.stage=3 --set zero.offload_optimizer=cpu --set zero.offload_param=cpu
+python3 "$cmp" one/metrics.jsonl zoff/metrics.jsonl --rtol 1e-5 --grad-norm || fail "LoRA at ZeRO 3 with the optimizer and parameters offloaded differs from one process"
+ok "dense LoRA with lm_head trained in full: ZeRO 0-3 on 2 ranks, and ZeRO-3 with offload, within 1e-5 of one process (loss and gradient norm)"
 
 # --- model states: the engine's are what --dry-run planned ---------------------------------------
 for stage in 1 3; do
@@ -139,6 +143,28 @@ peft_loss=$("$py" "$SRC/test/dist/peft_reference.py" make hf-mbase peft-made val
 run "$moe" imported 1 "${mla[@]}" "${evals[@]}" "${start[@]}" --set "$attention" --set lora.init_from="$WORK/peft-made"
 close "$peft_loss" "$(val imported 0)" || fail "an adapter PEFT made does not give PEFT's loss here"
 ok "lora.init_from: the run's own export scores as the run did; a PEFT-made MLA adapter (random A and B, rsLoRA) gives PEFT's loss (1e-6); a mismatched rank or module is refused"
+
+# --- per-module ranks and alphas (rank_pattern, alpha_pattern): PEFT applies them as trained ------------
+patterns=(--set "lora.rank_pattern={model.layers.1.mlp.down_proj: 8, o_proj: 2}"
+          --set "lora.alpha_pattern={'layers\.0\.self_attn\.(q|k)_proj': 32}")
+run "$demo_recipe" pat 1 "${dense[@]}" "${evals[@]}" "${patterns[@]}"
+expect_out "on 14 projections (all-linear), 5 of them with their own rank or alpha"
+run "$demo_recipe" pat3 2 "${dense[@]}" "${patterns[@]}" --set zero.stage=3
+python3 "$cmp" pat/metrics.jsonl pat3/metrics.jsonl --rtol 1e-5 --grad-norm || fail "per-module ranks at ZeRO 3 on 2 ranks differ from one process"
+expect_status 0 "$DSTRAIN" inspect-ckpt pat
+expect_out "lora         28 adapter tensors of rank 2 to 8 on 14 projections"
+expect_status 0 "$DSTRAIN" export-hf pat padapter
+expect_status 0 "$DSTRAIN" export-hf pat pmerged --merge
+"$py" "$SRC/test/dist/peft_reference.py" hf-base padapter val.txt 128 "$(val pat 20)" pmerged || fail "PEFT does not apply the exported rank and alpha patterns as trained"
+run "$demo_recipe" pagain 1 "${dense[@]}" "${evals[@]}" "${start[@]}" "${patterns[@]}" --set lora.init_from="$WORK/padapter"
+close "$(val pat 20)" "$(val pagain 0)" || fail "an adapter with rank and alpha patterns does not import as exported"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${dense[@]}" --set lora.init_from="$WORK/padapter" --dry-run
+expect_out "the adapter's rank_pattern is {\"model.layers.1.mlp.down_proj\":8,\"o_proj\":2}, lora.rank_pattern is {}"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${dense[@]}" --set "lora.rank_pattern={q_proj: 8, 'self_attn\.q_proj': 16}" --dry-run
+expect_out "lora.rank_pattern: 'q_proj' and 'self_attn\.q_proj' both match model.layers.0.self_attn.q_proj, with 8 and 16"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${dense[@]}" --set "lora.rank_pattern={q_a_proj: 8}" --dry-run
+expect_out "lora.rank_pattern: 'q_a_proj' matches no adapted projection"
+ok "rank_pattern and alpha_pattern: ZeRO-3 on 2 ranks within 1e-5 of one process; PEFT on the export and the merged model give the run's loss (1e-6); the export imports back; another adapter's patterns, clashing and unused patterns are refused"
 
 # --- DoRA: ZeRO-3 on 2 ranks against one process; PEFT (use_dora) and the merged export -----------------
 run "$demo_recipe" dora 1 "${dense[@]}" "${evals[@]}" --set lora.use_dora=true

@@ -128,9 +128,11 @@ EngineRun run_engine(const EngineSpec& spec) {
     const auto model = spec.expert_parallel > 0 ? model::make_model(tiny_moe_config(), 1234, model::scalar_type(spec.dtype), parallel)
                                                 : make_tiny_model(spec.dtype);
     model->set_activation_checkpointing(spec.recompute);
-    if (spec.lora_rank > 0)
-      model::attach_lora(*model,
-                         model::LoraSpec{spec.lora_rank, 2.0 * static_cast<double>(spec.lora_rank), false, {"all-linear"}, {}, false}, 77);
+    if (spec.lora_rank > 0) {
+      model::LoraSpec lora;
+      lora.rank = spec.lora_rank, lora.alpha = 2.0 * static_cast<double>(spec.lora_rank);
+      model::attach_lora(*model, lora, 77);
+    }
     if (!spec.freeze.empty())
       model::apply_frozen_set(*model, model::frozen_set(spec.expert_parallel > 0 ? tiny_moe_config() : tiny_model_config(), spec.freeze));
     if (comm.rank() == 0) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <map>
+#include <type_traits>
 
 namespace dstrain::config {
 namespace {
@@ -154,6 +156,23 @@ struct AssignVisitor {
     return "";
   }
   std::string operator()(std::vector<AccumulationStage>* p) const { return read_stages(f, node, *p, lax); }
+  template <typename T>
+  std::string operator()(std::map<std::string, T>* p) const {
+    if (node.kind == Node::Kind::kNull) return p->clear(), "";
+    if (node.kind != Node::Kind::kObject)
+      return fmt::format("{}: expected a mapping {{pattern: value, ...}}, found a {}", f.path, node.kind_name());
+    std::map<std::string, T> out;
+    for (const auto& [key, item] : node.members) {
+      double v = 0;
+      if (key.empty()) return fmt::format("{}: an empty pattern", f.path);
+      if (!node_number(item, lax, v))
+        return fmt::format("{}: {}: expected a number, found {} '{}'", f.path, key, item.kind_name(), item.text);
+      if (const auto problem = check_number(f, v, item.text, std::is_integral_v<T>); !problem.empty()) return problem + " (" + key + ")";
+      out[key] = static_cast<T>(v);
+    }
+    *p = std::move(out);
+    return "";
+  }
   std::string operator()(const EnumTarget& t) const {
     std::string name;
     if (const std::string problem = operator()(&name); !problem.empty()) return problem;

@@ -37,8 +37,19 @@ std::vector<std::string> peft_adapter_problems(const LoraConfig& lora, const std
   if (value("use_dora").is_boolean() && value("use_dora").get<bool>() != lora.use_dora)
     problems.push_back(
         fmt::format("{}: the adapter's use_dora is {}, lora.use_dora is {}", where, value("use_dora").dump(), lora.use_dora));
-  if (!value("rank_pattern").empty() || !value("alpha_pattern").empty())
-    problems.push_back(fmt::format("{}: the adapter has a rank_pattern or alpha_pattern; per-module ranks are not supported yet", where));
+  // Per-module ranks and alphas: the adapter's must be the recipe's (PEFT writes {} for none).
+  const auto same_pattern = [&](const char* key, const auto& ours) {
+    const nlohmann::json theirs = value(key).is_null() ? nlohmann::json::object() : value(key);
+    bool same = theirs.is_object() && theirs.size() == ours.size();
+    for (const auto& [pattern, v] : ours)
+      same = same && theirs.contains(pattern) && theirs.at(pattern).is_number() &&
+             std::abs(theirs.at(pattern).template get<double>() - static_cast<double>(v)) <= 1e-12 * std::abs(static_cast<double>(v));
+    if (!same)
+      problems.push_back(fmt::format("{}: the adapter's {} is {}, lora.{} is {}: set lora.{}: {}", where, key, theirs.dump(), key,
+                                     nlohmann::json(ours).dump(), key, theirs.dump()));
+  };
+  same_pattern("rank_pattern", lora.rank_pattern);
+  same_pattern("alpha_pattern", lora.alpha_pattern);
   return problems;
 }
 

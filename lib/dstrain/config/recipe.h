@@ -267,6 +267,10 @@ struct LoraConfig {
   bool use_dora = false;                     // DoRA: a trained magnitude per output row
   std::vector<std::string> modules_to_save;  // modules trained in full beside the adapters (embed_tokens, lm_head)
   std::string init_from;                     // a PEFT adapter folder to start from (absolute); "": fresh adapters
+  // Per-module overrides (PEFT's rank_pattern and alpha_pattern): key a regular expression that
+  // matches the module's name or its last dotted parts (PEFT's (.*\.)?(key)$), value its rank or alpha.
+  std::map<std::string, int64_t> rank_pattern;
+  std::map<std::string, double> alpha_pattern;
   bool enabled() const { return rank > 0; }
 };
 

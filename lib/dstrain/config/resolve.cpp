@@ -275,8 +275,8 @@ template <typename Problem>
 void check_lora(const Recipe& r, Problem&& problem) {
   const LoraConfig& l = r.lora;
   if (!l.enabled()) {
-    for (const char* key :
-         {"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "lora.modules_to_save", "lora.init_from"})
+    for (const char* key : {"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "lora.modules_to_save",
+                            "lora.rank_pattern", "lora.alpha_pattern", "lora.init_from"})
       if (r.sources.count(key) && r.sources.at(key) != "default")
         problem(fmt::format("{} is set ({}) but lora.rank is 0: no adapters are attached and every parameter would train", key,
                             r.sources.at(key)));

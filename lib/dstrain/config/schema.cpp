@@ -187,6 +187,8 @@ std::vector<Field> lora_fields() {
     {"lora.use_rslora", 0, 0, {}, "Rank-stabilized LoRA: scale by alpha / sqrt(rank) instead of alpha / rank.", DS_FIELD(lora.use_rslora)},
     {"lora.use_dora", 0, 0, {}, "DoRA (weight-decomposed LoRA, as PEFT's use_dora): each adapted projection also trains a magnitude per output row, starting at the base weight's row norms; its output is (m / |W + scale B A|) (x W^T + scale x A^T B^T) with the norms detached, and 1 in place of a zero norm. Exported as PEFT's lora_magnitude_vector.", DS_FIELD(lora.use_dora)},
     {"lora.modules_to_save", 0, 0, {}, "Modules trained in full beside the adapters (PEFT's modules_to_save): embed_tokens, lm_head, norm, or any module name or suffix of one (model.layers.0.mlp). Exported with the adapter.", DS_FIELD(lora.modules_to_save)},
+    {"lora.rank_pattern", 1, kMaxInt, {}, "Another rank for some projections (PEFT's rank_pattern): {pattern: rank, ...}, each pattern a regular expression that matches a projection's whole name or its last dotted parts, as PEFT matches it (model.layers.0.self_attn.q_proj, or layers\\.0\\..*_proj). A pattern that matches no adapted projection, or two patterns that give one projection different ranks, are refused. Exported as the adapter's rank_pattern.", DS_FIELD(lora.rank_pattern)},
+    {"lora.alpha_pattern", 1e-12, kInf, {}, "Another alpha for some projections (PEFT's alpha_pattern), matched as lora.rank_pattern is.", DS_FIELD(lora.alpha_pattern)},
     {"lora.init_from", 0, 0, {}, "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) to start the adapters and lora.modules_to_save from, on the base of model.init_from: its r, lora_alpha and use_rslora must be lora.rank, lora.alpha and lora.use_rslora, and it must hold exactly the adapters lora.targets attach (relative to the recipe file). A resume reads the checkpoint instead.", DS_FIELD(lora.init_from)},
   };
 }
@@ -370,6 +372,15 @@ std::string did_you_mean(const std::string& key, const std::vector<std::string>&
   return best.empty() ? "" : fmt::format(" (did you mean '{}'?)", best);
 }
 
+namespace {
+template <typename T>
+std::string map_text(const std::map<std::string, T>& values) {
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : values) parts.push_back(fmt::format("{}: {:g}", key, static_cast<double>(value)));
+  return fmt::format("{{{}}}", fmt::join(parts, ", "));
+}
+}  // namespace
+
 std::string value_text(const Field& field, Recipe& recipe) {
   struct Visitor {
     std::string operator()(int64_t* v) const { return std::to_string(*v); }
@@ -386,6 +397,8 @@ std::string value_text(const Field& field, Recipe& recipe) {
       for (size_t i : e.get()) names.push_back(field.choices.at(i));
       return fmt::format("[{}]", fmt::join(names, ", "));
     }
+    std::string operator()(std::map<std::string, int64_t>* v) const { return map_text(*v); }
+    std::string operator()(std::map<std::string, double>* v) const { return map_text(*v); }
     std::string operator()(std::vector<AccumulationStage>* v) const {
       std::vector<std::string> parts;
       for (const auto& s : *v)

@@ -3,6 +3,7 @@
 // JSON writer and reader, --dry-run and recipes/README.md (checked by a test) all use this table.
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <variant>
 #include <vector>
@@ -38,8 +39,10 @@ EnumListTarget enum_target(std::vector<E>& field) {
           }};
 }
 
+// Maps of names to numbers (lora.rank_pattern): written {name: value, ...}; min and max bound the values.
 using FieldTarget = std::variant<int64_t*, uint64_t*, double*, bool*, std::string*, std::vector<double>*, std::vector<std::string>*,
-                                 std::vector<AccumulationStage>*, EnumTarget, EnumListTarget>;
+                                 std::vector<AccumulationStage>*, EnumTarget, EnumListTarget, std::map<std::string, int64_t>*,
+                                 std::map<std::string, double>*>;
 
 struct Field {
   std::string path;  // "train.steps"; top-level keys have no dot

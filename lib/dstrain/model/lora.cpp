@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
 #include <set>
 
 #include "dstrain/core/error.h"
@@ -69,11 +70,43 @@ void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
     if (!model.holds_group(g)) return;
   for (const std::string& m : spec.modules_to_save) {
     bool found = false;
-    for (const auto& p : model.parameters()) found = found || lora_saves(LoraSpec{0, 0, false, {}, {m}}, p.name);
+    LoraSpec only;
+    only.modules_to_save = {m};
+    for (const auto& p : model.parameters()) found = found || lora_saves(only, p.name);
     if (!found)
       throw Error(ErrorCode::kConfig, fmt::format("lora.modules_to_save: '{}' is no module of this model", m),
                   "name a module as Hugging Face names it: embed_tokens, lm_head, norm, or a longer path such as model.layers.0.mlp");
   }
+}
+
+// PEFT's get_pattern_key: re.match(rf"(.*\.)?({pattern})$", module), with ECMAScript's syntax
+// (Python's for the usual patterns).
+bool pattern_matches(const std::string& pattern, const std::string& module, const char* key) {
+  try {
+    return std::regex_match(module, std::regex("(.*\\.)?(" + pattern + ")"));
+  } catch (const std::regex_error& e) {
+    throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' is no regular expression ({})", key, pattern, e.what()),
+                "write the module's name (model.layers.0.self_attn.q_proj) or a regular expression over it");
+  }
+}
+
+// Each pattern must give some adapted projection its value (PEFT would silently ignore it);
+// checked on a whole model, as the modules to save are.
+void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vector<Linear*>& targeted) {
+  for (int g = 0; g < model.num_groups(); ++g)
+    if (!model.holds_group(g)) return;
+  const auto check = [&](const auto& patterns, const char* key) {
+    for (const auto& entry : patterns) {
+      const bool used =
+          std::any_of(targeted.begin(), targeted.end(), [&](const Linear* l) { return pattern_matches(entry.first, l->module, key); });
+      if (!used)
+        throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' matches no adapted projection", key, entry.first),
+                    fmt::format("match a module lora.targets adapts, by its whole name (e.g. {}) or its last parts (self_attn.q_proj)",
+                                targeted.front()->module));
+    }
+  };
+  check(spec.rank_pattern, "rank_pattern");
+  check(spec.alpha_pattern, "alpha_pattern");
 }
 
 }  // namespace
@@ -88,7 +121,27 @@ LoraSpec lora_spec_of(const config::LoraConfig& config) {
   LoraSpec spec;
   spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;
   spec.targets = config.targets, spec.modules_to_save = config.modules_to_save, spec.dora = config.use_dora;
+  spec.rank_pattern = config.rank_pattern, spec.alpha_pattern = config.alpha_pattern;
   return spec;
+}
+
+ModuleLora lora_of(const LoraSpec& spec, const std::string& module) {
+  ModuleLora out{spec.rank, spec.alpha};
+  const auto pick = [&](const auto& patterns, auto& value, const char* key) {
+    const std::string* chosen = nullptr;
+    for (const auto& [pattern, v] : patterns) {
+      if (!pattern_matches(pattern, module, key)) continue;
+      if (chosen && patterns.at(*chosen) != v)
+        throw Error(ErrorCode::kConfig,
+                    fmt::format("lora.{}: '{}' and '{}' both match {}, with {:g} and {:g}", key, *chosen, pattern, module,
+                                static_cast<double>(patterns.at(*chosen)), static_cast<double>(v)),
+                    "make the patterns exclusive (PEFT would take whichever its dict lists first)");
+      chosen = &pattern, value = v;
+    }
+  };
+  pick(spec.rank_pattern, out.rank, "rank_pattern");
+  pick(spec.alpha_pattern, out.alpha, "alpha_pattern");
+  return out;
 }
 
 bool lora_saves(const LoraSpec& spec, const std::string& name) {
@@ -103,10 +156,12 @@ at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weigh
   return at::where(norm == 0, at::ones_like(norm), norm);
 }
 
-double lora_scale(const LoraSpec& spec) {
-  const double r = static_cast<double>(spec.rank);
-  return spec.rslora ? spec.alpha / std::sqrt(r) : spec.alpha / r;
+double lora_scale(const LoraSpec& spec, const ModuleLora& module) {
+  const double r = static_cast<double>(module.rank);
+  return spec.rslora ? module.alpha / std::sqrt(r) : module.alpha / r;
 }
+
+double lora_scale(const LoraSpec& spec) { return lora_scale(spec, {spec.rank, spec.alpha}); }
 
 bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& linear) {
   const ParamPlace& place = model.parameter_places()[linear.index];
@@ -133,6 +188,7 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
     throw Error(ErrorCode::kConfig, fmt::format("lora.targets [{}] match no projection of this model", fmt::join(spec.targets, ", ")),
                 fmt::format("the model's projections are {}, or all-linear", fmt::join(names, ", ")));
   check_modules_to_save(spec, model);
+  check_patterns(spec, model, targeted);
   const at::Tensor first = model.parameters().front().tensor;             // a copy: inserting moves the list
   const Init init = first.is_meta() ? Init::kShapesOnly : Init::kRandom;  // a model of shapes gets adapters of shapes
   for (Linear* l : targeted) {
@@ -140,12 +196,13 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
     const ParamPlace place = model.parameter_places()[l->index];
     builder.set_group(place.group);
     const double bound = 1.0 / std::sqrt(static_cast<double>(l->in_features()));
+    const ModuleLora own = lora_of(spec, l->module);
     const at::Tensor a = builder.insert(l->index + 1, l->module + ".lora_A.weight", ParamRole::kAdapter,
-                                        builder.uniform({spec.rank, l->in_features()}, -bound, bound));
+                                        builder.uniform({own.rank, l->in_features()}, -bound, bound));
     const at::Tensor b =
-        builder.insert(l->index + 2, l->module + ".lora_B.weight", ParamRole::kAdapter, builder.zeros({l->out_features(), spec.rank}));
+        builder.insert(l->index + 2, l->module + ".lora_B.weight", ParamRole::kAdapter, builder.zeros({l->out_features(), own.rank}));
     if (!spec.dora) {
-      l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec)));
+      l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec, own)));
       continue;
     }
     // DoRA's magnitude starts as W's row norms (B = 0), in W's dtype as PEFT's.
@@ -153,7 +210,7 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
                                  ? builder.zeros({l->out_features()})
                                  : at::linalg_vector_norm(l->weight.detach(), 2, at::IntArrayRef{1}).to(first.scalar_type());
     const at::Tensor m = builder.insert(l->index + 3, l->module + ".lora_magnitude_vector", ParamRole::kAdapter, norms);
-    l->adapters.push_back(std::make_shared<DoraAdapter>(a, b, m, l->weight, lora_scale(spec)));
+    l->adapters.push_back(std::make_shared<DoraAdapter>(a, b, m, l->weight, lora_scale(spec, own)));
   }
   for (size_t i = 0; i < model.parameters().size(); ++i)
     if (model.parameter_places()[i].role != ParamRole::kAdapter && !lora_saves(spec, model.parameters()[i].name)) model.freeze(i);
@@ -168,11 +225,19 @@ std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t ad
     (place.role == ParamRole::kAdapter ? adapters : place.trains ? saved : frozen) += n;
   }
   const double total = static_cast<double>(adapters + saved + frozen);
+  size_t own = 0;  // projections with a rank or alpha of their own (rank_pattern, alpha_pattern)
+  const std::string a = ".lora_A.weight";
+  for (const auto& p : model.parameters()) {
+    if (p.name.size() <= a.size() || p.name.compare(p.name.size() - a.size(), a.size(), a) != 0) continue;
+    const ModuleLora m = lora_of(spec, p.name.substr(0, p.name.size() - a.size()));
+    own += m.rank != spec.rank || m.alpha != spec.alpha;
+  }
   return fmt::format(
-      "lora: rank {}, alpha {:g} (scale {:g}{}{}) on {} projections ({}): {:.3f}M adapter parameters{} train ({:.2f}%), the "
+      "lora: rank {}, alpha {:g} (scale {:g}{}{}) on {} projections ({}){}: {:.3f}M adapter parameters{} train ({:.2f}%), the "
       "base's {:.3f}M are frozen",
       spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", spec.dora ? ", DoRA" : "", adapted,
-      fmt::join(spec.targets, ", "), static_cast<double>(adapters) / 1e6,
+      fmt::join(spec.targets, ", "), own > 0 ? fmt::format(", {} of them with their own rank or alpha", own) : "",
+      static_cast<double>(adapters) / 1e6,
       saved > 0 ? fmt::format(" and {:.3f}M of [{}]", static_cast<double>(saved) / 1e6, fmt::join(spec.modules_to_save, ", ")) : "",
       100.0 * static_cast<double>(adapters + saved) / std::max(total, 1.0), static_cast<double>(frozen) / 1e6);
 }

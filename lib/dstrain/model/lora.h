@@ -9,6 +9,7 @@
 // keeps gradients and optimizer states for those and the adapters only. The recipe's `lora:`
 // block (config::LoraConfig) gives the spec.
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,11 +32,24 @@ struct LoraSpec {
   // DoRA: a trained magnitude per output row, <module>.lora_magnitude_vector [out] (PEFT's key),
   // starting at W's row norms.
   bool dora = false;
+  // Per-module rank and alpha (PEFT's rank_pattern, alpha_pattern; config::LoraConfig).
+  std::map<std::string, int64_t> rank_pattern;
+  std::map<std::string, double> alpha_pattern;
 };
 
 LoraSpec lora_spec_of(const config::LoraConfig& config);
 
-double lora_scale(const LoraSpec& spec);
+// A projection's rank and alpha: the spec's, or those its patterns give the module, matched as
+// PEFT's get_pattern_key matches: the whole name against (.*\.)?(pattern). Throws Error{kConfig}
+// for a pattern that is no regular expression, or two that give the module different values.
+struct ModuleLora {
+  int64_t rank = 0;
+  double alpha = 0;
+};
+ModuleLora lora_of(const LoraSpec& spec, const std::string& module);
+
+double lora_scale(const LoraSpec& spec);  // with the spec's own rank and alpha
+double lora_scale(const LoraSpec& spec, const ModuleLora& module);
 // DoRA's row norms of W + scale · lora_weight (lora_weight = B A, [out, in]), 1 where a row is zero.
 at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weight, double scale);
 // Whether a projection of `model` gets an adapter: its module's last part is a target

@@ -70,8 +70,8 @@ nlohmann::json adapter_config(const config::Recipe& recipe, const std::vector<st
           {"use_rslora", l.use_rslora},
           {"use_dora", l.use_dora},
           {"modules_to_save", l.modules_to_save.empty() ? nlohmann::json(nullptr) : nlohmann::json(l.modules_to_save)},
-          {"rank_pattern", nlohmann::json::object()},
-          {"alpha_pattern", nlohmann::json::object()},
+          {"rank_pattern", nlohmann::json(l.rank_pattern)},
+          {"alpha_pattern", nlohmann::json(l.alpha_pattern)},
           {"bias", "none"},
           {"fan_in_fan_out", false},
           {"init_lora_weights", true},
@@ -165,7 +165,8 @@ at::Tensor merged_weight(const config::Recipe& recipe, const ckpt::Reader& reade
   const std::string module = name.size() > 7 ? name.substr(0, name.size() - 7) : name;  // less ".weight"
   if (!ends_with(name, ".weight") || !reader.find(module + kA)) return w;
   const at::Tensor a = read_fp32(reader, module + kA).to(at::kDouble), b = read_fp32(reader, module + kB).to(at::kDouble);
-  const at::Tensor merged = w.to(at::kDouble) + at::mm(b, a) * model::lora_scale(model::lora_spec_of(recipe.lora));
+  const model::LoraSpec spec = model::lora_spec_of(recipe.lora);
+  const at::Tensor merged = w.to(at::kDouble) + at::mm(b, a) * model::lora_scale(spec, model::lora_of(spec, module));
   if (!reader.find(module + kMagnitude)) return merged.to(at::kFloat);
   // DoRA, merged as PEFT merges it: each row scaled by m / |W + s BA|.
   const at::Tensor m = read_fp32(reader, module + kMagnitude).to(at::kDouble);

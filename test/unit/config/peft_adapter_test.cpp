@@ -27,7 +27,7 @@ std::string joined(const std::vector<std::string>& problems) {
 }
 }  // namespace
 
-TEST_CASE("lora.init_from: the adapter's r, alpha, rsLoRA and type must be the recipe's; both files must be there", "[config]") {
+TEST_CASE("lora.init_from: the adapter's r, alpha, patterns, rsLoRA and type must be the recipe's; both files must be there", "[config]") {
   config::LoraConfig lora;
   lora.rank = 4, lora.alpha = 8;
   lora.init_from = adapter_dir(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "use_rslora": false, "rank_pattern": {}})");
@@ -41,7 +41,16 @@ TEST_CASE("lora.init_from: the adapter's r, alpha, rsLoRA and type must be the r
   lora.init_from = adapter_dir(R"({"peft_type": "IA3", "r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 8}})");
   const std::string other = joined(config::peft_adapter_problems(lora, "--set"));
   CHECK_THAT(other, Catch::Contains("the adapter's peft_type is \"IA3\", not LORA"));
-  CHECK_THAT(other, Catch::Contains("per-module ranks are not supported yet"));
+  CHECK_THAT(other, Catch::Contains(
+                        "the adapter's rank_pattern is {\"q_proj\":8}, lora.rank_pattern is {}: set lora.rank_pattern: {\"q_proj\":8}"));
+  lora.rank_pattern = {{"q_proj", 8}}, lora.alpha_pattern = {{"o_proj", 4.0}};
+  lora.init_from =
+      adapter_dir(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 8}, "alpha_pattern": {"o_proj": 4}})");
+  CHECK(config::peft_adapter_problems(lora, "--set").empty());
+  lora.init_from = adapter_dir(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "rank_pattern": {"q_proj": 16}})");
+  const std::string patterns = joined(config::peft_adapter_problems(lora, "--set"));
+  CHECK_THAT(patterns, Catch::Contains("the adapter's rank_pattern is {\"q_proj\":16}"));
+  CHECK_THAT(patterns, Catch::Contains("the adapter's alpha_pattern is {}, lora.alpha_pattern is {\"o_proj\":4.0}"));
   lora.init_from = adapter_dir("{}", /*weights=*/false);
   CHECK_THAT(joined(config::peft_adapter_problems(lora, "--set")),
              Catch::Contains("has no adapter_model.safetensors: not a PEFT adapter folder"));

@@ -105,6 +105,8 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"lora.use_rslora", {"true", {"lora.rank=4"}}},
       {"lora.use_dora", {"true", {"lora.rank=4"}}},
       {"lora.modules_to_save", {"[lm_head]", {"lora.rank=4"}}},
+      {"lora.rank_pattern", {"{q_proj: 8}", {"lora.rank=4"}}},
+      {"lora.alpha_pattern", {"{'layers\\.0\\..*o_proj': 2.5}", {"lora.rank=4"}}},
       {"lora.init_from", {dir + "/adapter", {"lora.rank=4", "lora.alpha=8"}}},
       {"train.accumulation", {"[{until_step: 5, steps: 2}, {steps: 3}]", {}}},
       {"train.batch_ramp_start", {"2", {"train.global_batch_size=8", "train.batch_ramp_steps=4"}}},

@@ -25,6 +25,14 @@ using namespace dstrain;
 
 namespace {
 
+// A spec by its fields (aggregate initialisation would have to name every field there is).
+model::LoraSpec spec_of(int64_t rank, double alpha, std::vector<std::string> targets = {"all-linear"}, bool rslora = false,
+                        std::vector<std::string> save = {}) {
+  model::LoraSpec spec;
+  spec.rank = rank, spec.alpha = alpha, spec.targets = std::move(targets), spec.rslora = rslora, spec.modules_to_save = std::move(save);
+  return spec;
+}
+
 at::Tensor tokens_of(int64_t vocab) { return at::randint(0, vocab, {2, 12}, at::detail::createCPUGenerator(5), at::kLong); }
 
 std::map<std::string, at::Tensor> by_name(const model::CausalLM& m) {
@@ -41,7 +49,7 @@ TEST_CASE("LoRA: fresh adapters leave the logits bitwise unchanged; names, place
       const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
       auto base = model::make_model(cfg, 3), adapted = model::make_model(cfg, 3);
       const size_t before = adapted->parameters().size();
-      const size_t n = model::attach_lora(*adapted, model::LoraSpec{4, 8.0, false, {"all-linear"}, {}, false}, 11);
+      const size_t n = model::attach_lora(*adapted, spec_of(4, 8.0), 11);
       CHECK(adapted->parameters().size() == before + 2 * n);
       const at::Tensor tokens = tokens_of(cfg.vocab_size);
       CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));
@@ -65,59 +73,104 @@ TEST_CASE("LoRA: fresh adapters leave the logits bitwise unchanged; names, place
 TEST_CASE("LoRA: the forward and the adapters' gradients equal the merged model's (float64)", "[model]") {
   for (const bool rslora : {false, true}) {
     for (const bool moe : {false, true}) {
-      DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense") << (rslora ? ", rsLoRA" : "")) {
-        const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
-        model::LoraSpec spec{4, 16.0, rslora, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}, {}, false};
-        const double scale = model::lora_scale(spec);
-        CHECK(scale == Approx(rslora ? 8.0 : 4.0));
-        auto adapted = model::make_model(cfg, 3, at::kDouble), merged = model::make_model(cfg, 3, at::kDouble);
-        REQUIRE(model::attach_lora(*adapted, spec, 11) > 0);
-        std::map<std::string, at::Tensor> params = by_name(*adapted), reference = by_name(*merged);
-        at::Generator g = at::detail::createCPUGenerator(21);
-        {
-          c10::NoGradGuard no_grad;
+      for (const bool patterns : {false, true}) {
+        DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense") << (rslora ? ", rsLoRA" : "") << (patterns ? ", rank and alpha patterns" : "")) {
+          const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
+          model::LoraSpec spec = spec_of(4, 16.0, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}, rslora);
+          CHECK(model::lora_scale(spec) == Approx(rslora ? 8.0 : 4.0));
+          if (patterns) spec.rank_pattern = {{"layers\\.1\\..*o_proj", 2}}, spec.alpha_pattern = {{"down_proj", 3.0}};
+          auto adapted = model::make_model(cfg, 3, at::kDouble), merged = model::make_model(cfg, 3, at::kDouble);
+          REQUIRE(model::attach_lora(*adapted, spec, 11) > 0);
+          std::map<std::string, at::Tensor> params = by_name(*adapted), reference = by_name(*merged);
+          at::Generator g = at::detail::createCPUGenerator(21);
+          {
+            c10::NoGradGuard no_grad;
+            for (model::Linear* l : adapted->linears()) {
+              if (l->adapters.empty()) continue;
+              at::Tensor b = params.at(l->module + ".lora_B.weight");
+              b.copy_(at::randn(b.sizes(), g, at::kDouble) * 0.1);
+              const double scale = model::lora_scale(spec, model::lora_of(spec, l->module));
+              reference.at(l->module + ".weight").add_(at::mm(b, params.at(l->module + ".lora_A.weight")) * scale);
+            }
+          }
+          const at::Tensor tokens = tokens_of(cfg.vocab_size);
+          const at::Tensor labels = at::roll(tokens, -1, 1);
+          for (auto& [name, t] : reference) t.requires_grad_(true);  // the merged weights are what the gradient is taken of
+          const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
+          CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
+          ours.backward();
+          theirs.backward();
           for (model::Linear* l : adapted->linears()) {
-            if (l->adapters.empty()) continue;
-            at::Tensor b = params.at(l->module + ".lora_B.weight");
-            b.copy_(at::randn(b.sizes(), g, at::kDouble) * 0.1);
-            reference.at(l->module + ".weight").add_(at::mm(b, params.at(l->module + ".lora_A.weight")) * scale);
+            if (l->adapters.empty()) {
+              CHECK_FALSE(adapted->parameters()[l->index].tensor.requires_grad());
+              continue;
+            }
+            const at::Tensor grad_w = reference.at(l->module + ".weight").grad();
+            const at::Tensor a = params.at(l->module + ".lora_A.weight"), b = params.at(l->module + ".lora_B.weight");
+            INFO(l->module);
+            const model::ModuleLora own = model::lora_of(spec, l->module);
+            const double scale = model::lora_scale(spec, own);
+            CHECK(a.size(0) == own.rank);
+            if (patterns && l->module == "model.layers.1.self_attn.o_proj") CHECK(own.rank == 2);
+            if (patterns && l->module.find("down_proj") != std::string::npos) CHECK(scale == Approx(rslora ? 3.0 / 2.0 : 3.0 / 4.0));
+            CHECK(at::allclose(b.grad(), at::mm(grad_w, a.t()) * scale, 1e-9, 1e-12));
+            CHECK(at::allclose(a.grad(), at::mm(b.t(), grad_w) * scale, 1e-9, 1e-12));
+            CHECK_FALSE(l->weight.grad().defined());  // the base has no gradient
           }
-        }
-        const at::Tensor tokens = tokens_of(cfg.vocab_size);
-        const at::Tensor labels = at::roll(tokens, -1, 1);
-        for (auto& [name, t] : reference) t.requires_grad_(true);  // the merged weights are what the gradient is taken of
-        const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
-        CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
-        ours.backward();
-        theirs.backward();
-        for (model::Linear* l : adapted->linears()) {
-          if (l->adapters.empty()) {
-            CHECK_FALSE(adapted->parameters()[l->index].tensor.requires_grad());
-            continue;
-          }
-          const at::Tensor grad_w = reference.at(l->module + ".weight").grad();
-          const at::Tensor a = params.at(l->module + ".lora_A.weight"), b = params.at(l->module + ".lora_B.weight");
-          INFO(l->module);
-          CHECK(at::allclose(b.grad(), at::mm(grad_w, a.t()) * scale, 1e-9, 1e-12));
-          CHECK(at::allclose(a.grad(), at::mm(b.t(), grad_w) * scale, 1e-9, 1e-12));
-          CHECK_FALSE(l->weight.grad().defined());  // the base has no gradient
         }
       }
     }
   }
 }
 
+TEST_CASE("LoRA: rank and alpha patterns match as PEFT's get_pattern_key; clashing, unused or broken patterns are refused", "[model]") {
+  model::LoraSpec spec = spec_of(4, 8.0);
+  spec.rank_pattern = {{"q_proj", 8}, {"model.layers.1.mlp.down_proj", 2}, {"^model.layers.0.self_attn.o_proj", 6}};
+  spec.alpha_pattern = {{"layers\\.(0|1)\\.self_attn\\.k_proj", 32.0}};
+  const auto of = [&](const std::string& m) { return model::lora_of(spec, m); };
+  CHECK(of("model.layers.0.self_attn.q_proj").rank == 8);  // a last dotted part
+  CHECK(of("model.layers.1.mlp.down_proj").rank == 2);     // the whole name
+  CHECK(of("model.layers.0.mlp.down_proj").rank == 4);
+  CHECK(of("model.layers.0.self_attn.o_proj").rank == 6);  // ^ anchors at the name's start
+  CHECK(of("model.layers.1.self_attn.o_proj").rank == 4);
+  CHECK(of("model.layers.1.self_attn.k_proj").alpha == 32.0);
+  CHECK(of("model.layers.1.self_attn.k_proj").rank == 4);
+  CHECK(of("model.layers.1.self_attn.v_proj").alpha == 8.0);
+  CHECK(of("model.layers.0.self_attn.xq_proj").rank == 4);  // a part matches whole, not its end
+  auto m = model::make_model(test::tiny_model_config(), 3);
+  model::attach_lora(*m, spec, 1);
+  CHECK(by_name(*m).at("model.layers.0.self_attn.q_proj.lora_A.weight").size(0) == 8);
+  CHECK(by_name(*m).at("model.layers.1.mlp.down_proj.lora_B.weight").size(1) == 2);
+  CHECK_THAT(model::describe_lora(*m, spec, 14), Catch::Contains("on 14 projections (all-linear), 6 of them with their own rank or alpha"));
+
+  model::LoraSpec clash = spec_of(4, 8.0);
+  clash.rank_pattern = {{"q_proj", 8}, {"self_attn\\.q_proj", 16}, {"v_proj", 2}, {"layers\\.0\\.self_attn\\.v_proj", 2}};
+  CHECK_THROWS_WITH(
+      model::lora_of(clash, "model.layers.0.self_attn.q_proj"),
+      Catch::Contains("lora.rank_pattern: 'q_proj' and 'self_attn\\.q_proj' both match model.layers.0.self_attn.q_proj, with 8 "
+                      "and 16"));
+  CHECK(model::lora_of(clash, "model.layers.0.self_attn.v_proj").rank == 2);  // two patterns, one rank: no clash
+  model::LoraSpec unused = spec_of(4, 8.0, {"q_proj", "k_proj"});
+  unused.alpha_pattern = {{"o_proj", 4.0}};  // a projection lora.targets does not adapt
+  auto fresh = model::make_model(test::tiny_model_config(), 3);
+  CHECK_THROWS_WITH(model::attach_lora(*fresh, unused, 1), Catch::Contains("lora.alpha_pattern: 'o_proj' matches no adapted projection"));
+  model::LoraSpec broken = spec_of(4, 8.0);
+  broken.rank_pattern = {{"q_proj(", 8}};
+  CHECK_THROWS_WITH(model::lora_of(broken, "model.layers.0.self_attn.q_proj"),
+                    Catch::Contains("lora.rank_pattern: 'q_proj(' is no regular expression"));
+}
+
 TEST_CASE("LoRA: a target that matches nothing, or a rank below 1, is refused naming what exists", "[model]") {
   auto m = model::make_model(test::tiny_model_config(), 3);
   try {
-    model::attach_lora(*m, model::LoraSpec{4, 8.0, false, {"q_a_proj"}, {}, false}, 1);
+    model::attach_lora(*m, spec_of(4, 8.0, {"q_a_proj"}), 1);
     FAIL("a target that matches nothing was accepted");
   } catch (const Error& e) {
     CHECK(e.code() == ErrorCode::kConfig);
     CHECK_THAT(e.what(), Catch::Contains("lora.targets [q_a_proj] match no projection"));
     CHECK_THAT(e.hint(), Catch::Contains("down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"));
   }
-  CHECK_THROWS_WITH(model::attach_lora(*m, model::LoraSpec{0, 8.0, false, {"all-linear"}, {}, false}, 1), Catch::Contains("lora.rank 0"));
+  CHECK_THROWS_WITH(model::attach_lora(*m, spec_of(0, 8.0), 1), Catch::Contains("lora.rank 0"));
 }
 
 TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapters as one process; the base stays bitwise", "[zero]") {
@@ -150,7 +203,7 @@ TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapter
 }
 
 TEST_CASE("LoRA: modules to save train in full; a name matches a module or a dotted suffix of one", "[model]") {
-  const model::LoraSpec spec{4, 8.0, false, {"q_proj"}, {"lm_head", "norm"}};
+  const model::LoraSpec spec = spec_of(4, 8.0, {"q_proj"}, false, {"lm_head", "norm"});
   CHECK(model::lora_saves(spec, "lm_head.weight"));
   CHECK(model::lora_saves(spec, "model.norm.weight"));
   CHECK_FALSE(model::lora_saves(spec, "model.layers.0.input_layernorm.weight"));  // a suffix of the name, not of a module
@@ -163,7 +216,7 @@ TEST_CASE("LoRA: modules to save train in full; a name matches a module or a dot
     CHECK(m->parameter_places()[i].trains == trains);
   }
   auto other = model::make_model(test::tiny_model_config(), 3);
-  CHECK_THROWS_WITH(model::attach_lora(*other, model::LoraSpec{4, 8.0, false, {"q_proj"}, {"lm_hed"}, false}, 1),
+  CHECK_THROWS_WITH(model::attach_lora(*other, spec_of(4, 8.0, {"q_proj"}, false, {"lm_hed"}), 1),
                     Catch::Contains("lora.modules_to_save: 'lm_hed' is no module of this model"));
 }
 
@@ -200,7 +253,7 @@ TEST_CASE("DoRA: fresh, the logits are the base's bitwise; the forward and gradi
   for (const bool moe : {false, true}) {
     DYNAMIC_SECTION((moe ? "MLA + MoE" : "dense")) {
       const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
-      model::LoraSpec spec{4, 16.0, false, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"}, {}, false};
+      model::LoraSpec spec = spec_of(4, 16.0, {"q_proj", "q_b_proj", "kv_b_proj", "o_proj", "down_proj"});
       spec.dora = true;
       const double scale = model::lora_scale(spec);
       auto base = model::make_model(cfg, 3, at::kDouble), adapted = model::make_model(cfg, 3, at::kDouble),
@@ -254,7 +307,7 @@ TEST_CASE("DoRA: a zero row of the base stays finite (PEFT divides by its zero n
     c10::NoGradGuard no_grad;
     m->linear("model.layers.0.self_attn.o_proj")->weight[0].zero_();
   }
-  model::LoraSpec spec{4, 8.0, false, {"o_proj"}, {}, false};
+  model::LoraSpec spec = spec_of(4, 8.0, {"o_proj"});
   spec.dora = true;
   model::attach_lora(*m, spec, 2);
   const at::Tensor tokens = tokens_of(test::tiny_model_config().vocab_size);
