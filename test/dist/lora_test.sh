@@ -10,7 +10,8 @@
 # merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the weights');
 # lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA and
 # per-module ranks and alphas (rank_pattern, alpha_pattern) likewise against one process and PEFT;
-# bad lora settings are refused by key.
+# lora.dropout draws the same masks on any layout (DoRA at ZeRO-3, a pipeline); bad lora settings
+# are refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
@@ -33,15 +34,15 @@ expect_out "lora.targets [q_a_proj] match no projection of this model"
 expect_out "the model's projections are down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set 'lora.modules_to_save=[lm_hed]' --dry-run
 expect_out "lora.modules_to_save: 'lm_hed' is no module of this model"
-expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set lora.dropout=0.05 --dry-run
-expect_out "lora.dropout 0.05: dropout on the adapters' input is not supported yet"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set lora.dropout=1 --dry-run
+expect_out "lora.dropout 1: every input element would be dropped"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.alpha=16 --dry-run
 expect_out "lora.alpha is set (--set) but lora.rank is 0"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set 'train.freeze=[norms]' --dry-run
 expect_out "train.freeze with lora"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=-1 --dry-run
 expect_out "lora.rank"
-ok "targets and modules that match nothing, dropout, alpha without a rank, train.freeze beside lora and a negative rank are refused by key (exit 2)"
+ok "targets and modules that match nothing, dropout 1, alpha without a rank, train.freeze beside lora and a negative rank are refused by key (exit 2)"
 
 # --- the bases: short full trainings, exported -------------------------------------------------
 run "$demo_recipe" base 2 --set train.steps=12
@@ -167,17 +168,17 @@ expect_out "lora.rank_pattern: 'q_a_proj' matches no adapted projection"
 ok "rank_pattern and alpha_pattern: ZeRO-3 on 2 ranks within 1e-5 of one process; PEFT on the export and the merged model give the run's loss (1e-6); the export imports back; another adapter's patterns, clashing and unused patterns are refused"
 
 # --- DoRA: ZeRO-3 on 2 ranks against one process; PEFT (use_dora) and the merged export -----------------
-run "$demo_recipe" dora 1 "${dense[@]}" "${evals[@]}" --set lora.use_dora=true
-expect_out "lora: rank 4, alpha 16 (scale 4, DoRA) on 14 projections"
-run "$demo_recipe" dora3 2 "${dense[@]}" --set lora.use_dora=true --set zero.stage=3
-python3 "$cmp" dora/metrics.jsonl dora3/metrics.jsonl --rtol 1e-5 --grad-norm || fail "DoRA at ZeRO 3 on 2 ranks differs from one process"
+run "$demo_recipe" dora 1 "${dense[@]}" "${evals[@]}" --set lora.use_dora=true --set lora.dropout=0.1
+expect_out "lora: rank 4, alpha 16 (scale 4, DoRA, dropout 0.1) on 14 projections"
+run "$demo_recipe" dora3 2 "${dense[@]}" --set lora.use_dora=true --set lora.dropout=0.1 --set zero.stage=3 --set train.micro_batch_size=2
+python3 "$cmp" dora/metrics.jsonl dora3/metrics.jsonl --rtol 1e-5 --grad-norm || fail "DoRA with dropout at ZeRO 3 on 2 ranks differs from one process"
 expect_status 0 "$DSTRAIN" export-hf dora dadapter
 expect_status 0 "$DSTRAIN" export-hf dora dmerged --merge
 "$py" "$SRC/test/dist/peft_reference.py" hf-base dadapter val.txt 128 "$(val dora 20)" dmerged || fail "the DoRA adapter does not give dstrain's loss in PEFT"
 run "$moe" mdora 1 "${mla[@]}" "${evals[@]}" --set "$attention" --set lora.use_dora=true
 expect_status 0 "$DSTRAIN" export-hf mdora mdadapter
 "$py" "$SRC/test/dist/peft_reference.py" hf-mbase mdadapter val.txt 64 "$(val mdora 20)" || fail "the MLA DoRA adapter does not give dstrain's loss in PEFT"
-ok "DoRA: ZeRO-3 on 2 ranks within 1e-5 of one process; PEFT (use_dora) on the export and the merged model give the run's loss (dense and MLA, 1e-6)"
+ok "DoRA with dropout: ZeRO-3 on 2 ranks (other micro-batches) within 1e-5 of one process; PEFT (use_dora) on the export and the merged model give the run's loss (dense and MLA, 1e-6)"
 
 # --- MLA + MoE: expert parallelism, a pipeline, the RoPE rows in the export ---------------------------
 run "$moe" mone 1 "${mla[@]}" "${evals[@]}" --set "$attention"
@@ -188,10 +189,10 @@ expect_status 0 "$DSTRAIN" export-hf mone madapter
 expect_status 0 "$DSTRAIN" export-hf mone mmerged --merge
 "$py" "$SRC/test/dist/peft_reference.py" hf-mbase madapter val.txt 64 "$(val mone 20)" mmerged || fail "the MLA adapter does not give dstrain's loss in PEFT"
 run "$moe" mall 1 "${mla[@]}" "${evals[@]}" --set model.num_layers=4 --set train.global_batch_size=16 --set train.micro_batch_size=2 \
-  --set model.init_from="" --set lora.alpha=8
+  --set model.init_from="" --set lora.alpha=8 --set lora.dropout=0.1
 run "$moe" mpp 2 "${mla[@]}" --set model.num_layers=4 --set train.global_batch_size=16 --set train.micro_batch_size=2 --set model.init_from="" \
-  --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=1f1b
-python3 "$cmp" mall/metrics.jsonl mpp/metrics.jsonl --rtol 1e-5 || fail "LoRA on a 2-stage pipeline differs from one process"
+  --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=1f1b --set lora.dropout=0.1
+python3 "$cmp" mall/metrics.jsonl mpp/metrics.jsonl --rtol 1e-5 || fail "LoRA with dropout on a 2-stage pipeline differs from one process"
 expect_status 2 "$DSTRAIN" export-hf mall nowhere
 expect_out "no model.init_from"
 expect_status 0 "$DSTRAIN" inspect-ckpt mall
@@ -199,6 +200,6 @@ expect_out "values alone, no optimizer state (the LoRA base)"  # its own random 
 expect_status 0 "$DSTRAIN" export-hf mall mall-merged --merge
 expect_out "exported"
 "$py" "$SRC/test/dist/peft_reference.py" - none val.txt 64 "$(val mall 20)" mall-merged || fail "the merged all-linear MoE export does not give dstrain's loss"
-ok "MLA + MoE: EP 2 and a 2-stage pipeline within 1e-5 of one process; the attention adapter in PEFT and the merged all-linear model give dstrain's loss"
+ok "MLA + MoE: EP 2 and a 2-stage pipeline (with dropout) within 1e-5 of one process; the attention adapter in PEFT and the merged all-linear model give dstrain's loss"
 
 finish

@@ -282,9 +282,11 @@ void check_lora(const Recipe& r, Problem&& problem) {
                             r.sources.at(key)));
     return;
   }
-  if (l.dropout > 0)
-    problem(fmt::format("lora.dropout {}: dropout on the adapters' input is not supported yet; set lora.dropout: 0 (PEFT's default)",
-                        l.dropout));
+  if (l.dropout >= 1)
+    problem(
+        fmt::format("lora.dropout {:g}: every input element would be dropped; give a probability below 1 (PEFT's default is 0, "
+                    "its examples use 0.05 or 0.1)",
+                    l.dropout));
   if (l.targets.empty()) problem("lora.targets is empty: name the projections that get adapters (q_proj, o_proj, ...) or all-linear");
   if (!r.train.freeze.empty())
     problem(

@@ -27,6 +27,9 @@ struct Batch {
   // trained targets (float32 [B, T]; undefined: every target weighs 1), and the samples that train.
   at::Tensor target_weights;
   int64_t samples = 0;
+  // Training: the first row's place in the global sample order (the others follow); keys what is
+  // random per row (LoRA's dropout). -1: an evaluation batch.
+  int64_t first_row = -1;
   bool sequential_positions = true;  // positions are 0..T-1 in every row (the models' fast path)
 
   int64_t rows() const { return tokens.size(0); }

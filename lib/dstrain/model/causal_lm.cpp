@@ -13,6 +13,7 @@
 namespace dstrain::model {
 
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
+  const TrainingRowsScope rows({input.first_row, input.tokens.size(0)});
   Hidden h;
   const Trunk t = trunk(0, final_group_, {}, input, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
@@ -23,6 +24,7 @@ CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, 
   if (first < 0 || last > final_group_ || first > last || (first > 0) != x.defined())
     throw Error(ErrorCode::kInternal, fmt::format("a stage forward of groups [{}, {}] of 0..{} {} an input", first, last, final_group_,
                                                   x.defined() ? "with" : "without"));
+  const TrainingRowsScope rows({input.first_row, input.tokens.defined() ? input.tokens.size(0) : x.size(0)});
   Hidden h;
   const Trunk t = trunk(first, last, x, input, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp, h.embedded = t.embedded;

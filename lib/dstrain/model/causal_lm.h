@@ -64,8 +64,11 @@ class CausalLM {
   // (undefined: causal); document_ids int64 [B, T]: attention stays within each document (the
   // attention scope builds the mask). embedded: the embeddings' output [B, T, H] for a pipeline
   // stage that runs multi-token prediction without group 0.
+  // first_row: a training batch's first row in the global sample order (model::TrainingRows, which
+  // keys LoRA's dropout); -1 in evaluation.
   struct Input {
     at::Tensor tokens, positions, attention_mask, embedded = {}, document_ids = {};
+    int64_t first_row = -1;
     AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask); }
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the

@@ -3,6 +3,15 @@
 #include <ATen/ATen.h>
 
 namespace dstrain::model {
+namespace {
+thread_local TrainingRows training_rows;
+}  // namespace
+
+const TrainingRows& current_training_rows() { return training_rows; }
+
+TrainingRowsScope::TrainingRowsScope(TrainingRows rows) : previous_(training_rows) { training_rows = rows; }
+
+TrainingRowsScope::~TrainingRowsScope() { training_rows = previous_; }
 
 at::Tensor apply(const Linear& linear, const at::Tensor& x, std::optional<c10::ScalarType> compute) {
   const at::Tensor in = compute ? x.to(*compute) : x;

@@ -47,6 +47,28 @@ struct Linear {
   int64_t in_features() const { return weight.size(1); }
 };
 
+// The rows a training forward computes, as places in the global sample order (the batch's first
+// row; the others follow it), so that a random choice made for a row (LoRA's dropout) is the same
+// on whichever rank, micro-batch, pipeline stage or recomputation makes it. CausalLM's forwards
+// set it from their Input (recompute() carries it into backward); none in evaluation.
+struct TrainingRows {
+  int64_t first = -1;
+  int64_t count = 0;
+  bool active() const { return first >= 0 && count > 0; }
+};
+const TrainingRows& current_training_rows();
+// Sets the current rows for its lifetime (this thread).
+class TrainingRowsScope {
+ public:
+  explicit TrainingRowsScope(TrainingRows rows);
+  ~TrainingRowsScope();
+  TrainingRowsScope(const TrainingRowsScope&) = delete;
+  TrainingRowsScope& operator=(const TrainingRowsScope&) = delete;
+
+ private:
+  TrainingRows previous_;
+};
+
 // x [..., in] -> [..., out]. compute: the product in that dtype (x and the weight converted; the
 // MoE router runs in fp32 whatever the model's dtype).
 at::Tensor apply(const Linear& linear, const at::Tensor& x, std::optional<c10::ScalarType> compute = std::nullopt);

@@ -7,37 +7,51 @@
 
 #include <algorithm>
 #include <cmath>
-#include <regex>
+#include <mutex>
 #include <set>
 
+#include "dstrain/config/lora_pattern.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/param_builder.h"
 
 namespace dstrain::model {
 namespace {
 
-// A targeted projection's adapter: the output plus (x Aᵀ) Bᵀ x scale, in that order (PEFT's).
+// A row's dropout stream: the projection's stream and the row's place (splitmix64's finalizer).
+uint64_t row_stream(uint64_t stream, int64_t row) {
+  uint64_t z = stream + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(row) + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// A targeted projection's adapter: the output plus (dropout(x) Aᵀ) Bᵀ x scale, in that order (PEFT's).
 class LoraAdapter final : public LinearAdapter {
  public:
-  LoraAdapter(at::Tensor a, at::Tensor b, double scale) : a_(std::move(a)), b_(std::move(b)), scale_(scale) {}
+  LoraAdapter(at::Tensor a, at::Tensor b, double scale, double dropout, uint64_t stream)
+      : a_(std::move(a)), b_(std::move(b)), scale_(scale), dropout_(dropout), stream_(stream) {}
   at::Tensor apply(const at::Tensor& x, const at::Tensor& output) const override {
-    return output + at::linear(at::linear(x.to(a_.scalar_type()), a_), b_) * scale_;
+    return output + at::linear(at::linear(lora_dropout(x.to(a_.scalar_type()), dropout_, stream_), a_), b_) * scale_;
   }
 
  private:
   at::Tensor a_, b_;  // the model's parameters themselves (ZeRO repoints their storage; the handles follow)
-  double scale_;
+  double scale_, dropout_;
+  uint64_t stream_;
 };
 
 // DoRA (Liu et al. 2024) as PEFT computes it: the output plus (m / |W + s BA| - 1) · base +
 // (m / |W + s BA|) · (x Aᵀ) Bᵀ · s, the row norms detached (DoRA's section 4.3). A row whose norm
-// is zero divides by 1 instead (PEFT gives NaN there, peft#2049).
+// is zero divides by 1 instead (PEFT gives NaN there, peft#2049). With dropout, x is the dropped
+// input in both terms, and base its product with W (PEFT's base_result recomputed).
 class DoraAdapter final : public LinearAdapter {
  public:
-  DoraAdapter(at::Tensor a, at::Tensor b, at::Tensor magnitude, at::Tensor weight, double scale)
-      : a_(std::move(a)), b_(std::move(b)), m_(std::move(magnitude)), w_(std::move(weight)), scale_(scale) {}
+  DoraAdapter(at::Tensor a, at::Tensor b, at::Tensor magnitude, at::Tensor weight, double scale, double dropout, uint64_t stream)
+      : a_(std::move(a)), b_(std::move(b)), m_(std::move(magnitude)), w_(std::move(weight)), scale_(scale), dropout_(dropout),
+        stream_(stream) {}
   at::Tensor apply(const at::Tensor& x, const at::Tensor& output) const override {
-    const at::Tensor in = x.to(a_.scalar_type());
+    const at::Tensor whole = x.to(a_.scalar_type()), in = lora_dropout(whole, dropout_, stream_);
+    const at::Tensor base = in.is_same(whole) ? output : at::linear(in, w_.to(in.scalar_type())).to(output.scalar_type());
     at::Tensor norm;
     {
       c10::NoGradGuard no_grad;
@@ -45,12 +59,13 @@ class DoraAdapter final : public LinearAdapter {
     }
     const at::Tensor ratio = m_ / norm;
     const at::Tensor lora = at::linear(at::linear(in, a_), b_);
-    return output + ((ratio - 1) * output + ratio * lora * scale_);
+    return output + ((ratio - 1) * base + ratio * lora * scale_);
   }
 
  private:
   at::Tensor a_, b_, m_, w_;  // the model's parameters themselves (ZeRO repoints their storage; the handles follow)
-  double scale_;
+  double scale_, dropout_;
+  uint64_t stream_;
 };
 
 std::string last_part(const std::string& module) { return module.substr(module.rfind('.') + 1); }
@@ -79,17 +94,6 @@ void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
   }
 }
 
-// PEFT's get_pattern_key: re.match(rf"(.*\.)?({pattern})$", module), with ECMAScript's syntax
-// (Python's for the usual patterns).
-bool pattern_matches(const std::string& pattern, const std::string& module, const char* key) {
-  try {
-    return std::regex_match(module, std::regex("(.*\\.)?(" + pattern + ")"));
-  } catch (const std::regex_error& e) {
-    throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' is no regular expression ({})", key, pattern, e.what()),
-                "write the module's name (model.layers.0.self_attn.q_proj) or a regular expression over it");
-  }
-}
-
 // Each pattern must give some adapted projection its value (PEFT would silently ignore it);
 // checked on a whole model, as the modules to save are.
 void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vector<Linear*>& targeted) {
@@ -97,8 +101,8 @@ void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vect
     if (!model.holds_group(g)) return;
   const auto check = [&](const auto& patterns, const char* key) {
     for (const auto& entry : patterns) {
-      const bool used =
-          std::any_of(targeted.begin(), targeted.end(), [&](const Linear* l) { return pattern_matches(entry.first, l->module, key); });
+      const bool used = std::any_of(targeted.begin(), targeted.end(),
+                                    [&](const Linear* l) { return config::lora_pattern_matches(entry.first, l->module, key); });
       if (!used)
         throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' matches no adapted projection", key, entry.first),
                     fmt::format("match a module lora.targets adapts, by its whole name (e.g. {}) or its last parts (self_attn.q_proj)",
@@ -111,6 +115,25 @@ void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vect
 
 }  // namespace
 
+at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t stream) {
+  const TrainingRows& rows = current_training_rows();
+  if (p <= 0 || !rows.active()) return x;
+  if (x.numel() % rows.count != 0)
+    throw Error(ErrorCode::kInternal, fmt::format("lora.dropout: an input of {} elements over {} rows", x.numel(), rows.count));
+  const at::Tensor flat = x.reshape({rows.count, -1});
+  std::vector<at::Tensor> masks;
+  for (int64_t i = 0; i < rows.count; ++i) {
+    at::Generator g = at::globalContext().defaultGenerator(x.device()).clone();
+    {
+      std::lock_guard<std::mutex> lock(g.mutex());
+      g.set_current_seed(row_stream(stream, rows.first + i));
+    }
+    masks.push_back(at::empty({flat.size(1)}, flat.options().dtype(at::kFloat)).bernoulli_(1.0 - p, g));
+  }
+  // As torch's dropout: the noise in the input's dtype, divided by 1 - p, times the input.
+  return (flat * at::stack(masks).to(flat.scalar_type()).div_(1.0 - p)).view(x.sizes());
+}
+
 bool is_adapter_name(const std::string& name) {
   for (const std::string part : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
     if (name.size() > part.size() && name.compare(name.size() - part.size(), part.size(), part) == 0) return true;
@@ -121,7 +144,7 @@ LoraSpec lora_spec_of(const config::LoraConfig& config) {
   LoraSpec spec;
   spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;
   spec.targets = config.targets, spec.modules_to_save = config.modules_to_save, spec.dora = config.use_dora;
-  spec.rank_pattern = config.rank_pattern, spec.alpha_pattern = config.alpha_pattern;
+  spec.rank_pattern = config.rank_pattern, spec.alpha_pattern = config.alpha_pattern, spec.dropout = config.dropout;
   return spec;
 }
 
@@ -130,7 +153,7 @@ ModuleLora lora_of(const LoraSpec& spec, const std::string& module) {
   const auto pick = [&](const auto& patterns, auto& value, const char* key) {
     const std::string* chosen = nullptr;
     for (const auto& [pattern, v] : patterns) {
-      if (!pattern_matches(pattern, module, key)) continue;
+      if (!config::lora_pattern_matches(pattern, module, key)) continue;
       if (chosen && patterns.at(*chosen) != v)
         throw Error(ErrorCode::kConfig,
                     fmt::format("lora.{}: '{}' and '{}' both match {}, with {:g} and {:g}", key, *chosen, pattern, module,
@@ -197,12 +220,13 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
     builder.set_group(place.group);
     const double bound = 1.0 / std::sqrt(static_cast<double>(l->in_features()));
     const ModuleLora own = lora_of(spec, l->module);
+    const uint64_t dropout_stream = ~stream_of(seed, l->module);  // not A's
     const at::Tensor a = builder.insert(l->index + 1, l->module + ".lora_A.weight", ParamRole::kAdapter,
                                         builder.uniform({own.rank, l->in_features()}, -bound, bound));
     const at::Tensor b =
         builder.insert(l->index + 2, l->module + ".lora_B.weight", ParamRole::kAdapter, builder.zeros({l->out_features(), own.rank}));
     if (!spec.dora) {
-      l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec, own)));
+      l->adapters.push_back(std::make_shared<LoraAdapter>(a, b, lora_scale(spec, own), spec.dropout, dropout_stream));
       continue;
     }
     // DoRA's magnitude starts as W's row norms (B = 0), in W's dtype as PEFT's.
@@ -210,7 +234,7 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
                                  ? builder.zeros({l->out_features()})
                                  : at::linalg_vector_norm(l->weight.detach(), 2, at::IntArrayRef{1}).to(first.scalar_type());
     const at::Tensor m = builder.insert(l->index + 3, l->module + ".lora_magnitude_vector", ParamRole::kAdapter, norms);
-    l->adapters.push_back(std::make_shared<DoraAdapter>(a, b, m, l->weight, lora_scale(spec, own)));
+    l->adapters.push_back(std::make_shared<DoraAdapter>(a, b, m, l->weight, lora_scale(spec, own), spec.dropout, dropout_stream));
   }
   for (size_t i = 0; i < model.parameters().size(); ++i)
     if (model.parameter_places()[i].role != ParamRole::kAdapter && !lora_saves(spec, model.parameters()[i].name)) model.freeze(i);
@@ -233,11 +257,11 @@ std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t ad
     own += m.rank != spec.rank || m.alpha != spec.alpha;
   }
   return fmt::format(
-      "lora: rank {}, alpha {:g} (scale {:g}{}{}) on {} projections ({}){}: {:.3f}M adapter parameters{} train ({:.2f}%), the "
+      "lora: rank {}, alpha {:g} (scale {:g}{}{}{}) on {} projections ({}){}: {:.3f}M adapter parameters{} train ({:.2f}%), the "
       "base's {:.3f}M are frozen",
-      spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", spec.dora ? ", DoRA" : "", adapted,
-      fmt::join(spec.targets, ", "), own > 0 ? fmt::format(", {} of them with their own rank or alpha", own) : "",
-      static_cast<double>(adapters) / 1e6,
+      spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", spec.dora ? ", DoRA" : "",
+      spec.dropout > 0 ? fmt::format(", dropout {:g}", spec.dropout) : "", adapted, fmt::join(spec.targets, ", "),
+      own > 0 ? fmt::format(", {} of them with their own rank or alpha", own) : "", static_cast<double>(adapters) / 1e6,
       saved > 0 ? fmt::format(" and {:.3f}M of [{}]", static_cast<double>(saved) / 1e6, fmt::join(spec.modules_to_save, ", ")) : "",
       100.0 * static_cast<double>(adapters + saved) / std::max(total, 1.0), static_cast<double>(frozen) / 1e6);
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Low-rank adapters on a model's projections (LoRA, Hu et al. 2021; rsLoRA, Kalajdzievski 2023),
-// computed as PEFT computes them: y = base(x) + (x Aᵀ) Bᵀ · scale, scale = alpha / r (alpha / √r
+// computed as PEFT computes them: y = base(x) + (dropout(x) Aᵀ) Bᵀ · scale, scale = alpha / r (alpha / √r
 // with rsLoRA); A [r, in] Kaiming-uniform (a = √5, PEFT's init: U(-1/√in, 1/√in)), B [out, r]
 // zeros, so a fresh adapter leaves the model's output bitwise unchanged. Each A and B is a
 // parameter of role `adapter` in its projection's layer group (ZeRO-3 gathers it with the layer;
@@ -32,6 +32,10 @@ struct LoraSpec {
   // DoRA: a trained magnitude per output row, <module>.lora_magnitude_vector [out] (PEFT's key),
   // starting at W's row norms.
   bool dora = false;
+  // PEFT's lora_dropout on the adapters' input in training forwards: each row's mask drawn from the
+  // seed, the projection and the row's place in the global sample order (model::TrainingRows),
+  // so that every layout of the same global batch drops the same elements.
+  double dropout = 0;
   // Per-module rank and alpha (PEFT's rank_pattern, alpha_pattern; config::LoraConfig).
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;
@@ -47,6 +51,12 @@ struct ModuleLora {
   double alpha = 0;
 };
 ModuleLora lora_of(const LoraSpec& spec, const std::string& module);
+
+// PEFT's lora_dropout (torch's Dropout: kept elements scaled by 1 / (1 - p)) on an adapter's input
+// x ([rows, ...] in the current TrainingRows' order) in a training forward; x itself otherwise.
+// Each row's mask comes from a generator seeded by `stream` and the row's place in the global
+// sample order, so a row drops the same elements wherever it is computed.
+at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t stream);
 
 double lora_scale(const LoraSpec& spec);  // with the spec's own rank and alpha
 double lora_scale(const LoraSpec& spec, const ModuleLora& module);

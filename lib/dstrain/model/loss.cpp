@@ -10,6 +10,7 @@ CausalLM::Input input_of(const data::Batch& batch) {
   CausalLM::Input in{batch.tokens, {}, {}};
   if (!batch.sequential_positions) in.positions = batch.positions;
   in.document_ids = batch.document_ids;  // the attention scope builds the document mask
+  in.first_row = batch.first_row;
   return in;
 }
 

@@ -4,6 +4,8 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include "dstrain/model/linear.h"
+
 namespace dstrain::model {
 namespace {
 
@@ -51,7 +53,12 @@ std::vector<at::Tensor> recompute(const Region& region, const std::vector<at::Te
   bool any = false;
   for (const at::Tensor& t : inputs) any = any || t.requires_grad();
   if (!at::GradMode::is_enabled() || !any) return region(inputs, /*again=*/false);
-  return Recomputed::apply(at::TensorList(inputs), c10::make_intrusive<RegionHolder>(region));
+  // The recomputation in backward sees the rows of the forward (its random choices are theirs).
+  const Region keyed = [region, rows = current_training_rows()](const std::vector<at::Tensor>& in, bool again) {
+    const TrainingRowsScope scope(rows);
+    return region(in, again);
+  };
+  return Recomputed::apply(at::TensorList(inputs), c10::make_intrusive<RegionHolder>(keyed));
 }
 
 at::Tensor recompute(const std::function<at::Tensor(const at::Tensor&)>& fn, const at::Tensor& input) {

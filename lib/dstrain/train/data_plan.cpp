@@ -68,6 +68,7 @@ std::vector<data::Batch> DataPlan::build(int64_t step, int64_t first, const std:
   std::vector<data::Batch> batches;
   for (const Chunk& c : plan_step(recipe_, step, first, weights, rank_, world_)) {
     batches.push_back(source_->batch(c.first, c.count));
+    batches.back().first_row = c.first;
     if (recipe_.train.loss_normalization == config::LossNormalization::kPerSample) data::weigh_per_sample(batches.back());
   }
   return batches;

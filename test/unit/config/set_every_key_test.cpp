@@ -100,7 +100,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"train.gradient_accumulation_steps", {"3", {}}},
       {"train.freeze", {"[model.embed_tokens.*, norms]", {}}},
       {"lora.alpha", {"4", {"lora.rank=4"}}},
-      {"lora.dropout", {"0", {"lora.rank=4"}}},  // another value is refused until dropout is supported
+      {"lora.dropout", {"0.05", {"lora.rank=4"}}},
       {"lora.targets", {"[q_proj, v_proj]", {"lora.rank=4"}}},
       {"lora.use_rslora", {"true", {"lora.rank=4"}}},
       {"lora.use_dora", {"true", {"lora.rank=4"}}},

@@ -317,3 +317,66 @@ TEST_CASE("DoRA: a zero row of the base stays finite (PEFT divides by its zero n
   for (const auto& p : m->parameters())
     if (p.tensor.grad().defined()) CHECK(at::isfinite(p.tensor.grad()).all().item<bool>());
 }
+
+TEST_CASE("lora.dropout: torch's Dropout on the adapter's input, each row's mask keyed by its place in the data", "[model]") {
+  const at::Tensor x = at::ones({4, 8, 64}, at::kDouble);
+  CHECK(model::lora_dropout(x, 0.25, 7).is_same(x));  // no training rows: evaluation
+  at::Tensor y;
+  {
+    const model::TrainingRowsScope rows({10, 4});
+    y = model::lora_dropout(x, 0.25, 7);
+    CHECK(at::equal(model::lora_dropout(x, 0.25, 7), y));                                      // the same rows: the same mask
+    CHECK(at::equal(model::lora_dropout(x.reshape({32, 64}), 0.25, 7), y.reshape({32, 64})));  // tokens flattened: rows still rows
+    CHECK_FALSE(at::equal(model::lora_dropout(x, 0.25, 8), y));                                // another projection's stream
+  }
+  const at::Tensor kept = y.ne(0);
+  CHECK(at::equal(y.masked_select(kept), at::full({kept.sum().item<int64_t>()}, 1.0 / 0.75, at::kDouble)));
+  CHECK(kept.to(at::kDouble).mean().item<double>() == Approx(0.75).margin(0.03));  // 2048 elements: 3 standard deviations
+  {
+    const model::TrainingRowsScope later({12, 2});  // rows 12 and 13 in another micro-batch
+    CHECK(at::equal(model::lora_dropout(x.narrow(0, 2, 2), 0.25, 7), y.narrow(0, 2, 2)));
+  }
+  CHECK(model::current_training_rows().first == -1);  // the scopes restored what was there
+}
+
+TEST_CASE("lora.dropout in the model: evaluation is undropped; a row trains alike in any micro-batch, recomputed or not", "[model]") {
+  for (const bool dora : {false, true}) {
+    DYNAMIC_SECTION((dora ? "DoRA" : "LoRA")) {
+      const config::ModelConfig cfg = test::tiny_model_config();
+      model::LoraSpec spec = spec_of(4, 16.0), plain = spec;
+      spec.dora = plain.dora = dora, spec.dropout = 0.3;
+      auto dropped = model::make_model(cfg, 3, at::kDouble), reference = model::make_model(cfg, 3, at::kDouble);
+      model::attach_lora(*dropped, spec, 11), model::attach_lora(*reference, plain, 11);
+      {
+        c10::NoGradGuard no_grad;
+        at::Generator g = at::detail::createCPUGenerator(21);
+        for (auto* m : {dropped.get(), reference.get()}) {
+          at::Generator same = g.clone();
+          for (const auto& p : m->parameters())
+            if (p.name.find("lora_B") != std::string::npos) p.tensor.copy_(at::randn(p.tensor.sizes(), same, at::kDouble) * 0.1);
+        }
+      }
+      const at::Tensor tokens = tokens_of(cfg.vocab_size);
+      CHECK(at::equal(dropped->logits(tokens), reference->logits(tokens)));  // evaluation: nothing dropped
+      model::CausalLM::Input whole{tokens, {}, {}};
+      whole.first_row = 6;
+      const at::Tensor hidden = dropped->hidden_states(whole).hidden;
+      CHECK_FALSE(at::allclose(hidden, reference->hidden_states(whole).hidden));
+      model::CausalLM::Input second{tokens.narrow(0, 1, 1), {}, {}};  // row 7 alone, as another micro-batch holds it
+      second.first_row = 7;
+      CHECK(at::allclose(dropped->hidden_states(second).hidden, hidden.narrow(0, 1, 1), 1e-12, 1e-12));
+      // Recomputation in backward draws the forward's masks: the same gradients.
+      std::vector<at::Tensor> grads[2];
+      for (const auto mode : {config::Recompute::kNone, config::Recompute::kFull}) {
+        dropped->set_activation_checkpointing(mode);
+        for (const auto& p : dropped->parameters())
+          if (p.tensor.grad().defined()) p.tensor.mutable_grad() = at::Tensor();
+        dropped->hidden_states(whole).hidden.pow(2).sum().backward();
+        for (const auto& p : dropped->parameters())
+          if (p.tensor.grad().defined()) grads[mode == config::Recompute::kFull].push_back(p.tensor.grad().clone());
+      }
+      REQUIRE(grads[0].size() == grads[1].size());
+      for (size_t i = 0; i < grads[0].size(); ++i) CHECK(at::allclose(grads[0][i], grads[1][i], 1e-12, 1e-14));
+    }
+  }
+}
