@@ -69,6 +69,13 @@ for recipe in "$SRC"/recipes/*.yaml; do
 done
 ok "--dry-run succeeds on every recipe in recipes/"
 
+# LoRA on DeepSeek-V3 as released: the adapters, and the model states of a frozen base per GPU.
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-v3.yaml" --dry-run
+expect_out "lora                    rank 16, alpha 32 (scale 2) on [all-linear]: 126.35M adapter parameters"
+expect_out "model states per rank 20.1 GiB instead of full training's 177.5 GiB"
+expect_out "on 80 GiB GPUs          fits"
+ok "recipes/lora-deepseek-v3.yaml: 126M adapters on the 671B base, 8 stages x 8-way expert parallelism, fit 80 GiB GPUs"
+
 # Pipeline parallelism, as planned (issue 39): DeepSeek-V3's own layout on paper, the schedule
 # printed and checked, the configuration errors by key, and training refused until it is built.
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/deepseek-v3-671b.yaml" --dry-run
