@@ -73,7 +73,7 @@ ok "embeddings and layer 0 frozen: 20 steps at ZeRO 0-3 on 2 ranks leave them bi
 for stage in 1 3; do
   expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 2 --set "$dense_freeze" --set zero.stage=$stage --dry-run
   planned=$(grep -o "model states per rank   [0-9.]* [KM]iB" <<<"$OUT" | grep -o "[0-9.]* [KM]iB")
-  expect_out "train.freeze            230.7k parameters frozen (50.0%)"
+  expect_out "train.freeze            230.7k parameters frozen (50.0%; 901.0 KiB in fp32)"
   measured=$(grep -o "; model states [0-9.]* MiB" z$stage/logs/rank_00000.log | grep -o "[0-9.]* MiB")
   [ -n "$planned" ] && [ "$planned" = "$measured" ] || fail "ZeRO $stage: the engine holds $measured of model states per rank, --dry-run planned $planned"
 done
