@@ -5,7 +5,7 @@
 # vocabulary (46M parameters, a third of them the head), one rank, fp32 on the CPU; LoRA rank 16 on
 # all-linear. No gradient is computed for a frozen weight (the head's included, in the chunked
 # loss) and the optimizer steps the adapters alone, so LoRA should take well under full
-# fine-tuning's time.
+# fine-tuning's time. A third row adds lora.dropout 0.05 (a mask per sample and projection).
 #   scripts/bench-lora.sh [STEPS] [--set KEY=VALUE ...]   (e.g. --set precision.dtype=bf16 on a GPU)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -19,9 +19,10 @@ model=(--set model.vocab_size=32256 --set model.hidden_size=512 --set model.num_
 echo "# $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); 1 rank x $(nproc) threads, 4 x 512 dense, vocabulary 32256, batch 8 x 128, $steps steps"
 printf '%-22s %9s %9s %9s %9s %12s %14s %14s\n' mode "step ms" forward backward optimizer "tokens/s" "model states" "peak host RSS"
 declare -A step_ms rss states
-for mode in full lora; do
+for mode in full lora dropout; do
   extra=()
-  [ $mode = lora ] && extra=(--set lora.rank=16 --set lora.alpha=32)
+  [ $mode != full ] && extra=(--set lora.rank=16 --set lora.alpha=32)
+  [ $mode = dropout ] && extra+=(--set lora.dropout=0.05)
   "$DSTRAIN_BUILD_DIR/dstrain" train "$DSTRAIN_ROOT/recipes/demo.yaml" --nproc-per-node 1 --set launch.threads_per_worker="$(nproc)" \
     "${model[@]}" --set train.steps="$steps" --set checkpoint.interval_steps=0 --set checkpoint.at_end=false \
     --set logging.wall_clock_breakdown=true --set run_dir="$work/$mode" "${extra[@]}" "$@" >/dev/null 2>&1 || die "the $mode run failed"
@@ -35,10 +36,12 @@ print(f"{med('step_ms'):.1f} {max(r['host_peak_rss_mb'] for r in rows):.0f} "
       f"{med('step_ms'):9.1f} {med('forward_ms'):9.1f} {med('backward_ms'):9.1f} {med('optimizer_ms'):9.1f} {med('tokens_per_s'):12.0f}")
 PY
 )
-  printf '%-22s %s %14s %11s MiB\n' "$([ $mode = lora ] && echo 'LoRA r16 all-linear' || echo 'full fine-tuning')" "$line" "${states[$mode]}" "${rss[$mode]}"
+  case $mode in full) name='full fine-tuning' ;; lora) name='LoRA r16 all-linear' ;; *) name='LoRA r16, dropout 0.05' ;; esac
+  printf '%-22s %s %14s %11s MiB\n' "$name" "$line" "${states[$mode]}" "${rss[$mode]}"
 done
-python3 - "${step_ms[full]}" "${step_ms[lora]}" "${rss[full]}" "${rss[lora]}" "${states[full]% MiB}" "${states[lora]% MiB}" <<'PY'
+python3 - "${step_ms[full]}" "${step_ms[lora]}" "${rss[full]}" "${rss[lora]}" "${states[full]% MiB}" "${states[lora]% MiB}" "${step_ms[dropout]}" <<'PY'
 import sys
-f, l, rf, rl, sf, sl = map(float, sys.argv[1:])
+f, l, rf, rl, sf, sl, d = map(float, sys.argv[1:])
 print(f"ratio  LoRA / full: step time {l / f:.2f}, model states {sl / sf:.3f}, peak host RSS {rl / rf:.2f}")
+print(f"ratio  dropout / LoRA: step time {d / l:.2f}")
 PY
