@@ -15,5 +15,5 @@ ok "MLA + MoE (V3-style and V2-Lite-style) logits and loss equal a per-token PyT
 mkdir -p "$WORK/mtp"
 DSTRAIN_REFERENCE_DIR="$WORK/mtp" "$UNIT" "[model-mtp-reference]" >/dev/null || fail "export of the MTP models failed"
 "$py" "$SRC/test/model/mtp_reference.py" "$WORK/mtp" || fail "multi-token prediction differs from the reference"
-ok "multi-token prediction (depth 1 and 2, two documents in a row, a masked target) and z-loss (with MTP, the head chunked): loss, each term and every gradient equal a PyTorch reference within 1e-6 (fp32)"
+ok "multi-token prediction (depth 1 and 2, two documents in a row, a masked target) and z-loss (with MTP, the head chunked): loss, each term and every gradient equal a PyTorch reference (loss and terms 1e-6, gradients 2e-6 of their largest element; fp32)"
 finish
