@@ -17,6 +17,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/exit_code.h"
+#include "dstrain/model/lora.h"
 #include "dstrain/run/run_dir.h"
 #include "dstrain/tasks/export.h"
 #include "dstrain/tasks/peft_export.h"
@@ -121,8 +122,7 @@ int inspect(const Options& o) {
   for (const auto& t : in.tensors)
     if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
       ++adapters, adapter_elements += t.numel();
-      const std::string a = ".lora_A.weight";
-      if (t.name.size() > a.size() && t.name.compare(t.name.size() - a.size(), a.size(), a) == 0 && !t.shape.empty()) {
+      if (!model::lora_a_module(t.name).empty() && !t.shape.empty()) {
         lora_rank = projections == 0 ? t.shape[0] : std::min(lora_rank, t.shape[0]), ++projections;
         max_rank = std::max(max_rank, t.shape[0]);
       }

@@ -10,8 +10,9 @@
 # merged export in plain transformers (1e-6, fp32; MLA's RoPE rows permuted as the weights');
 # lora.init_from reads the export back, and an adapter PEFT made gives PEFT's loss; DoRA and
 # per-module ranks and alphas (rank_pattern, alpha_pattern) likewise against one process and PEFT;
-# lora.dropout draws the same masks on any layout (DoRA at ZeRO-3, a pipeline); bad lora settings
-# are refused by key.
+# lora.dropout draws the same masks on any layout (DoRA at ZeRO-3, a pipeline); the routed experts'
+# adapters (lora.experts) with expert parallelism, in PEFT under transformers 5 and merged; bad lora
+# settings are refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 cmp="$SRC/test/dist/compare_metrics.py"
@@ -201,5 +202,52 @@ expect_status 0 "$DSTRAIN" export-hf mall mall-merged --merge
 expect_out "exported"
 "$py" "$SRC/test/dist/peft_reference.py" - none val.txt 64 "$(val mall 20)" mall-merged || fail "the merged all-linear MoE export does not give dstrain's loss"
 ok "MLA + MoE: EP 2 and a 2-stage pipeline (with dropout) within 1e-5 of one process; the attention adapter in PEFT and the merged all-linear model give dstrain's loss"
+
+# --- the routed experts (lora.experts): EP 2 at ZeRO-3 against one process; PEFT under transformers 5 and the merge ----
+# A base whose every MLP is routed (no dense layer, no shared expert): PEFT under transformers 5 reads
+# gate_proj, up_proj and down_proj as the routed experts' only, so it can load this adapter whole.
+run "$moe" ebase 2 --set train.steps=12 --set model.first_k_dense_replace=0 --set model.n_shared_experts=0
+expect_status 0 "$DSTRAIN" export-hf ebase hf-ebase
+routed=(--set model.first_k_dense_replace=0 --set model.n_shared_experts=0 --set model.init_from="$WORK/hf-ebase" --set lora.rank=4
+        --set lora.alpha=8 --set lora.experts=true)
+run "$moe" eone 1 "${routed[@]}" "${evals[@]}"
+expect_out "on 34 projections (all-linear; 24 of them the routed experts' here)"
+run "$moe" eep 2 "${routed[@]}" --set moe.expert_parallel_size=2 --set zero.stage=3
+python3 "$cmp" eone/metrics.jsonl eep/metrics.jsonl --rtol 1e-5 --grad-norm || fail "LoRA on the routed experts with EP 2 at ZeRO-3 differs from one process"
+expect_out "; 12 of them the routed experts' here"  # each rank: its 2 experts of 4, in 2 layers
+# A checkpoint of EP 2 (each rank saves its experts' adapters under their global names) resumes in one process.
+run "$moe" ehalf 2 "${routed[@]}" --set moe.expert_parallel_size=2 --set zero.stage=1 --set checkpoint.interval_steps=10
+expect_status 0 "$DSTRAIN" train "$moe" "${common[@]}" --set train.steps=20 --nproc-per-node 1 "${routed[@]}" --set run_dir=ealone \
+  --resume ehalf/ckpt/step_00000010
+python3 "$cmp" ehalf/metrics.jsonl ealone/metrics.jsonl --resumed --rtol 1e-5 || fail "routed-expert adapters saved at EP 2 do not resume in one process"
+run "$moe" epp 2 "${routed[@]}" --set parallel.pipeline_parallel_size=2 --set pipeline.schedule=1f1b \
+  --set train.activation_checkpointing=selective
+python3 "$cmp" eone/metrics.jsonl epp/metrics.jsonl --rtol 1e-5 || fail "LoRA on the routed experts on a 2-stage pipeline, recomputed, differs from one process"
+# The model states per rank --dry-run plans are the engine's: at ZeRO-1 each rank holds its experts'
+# adapters whole and the others' not at all (rank 64: the experts' adapters are most of the states).
+big=(--set lora.rank=64 --set zero.stage=1 --set moe.expert_parallel_size=2)
+expect_status 0 "$DSTRAIN" train "$moe" "${common[@]}" --set train.steps=20 --nproc-per-node 2 "${routed[@]}" "${big[@]}" --dry-run
+expect_out "on [all-linear] and the routed experts (147.5k of them)"
+expect_out "MiB more: the adapters' states outweigh what the frozen base saves"
+planned=$(grep -o "model states per rank   [0-9.]* [KM]iB" <<<"$OUT" | grep -o "[0-9.]* [KM]iB")
+run "$moe" eep1 2 "${routed[@]}" "${big[@]}" --set train.steps=2 --set schedule.warmup_steps=0
+measured=$(grep -o "; model states [0-9.]* MiB" eep1/logs/rank_00000.log | grep -o "[0-9.]* MiB")
+[ -n "$planned" ] && [ "$planned" = "$measured" ] || fail "routed-expert LoRA: the engine holds $measured of model states per rank, --dry-run planned $planned"
+expect_status 0 "$DSTRAIN" inspect-ckpt eep
+expect_out "lora         68 adapter tensors of rank 4 on 34 projections"
+expect_status 0 "$DSTRAIN" export-hf eone eadapter
+grep -qF 'mlp\\.experts(\\.[0-9]+)?\\.gate_proj' eadapter/adapter_config.json || fail "the adapter's target_modules do not name the routed experts by any index"
+expect_status 0 "$DSTRAIN" export-hf eone emerged --merge
+"$py" "$SRC/test/dist/peft_reference.py" hf-ebase eadapter val.txt 64 "$(val eone 20)" emerged \
+  || fail "the routed experts' adapter does not give dstrain's loss in PEFT (transformers 5), or the merged export in transformers"
+run "$moe" eagain 1 "${routed[@]}" "${evals[@]}" "${start[@]}" --set lora.init_from="$WORK/eadapter"
+close "$(val eone 20)" "$(val eagain 0)" || fail "an adapter with the routed experts' does not import as exported"
+expect_status 2 "$DSTRAIN" train "$moe" "${common[@]}" "${routed[@]}" --set lora.dropout=0.1 --dry-run
+expect_out "lora.experts with lora.dropout 0.1: the routed experts' adapters take no dropout"
+expect_status 2 "$DSTRAIN" train "$moe" "${common[@]}" "${routed[@]}" --set "lora.rank_pattern={experts\.0\.up_proj: 8}" --dry-run
+expect_out "lora.rank_pattern: 'experts\.0\.up_proj' matches the routed expert model.layers.0.mlp.experts.0.up_proj"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set lora.experts=true --dry-run
+expect_out "lora.experts: model.family dense has no routed experts"
+ok "LoRA on the routed experts: EP 2 at ZeRO-3, and a 2-stage pipeline with selective recompute, within 1e-5 of one process, with --dry-run's model states; an EP 2 checkpoint resumes in one process; PEFT under transformers 5 takes the per-expert adapter (fused, bit for bit) and gives dstrain's loss, as does the merged export (1e-6); it imports back; dropout, an expert's own rank and a dense model are refused by key"
 
 finish

@@ -13,9 +13,11 @@ peft_reference.py make BASE OUT VAL SEQ_LEN R ALPHA TARGET...
   lora.init_from, saves it to OUT and prints its loss on VAL's windows
 
 PeftModel.from_pretrained must take every tensor of the file and leave no adapter weight
-unloaded (PEFT's own state dict has exactly the file's keys, bit for bit), and its loss, and the
-merged model's, must equal dstrain's (1e-6 relative, fp32).
+unloaded (PEFT's own state dict has exactly the file's keys, bit for bit; the routed experts'
+per-expert adapters as PEFT under transformers 5 fuses them), and its loss, and the merged
+model's, must equal dstrain's (1e-6 relative, fp32).
 """
+import re
 import sys
 
 import torch
@@ -34,6 +36,31 @@ def loss(model, path, seq_len):
             total += torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), w[:, 1:].reshape(-1), reduction="sum").item()
             count += w[:, 1:].numel()
     return total / count
+
+
+def fused_experts(stored):
+    """The file's tensors as PEFT under transformers 5 holds them: a DeepSeek model's routed experts are
+    fused 3-D parameters there, targeted as target_parameters (gate_up_proj inside down_proj), so PEFT
+    stacks the per-expert adapters: A [E * r, in] expert-major, B [out, r * E] rank-major, gate and up
+    joined at rank 2r (A's rows concatenated, B block-diagonal), as its weight conversion does."""
+    expert = re.compile(r"(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.(lora_A|lora_B)\.weight$")
+    out, groups = {}, {}
+    for k, v in stored.items():
+        m = expert.match(k)
+        if not m:
+            out[k] = v
+            continue
+        groups.setdefault(m[1], {}).setdefault((m[3], m[4]), {})[int(m[2])] = v
+    for prefix, parts in groups.items():
+        def stack(p, lora):
+            return torch.stack([parts[(p, lora)][e] for e in sorted(parts[(p, lora)])])
+        gate_b, up_b = stack("gate_proj", "lora_B"), stack("up_proj", "lora_B")
+        out[f"{prefix}.base_layer.lora_A.weight"] = torch.cat([stack("gate_proj", "lora_A"), stack("up_proj", "lora_A")], 1).flatten(0, 1)
+        block = torch.stack([torch.block_diag(gate_b[e], up_b[e]) for e in range(gate_b.size(0))])
+        out[f"{prefix}.base_layer.lora_B.weight"] = block.permute(2, 0, 1).flatten(0, 1).T
+        out[f"{prefix}.lora_A.weight"] = stack("down_proj", "lora_A").flatten(0, 1)
+        out[f"{prefix}.lora_B.weight"] = stack("down_proj", "lora_B").permute(2, 0, 1).flatten(0, 1).T
+    return out
 
 
 def load(d):
@@ -64,13 +91,17 @@ def main():
     model = PeftModel.from_pretrained(load(base), adapter).eval()
     stored = load_file(f"{adapter}/adapter_model.safetensors")
     loaded = get_peft_model_state_dict(model)
+    experts = sum(1 for k in stored if ".mlp.experts." in k)
+    if experts:
+        stored = fused_experts(stored)
     if set(stored) != set(loaded):
         sys.exit(f"keys PEFT does not take: {sorted(set(stored) - set(loaded))[:4]}; adapter weights the file lacks: "
                  f"{sorted(set(loaded) - set(stored))[:4]}")
-    differ = [k for k in stored if not torch.equal(stored[k], loaded[k].to(stored[k].dtype))]
+    differ = [k for k in stored if not torch.equal(stored[k].contiguous(), loaded[k].to(stored[k].dtype))]
     if differ:
         sys.exit(f"PEFT holds other values than the file for {differ[:4]}")
-    print(f"PEFT took all {len(stored)} tensors of the adapter, bit for bit")
+    fused = f" ({experts} routed experts' fused into {sum(1 for k in stored if '.mlp.experts.' in k)})" if experts else ""
+    print(f"PEFT took all {len(stored)} tensors of the adapter{fused}, bit for bit")
     failed = False
     checks = [("PEFT on the base", model)] + ([("the merged export", load(sys.argv[6]))] if len(sys.argv) > 6 else [])
     for name, m in checks:

@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dstrain/model/moe_experts.h"
@@ -19,15 +20,18 @@ struct ExpertCase {
   int64_t experts = 16;
   at::Tensor x, grad_out, idx, weights;
   std::vector<at::Tensor> gate, up, down;  // per expert: [I, H], [I, H], [H, I]
+  // lora.experts: per expert and projection A [r, in] and B [out, r] (B non-zero), scale 2; none when empty.
+  std::vector<at::Tensor> lora_a, lora_b;  // expert-major: gate, up, down of expert 0, then expert 1, ...
 };
 
 struct ExpertResults {
   at::Tensor y, grad_x, grad_w;
-  at::Tensor grad_experts;  // every expert's gate, up and down gradients, flattened and joined
+  at::Tensor grad_experts;  // every expert's gate, up and down gradients, then the adapters', flattened and joined
 };
 
 // 300 rows of width 256 routed top-4 over 16 experts of width 128; expert 5 gets no rows.
-inline ExpertCase expert_case(at::Device device, at::ScalarType dtype) {
+// lora_rank > 0: with adapters of that rank on every expert's three projections.
+inline ExpertCase expert_case(at::Device device, at::ScalarType dtype, int64_t lora_rank = 0) {
   const int64_t N = 300, H = 256, I = 128, K = 4;
   ExpertCase c;
   at::manual_seed(3);
@@ -39,6 +43,9 @@ inline ExpertCase expert_case(at::Device device, at::ScalarType dtype) {
   for (int64_t e = 0; e < c.experts; ++e) {
     c.gate.push_back(at::randn({I, H}, on) * 0.1), c.up.push_back(at::randn({I, H}, on) * 0.1);
     c.down.push_back(at::randn({H, I}, on) * 0.1);
+    if (lora_rank == 0) continue;
+    for (const auto& [in, out] : {std::pair{H, I}, std::pair{H, I}, std::pair{I, H}})
+      c.lora_a.push_back(at::randn({lora_rank, in}, on) * 0.1), c.lora_b.push_back(at::randn({out, lora_rank}, on) * 0.1);
   }
   return c;
 }
@@ -48,10 +55,20 @@ inline ExpertCase expert_case(at::Device device, at::ScalarType dtype) {
 // is guarded, so that a mistake anywhere else fails the test.
 inline std::optional<ExpertResults> run_experts(const ExpertCase& c, model::ExpertKernels kernels, std::string* unavailable) {
   model::LocalExperts x;
+  std::vector<at::Tensor> adapters;  // in lora_a, lora_b order: A then B of each projection
   for (int64_t e = 0; e < c.experts; ++e) {
     x.gate.push_back(c.gate[e].clone().set_requires_grad(true));
     x.up.push_back(c.up[e].clone().set_requires_grad(true));
     x.down.push_back(c.down[e].clone().set_requires_grad(true));
+    if (c.lora_a.empty()) continue;
+    model::ExpertLora* loras[] = {&x.gate_lora, &x.up_lora, &x.down_lora};
+    for (size_t p = 0; p < 3; ++p) {
+      const size_t k = static_cast<size_t>(e) * 3 + p;
+      loras[p]->a.push_back(c.lora_a[k].clone().set_requires_grad(true)),
+          loras[p]->b.push_back(c.lora_b[k].clone().set_requires_grad(true));
+      loras[p]->scale = 2.0;
+      adapters.push_back(loras[p]->a.back()), adapters.push_back(loras[p]->b.back());
+    }
   }
   const at::Tensor flat = c.x.clone().set_requires_grad(true), w = c.weights.clone().set_requires_grad(true);
   at::Tensor y;
@@ -66,6 +83,7 @@ inline std::optional<ExpertResults> run_experts(const ExpertCase& c, model::Expe
   for (int64_t e = 0; e < c.experts; ++e)
     for (const at::Tensor& p : {x.gate[e], x.up[e], x.down[e]})
       grads.push_back((p.grad().defined() ? p.grad() : at::zeros_like(p)).reshape({-1}));
+  for (const at::Tensor& p : adapters) grads.push_back((p.grad().defined() ? p.grad() : at::zeros_like(p)).reshape({-1}));
   return ExpertResults{y.detach(), flat.grad(), w.grad(), at::cat(grads)};
 }
 

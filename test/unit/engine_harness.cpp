@@ -130,7 +130,7 @@ EngineRun run_engine(const EngineSpec& spec) {
     model->set_activation_checkpointing(spec.recompute);
     if (spec.lora_rank > 0) {
       model::LoraSpec lora;
-      lora.rank = spec.lora_rank, lora.alpha = 2.0 * static_cast<double>(spec.lora_rank);
+      lora.rank = spec.lora_rank, lora.alpha = 2.0 * static_cast<double>(spec.lora_rank), lora.experts = spec.lora_experts;
       model::attach_lora(*model, lora, 77);
     }
     if (!spec.freeze.empty())

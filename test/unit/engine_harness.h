@@ -45,6 +45,7 @@ struct EngineSpec {
   double lr = 1e-2;
   std::vector<std::string> freeze;  // train.freeze: these parameters do not train
   int64_t lora_rank = 0;            // > 0: LoRA adapters (rank, alpha 2 x rank) on every projection, the rest frozen
+  bool lora_experts = false;        // ... and on the routed experts' (lora.experts)
 };
 
 struct EngineRun {  // rank 0's view

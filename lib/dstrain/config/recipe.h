@@ -209,12 +209,14 @@ struct TrainConfig {
 // frozen or the loader was not given the counter.
 struct FrozenCounts {
   std::vector<double> dense, routed;
-  std::vector<double> adapters;  // lora: the adapters' elements by layer group (they train; outside the routed experts)
+  std::vector<double> adapters;         // lora: the adapters' elements by layer group (they train), outside the routed experts
+  std::vector<double> routed_adapters;  // lora.experts: the routed experts' adapters by layer group (split over expert parallelism)
   bool empty() const { return dense.empty(); }
   // The frozen elements of groups [first, last]: dense or routed.
   double in_groups(int first, int last, bool experts) const { return sum(experts ? routed : dense, first, last); }
   // The adapters' elements of groups [first, last] (model parameters beyond the config's counts).
   double adapters_in(int first, int last) const { return sum(adapters, first, last); }
+  double routed_adapters_in(int first, int last) const { return sum(routed_adapters, first, last); }
 
  private:
   static double sum(const std::vector<double>& v, int first, int last) {
@@ -260,7 +262,7 @@ struct ZeroConfig {
 struct LoraConfig {
   int64_t rank = 0;    // PEFT's r; 0: no adapters (every parameter trains)
   double alpha = 8;    // lora_alpha (PEFT's default)
-  double dropout = 0;  // lora_dropout; only 0 for now
+  double dropout = 0;  // lora_dropout
   // Projections by module name (q_proj, q_a_proj, kv_b_proj, o_proj, gate_proj, ...) or all-linear.
   std::vector<std::string> targets = {"all-linear"};
   bool use_rslora = false;
@@ -271,6 +273,10 @@ struct LoraConfig {
   // matches the module's name or its last dotted parts (PEFT's (.*\.)?(key)$), value its rank or alpha.
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;
+  // The routed experts' gate_proj, up_proj and down_proj (those targets names) get adapters too:
+  // per expert, beside its weights (exported as PEFT's per-expert modules, which PEFT under
+  // transformers 5 fuses into target_parameters).
+  bool experts = false;
   bool enabled() const { return rank > 0; }
 };
 

@@ -276,7 +276,7 @@ void check_lora(const Recipe& r, Problem&& problem) {
   const LoraConfig& l = r.lora;
   if (!l.enabled()) {
     for (const char* key : {"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "lora.modules_to_save",
-                            "lora.rank_pattern", "lora.alpha_pattern", "lora.init_from"})
+                            "lora.rank_pattern", "lora.alpha_pattern", "lora.init_from", "lora.experts"})
       if (r.sources.count(key) && r.sources.at(key) != "default")
         problem(fmt::format("{} is set ({}) but lora.rank is 0: no adapters are attached and every parameter would train", key,
                             r.sources.at(key)));
@@ -288,6 +288,18 @@ void check_lora(const Recipe& r, Problem&& problem) {
                     "its examples use 0.05 or 0.1)",
                     l.dropout));
   if (l.targets.empty()) problem("lora.targets is empty: name the projections that get adapters (q_proj, o_proj, ...) or all-linear");
+  // PEFT's expert adapters (target_parameters) have neither: no reference, and no export PEFT loads.
+  if (l.experts && l.dropout > 0)
+    problem(
+        fmt::format("lora.experts with lora.dropout {:g}: the routed experts' adapters take no dropout (nor do PEFT's, "
+                    "target_parameters); set lora.dropout: 0",
+                    l.dropout));
+  if (l.experts && l.use_dora)
+    problem(
+        "lora.experts with lora.use_dora: the routed experts' adapters are plain LoRA (PEFT's target_parameters have no DoRA); "
+        "leave one of them out");
+  if (l.experts && r.model.family != ModelFamily::kMlaMoe)
+    problem(fmt::format("lora.experts: model.family {} has no routed experts; leave lora.experts out", name(r.model.family)));
   if (!r.train.freeze.empty())
     problem(
         "train.freeze with lora: the adapters already freeze the whole base; name what else should train in full in "

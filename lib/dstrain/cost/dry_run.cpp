@@ -19,7 +19,7 @@ namespace {
 // train.freeze or lora: what trains, what does not, and the model states it saves per rank.
 std::string frozen_text(const Recipe& r) {
   const int last = static_cast<int>(r.model.num_layers) + 1;
-  const double adapters = r.frozen.adapters_in(0, last);
+  const double adapters = r.frozen.adapters_in(0, last) + r.frozen.routed_adapters_in(0, last);
   const double total = static_cast<double>(parameter_counts(r.model).total) + adapters;
   const double frozen = r.frozen.in_groups(0, last, false) + r.frozen.in_groups(0, last, true);
   Recipe unfrozen = r;
@@ -31,21 +31,25 @@ std::string frozen_text(const Recipe& r) {
     const double scale = r.lora.use_rslora ? r.lora.alpha / std::sqrt(static_cast<double>(r.lora.rank)) : r.lora.alpha / r.lora.rank;
     const size_t patterns = r.lora.rank_pattern.size() + r.lora.alpha_pattern.size();
     out = fmt::format(
-        "  lora                    rank {}, alpha {:g} (scale {:g}{}{}) on [{}]{}: {} adapter parameters{}; the rest of the base (norms, "
-        "MoE routers and their bias, routed experts) frozen\n",
+        "  lora                    rank {}, alpha {:g} (scale {:g}{}{}) on [{}]{}{}: {} adapter parameters{}; the rest of the base (norms, "
+        "MoE routers and their bias{}) frozen\n",
         r.lora.rank, r.lora.alpha, scale, r.lora.use_dora ? ", DoRA" : "",
         r.lora.dropout > 0 ? fmt::format(", dropout {:g}", r.lora.dropout) : "", fmt::join(r.lora.targets, ", "),
+        r.lora.experts ? fmt::format(" and the routed experts ({} of them)", count_text(r.frozen.routed_adapters_in(0, last))) : "",
         patterns > 0 ? fmt::format(", {} rank/alpha pattern{}", patterns, patterns == 1 ? "" : "s") : "", count_text(adapters),
-        r.lora.modules_to_save.empty() ? "" : fmt::format(", [{}] trained in full", fmt::join(r.lora.modules_to_save, ", ")));
+        r.lora.modules_to_save.empty() ? "" : fmt::format(", [{}] trained in full", fmt::join(r.lora.modules_to_save, ", ")),
+        r.lora.experts ? "" : ", routed experts");
   }
   return out +
          fmt::format(
              "  {:<23} {} parameters frozen ({:.1f}%; {} in {}), {} trainable; model states per rank {} instead of full training's {} "
-             "(saves {}: no gradients, fp32 master or Adam states for the frozen ones)\n",
+             "({})\n",
              r.lora.enabled() ? "frozen base" : "train.freeze", count_text(frozen), 100.0 * frozen / std::max(total, 1.0),
              bytes_text(frozen * (r.precision.dtype == config::Dtype::kFp32 ? 4.0 : 2.0)), config::name(r.precision.dtype),
              count_text(total - frozen), bytes_text(with.device_states + with.host_states),
-             bytes_text(without.device_states + without.host_states), bytes_text(saved));
+             bytes_text(without.device_states + without.host_states),
+             saved >= 0 ? fmt::format("saves {}: no gradients, fp32 master or Adam states for the frozen ones", bytes_text(saved))
+                        : fmt::format("{} more: the adapters' states outweigh what the frozen base saves", bytes_text(-saved)));
 }
 
 // Expert parallelism's layout: which ranks exchange tokens, which hold the same experts.

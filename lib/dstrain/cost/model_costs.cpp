@@ -79,7 +79,8 @@ RankParameters rank_parameters(const Recipe& r) {
   const double ranks = static_cast<double>(r.data_parallel_size());  // the world, less a pipeline's other stages
   out.dense_ranks = ranks, out.expert_ranks = ranks / ep;
   const int last_group = static_cast<int>(r.model.num_layers) + 1;
-  out.dense += r.frozen.adapters_in(0, last_group);  // lora's adapters: held with their layers, outside the experts
+  out.dense += r.frozen.adapters_in(0, last_group);                // lora's adapters: held with their layers
+  out.experts += r.frozen.routed_adapters_in(0, last_group) / ep;  // lora.experts': with their experts
   out.frozen_dense = r.frozen.in_groups(0, last_group, false), out.frozen_experts = r.frozen.in_groups(0, last_group, true) / ep;
   const double dense_trained = out.dense - out.frozen_dense, experts_trained = out.experts - out.frozen_experts;
   out.shard = r.zero.stage == 0 ? dense_trained + experts_trained : dense_trained / out.dense_ranks + experts_trained / out.expert_ranks;

@@ -65,6 +65,7 @@ PipelinePlan pipeline_plan(const Recipe& r) {
                 last = st.head ? static_cast<int>(m.num_layers) + 1 : st.first_layer + st.layers;
       frozen_dense += r.frozen.in_groups(first, last, false), frozen_experts += r.frozen.in_groups(first, last, true) / ep;
       dense += r.frozen.adapters_in(first, last);  // lora's adapters there
+      experts += r.frozen.routed_adapters_in(first, last) / ep;
       rp.flops_per_token += st.flops_per_token, holds_head = holds_head || st.head;
     }
     rp.parameters = dense + experts;

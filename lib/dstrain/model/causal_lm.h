@@ -25,6 +25,7 @@ class Communicator;
 namespace dstrain::model {
 
 class ParamBuilder;
+struct LocalExperts;
 
 // Where a parameter belongs and what it is for, declared once by the model that made it (ZeRO
 // lays the parameters out by it and never reads their names).
@@ -140,6 +141,15 @@ class CausalLM {
     int64_t first = 0, count = 0;
   };
   virtual ExpertBlock local_experts() const { return {}; }
+  // Each MoE layer's routed experts this model holds, with their module prefix
+  // (model.layers.3.mlp.experts.) and layer group: where lora.experts attaches adapters. None for
+  // a dense model.
+  struct ExpertLayer {
+    std::string prefix;
+    int group = 0;
+    LocalExperts* experts = nullptr;
+  };
+  virtual std::vector<ExpertLayer> expert_layers() { return {}; }
 
   // The gate stays owned by the caller and must outlive every forward; nullptr removes it.
   void set_layer_gate(LayerGate* gate) { gate_ = gate; }

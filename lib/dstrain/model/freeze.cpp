@@ -78,7 +78,7 @@ FrozenSet frozen_set(const config::ModelConfig& config, const std::vector<std::s
 config::FrozenCounts frozen_counts_of(const config::Recipe& recipe) {
   if (recipe.lora.enabled()) return lora_counts(recipe);
   const FrozenSet set = frozen_set(recipe.model, recipe.train.freeze);
-  return {set.dense, set.routed, {}};
+  return {set.dense, set.routed, {}, {}};
 }
 
 void apply_frozen_set(CausalLM& model, const FrozenSet& set) {

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <mutex>
 #include <set>
 
 #include "dstrain/config/lora_pattern.h"
 #include "dstrain/core/error.h"
+#include "dstrain/model/moe_experts.h"
 #include "dstrain/model/param_builder.h"
 
 namespace dstrain::model {
@@ -96,7 +98,20 @@ void check_modules_to_save(const LoraSpec& spec, const CausalLM& model) {
 
 // Each pattern must give some adapted projection its value (PEFT would silently ignore it);
 // checked on a whole model, as the modules to save are.
-void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vector<Linear*>& targeted) {
+// A pattern that matches a routed expert is refused wherever it is checked: PEFT under transformers
+// 5 fuses the experts' adapters at the adapter's r and lora_alpha, whatever the patterns say.
+void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vector<Linear*>& targeted,
+                    const std::vector<std::string>& expert_modules) {
+  const auto check_experts = [&](const auto& patterns, const char* key) {
+    for (const auto& entry : patterns)
+      for (const std::string& m : expert_modules)
+        if (config::lora_pattern_matches(entry.first, m, key))
+          throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' matches the routed expert {}", key, entry.first, m),
+                      "the routed experts' adapters take lora.rank and lora.alpha (PEFT fuses them at r under transformers 5): "
+                      "narrow the pattern to other projections");
+  };
+  check_experts(spec.rank_pattern, "rank_pattern");
+  check_experts(spec.alpha_pattern, "alpha_pattern");
   for (int g = 0; g < model.num_groups(); ++g)
     if (!model.holds_group(g)) return;
   const auto check = [&](const auto& patterns, const char* key) {
@@ -106,11 +121,73 @@ void check_patterns(const LoraSpec& spec, const CausalLM& model, const std::vect
       if (!used)
         throw Error(ErrorCode::kConfig, fmt::format("lora.{}: '{}' matches no adapted projection", key, entry.first),
                     fmt::format("match a module lora.targets adapts, by its whole name (e.g. {}) or its last parts (self_attn.q_proj)",
-                                targeted.front()->module));
+                                targeted.empty() ? std::string("model.layers.0.self_attn.q_proj") : targeted.front()->module));
     }
   };
   check(spec.rank_pattern, "rank_pattern");
   check(spec.alpha_pattern, "alpha_pattern");
+}
+
+// The routed experts' projections spec targets: gate_proj, up_proj, down_proj by name or all-linear.
+std::vector<std::string> expert_targets(const LoraSpec& spec) {
+  std::vector<std::string> out;
+  if (!spec.experts) return out;
+  for (const char* p : {"gate_proj", "up_proj", "down_proj"})
+    if (std::any_of(spec.targets.begin(), spec.targets.end(), [&](const std::string& t) { return t == "all-linear" || t == p; }))
+      out.emplace_back(p);
+  return out;
+}
+
+// The modules of the routed experts spec adapts here (none in the final group: MTP), in order.
+struct ExpertTarget {
+  std::string module;   // model.layers.3.mlp.experts.5.gate_proj
+  std::string pattern;  // model.layers.3.mlp.experts.{}.gate_proj: the expert's global index left open
+  int group = 0;
+  int64_t local = 0;
+  ExpertLora* lora = nullptr;
+  const at::Tensor* weight = nullptr;
+};
+std::vector<ExpertTarget> expert_modules(const LoraSpec& spec, CausalLM& model) {
+  std::vector<ExpertTarget> out;
+  const std::vector<std::string> projections = expert_targets(spec);
+  if (projections.empty()) return out;
+  for (const CausalLM::ExpertLayer& layer : model.expert_layers()) {
+    if (layer.group == model.final_group()) continue;
+    LocalExperts& x = *layer.experts;
+    for (const std::string& p : projections) {
+      ExpertLora* lora = p == "gate_proj" ? &x.gate_lora : p == "up_proj" ? &x.up_lora : &x.down_lora;
+      const std::vector<at::Tensor>& weights = p == "gate_proj" ? x.gate : p == "up_proj" ? x.up : x.down;
+      for (size_t e = 0; e < weights.size(); ++e)
+        out.push_back({fmt::format("{}{}.{}", layer.prefix, x.first + static_cast<int64_t>(e), p), layer.prefix + "{}." + p, layer.group,
+                       static_cast<int64_t>(e), lora, &weights[e]});
+    }
+  }
+  return out;
+}
+
+// Adapters on the routed experts, each beside its expert's weight in the expert's block (moved
+// there in one pass: a model may have tens of thousands), drawn as a Linear's are.
+void attach_expert_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed, const std::vector<ExpertTarget>& targets, Init init) {
+  if (targets.empty()) return;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < model.parameters().size(); ++i) index[model.parameters()[i].name] = i;
+  const size_t mark = model.parameters().size();
+  const c10::ScalarType dtype = model.parameters().front().tensor.scalar_type();
+  std::vector<size_t> anchors;
+  for (const ExpertTarget& t : targets) {
+    ParamBuilder builder(model, stream_of(seed, t.module), dtype, init);
+    builder.set_group(t.group);
+    const int64_t in = t.weight->size(1), out = t.weight->size(0);
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+    builder.set_expert(t.local, t.pattern + ".lora_A.weight");
+    const at::Tensor a = builder.add(t.module + ".lora_A.weight", ParamRole::kAdapter, builder.uniform({spec.rank, in}, -bound, bound));
+    builder.set_expert(t.local, t.pattern + ".lora_B.weight");
+    const at::Tensor b = builder.add(t.module + ".lora_B.weight", ParamRole::kAdapter, builder.zeros({out, spec.rank}));
+    const size_t anchor = index.at(t.module + ".weight");
+    anchors.push_back(anchor), anchors.push_back(anchor);
+    t.lora->a.push_back(a), t.lora->b.push_back(b), t.lora->scale = lora_scale(spec);
+  }
+  ParamBuilder(model, seed, dtype, init).move_after(mark, anchors);
 }
 
 }  // namespace
@@ -140,11 +217,18 @@ bool is_adapter_name(const std::string& name) {
   return false;
 }
 
+std::string lora_a_module(const std::string& name) {
+  static const std::string kA = ".lora_A.weight";
+  const bool a = name.size() > kA.size() && name.compare(name.size() - kA.size(), kA.size(), kA) == 0;
+  return a ? name.substr(0, name.size() - kA.size()) : std::string();
+}
+
 LoraSpec lora_spec_of(const config::LoraConfig& config) {
   LoraSpec spec;
   spec.rank = config.rank, spec.alpha = config.alpha, spec.rslora = config.use_rslora;
   spec.targets = config.targets, spec.modules_to_save = config.modules_to_save, spec.dora = config.use_dora;
   spec.rank_pattern = config.rank_pattern, spec.alpha_pattern = config.alpha_pattern, spec.dropout = config.dropout;
+  spec.experts = config.experts;
   return spec;
 }
 
@@ -188,7 +272,7 @@ double lora_scale(const LoraSpec& spec) { return lora_scale(spec, {spec.rank, sp
 
 bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& linear) {
   const ParamPlace& place = model.parameter_places()[linear.index];
-  if (place.expert >= 0 || place.group == model.final_group()) return false;  // routed experts: not yet; MTP: never
+  if (place.expert >= 0 || place.group == model.final_group()) return false;  // routed experts: no Linears; MTP: never
   const std::string name = last_part(linear.module);
   for (const std::string& t : spec.targets) {
     if (t == "all-linear" && linear.role != ParamRole::kRouter) return true;
@@ -207,13 +291,23 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
     names.insert(last_part(l->module));
     if (lora_targets(spec, model, *l)) targeted.push_back(l);
   }
-  if (targeted.empty())
+  const std::vector<ExpertTarget> experts = expert_modules(spec, model);
+  if (spec.experts && model.local_experts().count == 0)
+    throw Error(ErrorCode::kConfig, "lora.experts: this model has no routed experts", "leave lora.experts out, or false");
+  if (spec.experts && expert_targets(spec).empty())
+    throw Error(ErrorCode::kConfig,
+                fmt::format("lora.experts: lora.targets [{}] name none of the routed experts' projections", fmt::join(spec.targets, ", ")),
+                "add gate_proj, up_proj and down_proj (or all-linear) to lora.targets");
+  if (targeted.empty() && experts.empty())
     throw Error(ErrorCode::kConfig, fmt::format("lora.targets [{}] match no projection of this model", fmt::join(spec.targets, ", ")),
                 fmt::format("the model's projections are {}, or all-linear", fmt::join(names, ", ")));
   check_modules_to_save(spec, model);
-  check_patterns(spec, model, targeted);
+  std::vector<std::string> expert_names;
+  for (const ExpertTarget& t : experts) expert_names.push_back(t.module);
+  check_patterns(spec, model, targeted, expert_names);
   const at::Tensor first = model.parameters().front().tensor;             // a copy: inserting moves the list
   const Init init = first.is_meta() ? Init::kShapesOnly : Init::kRandom;  // a model of shapes gets adapters of shapes
+  attach_expert_lora(model, spec, seed, experts, init);
   for (Linear* l : targeted) {
     ParamBuilder builder(model, stream_of(seed, l->module), first.scalar_type(), init);
     const ParamPlace place = model.parameter_places()[l->index];
@@ -238,7 +332,7 @@ size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed) {
   }
   for (size_t i = 0; i < model.parameters().size(); ++i)
     if (model.parameter_places()[i].role != ParamRole::kAdapter && !lora_saves(spec, model.parameters()[i].name)) model.freeze(i);
-  return targeted.size();
+  return targeted.size() + experts.size();
 }
 
 std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t adapted) {
@@ -249,18 +343,23 @@ std::string describe_lora(const CausalLM& model, const LoraSpec& spec, size_t ad
     (place.role == ParamRole::kAdapter ? adapters : place.trains ? saved : frozen) += n;
   }
   const double total = static_cast<double>(adapters + saved + frozen);
-  size_t own = 0;  // projections with a rank or alpha of their own (rank_pattern, alpha_pattern)
-  const std::string a = ".lora_A.weight";
-  for (const auto& p : model.parameters()) {
-    if (p.name.size() <= a.size() || p.name.compare(p.name.size() - a.size(), a.size(), a) != 0) continue;
-    const ModuleLora m = lora_of(spec, p.name.substr(0, p.name.size() - a.size()));
+  size_t own = 0, routed = 0;  // projections with a rank or alpha of their own (rank_pattern, alpha_pattern); routed experts'
+  for (size_t i = 0; i < model.parameters().size(); ++i) {
+    const std::string module = lora_a_module(model.parameters()[i].name);
+    if (module.empty()) continue;
+    if (model.parameter_places()[i].expert >= 0) {
+      ++routed;
+      continue;
+    }
+    const ModuleLora m = lora_of(spec, module);
     own += m.rank != spec.rank || m.alpha != spec.alpha;
   }
   return fmt::format(
-      "lora: rank {}, alpha {:g} (scale {:g}{}{}{}) on {} projections ({}){}: {:.3f}M adapter parameters{} train ({:.2f}%), the "
+      "lora: rank {}, alpha {:g} (scale {:g}{}{}{}) on {} projections ({}{}){}: {:.3f}M adapter parameters{} train ({:.2f}%), the "
       "base's {:.3f}M are frozen",
       spec.rank, spec.alpha, lora_scale(spec), spec.rslora ? ", rsLoRA" : "", spec.dora ? ", DoRA" : "",
       spec.dropout > 0 ? fmt::format(", dropout {:g}", spec.dropout) : "", adapted, fmt::join(spec.targets, ", "),
+      routed > 0 ? fmt::format("; {} of them the routed experts' here", routed) : "",
       own > 0 ? fmt::format(", {} of them with their own rank or alpha", own) : "", static_cast<double>(adapters) / 1e6,
       saved > 0 ? fmt::format(" and {:.3f}M of [{}]", static_cast<double>(saved) / 1e6, fmt::join(spec.modules_to_save, ", ")) : "",
       100.0 * static_cast<double>(adapters + saved) / std::max(total, 1.0), static_cast<double>(frozen) / 1e6);
@@ -271,13 +370,13 @@ config::FrozenCounts lora_counts(const config::Recipe& recipe) {
   attach_lora(*model, lora_spec_of(recipe.lora), 0);
   config::FrozenCounts out;
   out.dense.assign(static_cast<size_t>(model->num_groups()), 0.0);
-  out.routed = out.adapters = out.dense;
+  out.routed = out.adapters = out.routed_adapters = out.dense;
   for (size_t i = 0; i < model->parameters().size(); ++i) {
     const ParamPlace& place = model->parameter_places()[i];
     const double n = static_cast<double>(model->parameters()[i].tensor.numel());
     const auto group = static_cast<size_t>(place.group);
     if (place.role == ParamRole::kAdapter)
-      out.adapters[group] += n;
+      (place.expert >= 0 ? out.routed_adapters : out.adapters)[group] += n;
     else if (!place.trains)
       (place.expert >= 0 ? out.routed : out.dense)[group] += n;
   }

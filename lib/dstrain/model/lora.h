@@ -39,6 +39,10 @@ struct LoraSpec {
   // Per-module rank and alpha (PEFT's rank_pattern, alpha_pattern; config::LoraConfig).
   std::map<std::string, int64_t> rank_pattern;
   std::map<std::string, double> alpha_pattern;
+  // The routed experts' projections that targets names (gate_proj, up_proj, down_proj; all-linear:
+  // all three) get adapters too, per expert: <prefix>.experts.<e>.gate_proj.lora_A.weight, ...,
+  // with the spec's rank and alpha (no patterns: PEFT fuses them at r), in the expert's block.
+  bool experts = false;
 };
 
 LoraSpec lora_spec_of(const config::LoraConfig& config);
@@ -63,18 +67,22 @@ double lora_scale(const LoraSpec& spec, const ModuleLora& module);
 // DoRA's row norms of W + scale · lora_weight (lora_weight = B A, [out, in]), 1 where a row is zero.
 at::Tensor dora_row_norms(const at::Tensor& weight, const at::Tensor& lora_weight, double scale);
 // Whether a projection of `model` gets an adapter: its module's last part is a target
-// (all-linear: any but the router's), and it is neither a routed expert's nor in the final group
-// (the MTP modules beside the head).
+// (all-linear: any but the router's), and it is not in the final group (the MTP modules beside
+// the head). The routed experts' are no Linears: spec.experts adapts them.
 bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& linear);
 // Whether a parameter (or checkpoint tensor) is an adapter's: <module>.lora_A.weight,
 // .lora_B.weight or DoRA's .lora_magnitude_vector.
 bool is_adapter_name(const std::string& name);
+// The projection whose A a parameter (or checkpoint tensor) named <module>.lora_A.weight is, or ""
+// for any other name: one per adapted projection.
+std::string lora_a_module(const std::string& name);
 // Whether parameter `name` belongs to one of the spec's modules to save.
 bool lora_saves(const LoraSpec& spec, const std::string& name);
 // Attaches an adapter to every targeted projection the model holds, drawing A from `seed` (the
 // same on every rank and stage), and freezes the rest but the modules to save. Before the engine
-// takes the parameters over. Returns the number of adapted projections; throws Error{kConfig}
-// for a rank below 1, or targets or modules to save that match nothing (naming what exists).
+// takes the parameters over. Returns the number of adapted projections (the routed experts' each
+// count); throws Error{kConfig} for a rank below 1, targets or modules to save that match nothing
+// (naming what exists), or a rank or alpha pattern that matches a routed expert.
 size_t attach_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed);
 
 // One log line: the adapters' rank and scale, the projections adapted, what trains and what is

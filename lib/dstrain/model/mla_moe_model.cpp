@@ -177,6 +177,17 @@ double MlaMoeModel::take_all_to_all_wait_ms() {
 
 CausalLM::ExpertBlock MlaMoeModel::local_experts() const { return {impl_->first_expert, impl_->local_experts}; }
 
+std::vector<CausalLM::ExpertLayer> MlaMoeModel::expert_layers() {
+  std::vector<ExpertLayer> out;
+  for (const int64_t layer : impl_->moe_layers) {
+    MlaLayerParts& p = impl_->layers[static_cast<size_t>(layer)];
+    if (p.experts.gate.empty()) continue;  // another pipeline stage's
+    const int group = layer < impl_->cfg.num_layers ? static_cast<int>(layer) + 1 : final_group();
+    out.push_back({fmt::format("model.layers.{}.mlp.experts.", layer), group, &p.experts});
+  }
+  return out;
+}
+
 at::Tensor MlaMoeModel::take_expert_load() {
   at::Tensor out = impl_->load.clone();
   impl_->load.zero_();

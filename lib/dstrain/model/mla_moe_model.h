@@ -28,6 +28,7 @@ class MlaMoeModel final : public CausalLM {
   at::Tensor take_expert_load() override;
   double take_all_to_all_wait_ms() override;
   ExpertBlock local_experts() const override;
+  std::vector<ExpertLayer> expert_layers() override;
   void update_expert_bias(const at::Tensor& global_load) override;
 
   struct Impl;  // defined in the .cpp; public so that the layer functions there can take it

@@ -66,6 +66,25 @@ at::Tensor exchange_differentiable(comm::Communicator& group, const at::Tensor& 
   return AllToAllRows::apply(input, received, &group, send_rows, recv_rows, hooks.wait_ns);
 }
 
+// One expert's projection of x with its adapter: x Wᵀ + (x Aᵀ) Bᵀ · scale (PEFT's order); x Wᵀ
+// when a is undefined. By value: a recomputed activation runs it in backward.
+Projection expert_projection(size_t e, const std::vector<at::Tensor>& weights, const ExpertLora& lora) {
+  const at::Tensor a = lora.empty() ? at::Tensor() : lora.a[e], b = lora.empty() ? at::Tensor() : lora.b[e];
+  return [w = weights[e], a, b, scale = lora.scale](const at::Tensor& x) {
+    const at::Tensor y = at::linear(x, w);
+    return a.defined() ? y + at::linear(at::linear(x.to(a.scalar_type()), a), b) * scale : y;
+  };
+}
+
+// The same for all local experts at once, as grouped GEMMs over rows sorted by expert.
+at::Tensor grouped_projection(const at::Tensor& rows, const std::vector<at::Tensor>& weights, const ExpertLora& lora,
+                              const at::Tensor& offsets) {
+  const at::Tensor y = at::_grouped_mm(rows, at::stack(weights).transpose(1, 2), offsets);
+  if (lora.empty()) return y;
+  const at::Tensor xa = at::_grouped_mm(rows.to(lora.a.front().scalar_type()), at::stack(lora.a).transpose(1, 2), offsets);
+  return y + at::_grouped_mm(xa, at::stack(lora.b).transpose(1, 2), offsets) * lora.scale;
+}
+
 // Experts [0, counts.size()) of `experts` on rows sorted by expert (counts[e] rows each).
 // Always a function of `rows` (even when no expert has a row): autograd must reach every
 // all-to-all behind it on every rank, or the ranks' exchanges would not pair up.
@@ -73,9 +92,18 @@ at::Tensor exchange_differentiable(comm::Communicator& group, const at::Tensor& 
 // (E of them per layer), the split's backward one concatenation.
 at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective) {
   const std::vector<at::Tensor> parts = rows.split_with_sizes(counts);
+  const bool adapted = !experts.gate_lora.empty() || !experts.up_lora.empty() || !experts.down_lora.empty();
   std::vector<at::Tensor> outs;
-  for (size_t e = 0; e < counts.size(); ++e)
-    if (counts[e] > 0) outs.push_back(swiglu(parts[e], experts.gate[e], experts.up[e], experts.down[e], selective));
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] == 0) continue;
+    if (!adapted) {
+      outs.push_back(swiglu(parts[e], experts.gate[e], experts.up[e], experts.down[e], selective));
+      continue;
+    }
+    outs.push_back(swiglu(parts[e], expert_projection(e, experts.gate, experts.gate_lora),
+                          expert_projection(e, experts.up, experts.up_lora), expert_projection(e, experts.down, experts.down_lora),
+                          selective));
+  }
   return outs.empty() ? rows : at::cat(outs);
 }
 
@@ -84,8 +112,8 @@ at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>&
 // transposed: the column-major operand the grouped kernels take).
 at::Tensor run_grouped_experts(const at::Tensor& rows, const at::Tensor& counts, const LocalExperts& experts, bool selective) {
   const at::Tensor offsets = counts.cumsum(0).to(at::kInt);
-  const at::Tensor gate = at::stack(experts.gate), up = at::stack(experts.up), down = at::stack(experts.down);
-  const at::Tensor g = at::_grouped_mm(rows, gate.transpose(1, 2), offsets), u = at::_grouped_mm(rows, up.transpose(1, 2), offsets);
+  const at::Tensor g = grouped_projection(rows, experts.gate, experts.gate_lora, offsets),
+                   u = grouped_projection(rows, experts.up, experts.up_lora, offsets);
   at::Tensor act;
   if (selective) {
     const Region activation = [](const std::vector<at::Tensor>& in, bool) { return std::vector<at::Tensor>{silu_mul(in[0], in[1])}; };
@@ -93,7 +121,7 @@ at::Tensor run_grouped_experts(const at::Tensor& rows, const at::Tensor& counts,
   } else {
     act = silu_mul(g, u);
   }
-  return at::_grouped_mm(act, down.transpose(1, 2), offsets);
+  return grouped_projection(act, experts.down, experts.down_lora, offsets);
 }
 
 at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective,
@@ -146,7 +174,10 @@ bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts) {
   }();
   if (!enabled || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || experts.gate.empty()) return false;
   const int64_t H = rows.size(1), I = experts.gate[0].size(0);
-  return H % 8 == 0 && I % 8 == 0;  // 16-byte rows of bf16
+  bool ranks_fit = true;  // an adapter's rank is the inner size of its two GEMMs
+  for (const ExpertLora* lora : {&experts.gate_lora, &experts.up_lora, &experts.down_lora})
+    ranks_fit = ranks_fit && (lora->empty() || lora->a.front().size(0) % 8 == 0);
+  return H % 8 == 0 && I % 8 == 0 && ranks_fit;  // 16-byte rows of bf16
 }
 
 RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const at::Tensor& weights, int64_t n_experts,

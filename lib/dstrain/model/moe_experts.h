@@ -22,10 +22,20 @@ class Communicator;
 
 namespace dstrain::model {
 
-// The SwiGLU weights of the experts this rank holds: experts [first, first + gate.size()).
+// LoRA on one projection of the routed experts (lora.experts): per local expert, A [r, in] and
+// B [out, r]; the projection's output gains (x Aᵀ) Bᵀ · scale. Empty: no adapters.
+struct ExpertLora {
+  std::vector<at::Tensor> a, b;  // the model's parameters themselves (ZeRO repoints their storage; the handles follow)
+  double scale = 0;
+  bool empty() const { return a.empty(); }
+};
+
+// The SwiGLU weights of the experts this rank holds: experts [first, first + gate.size()), and
+// their adapters.
 struct LocalExperts {
   int64_t first = 0;
   std::vector<at::Tensor> gate, up, down;
+  ExpertLora gate_lora, up_lora, down_lora;
 };
 
 struct RoutedOutput {
@@ -36,8 +46,8 @@ struct RoutedOutput {
 // How the local experts' GEMMs run. kLoop: one SwiGLU per expert on its rows (CPU, and any
 // dtype). kGroupedMm: three grouped GEMMs over all experts (at::_grouped_mm: Hopper's grouped
 // kernels for bf16 on sm_90), the experts' weights stacked, no host synchronisation without
-// expert parallelism. kAuto: grouped on a GPU for bf16 when the sizes are 16-byte aligned and
-// DSTRAIN_GROUPED_MM is not 0, else the loop.
+// expert parallelism; adapters are two more grouped GEMMs per projection (x Aᵀ, then Bᵀ). kAuto: grouped on a GPU for bf16 when the sizes
+// are 16-byte aligned and DSTRAIN_GROUPED_MM is not 0, else the loop.
 enum class ExpertKernels { kAuto, kLoop, kGroupedMm };
 
 // Expert parallelism's exchanges: where the time blocked on them goes, and the work that hides

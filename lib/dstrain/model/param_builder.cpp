@@ -4,8 +4,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <utility>
 
+#include "dstrain/core/error.h"
 #include "dstrain/model/layers.h"
 
 namespace dstrain::model {
@@ -55,6 +57,30 @@ at::Tensor ParamBuilder::insert(size_t position, const std::string& name, ParamR
   for (Linear& l : model_.linears_)
     if (l.index >= position) ++l.index;
   return t;
+}
+
+void ParamBuilder::move_after(size_t mark, const std::vector<size_t>& anchors) {
+  const size_t n = model_.params_.size();
+  if (anchors.size() != n - mark) throw Error(ErrorCode::kInternal, "ParamBuilder::move_after: one anchor per parameter added");
+  std::vector<std::vector<size_t>> after(mark);
+  for (size_t k = 0; k < anchors.size(); ++k) after.at(anchors[k]).push_back(mark + k);
+  std::vector<size_t> order, new_index(n);
+  order.reserve(n);
+  for (size_t i = 0; i < mark; ++i) {
+    order.push_back(i);
+    order.insert(order.end(), after[i].begin(), after[i].end());
+  }
+  for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
+  auto reorder = [&order](auto& list) {
+    std::remove_reference_t<decltype(list)> moved;
+    moved.reserve(list.size());
+    for (const size_t i : order) moved.push_back(std::move(list[i]));
+    list = std::move(moved);
+  };
+  reorder(model_.params_);
+  reorder(model_.places_);
+  reorder(model_.expert_names_);
+  for (Linear& l : model_.linears_) l.index = new_index[l.index];
 }
 
 const Linear* ParamBuilder::add_linear(const std::string& module, ParamRole role, const at::Tensor& init) {

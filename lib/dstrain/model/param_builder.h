@@ -39,6 +39,11 @@ class ParamBuilder {
   // model is built: the engine wants each layer group's parameters together); later parameters
   // and their Linears move up by one.
   at::Tensor insert(size_t position, const std::string& name, ParamRole role, const at::Tensor& init);
+  // Moves the parameters added since the model held `mark` of them each right after its anchor
+  // (anchors[k] for the k-th added, an index below mark; several after one anchor keep their
+  // order), in one pass: later parameters and their Linears move up. Adapters beside many
+  // projections (every routed expert's) at once, where insert() would move the list each time.
+  void move_after(size_t mark, const std::vector<size_t>& anchors);
   // A projection: the parameter module + ".weight" [out, in] and its Linear (nullptr when not held).
   const Linear* add_linear(const std::string& module, ParamRole role, const at::Tensor& init);
   // An RMSNorm's weight of `size`, initialised to ones.

@@ -32,6 +32,18 @@ std::string module_of(const std::string& adapter_tensor) {
   return adapter_tensor;
 }
 
+// A routed expert's module (mlp.experts.5.gate_proj) with its index replaced by a mark that
+// peft_target_regex turns into "any index or none".
+const std::string kExpertMark = "@E";
+std::string expert_free(const std::string& module) {
+  static const std::string kExperts = "mlp.experts.";
+  const size_t at = module.find(kExperts);
+  if (at == std::string::npos) return module;
+  const size_t index = at + kExperts.size(), end = module.find('.', index);
+  if (end == std::string::npos || end == index || module.find_first_not_of("0123456789", index) != end) return module;
+  return module.substr(0, at) + "mlp.experts" + kExpertMark + module.substr(end);
+}
+
 std::string regex_escape(const std::string& s) {
   std::string out;
   for (const char c : s) out += (c == '.' ? std::string("\\.") : std::string(1, c));
@@ -82,19 +94,39 @@ nlohmann::json adapter_config(const config::Recipe& recipe, const std::vector<st
 }
 
 // PEFT (0.21) under transformers 5 rewrites the targets of a DeepSeek-V2/V3 model before it
-// loads an adapter: gate_proj, up_proj and down_proj become the routed experts' fused parameters,
-// so the dense layers' and shared experts' adapters of such an export are not loaded there.
+// loads an adapter: gate_proj, up_proj and down_proj become the routed experts' fused parameters
+// (gate_up_proj at rank 2r and alpha 2·alpha, down_proj), their per-expert adapters fused to
+// match. So the dense layers' and shared experts' MLP adapters of such an export are not loaded
+// there, rsLoRA's gate and up are scaled by √2 more than trained, and gate_proj without up_proj
+// (or the reverse) cannot be fused. transformers' remote-code models load the export as written.
 void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::string>& names) {
   if (recipe.model.family != config::ModelFamily::kMlaMoe) return;
+  bool dense_mlp = false, routed = false;
+  std::set<std::string> routed_projections;
   for (const std::string& n : names)
-    for (const char* mlp : {".gate_proj.lora_A.weight", ".up_proj.lora_A.weight", ".down_proj.lora_A.weight"})
-      if (ends_with(n, mlp)) {
-        log::warn(
-            "this adapter holds MLP projections (gate_proj, up_proj, down_proj) of a DeepSeek MoE model: PEFT 0.21 under "
-            "transformers 5 reads those targets as the routed experts and does not load these adapters (attention targets load "
-            "as written); for transformers 5 export with --merge, or train lora.targets on attention only");
-        return;
+    for (const std::string mlp : {"gate_proj", "up_proj", "down_proj"})
+      if (ends_with(n, "." + mlp + kA)) {
+        const bool expert = expert_free(n) != n;
+        dense_mlp = dense_mlp || !expert, routed = routed || expert;
+        if (expert) routed_projections.insert(mlp);
       }
+  const std::string remedy = "transformers' remote-code DeepSeek models (trust_remote_code) load it as written; or export with --merge";
+  if (dense_mlp)
+    log::warn(fmt::format(
+        "this adapter holds MLP projections (gate_proj, up_proj, down_proj) of a DeepSeek MoE model's dense layers or shared experts: "
+        "PEFT 0.21 under transformers 5 reads those targets as the routed experts only and does not load these adapters (attention "
+        "and routed-expert adapters load); {}",
+        remedy));
+  if (routed && recipe.lora.use_rslora)
+    log::warn(fmt::format(
+        "rsLoRA on the routed experts: PEFT 0.21 under transformers 5 fuses their gate_proj and up_proj adapters at rank 2r and "
+        "alpha 2·alpha, which scales them by √2 more than trained (alpha / √r); {}",
+        remedy));
+  if (routed && routed_projections.count("gate_proj") != routed_projections.count("up_proj"))
+    log::warn(fmt::format(
+        "the routed experts have adapters on one of gate_proj and up_proj: PEFT 0.21 under transformers 5 fuses the two and refuses "
+        "to load one without the other; {}",
+        remedy));
 }
 
 }  // namespace
@@ -121,12 +153,16 @@ std::string peft_target_regex(const std::vector<std::string>& adapter_tensors) {
       continue;
     }
     layers.insert(layer);
-    suffixes.insert(regex_escape(module.substr(module.find('.', std::string("model.layers.").size()) + 1)));
+    suffixes.insert(regex_escape(expert_free(module.substr(module.find('.', std::string("model.layers.").size()) + 1))));
   }
   std::vector<std::string> alternatives(others.begin(), others.end());
   if (!layers.empty())
     alternatives.push_back(fmt::format("model\\.layers\\.({})\\.({})", fmt::join(layers, "|"), fmt::join(suffixes, "|")));
-  return alternatives.size() == 1 ? alternatives.front() : fmt::format("({})", fmt::join(alternatives, "|"));
+  std::string out = alternatives.size() == 1 ? alternatives.front() : fmt::format("({})", fmt::join(alternatives, "|"));
+  // Every routed expert's: the index is any (PEFT under transformers 5 probes mlp.experts.gate_proj).
+  for (size_t at = out.find(kExpertMark); at != std::string::npos; at = out.find(kExpertMark, at + 1))
+    out.replace(at, kExpertMark.size(), "(\\.[0-9]+)?");
+  return out;
 }
 
 std::vector<std::string> write_peft_adapter(const config::Recipe& recipe, const ckpt::Reader& reader, const std::string& dtype,

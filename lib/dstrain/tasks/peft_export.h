@@ -2,7 +2,8 @@
 // A LoRA run's checkpoint in PEFT's format (`dstrain export-hf` of a run with lora.rank > 0):
 // adapter_config.json (peft_type LORA, r, lora_alpha, use_rslora, modules_to_save, the base it
 // belongs to, target_modules as a regular expression that names exactly the adapted projections,
-// so that PEFT attaches to those and no other, e.g. never a routed expert) and
+// so that PEFT attaches to those and no other; a routed expert's with any index or none, so that
+// PEFT under transformers 5 fuses them into the experts' target_parameters) and
 // adapter_model.safetensors with PEFT's keys: base_model.model.<module>.lora_A.weight [r, in],
 // ...lora_B.weight [out, r], and base_model.model.<name> for the modules saved in full. B's rows
 // are permuted like their projection's (V2/V3's interleaved RoPE rows). `PeftModel.from_pretrained`

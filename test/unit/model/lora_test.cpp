@@ -41,6 +41,18 @@ std::map<std::string, at::Tensor> by_name(const model::CausalLM& m) {
   return out;
 }
 
+// The merged model's weights are what the gradient is taken of: both models' mean losses agree
+// (float64), and both go backward.
+void backward_both(model::CausalLM& adapted, model::CausalLM& merged, std::map<std::string, at::Tensor>& reference,
+                   const at::Tensor& tokens) {
+  const at::Tensor labels = at::roll(tokens, -1, 1);
+  for (auto& [name, t] : reference) t.requires_grad_(true);
+  const at::Tensor ours = model::mean_loss(adapted, tokens, labels), theirs = model::mean_loss(merged, tokens, labels);
+  CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
+  ours.backward();
+  theirs.backward();
+}
+
 }  // namespace
 
 TEST_CASE("LoRA: fresh adapters leave the logits bitwise unchanged; names, places and freezing", "[model]") {
@@ -94,12 +106,7 @@ TEST_CASE("LoRA: the forward and the adapters' gradients equal the merged model'
             }
           }
           const at::Tensor tokens = tokens_of(cfg.vocab_size);
-          const at::Tensor labels = at::roll(tokens, -1, 1);
-          for (auto& [name, t] : reference) t.requires_grad_(true);  // the merged weights are what the gradient is taken of
-          const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
-          CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
-          ours.backward();
-          theirs.backward();
+          backward_both(*adapted, *merged, reference, tokens);
           for (model::Linear* l : adapted->linears()) {
             if (l->adapters.empty()) {
               CHECK_FALSE(adapted->parameters()[l->index].tensor.requires_grad());
@@ -202,6 +209,120 @@ TEST_CASE("LoRA under the ZeRO engine: every stage and 2 ranks train the adapter
   }
 }
 
+TEST_CASE(
+    "LoRA on the routed experts (lora.experts): each expert's adapters beside its weights in its block; fresh, the logits are "
+    "bitwise the base's; the forward and gradients equal the merged model's (float64)",
+    "[model]") {
+  const config::ModelConfig cfg = test::tiny_v3();
+  model::LoraSpec spec = spec_of(4, 16.0, {"q_b_proj", "gate_proj", "up_proj", "down_proj"});
+  spec.experts = true;
+  auto base = model::make_model(cfg, 3, at::kDouble), adapted = model::make_model(cfg, 3, at::kDouble),
+       merged = model::make_model(cfg, 3, at::kDouble);
+  const size_t before = adapted->parameters().size();
+  const size_t n = model::attach_lora(*adapted, spec, 11);
+  // q_b_proj in 3 layers, the dense layer's and 2 shared experts' MLPs (3 each), 2 MoE layers x 4 experts x 3.
+  CHECK(n == 3 + 3 * 3 + 2 * 4 * 3);
+  CHECK(adapted->parameters().size() == before + 2 * n);
+  const at::Tensor tokens = tokens_of(cfg.vocab_size);
+  CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));
+  size_t routed = 0;
+  for (size_t i = 0; i + 2 < adapted->parameters().size(); ++i) {
+    const std::string& name = adapted->parameters()[i].name;
+    const model::ParamPlace& place = adapted->parameter_places()[i];
+    if (place.expert < 0 || place.role == model::ParamRole::kAdapter) continue;
+    INFO(name);
+    const std::string module = name.substr(0, name.size() - std::string(".weight").size());
+    CHECK_FALSE(place.trains);
+    for (const auto& [offset, part] : {std::pair{1, ".lora_A.weight"}, std::pair{2, ".lora_B.weight"}}) {
+      const auto k = i + static_cast<size_t>(offset);
+      const model::ParamPlace& at = adapted->parameter_places()[k];
+      CHECK(adapted->parameters()[k].name == module + part);
+      CHECK((at.role == model::ParamRole::kAdapter && at.trains && at.expert == place.expert && at.group == place.group));
+      // Its name in another rank's block: the expert's global index replaced.
+      const std::string other = adapted->expert_parameter_name(k, 3);
+      CHECK(other.find(".mlp.experts.3.") != std::string::npos);
+      CHECK(other.substr(other.size() - std::string(part).size()) == part);
+    }
+    ++routed;
+  }
+  CHECK(routed == 2 * 4 * 3);
+  CHECK_THAT(model::describe_lora(*adapted, spec, n), Catch::Contains("on 36 projections (q_b_proj, gate_proj, up_proj, down_proj; "
+                                                                      "24 of them the routed experts' here)"));
+  // B non-zero: the merged model W + s·B·A gives the loss, and the adapters the merged weights' gradient carried through.
+  std::map<std::string, at::Tensor> params = by_name(*adapted), reference = by_name(*merged);
+  const double scale = model::lora_scale(spec);
+  at::Generator g = at::detail::createCPUGenerator(21);
+  std::vector<std::string> modules;
+  {
+    c10::NoGradGuard no_grad;
+    for (auto& [name, b] : params) {
+      if (name.find(".lora_B.weight") == std::string::npos) continue;
+      const std::string module = name.substr(0, name.size() - std::string(".lora_B.weight").size());
+      b.copy_(at::randn(b.sizes(), g, at::kDouble) * 0.1);
+      reference.at(module + ".weight").add_(at::mm(b, params.at(module + ".lora_A.weight")) * scale);
+      modules.push_back(module);
+    }
+  }
+  backward_both(*adapted, *merged, reference, tokens);
+  for (const std::string& module : modules) {
+    INFO(module);
+    const at::Tensor w = reference.at(module + ".weight");
+    const at::Tensor grad_w = w.grad().defined() ? w.grad() : at::zeros_like(w);  // an expert without tokens: none
+    const at::Tensor a = params.at(module + ".lora_A.weight"), b = params.at(module + ".lora_B.weight");
+    const auto grad = [](const at::Tensor& t) { return t.grad().defined() ? t.grad() : at::zeros_like(t); };
+    CHECK(at::allclose(grad(b), at::mm(grad_w, a.t()) * scale, 1e-9, 1e-12));
+    CHECK(at::allclose(grad(a), at::mm(b.t(), grad_w) * scale, 1e-9, 1e-12));
+  }
+}
+
+TEST_CASE(
+    "LoRA on the routed experts: refused on a model without them, without their projections in targets, or with a pattern "
+    "that matches one",
+    "[model]") {
+  model::LoraSpec spec = spec_of(4, 8.0, {"q_proj"});
+  spec.experts = true;
+  auto dense = model::make_model(test::tiny_model_config(), 3);
+  CHECK_THROWS_WITH(model::attach_lora(*dense, spec, 1), Catch::Contains("lora.experts: this model has no routed experts"));
+  auto moe = model::make_model(test::tiny_v3(), 3);
+  spec.targets = {"q_b_proj"};
+  CHECK_THROWS_WITH(model::attach_lora(*moe, spec, 1), Catch::Contains("lora.targets [q_b_proj] name none of the routed experts'"));
+  spec.targets = {"all-linear"}, spec.rank_pattern = {{"down_proj", 8}};
+  auto other = model::make_model(test::tiny_v3(), 3);
+  CHECK_THROWS_WITH(model::attach_lora(*other, spec, 1),
+                    Catch::Contains("lora.rank_pattern: 'down_proj' matches the routed expert model.layers.1.mlp.experts.0.down_proj"));
+}
+
+TEST_CASE(
+    "LoRA on the routed experts under the ZeRO engine: ZeRO 0 and 3, expert parallelism 2, as one process; the base stays "
+    "bitwise",
+    "[zero]") {
+  test::EngineSpec one;
+  one.expert_parallel = 1, one.lora_rank = 4, one.lora_experts = true, one.steps = 5;
+  const test::EngineRun reference = test::run_engine(one);
+  REQUIRE(reference.losses.size() == 5);
+  for (const auto& [stage, ep] : {std::pair{0, 2}, std::pair{3, 1}, std::pair{3, 2}}) {
+    DYNAMIC_SECTION("ZeRO-" << stage << ", expert parallelism " << ep << ", 2 ranks") {
+      test::EngineSpec two = one;
+      two.world = 2, two.stage = stage, two.expert_parallel = ep;
+      const test::EngineRun run = test::run_engine(two);
+      CHECK(test::worst_relative(run.losses, reference.losses) <= 1e-5);
+      CHECK(test::worst_relative(run.grad_norms, reference.grad_norms) <= 1e-5);
+      // Every expert's state gathered under its global name: the whole model, in the one process's
+      // order; its base as the one process started (rank 0 alone holds only its experts).
+      REQUIRE(run.names == reference.names);
+      int64_t offset = 0, routed_b = 0;
+      for (size_t i = 0; i < run.names.size(); ++i) {
+        const at::Tensor now = run.master.narrow(0, offset, run.numels[i]), then = reference.initial.narrow(0, offset, run.numels[i]);
+        INFO(run.names[i]);
+        if (run.names[i].find(".lora_") == std::string::npos) CHECK(at::equal(now, then));
+        if (run.names[i].find(".mlp.experts.") != std::string::npos && run.names[i].find(".lora_B.") != std::string::npos) ++routed_b;
+        offset += run.numels[i];
+      }
+      CHECK(routed_b > 0);
+    }
+  }
+}
+
 TEST_CASE("LoRA: modules to save train in full; a name matches a module or a dotted suffix of one", "[model]") {
   const model::LoraSpec spec = spec_of(4, 8.0, {"q_proj"}, false, {"lm_head", "norm"});
   CHECK(model::lora_saves(spec, "lm_head.weight"));
@@ -239,6 +360,7 @@ TEST_CASE("LoRA: the recipe's counts (nothing allocated) are the attached model'
           (place.expert >= 0 ? routed : frozen)[static_cast<size_t>(place.group)] += n;
       }
       CHECK(counts.adapters == adapters);
+      CHECK(counts.routed_adapters == std::vector<double>(adapters.size(), 0.0));
       CHECK(counts.dense == frozen);
       CHECK(counts.routed == routed);
       CHECK(counts.dense.front() == 0);  // the embedding trains in full
@@ -278,12 +400,7 @@ TEST_CASE("DoRA: fresh, the logits are the base's bitwise; the forward and gradi
           reference.at(l->module + ".weight").copy_(v * ratios[l->module].unsqueeze(1));
         }
       }
-      const at::Tensor labels = at::roll(tokens, -1, 1);
-      for (auto& [name, t] : reference) t.requires_grad_(true);
-      const at::Tensor ours = model::mean_loss(*adapted, tokens, labels), theirs = model::mean_loss(*merged, tokens, labels);
-      CHECK(ours.item<double>() == Approx(theirs.item<double>()).epsilon(1e-12));
-      ours.backward();
-      theirs.backward();
+      backward_both(*adapted, *merged, reference, tokens);
       for (model::Linear* l : adapted->linears()) {
         if (l->adapters.empty()) continue;
         INFO(l->module);

@@ -11,8 +11,9 @@
 #include <chrono>
 #include <map>
 #include <memory>
-#include <thread>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "comm/gloo_ranks.h"
@@ -113,17 +114,63 @@ TEST_CASE("grouped routed experts equal a dense per-expert reference, values and
   }
 }
 
+TEST_CASE(
+    "routed experts with adapters (lora.experts): the loop and the grouped GEMMs equal the merged experts W + s·B·A, and "
+    "the adapters' gradients are the merged weights' carried through (fp32)",
+    "[model][moe][lora]") {
+  const model::ExpertKernels kernels = GENERATE(model::ExpertKernels::kLoop, model::ExpertKernels::kGroupedMm);
+  const bool selective = GENERATE(false, true);
+  INFO("grouped GEMMs " << (kernels == model::ExpertKernels::kGroupedMm) << ", selective " << selective);
+  constexpr int64_t kRank = 4;
+  constexpr double kScale = 2.5;
+  const Tokens t = tokens_of(0, 37, 2);  // experts 0 and 1 get no rows
+  model::LocalExperts adapted = all_experts(7);
+  adapted.gate_lora.scale = adapted.up_lora.scale = adapted.down_lora.scale = kScale;
+  model::LocalExperts merged;
+  uint64_t seed = 900;
+  for (int64_t e = 0; e < kExperts; ++e)
+    for (auto [weights, lora, into] :
+         {std::tuple{&adapted.gate, &adapted.gate_lora, &merged.gate}, std::tuple{&adapted.up, &adapted.up_lora, &merged.up},
+          std::tuple{&adapted.down, &adapted.down_lora, &merged.down}}) {
+      const at::Tensor& w = (*weights)[static_cast<size_t>(e)];
+      lora->a.push_back((randn({kRank, w.size(1)}, ++seed) * 0.3).set_requires_grad(true));
+      lora->b.push_back((randn({w.size(0), kRank}, ++seed) * 0.3).set_requires_grad(true));
+      into->push_back((w.detach() + at::mm(lora->b.back().detach(), lora->a.back().detach()) * kScale).set_requires_grad(true));
+    }
+  const model::RoutedOutput got = model::routed_experts(t.flat, t.idx, t.weights, kExperts, adapted, nullptr, selective, kernels);
+  const model::RoutedOutput want =
+      model::routed_experts(t.flat.detach(), t.idx, t.weights.detach(), kExperts, merged, nullptr, false, model::ExpertKernels::kLoop);
+  CHECK(worst(got.out, want.out) <= 1e-6);
+  (got.out * t.upstream).sum().backward();
+  (want.out * t.upstream).sum().backward();
+  for (int64_t e = 0; e < kExperts; ++e) {
+    const auto i = static_cast<size_t>(e);
+    for (auto [lora, weight, reference] :
+         {std::tuple{&adapted.gate_lora, &adapted.gate[i], &merged.gate[i]}, std::tuple{&adapted.up_lora, &adapted.up[i], &merged.up[i]},
+          std::tuple{&adapted.down_lora, &adapted.down[i], &merged.down[i]}}) {
+      INFO("expert " << e);
+      const at::Tensor g = grad_or_zeros(*reference);
+      if (e < 2) CHECK(g.abs().max().item<float>() == 0.0f);  // no rows: nothing (and no hang)
+      CHECK(worst(grad_or_zeros(*weight), g) <= 1e-6);
+      CHECK(worst(grad_or_zeros(lora->b[i]), at::mm(g, lora->a[i].detach().t()) * kScale) <= 1e-5);
+      CHECK(worst(grad_or_zeros(lora->a[i]), at::mm(lora->b[i].detach().t(), g) * kScale) <= 1e-5);
+    }
+  }
+}
+
 TEST_CASE("gpu.kernels' expert check runs on the CPU: grouped GEMMs against the loop, fp32, every gradient", "[model][moe]") {
   // The GPU test's own code (moe_experts_check.h) on the CPU, so that its plumbing is tested
   // where there is no GPU: it joined [I, H] and [H, I] gradients along dim 1 and failed on every GPU.
-  const auto c = dstrain::test::expert_case(at::kCPU, at::kFloat);
+  const int64_t lora_rank = GENERATE(0, 16);  // 16: with lora.experts' adapters
+  INFO("adapters of rank " << lora_rank);
+  const auto c = dstrain::test::expert_case(at::kCPU, at::kFloat, lora_rank);
   std::string unavailable;
   const auto grouped = dstrain::test::run_experts(c, model::ExpertKernels::kGroupedMm, &unavailable);
   INFO(unavailable);
   REQUIRE(grouped);
   const auto loop = dstrain::test::run_experts(c, model::ExpertKernels::kLoop, nullptr);
   REQUIRE(loop);
-  CHECK(grouped->grad_experts.numel() == c.experts * 3 * 128 * 256);
+  CHECK(grouped->grad_experts.numel() == c.experts * 3 * (128 * 256 + lora_rank * (128 + 256)));
   for (const double d : dstrain::test::expert_differences(*grouped, *loop)) CHECK(d < 1e-5);
   // Expert 5 got no rows: its gradients are zeros, joined all the same.
   CHECK(loop->grad_experts.slice(0, 5 * 3 * 128 * 256, 6 * 3 * 128 * 256).abs().max().item<float>() == 0.0f);
