@@ -119,12 +119,15 @@ int inspect(const Options& o) {
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
   // LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]).
   int64_t adapters = 0, adapter_elements = 0, lora_rank = 0, max_rank = 0, projections = 0;  // ranks differ with a rank_pattern
+  int64_t routed = 0;                                                                        // projections of routed experts (lora.experts)
   for (const auto& t : in.tensors)
     if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
       ++adapters, adapter_elements += t.numel();
-      if (!model::lora_a_module(t.name).empty() && !t.shape.empty()) {
+      const std::string module = model::lora_a_module(t.name);
+      if (!module.empty() && !t.shape.empty()) {
         lora_rank = projections == 0 ? t.shape[0] : std::min(lora_rank, t.shape[0]), ++projections;
         max_rank = std::max(max_rank, t.shape[0]);
+        routed += module.find(".mlp.experts.") != std::string::npos;
       }
     }
   // A LoRA checkpoint that names its base: with --verify, the base's files are checked too.
@@ -151,9 +154,13 @@ int inspect(const Options& o) {
          {"ok", ok},
          {"manifest_problem", in.manifest_problem},
          {"frozen_parameters", frozen},
-         {"lora", adapters > 0
-                      ? nlohmann::json{{"rank", lora_rank}, {"max_rank", max_rank}, {"tensors", adapters}, {"elements", adapter_elements}}
-                      : nlohmann::json(nullptr)},
+         {"lora", adapters > 0 ? nlohmann::json{{"rank", lora_rank},
+                                                {"max_rank", max_rank},
+                                                {"tensors", adapters},
+                                                {"elements", adapter_elements},
+                                                {"projections", projections},
+                                                {"routed_expert_projections", routed}}
+                               : nlohmann::json(nullptr)},
          {"base", base.empty() ? nlohmann::json(nullptr) : nlohmann::json::parse(ckpt::to_json(base))},
          {"files", nlohmann::json::array()},
          {"tensors", nlohmann::json::array()}};
@@ -168,9 +175,9 @@ int inspect(const Options& o) {
         in.state.world_size, in.state.zero_stage, in.state.precision, in.state.model, in.state.created, in.state.config_hash,
         in.tensors.size(), elements, static_cast<double>(bytes) / 1048576.0, in.files.size());
     if (adapters > 0)
-      fmt::print("lora         {} adapter tensors of rank {} on {} projections ({} elements), with their optimizer state\n", adapters,
+      fmt::print("lora         {} adapter tensors of rank {} on {} projections{} ({} elements), with their optimizer state\n", adapters,
                  max_rank > lora_rank ? fmt::format("{} to {}", lora_rank, max_rank) : std::to_string(lora_rank), projections,
-                 adapter_elements);
+                 routed > 0 ? fmt::format(" ({} of them routed experts')", routed) : "", adapter_elements);
     if (frozen > 0)
       fmt::print("frozen       {} parameters ({} elements): values alone, no optimizer state ({})\n", frozen, frozen_elements,
                  adapters > 0 ? "the LoRA base" : "train.freeze");

@@ -75,6 +75,11 @@ expect_out "lora                    rank 16, alpha 32 (scale 2) on [all-linear]:
 expect_out "model states per rank 20.1 GiB instead of full training's 177.5 GiB"
 expect_out "on 80 GiB GPUs          fits"
 ok "recipes/lora-deepseek-v3.yaml: 126M adapters on the 671B base, 8 stages x 8-way expert parallelism, fit 80 GiB GPUs"
+# With the routed experts: 58 MoE layers x 256 experts x 3 projections x rank 16 x (7168 + 2048) = 6.57B more.
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-v3.yaml" --set lora.experts=true --dry-run
+expect_out "on [all-linear] and the routed experts (6.57B of them): 6.69B adapter parameters"
+expect_out "model states per rank 21.4 GiB instead of full training's 177.5 GiB"
+ok "recipes/lora-deepseek-v3.yaml with lora.experts: the routed experts' 6.57B adapters counted and placed with their experts"
 
 # Pipeline parallelism, as planned (issue 39): DeepSeek-V3's own layout on paper, the schedule
 # printed and checked, the configuration errors by key, and training refused until it is built.

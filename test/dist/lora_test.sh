@@ -234,7 +234,7 @@ run "$moe" eep1 2 "${routed[@]}" "${big[@]}" --set train.steps=2 --set schedule.
 measured=$(grep -o "; model states [0-9.]* MiB" eep1/logs/rank_00000.log | grep -o "[0-9.]* MiB")
 [ -n "$planned" ] && [ "$planned" = "$measured" ] || fail "routed-expert LoRA: the engine holds $measured of model states per rank, --dry-run planned $planned"
 expect_status 0 "$DSTRAIN" inspect-ckpt eep
-expect_out "lora         68 adapter tensors of rank 4 on 34 projections"
+expect_out "lora         68 adapter tensors of rank 4 on 34 projections (24 of them routed experts')"
 expect_status 0 "$DSTRAIN" export-hf eone eadapter
 grep -qF 'mlp\\.experts(\\.[0-9]+)?\\.gate_proj' eadapter/adapter_config.json || fail "the adapter's target_modules do not name the routed experts by any index"
 expect_status 0 "$DSTRAIN" export-hf eone emerged --merge
