@@ -98,6 +98,27 @@ std::string base_problem_of(const ckpt::BaseModel& base) {
   }
 }
 
+// LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]) in a checkpoint.
+struct AdapterCount {
+  int64_t tensors = 0, elements = 0;
+  int64_t rank = 0, max_rank = 0;       // ranks differ with a rank_pattern
+  int64_t projections = 0, routed = 0;  // adapted projections; of them the routed experts' (lora.experts)
+};
+template <typename IsParameter>
+AdapterCount count_adapters(const ckpt::Inspection& in, IsParameter&& is_parameter) {
+  AdapterCount c;
+  for (const auto& t : in.tensors) {
+    if (!is_parameter(t.name) || !tasks::is_adapter_tensor(t.name)) continue;
+    ++c.tensors, c.elements += t.numel();
+    const std::string module = model::lora_a_module(t.name);
+    if (module.empty() || t.shape.empty()) continue;
+    c.rank = c.projections == 0 ? t.shape[0] : std::min(c.rank, t.shape[0]), ++c.projections;
+    c.max_rank = std::max(c.max_rank, t.shape[0]);
+    c.routed += module.find(".mlp.experts.") != std::string::npos;
+  }
+  return c;
+}
+
 int inspect(const Options& o) {
   const std::string dir = resolve_dir(o.path);
   const ckpt::Inspection in = ckpt::inspect_checkpoint(dir);
@@ -117,19 +138,9 @@ int inspect(const Options& o) {
   };
   for (const auto& t : in.tensors)
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();
-  // LoRA's adapters (<module>.lora_A.weight [r, in], .lora_B.weight [out, r]).
-  int64_t adapters = 0, adapter_elements = 0, lora_rank = 0, max_rank = 0, projections = 0;  // ranks differ with a rank_pattern
-  int64_t routed = 0;                                                                        // projections of routed experts (lora.experts)
-  for (const auto& t : in.tensors)
-    if (is_parameter(t.name) && tasks::is_adapter_tensor(t.name)) {
-      ++adapters, adapter_elements += t.numel();
-      const std::string module = model::lora_a_module(t.name);
-      if (!module.empty() && !t.shape.empty()) {
-        lora_rank = projections == 0 ? t.shape[0] : std::min(lora_rank, t.shape[0]), ++projections;
-        max_rank = std::max(max_rank, t.shape[0]);
-        routed += module.find(".mlp.experts.") != std::string::npos;
-      }
-    }
+  const AdapterCount lora = count_adapters(in, is_parameter);
+  const int64_t adapters = lora.tensors, adapter_elements = lora.elements, lora_rank = lora.rank, max_rank = lora.max_rank,
+                projections = lora.projections, routed = lora.routed;
   // A LoRA checkpoint that names its base: with --verify, the base's files are checked too.
   const ckpt::BaseModel& base = in.state.base;
   const std::string base_problem = o.verify && !base.empty() ? base_problem_of(base) : "";

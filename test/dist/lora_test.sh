@@ -242,12 +242,21 @@ expect_status 0 "$DSTRAIN" export-hf eone emerged --merge
   || fail "the routed experts' adapter does not give dstrain's loss in PEFT (transformers 5), or the merged export in transformers"
 run "$moe" eagain 1 "${routed[@]}" "${evals[@]}" "${start[@]}" --set lora.init_from="$WORK/eadapter"
 close "$(val eone 20)" "$(val eagain 0)" || fail "an adapter with the routed experts' does not import as exported"
+# An adapter PEFT made on transformers 5's fused experts (target_parameters): split per expert here, PEFT's loss.
+peft_loss=$("$py" "$SRC/test/dist/peft_reference.py" make hf-ebase peft-experts val.txt 64 4 8 q_a_proj q_b_proj kv_a_proj_with_mqa \
+  kv_b_proj o_proj param:mlp.experts.gate_up_proj param:mlp.experts.down_proj | tail -1)
+run "$moe" eimported 1 "${routed[@]}" "${evals[@]}" "${start[@]}" --set lora.use_rslora=true --set lora.init_from="$WORK/peft-experts"
+close "$peft_loss" "$(val eimported 0)" || fail "an adapter PEFT made on the fused experts does not give PEFT's loss here"
+expect_status 4 "$DSTRAIN" train "$moe" "${common[@]}" "${routed[@]}" --set lora.experts=false --set lora.use_rslora=true --set run_dir=enot \
+  --set lora.init_from="$WORK/peft-experts"
+expect_out "is a routed expert's adapter this run does not train"
+expect_out "set lora.experts: true"
 expect_status 2 "$DSTRAIN" train "$moe" "${common[@]}" "${routed[@]}" --set lora.dropout=0.1 --dry-run
 expect_out "lora.experts with lora.dropout 0.1: the routed experts' adapters take no dropout"
 expect_status 2 "$DSTRAIN" train "$moe" "${common[@]}" "${routed[@]}" --set "lora.rank_pattern={experts\.0\.up_proj: 8}" --dry-run
 expect_out "lora.rank_pattern: 'experts\.0\.up_proj' matches the routed expert model.layers.0.mlp.experts.0.up_proj"
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --set lora.rank=4 --set lora.experts=true --dry-run
 expect_out "lora.experts: model.family dense has no routed experts"
-ok "LoRA on the routed experts: EP 2 at ZeRO-3, and a 2-stage pipeline with selective recompute, within 1e-5 of one process, with --dry-run's model states; an EP 2 checkpoint resumes in one process; PEFT under transformers 5 takes the per-expert adapter (fused, bit for bit) and gives dstrain's loss, as does the merged export (1e-6); it imports back; dropout, an expert's own rank and a dense model are refused by key"
+ok "LoRA on the routed experts: EP 2 at ZeRO-3, and a 2-stage pipeline with selective recompute, within 1e-5 of one process, with --dry-run's model states; an EP 2 checkpoint resumes in one process; PEFT under transformers 5 takes the per-expert adapter (fused, bit for bit) and gives dstrain's loss, as does the merged export (1e-6); it imports back, and so does an adapter PEFT made on the fused experts (target_parameters: PEFT's loss), refused without lora.experts; dropout, an expert's own rank and a dense model are refused by key"
 
 finish

@@ -10,7 +10,8 @@ peft_reference.py BASE ADAPTER VAL SEQ_LEN WANT [MERGED]
 
 peft_reference.py make BASE OUT VAL SEQ_LEN R ALPHA TARGET...
   makes a PEFT adapter on BASE (random A and B, as a trained one would be; rsLoRA) for dstrain's
-  lora.init_from, saves it to OUT and prints its loss on VAL's windows
+  lora.init_from, saves it to OUT and prints its loss on VAL's windows; a TARGET param:NAME is a
+  target_parameters entry (transformers 5's fused experts: param:mlp.experts.gate_up_proj)
 
 PeftModel.from_pretrained must take every tensor of the file and leave no adapter weight
 unloaded (PEFT's own state dict has exactly the file's keys, bit for bit; the routed experts'
@@ -70,8 +71,10 @@ def load(d):
 def make(base, out, val, seq_len, r, alpha, targets):
     from peft import LoraConfig, get_peft_model
     torch.manual_seed(7)
-    model = get_peft_model(load(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=targets, use_rslora=True,
-                                                  init_lora_weights=False, task_type="CAUSAL_LM"))
+    modules = [t for t in targets if not t.startswith("param:")]
+    parameters = [t[len("param:"):] for t in targets if t.startswith("param:")]
+    model = get_peft_model(load(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=modules, target_parameters=parameters or None,
+                                                  use_rslora=True, init_lora_weights=False, task_type="CAUSAL_LM"))
     model.eval().save_pretrained(out)
     print(repr(loss(model, val, seq_len)))
 

@@ -2,7 +2,8 @@
 // lora.init_from: a PEFT LoRA adapter read into a model whose adapters are attached (after
 // attach_lora, before the engine): every adapter and module to save it holds, by PEFT's key
 // (base_model.model.<name>); B's rows and the saved modules' back from the released RoPE layout
-// of V2/V3 (the export's inverse). F32, BF16 and F16 are widened.
+// of V2/V3 (the export's inverse). F32, BF16 and F16 are widened. The routed experts' adapters as
+// PEFT under transformers 5 saves them (fused, target_parameters) are split per expert.
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/causal_lm.h"
 
