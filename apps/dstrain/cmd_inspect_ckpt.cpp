@@ -114,7 +114,7 @@ AdapterCount count_adapters(const ckpt::Inspection& in, IsParameter&& is_paramet
     if (module.empty() || t.shape.empty()) continue;
     c.rank = c.projections == 0 ? t.shape[0] : std::min(c.rank, t.shape[0]), ++c.projections;
     c.max_rank = std::max(c.max_rank, t.shape[0]);
-    c.routed += module.find(".mlp.experts.") != std::string::npos;
+    c.routed += model::routed_expert_index_at(module) != std::string::npos;
   }
   return c;
 }

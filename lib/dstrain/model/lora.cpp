@@ -187,7 +187,7 @@ void attach_expert_lora(CausalLM& model, const LoraSpec& spec, uint64_t seed, co
     anchors.push_back(anchor), anchors.push_back(anchor);
     t.lora->a.push_back(a), t.lora->b.push_back(b), t.lora->scale = lora_scale(spec);
   }
-  ParamBuilder(model, seed, dtype, init).move_after(mark, anchors);
+  ParamBuilder::move_after(model, mark, anchors);
 }
 
 }  // namespace
@@ -215,6 +215,14 @@ bool is_adapter_name(const std::string& name) {
   for (const std::string part : {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"})
     if (name.size() > part.size() && name.compare(name.size() - part.size(), part.size(), part) == 0) return true;
   return false;
+}
+
+size_t routed_expert_index_at(const std::string& name) {
+  static const std::string kExperts = ".mlp.experts.";
+  const size_t at = name.find(kExperts);
+  if (at == std::string::npos) return std::string::npos;
+  const size_t index = at + kExperts.size(), end = name.find_first_not_of("0123456789", index);
+  return end != index && end != std::string::npos && name[end] == '.' ? index : std::string::npos;
 }
 
 std::string lora_a_module(const std::string& name) {

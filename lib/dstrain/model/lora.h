@@ -73,6 +73,9 @@ bool lora_targets(const LoraSpec& spec, const CausalLM& model, const Linear& lin
 // Whether a parameter (or checkpoint tensor) is an adapter's: <module>.lora_A.weight,
 // .lora_B.weight or DoRA's .lora_magnitude_vector.
 bool is_adapter_name(const std::string& name);
+// Where the expert's index starts in a routed expert's module or parameter name
+// (model.layers.3.mlp.experts.<index>.gate_proj...), or npos for any other name (shared experts too).
+size_t routed_expert_index_at(const std::string& name);
 // The projection whose A a parameter (or checkpoint tensor) named <module>.lora_A.weight is, or ""
 // for any other name: one per adapted projection.
 std::string lora_a_module(const std::string& name);

@@ -59,8 +59,8 @@ at::Tensor ParamBuilder::insert(size_t position, const std::string& name, ParamR
   return t;
 }
 
-void ParamBuilder::move_after(size_t mark, const std::vector<size_t>& anchors) {
-  const size_t n = model_.params_.size();
+void ParamBuilder::move_after(CausalLM& model, size_t mark, const std::vector<size_t>& anchors) {
+  const size_t n = model.params_.size();
   if (anchors.size() != n - mark) throw Error(ErrorCode::kInternal, "ParamBuilder::move_after: one anchor per parameter added");
   std::vector<std::vector<size_t>> after(mark);
   for (size_t k = 0; k < anchors.size(); ++k) after.at(anchors[k]).push_back(mark + k);
@@ -77,10 +77,10 @@ void ParamBuilder::move_after(size_t mark, const std::vector<size_t>& anchors) {
     for (const size_t i : order) moved.push_back(std::move(list[i]));
     list = std::move(moved);
   };
-  reorder(model_.params_);
-  reorder(model_.places_);
-  reorder(model_.expert_names_);
-  for (Linear& l : model_.linears_) l.index = new_index[l.index];
+  reorder(model.params_);
+  reorder(model.places_);
+  reorder(model.expert_names_);
+  for (Linear& l : model.linears_) l.index = new_index[l.index];
 }
 
 const Linear* ParamBuilder::add_linear(const std::string& module, ParamRole role, const at::Tensor& init) {

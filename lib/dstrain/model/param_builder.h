@@ -43,7 +43,7 @@ class ParamBuilder {
   // (anchors[k] for the k-th added, an index below mark; several after one anchor keep their
   // order), in one pass: later parameters and their Linears move up. Adapters beside many
   // projections (every routed expert's) at once, where insert() would move the list each time.
-  void move_after(size_t mark, const std::vector<size_t>& anchors);
+  static void move_after(CausalLM& model, size_t mark, const std::vector<size_t>& anchors);
   // A projection: the parameter module + ".weight" [out, in] and its Linear (nullptr when not held).
   const Linear* add_linear(const std::string& module, ParamRole role, const at::Tensor& init);
   // An RMSNorm's weight of `size`, initialised to ones.

@@ -155,7 +155,7 @@ void load_peft_adapter(CausalLM& model, const config::Recipe& recipe) {
   split_fused_experts(sources, recipe.model, path);
   for (const auto& [name, source] : sources) {
     if (expected.count(name)) continue;
-    const bool routed = name.find(".mlp.experts.") != std::string::npos;
+    const bool routed = routed_expert_index_at(name) != std::string::npos;
     throw Error(ErrorCode::kCheckpoint,
                 fmt::format("{}: {} is {} this run does not train", path, source.expert < 0 ? source.info->name : kPrefix + name,
                             is_adapter_name(name) ? (routed ? "a routed expert's adapter" : "an adapter") : "a module saved in full"),

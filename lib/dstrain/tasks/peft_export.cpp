@@ -36,12 +36,10 @@ std::string module_of(const std::string& adapter_tensor) {
 // peft_target_regex turns into "any index or none".
 const std::string kExpertMark = "@E";
 std::string expert_free(const std::string& module) {
-  static const std::string kExperts = "mlp.experts.";
-  const size_t at = module.find(kExperts);
-  if (at == std::string::npos) return module;
-  const size_t index = at + kExperts.size(), end = module.find('.', index);
-  if (end == std::string::npos || end == index || module.find_first_not_of("0123456789", index) != end) return module;
-  return module.substr(0, at) + "mlp.experts" + kExpertMark + module.substr(end);
+  const size_t index = model::routed_expert_index_at("." + module);  // a name relative to its layer starts with mlp.
+  if (index == std::string::npos) return module;
+  const size_t digits = index - 1, end = module.find('.', digits);         // in `module`: the index, and the dot after it
+  return module.substr(0, digits - 1) + kExpertMark + module.substr(end);  // ".5" replaced
 }
 
 std::string regex_escape(const std::string& s) {
@@ -106,7 +104,7 @@ void warn_moe_mlp_targets(const config::Recipe& recipe, const std::vector<std::s
   for (const std::string& n : names)
     for (const std::string mlp : {"gate_proj", "up_proj", "down_proj"})
       if (ends_with(n, "." + mlp + kA)) {
-        const bool expert = expert_free(n) != n;
+        const bool expert = model::routed_expert_index_at(n) != std::string::npos;
         dense_mlp = dense_mlp || !expert, routed = routed || expert;
         if (expert) routed_projections.insert(mlp);
       }

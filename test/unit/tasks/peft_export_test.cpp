@@ -31,3 +31,19 @@ TEST_CASE("PEFT export: target_modules names the adapted projections, and no rou
   CHECK(tasks::is_adapter_tensor("model.layers.0.self_attn.q_proj.lora_B.weight"));
   CHECK_FALSE(tasks::is_adapter_tensor("exp_avg.model.layers.0.mlp.down_proj.weight"));
 }
+
+TEST_CASE("PEFT export: the routed experts' adapters are named by any index or none (PEFT under transformers 5 probes the fused name)",
+          "[tasks]") {
+  const std::vector<std::string> tensors = {"model.layers.1.mlp.experts.0.gate_proj.lora_A.weight",
+                                            "model.layers.1.mlp.experts.17.gate_proj.lora_A.weight",
+                                            "model.layers.1.mlp.shared_experts.gate_proj.lora_A.weight"};
+  const std::string regex = tasks::peft_target_regex(tensors);
+  CHECK(regex == R"(model\.layers\.(1)\.(mlp\.experts(\.[0-9]+)?\.gate_proj|mlp\.shared_experts\.gate_proj))");
+  const std::regex re(regex);
+  for (const char* adapted :
+       {"model.layers.1.mlp.experts.3.gate_proj", "model.layers.1.mlp.experts.gate_proj", "model.layers.1.mlp.shared_experts.gate_proj"})
+    CHECK(std::regex_match(std::string(adapted), re));
+  for (const char* other :
+       {"model.layers.1.mlp.experts.3.up_proj", "model.layers.1.mlp.experts..gate_proj", "model.layers.1.mlp.gate_proj"})
+    CHECK_FALSE(std::regex_match(std::string(other), re));
+}
