@@ -9,6 +9,9 @@
 # Then a DeepSeek-MoE-shaped model (MLA, 4 layers x 512, 16 routed experts of 256 top-4 and a shared
 # one): full fine-tuning, LoRA on attention alone, and LoRA on every projection with the routed
 # experts' too (lora.experts: two more GEMMs per expert projection; grouped on a GPU in bf16).
+# Last, the dense model's LoRA from an exported base (model.init_from) with the base kept in the
+# model's dtype, in NF4 (QLoRA) and in FP8 blocks (lora.base): what the frozen projections take, and
+# the step time of dequantizing each weight in forward and again in backward.
 #   scripts/bench-lora.sh [STEPS] [--set KEY=VALUE ...]   (e.g. --set precision.dtype=bf16 on a GPU)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -70,4 +73,23 @@ import sys
 f, a, e, sf, sa, se = map(float, sys.argv[1:])
 print(f"ratio  LoRA attention / full: step time {a / f:.2f}, model states {sa / sf:.3f}")
 print(f"ratio  LoRA + routed experts / full: step time {e / f:.2f}, model states {se / sf:.3f}")
+PY
+
+echo
+echo "# $cpu, the dense model from an exported base: LoRA r16 all-linear with the frozen projections in each storage, $steps steps"
+columns
+"$DSTRAIN_BUILD_DIR/dstrain" train "$DSTRAIN_ROOT/recipes/demo.yaml" --nproc-per-node 1 "${dense[@]}" --set train.steps=1 \
+  --set checkpoint.interval_steps=0 --set run_dir="$work/base" >/dev/null 2>&1 || die "the base run failed"
+"$DSTRAIN_BUILD_DIR/dstrain" export-hf "$work/base" "$work/hf-base" >/dev/null 2>&1 || die "the base export failed"
+declare -A base_mib
+for kind in model nf4 fp8; do
+  measure "q$kind" "LoRA r16, base $kind" "${dense[@]}" "${lora[@]}" --set model.init_from="$work/hf-base" --set lora.base=$kind
+  base_mib[$kind]=$(python3 -c "import re,sys; m=re.search(r'base in \w+: \d+ frozen projections \([\d.]+M weights\), ([\d.]+) MiB on this rank \(([\d.]+) MiB', open(sys.argv[1]).read()); print(m.group(1) + ' ' + m.group(2) if m else 'none')" "$work/q$kind/logs/rank_00000.log")
+done
+python3 - "${step_ms[qmodel]}" "${step_ms[qnf4]}" "${step_ms[qfp8]}" "${base_mib[nf4]}" "${base_mib[fp8]}" <<'PY'
+import sys
+m, n, f = map(float, sys.argv[1:4])
+nf4, fp8 = sys.argv[4].split(), sys.argv[5].split()
+print(f"the frozen projections: {nf4[1]} MiB in the model's dtype, {nf4[0]} MiB in NF4 ({float(nf4[1]) / float(nf4[0]):.2f}x less), {fp8[0]} MiB in FP8 ({float(fp8[1]) / float(fp8[0]):.2f}x less)")
+print(f"ratio  NF4 / model-dtype base: step time {n / m:.2f}; FP8 / model-dtype base: {f / m:.2f}")
 PY

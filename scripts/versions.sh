@@ -15,4 +15,4 @@ DSTRAIN_PY_SFT_PACKAGES="transformers==5.24.0"
 # V2/V3); the tests also read TensorBoard's event files with tensorboard itself, and the wandb and
 # mlflow sinks' offline runs with the Weights & Biases and MLflow SDKs (which users install
 # themselves where they want those sinks); PEFT loads LoRA exports and gives the reference loss.
-DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES wandb==0.31.0 mlflow-skinny==3.18.0 peft==0.21.2"
+DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES wandb==0.31.0 mlflow-skinny==3.18.0 peft==0.21.2 bitsandbytes==0.50.2"

@@ -111,10 +111,14 @@ void register_train(CLI::App& app, Run& run) {
                              cost::largest_model_fitting(recipe, static_cast<double>(total)));
         }
         for (const auto& w : recipe.warnings) out += "warning: " + w + "\n";
+        if (recipe.lora.enabled() && recipe.lora.base != config::LoraBase::kModel && recipe.model.init_from.empty())
+          out += fmt::format("note: lora.base {} quantizes model.init_from's weights: training needs it set (this plan does not)\n",
+                             config::name(recipe.lora.base));
         out += "the configuration is valid; --dry-run: no worker started, nothing written\n";
         std::fwrite(out.data(), 1, out.size(), stdout);
         return 0;
       }
+      launch::refuse_quantized_base_without_weights(recipe);
       const launch::ResumeChoice resume = launch::choose_resume(recipe, args->resume_from);
       const launch::LaunchOptions options{self_executable(), resume.resume, resume.from, topo, !args->skip_env_check};
       return topo.mode == launch::Topology::Mode::kRank ? launch::run_as_rank(recipe, options) : launch::launch_run(recipe, options);

@@ -61,7 +61,7 @@ for recipe in "$SRC"/recipes/*.yaml; do
   extra=()
   [ "$(basename "$recipe")" = demo-coder.yaml ] && [ ! -f "$SRC/recipes/data/pycode.idx" ] && extra=(--set data.path="$WORK/code")
   # A fine-tuning set needs a chat tokenizer: dist.finetune dry-runs this recipe on one it prepares.
-  case "$(basename "$recipe")" in sft-deepseek-coder.yaml|lora-deepseek-coder.yaml) [ -f "$SRC/recipes/data/sft-deepseek-coder.idx" ] || continue ;; esac
+  case "$(basename "$recipe")" in sft-deepseek-coder.yaml|lora-deepseek-coder.yaml|qlora-deepseek-coder.yaml) [ -f "$SRC/recipes/data/sft-deepseek-coder.idx" ] || continue ;; esac
   # The fine-tuning demo's recipes read what scripts/demo.sh --sft makes (dist.sft_demo runs them).
   case "$(basename "$recipe")" in demo-sft*.yaml) [ -f "$SRC/recipes/data/sft-demo/base-hf/config.json" ] || continue ;; esac
   expect_status 0 "$DSTRAIN" train "$recipe" --dry-run "${extra[@]}"
@@ -75,6 +75,12 @@ expect_out "lora                    rank 16, alpha 32 (scale 2) on [all-linear]:
 expect_out "model states per rank 20.1 GiB instead of full training's 177.5 GiB"
 expect_out "on 80 GiB GPUs          fits"
 ok "recipes/lora-deepseek-v3.yaml: 126M adapters on the 671B base, 8 stages x 8-way expert parallelism, fit 80 GiB GPUs"
+# On the FP8 base as released (lora.base: fp8): planned without the weights, refused by train without them.
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-v3.yaml" --set lora.base=fp8 --dry-run
+expect_out "lora base               669.07B of the frozen projections' weights in FP8 blocks: 623.3 GiB (1.2 TiB in bf16)"
+expect_out "model states per rank 11.0 GiB instead of full training's 177.5 GiB"
+expect_out "note: lora.base fp8 quantizes model.init_from's weights: training needs it set (this plan does not)"
+ok "recipes/lora-deepseek-v3.yaml with lora.base fp8: the FP8 base planned at 11.0 GiB of model states per GPU (20.1 GiB in bf16)"
 # With the routed experts: 58 MoE layers x 256 experts x 3 projections x rank 16 x (7168 + 2048) = 6.57B more.
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-v3.yaml" --set lora.experts=true --dry-run
 expect_out "on [all-linear] and the routed experts (6.57B of them): 6.69B adapter parameters"

@@ -168,6 +168,11 @@ expect_status 0 "$DSTRAIN" train "$SRC/recipes/lora-deepseek-coder.yaml" --set r
 expect_out "lora                    rank 16, alpha 32 (scale 2) on [all-linear]: 39.98M adapter parameters"
 expect_out "model states per rank 12.7 GiB instead of full training's 23.5 GiB"
 ok "recipes/lora-deepseek-coder.yaml: --dry-run counts the adapters and the model states they leave"
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/qlora-deepseek-coder.yaml" --set run_dir=qlora-coder --set data.path="$WORK/sft" --set data.seq_len=64 \
+  --set schedule.warmup_steps=1 --dry-run
+expect_out "lora base               6.48B of the frozen projections' weights in NF4 (double quantization): 3.1 GiB (12.1 GiB in bf16)"
+expect_out "model states per rank 6.0 GiB instead of full training's 100.4 GiB"
+ok "recipes/qlora-deepseek-coder.yaml: --dry-run plans the NF4 base (3.1 GiB) and 6.0 GiB of model states on one GPU"
 
 
 # The independent reference: transformers' LlamaForCausalLM and torch.optim.AdamW on the same

@@ -26,6 +26,7 @@ enum class RopeScaling { kNone, kLinear, kYarn };                             //
 enum class Recompute { kNone, kFull, kSelective };                            // train.activation_checkpointing
 enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
+enum class LoraBase { kModel, kNf4, kFp8 };                                   // lora.base: the frozen base's storage
 using PipelineSchedule = pipeline::ScheduleKind;                              // pipeline.schedule
 
 template <typename E>
@@ -62,6 +63,8 @@ template <>
 const std::vector<std::string>& enum_names<Packing>();
 template <>
 const std::vector<std::string>& enum_names<LossNormalization>();
+template <>
+const std::vector<std::string>& enum_names<LoraBase>();
 template <>
 const std::vector<std::string>& enum_names<PipelineSchedule>();
 

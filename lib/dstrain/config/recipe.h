@@ -211,12 +211,16 @@ struct FrozenCounts {
   std::vector<double> dense, routed;
   std::vector<double> adapters;         // lora: the adapters' elements by layer group (they train), outside the routed experts
   std::vector<double> routed_adapters;  // lora.experts: the routed experts' adapters by layer group (split over expert parallelism)
+  // lora.base nf4 | fp8: of the frozen elements (dense, routed), those kept quantized, by layer group
+  // (held whole by every data-parallel rank, outside ZeRO).
+  std::vector<double> quantized, quantized_routed;
   bool empty() const { return dense.empty(); }
   // The frozen elements of groups [first, last]: dense or routed.
   double in_groups(int first, int last, bool experts) const { return sum(experts ? routed : dense, first, last); }
   // The adapters' elements of groups [first, last] (model parameters beyond the config's counts).
   double adapters_in(int first, int last) const { return sum(adapters, first, last); }
   double routed_adapters_in(int first, int last) const { return sum(routed_adapters, first, last); }
+  double quantized_in(int first, int last, bool experts) const { return sum(experts ? quantized_routed : quantized, first, last); }
 
  private:
   static double sum(const std::vector<double>& v, int first, int last) {
@@ -277,6 +281,9 @@ struct LoraConfig {
   // per expert, beside its weights (exported as PEFT's per-expert modules, which PEFT under
   // transformers 5 fuses into target_parameters).
   bool experts = false;
+  // How the frozen projections are kept: in the model's dtype, in 4-bit NF4 as bitsandbytes makes
+  // it (QLoRA), or in DeepSeek's 128x128-block FP8 (as the release stores them, or quantized so).
+  LoraBase base = LoraBase::kModel;
   bool enabled() const { return rank > 0; }
 };
 

@@ -276,7 +276,7 @@ void check_lora(const Recipe& r, Problem&& problem) {
   const LoraConfig& l = r.lora;
   if (!l.enabled()) {
     for (const char* key : {"lora.alpha", "lora.dropout", "lora.targets", "lora.use_rslora", "lora.use_dora", "lora.modules_to_save",
-                            "lora.rank_pattern", "lora.alpha_pattern", "lora.init_from", "lora.experts"})
+                            "lora.rank_pattern", "lora.alpha_pattern", "lora.init_from", "lora.experts", "lora.base"})
       if (r.sources.count(key) && r.sources.at(key) != "default")
         problem(fmt::format("{} is set ({}) but lora.rank is 0: no adapters are attached and every parameter would train", key,
                             r.sources.at(key)));
@@ -298,6 +298,11 @@ void check_lora(const Recipe& r, Problem&& problem) {
     problem(
         "lora.experts with lora.use_dora: the routed experts' adapters are plain LoRA (PEFT's target_parameters have no DoRA); "
         "leave one of them out");
+  if (l.base != LoraBase::kModel && l.use_dora)
+    problem(
+        fmt::format("lora.use_dora with lora.base {}: DoRA's magnitudes need the base weights' row norms in full precision; "
+                    "leave one of them out",
+                    name(l.base)));
   if (l.experts && r.model.family != ModelFamily::kMlaMoe)
     problem(fmt::format("lora.experts: model.family {} has no routed experts; leave lora.experts out", name(r.model.family)));
   if (!r.train.freeze.empty())

@@ -40,6 +40,19 @@ std::string frozen_text(const Recipe& r) {
         r.lora.modules_to_save.empty() ? "" : fmt::format(", [{}] trained in full", fmt::join(r.lora.modules_to_save, ", ")),
         r.lora.experts ? "" : ", routed experts");
   }
+  if (r.lora.enabled() && r.lora.base != LoraBase::kModel) {
+    // What the frozen projections take in their storage, per rank: a rank holds its stages' and its experts' whole.
+    const double ep = static_cast<double>(r.moe.expert_parallel_size), pp = static_cast<double>(r.parallel.pipeline_parallel_size);
+    const double dense = r.frozen.quantized_in(0, last, false), routed = r.frozen.quantized_in(0, last, true);
+    Recipe in_dtype = r;
+    in_dtype.lora.base = LoraBase::kModel;
+    out += fmt::format(
+        "  {:<23} {} of the frozen projections' weights in {}: {} ({} in {}); per rank about {} (each data-parallel rank "
+        "holds its stages' and experts' whole)\n",
+        "lora base", count_text(dense + routed), r.lora.base == LoraBase::kNf4 ? "NF4 (double quantization)" : "FP8 blocks",
+        bytes_text((dense + routed) * lora_base_bytes_per_element(r)), bytes_text((dense + routed) * lora_base_bytes_per_element(in_dtype)),
+        config::name(r.precision.dtype), bytes_text((dense / pp + routed / (ep * pp)) * lora_base_bytes_per_element(r)));
+  }
   return out +
          fmt::format(
              "  {:<23} {} parameters frozen ({:.1f}%; {} in {}), {} trainable; model states per rank {} instead of full training's {} "
@@ -48,7 +61,8 @@ std::string frozen_text(const Recipe& r) {
              bytes_text(frozen * (r.precision.dtype == config::Dtype::kFp32 ? 4.0 : 2.0)), config::name(r.precision.dtype),
              count_text(total - frozen), bytes_text(with.device_states + with.host_states),
              bytes_text(without.device_states + without.host_states),
-             saved >= 0 ? fmt::format("saves {}: no gradients, fp32 master or Adam states for the frozen ones", bytes_text(saved))
+             saved >= 0 ? fmt::format("saves {}: no gradients, fp32 master or Adam states for the frozen ones{}", bytes_text(saved),
+                                      r.lora.enabled() && r.lora.base != LoraBase::kModel ? ", the projections quantized" : "")
                         : fmt::format("{} more: the adapters' states outweigh what the frozen base saves", bytes_text(-saved)));
 }
 

@@ -82,6 +82,8 @@ RankParameters rank_parameters(const Recipe& r) {
   out.dense += r.frozen.adapters_in(0, last_group);                // lora's adapters: held with their layers
   out.experts += r.frozen.routed_adapters_in(0, last_group) / ep;  // lora.experts': with their experts
   out.frozen_dense = r.frozen.in_groups(0, last_group, false), out.frozen_experts = r.frozen.in_groups(0, last_group, true) / ep;
+  out.quantized_dense = r.frozen.quantized_in(0, last_group, false),
+  out.quantized_experts = r.frozen.quantized_in(0, last_group, true) / ep;
   const double dense_trained = out.dense - out.frozen_dense, experts_trained = out.experts - out.frozen_experts;
   out.shard = r.zero.stage == 0 ? dense_trained + experts_trained : dense_trained / out.dense_ranks + experts_trained / out.expert_ranks;
   return out;
@@ -89,11 +91,24 @@ RankParameters rank_parameters(const Recipe& r) {
 
 ModelStateMemory model_state_memory(const Recipe& r) {
   const RankParameters held = rank_parameters(r);
-  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.frozen_dense, held.frozen_experts);
+  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.frozen_dense, held.frozen_experts,
+                           held.quantized_dense, held.quantized_experts);
+}
+
+double lora_base_bytes_per_element(const Recipe& r) {
+  switch (r.lora.base) {
+    case LoraBase::kNf4:
+      return 0.5 + 1.0 / 64.0 + 4.0 / (64.0 * 256.0);
+    case LoraBase::kFp8:
+      return 1.0 + 4.0 / (128.0 * 128.0);
+    case LoraBase::kModel:
+      break;
+  }
+  return r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
 }
 
 ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_ranks, double experts, double expert_ranks,
-                                   double frozen_dense, double frozen_experts) {
+                                   double frozen_dense, double frozen_experts, double quantized_dense, double quantized_experts) {
   const bool mixed = r.precision.dtype != Dtype::kFp32;
   // The engine keeps a separate fp32 master copy in fp32 training too, as DeepSpeed does.
   const double param = mixed ? 2 : 4, grad = mixed ? 2 : 4, states = 12;  // bytes per parameter
@@ -101,13 +116,16 @@ ModelStateMemory model_state_bytes(const Recipe& r, double dense, double dense_r
   // The dense parameters are sharded over the world, the routed experts (expert parallelism)
   // over the ranks holding the same block.
   // Frozen parameters keep their values only: no gradient, master copy or Adam states.
-  for (const auto& [psi, n, frozen] : {std::tuple{dense, dense_ranks, frozen_dense}, std::tuple{experts, expert_ranks, frozen_experts}}) {
+  // A quantized base (lora.base) is no engine parameter: its storage, whole, on the device.
+  const double quantized_bytes = lora_base_bytes_per_element(r);
+  for (const auto& [all, n, frozen, quantized] : {std::tuple{dense, dense_ranks, frozen_dense, quantized_dense},
+                                                  std::tuple{experts, expert_ranks, frozen_experts, quantized_experts}}) {
     double p = param, g = grad, s = states;
     if (r.zero.stage >= 1) s /= n;
     if (r.zero.stage >= 2) g /= n;
     if (r.zero.stage >= 3) p /= n;
-    const double trained = psi - frozen;
-    mem.device_bytes += psi * p + trained * (g + s);
+    const double psi = all - quantized, trained = all - frozen;
+    mem.device_bytes += psi * p + trained * (g + s) + quantized * quantized_bytes;
     if (r.zero.offload_optimizer == OffloadDevice::kCpu) mem.device_bytes -= trained * s, mem.host_bytes += trained * s;
     if (param_shard_on_host(r)) mem.device_bytes -= psi * p, mem.host_bytes += psi * p;
   }

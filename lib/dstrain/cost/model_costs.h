@@ -46,10 +46,11 @@ struct ModelStateMemory {
 // The parameters one rank holds and shards: with expert parallelism (moe.expert_parallel_size E)
 // a rank holds 1/E of the routed experts, sharded over world / E ranks; the rest over the world.
 struct RankParameters {
-  double dense = 0, experts = 0;                // held: every non-routed parameter, this rank's experts
-  double dense_ranks = 1, expert_ranks = 1;     // the ranks each is data-parallel (ZeRO-sharded) over
-  double frozen_dense = 0, frozen_experts = 0;  // of those, frozen (train.freeze: Recipe::frozen)
-  double shard = 0;                             // the elements this rank's optimizer steps (stage 0: all it holds that train)
+  double dense = 0, experts = 0;                      // held: every non-routed parameter, this rank's experts
+  double dense_ranks = 1, expert_ranks = 1;           // the ranks each is data-parallel (ZeRO-sharded) over
+  double frozen_dense = 0, frozen_experts = 0;        // of those, frozen (train.freeze: Recipe::frozen)
+  double quantized_dense = 0, quantized_experts = 0;  // of the frozen, kept quantized (lora.base), not sharded
+  double shard = 0;                                   // the elements this rank's optimizer steps (stage 0: all it holds that train)
 };
 RankParameters rank_parameters(const Recipe& recipe);
 
@@ -60,8 +61,15 @@ RankParameters rank_parameters(const Recipe& recipe);
 ModelStateMemory model_state_memory(const Recipe& recipe);
 // The same for given parameter counts: `dense` sharded over `dense_ranks`, `experts` over
 // `expert_ranks`, of which frozen_dense and frozen_experts are frozen.
+// Of the frozen, quantized_dense and quantized_experts are kept in lora.base's storage instead:
+// lora_base_bytes_per_element each, held whole (outside ZeRO).
 ModelStateMemory model_state_bytes(const Recipe& recipe, double dense, double dense_ranks, double experts, double expert_ranks,
-                                   double frozen_dense = 0, double frozen_experts = 0);
+                                   double frozen_dense = 0, double frozen_experts = 0, double quantized_dense = 0,
+                                   double quantized_experts = 0);
+// What a frozen projection's weight takes per element in lora.base's storage: NF4 half a byte and
+// its double-quantized block maxima (1 + 4 / 256 bytes per 64); FP8 a byte and a float32 scale
+// per 128 x 128 block; the model's dtype otherwise.
+double lora_base_bytes_per_element(const Recipe& recipe);
 
 // Activation memory per rank for one micro-batch (bytes), a rough estimate: what a decoder layer
 // keeps for backward (34 H bytes per token at 16 bits, Korthikanti et al., without recomputation;

@@ -54,7 +54,7 @@ PipelinePlan pipeline_plan(const Recipe& r) {
   const double ep = static_cast<double>(r.moe.expert_parallel_size), dp = static_cast<double>(r.data_parallel_size());
   for (int rank = 0; rank < p; ++rank) {
     PipelineRankPlan rp;
-    double dense = 0, experts = 0, layers = 0, frozen_dense = 0, frozen_experts = 0;
+    double dense = 0, experts = 0, layers = 0, frozen_dense = 0, frozen_experts = 0, quantized_dense = 0, quantized_experts = 0;
     bool holds_head = false;
     for (int s = rank; s < p * v; s += p) {
       const StagePlan& st = plan.stages[static_cast<size_t>(s)];
@@ -64,12 +64,14 @@ PipelinePlan pipeline_plan(const Recipe& r) {
       const int first = st.embedding ? 0 : st.first_layer + 1,
                 last = st.head ? static_cast<int>(m.num_layers) + 1 : st.first_layer + st.layers;
       frozen_dense += r.frozen.in_groups(first, last, false), frozen_experts += r.frozen.in_groups(first, last, true) / ep;
+      quantized_dense += r.frozen.quantized_in(first, last, false), quantized_experts += r.frozen.quantized_in(first, last, true) / ep;
       dense += r.frozen.adapters_in(first, last);  // lora's adapters there
       experts += r.frozen.routed_adapters_in(first, last) / ep;
       rp.flops_per_token += st.flops_per_token, holds_head = holds_head || st.head;
     }
     rp.parameters = dense + experts;
-    const ModelStateMemory states = model_state_bytes(r, dense, dp, experts, dp / ep, frozen_dense, frozen_experts);
+    const ModelStateMemory states =
+        model_state_bytes(r, dense, dp, experts, dp / ep, frozen_dense, frozen_experts, quantized_dense, quantized_experts);
     rp.device_states = states.device_bytes, rp.host_states = states.host_bytes;
     rp.peak_micro_batches = plan.timeline.peak_held[static_cast<size_t>(rank)];
     rp.activations = rp.peak_micro_batches * ((layers / v) * act.per_layer + carried) + act.working;

@@ -74,6 +74,15 @@ void refuse_mismatched_init_weights(const config::Recipe& recipe) {
   model::check_hf_weights(recipe.model.init_from, model::model_tensor_shapes(recipe.model), config::init_weights_hint(recipe));
 }
 
+void refuse_quantized_base_without_weights(const config::Recipe& recipe) {
+  if (!recipe.lora.enabled() || recipe.lora.base == config::LoraBase::kModel || !recipe.model.init_from.empty()) return;
+  throw Error(ErrorCode::kConfig,
+              fmt::format("lora.base {} ({}): there is no base to quantize: model.init_from is not set", config::name(recipe.lora.base),
+                          recipe.sources.count("lora.base") ? recipe.sources.at("lora.base") : "the recipe"),
+              "set model.init_from to the Hugging Face folder the adapters train on, or lora.base: model to train on a freshly "
+              "initialised base (`--dry-run` plans the recipe without the weights)");
+}
+
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers) {
   refuse_if_host_memory_short(recipe, local_workers);
   refuse_if_gpu_memory_short(recipe, local_workers);

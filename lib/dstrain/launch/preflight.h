@@ -11,6 +11,9 @@ namespace dstrain::launch {
 // model.init_from: every tensor of the model in the weights' safetensors headers, with its shape
 // (read without loading; a 671B model is checked in a second). Throws Error{kCheckpoint}.
 void refuse_mismatched_init_weights(const config::Recipe& recipe);
+// lora.base nf4 | fp8 quantizes model.init_from's weights: training without it is refused
+// (Error{kConfig}); --dry-run plans such a recipe without the weights (a 671B plan needs none).
+void refuse_quantized_base_without_weights(const config::Recipe& recipe);
 // Throws Error{kEnvironment} when `local_workers` ranks' model state (the ZeRO formulas) exceeds
 // this node's available memory, or one rank's exceeds a GPU's.
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers);

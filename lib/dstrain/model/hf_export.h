@@ -74,6 +74,10 @@ class HfWeights {
   bool stored_alike(const std::string& a, const std::string& b) const;
   // The folder's quantization_config (nullopt: none).
   const std::optional<Fp8Format>& fp8() const;
+  // A weight stored in FP8 as it is (its float8 bytes and float32 block scales, rows in the model's
+  // order), for a base kept in FP8; nullopt when the folder stores it otherwise, or when the
+  // model's row order would move rows across blocks. read() reports what is wrong with a weight.
+  std::optional<Fp8Weight> read_fp8(const std::string& name) const;
 
  private:
   struct Impl;

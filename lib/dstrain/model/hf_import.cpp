@@ -120,6 +120,26 @@ bool HfWeights::has(const std::string& name) const { return impl_->files.find(na
 
 const std::optional<Fp8Format>& HfWeights::fp8() const { return impl_->fp8; }
 
+std::optional<Fp8Weight> HfWeights::read_fp8(const std::string& name) const {
+  const auto [info, file] = impl_->files.find(name);
+  if (!info || !fp8_types().count(info->dtype) || !fp8_problem(impl_->files, impl_->dir, file, *info, impl_->fp8).empty())
+    return std::nullopt;
+  const io::TensorInfo* s = impl_->files.find(scale_name_of(name)).first;
+  c10::NoGradGuard no_grad;
+  Fp8Weight w;
+  w.scale_inv = view_of(*s, scale_types().at(s->dtype)).to(at::kFloat, /*non_blocking=*/false, /*copy=*/true);
+  if (!at::isfinite(w.scale_inv).all().item<bool>() || !(w.scale_inv > 0).all().item<bool>()) return std::nullopt;
+  // The model's RoPE row order (permute_rope_rows) moves rows within a head's rotary part; kept
+  // as stored only when that part lies within one block row.
+  const int64_t rows = info->shape[0];
+  const at::Tensor order = permute_rope_rows(impl_->config, name, at::arange(rows, at::kLong).view({rows, 1}), false).view(-1);
+  if (!at::equal(at::floor_divide(order, impl_->fp8->block_rows), at::floor_divide(at::arange(rows, at::kLong), impl_->fp8->block_rows)))
+    return std::nullopt;
+  const at::Tensor bytes = view_of(*info, at::kByte).index_select(0, order);
+  w.weight = bytes.view(fp8_types().at(info->dtype));
+  return w;
+}
+
 bool HfWeights::stored_alike(const std::string& a, const std::string& b) const {
   const io::TensorInfo* x = impl_->files.find(a).first;
   const io::TensorInfo* y = impl_->files.find(b).first;

@@ -379,6 +379,8 @@ config::FrozenCounts lora_counts(const config::Recipe& recipe) {
   config::FrozenCounts out;
   out.dense.assign(static_cast<size_t>(model->num_groups()), 0.0);
   out.routed = out.adapters = out.routed_adapters = out.dense;
+  const bool quantized = recipe.lora.base != config::LoraBase::kModel;
+  if (quantized) out.quantized = out.quantized_routed = out.dense;
   for (size_t i = 0; i < model->parameters().size(); ++i) {
     const ParamPlace& place = model->parameter_places()[i];
     const double n = static_cast<double>(model->parameters()[i].tensor.numel());
@@ -387,6 +389,7 @@ config::FrozenCounts lora_counts(const config::Recipe& recipe) {
       (place.expert >= 0 ? out.routed_adapters : out.adapters)[group] += n;
     else if (!place.trains)
       (place.expert >= 0 ? out.routed : out.dense)[group] += n;
+    if (quantized && !place.trains && stored_as_fp8(place.role)) (place.expert >= 0 ? out.quantized_routed : out.quantized)[group] += n;
   }
   return out;
 }

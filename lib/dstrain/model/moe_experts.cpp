@@ -68,10 +68,12 @@ at::Tensor exchange_differentiable(comm::Communicator& group, const at::Tensor& 
 
 // One expert's projection of x with its adapter: x Wᵀ + (x Aᵀ) Bᵀ · scale (PEFT's order); x Wᵀ
 // when a is undefined. By value: a recomputed activation runs it in backward.
-Projection expert_projection(size_t e, const std::vector<at::Tensor>& weights, const ExpertLora& lora) {
+Projection expert_projection(size_t e, const std::vector<at::Tensor>& weights, const ExpertLora& lora,
+                             const std::vector<std::shared_ptr<const LinearBase>>& bases) {
   const at::Tensor a = lora.empty() ? at::Tensor() : lora.a[e], b = lora.empty() ? at::Tensor() : lora.b[e];
-  return [w = weights[e], a, b, scale = lora.scale](const at::Tensor& x) {
-    const at::Tensor y = at::linear(x, w);
+  std::shared_ptr<const LinearBase> base = bases.empty() ? nullptr : bases[e];
+  return [w = weights[e], a, b, scale = lora.scale, base](const at::Tensor& x) {
+    const at::Tensor y = base ? base->product(x, w) : at::linear(x, w);
     return a.defined() ? y + at::linear(at::linear(x.to(a.scalar_type()), a), b) * scale : y;
   };
 }
@@ -92,7 +94,7 @@ at::Tensor grouped_projection(const at::Tensor& rows, const std::vector<at::Tens
 // (E of them per layer), the split's backward one concatenation.
 at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective) {
   const std::vector<at::Tensor> parts = rows.split_with_sizes(counts);
-  const bool adapted = !experts.gate_lora.empty() || !experts.up_lora.empty() || !experts.down_lora.empty();
+  const bool adapted = !experts.gate_lora.empty() || !experts.up_lora.empty() || !experts.down_lora.empty() || experts.quantized();
   std::vector<at::Tensor> outs;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
@@ -100,9 +102,9 @@ at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>&
       outs.push_back(swiglu(parts[e], experts.gate[e], experts.up[e], experts.down[e], selective));
       continue;
     }
-    outs.push_back(swiglu(parts[e], expert_projection(e, experts.gate, experts.gate_lora),
-                          expert_projection(e, experts.up, experts.up_lora), expert_projection(e, experts.down, experts.down_lora),
-                          selective));
+    outs.push_back(swiglu(parts[e], expert_projection(e, experts.gate, experts.gate_lora, experts.gate_base),
+                          expert_projection(e, experts.up, experts.up_lora, experts.up_base),
+                          expert_projection(e, experts.down, experts.down_lora, experts.down_base), selective));
   }
   return outs.empty() ? rows : at::cat(outs);
 }
@@ -172,7 +174,8 @@ bool grouped_mm_fits(const at::Tensor& rows, const LocalExperts& experts) {
     const char* v = std::getenv("DSTRAIN_GROUPED_MM");
     return !(v && std::strcmp(v, "0") == 0);
   }();
-  if (!enabled || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || experts.gate.empty()) return false;
+  // A quantized base runs the loop: each expert's weight dequantized in turn, never all at once.
+  if (!enabled || !rows.is_cuda() || rows.scalar_type() != at::kBFloat16 || experts.gate.empty() || experts.quantized()) return false;
   const int64_t H = rows.size(1), I = experts.gate[0].size(0);
   bool ranks_fit = true;  // an adapter's rank is the inner size of its two GEMMs
   for (const ExpertLora* lora : {&experts.gate_lora, &experts.up_lora, &experts.down_lora})
@@ -196,7 +199,8 @@ RoutedOutput routed_experts(const at::Tensor& flat, const at::Tensor& idx, const
   const at::Tensor weight_of = weights.reshape({-1}).index_select(0, order).to(flat.scalar_type());
   const at::Tensor counts = at::bincount(flat_idx, {}, n_experts);
   const at::Tensor sorted = flat.index_select(0, token_of);  // [N * K, H], expert by expert
-  const bool grouped = kernels == ExpertKernels::kGroupedMm || (kernels == ExpertKernels::kAuto && grouped_mm_fits(sorted, experts));
+  const bool grouped = (kernels == ExpertKernels::kGroupedMm && !experts.quantized()) ||
+                       (kernels == ExpertKernels::kAuto && grouped_mm_fits(sorted, experts));
   at::Tensor expert_out;
   if (grouped && !ep_group) {
     expert_out = run_grouped_experts(sorted, counts, experts, selective);  // no host synchronisation

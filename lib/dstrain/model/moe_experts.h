@@ -14,7 +14,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
+
+#include "dstrain/model/linear.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -31,11 +34,14 @@ struct ExpertLora {
 };
 
 // The SwiGLU weights of the experts this rank holds: experts [first, first + gate.size()), and
-// their adapters.
+// their adapters. With a quantized frozen base (lora.base, model/quantized_base.h) the weights are
+// shapes only (meta tensors) and *_base computes each expert's x Wᵀ from its own storage.
 struct LocalExperts {
   int64_t first = 0;
   std::vector<at::Tensor> gate, up, down;
   ExpertLora gate_lora, up_lora, down_lora;
+  std::vector<std::shared_ptr<const LinearBase>> gate_base, up_base, down_base;
+  bool quantized() const { return !gate_base.empty(); }
 };
 
 struct RoutedOutput {

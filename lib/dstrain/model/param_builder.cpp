@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <string>
 #include <type_traits>
 #include <utility>
 
@@ -80,6 +81,26 @@ void ParamBuilder::move_after(CausalLM& model, size_t mark, const std::vector<si
   reorder(model.params_);
   reorder(model.places_);
   reorder(model.expert_names_);
+  for (Linear& l : model.linears_) l.index = new_index[l.index];
+}
+
+void ParamBuilder::remove(CausalLM& model, const std::vector<bool>& drop) {
+  const size_t n = model.params_.size();
+  if (drop.size() != n) throw Error(ErrorCode::kInternal, "ParamBuilder::remove: one flag per parameter");
+  std::vector<size_t> new_index(n, std::string::npos);
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i)
+    if (!drop[i]) new_index[i] = kept++;
+  auto keep = [&drop](auto& list) {
+    std::remove_reference_t<decltype(list)> left;
+    left.reserve(list.size());
+    for (size_t i = 0; i < list.size(); ++i)
+      if (!drop[i]) left.push_back(std::move(list[i]));
+    list = std::move(left);
+  };
+  keep(model.params_);
+  keep(model.places_);
+  keep(model.expert_names_);
   for (Linear& l : model.linears_) l.index = new_index[l.index];
 }
 

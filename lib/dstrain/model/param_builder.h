@@ -44,6 +44,10 @@ class ParamBuilder {
   // order), in one pass: later parameters and their Linears move up. Adapters beside many
   // projections (every routed expert's) at once, where insert() would move the list each time.
   static void move_after(CausalLM& model, size_t mark, const std::vector<size_t>& anchors);
+  // Takes the parameters with drop[i] out of the model (a frozen base that another storage now
+  // holds: model/quantized_base.h); the others keep their order. A dropped projection's Linear
+  // stays (its weight the caller's to replace) with index npos.
+  static void remove(CausalLM& model, const std::vector<bool>& drop);
   // A projection: the parameter module + ".weight" [out, in] and its Linear (nullptr when not held).
   const Linear* add_linear(const std::string& module, ParamRole role, const at::Tensor& init);
   // An RMSNorm's weight of `size`, initialised to ones.

@@ -25,6 +25,7 @@
 #include "dstrain/launch/worker_envs.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/lora.h"
+#include "dstrain/model/quantized_base.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/peft_import.h"
@@ -74,6 +75,8 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
     load_checkpoint_weights(task.checkpoint, model.parameters());
     load_checkpoint_weights(task.checkpoint, model.buffers());
   }
+  // A quantized base (lora.base) as the run kept it: quantized from the loaded weights, on the device.
+  if (recipe.lora.enabled() && recipe.lora.base != config::LoraBase::kModel) model::quantize_base(model, recipe, device);
   // set_data keeps every handle the model holds pointing at the moved tensor.
   for (const auto& p : model.parameters()) p.tensor.set_data(p.tensor.to(device));
   model.move_buffers_to(device);

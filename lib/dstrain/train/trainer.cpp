@@ -20,6 +20,7 @@
 #include "dstrain/core/progress.h"
 #include "dstrain/model/freeze.h"
 #include "dstrain/model/lora.h"
+#include "dstrain/model/quantized_base.h"
 #include "dstrain/model/peft_import.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/model/causal_lm.h"
@@ -171,6 +172,10 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     if (!env.resume && !p.recipe.lora.init_from.empty()) {
       model::load_peft_adapter(*p.model, p.recipe);
       if (env.rank == 0) log::info(fmt::format("lora: adapters initialised from {}", p.recipe.lora.init_from));
+    }
+    if (p.recipe.lora.base != config::LoraBase::kModel) {  // the base leaves the parameters the engine takes
+      const model::QuantizedBase q = model::quantize_base(*p.model, p.recipe, device.device);
+      if (env.rank == 0) log::info(model::describe_quantized_base(q, config::name(p.recipe.precision.dtype)));
     }
   }
   p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts(),

@@ -104,6 +104,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"lora.targets", {"[q_proj, v_proj]", {"lora.rank=4"}}},
       {"lora.use_rslora", {"true", {"lora.rank=4"}}},
       {"lora.use_dora", {"true", {"lora.rank=4"}}},
+      {"lora.base", {"nf4", {"lora.rank=4"}}},
       {"lora.modules_to_save", {"[lm_head]", {"lora.rank=4"}}},
       {"lora.rank_pattern", {"{q_proj: 8}", {"lora.rank=4"}}},
       {"lora.alpha_pattern", {"{'layers\\.0\\..*o_proj': 2.5}", {"lora.rank=4"}}},
