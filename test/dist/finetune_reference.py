@@ -12,10 +12,13 @@ training on conversations (issue 38).
       transformers >= 4.54 computes it with num_items_in_batch; clipping as torch's
       clip_grad_norm_; torch.optim.AdamW with decay on matrices only; linear warmup from
       lr x (step + 1) / warmup, then cosine to lr x min_lr_ratio. --freeze GLOB...: the parameters
-      whose names match get requires_grad=False (train.freeze's reference). Writes the per-step
-      losses and gradient norms.
-  finetune_reference.py compare OUT.json METRICS.jsonl --rtol R --grad-rtol G
-      dstrain's per-step losses and LRs (within R) and gradient norms (within G) against the reference's
+      whose names match get requires_grad=False (train.freeze's reference). --qlora ADAPTER: MODEL
+      loaded in 4-bit NF4 by bitsandbytes (double quantization, float32 compute) and the PEFT
+      adapter ADAPTER trained on it (lora.base nf4's reference). Writes the per-step losses and
+      gradient norms.
+  finetune_reference.py compare OUT.json METRICS.jsonl --rtol R --grad-rtol G [--grad-steps N]
+      dstrain's per-step losses and LRs (within R) and gradient norms (within G; of the first N
+      steps only) against the reference's
   finetune_reference.py eval MODEL PREFIX --seq-len T
       the validation loss of MODEL (an HF folder) on dstrain's dataset PREFIX: each conversation
       alone in a row, the summed token losses of the tokens the mask trains over their count; prints
@@ -81,7 +84,15 @@ def train(args):
     import transformers
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
+    if args.qlora:  # QLoRA as PEFT + bitsandbytes do it: the base in NF4 (double quantization), the adapter trained
+        from peft import PeftModel
+        bnb = transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                              bnb_4bit_compute_dtype=torch.float32)
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager",
+                                                                  quantization_config=bnb, device_map="cpu")
+        model = PeftModel.from_pretrained(model, args.qlora, is_trainable=True)
+    else:
+        model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")
     model.train()
     tokens, labels = rows_of(args.prefix, args.seq_len)
     trained = int((labels != -100).sum())
@@ -133,6 +144,8 @@ def compare(args):
     worst = {"loss": 0.0, "grad_norm": 0.0, "lr": 0.0}
     for a, b in zip(ref, got):
         for key in worst:
+            if key == "grad_norm" and args.grad_steps and a["step"] > args.grad_steps:
+                continue
             rel = abs(a[key] - b[key]) / max(abs(a[key]), 1e-12)
             worst[key] = max(worst[key], rel)
             if rel > (args.grad_rtol if key == "grad_norm" else args.rtol):
@@ -156,8 +169,10 @@ def main():
     p.add_argument("--beta1", type=float, default=0.9), p.add_argument("--beta2", type=float, default=0.95)
     p.add_argument("--eps", type=float, default=1e-8), p.add_argument("--clip", type=float, default=1.0)
     p.add_argument("--freeze", nargs="*", default=[])
+    p.add_argument("--qlora", default="", help="a PEFT adapter folder: train it on MODEL loaded in 4-bit NF4 by bitsandbytes")
     p = sub.add_parser("compare")
     p.add_argument("reference"), p.add_argument("metrics"), p.add_argument("--rtol", type=float, default=1e-5)
+    p.add_argument("--grad-steps", type=int, default=0, help="compare the gradient norms of the first N steps only (0: all)")
     p.add_argument("--grad-rtol", type=float, default=1e-4)  # a norm over every gradient: rounding adds up
     p = sub.add_parser("eval")
     p.add_argument("model"), p.add_argument("prefix"), p.add_argument("--seq-len", type=int, required=True)

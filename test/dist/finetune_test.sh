@@ -223,6 +223,28 @@ for family in llama v3; do
 done
 ok "train.freeze (embeddings, layer 0; the V3's routed experts too) equals PyTorch's requires_grad=False over 10 steps at ZeRO 3 on 2 ranks: losses and LRs within 1e-6, gradient norms within 1e-4, the dense model and DeepSeek-V3"
 
+# QLoRA against PEFT + bitsandbytes (issue 59): the same PEFT-made adapter (random A and B, rsLoRA)
+# trained 50 steps on the base quantized to NF4, by dstrain (lora.base nf4, lora.init_from) and by
+# PEFT on transformers' 4-bit load, on 2 ranks at ZeRO 2.
+if "$py" -c 'import bitsandbytes, peft' 2>/dev/null; then
+  "$py" "$SRC/test/dist/peft_reference.py" make hf qadapter corpus.jsonl 64 8 16 q_proj k_proj v_proj o_proj gate_proj up_proj down_proj \
+    >/dev/null || fail "PEFT could not make the adapter"
+  expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=qlora --set train.epochs=0 --set train.steps=50 --set eval.interval_steps=0 \
+    --set zero.stage=2 --set lora.rank=8 --set lora.alpha=16 --set lora.use_rslora=true --set lora.base=nf4 \
+    --set lora.init_from="$WORK/qadapter" --set 'lora.targets=[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]' \
+    --nproc-per-node 2
+  expect_out "lora: base in NF4: 14 frozen projections"
+  "$py" "$fr" train hf sft24 qlora.json --steps 50 --seq-len 64 --lr 2e-3 --warmup 3 --min-lr-ratio 0.1 --weight-decay 0.1 \
+    --qlora qadapter || fail "the QLoRA reference loop failed"
+  # The losses stay within 1e-3 (the issue asks 1%); the gradient norms agree to 1e-3 for 10 steps,
+  # after which Adam at lr 2e-3 on a tiny model turns float rounding into visible norm noise.
+  "$py" "$fr" compare qlora.json qlora/metrics.jsonl --rtol 1e-3 --grad-rtol 1e-3 --grad-steps 10 ||
+    fail "dstrain's QLoRA differs from PEFT + bitsandbytes"
+  ok "QLoRA: 50 steps of a PEFT adapter on the NF4 base give PEFT + bitsandbytes' losses and LRs within 1e-3 (gradient norms of the first 10 within 1e-3)"
+else
+  echo "skipped: QLoRA against PEFT + bitsandbytes (bitsandbytes or peft is not importable from $py; scripts/setup.sh --test installs them)"
+fi
+
 # A fine-tuning set in eval.paths: the loss on its trained tokens, as transformers computes it from
 # the exported weights (each conversation alone in a row) and as dstrain eval computes it from the
 # export; the export ships the chat template the conversations were rendered with.

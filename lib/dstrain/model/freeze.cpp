@@ -78,7 +78,9 @@ FrozenSet frozen_set(const config::ModelConfig& config, const std::vector<std::s
 config::FrozenCounts frozen_counts_of(const config::Recipe& recipe) {
   if (recipe.lora.enabled()) return lora_counts(recipe);
   const FrozenSet set = frozen_set(recipe.model, recipe.train.freeze);
-  return {set.dense, set.routed, {}, {}};
+  config::FrozenCounts out;
+  out.dense = set.dense, out.routed = set.routed;
+  return out;
 }
 
 void apply_frozen_set(CausalLM& model, const FrozenSet& set) {
