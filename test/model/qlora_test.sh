@@ -2,10 +2,12 @@
 # QLoRA (issue 59, lora.base: nf4) against bitsandbytes itself (test/dist/qlora_reference.py):
 # dstrain's NF4 codes, quantized block maxima and dequantized weights equal bitsandbytes' bit for
 # bit on random tensors (float32 and bfloat16, partial blocks, a block of zeros, maxima over six
-# powers of ten); a QLoRA run on a Hugging Face base says what its base takes, trains alike at ZeRO
-# 1 and 3 on 2 ranks (1e-5), `dstrain eval` gives its validation loss, and PEFT on transformers'
-# 4-bit load of the same base (BitsAndBytesConfig nf4 with double quantization) gives that loss
-# with dstrain's exported adapter (1e-5); what cannot go with a quantized base is refused by key.
+# powers of ten); a QLoRA run on a Hugging Face base says what its base takes, as --dry-run planned
+# it, trains alike at ZeRO 1 (optimizer offloaded) and 3 (full recompute) on 2 ranks (1e-5),
+# resumes on another world size exactly, `dstrain eval` gives its validation loss, and PEFT on
+# transformers' 4-bit load of the same base (BitsAndBytesConfig nf4 with double quantization) gives
+# that loss with dstrain's exported adapter (1e-5); what cannot go with a quantized base is refused
+# by key.
 source "$(dirname "$0")/../lib.sh"
 UNIT="$3"
 source "$SRC/scripts/common.sh"
@@ -52,15 +54,18 @@ base=$(grep -o "frozen projections ([0-9.]*M weights), [0-9.]* MiB on this rank"
 python3 -c "import sys; sys.exit(0 if abs($planned - ($engine + $base)) <= 0.1 else 1)" ||
   fail "--dry-run planned $planned MiB of model states; the engine holds $engine MiB and the NF4 base $base MiB"
 ok "--dry-run plans the QLoRA run's model states as held: $planned MiB = the engine's $engine + the NF4 base's $base"
+# ZeRO-1 with the adapters' optimizer offloaded; ZeRO-3 with every layer recomputed in backward.
+declare -A mode=([1]="zero.offload_optimizer=cpu" [3]="train.activation_checkpointing=full")
 for stage in 1 3; do
-  expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${qlora[@]}" --set run_dir=z$stage --set zero.stage=$stage --nproc-per-node 2
+  expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${qlora[@]}" --set run_dir=z$stage --set zero.stage=$stage \
+    --set "${mode[$stage]}" --nproc-per-node 2
   python3 "$SRC/test/dist/compare_metrics.py" one/metrics.jsonl z$stage/metrics.jsonl --rtol 1e-5 --grad-norm ||
     fail "QLoRA at ZeRO $stage on 2 ranks differs from one process"
 done
 losses=$(python3 -c "import json; r=[json.loads(l) for l in open('one/metrics.jsonl')]; t=[x['loss'] for x in r if 'loss' in x and 'eval' not in x]; print(t[0], t[-1])")
 read -r first last <<<"$losses"
 python3 -c "import sys; sys.exit(0 if $last < $first else 1)" || fail "QLoRA did not lower the loss in 20 steps ($first -> $last)"
-ok "QLoRA (rank 8 on the 14 projections of an NF4 base): ZeRO 1 and 3 on 2 ranks give one process's losses (1e-5); the loss falls ($first -> $last)"
+ok "QLoRA (rank 8 on the 14 projections of an NF4 base): ZeRO 1 with the optimizer offloaded and ZeRO 3 with full recompute, on 2 ranks, give one process's losses (1e-5); the loss falls ($first -> $last)"
 
 # A resume (2 ranks -> 1) reads and quantizes the base again and continues the run exactly.
 expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" "${qlora[@]}" --set run_dir=half --set zero.stage=2 --nproc-per-node 2 \
