@@ -48,29 +48,20 @@ ok "FP8 in: the release format's weights dequantized bit-identically to weight_d
 # LoRA on the FP8 base as released (lora.base: fp8): every frozen projection, the routed experts'
 # included, keeps the folder's FP8 bytes and scales; 10 steps (2 ranks, ZeRO-3) give the losses of
 # LoRA on the same weights dequantized (fp32: within 1e-5; bf16: the same bf16 weights, 1e-3).
-cat > lora8.yaml <<YAML
-model: {init_from: $WORK/fp8, bias_update_speed: 0, mtp_depth: 0}
-data: {path: $WORK/val.bin, format: bytes, seq_len: 32}
-train: {steps: 10, micro_batch_size: 2, global_batch_size: 4}
-optimizer: {lr: 0.002}
-schedule: {type: constant, warmup_steps: 0}
-zero: {stage: 3}
-checkpoint: {interval_steps: 0}
-launch: {threads_per_worker: 1}
-lora: {rank: 4, alpha: 8, experts: true}
-YAML
+# init.yaml's run with a learning rate and adapters (the routed experts' too).
+lora8=(init.yaml --set train.steps=10 --set optimizer.lr=0.002 --set lora.rank=4 --set lora.alpha=8 --set lora.experts=true)
 for dtype in fp32 bf16; do
-  expect_status 0 "$DSTRAIN" train lora8.yaml --set run_dir="$WORK/l8$dtype" --set lora.base=fp8 --set precision.dtype=$dtype --nproc-per-node 2
+  expect_status 0 "$DSTRAIN" train "${lora8[@]}" --set run_dir="$WORK/l8$dtype" --set lora.base=fp8 --set precision.dtype=$dtype --nproc-per-node 2
   n=$(grep -oE "lora: base in FP8: [0-9]+ frozen projections" <<<"$OUT" | grep -oE "[0-9]+ frozen" | cut -d' ' -f1)
   [ -n "$n" ] && [ "$n" -gt 0 ] || fail "no line says the FP8 base's storage: $OUT"
   expect_out "; $n of them as the folder stores them, 0 quantized by amax / 448"
-  expect_status 0 "$DSTRAIN" train lora8.yaml --set run_dir="$WORK/l8m$dtype" --set precision.dtype=$dtype --nproc-per-node 2
+  expect_status 0 "$DSTRAIN" train "${lora8[@]}" --set run_dir="$WORK/l8m$dtype" --set precision.dtype=$dtype --nproc-per-node 2
   rtol=$([ $dtype = fp32 ] && echo 1e-5 || echo 1e-3)
   python3 "$SRC/test/dist/compare_metrics.py" l8m$dtype/metrics.jsonl l8$dtype/metrics.jsonl --rtol $rtol ||
     fail "LoRA on the FP8 base ($dtype) differs from LoRA on its dequantized weights"
 done
 for layout in "moe.expert_parallel_size=2" "parallel.pipeline_parallel_size=2"; do
-  expect_status 0 "$DSTRAIN" train lora8.yaml --set run_dir="$WORK/l8${layout%%.*}" --set lora.base=fp8 --set $layout --nproc-per-node 2
+  expect_status 0 "$DSTRAIN" train "${lora8[@]}" --set run_dir="$WORK/l8${layout%%.*}" --set lora.base=fp8 --set $layout --nproc-per-node 2
   python3 "$SRC/test/dist/compare_metrics.py" l8mfp32/metrics.jsonl l8${layout%%.*}/metrics.jsonl --rtol 1e-5 ||
     fail "LoRA on the FP8 base with $layout differs from LoRA on its dequantized weights"
 done

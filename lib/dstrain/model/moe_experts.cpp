@@ -94,11 +94,12 @@ at::Tensor grouped_projection(const at::Tensor& rows, const std::vector<at::Tens
 // (E of them per layer), the split's backward one concatenation.
 at::Tensor run_local_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const LocalExperts& experts, bool selective) {
   const std::vector<at::Tensor> parts = rows.split_with_sizes(counts);
-  const bool adapted = !experts.gate_lora.empty() || !experts.up_lora.empty() || !experts.down_lora.empty() || experts.quantized();
+  // Adapters or a quantized base: each projection through expert_projection; else the plain weights.
+  const bool per_projection = !experts.gate_lora.empty() || !experts.up_lora.empty() || !experts.down_lora.empty() || experts.quantized();
   std::vector<at::Tensor> outs;
   for (size_t e = 0; e < counts.size(); ++e) {
     if (counts[e] == 0) continue;
-    if (!adapted) {
+    if (!per_projection) {
       outs.push_back(swiglu(parts[e], experts.gate[e], experts.up[e], experts.down[e], selective));
       continue;
     }

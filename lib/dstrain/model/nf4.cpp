@@ -8,7 +8,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
-#include <string>
+#include <utility>
 
 namespace dstrain::model {
 namespace {
@@ -72,9 +72,9 @@ struct MapsOnDevice {
 };
 const MapsOnDevice& maps_on(const c10::Device& device) {
   static std::mutex mutex;
-  static std::map<std::string, MapsOnDevice> cache;
+  static std::map<std::pair<int, int>, MapsOnDevice> cache;  // by device type and index: no string per use
   const std::lock_guard<std::mutex> lock(mutex);
-  auto [it, added] = cache.try_emplace(device.str());
+  auto [it, added] = cache.try_emplace(std::pair<int, int>{static_cast<int>(device.type()), device.index()});
   if (added) it->second = {nf4_values().to(device), dynamic_map().to(device)};
   return it->second;
 }

@@ -75,7 +75,7 @@ struct Stored {
 
 class Quantizer {
  public:
-  Quantizer(const config::Recipe& recipe, const c10::Device& device) : recipe_(recipe), device_(device) {
+  Quantizer(const config::Recipe& recipe, const c10::Device& device) : format_of_base_(recipe.lora.base), device_(device) {
     if (recipe.lora.base == config::LoraBase::kFp8) {
       folder_ = std::make_unique<HfWeights>(recipe.model.init_from, recipe.model);
       format_ = folder_->fp8() ? *folder_->fp8() : Fp8Format{};
@@ -85,7 +85,7 @@ class Quantizer {
   // `value`: the weight as loaded (the model's dtype); `name`: its name in the folder.
   Stored store(const std::string& name, const at::Tensor& value) const {
     c10::NoGradGuard no_grad;
-    if (recipe_.lora.base == config::LoraBase::kNf4) {
+    if (format_of_base_ == config::LoraBase::kNf4) {
       Nf4Weight q = nf4_to(quantize_nf4(value), device_);
       const int64_t bytes = q.bytes();
       return {std::make_shared<Nf4Stored>(std::move(q)), bytes, false};
@@ -99,7 +99,7 @@ class Quantizer {
   }
 
  private:
-  const config::Recipe& recipe_;
+  config::LoraBase format_of_base_;
   c10::Device device_;
   std::unique_ptr<HfWeights> folder_;
   Fp8Format format_;

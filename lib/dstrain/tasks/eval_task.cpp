@@ -76,7 +76,7 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
     load_checkpoint_weights(task.checkpoint, model.buffers());
   }
   // A quantized base (lora.base) as the run kept it: quantized from the loaded weights, on the device.
-  if (recipe.lora.enabled() && recipe.lora.base != config::LoraBase::kModel) model::quantize_base(model, recipe, device);
+  if (recipe.lora.enabled()) model::quantize_base(model, recipe, device);  // nothing for lora.base: model
   // set_data keeps every handle the model holds pointing at the moved tensor.
   for (const auto& p : model.parameters()) p.tensor.set_data(p.tensor.to(device));
   model.move_buffers_to(device);
