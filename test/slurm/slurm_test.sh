@@ -78,7 +78,12 @@ srun -n2 "$DSTRAIN" resume $WORK/steps
 echo "second step: \$?"
 SCRIPT
 jobid=$(sbatch --parsable -o steps.out steps.sh)
-for _ in $(seq 1 600); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+# Done when the requeued run has resumed and the job has left the queue (it may vanish from squeue
+# for a moment while Slurm requeues it, before the second start).
+for _ in $(seq 1 600); do
+  ! squeue -h -j "$jobid" 2>/dev/null | grep -q . && grep -q "resumed from" requeue.out && break
+  sleep 0.2
+done
 grep -q "first step: 75" steps.out && grep -qE "second step: (0|75)" steps.out || fail "two steps in one allocation: $(tail -20 steps.out)"
 [ "$(grep step_ steps_first.txt | sort | tail -1)" != "$(ls steps/ckpt | grep step_ | sort | tail -1)" ] || fail "the second step made no progress"
 ok "two srun steps in one allocation: the second resumes the first's run and goes on"
@@ -108,7 +113,12 @@ for _ in $(seq 1 300); do [ -f requeued/ckpt/step_00000010/COMMITTED ] && break;
 scontrol requeue "$jobid"
 for _ in $(seq 1 100); do squeue -h -j "$jobid" -o %r 2>/dev/null | grep -q BeginTime && break; sleep 0.1; done
 scontrol update jobid="$jobid" StartTime=now  # Slurm holds a requeued job back for a while
-for _ in $(seq 1 600); do squeue -h -j "$jobid" 2>/dev/null | grep -q . || break; sleep 0.2; done
+# Done when the requeued run has resumed and the job has left the queue (it may vanish from squeue
+# for a moment while Slurm requeues it, before the second start).
+for _ in $(seq 1 600); do
+  ! squeue -h -j "$jobid" 2>/dev/null | grep -q . && grep -q "resumed from" requeue.out && break
+  sleep 0.2
+done
 grep -q "stopped as asked" requeue.out && grep -q "resumed from" requeue.out || fail "requeue: $(tail -5 requeue.out)"
 by_step() { python3 -c 'import json,sys; d={}; [d.__setitem__(r["step"], r["loss"]) for r in map(json.loads, open(sys.argv[1]))]; print(d)' "$1/metrics.jsonl"; }
 [ "$(by_step requeued)" = "$(by_step straight)" ] || fail "requeue: the resumed run's losses differ from an uninterrupted run's"
