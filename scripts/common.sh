@@ -7,6 +7,7 @@ source "$DSTRAIN_ROOT/scripts/versions.sh"
 # cache keyed by the torch version, so every clone and every CI run on this machine shares it.
 # Override with DSTRAIN_VENV=/path.
 DSTRAIN_VENV="${DSTRAIN_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/dstrain/venv-torch-$DSTRAIN_TORCH_VERSION}"
+DSTRAIN_TRL_VENV="${DSTRAIN_VENV}-trl"  # scripts/setup.sh --test: TRL over the torch venv (scripts/versions.sh)
 DSTRAIN_BUILD_DIR="${DSTRAIN_BUILD_DIR:-$DSTRAIN_ROOT/build}"
 
 say() { printf '\033[1m[dstrain]\033[0m %s\n' "$*" >&2; }

@@ -57,6 +57,17 @@ venv_install .dstrain-ready "torch==$DSTRAIN_TORCH_VERSION" $DSTRAIN_PY_PACKAGES
 if [ $tests -eq 1 ]; then
   [ -f "$DSTRAIN_VENV/.dstrain-test-ready" ] || say "adding the test suite's reference packages to $DSTRAIN_VENV"
   venv_install .dstrain-test-ready $DSTRAIN_PY_TEST_PACKAGES
+  # TRL in an overlay over the torch venv (scripts/versions.sh says why); pip leaves what it sees
+  # through the .pth file where it is ("outside environment") and installs only the rest.
+  trl_stamp="$DSTRAIN_TRL_VENV/.dstrain-trl-ready"
+  if [ ! -f "$trl_stamp" ] || [ "$(cat "$trl_stamp")" != "$DSTRAIN_PY_TRL_PACKAGES" ]; then
+    say "adding TRL (the DPO reference) in $DSTRAIN_TRL_VENV"
+    [ -x "$DSTRAIN_TRL_VENV/bin/python" ] || python3 -m venv "$DSTRAIN_TRL_VENV"
+    site_of() { "$1/bin/python" -c 'import site; print(site.getsitepackages()[0])'; }
+    site_of "$DSTRAIN_VENV" > "$(site_of "$DSTRAIN_TRL_VENV")/zz-dstrain-torch-venv.pth"
+    "$DSTRAIN_TRL_VENV/bin/python" -m pip install -q --disable-pip-version-check $DSTRAIN_PY_TRL_PACKAGES
+    echo "$DSTRAIN_PY_TRL_PACKAGES" > "$trl_stamp"
+  fi
 elif [ $sft -eq 1 ] && ! "$DSTRAIN_VENV/bin/python" -c 'import transformers' 2>/dev/null; then
   say "adding transformers to $DSTRAIN_VENV (the fine-tuning demo)"
   venv_install .dstrain-sft-ready $DSTRAIN_PY_SFT_PACKAGES

@@ -16,3 +16,8 @@ DSTRAIN_PY_SFT_PACKAGES="transformers==5.24.0"
 # mlflow sinks' offline runs with the Weights & Biases and MLflow SDKs (which users install
 # themselves where they want those sinks); PEFT loads LoRA exports and gives the reference loss.
 DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES wandb==0.31.0 mlflow-skinny==3.18.0 peft==0.21.2 bitsandbytes==0.50.2"
+# TRL, the reference for train.objective dpo (test/dist/dpo_reference.py), in an overlay virtualenv
+# beside the torch one ($DSTRAIN_TRL_VENV: it sees the torch venv's packages through a .pth file):
+# TRL needs datasets, whose releases need pyarrow >= 24, while the Parquet plugin is built against
+# the torch venv's pyarrow==21.0.0; the overlay keeps the two apart.
+DSTRAIN_PY_TRL_PACKAGES="trl==1.16.0"

@@ -23,7 +23,8 @@ std::vector<std::string> split_commas(const std::string& list) {
 }
 
 struct ChatFlags {
-  bool chat = false, no_chat = false;
+  bool chat = false, no_chat = false, preference = false;
+  std::string truncation_mode = "keep_start";
   std::string format = "auto", fields, train_on = "assistant", too_long = "drop", on_error = "stop";
 };
 
@@ -58,7 +59,23 @@ void add_chat_options(CLI::App* cmd, data::PrepareOptions& o, ChatFlags& f) {
       ->check(CLI::IsMember({"stop", "skip"}));
 }
 
+// --preference: chosen/rejected pairs, tokenized as TRL's DPOTrainer does.
+void add_preference_options(CLI::App* cmd, ChatFlags& f) {
+  cmd->add_flag("--preference", f.preference,
+                "Each JSON row is a preference pair as TRL reads it ({prompt, chosen, rejected}: lists of messages or strings; "
+                "without prompt, chosen and rejected share it): two documents per pair, the loss mask over the completions");
+  cmd->add_option("--truncation-mode", f.truncation_mode,
+                  "With --preference and --max-length: keep_start (default: cut each sequence's end; a pair whose prompt alone "
+                  "fills --max-length is dropped) or keep_end (cut the start), as TRL's truncation_mode")
+      ->check(CLI::IsMember({"keep_start", "keep_end"}));
+}
+
 void apply_chat_flags(const ChatFlags& f, data::PrepareOptions& o) {
+  o.preference.on = f.preference;
+  o.preference.encode.max_length = o.chat.encode.max_length;
+  o.preference.encode.keep_end = f.truncation_mode == "keep_end";
+  if (f.truncation_mode != "keep_start" && !f.preference)
+    throw Error(ErrorCode::kUsage, "--truncation-mode goes with --preference", "conversations use --too-long drop|truncate");
   o.chat.mode = f.chat ? data::ChatMode::kOn : f.no_chat ? data::ChatMode::kOff : data::ChatMode::kAuto;
   o.chat.format = f.format == "openai"     ? data::ChatFormat::kOpenAI
                   : f.format == "sharegpt" ? data::ChatFormat::kShareGPT
@@ -102,6 +119,12 @@ void print_summary(const data::PrepareSummary& s) {
   fmt::print("{:.1f} MB in {:.2f} s with {} workers: {:.1f} MB/s, {:.2f} M tokens/s\n", mb, s.seconds, s.workers,
              s.seconds > 0 ? mb / s.seconds : 0.0, s.seconds > 0 ? static_cast<double>(s.tokens) / 1e6 / s.seconds : 0.0);
   if (s.chat) print_chat_summary(s);
+  if (s.preference) {
+    for (const auto& o : s.outputs)
+      fmt::print("wrote {}.lossmask: {} of {} tokens are completions; {}\n", o.prefix, o.trained_tokens, o.tokens,
+                 s.chat_template.empty() ? "text rows" : "chat template " + s.chat_template);
+    fmt::print("{}\n", data::preference_counts_line(s.preference_counts));
+  }
   if (s.empty_documents) fmt::print("skipped {} empty documents\n", s.empty_documents);
   if (s.repaired_utf8) fmt::print("replaced {} invalid UTF-8 sequences with U+FFFD (as Python's errors=\"replace\")\n", s.repaired_utf8);
   if (s.dropped_characters)
@@ -145,12 +168,20 @@ void register_prepare_data(CLI::App& app, Run& run) {
       "template whose assistant turns lack it, is an error (exit 2): the model would never stop.\n"
       "The template that rendered them goes into PREFIX.tokenizer/tokenizer_config.json, so that\n"
       "export-hf of a model trained on them ships the template it was trained with.\n\n"
+      "Preference pairs (--preference, for train.objective dpo): TRL's rows {prompt, chosen, rejected}\n"
+      "as lists of messages or as strings (or chosen/rejected alone, sharing the prompt), tokenized\n"
+      "exactly as TRL's DPOTrainer does: the prompt with the generation prompt, prompt + completion\n"
+      "rendered whole, the completion from where the two token lists diverge; text rows get the eos\n"
+      "token. Each pair is two documents (prompt + chosen, prompt + rejected) with the completions in\n"
+      "PREFIX.lossmask. --max-length cuts each sequence (--truncation-mode); pairs with chosen equal\n"
+      "to rejected are counted and named.\n\n"
       "Examples:\n"
       "  dstrain prepare-data notes.txt book.txt --output data/text\n"
       "  dstrain prepare-data /usr/lib/python3.11 --ext .py --output data/pycode --max-bytes 50000000\n"
       "  dstrain prepare-data corpus/ --ext .jsonl.gz --tokenizer deepseek-v3/ --output data/corpus --workers 16\n"
       "  zcat dump.jsonl.gz | dstrain prepare-data - --input-format jsonl --tokenizer tok.json --output data/dump\n"
       "  dstrain prepare-data chats.jsonl --chat --tokenizer deepseek-llm-7b-chat/ --output data/sft --max-length 4096\n"
+      "  dstrain prepare-data pairs.jsonl --preference --tokenizer deepseek-llm-7b-chat/ --output data/dpo --max-length 1024\n"
       "  dstrain prepare-data evol.jsonl --tokenizer deepseek-coder-6.7b-instruct/ --template deepseek-coder-finetune --output data/evol");
   cmd->add_option("inputs", o->inputs, "Text or JSON Lines files (.gz too), folders, - for stdin")->required();
   cmd->add_option("--output", o->output_prefix, "Output prefix (PREFIX.bin, PREFIX.idx, PREFIX.json)")->required();
@@ -170,6 +201,7 @@ void register_prepare_data(CLI::App& app, Run& run) {
                   "one is an error naming it (default 268435456: 256 MiB)")
       ->check(CLI::PositiveNumber);
   add_chat_options(cmd, *o, *chat);
+  add_preference_options(cmd, *chat);
   cmd->callback([o, ext, keys, format, chat, &run] {
     run = [o, ext, keys, format, chat] {
       apply_chat_flags(*chat, *o);

@@ -39,6 +39,8 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
     s.trained_tokens = m->value("trained_tokens", int64_t{-1});
     if (const auto c = j.find("chat"); c != j.end() && c->is_object())
       s.longest_conversation = c->value("longest_conversation", int64_t{-1}), s.end_of_turn = c->value("end_of_turn", std::string());
+    if (const auto p = j.find("preference"); p != j.end() && p->is_object())
+      s.preference_pairs = p->value("pairs", int64_t{-1}), s.longest_conversation = p->value("longest_sequence", int64_t{-1});
     s.lossmask_crc32c = static_cast<uint32_t>(std::strtoul(m->value("crc32c", std::string("0")).c_str(), nullptr, 16));
   }
   return s;
@@ -120,6 +122,15 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
                       "tokenizer",
                       sources.front(), path, first->file, s->file));
     if (s->lossmask_bytes >= 0) ++fine_tuning;
+    const bool dpo = r.train.objective == TrainObjective::kDpo;
+    if (dpo && s->preference_pairs < 0)
+      problems.push_back(
+          fmt::format("train.objective dpo: '{}' is not a set of preference pairs ({}); prepare chosen/rejected rows with "
+                      "dstrain prepare-data --preference",
+                      path, s->file));
+    if (!dpo && s->preference_pairs >= 0)
+      problems.push_back(fmt::format("'{}' holds {} preference pairs ({}); set train.objective: dpo to train on them", path,
+                                     s->preference_pairs, s->file));
     if (s->lossmask_bytes >= 0 && s->longest_conversation > r.data.seq_len)
       problems.push_back(fmt::format(
           "data.seq_len: {} ({}) is shorter than the longest conversation of '{}' ({} tokens, {}); conversations are "

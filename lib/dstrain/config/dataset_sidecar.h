@@ -22,7 +22,8 @@ struct DatasetSidecar {
   // prepare-data --chat: PREFIX.lossmask's size and CRC-32C (-1 and 0 without one), trained tokens.
   int64_t lossmask_bytes = -1, trained_tokens = -1, longest_conversation = -1;
   uint32_t lossmask_crc32c = 0;
-  std::string end_of_turn;  // the token that ends assistant turns (prepare-data --chat)
+  std::string end_of_turn;        // the token that ends assistant turns (prepare-data --chat)
+  int64_t preference_pairs = -1;  // prepare-data --preference: its pairs (documents 2i chosen, 2i + 1 rejected); -1: not such a set
 };
 
 // The PREFIX of a Megatron data path given as PREFIX, PREFIX.bin or PREFIX.idx.

@@ -27,6 +27,7 @@ enum class Recompute { kNone, kFull, kSelective };                            //
 enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
 enum class LoraBase { kModel, kNf4, kFp8 };                                   // lora.base: the frozen base's storage
+enum class TrainObjective { kSft, kDpo };                                     // train.objective
 using PipelineSchedule = pipeline::ScheduleKind;                              // pipeline.schedule
 
 template <typename E>
@@ -65,6 +66,8 @@ template <>
 const std::vector<std::string>& enum_names<LossNormalization>();
 template <>
 const std::vector<std::string>& enum_names<LoraBase>();
+template <>
+const std::vector<std::string>& enum_names<TrainObjective>();
 template <>
 const std::vector<std::string>& enum_names<PipelineSchedule>();
 

@@ -195,6 +195,9 @@ struct TrainConfig {
   // own mean (micro_batch_mean: DeepSpeed's and Megatron's default), or its samples after each
   // sample's own mean (per_sample: each conversation weighs the same).
   LossNormalization loss_normalization = LossNormalization::kGlobalTokens;
+  // What a step minimises: sft (the next-token cross-entropy over the trained tokens) or dpo
+  // (preference pairs: TRL's DPO losses against the reference's log-probs, `preference`).
+  TrainObjective objective = TrainObjective::kSft;
   // Parameters that do not train (LLaMA-Factory's finetuning_type freeze): Hugging Face name
   // globs (model.layers.[0-3].*) and roles (embeddings, attention, mlp, experts, router, norms,
   // head, mtp). Matched against the model's parameters when it is built (model/freeze.h).
@@ -263,6 +266,14 @@ struct ZeroConfig {
 
 // Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets
 // y += (x Aᵀ) Bᵀ · alpha / rank (alpha / √rank with use_rslora); the base does not train.
+// train.objective dpo: the loss and its reference, with TRL's DPOConfig names (model/preference_loss.h).
+struct PreferenceConfig {
+  double beta = 0.1;                                 // DPO's beta (IPO's tau)
+  std::vector<std::string> loss_type = {"sigmoid"};  // TRL's loss_type: one or several, summed with loss_weights
+  std::vector<double> loss_weights;                  // one per loss_type; empty: 1 each
+  double label_smoothing = 0;                        // cDPO's and robust DPO's epsilon, EXO's
+};
+
 struct LoraConfig {
   int64_t rank = 0;    // PEFT's r; 0: no adapters (every parameter trains)
   double alpha = 8;    // lora_alpha (PEFT's default)
@@ -365,6 +376,7 @@ struct Recipe {
   OptimizerConfig optimizer;
   ScheduleConfig schedule;
   TrainConfig train;
+  PreferenceConfig preference;
   LoraConfig lora;
   PrecisionConfig precision;
   ZeroConfig zero;

@@ -204,7 +204,8 @@ void resolve_epochs(LoadContext& ctx) {
   while (static_cast<double>(samples) < wanted) samples += global_batch_at(r, steps), ++steps;
   r.train.steps = std::max<int64_t>(steps, 1);
   r.sources["train.steps"] =
-      fmt::format("derived: ceil(train.epochs {} x {} packed rows / global batch {})", r.train.epochs, rows, global_batch_at(r, 0));
+      fmt::format("derived: ceil(train.epochs {} x {} {} / global batch {})", r.train.epochs, rows,
+                  r.train.objective == TrainObjective::kDpo ? "preference pairs" : "packed rows", global_batch_at(r, 0));
 }
 
 void resolve_length(LoadContext& ctx) {
@@ -312,6 +313,55 @@ void check_lora(const Recipe& r, Problem&& problem) {
 }
 
 // moe.expert_parallel_size against the model and the world: also on a resume at another size.
+// train.objective dpo and its preference block: TRL's loss types, and what does not go with
+// preference pairs yet.
+template <typename Problem>
+void check_preference(const Recipe& r, Problem&& problem) {
+  const PreferenceConfig& p = r.preference;
+  const auto set = [&r](const char* key) { return r.sources.count(key) && r.sources.at(key) != "default"; };
+  if (r.train.objective == TrainObjective::kSft) {
+    for (const char* key : {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing"})
+      if (set(key))
+        problem(fmt::format("{} is set ({}) but train.objective is sft: set train.objective: dpo to train on preference pairs", key,
+                            r.sources.at(key)));
+    return;
+  }
+  static const char* const kLossTypes[] = {"sigmoid",  "hinge",     "ipo",      "robust",   "exo_pair",    "nca_pair",
+                                           "bco_pair", "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm"};
+  if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
+  for (const std::string& t : p.loss_type) {
+    if (std::find(std::begin(kLossTypes), std::end(kLossTypes), t) == std::end(kLossTypes))
+      problem(fmt::format("preference.loss_type {}: not a DPO loss dstrain computes; one of {}", t, fmt::join(kLossTypes, ", ")));
+    if (t == "robust" && p.label_smoothing >= 0.5)
+      problem(
+          fmt::format("preference.loss_type robust with preference.label_smoothing {:g}: rDPO divides by 1 - 2 x label_smoothing; give a "
+                      "value below 0.5",
+                      p.label_smoothing));
+    if (t == "exo_pair" && p.label_smoothing <= 0)
+      problem(
+          "preference.loss_type exo_pair needs preference.label_smoothing above 0 (EXO's epsilon; its loss takes log(epsilon)); TRL's docs "
+          "suggest 1e-3");
+  }
+  if (!p.loss_weights.empty() && p.loss_weights.size() != p.loss_type.size())
+    problem(fmt::format("preference.loss_weights has {} entries for {} preference.loss_type entries; give one weight per loss type",
+                        p.loss_weights.size(), p.loss_type.size()));
+  const auto refuse = [&](bool when, const std::string& what) {
+    if (when) problem(fmt::format("train.objective dpo with {}: not supported yet", what));
+  };
+  refuse(set("train.loss_normalization"), "train.loss_normalization (the DPO loss is the mean over the step's pairs; leave the key out)");
+  refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1 (ZeRO and expert parallelism do work)");
+  refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
+  refuse(r.train.z_loss_weight > 0, "train.z_loss_weight (set it to 0)");
+  refuse(r.eval.split > 0 || !r.eval.paths.empty(), "eval.split or eval.paths (held-out pairs are not scored yet)");
+  refuse(r.data.paths.size() > 1, "several data.paths (one preference set)");
+  refuse(r.lora.base != LoraBase::kModel, "lora.base nf4 or fp8");
+  if (r.data.format != DataFormat::kMegatron)
+    problem(
+        fmt::format("train.objective dpo reads a set of preference pairs (dstrain prepare-data --preference, data.format megatron); "
+                    "data.format is {}",
+                    name(r.data.format)));
+}
+
 template <typename Problem>
 void check_expert_parallel(const Recipe& r, Problem&& problem) {
   const int64_t ep = r.moe.expert_parallel_size;
@@ -417,6 +467,7 @@ template <typename Problem, typename Warn>
 void check_features(const Recipe& r, Problem&& problem, Warn&& warn) {
   check_mtp(r, problem);
   check_lora(r, problem);
+  check_preference(r, problem);
   check_expert_parallel(r, problem);
   check_pipeline(r, problem, warn);
   check_model_size(r.model, problem);

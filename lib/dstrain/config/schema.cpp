@@ -174,7 +174,17 @@ std::vector<Field> train_fields() {
     {"train.loss_chunk_tokens", 0, kMaxInt, {}, "The LM head and the cross-entropy run this many tokens at a time, fused: the full logits never exist, their gradients are computed as each chunk's loss is. 0: all logits at once, then the loss.", DS_FIELD(train.loss_chunk_tokens)},
     {"train.z_loss_weight", 0, 1e6, {}, "PaLM's z-loss: this weight x logsumexp(logits)^2 per trained target, averaged as the cross-entropy is (train.loss_normalization), added to the loss to keep the softmax's normaliser near 1 (PaLM uses 1e-4). Logged as z_loss: the mean logsumexp^2 before the weight; the logged loss stays the cross-entropy. Costs a second pass of the head (chunked as train.loss_chunk_tokens). 0: off.", DS_FIELD(train.z_loss_weight)},
     {"train.loss_normalization", 0, 0, DS_CHOICES(train.loss_normalization), "What a step's summed token losses are divided by: global_tokens (the step's trained tokens over every micro-batch and rank: the loss does not depend on how the batch is split), micro_batch_mean (each micro-batch's mean, averaged: DeepSpeed's and Megatron's default), per_sample (each sample's mean, averaged: every conversation weighs the same). Gradients, clipping and the logged loss follow it.", DS_ENUM(train.loss_normalization)},
+    {"train.objective", 0, 0, DS_CHOICES(train.objective), "What a step minimises: sft (the next-token cross-entropy over the trained tokens: pretraining and supervised fine-tuning) or dpo (Direct Preference Optimization on a prepare-data --preference set of chosen/rejected pairs: TRL's DPOTrainer losses, `preference`). With dpo, train.global_batch_size and micro_batch_size count pairs (each pair is two rows, chosen and rejected, in the same micro-batch), data.seq_len bounds prompt + completion, the loss is the mean over the step's pairs (train.loss_normalization does not apply) and the reference's log-probs are computed once, by the model as it starts, into PREFIX.ref.<hash> beside the set (reused by every later run and resume from the same model and data). Logged as TRL names them: rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins, logps/chosen, logps/rejected, logits/chosen, logits/rejected.", DS_ENUM(train.objective)},
     {"train.activation_checkpointing", 0, 0, DS_CHOICES(train.activation_checkpointing), "Recompute activations in backward instead of keeping them: full (each decoder layer from its input; least memory, one more forward), selective (the norms, SwiGLU's activation and the attention core; the GEMM outputs are kept), or none. ds_config's activation_checkpointing block sets full.", DS_ENUM(train.activation_checkpointing)},
+  };
+}
+
+std::vector<Field> preference_fields() {
+  return {
+    {"preference.beta", 1e-12, kInf, {}, "DPO's beta (TRL's beta; IPO's tau): how far the policy may move from the reference. The rewards are beta x (policy log-prob - reference log-prob) of each completion.", DS_FIELD(preference.beta)},
+    {"preference.loss_type", 0, 0, {}, "TRL's DPO loss_type, one or several (summed, each times its preference.loss_weights entry): sigmoid (DPO; with label_smoothing: cDPO), hinge (SLiC), ipo (on per-token mean log-probs), robust (rDPO, label_smoothing below 0.5), exo_pair (label_smoothing above 0), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, each as TRL 1.16 computes it per pair.", DS_FIELD(preference.loss_type)},
+    {"preference.loss_weights", 0, kInf, {}, "One weight per preference.loss_type (TRL's loss_weights); empty: 1 each.", DS_FIELD(preference.loss_weights)},
+    {"preference.label_smoothing", 0, 0.5, {}, "The probability that a pair's labels are flipped (TRL's label_smoothing): cDPO for sigmoid, rDPO for robust, EXO's epsilon for exo_pair. 0: off.", DS_FIELD(preference.label_smoothing)},
   };
 }
 
@@ -301,8 +311,9 @@ std::vector<Field> launch_fields() {
 const std::vector<Field>& recipe_schema() {
   static const std::vector<Field> fields = [] {
     std::vector<Field> all;
-    for (auto section : {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields, lora_fields,
-                         precision_fields, zero_fields, moe_fields, pipeline_fields, checkpoint_fields, logging_fields, launch_fields}) {
+    for (auto section :
+         {top_fields, model_fields, data_fields, eval_fields, optimizer_fields, schedule_fields, train_fields, preference_fields,
+          lora_fields, precision_fields, zero_fields, moe_fields, pipeline_fields, checkpoint_fields, logging_fields, launch_fields}) {
       std::vector<Field> rows = section();
       all.insert(all.end(), rows.begin(), rows.end());
     }
@@ -322,8 +333,9 @@ const Field* find_field(const std::string& path) {
 }
 
 const std::vector<std::string>& recipe_sections() {
-  static const std::vector<std::string> sections = {"model", "data", "eval",     "optimizer", "schedule",   "train",   "lora",  "precision",
-                                                    "zero",  "moe",  "parallel", "pipeline",  "checkpoint", "logging", "launch"};
+  static const std::vector<std::string> sections = {"model",      "data",       "eval",      "optimizer", "schedule", "train",
+                                                    "preference", "lora",       "precision", "zero",      "moe",      "parallel",
+                                                    "pipeline",   "checkpoint", "logging",   "launch"};
   return sections;
 }
 

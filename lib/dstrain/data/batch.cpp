@@ -11,6 +11,7 @@ Batch Batch::to(const c10::Device& device) const {
   if (!sequential_positions) out.positions = positions.to(device);  // else the models do not read them: they stay on the host
   if (document_ids.defined()) out.document_ids = document_ids.to(device);
   if (target_weights.defined()) out.target_weights = target_weights.to(device);
+  if (reference_logps.defined()) out.reference_logps = reference_logps.to(device);
   return out;
 }
 

@@ -31,6 +31,12 @@ struct Batch {
   // random per row (LoRA's dropout). -1: an evaluation batch.
   int64_t first_row = -1;
   bool sequential_positions = true;  // positions are 0..T-1 in every row (the models' fast path)
+  // Preference pairs (data/preference_pairs.h): rows 2i and 2i + 1 are pair i's chosen and
+  // rejected sequences; `pairs` of them are real (the rest, from `end` on, train nothing), and
+  // the reference model's log-prob sum of each row's completion (float64 [rows]; undefined until
+  // the reference pass has made them).
+  int64_t pairs = 0;
+  at::Tensor reference_logps;
 
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }

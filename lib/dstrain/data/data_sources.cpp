@@ -1,5 +1,7 @@
 #include "dstrain/data/data_sources.h"
 
+#include "dstrain/data/preference_pairs.h"
+
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
@@ -62,7 +64,11 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
   const std::string split_name = e.names.size() > e.paths.size() ? e.names.back() : "heldout";
   DataSources out;
   std::unique_ptr<BatchSource> held_out;  // eval.split's
-  if (is_fine_tuning_data(recipe)) {
+  if (recipe.train.objective == config::TrainObjective::kDpo) {
+    auto pairs = std::make_unique<PreferencePairs>(recipe, rank);
+    out.preference = pairs.get();
+    out.train = std::move(pairs);
+  } else if (is_fine_tuning_data(recipe)) {
     FineTuningSources sources = open_fine_tuning_sources(recipe);
     if (with_eval && e.split > 0)
       held_out = std::make_unique<ConversationsInOrder>(split_name, ConversationSet(sources.sources, sources.held_out), d.seq_len,

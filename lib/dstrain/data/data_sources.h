@@ -23,6 +23,8 @@ struct Recipe;
 
 namespace dstrain::data {
 
+class PreferencePairs;
+
 // A named evaluation set.
 class EvalSet {
  public:
@@ -47,8 +49,11 @@ class EvalSet {
 };
 
 struct DataSources {
-  std::unique_ptr<BatchSource> train;  // in the recipe's blend: TextWindows or PackedConversations
+  std::unique_ptr<BatchSource> train;  // in the recipe's blend: TextWindows or PackedConversations; PreferencePairs (dpo)
   std::vector<EvalSet> eval;
+  // train.objective dpo: the pairs (owned by `train`; the reference pass reads them in file order
+  // and fills their table before the first batch). nullptr otherwise.
+  const PreferencePairs* preference = nullptr;
 };
 
 // The recipe's window options (data.eos_token when masks or positions use it, the vocabulary).

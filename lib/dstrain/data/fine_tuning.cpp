@@ -186,6 +186,10 @@ int64_t packed_rows_of(const config::Recipe& r) {
   const std::vector<std::string> paths = r.data.sources();
   for (const auto& path : paths)
     if (!path.empty() && !std::filesystem::exists(config::megatron_prefix(path) + ".idx")) return 0;  // reported by the config
+  if (r.train.objective == config::TrainObjective::kDpo) {                                            // a pass is every pair once
+    const auto sidecar = config::read_dataset_sidecar(paths.front());
+    return sidecar && sidecar->preference_pairs > 0 ? sidecar->preference_pairs : 0;
+  }
   if (!is_fine_tuning_data(r)) return -1;
   int64_t rows = 0;
   for (size_t s = 0; s < paths.size(); ++s) {

@@ -47,6 +47,7 @@ struct Encoded {
   std::vector<std::vector<Origin>> origins;  // per output and document: where it came from (error messages)
   std::vector<uint8_t> mask;                 // --chat: the loss mask of the one output's tokens
   ChatCounts chat;
+  PreferenceCounts preference;
   int64_t bytes = 0, empty = 0, repaired = 0;
   std::exception_ptr error;
 };
@@ -159,21 +160,18 @@ void encode_conversation(std::string& json, const std::string& origin, const Rec
   out.origins[0].push_back({record.source, record.line});
 }
 
-// --chat: each JSON line (or each element of a .json file's array) is one conversation.
-void encode_chat_batch(Batch& batch, const std::vector<DocumentSource>& sources, const ChatEncoder& encoder, const ChatPrepareOptions& o,
-                       text::Tokenizer::Session& session, Encoded& out) {
+// --chat and --preference: each JSON line, each element of a .json file's array or a .json file's
+// one object is one example, handed to `each` with where it came from.
+template <class Each>
+void for_each_example(Batch& batch, const std::vector<DocumentSource>& sources, const char* flag, Encoded& out, Each each) {
   out.index = batch.index;
   out.tokens.assign(1, {}), out.lengths.assign(1, {}), out.origins.assign(1, {});
   for (Record& record : batch.records) {
     out.bytes += static_cast<int64_t>(record.payload.size());
     if (blank(record.payload)) continue;
-    if (sources[record.source].jsonl) {
-      encode_conversation(record.payload, where(record, sources, 0, false), record, encoder, o, session, out);
-      continue;
-    }
     const size_t first = record.payload.find_first_not_of(" \t\r\n");
-    if (record.payload[first] != '[') {  // a .json file holding one example
-      encode_conversation(record.payload, where(record, sources, 0, false), record, encoder, o, session, out);
+    if (sources[record.source].jsonl || record.payload[first] != '[') {
+      each(record.payload, where(record, sources, 0, false), record);
       continue;
     }
     std::vector<std::string> elements;
@@ -181,11 +179,59 @@ void encode_chat_batch(Batch& batch, const std::vector<DocumentSource>& sources,
       elements = json_array_elements(record.payload);
     } catch (const ConversationError& e) {
       throw Error(ErrorCode::kData, fmt::format("{}: {}", where(record, sources, 0, false), e.what()),
-                  "a --chat input is JSON Lines (one example per line) or a .json file holding an array of examples");
+                  fmt::format("a {} input is JSON Lines (one example per line) or a .json file holding an array of examples", flag));
     }
-    for (size_t e = 0; e < elements.size(); ++e)
-      encode_conversation(elements[e], where(record, sources, e, true), record, encoder, o, session, out);
+    for (size_t e = 0; e < elements.size(); ++e) each(elements[e], where(record, sources, e, true), record);
   }
+}
+
+void encode_chat_batch(Batch& batch, const std::vector<DocumentSource>& sources, const ChatEncoder& encoder, const ChatPrepareOptions& o,
+                       text::Tokenizer::Session& session, Encoded& out) {
+  for_each_example(batch, sources, "--chat", out, [&](std::string& json, const std::string& origin, const Record& record) {
+    encode_conversation(json, origin, record, encoder, o, session, out);
+  });
+}
+
+// One row of a --preference input: counted, dropped or appended to `out` as two documents.
+void encode_pair(const std::string& json, const std::string& origin, const Record& record, const PreferenceEncoder& encoder,
+                 bool skip_errors, text::Tokenizer::Session& session, Encoded& out) {
+  EncodedPair pair;
+  std::string problem;
+  try {
+    pair = encoder.encode(json, session);
+  } catch (const PreferenceError& e) {
+    problem = e.what();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kData) throw Error(e.code(), fmt::format("{}: {}", origin, e.what()), e.hint());
+    problem = fmt::format("the chat template refused it: {}", e.what());
+  }
+  PreferenceCounts& c = out.preference;
+  if (!problem.empty()) {
+    if (!skip_errors)
+      throw Error(ErrorCode::kData, fmt::format("{}: {}", origin, problem),
+                  "fix or remove the row, or pass --on-error skip to drop such rows and count them");
+    if (c.skipped++ == 0) c.first_skip = fmt::format("{}: {}", origin, problem);
+    return;
+  }
+  if (pair.outcome == PairOutcome::kPromptTooLong) return void(++c.prompt_too_long);
+  if (pair.identical && c.identical++ == 0) c.first_identical = origin;
+  c.truncated += pair.outcome == PairOutcome::kTruncated;
+  ++c.pairs;
+  for (auto* part : {&pair.chosen, &pair.rejected}) {
+    const std::vector<uint8_t>& mask = part == &pair.chosen ? pair.chosen_mask : pair.rejected_mask;
+    c.longest = std::max(c.longest, static_cast<int64_t>(part->size()));
+    out.tokens[0].insert(out.tokens[0].end(), part->begin(), part->end());
+    out.mask.insert(out.mask.end(), mask.begin(), mask.end());
+    out.lengths[0].push_back(static_cast<uint32_t>(part->size()));
+    out.origins[0].push_back({record.source, record.line});
+  }
+}
+
+void encode_preference_batch(Batch& batch, const std::vector<DocumentSource>& sources, const PreferenceEncoder& encoder, bool skip_errors,
+                             text::Tokenizer::Session& session, Encoded& out) {
+  for_each_example(batch, sources, "--preference", out, [&](std::string& json, const std::string& origin, const Record& record) {
+    encode_pair(json, origin, record, encoder, skip_errors, session, out);
+  });
 }
 
 // The reader thread, the workers and the ordered hand-over to the writer.
@@ -327,10 +373,22 @@ std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const 
       c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
 }
 
+// The --preference part of PREFIX.json: the loss mask, and the pairs (documents 2i chosen, 2i + 1 rejected).
+std::string preference_sidecar(const PrepareOutput& o, const PrepareSummary& s, const PreferencePrepareOptions& p) {
+  const PreferenceCounts& c = s.preference_counts;
+  return fmt::format(
+      ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, "
+      "\"preference\": {{\"format\": \"trl\", \"template\": \"{}\", \"pairs\": {}, \"max_length\": {}, \"truncation_mode\": \"{}\", "
+      "\"truncated\": {}, \"dropped_prompt_too_long\": {}, \"identical\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}}}",
+      json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens,
+      json_escape(s.chat_template), c.pairs, p.encode.max_length, p.encode.keep_end ? "keep_end" : "keep_start", c.truncated,
+      c.prompt_too_long, c.identical, c.skipped, c.longest);
+}
+
 // PREFIX.json (staged as PREFIX.json.tmp, published last): what the dataset holds and how it was
 // made, with its other files' CRCs (train checks the set against them: data/dataset_set.h).
 void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::Tokenizer* tokenizer, const std::string& tokenizer_dir,
-                   const ChatPrepareOptions& chat) {
+                   const ChatPrepareOptions& chat, const PreferencePrepareOptions& preference) {
   std::string tok = "\"tokenizer\": \"bytes+eos\"";
   if (tokenizer)
     tok = fmt::format("\"tokenizer\": \"huggingface\", \"tokenizer_sha256\": \"{}\", \"tokenizer_dir\": \"{}\"", tokenizer->sha256(),
@@ -339,7 +397,9 @@ void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::
                     fmt::format("{{\"format\": \"megatron\", \"version\": 2, {}, \"vocab_size\": {}, \"eos\": {}, \"json_key\": \"{}\", "
                                 "\"documents\": {}, \"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"{}}}\n",
                                 tok, s.vocab_size, s.end_of_document, json_escape(o.key), o.documents, o.tokens, o.bin_crc32c, o.idx_crc32c,
-                                s.chat ? chat_sidecar(o, s, chat) : ""));
+                                s.chat         ? chat_sidecar(o, s, chat)
+                                : s.preference ? preference_sidecar(o, s, preference)
+                                               : ""));
 }
 
 // The tokenizer's files, copied next to the dataset (PREFIX.tokenizer/), for inspect-data and
@@ -397,6 +457,13 @@ uint32_t choose_end_of_document(const PrepareOptions& o, const text::Tokenizer* 
               "pass the token written after each document with --eod-token");
 }
 
+void add_counts(PreferenceCounts& into, const PreferenceCounts& c) {
+  if (into.first_skip.empty()) into.first_skip = c.first_skip;
+  if (into.first_identical.empty()) into.first_identical = c.first_identical;
+  into.pairs += c.pairs, into.truncated += c.truncated, into.prompt_too_long += c.prompt_too_long, into.identical += c.identical;
+  into.skipped += c.skipped, into.longest = std::max(into.longest, c.longest);
+}
+
 void add_counts(ChatCounts& into, const ChatCounts& c) {
   if (into.first_skip.empty()) into.first_skip = c.first_skip;
   if (into.first_rewrite.empty()) into.first_rewrite = c.first_rewrite;
@@ -424,6 +491,26 @@ bool choose_chat(const PrepareOptions& o, const std::vector<DocumentSource>& sou
   return false;
 }
 
+// --preference's template: --chat-template, else the tokenizer folder's own; text rows need only
+// its eos_token, so a tokenizer without a template is fine until a conversational row comes.
+std::unique_ptr<PreferenceEncoder> make_preference_encoder(const PrepareOptions& o, std::shared_ptr<const text::Tokenizer> tokenizer) {
+  if (!tokenizer)
+    throw Error(ErrorCode::kUsage, "--preference needs --tokenizer", "pairs are tokenized as TRL does, with the model's tokenizer");
+  if (o.chat.mode == ChatMode::kOn)
+    throw Error(ErrorCode::kUsage, "--preference and --chat do not go together", "a preference row is one pair");
+  if (!o.chat.builtin.empty()) throw Error(ErrorCode::kUsage, "--template does not go with --preference", "pass --chat-template FILE");
+  const std::string dir = fs::is_directory(o.tokenizer) ? o.tokenizer : fs::path(o.tokenizer).parent_path().string();
+  text::ChatTemplateSource source;
+  try {
+    source = text::read_chat_template(o.chat.chat_template.empty() ? dir : o.chat.chat_template, o.chat.template_name);
+  } catch (const Error&) {
+    if (!o.chat.chat_template.empty()) throw;
+    source = {};
+  }
+  if (source.bos_token.empty() && source.eos_token.empty()) text::read_special_tokens(dir, source);
+  return std::make_unique<PreferenceEncoder>(std::move(source), std::move(tokenizer), o.preference.encode);
+}
+
 std::unique_ptr<ChatEncoder> make_chat_encoder(const PrepareOptions& o, std::shared_ptr<const text::Tokenizer> tokenizer) {
   const std::string dir = fs::is_directory(o.tokenizer) ? o.tokenizer : fs::path(o.tokenizer).parent_path().string();
   text::ChatTemplateSource source;
@@ -442,6 +529,16 @@ std::unique_ptr<ChatEncoder> make_chat_encoder(const PrepareOptions& o, std::sha
   return std::make_unique<ChatEncoder>(std::move(source), std::move(tokenizer), std::move(encode));
 }
 
+// What the summary knows before any input is read.
+PrepareSummary start_summary(const PrepareOptions& o, const text::Tokenizer* tokenizer) {
+  PrepareSummary summary;
+  summary.end_of_document = choose_end_of_document(o, tokenizer);
+  summary.vocab_size = tokenizer ? tokenizer->vocab_size() : kByteVocab;
+  summary.tokenizer = tokenizer ? tokenizer->describe() : "bytes+eos";
+  summary.workers = o.workers > 0 ? o.workers : std::max(1, online_cores());
+  return summary;
+}
+
 }  // namespace
 
 PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
@@ -450,20 +547,17 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   std::shared_ptr<const text::Tokenizer> tokenizer;
   if (!o.tokenizer.empty()) tokenizer = text::Tokenizer::load(o.tokenizer);
   if (o.json_keys.empty()) throw Error(ErrorCode::kUsage, "--json-key is empty", "name the key that holds the text, e.g. --json-key text");
-  PrepareSummary summary;
-  summary.end_of_document = choose_end_of_document(o, tokenizer.get());
-  summary.vocab_size = tokenizer ? tokenizer->vocab_size() : kByteVocab;
-  summary.tokenizer = tokenizer ? tokenizer->describe() : "bytes+eos";
-  summary.workers = o.workers > 0 ? o.workers : std::max(1, online_cores());
+  PrepareSummary summary = start_summary(o, tokenizer.get());
   const auto sources = list_sources(o.inputs, o.extensions, o.input_format);
-  summary.chat = choose_chat(o, sources, tokenizer != nullptr);
+  summary.preference = o.preference.on;
+  summary.chat = !summary.preference && choose_chat(o, sources, tokenizer != nullptr);
+  std::unique_ptr<PreferenceEncoder> preference;
+  if (summary.preference) preference = make_preference_encoder(o, tokenizer), summary.chat_template = preference->source().name;
   std::unique_ptr<ChatEncoder> chat;
-  if (summary.chat) {
-    chat = make_chat_encoder(o, tokenizer);
-    summary.chat_template = chat->source().name, summary.end_of_turn = chat->end_of_turn();
-  }
+  if (summary.chat)
+    chat = make_chat_encoder(o, tokenizer), summary.chat_template = chat->source().name, summary.end_of_turn = chat->end_of_turn();
   const bool any_jsonl = std::any_of(sources.begin(), sources.end(), [](const DocumentSource& s) { return s.jsonl; });
-  const std::vector<std::string> keys = any_jsonl && !chat ? o.json_keys : std::vector<std::string>{""};
+  const std::vector<std::string> keys = any_jsonl && !chat && !preference ? o.json_keys : std::vector<std::string>{""};
   // Megatron's rule: uint16 below 65500 ids, int32 above.
   const int dtype = summary.vocab_size < 65500 ? 8 : 4;
   StagedSet staged;  // declared before the writers: destroyed after them
@@ -474,16 +568,19 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   for (const auto& key : keys)
     writers.push_back(std::make_unique<MegatronStreamWriter>(keys.size() > 1 ? o.output_prefix + "_" + key : o.output_prefix, dtype));
   std::unique_ptr<LossMaskWriter> masks;
-  if (chat) masks = std::make_unique<LossMaskWriter>(o.output_prefix);
+  if (chat || preference) masks = std::make_unique<LossMaskWriter>(o.output_prefix);
 
   RecordReader reader(sources, o.max_line_bytes);
   Pipeline pipeline(reader, summary.workers, o.max_bytes);
   std::atomic<int64_t> dropped{0};
-  pipeline.start([&sources, &keys, &tokenizer, &dropped, &o, chat = chat.get(), eod = summary.end_of_document](Batch& batch, Encoded& out) {
+  pipeline.start([&sources, &keys, &tokenizer, &dropped, &o, chat = chat.get(), preference = preference.get(),
+                  eod = summary.end_of_document](Batch& batch, Encoded& out) {
     thread_local std::unique_ptr<DocumentEncoder> encoder;  // one per worker thread (its caches)
     if (!encoder) encoder = std::make_unique<DocumentEncoder>(tokenizer, eod);
     const size_t before = encoder->dropped();
-    if (chat) {
+    if (preference) {
+      encode_preference_batch(batch, sources, *preference, o.chat.skip_errors, encoder->session(), out);
+    } else if (chat) {
       encode_chat_batch(batch, sources, *chat, o.chat, encoder->session(), out);
     } else {
       encode_batch(batch, sources, keys, *encoder, out);
@@ -510,12 +607,15 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
       p.documents += static_cast<int64_t>(encoded.lengths[k].size());
     }
     add_counts(summary.chat_counts, encoded.chat);
+    add_counts(summary.preference_counts, encoded.preference);
     p.bytes += encoded.bytes;
     summary.empty_documents += encoded.empty;
     summary.repaired_utf8 += encoded.repaired;
     if (progress && seconds() - last_report >= 0.25) p.seconds = last_report = seconds(), progress(p);
   }
   pipeline.stop();
+  if (preference && summary.preference_counts.pairs == 0)
+    throw Error(ErrorCode::kData, "no preference pair is left to train on", preference_counts_line(summary.preference_counts));
   if (chat && summary.chat_counts.kept == 0)
     throw Error(ErrorCode::kData, "no conversation is left to train on", chat_counts_line(summary.chat_counts));
   // Every file of every output is staged under its temporary name first: a full disk or an error
@@ -526,13 +626,14 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   const std::string staged_tokenizer = tokenizer ? stage_tokenizer(*tokenizer, o.output_prefix) : "";
   // The template that rendered the conversations travels with the tokenizer (export-hf ships it).
   if (chat) text::write_chat_template_into(staged_tokenizer, chat->source());
+  if (preference && !preference->source().source.empty()) text::write_chat_template_into(staged_tokenizer, preference->source());
   for (size_t k = 0; k < writers.size(); ++k) {
     PrepareOutput out{writers[k]->prefix(),    keys[k], writers[k]->documents(), writers[k]->tokens(), writers[k]->bin_crc32c(),
                       writers[k]->idx_crc32c()};
     if (masks)
       out.trained_tokens = masks->trained(), out.lossmask_bytes = masks->tokens() + static_cast<int64_t>(kLossMaskHeaderBytes),
       out.lossmask_crc32c = masks->crc32c();
-    write_sidecar(out, summary, tokenizer.get(), tokenizer_dir, o.chat);
+    write_sidecar(out, summary, tokenizer.get(), tokenizer_dir, o.chat, o.preference);
     summary.outputs.push_back(out);
   }
   for (size_t k = 0; k < writers.size(); ++k) {
@@ -562,6 +663,16 @@ std::string chat_counts_line(const ChatCounts& c) {
   if (c.truncated) out += fmt::format(", {} truncated to --max-length", c.truncated);
   if (c.too_long) out += fmt::format(", {} dropped as longer than --max-length", c.too_long);
   if (c.untrained) out += fmt::format(", {} dropped with no trained token", c.untrained);
+  if (c.skipped) out += fmt::format(", {} skipped as malformed or refused (--on-error skip; the first: {})", c.skipped, c.first_skip);
+  return out;
+}
+
+std::string preference_counts_line(const PreferenceCounts& c) {
+  std::string out = fmt::format("{} preference pairs kept", c.pairs);
+  if (c.truncated) out += fmt::format(", {} truncated to --max-length", c.truncated);
+  if (c.prompt_too_long) out += fmt::format(", {} dropped: the prompt alone fills --max-length (keep_start)", c.prompt_too_long);
+  if (c.identical)
+    out += fmt::format(", {} with chosen equal to rejected (kept; they teach nothing; the first: {})", c.identical, c.first_identical);
   if (c.skipped) out += fmt::format(", {} skipped as malformed or refused (--on-error skip; the first: {})", c.skipped, c.first_skip);
   return out;
 }

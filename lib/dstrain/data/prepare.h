@@ -13,6 +13,7 @@
 #include "dstrain/data/chat_encoder.h"
 #include "dstrain/data/conversation.h"
 #include "dstrain/data/documents.h"
+#include "dstrain/data/preference.h"
 
 namespace dstrain::data {
 
@@ -32,6 +33,13 @@ struct ChatPrepareOptions {
   bool skip_errors = false;  // --on-error skip: drop and count malformed or refused conversations
 };
 
+// --preference: each JSON example is a chosen/rejected pair (data/preference.h), written as two
+// documents (prompt + chosen, prompt + rejected) with the completions' loss mask.
+struct PreferencePrepareOptions {
+  bool on = false;
+  PreferenceEncodeOptions encode;
+};
+
 struct PrepareOptions {
   std::vector<std::string> inputs;                  // files, directories (walked recursively, sorted), "-" for stdin
   std::vector<std::string> extensions;              // keep files with these suffixes; empty: all files
@@ -42,8 +50,9 @@ struct PrepareOptions {
   std::string end_of_document;                      // the token written after each document; "": the tokenizer's own
   InputFormat input_format = InputFormat::kAuto;
   std::vector<std::string> json_keys{"text"};
-  int workers = 0;  // 0: every online core
-  ChatPrepareOptions chat;
+  int workers = 0;          // 0: every online core
+  ChatPrepareOptions chat;  // --preference reads its template options (chat_template, template_name) and skip_errors
+  PreferencePrepareOptions preference;
   // Asked between batches; true stops with Error{kInterrupted}, the staged files removed and an
   // older set at the prefix left as it was (the command wires SIGINT and SIGTERM to it).
   std::function<bool()> stop_requested;
@@ -69,6 +78,13 @@ struct ChatCounts {
   std::string first_skip, first_rewrite;
 };
 
+// What --preference did with the rows; `first_*`: the first such row's file:line (and why).
+struct PreferenceCounts {
+  int64_t pairs = 0, truncated = 0, prompt_too_long = 0, identical = 0, skipped = 0;
+  int64_t longest = 0;  // tokens of the longest sequence (prompt + completion) kept
+  std::string first_skip, first_identical;
+};
+
 struct PrepareSummary {
   std::vector<PrepareOutput> outputs;
   int64_t input_bytes = 0, documents = 0, tokens = 0, empty_documents = 0;
@@ -77,6 +93,8 @@ struct PrepareSummary {
   std::string tokenizer;  // "bytes+eos" or the tokenizer's description
   bool chat = false;
   ChatCounts chat_counts;
+  bool preference = false;
+  PreferenceCounts preference_counts;
   std::string chat_template, end_of_turn;  // with --chat: the template's name, the end-of-turn token
   double seconds = 0;
   int workers = 1;
@@ -87,5 +105,6 @@ PrepareSummary prepare_dataset(const PrepareOptions& options, const std::functio
 
 // One line: how many conversations were kept, truncated, dropped and skipped, and why.
 std::string chat_counts_line(const ChatCounts& counts);
+std::string preference_counts_line(const PreferenceCounts& counts);
 
 }  // namespace dstrain::data

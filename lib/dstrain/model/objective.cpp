@@ -29,8 +29,13 @@ void Objective::set_weight(const std::string& name, double weight) {
   throw Error(ErrorCode::kInternal, "no objective term named " + name, "report this as a bug");
 }
 
+void Objective::set_sequence_loss(std::vector<std::string> metrics, SequenceLoss loss) {
+  sequence_metrics_ = std::move(metrics), sequence_loss_ = std::move(loss);
+}
+
 std::vector<MetricShape> Objective::metrics() const {
   std::vector<MetricShape> out;
+  for (const std::string& name : sequence_metrics_) out.push_back({name, 1});
   for (const Weighted& t : terms_) {
     if (out.empty() || out.back().name != t.metric) out.push_back({t.metric, 0});
     ++out.back().values;
@@ -46,9 +51,17 @@ ObjectiveValue Objective::of_hidden(const CausalLM& model, const CausalLM::Hidde
   ObjectiveValue v;
   v.count = batch.trained_targets;
   v.aux = h.aux;
-  at::Tensor sum = head_cross_entropy(h.hidden, h.head, batch.labels, batch.target_weights, chunk_tokens_);
-  v.main = sum.detach();
   std::vector<at::Tensor> rows;
+  at::Tensor sum;
+  if (sequence_loss_) {
+    const SequenceLossValue s = sequence_loss_(model, h, batch);
+    v.count = batch.pairs;
+    sum = s.sum;
+    for (const TermValue& m : s.metrics) rows.push_back(at::stack({m.sum.to(at::kDouble), m.count.to(at::kDouble)}));
+  } else {
+    sum = head_cross_entropy(h.hidden, h.head, batch.labels, batch.target_weights, chunk_tokens_);
+  }
+  v.main = sum.detach();
   for (const Weighted& t : terms_) {
     const TermValue value = t.term(model, h, batch);
     rows.push_back(at::stack({value.sum.detach().to(at::kDouble), value.count.to(at::kDouble)}));

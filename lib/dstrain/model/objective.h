@@ -34,10 +34,17 @@ struct MetricShape {
   size_t values = 0;
 };
 
+// A loss over whole sequences that replaces the cross-entropy (preference pairs: model/preference_loss.h):
+// its value summed over its units (with grad) and its metrics, each (sum, count), in the order named.
+struct SequenceLossValue {
+  at::Tensor sum;
+  std::vector<TermValue> metrics;
+};
+
 struct ObjectiveValue {
   at::Tensor sum;     // token-summed: the cross-entropy plus each term x its weight (a scalar with grad)
   at::Tensor main;    // the cross-entropy alone, token-summed (detached): what the run reports as its loss
-  int64_t count = 0;  // the batch's trained targets
+  int64_t count = 0;  // the batch's trained targets (a sequence loss: its pairs)
   at::Tensor aux;     // the model's auxiliary losses, already weighted means (undefined: none)
   at::Tensor terms;   // [terms, 2] float64: each term's (sum before its weight, count), detached; undefined without terms
   // sum / count plus aux: the batch's own mean loss (tests, a lone batch).
@@ -55,7 +62,11 @@ class Objective {
   void add_term(std::string name, std::string metric, double weight, Term term);
   // A term's weight from now on (a schedule: MTP's lambda); throws for a name never added.
   void set_weight(const std::string& name, double weight);
-  size_t num_terms() const { return terms_.size(); }
+  // Replaces the cross-entropy with a loss over the batch's pairs (the value's count is batch.pairs);
+  // its metrics are logged as terms of weight 0, before any other term.
+  using SequenceLoss = std::function<SequenceLossValue(const CausalLM& model, const CausalLM::Hidden& hidden, const data::Batch& batch)>;
+  void set_sequence_loss(std::vector<std::string> metrics, SequenceLoss loss);
+  size_t num_terms() const { return sequence_metrics_.size() + terms_.size(); }
   int64_t chunk_tokens() const { return chunk_tokens_; }
   // The metrics of the terms, in order; a metric's terms are adjacent, each one of its values.
   std::vector<MetricShape> metrics() const;
@@ -75,6 +86,8 @@ class Objective {
   };
   int64_t chunk_tokens_;
   std::vector<Weighted> terms_;
+  std::vector<std::string> sequence_metrics_;
+  SequenceLoss sequence_loss_;
 };
 
 }  // namespace dstrain::model

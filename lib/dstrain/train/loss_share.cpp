@@ -28,6 +28,7 @@ LossShare loss_share(const model::ObjectiveValue& value, const data::Batch& host
 }
 
 int64_t loss_units(const data::Batch& batch, config::LossNormalization mode) {
+  if (batch.pairs > 0) return mode == config::LossNormalization::kMicroBatchMean ? 1 : batch.pairs;  // preference pairs: a mean over pairs
   switch (mode) {
     case config::LossNormalization::kMicroBatchMean:
       return batch.trained_targets > 0 ? 1 : 0;

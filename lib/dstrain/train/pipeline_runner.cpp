@@ -252,4 +252,8 @@ StepTotals PipelineRunner::forward(const std::vector<data::Batch>& batches) {
   return m.step.sums->take();
 }
 
+StepTotals PipelineRunner::forward_with(const model::Objective&, const std::vector<data::Batch>&) {
+  throw Error(ErrorCode::kInternal, "a pipeline runs its forwards through the training objective only", "report this as a bug");
+}
+
 }  // namespace dstrain::train

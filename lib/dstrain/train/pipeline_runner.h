@@ -57,6 +57,7 @@ class PipelineRunner final : public StepRunner {
   // the ranks of the last stage, zero elsewhere. No observer sees them. Collective over the
   // pipeline (and, at ZeRO-3, the stage's data-parallel group).
   StepTotals forward(const std::vector<data::Batch>& batches) override;
+  StepTotals forward_with(const model::Objective& objective, const std::vector<data::Batch>& batches) override;
   // Two micro-batches per pipeline rank keep the forward-only schedule's stages busy.
   int64_t forward_batches() const override;
 

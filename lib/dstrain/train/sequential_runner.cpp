@@ -35,10 +35,12 @@ StepTotals SequentialRunner::train(const std::vector<data::Batch>& batches, int6
   return sums.take();
 }
 
-StepTotals SequentialRunner::forward(const std::vector<data::Batch>& batches) {
+StepTotals SequentialRunner::forward(const std::vector<data::Batch>& batches) { return forward_with(*cross_entropy_, batches); }
+
+StepTotals SequentialRunner::forward_with(const model::Objective& objective, const std::vector<data::Batch>& batches) {
   c10::NoGradGuard no_grad;
-  TotalsAccumulator sums(0, device_);
-  for (const data::Batch& b : batches) sums.add_value((*cross_entropy_)(model_, b.to(device_)));
+  TotalsAccumulator sums(objective.num_terms(), device_);
+  for (const data::Batch& b : batches) sums.add_value(objective(model_, b.to(device_)));
   return sums.take();
 }
 

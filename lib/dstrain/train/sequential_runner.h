@@ -32,6 +32,7 @@ class SequentialRunner final : public StepRunner {
   void set_normalization(config::LossNormalization mode) { normalization_ = mode; }
   StepTotals train(const std::vector<data::Batch>& batches, int64_t global_units) override;
   StepTotals forward(const std::vector<data::Batch>& batches) override;
+  StepTotals forward_with(const model::Objective& objective, const std::vector<data::Batch>& batches) override;
   int64_t forward_batches() const override { return 1; }
 
  private:

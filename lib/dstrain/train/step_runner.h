@@ -19,7 +19,8 @@
 
 namespace dstrain::model {
 struct ObjectiveValue;
-}
+class Objective;
+}  // namespace dstrain::model
 
 namespace dstrain::train {
 
@@ -89,6 +90,9 @@ class StepRunner {
   // Forwards only, without gradients: the cross-entropy sums and trained targets (a pipeline's:
   // on its last stage's ranks, zero elsewhere). Collective where the runner's ranks are.
   virtual StepTotals forward(const std::vector<data::Batch>& batches) = 0;
+  // The same through another objective (the preference reference pass, which keeps what it
+  // computes itself); runners that cannot throw Error{kInternal} (the config refuses them first).
+  virtual StepTotals forward_with(const model::Objective& objective, const std::vector<data::Batch>& batches) = 0;
   // The micro-batches one forward() pass takes to keep every stage busy (1 without a pipeline).
   virtual int64_t forward_batches() const = 0;
 };

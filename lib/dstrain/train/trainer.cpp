@@ -27,6 +27,7 @@
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/mtp_loss.h"
 #include "dstrain/model/objective.h"
+#include "dstrain/model/preference_loss.h"
 #include "dstrain/model/z_loss.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
@@ -40,6 +41,7 @@
 #include "dstrain/run/run_dir.h"
 #include "dstrain/train/loss_share.h"
 #include "dstrain/train/pipeline_runner.h"
+#include "dstrain/train/reference_logps.h"
 #include "dstrain/train/sequential_runner.h"
 #include "dstrain/train/step_observers.h"
 #include "dstrain/train/step_signals.h"
@@ -198,12 +200,12 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                             ms_since(load_start) / 1000.0));
   }
   if (env.rank == 0) {
-    log::info(
-        fmt::format("model: {:.3f}M parameters{}; data: {} samples of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
-                    "data-parallel ranks x {})",
-                    static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
-                    p.data->num_samples(), p.recipe.data.seq_len, p.steps(), p.global_batch(p.step),
-                    config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
+    log::info(fmt::format(
+        "model: {:.3f}M parameters{}; data: {} {} of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
+        "data-parallel ranks x {})",
+        static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
+        p.data->num_samples(), sources.preference ? "preference pairs (2 rows each)" : "samples", p.recipe.data.seq_len, p.steps(),
+        p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
   if (p.comm.pipeline() && p.comm.engine().rank() == 0) {  // each pipeline rank's first data-parallel rank says what it holds
@@ -221,6 +223,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.objective = std::make_unique<model::Objective>(p.recipe.train.loss_chunk_tokens);
   model::add_mtp_terms(*p.objective, p.recipe.model, p.cursor * p.recipe.data.seq_len);
   model::add_z_loss_term(*p.objective, p.recipe.train.z_loss_weight);
+  if (p.recipe.train.objective == config::TrainObjective::kDpo) model::set_preference_loss(*p.objective, p.recipe.preference);
   if (p.comm.pipeline()) {
     p.runner = std::make_unique<PipelineRunner>(p.recipe, *p.model, *p.objective, *p.engine, *p.comm.pipeline(), device.device);
   } else {
@@ -228,6 +231,10 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     sequential->set_time_phases(device.device.is_cuda() && p.recipe.logging.wall_clock_breakdown);
     sequential->set_normalization(p.recipe.train.loss_normalization);
     p.runner = std::move(sequential);
+  }
+  if (sources.preference) {  // before any update: the starting model is the reference
+    prepare_reference_logps(p.recipe, *sources.preference, *p.runner, *p.model, p.comm.engine(), env.resume);
+    p.engine->discard_wait_times();
   }
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);

@@ -141,6 +141,12 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"eval.early_stopping_patience", {"2", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
       {"checkpoint.at_end", {"false", {}}},
       {"checkpoint.keep_best", {"true", {"eval.paths=[" + dir + "/other.txt]", "eval.interval_steps=5"}}},
+      // train.objective dpo reads a prepare-data --preference set (the config reads its PREFIX.json alone).
+      {"train.objective", {"dpo", {"data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.beta", {"0.5", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.loss_type", {"[ipo, hinge]", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.loss_weights", {"[2]", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.label_smoothing", {"0.1", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
   };
 }
 
@@ -161,6 +167,9 @@ TEST_CASE("--set applies to every schema key, and the resolved config keeps the 
   write(d + "/data.txt", std::string(4096, 'a'));
   write(d + "/other.txt", std::string(4096, 'b'));
   write(d + "/ds.json", R"({"steps_per_print": 7})");
+  write(d + "/pairs.bin", ""), write(d + "/pairs.idx", "");
+  write(d + "/pairs.json", R"({"format": "megatron", "vocab_size": 256, "eos": 1, "loss_mask": {"bytes": 26, "trained_tokens": 4},
+                               "preference": {"pairs": 2, "longest_sequence": 8}})");
   write(d + "/adapter/adapter_config.json", R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "use_rslora": false})");
   write(d + "/adapter/adapter_model.safetensors", "");  // the config reads adapter_config.json alone
   write(d + "/hf/config.json",

@@ -1,0 +1,86 @@
+#include "dstrain/data/preference_pairs.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/core/log.h"
+#include "dstrain/data/packing.h"
+#include "dstrain/data/token_file.h"
+
+namespace dstrain::data {
+
+PreferencePairs::PreferencePairs(const config::Recipe& r, int rank)
+    : path_(r.data.sources().front()), seq_len_(r.data.seq_len), pad_(r.data.eos_token >= 0 ? r.data.eos_token : 0),
+      order_(1, r.data_seed()) {
+  const auto sidecar = config::read_dataset_sidecar(path_);
+  if (!sidecar || sidecar->preference_pairs < 0)
+    throw Error(ErrorCode::kData, fmt::format("{}: not a set of preference pairs", path_),
+                "prepare it with dstrain prepare-data --preference");
+  documents_ = std::make_unique<ConversationSet>(ConversationSet::all_of({open_masked_tokens(path_, r.model.vocab_size)}));
+  if (documents_->size() != 2 * sidecar->preference_pairs || documents_->size() == 0)
+    throw Error(
+        ErrorCode::kData,
+        fmt::format("{}: {} documents for the {} pairs {} records", path_, documents_->size(), sidecar->preference_pairs, sidecar->file),
+        "prepare the set again with prepare-data --preference");
+  pairs_ = sidecar->preference_pairs;
+  for (int64_t d = 0; d < documents_->size(); ++d)
+    if (documents_->length(d) > seq_len_)
+      throw Error(ErrorCode::kData,
+                  fmt::format("{}: pair {}'s {} sequence has {} tokens, more than data.seq_len {}", path_, d / 2,
+                              d % 2 ? "rejected" : "chosen", documents_->length(d), seq_len_),
+                  fmt::format("set data.seq_len: {} or more, or prepare the pairs with --max-length {}", documents_->length(d), seq_len_));
+  order_ = GlobalSampler(pairs_, r.data_seed());
+  if (rank == 0) log::info(describe());
+}
+
+PreferencePairs::~PreferencePairs() = default;
+
+Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) const {
+  std::vector<PackedRow> rows(2 * pairs.size());
+  for (size_t i = 0; i < pairs.size(); ++i)
+    if (static_cast<int64_t>(i) < real)
+      for (int64_t half = 0; half < 2; ++half) rows[2 * i + half].documents = {2 * pairs[i] + half};
+  std::vector<const PackedRow*> pointers;
+  for (const PackedRow& row : rows) pointers.push_back(&row);
+  Batch b = packed_batch(pointers, *documents_, seq_len_, pad_);
+  // One sequence per row from position 0, padding after it: plain causal attention sees the same.
+  b.document_ids = at::Tensor();
+  b.positions = at::arange(seq_len_, at::kLong).expand({b.rows(), seq_len_}).contiguous();
+  b.sequential_positions = true;
+  for (auto& lengths : b.document_lengths) lengths = {seq_len_};
+  b.pairs = real;
+  if (!reference_->empty()) {
+    b.reference_logps = at::zeros({b.rows()}, at::kDouble);
+    double* out = b.reference_logps.data_ptr<double>();
+    for (int64_t i = 0; i < real; ++i)
+      for (int64_t half = 0; half < 2; ++half)
+        out[2 * i + half] = (*reference_)[static_cast<size_t>(2 * pairs[static_cast<size_t>(i)] + half)];
+  }
+  return b;
+}
+
+Batch PreferencePairs::batch(int64_t first, int64_t count, int64_t end) {
+  std::vector<int64_t> pairs;
+  for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < end ? order_.sample_at(p) : 0);
+  Batch b = rows_of(pairs, std::clamp<int64_t>(end - first, 0, count));
+  b.first_row = 2 * first;
+  return b;
+}
+
+Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const {
+  std::vector<int64_t> pairs;
+  for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < std::min(end, pairs_) ? p : 0);
+  return rows_of(pairs, std::clamp<int64_t>(std::min(end, pairs_) - first, 0, count));
+}
+
+std::string PreferencePairs::describe() const {
+  int64_t tokens = 0, completions = 0;
+  for (int64_t d = 0; d < documents_->size(); ++d) tokens += documents_->length(d), completions += documents_->trained_tokens(d);
+  return fmt::format("{}: {} preference pairs, {} tokens ({} in completions), each sequence in a row of {}", path_, pairs_, tokens,
+                     completions, seq_len_);
+}
+
+}  // namespace dstrain::data

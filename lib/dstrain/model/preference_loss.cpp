@@ -1,0 +1,99 @@
+#include "dstrain/model/preference_loss.h"
+
+#include <ATen/ATen.h>
+
+#include <cmath>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/model/objective.h"
+
+namespace dstrain::model {
+namespace {
+
+at::Tensor logsigmoid(const at::Tensor& x) { return at::log_sigmoid(x); }
+
+struct PairTerms {
+  at::Tensor logp_c, logp_r, ref_c, ref_r, tokens_c, tokens_r;  // float32 [pairs]
+};
+
+// One loss type's per-pair loss, as TRL 1.16 computes it (dpo_trainer.py, _compute_loss).
+at::Tensor pair_loss(const std::string& type, const PairTerms& t, double beta, double eps) {
+  const at::Tensor chosen = t.logp_c - t.ref_c, rejected = t.logp_r - t.ref_r;
+  const at::Tensor delta = chosen - rejected;
+  if (type == "sigmoid") {
+    at::Tensor loss = -logsigmoid(beta * delta);
+    return eps > 0 ? (1 - eps) * loss - eps * logsigmoid(-beta * delta) : loss;  // cDPO
+  }
+  if (type == "hinge") return at::relu(1 - beta * delta);
+  if (type == "ipo" || type == "sigmoid_norm") {
+    const at::Tensor d = chosen / t.tokens_c.clamp_min(1.0) - rejected / t.tokens_r.clamp_min(1.0);
+    return type == "ipo" ? (d - 1 / (2 * beta)).pow(2) : -logsigmoid(beta * d);
+  }
+  if (type == "robust") return (-(1 - eps) * logsigmoid(beta * delta) + eps * logsigmoid(-beta * delta)) / (1 - 2 * eps);
+  if (type == "exo_pair") {
+    const at::Tensor z = beta * delta;
+    return at::sigmoid(z) * (logsigmoid(z) - std::log1p(-eps)) + at::sigmoid(-z) * (logsigmoid(-z) - std::log(eps));
+  }
+  if (type == "nca_pair") return -logsigmoid(beta * chosen) - 0.5 * logsigmoid(-beta * chosen) - 0.5 * logsigmoid(-beta * rejected);
+  if (type == "bco_pair") return -logsigmoid(beta * chosen) - logsigmoid(-beta * rejected);
+  if (type == "sppo_hard") return (chosen - 0.5 / beta).pow(2) + (rejected + 0.5 / beta).pow(2);
+  if (type == "apo_zero") return 1 - at::sigmoid(beta * chosen) + at::sigmoid(beta * rejected);
+  if (type == "apo_down") return at::sigmoid(beta * chosen) + 1 - at::sigmoid(beta * delta);
+  throw Error(ErrorCode::kInternal, "preference.loss_type " + type + " reached the loss", "report this as a bug");
+}
+
+TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
+
+}  // namespace
+
+at::Tensor completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, at::Tensor* mean_logits) {
+  const at::Tensor logits = at::matmul(hidden.hidden, hidden.head.t()).to(at::kFloat);  // [B, T, V]
+  const at::Tensor trained = batch.labels != data::kIgnoreIndex;
+  const at::Tensor targets = batch.labels.clamp_min(0).unsqueeze(-1);
+  const at::Tensor token = at::log_softmax(logits, -1).gather(-1, targets).squeeze(-1);
+  const at::Tensor mask = trained.to(at::kFloat);
+  if (mean_logits) *mean_logits = (logits.detach().mean(-1) * mask).sum(-1);
+  return (token * mask).sum(-1);
+}
+
+const std::vector<std::string>& preference_metric_names() {
+  static const std::vector<std::string> names = {"rewards/chosen", "rewards/rejected", "rewards/accuracies", "rewards/margins",
+                                                 "logps/chosen",   "logps/rejected",   "logits/chosen",      "logits/rejected"};
+  return names;
+}
+
+void set_preference_loss(Objective& objective, const config::PreferenceConfig& c) {
+  std::vector<double> weights = c.loss_weights;
+  if (weights.empty()) weights.assign(c.loss_type.size(), 1.0);
+  objective.set_sequence_loss(
+      preference_metric_names(), [c, weights](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
+        if (!batch.reference_logps.defined() && batch.pairs > 0)
+          throw Error(ErrorCode::kInternal, "a preference batch without its reference log-probs", "report this as a bug");
+        at::Tensor mean_logits;
+        const at::Tensor logps = completion_logps(h, batch, &mean_logits);
+        const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
+        const int64_t n = batch.pairs;
+        const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
+        const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(at::kFloat) : at::zeros_like(logps);
+        PairTerms t{half(logps, 0), half(logps, 1), half(ref, 0), half(ref, 1), half(tokens, 0), half(tokens, 1)};
+        at::Tensor loss = at::zeros({}, logps.options());
+        for (size_t k = 0; k < c.loss_type.size(); ++k)
+          loss = loss + pair_loss(c.loss_type[k], t, c.beta, c.label_smoothing).sum() * weights[k];
+        const at::Tensor rc = c.beta * (t.logp_c - t.ref_c).detach(), rr = c.beta * (t.logp_r - t.ref_r).detach();
+        const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
+        SequenceLossValue v;
+        v.sum = loss;
+        v.metrics = {term(rc.sum(), pairs),
+                     term(rr.sum(), pairs),
+                     term((rc > rr).sum(), pairs),
+                     term((rc - rr).sum(), pairs),
+                     term(t.logp_c.sum(), pairs),
+                     term(t.logp_r.sum(), pairs),
+                     term(half(mean_logits, 0).sum(), t.tokens_c.sum()),
+                     term(half(mean_logits, 1).sum(), t.tokens_r.sum())};
+        return v;
+      });
+}
+
+}  // namespace dstrain::model

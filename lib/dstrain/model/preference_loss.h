@@ -1,0 +1,45 @@
+#pragma once
+// DPO's losses on preference pairs (train.objective dpo), per pair as TRL 1.16's DPOTrainer
+// computes them (trainer/dpo_trainer.py, _compute_loss), from each completion's log-prob sum
+// under the policy and the reference:
+//   chosen_logratio = logp(chosen) - ref(chosen), rejected_logratio likewise,
+//   delta = chosen_logratio - rejected_logratio, and for each preference.loss_type (times its weight):
+//     sigmoid   -(1 - eps) logsigmoid(beta delta) - eps logsigmoid(-beta delta)   (eps: label_smoothing;
+//               TRL 1.16 keeps only the first term; eps > 0 is cDPO as TRL < 1 computed it)
+//     hinge     relu(1 - beta delta)
+//     ipo       (delta' - 1 / (2 beta))^2, delta' from the log-ratios divided by each completion's tokens
+//     robust    (-(1 - eps) logsigmoid(beta delta) + eps logsigmoid(-beta delta)) / (1 - 2 eps)
+//     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm: as TRL
+// The pair losses are summed (the runner divides by the step's pairs: a mean over pairs that does
+// not depend on how the batch is split). Metrics, TRL's names, each a sum over its count:
+//   rewards/chosen, rewards/rejected  beta x the log-ratios, over pairs
+//   rewards/accuracies                pairs whose chosen reward is strictly above the rejected one
+//   rewards/margins, logps/chosen, logps/rejected
+//   logits/chosen, logits/rejected    the mean over the vocabulary of each completion token's
+//                                     logits, over the completion tokens
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+#include "dstrain/data/batch.h"
+#include "dstrain/model/causal_lm.h"
+
+namespace dstrain::config {
+struct PreferenceConfig;
+}
+namespace dstrain::model {
+
+class Objective;
+
+// Each row's log-prob sum over its trained targets (float32 [rows], with grad), and when `mean_logits`
+// is given, each row's sum over those targets of the logits' mean over the vocabulary (detached).
+at::Tensor completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, at::Tensor* mean_logits = nullptr);
+
+// The metric names the DPO loss logs, in order.
+const std::vector<std::string>& preference_metric_names();
+
+// Makes `objective` the DPO loss of `config` on preference batches (their reference log-probs set).
+void set_preference_loss(Objective& objective, const config::PreferenceConfig& config);
+
+}  // namespace dstrain::model

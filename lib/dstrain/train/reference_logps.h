@@ -1,0 +1,42 @@
+#pragma once
+// The reference model's log-probs for train.objective dpo (TRL's precompute_ref_log_probs): one
+// forward pass over every pair by the model as the run starts, before its first update, made once
+// and kept beside the dataset as PREFIX.ref.<key>, where key hashes what they depend on (the
+// model section, seed, dtype, lora section, the init_from folder's weight files and PREFIX.json,
+// which holds the set's CRCs). A later run or a resume from the same model and data reads them
+// (a resume must: its model has moved); anything else makes another file.
+//   file  "DSTRREF1\n", one line of JSON {"version", "key", "pairs", "crc32c", "data"}, then
+//         2 x pairs float64 (little-endian): pair i's chosen and rejected completion sums
+// The pass runs through the training runner's forward (ZeRO-3 gathers, expert parallelism):
+// micro-batch g of train.micro_batch_size pairs on data-parallel rank g % world, every rank the
+// same number of forwards, the table summed in rank order (each entry comes from one rank: exact).
+#include <string>
+
+namespace dstrain::config {
+struct Recipe;
+}
+namespace dstrain::comm {
+class Communicator;
+}
+namespace dstrain::model {
+class CausalLM;
+}
+namespace dstrain::data {
+class PreferencePairs;
+}
+namespace dstrain::train {
+
+class StepRunner;
+
+// The key of the reference log-probs of `recipe`'s model on its preference set.
+std::string reference_key(const config::Recipe& recipe);
+// Where they are kept: PREFIX.ref.<key>.
+std::string reference_path(const config::Recipe& recipe);
+
+// Fills `pairs`' reference table: read from reference_path() when it is there, else computed
+// (not on a resume: Error{kData}, its model has moved) and written by rank 0, atomically.
+// Collective over `data_parallel`.
+void prepare_reference_logps(const config::Recipe& recipe, const data::PreferencePairs& pairs, StepRunner& runner, model::CausalLM& model,
+                             comm::Communicator& data_parallel, bool resume);
+
+}  // namespace dstrain::train
