@@ -1,11 +1,15 @@
 #include "dstrain/model/preference_loss.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/model/chunked_cross_entropy.h"
 #include "dstrain/model/objective.h"
 
 namespace dstrain::model {
@@ -47,14 +51,20 @@ TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.det
 
 }  // namespace
 
-at::Tensor completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, at::Tensor* mean_logits) {
-  const at::Tensor logits = at::matmul(hidden.hidden, hidden.head.t()).to(at::kFloat);  // [B, T, V]
-  const at::Tensor trained = batch.labels != data::kIgnoreIndex;
-  const at::Tensor targets = batch.labels.clamp_min(0).unsqueeze(-1);
-  const at::Tensor token = at::log_softmax(logits, -1).gather(-1, targets).squeeze(-1);
-  const at::Tensor mask = trained.to(at::kFloat);
-  if (mean_logits) *mean_logits = (logits.detach().mean(-1) * mask).sum(-1);
-  return (token * mask).sum(-1);
+RowLogps completion_logps(const CausalLM::Hidden& h, const data::Batch& batch, int64_t chunk_tokens) {
+  c10::NoGradGuard no_grad;
+  const at::Tensor hidden = h.hidden.reshape({-1, h.hidden.size(-1)}), labels = batch.labels.reshape({-1});
+  const int64_t n = hidden.size(0), chunk = chunk_tokens > 0 ? chunk_tokens : n;
+  at::Tensor token = at::empty({n}, hidden.options().dtype(at::kFloat)), mean = at::empty_like(token);
+  for (int64_t first = 0; first < n; first += chunk) {
+    const int64_t count = std::min(chunk, n - first);
+    const at::Tensor logits = at::matmul(hidden.narrow(0, first, count), h.head.t()).to(at::kFloat);
+    const at::Tensor targets = labels.narrow(0, first, count);
+    token.narrow(0, first, count).copy_(at::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1));
+    mean.narrow(0, first, count).copy_(logits.mean(-1));
+  }
+  const at::Tensor mask = (batch.labels != data::kIgnoreIndex).to(at::kFloat);
+  return {(token.view_as(mask) * mask).sum(-1), (mean.view_as(mask) * mask).sum(-1)};
 }
 
 const std::vector<std::string>& preference_metric_names() {
@@ -66,12 +76,14 @@ const std::vector<std::string>& preference_metric_names() {
 void set_preference_loss(Objective& objective, const config::PreferenceConfig& c) {
   std::vector<double> weights = c.loss_weights;
   if (weights.empty()) weights.assign(c.loss_type.size(), 1.0);
+  const int64_t chunk = objective.chunk_tokens();
   objective.set_sequence_loss(
-      preference_metric_names(), [c, weights](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
+      preference_metric_names(), [c, weights, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
         if (!batch.reference_logps.defined() && batch.pairs > 0)
           throw Error(ErrorCode::kInternal, "a preference batch without its reference log-probs", "report this as a bug");
-        at::Tensor mean_logits;
-        const at::Tensor logps = completion_logps(h, batch, &mean_logits);
+        const RowLogps rows = completion_logps(h, batch, chunk);
+        const bool with_grad = c10::GradMode::is_enabled() && h.hidden.requires_grad();
+        const at::Tensor logps = rows.logps.clone().requires_grad_(with_grad);  // the loss's graph starts here
         const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
         const int64_t n = batch.pairs;
         const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
@@ -80,18 +92,27 @@ void set_preference_loss(Objective& objective, const config::PreferenceConfig& c
         at::Tensor loss = at::zeros({}, logps.options());
         for (size_t k = 0; k < c.loss_type.size(); ++k)
           loss = loss + pair_loss(c.loss_type[k], t, c.beta, c.label_smoothing).sum() * weights[k];
-        const at::Tensor rc = c.beta * (t.logp_c - t.ref_c).detach(), rr = c.beta * (t.logp_r - t.ref_r).detach();
-        const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
         SequenceLossValue v;
-        v.sum = loss;
+        v.sum = loss.detach();
+        if (with_grad) {  // d loss / d logp of each row, then the model's gradient through the chunked head
+          const at::Tensor g = torch::autograd::grad({loss}, {logps})[0];
+          const at::Tensor per_token = (-g).unsqueeze(-1).expand_as(batch.labels).reshape({-1}).contiguous();
+          const at::Tensor surrogate =
+              chunked_linear_cross_entropy(h.hidden.reshape({-1, h.hidden.size(-1)}), h.head, batch.labels.reshape({-1}),
+                                           chunk > 0 ? chunk : batch.labels.numel(), data::kIgnoreIndex, per_token);
+          v.sum = v.sum + (surrogate - surrogate.detach()).to(v.sum.scalar_type());
+        }
+        const at::Tensor logp_c = t.logp_c.detach(), logp_r = t.logp_r.detach();
+        const at::Tensor rc = c.beta * (logp_c - t.ref_c), rr = c.beta * (logp_r - t.ref_r);
+        const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
         v.metrics = {term(rc.sum(), pairs),
                      term(rr.sum(), pairs),
                      term((rc > rr).sum(), pairs),
                      term((rc - rr).sum(), pairs),
-                     term(t.logp_c.sum(), pairs),
-                     term(t.logp_r.sum(), pairs),
-                     term(half(mean_logits, 0).sum(), t.tokens_c.sum()),
-                     term(half(mean_logits, 1).sum(), t.tokens_r.sum())};
+                     term(logp_c.sum(), pairs),
+                     term(logp_r.sum(), pairs),
+                     term(half(rows.mean_logits, 0).sum(), t.tokens_c.sum()),
+                     term(half(rows.mean_logits, 1).sum(), t.tokens_r.sum())};
         return v;
       });
 }

@@ -11,7 +11,10 @@
 //     robust    (-(1 - eps) logsigmoid(beta delta) + eps logsigmoid(-beta delta)) / (1 - 2 eps)
 //     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm: as TRL
 // The pair losses are summed (the runner divides by the step's pairs: a mean over pairs that does
-// not depend on how the batch is split). Metrics, TRL's names, each a sum over its count:
+// not depend on how the batch is split). Memory: the log-probs come from a chunked pass without
+// autograd; the loss's gradient g_r with respect to each row's log-prob is then taken on those few
+// numbers, and the model's gradient comes from the chunked cross-entropy weighted by -g_r per token
+// (model/chunked_cross_entropy.h), whose gradient is exactly sum_r g_r d logp_r. Metrics, TRL's names, each a sum over its count:
 //   rewards/chosen, rewards/rejected  beta x the log-ratios, over pairs
 //   rewards/accuracies                pairs whose chosen reward is strictly above the rejected one
 //   rewards/margins, logps/chosen, logps/rejected
@@ -32,9 +35,13 @@ namespace dstrain::model {
 
 class Objective;
 
-// Each row's log-prob sum over its trained targets (float32 [rows], with grad), and when `mean_logits`
-// is given, each row's sum over those targets of the logits' mean over the vocabulary (detached).
-at::Tensor completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, at::Tensor* mean_logits = nullptr);
+// Each row's log-prob sum over its trained targets and its sum over them of the logits' mean over
+// the vocabulary (float32 [rows] each, no autograd), from the head's logits `chunk_tokens` tokens
+// at a time (0: all at once), so that a micro-batch's logits never exist whole.
+struct RowLogps {
+  at::Tensor logps, mean_logits;
+};
+RowLogps completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, int64_t chunk_tokens);
 
 // The metric names the DPO loss logs, in order.
 const std::vector<std::string>& preference_metric_names();

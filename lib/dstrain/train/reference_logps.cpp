@@ -75,10 +75,11 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
   std::vector<double> table(static_cast<size_t>(2 * n), 0.0);
   std::vector<at::Tensor> captured;
   model::Objective reference;
-  reference.set_sequence_loss({}, [&captured](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
-    const at::Tensor logps = model::completion_logps(h, batch);
-    captured.push_back(logps.detach().to(at::kDouble));
-    return model::SequenceLossValue{logps.sum() * 0.0, {}};
+  const int64_t chunk = r.train.loss_chunk_tokens;
+  reference.set_sequence_loss({}, [&captured, chunk](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
+    const at::Tensor logps = model::completion_logps(h, batch, chunk).logps;
+    captured.push_back(logps.to(at::kDouble));
+    return model::SequenceLossValue{at::zeros({}, logps.options()), {}};
   });
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t g = round * world + comm.rank();
