@@ -10,8 +10,12 @@
 #   scripts/demo.sh --sft
 #     fine-tuning on conversations instead: scripts/demo-sft.sh (a base model exported as a Hugging
 #     Face folder, fine-tuned on the stdlib's docstrings as chats, exported, and asked through transformers).
+#   scripts/demo.sh --dpo
+#     the fine-tuning demo, then preference tuning (DPO) on pairs from the same docstrings, with
+#     rewards/accuracies rising on held-out pairs: scripts/demo-dpo.sh.
 set -euo pipefail
 [ "${1:-}" = --sft ] && exec "$(dirname "${BASH_SOURCE[0]}")/demo-sft.sh" "${@:2}"
+[ "${1:-}" = --dpo ] && exec "$(dirname "${BASH_SOURCE[0]}")/demo-dpo.sh" "${@:2}"
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 "$DSTRAIN_ROOT/scripts/setup.sh"
 "$DSTRAIN_ROOT/scripts/build.sh" dstrain

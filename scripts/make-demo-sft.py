@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Makes what `scripts/demo.sh --sft` fine-tunes on, from the Python standard library alone.
+"""Makes what `scripts/demo.sh --sft` and `--dpo` train on, from the Python standard library alone.
 
   make-demo-sft.py tokenizer STDLIB OUT_DIR
       a byte-level BPE (2048 ids) trained on STDLIB's .py sources with the `tokenizers` package, with
@@ -12,6 +12,11 @@
       "Write the signature of json.dumps." -> "def dumps(obj, *, skipkeys=False, ...)"), as
       OpenAI-style {"messages": [system, user, assistant]} lines; every 50th goes to QUESTIONS.jsonl
       instead, never trained, for the demo to ask the fine-tuned model.
+  make-demo-sft.py pairs STDLIB OUT.jsonl [--count N]
+      preference pairs for `scripts/demo.sh --dpo`, in TRL's format ({"prompt": [system, user],
+      "chosen": [assistant], "rejected": [assistant]}): the same questions, the right answer chosen;
+      rejected, a signature naming another function, or the docstring's words shuffled; N of them
+      (default 1600), drawn with a seed of their own.
 
 Both are deterministic for a given standard library. Needs only `tokenizers` (with transformers).
 """
@@ -107,6 +112,37 @@ def make_conversations(args):
     print(f"{args.train}: {train} conversations; {args.questions}: {questions} questions kept out of training", file=sys.stderr)
 
 
+def make_pairs(args):
+    # Preferences a small model can learn and carry to questions it never saw: a signature that
+    # names the function asked about over one that names another, and a docstring's sentence over
+    # the same words shuffled.
+    examples = sorted(set(pairs(args.stdlib)))
+    rng = random.Random(20261206)
+    names = sorted({q.split(".")[-1].rstrip(".") for q, _ in examples if q.startswith("Write the signature")})
+    rng.shuffle(examples)
+    kept = 0
+    with open(args.out, "w", encoding="utf-8") as f:
+        for question, answer in examples:
+            if kept == args.count:
+                break
+            if question.startswith("Write the signature"):
+                own = question.split(".")[-1].rstrip(".")
+                other = rng.choice(names)
+                wrong = answer.replace(f"def {own}(", f"def {other}(", 1)
+            else:
+                words = answer.split()
+                rng.shuffle(words)
+                wrong = " ".join(words)
+            if wrong == answer:
+                continue
+            f.write(json.dumps({"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}],
+                                "chosen": [{"role": "assistant", "content": answer}],
+                                "rejected": [{"role": "assistant", "content": wrong}]}) + "\n")
+            kept += 1
+    print(f"{args.out}: {kept} preference pairs (the right signature against another name's, a docstring against its words "
+          "shuffled)", file=sys.stderr)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -114,8 +150,10 @@ def main():
     p.add_argument("stdlib"), p.add_argument("out")
     p = sub.add_parser("conversations")
     p.add_argument("stdlib"), p.add_argument("train"), p.add_argument("questions")
+    p = sub.add_parser("pairs")
+    p.add_argument("stdlib"), p.add_argument("out"), p.add_argument("--count", type=int, default=1600)
     args = ap.parse_args()
-    {"tokenizer": make_tokenizer, "conversations": make_conversations}[args.cmd](args)
+    {"tokenizer": make_tokenizer, "conversations": make_conversations, "pairs": make_pairs}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,17 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
       dstrain's set (documents 2i, 2i + 1 and the loss mask) against them, pair by pair
   dpo_reference.py train MODEL TOKDIR ROWS.jsonl OUT.json --steps N --lr LR [--beta B] [--loss-type T ...]
           [--loss-weights W ...] [--label-smoothing E] [--grad-clip C]
+      [--eval-rows ROWS.jsonl --eval-steps K]
       DPOTrainer on the rows, every step the whole set (one batch: the order does not matter), AdamW
       without weight decay, a constant LR, fp32 on the CPU; writes each step's loss (as computed,
-      before rounding) and TRL's metrics
+      before rounding) and TRL's metrics, and with --eval-rows its evaluate() every K steps
   dpo_reference.py train-many MODEL TOKDIR ROWS.jsonl RUNS.json --steps N --lr LR
       the same for each run of RUNS.json ({"NAME": {"loss_type": [...], "loss_weights": [...] or null, "beta": B,
-      "label_smoothing": E}, ...}) in one process, writing NAME.trl.json beside RUNS.json
-  dpo_reference.py compare OUT.json METRICS.jsonl --rtol R [--atol A]
-      dstrain's per-step loss and preference metrics against TRL's
+      "label_smoothing": E, "discopop_tau": T, "f_divergence_type": F, "f_alpha": A, "eval_rows": ROWS.jsonl,
+      "eval_steps": K}, ...}) in one process, writing NAME.trl.json beside RUNS.json
+  dpo_reference.py compare OUT.json METRICS.jsonl --rtol R [--atol A] [--eval NAME]
+      dstrain's per-step loss and preference metrics against TRL's (and evaluation set NAME's rows
+      against TRL's evaluations)
 """
 import argparse
 import json
@@ -91,12 +94,13 @@ def tiny_model(vocab):
     return transformers.LlamaForCausalLM(config)
 
 
-def trainer_for(model, ref_model, tokenizer, rows, out_dir, **config):
+def trainer_for(model, ref_model, tokenizer, rows, out_dir, eval_rows=None, **config):
     import datasets
     from trl import DPOConfig, DPOTrainer
     args = DPOConfig(output_dir=out_dir, report_to=[], use_cpu=True, save_strategy="no", logging_steps=1, disable_tqdm=True,
                      dataloader_drop_last=False, remove_unused_columns=False, bf16=False, **config)
-    return DPOTrainer(model=model, ref_model=ref_model, args=args, processing_class=tokenizer, train_dataset=datasets.Dataset.from_list(rows))
+    return DPOTrainer(model=model, ref_model=ref_model, args=args, processing_class=tokenizer, train_dataset=datasets.Dataset.from_list(rows),
+                      eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None)
 
 
 def tokens(args):
@@ -148,6 +152,9 @@ def train(args):
             one.cmd, one.out = "train", os.path.join(os.path.dirname(os.path.abspath(args.runs)), name + ".trl.json")
             one.loss_type, one.loss_weights = run["loss_type"], run.get("loss_weights")
             one.beta, one.label_smoothing = run.get("beta", 0.1), run.get("label_smoothing", 0.0)
+            one.eval_rows, one.eval_steps = run.get("eval_rows"), run.get("eval_steps", 0)
+            one.discopop_tau = run.get("discopop_tau", 0.05)
+            one.f_divergence_type, one.f_alpha_divergence_coef = run.get("f_divergence_type", "reverse_kl"), run.get("f_alpha", 0.5)
             train(one)
         return
     tok = transformers.AutoTokenizer.from_pretrained(args.tokdir)
@@ -155,18 +162,24 @@ def train(args):
     model = transformers.AutoModelForCausalLM.from_pretrained(args.model, **load)
     ref = transformers.AutoModelForCausalLM.from_pretrained(args.model, **load)
     rows = load_rows(args.rows)
-    trainer = trainer_for(model, ref, tok, rows, os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl-train"),
-                          per_device_train_batch_size=len(rows), gradient_accumulation_steps=1, max_steps=args.steps,
+    # Held-out pairs scored every eval_steps steps in one batch (TRL averages its metrics over batches).
+    eval_rows = load_rows(args.eval_rows) if args.eval_rows else None
+    evals = dict(eval_strategy="steps", eval_steps=args.eval_steps, per_device_eval_batch_size=len(eval_rows)) if eval_rows else {}
+    trainer = trainer_for(model, ref, tok, rows, os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl-train"), eval_rows=eval_rows,
+                          **evals, per_device_train_batch_size=len(rows), gradient_accumulation_steps=1, max_steps=args.steps,
                           learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, adam_beta1=0.9,
                           adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=args.grad_clip, beta=args.beta, loss_type=args.loss_type,
-                          loss_weights=args.loss_weights, label_smoothing=args.label_smoothing, max_length=None, seed=0,
+                          loss_weights=args.loss_weights, label_smoothing=args.label_smoothing, discopop_tau=args.discopop_tau,
+                          f_divergence_type=args.f_divergence_type, f_alpha_divergence_coef=args.f_alpha_divergence_coef,
+                          max_length=None, seed=0,
                           optim="adamw_torch")
     losses = []
     compute = trainer.compute_loss
 
     def recorded(*a, **k):
         loss = compute(*a, **k)
-        losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
+        if trainer.model.training:  # not evaluate()'s
+            losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
         return loss
 
     trainer.compute_loss = recorded
@@ -177,14 +190,18 @@ def train(args):
         row = {"step": i + 1, "loss": losses[i], "grad_norm": h.get("grad_norm")}
         row.update({m: h[m] for m in METRICS})
         out.append(row)
-    json.dump({"pairs": len(rows), "steps": out}, open(args.out, "w"), indent=1)
+    scored = [h for h in trainer.state.log_history if "eval_loss" in h]
+    evaluations = [dict({"step": h["step"], "loss": h["eval_loss"]}, **{m: h["eval_" + m] for m in METRICS}) for h in scored]
+    json.dump({"pairs": len(rows), "steps": out, "evaluations": evaluations}, open(args.out, "w"), indent=1)
     print(f"TRL: {len(rows)} pairs, loss {out[0]['loss']:.6f} -> {out[-1]['loss']:.6f}, "
           f"rewards/accuracies {out[0]['rewards/accuracies']:.3f} -> {out[-1]['rewards/accuracies']:.3f} in {len(out)} steps")
 
 
 def compare(args):
-    ref = json.load(open(args.reference))["steps"]
-    got = [r for r in map(json.loads, open(args.metrics)) if "eval" not in r]
+    reference = json.load(open(args.reference))
+    ref = reference["steps"]
+    rows = list(map(json.loads, open(args.metrics)))
+    got = [r for r in rows if "eval" not in r]
     if len(got) != len(ref):
         raise SystemExit(f"{args.metrics}: {len(got)} steps, TRL ran {len(ref)}")
     worst = 0.0
@@ -198,6 +215,17 @@ def compare(args):
         if args.grad_rtol and r["grad_norm"] is not None and abs(r["grad_norm"] - g["grad_norm"]) > args.grad_rtol * abs(r["grad_norm"]):
             raise SystemExit(f"step {r['step']} grad_norm: TRL {r['grad_norm']!r}, dstrain {g['grad_norm']!r}")
     print(f"{len(ref)} steps: loss and {len(METRICS)} metrics equal TRL's (largest relative difference {worst:.2g})")
+    if args.eval:  # the held-out set's rows against TRL's evaluate() at the same steps
+        scored = [r for r in rows if r.get("eval") == args.eval]
+        want = reference.get("evaluations", [])
+        if not want or [r["step"] for r in scored] != [e["step"] for e in want]:
+            raise SystemExit(f"{args.metrics}: evaluations of {args.eval} at steps {[r['step'] for r in scored]}, TRL's at "
+                             f"{[e['step'] for e in want]}")
+        for e, g in zip(want, scored):
+            for key, got_key in [("loss", "val_loss")] + [(m, m) for m in METRICS]:
+                if abs(e[key] - g[got_key]) > args.atol + args.rtol * abs(e[key]):
+                    raise SystemExit(f"evaluation at step {e['step']} {key}: TRL {e[key]!r}, dstrain {g[got_key]!r}")
+        print(f"{len(want)} evaluations of {scored[0]['pairs']} held-out pairs: loss and {len(METRICS)} metrics equal TRL's evaluate()")
 
 
 def main():
@@ -217,6 +245,9 @@ def main():
     p.add_argument("--beta", type=float, default=0.1), p.add_argument("--loss-type", nargs="+", default=["sigmoid"])
     p.add_argument("--loss-weights", nargs="+", type=float, default=None), p.add_argument("--label-smoothing", type=float, default=0.0)
     p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--eval-rows", default=None), p.add_argument("--eval-steps", type=int, default=0)
+    p.add_argument("--discopop-tau", type=float, default=0.05)
+    p.add_argument("--f-divergence-type", default="reverse_kl"), p.add_argument("--f-alpha-divergence-coef", type=float, default=0.5)
     p = sub.add_parser("train-many")
     p.add_argument("model"), p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("runs")
     p.add_argument("--steps", type=int, required=True), p.add_argument("--lr", type=float, required=True)
@@ -224,6 +255,7 @@ def main():
     p = sub.add_parser("compare")
     p.add_argument("reference"), p.add_argument("metrics"), p.add_argument("--rtol", type=float, required=True)
     p.add_argument("--atol", type=float, default=1e-6), p.add_argument("--grad-rtol", type=float, default=0.0)
+    p.add_argument("--eval", default=None, help="also compare this evaluation set's rows with TRL's evaluations")
     args = ap.parse_args()
     {"pairs": make_pairs, "tokens": tokens, "compare-tokens": compare_tokens, "train": train, "train-many": train, "compare": compare}[args.cmd](args)
 

@@ -7,7 +7,8 @@
 # is a mean over pairs whatever the split (1 rank x accumulation 8, 2 ranks x 2 x 2, 4 ranks at
 # ZeRO 3); the reference log-probs are made once beside the set and read back by later runs and
 # resumes (bit-identical), refused when made for another model or data; LoRA and expert
-# parallelism train on pairs; bad rows and recipes are refused by name.
+# parallelism train on pairs; held-out pairs (eval.paths, eval.split, dstrain eval) score as TRL's
+# evaluate() does; bad rows and recipes are refused by name.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
@@ -47,6 +48,8 @@ ok "prepare-data --preference: token ids and completion masks identical to TRL's
 # Against DPOTrainer: 64 pairs, full-batch steps, the same AdamW and constant LR, fp32.
 "$trl" "$ref" pairs corpus.jsonl pairs.jsonl --count 64 --seed 3
 expect_status 0 "$DSTRAIN" prepare-data pairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output dpo
+"$trl" "$ref" pairs corpus.jsonl evalpairs.jsonl --count 12 --seed 11
+expect_status 0 "$DSTRAIN" prepare-data evalpairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output dpoeval
 "$py" "$SRC/test/dist/finetune_reference.py" model hf --vocab 3000 --max-positions 128 >/dev/null || fail "the reference model could not be made"
 cat > dpo.yaml <<'EOF'
 run_dir: runs/dpo
@@ -63,13 +66,18 @@ EOF
 # TRL 1.16's sigmoid takes no label smoothing; cDPO, (1 - e) sigmoid + e x the flipped pair, is TRL's
 # sigmoid x 2(1 - e) - robust x (1 - 2e) at the same e (the "cdpo" run).
 cat > runs.json <<'EOF'
-{"sigmoid": {"loss_type": ["sigmoid"]},
+{"sigmoid": {"loss_type": ["sigmoid"], "eval_rows": "evalpairs.jsonl", "eval_steps": 3},
  "ipo": {"loss_type": ["ipo"], "beta": 0.5},
  "hinge": {"loss_type": ["hinge"]},
  "robust": {"loss_type": ["robust"], "label_smoothing": 0.2},
  "cdpo": {"loss_type": ["sigmoid", "robust"], "loss_weights": [1.6, -0.6], "label_smoothing": 0.2},
  "others": {"loss_type": ["nca_pair", "bco_pair", "sppo_hard", "apo_zero", "apo_down", "exo_pair", "sigmoid_norm"],
-            "loss_weights": [1, 0.5, 0.01, 1, 1, 1, 1], "label_smoothing": 0.1}}
+            "loss_weights": [1, 0.5, 0.01, 1, 1, 1, 1], "label_smoothing": 0.1},
+ "discopop": {"loss_type": ["discopop"], "discopop_tau": 0.2},
+ "alpha": {"loss_type": ["sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop"], "loss_weights": [1, 1, 0.01, 1, 1, 1],
+           "label_smoothing": 0.1, "f_divergence_type": "alpha_divergence", "f_alpha": 0.3},
+ "js": {"loss_type": ["sigmoid"], "f_divergence_type": "js_divergence"},
+ "fkl": {"loss_type": ["hinge"], "f_divergence_type": "forward_kl"}}
 EOF
 "$trl" "$ref" train-many hf toks/deepseek-llm-chat pairs.jsonl runs.json --steps 6 --lr 1e-3 > trl.log 2>&1 &
 trl_pid=$!
@@ -77,8 +85,11 @@ dstrain_run() {  # dstrain_run NAME --set ...
   local name=$1; shift
   expect_status 0 "$DSTRAIN" train dpo.yaml --set run_dir="$name" "$@"
 }
-dstrain_run sigmoid
+# The sigmoid run also scores 12 held-out pairs every 3 steps, as TRL's evaluate() does.
+dstrain_run sigmoid --set 'eval.paths=[dpoeval]' --set eval.interval_steps=3
 expect_out "reference log-probs: written to"
+expect_out "eval step 6/6 | dpoeval | val_loss"
+expect_out "| rewards/accuracies"
 dstrain_run ipo --set 'preference.loss_type=[ipo]' --set preference.beta=0.5
 expect_out "reference log-probs: read from"
 dstrain_run hinge --set 'preference.loss_type=[hinge]'
@@ -87,17 +98,29 @@ dstrain_run cdpo --set preference.label_smoothing=0.2
 # (This one reads the head's logits 100 tokens at a time: the chunked log-probs and gradient.)
 dstrain_run others --set 'preference.loss_type=[nca_pair,bco_pair,sppo_hard,apo_zero,apo_down,exo_pair,sigmoid_norm]' \
   --set 'preference.loss_weights=[1,0.5,0.01,1,1,1,1]' --set preference.label_smoothing=0.1 --set train.loss_chunk_tokens=100
+dstrain_run discopop --set 'preference.loss_type=[discopop]' --set preference.discopop_tau=0.2
+# f-DPO: the divergences' scores in every loss that takes them.
+# (Not sigmoid with label_smoothing here: TRL 1.16's ignores it, dstrain's is cDPO; js runs sigmoid.)
+dstrain_run alpha --set 'preference.loss_type=[sigmoid_norm,hinge,ipo,exo_pair,robust,discopop]' \
+  --set 'preference.loss_weights=[1,1,0.01,1,1,1]' --set preference.label_smoothing=0.1 \
+  --set preference.f_divergence_type=alpha_divergence --set preference.f_alpha_divergence_coef=0.3
+dstrain_run js --set preference.f_divergence_type=js_divergence
+dstrain_run fkl --set 'preference.loss_type=[hinge]' --set preference.f_divergence_type=forward_kl
 wait $trl_pid || fail "TRL failed: $(tail -5 trl.log)"
-for name in sigmoid ipo hinge robust cdpo others; do
-  "$py" "$ref" compare "$name.trl.json" "$name/metrics.jsonl" --rtol 1e-5 --grad-rtol 1e-4 || fail "$name differs from TRL's DPOTrainer"
+# alpha_divergence's score, (exp((alpha - 1) r) - 1) / (alpha - 1), loses digits to cancellation in
+# float32 on both sides for small log-ratios r: 1e-4 there.
+for name in sigmoid ipo hinge robust cdpo others discopop alpha js fkl; do
+  "$py" "$ref" compare "$name.trl.json" "$name/metrics.jsonl" --rtol $([ $name = alpha ] && echo 1e-4 || echo 1e-5) --grad-rtol 1e-4 \
+    $([ $name = sigmoid ] && echo --eval dpoeval) ||
+    fail "$name differs from TRL's DPOTrainer"
 done
 python3 - sigmoid/metrics.jsonl <<'PY' || fail "DPO did not learn the preferences"
 import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1])]
+rows = [r for r in map(json.loads, open(sys.argv[1])) if "eval" not in r]
 assert rows[0]["rewards/accuracies"] == 0 and rows[-1]["rewards/accuracies"] > 0.9, [r["rewards/accuracies"] for r in rows]
 assert rows[-1]["loss"] < 0.6 * rows[0]["loss"] and rows[-1]["rewards/margins"] > 0
 PY
-ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm; rewards/accuracies 0 -> above 0.9"
+ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm, discopop, and f-DPO's alpha (6 losses, 1e-4), JS and forward-KL divergences; rewards/accuracies 0 -> above 0.9; eval.paths' held-out pairs score as TRL's evaluate() at steps 3 and 6"
 
 # The loss is a mean over the step's pairs: any split gives the same steps. A 4-rank ZeRO-3 run
 # makes the reference log-probs again (the file moved away) and gets the same table.
@@ -123,6 +146,42 @@ for run in np2 np4; do
 done
 ok "1 rank x micro 8 x accumulation 8, 2 ranks x micro 2 x accumulation 16 and 4 ranks x micro 4 at ZeRO 3 train the same losses and metrics (1e-5); the 4-rank pass made the same reference log-probs (1e-6)"
 
+# eval.split holds pairs out of the set (they read its reference table): 1 rank and 2 ranks at
+# ZeRO 3 with another eval micro batch score them alike; dstrain eval of the run gives the last
+# row again, and refuses a checkpoint whose reference file is gone; CSV files for TRL's names.
+split=(--set eval.split=8 --set train.global_batch_size=56 --set eval.interval_steps=3 --set 'logging.sinks=[console,jsonl,csv,tensorboard]')
+expect_status 0 "$DSTRAIN" train dpo.yaml --set run_dir=split1 "${split[@]}"
+expect_out "56 preference pairs left to train on (8 held out by eval.split)"
+expect_out "8 preference pairs held out by eval.split"
+expect_status 0 "$DSTRAIN" train dpo.yaml --set run_dir=split2 "${split[@]}" --nproc-per-node 2 --set zero.stage=3 --set train.micro_batch_size=4 \
+  --set eval.micro_batch_size=3
+expect_status 0 "$DSTRAIN" eval split1 --json
+echo "$OUT" | grep '^{' > split1.eval.json || fail "dstrain eval --json printed no JSON"
+python3 - split1/metrics.jsonl split2/metrics.jsonl split1.eval.json <<'PY' || fail "held-out pairs scored differently"
+import json, sys
+one, two = ([json.loads(l) for l in open(p) if '"eval"' in l] for p in sys.argv[1:3])
+assert [r["step"] for r in one] == [3, 6] and [r["pairs"] for r in one] == [8, 8], one
+names = [k for k in one[0] if "/" in k]
+assert len(names) == 8 and one[0]["val_ppl"] is None, one[0]
+for a, b in zip(one, two):
+    for k in ["val_loss"] + names:
+        assert abs(a[k] - b[k]) <= 1e-6 + 1e-5 * abs(a[k]), (k, a[k], b[k])
+d = json.load(open(sys.argv[3]))["datasets"][0]
+assert d["name"] == "heldout" and d["pairs"] == 8 and abs(d["val_loss"] - one[-1]["val_loss"]) < 1e-8, (d, one[-1])
+assert all(abs(d["metrics"][k] - one[-1][k]) < 1e-7 for k in names), d
+PY
+for f in rewards_accuracies val_heldout_rewards_accuracies val_heldout_loss; do
+  [ -s split1/csv/$f.csv ] || fail "no CSV file $f.csv"
+done
+expect_status 0 "$DSTRAIN" eval split1 --step 3
+expect_out "rewards/accuracies"
+eval_refs=(dpoeval.ref.*)
+mv "${eval_refs[0]}" aside.eval.ref
+expect_status 3 "$DSTRAIN" eval sigmoid
+expect_out "${eval_refs[0]} is missing: dstrain eval of a checkpoint needs the reference log-probs"
+mv aside.eval.ref "${eval_refs[0]}"
+ok "eval.split holds out 8 pairs: 1 rank and 2 ranks at ZeRO 3 score them alike (1e-5), dstrain eval --json of the run equals its last evaluation, TRL's metric names get CSV files; a checkpoint without its reference file is refused by name"
+
 cp -r sigmoid cut
 rm -r cut/ckpt/step_00000006 && printf 'step_00000003\n' > cut/ckpt/latest
 expect_status 0 "$DSTRAIN" resume cut
@@ -132,7 +191,7 @@ same_checkpoint_data sigmoid/ckpt/step_00000006 cut/ckpt/step_00000006 || fail "
 cp -r sigmoid cut2 && rm -r cut2/ckpt/step_00000006 && printf 'step_00000003\n' > cut2/ckpt/latest
 mv "${refs[0]}" aside.ref
 expect_status 3 "$DSTRAIN" resume cut2
-expect_out "${refs[0]} is missing: a resumed dpo run needs the reference log-probs its start made"
+expect_out "${refs[0]} is missing: a resumed dpo run needs the reference log-probs the run's start made"
 mv aside.ref "${refs[0]}"
 ok "3 steps + resume + 3 equal 6 straight bit for bit (the reference read back); a resume without its reference file is refused by name"
 
@@ -195,12 +254,19 @@ expect_out "set train.objective: dpo"
 expect_status 0 "$DSTRAIN" prepare-data chats.jsonl --tokenizer toks/deepseek-llm-chat --output sft
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set data.path=sft
 expect_out "is not a set of preference pairs"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set 'eval.paths=[sft]'
+expect_out "sft' is not a set of preference pairs"
+expect_out "a dpo run evaluates held-out pairs"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.loss_type=[sigmoid,kto]
 expect_out "preference.loss_type kto: not a DPO loss dstrain computes"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.loss_type=[robust] --set preference.label_smoothing=0.5
 expect_out "rDPO divides by 1 - 2 x label_smoothing"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set train.objective=sft --set preference.beta=0.2
 expect_out "preference.beta is set"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.discopop_tau=0.3
+expect_out "but preference.loss_type has no discopop"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.f_divergence_type=forward_kl --set 'preference.loss_type=[bco_pair]'
+expect_out "f-DPO applies to sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop only"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set data.seq_len=32
 expect_out "is shorter than the longest"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set parallel.pipeline_parallel_size=2 --nproc-per-node 2
@@ -208,6 +274,6 @@ expect_out "train.objective dpo with parallel.pipeline_parallel_size > 1"
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/dpo-deepseek.yaml" --set run_dir=recipe --set data.path="$WORK/dpo" --set train.epochs=20 --dry-run
 expect_out "the configuration is valid"
 expect_out "preference.beta"
-expect_out "train.epochs 20 x 64 preference pairs"
+expect_out "train.epochs 20 x 63 preference pairs"
 ok "a row without rejected, an empty completion and mixed row kinds are refused with file:line (nothing written; --on-error skip counts them); chosen equal to rejected is counted and named; pairs with sft, conversations with dpo, unknown loss types, rDPO at 0.5, a short data.seq_len and pipelines are refused by key; recipes/dpo-deepseek.yaml dry-runs"
 finish

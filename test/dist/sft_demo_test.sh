@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# The fine-tuning demo as a user runs it (`scripts/demo.sh --sft`, shortened: 60 pretraining steps,
-# one epoch): a base model exported as a Hugging Face folder is fine-tuned on conversations with
-# validation, exported with the chat template its data were rendered with, and transformers loads
-# the export, renders the template and generates. The export's tokenizer and template reproduce
-# the training data's tokens exactly, and the model learned to end its turns.
+# The fine-tuning and preference demos as a user runs them (`scripts/demo.sh --dpo`, which runs
+# `--sft` first; shortened: 60 pretraining steps, one epoch, 20 DPO steps): a base model exported
+# as a Hugging Face folder is fine-tuned on conversations with validation, exported with the chat
+# template its data were rendered with, and transformers loads the export, renders the template and
+# generates. The export's tokenizer and template reproduce the training data's tokens exactly, and
+# the model learned to end its turns. DPO from that export then learns preference pairs made from
+# the same docstrings, and held-out pairs show it.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
 export DSTRAIN_BUILD_DIR="$(dirname "$DSTRAIN")" DSTRAIN_DEMO_DATA="$WORK/data" DSTRAIN_DEMO_RUNS="$WORK/runs" DSTRAIN_DEMO_BASE_STEPS=60
-expect_status 0 "$SRC/scripts/demo.sh" --sft --set train.epochs=1 --set eval.interval_steps=30
+# The preference demo runs the fine-tuning demo first, then DPO from its export.
+export DSTRAIN_DEMO_SFT_ARGS="--set train.epochs=1 --set eval.interval_steps=30"
+expect_status 0 "$SRC/scripts/demo.sh" --dpo --set train.steps=20
 expect_out "pretraining the base model"
 expect_out "initialised from $WORK/data/base-hf"
 expect_out "conversations left to train on"
@@ -47,4 +51,19 @@ assert len(chat["results"]) == 6 and chat["stopped"] >= 3, chat
 print(f"{chat['stopped']} of 6 answers ended with <|EOT|>")
 PY
 ok "the export renders the training data's tokens exactly, the held-out loss fell, and the model ends its turns"
+
+# Then DPO from the fine-tuned export on pairs from the same docstrings (scripts/demo.sh --dpo).
+expect_out "tokenizing the pairs with $WORK/runs/sft-hf's tokenizer and chat template"
+expect_out "1440 preference pairs left to train on (160 held out by eval.split)"
+expect_out "reference log-probs: written to $WORK/runs/pairs.ref."
+expect_out "held-out pairs (160): rewards/accuracies 0.00 (step 0)"
+python3 - runs/dpo/metrics.jsonl <<'PY' || fail "DPO did not learn the held-out preferences"
+import json, sys
+rows = [r for r in map(json.loads, open(sys.argv[1])) if r.get("eval") == "heldout"]
+assert [r["step"] for r in rows] == [0, 10, 20], rows
+assert rows[0]["rewards/accuracies"] == 0 and rows[-1]["rewards/accuracies"] >= 0.8 and rows[-1]["rewards/margins"] > 0.5, rows[-1]
+assert rows[-1]["val_loss"] < 0.7 * rows[0]["val_loss"], [r["val_loss"] for r in rows]
+print(f"held-out rewards/accuracies {rows[0]['rewards/accuracies']:.2f} -> {rows[-1]['rewards/accuracies']:.2f}")
+PY
+ok "scripts/demo.sh --dpo: pairs from the docstrings, tokenized with the export's template, DPO from the fine-tuned export; held-out rewards/accuracies 0 -> at least 0.8"
 finish

@@ -96,6 +96,19 @@ std::string init_tokenizer_problem(const Recipe& r, const std::string& data) {
       other, r.model.init_from);
 }
 
+// dpo trains on, and scores, preference pairs; any other objective text or conversations.
+std::string pair_kind_problem(const Recipe& r, const DatasetSidecar& s, const std::string& path, bool eval) {
+  const bool dpo = r.train.objective == TrainObjective::kDpo;
+  if (dpo && s.preference_pairs < 0)
+    return fmt::format(
+        "{}'{}' is not a set of preference pairs ({}); {}prepare chosen/rejected rows with dstrain prepare-data --preference",
+        eval ? "eval.paths: " : "train.objective dpo: ", path, s.file, eval ? "a dpo run evaluates held-out pairs: " : "");
+  if (!dpo && s.preference_pairs >= 0)
+    return fmt::format("{}'{}' holds {} preference pairs ({}); {}", eval ? "eval.paths: " : "", path, s.preference_pairs, s.file,
+                       eval ? "only a train.objective dpo run scores pairs" : "set train.objective: dpo to train on them");
+  return "";
+}
+
 }  // namespace
 
 std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<std::optional<std::string>(const std::string&)>& read) {
@@ -122,15 +135,7 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
                       "tokenizer",
                       sources.front(), path, first->file, s->file));
     if (s->lossmask_bytes >= 0) ++fine_tuning;
-    const bool dpo = r.train.objective == TrainObjective::kDpo;
-    if (dpo && s->preference_pairs < 0)
-      problems.push_back(
-          fmt::format("train.objective dpo: '{}' is not a set of preference pairs ({}); prepare chosen/rejected rows with "
-                      "dstrain prepare-data --preference",
-                      path, s->file));
-    if (!dpo && s->preference_pairs >= 0)
-      problems.push_back(fmt::format("'{}' holds {} preference pairs ({}); set train.objective: dpo to train on them", path,
-                                     s->preference_pairs, s->file));
+    if (const std::string p = pair_kind_problem(r, *s, path, false); !p.empty()) problems.push_back(p);
     if (s->lossmask_bytes >= 0 && s->longest_conversation > r.data.seq_len)
       problems.push_back(fmt::format(
           "data.seq_len: {} ({}) is shorter than the longest conversation of '{}' ({} tokens, {}); conversations are "
@@ -173,6 +178,7 @@ std::vector<std::string> sidecar_problems(const Recipe& r, const std::function<s
           fmt::format("eval.paths: '{}' was tokenized with another tokenizer ({}) than the training data '{}' ({}); "
                       "tokenize the evaluation text with the training data's tokenizer",
                       path, s->file, sources.front(), first->file));
+    if (const std::string p = pair_kind_problem(r, *s, path, true); !p.empty()) problems.push_back(p);
   }
   return problems;
 }

@@ -264,16 +264,19 @@ struct ZeroConfig {
   int64_t sub_group_size = 1000000000;
 };
 
-// Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets
-// y += (x Aᵀ) Bᵀ · alpha / rank (alpha / √rank with use_rslora); the base does not train.
 // train.objective dpo: the loss and its reference, with TRL's DPOConfig names (model/preference_loss.h).
 struct PreferenceConfig {
   double beta = 0.1;                                 // DPO's beta (IPO's tau)
   std::vector<std::string> loss_type = {"sigmoid"};  // TRL's loss_type: one or several, summed with loss_weights
   std::vector<double> loss_weights;                  // one per loss_type; empty: 1 each
   double label_smoothing = 0;                        // cDPO's and robust DPO's epsilon, EXO's
+  double discopop_tau = 0.05;                        // DiscoPOP's temperature (loss_type discopop)
+  std::string f_divergence_type = "reverse_kl";      // f-DPO: reverse_kl, forward_kl, js_divergence, alpha_divergence
+  double f_alpha_divergence_coef = 0.5;              // alpha_divergence's alpha
 };
 
+// Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets
+// y += (x Aᵀ) Bᵀ · alpha / rank (alpha / √rank with use_rslora); the base does not train.
 struct LoraConfig {
   int64_t rank = 0;    // PEFT's r; 0: no adapters (every parameter trains)
   double alpha = 8;    // lora_alpha (PEFT's default)

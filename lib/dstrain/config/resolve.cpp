@@ -320,14 +320,15 @@ void check_preference(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
   const auto set = [&r](const char* key) { return r.sources.count(key) && r.sources.at(key) != "default"; };
   if (r.train.objective == TrainObjective::kSft) {
-    for (const char* key : {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing"})
+    for (const char* key : {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing",
+                            "preference.discopop_tau", "preference.f_divergence_type", "preference.f_alpha_divergence_coef"})
       if (set(key))
         problem(fmt::format("{} is set ({}) but train.objective is sft: set train.objective: dpo to train on preference pairs", key,
                             r.sources.at(key)));
     return;
   }
-  static const char* const kLossTypes[] = {"sigmoid",  "hinge",     "ipo",      "robust",   "exo_pair",    "nca_pair",
-                                           "bco_pair", "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm"};
+  static const char* const kLossTypes[] = {"sigmoid",  "hinge",     "ipo",      "robust",   "exo_pair",     "nca_pair",
+                                           "bco_pair", "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop"};
   if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
   for (const std::string& t : p.loss_type) {
     if (std::find(std::begin(kLossTypes), std::end(kLossTypes), t) == std::end(kLossTypes))
@@ -342,6 +343,25 @@ void check_preference(const Recipe& r, Problem&& problem) {
           "preference.loss_type exo_pair needs preference.label_smoothing above 0 (EXO's epsilon; its loss takes log(epsilon)); TRL's docs "
           "suggest 1e-3");
   }
+  if (set("preference.discopop_tau") && std::find(p.loss_type.begin(), p.loss_type.end(), "discopop") == p.loss_type.end())
+    problem(fmt::format("preference.discopop_tau is set ({}) but preference.loss_type has no discopop: add it, or leave the key out",
+                        r.sources.at("preference.discopop_tau")));
+  static const char* const kDivergences[] = {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"};
+  static const char* const kDivergenceLosses[] = {"sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop"};
+  if (std::find(std::begin(kDivergences), std::end(kDivergences), p.f_divergence_type) == std::end(kDivergences))
+    problem(fmt::format("preference.f_divergence_type {}: not one of {}", p.f_divergence_type, fmt::join(kDivergences, ", ")));
+  else if (p.f_divergence_type != "reverse_kl")
+    for (const std::string& t : p.loss_type)
+      if (std::find(std::begin(kDivergenceLosses), std::end(kDivergenceLosses), t) == std::end(kDivergenceLosses))
+        problem(fmt::format(
+            "preference.f_divergence_type {} with preference.loss_type {}: f-DPO applies to {} only (TRL's rule: the other losses have no "
+            "valid f-divergence form); use reverse_kl with {}",
+            p.f_divergence_type, t, fmt::join(kDivergenceLosses, ", "), t));
+  if (set("preference.f_alpha_divergence_coef") && p.f_divergence_type != "alpha_divergence")
+    problem(
+        fmt::format("preference.f_alpha_divergence_coef is set ({}) but preference.f_divergence_type is {}: set it to alpha_divergence, "
+                    "or leave the key out",
+                    r.sources.at("preference.f_alpha_divergence_coef"), p.f_divergence_type));
   if (!p.loss_weights.empty() && p.loss_weights.size() != p.loss_type.size())
     problem(fmt::format("preference.loss_weights has {} entries for {} preference.loss_type entries; give one weight per loss type",
                         p.loss_weights.size(), p.loss_type.size()));
@@ -352,7 +372,6 @@ void check_preference(const Recipe& r, Problem&& problem) {
   refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1 (ZeRO and expert parallelism do work)");
   refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
   refuse(r.train.z_loss_weight > 0, "train.z_loss_weight (set it to 0)");
-  refuse(r.eval.split > 0 || !r.eval.paths.empty(), "eval.split or eval.paths (held-out pairs are not scored yet)");
   refuse(r.data.paths.size() > 1, "several data.paths (one preference set)");
   refuse(r.lora.base != LoraBase::kModel, "lora.base nf4 or fp8");
   if (r.data.format != DataFormat::kMegatron)

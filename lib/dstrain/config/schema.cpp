@@ -107,14 +107,14 @@ std::vector<Field> data_fields() {
 
 std::vector<Field> eval_fields() {
   return {
-    {"eval.paths", 0, 0, {}, "Evaluation datasets (relative to the recipe file), in data.format, each evaluated whole and in file order (the same windows every time) for a token-weighted validation loss. A fine-tuning set (prepare-data --chat) is scored on the tokens its loss mask trains, its conversations packed greedily in file order into rows of data.seq_len.", DS_FIELD(eval.paths)},
+    {"eval.paths", 0, 0, {}, "Evaluation datasets (relative to the recipe file), in data.format, each evaluated whole and in file order (the same windows every time) for a token-weighted validation loss. A fine-tuning set (prepare-data --chat) is scored on the tokens its loss mask trains, its conversations packed greedily in file order into rows of data.seq_len. With train.objective dpo, sets of preference pairs (prepare-data --preference) scored by the DPO loss per pair and TRL's metrics, each against reference log-probs made beside it as the run starts.", DS_FIELD(eval.paths)},
     {"eval.names", 0, 0, {}, "Names of eval.paths in the metrics (val/NAME/loss); empty: each file's stem.", DS_FIELD(eval.names)},
-    {"eval.split", 0, kMaxInt, {}, "Hold out whole documents of the training data as an evaluation set named 'heldout': a fraction (< 1) or a count (>= 1) of each source, chosen from data.seed; training never reads them. Documents come from a megatron index or data.eos_token; of fine-tuning sets, whole conversations (scored on their trained tokens).", DS_FIELD(eval.split)},
+    {"eval.split", 0, kMaxInt, {}, "Hold out whole documents of the training data as an evaluation set named 'heldout': a fraction (< 1) or a count (>= 1) of each source, chosen from data.seed; training never reads them. Documents come from a megatron index or data.eos_token; of fine-tuning sets, whole conversations (scored on their trained tokens); of a set of preference pairs (train.objective dpo), whole pairs.", DS_FIELD(eval.split)},
     {"eval.interval_steps", 0, kMaxInt, {}, "Evaluate every N steps (0: not during training).", DS_FIELD(eval.interval_steps)},
     {"eval.at_start", 0, 0, {}, "Evaluate before the first step (a baseline; not a best-checkpoint candidate).", DS_FIELD(eval.at_start)},
     {"eval.at_end", 0, 0, {}, "Evaluate after the last step.", DS_FIELD(eval.at_end)},
     {"eval.max_batches", 0, kMaxInt, {}, "Micro-batches per set over all ranks (eval.micro_batch_size windows, or packed rows of conversations, each): the same first ones every time and at any world size (0: the whole set).", DS_FIELD(eval.max_batches)},
-    {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
+    {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (preference pairs with train.objective dpo; 0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
     {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
     {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},
   };
@@ -182,9 +182,12 @@ std::vector<Field> train_fields() {
 std::vector<Field> preference_fields() {
   return {
     {"preference.beta", 1e-12, kInf, {}, "DPO's beta (TRL's beta; IPO's tau): how far the policy may move from the reference. The rewards are beta x (policy log-prob - reference log-prob) of each completion.", DS_FIELD(preference.beta)},
-    {"preference.loss_type", 0, 0, {}, "TRL's DPO loss_type, one or several (summed, each times its preference.loss_weights entry): sigmoid (DPO; with label_smoothing: cDPO), hinge (SLiC), ipo (on per-token mean log-probs), robust (rDPO, label_smoothing below 0.5), exo_pair (label_smoothing above 0), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, each as TRL 1.16 computes it per pair.", DS_FIELD(preference.loss_type)},
+    {"preference.loss_type", 0, 0, {}, "TRL's DPO loss_type, one or several (summed, each times its preference.loss_weights entry): sigmoid (DPO; with label_smoothing: cDPO), hinge (SLiC), ipo (on per-token mean log-probs), robust (rDPO, label_smoothing below 0.5), exo_pair (label_smoothing above 0), nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, discopop (preference.discopop_tau), each as TRL 1.16 computes it per pair.", DS_FIELD(preference.loss_type)},
     {"preference.loss_weights", 0, kInf, {}, "One weight per preference.loss_type (TRL's loss_weights); empty: 1 each.", DS_FIELD(preference.loss_weights)},
     {"preference.label_smoothing", 0, 0.5, {}, "The probability that a pair's labels are flipped (TRL's label_smoothing): cDPO for sigmoid, rDPO for robust, EXO's epsilon for exo_pair. 0: off.", DS_FIELD(preference.label_smoothing)},
+    {"preference.discopop_tau", 1e-12, kInf, {}, "DiscoPOP's temperature (TRL's discopop_tau; loss_type discopop): how sharply the loss blends from the logistic to the exponential term as beta x the log-ratio margin grows. The paper's 0.05 is the default.", DS_FIELD(preference.discopop_tau)},
+    {"preference.f_divergence_type", 0, 0, {}, "f-DPO's divergence between the policy and the reference (TRL's f_divergence_type): reverse_kl (DPO), forward_kl, js_divergence or alpha_divergence (preference.f_alpha_divergence_coef). It changes how each completion's log-ratio enters the sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust and discopop losses (the others need reverse_kl); the rewards/* metrics stay beta x the log-ratios.", DS_FIELD(preference.f_divergence_type)},
+    {"preference.f_alpha_divergence_coef", 0, kInf, {}, "The alpha of f_divergence_type alpha_divergence (TRL's f_alpha_divergence_coef): the score of a log-ratio r is (exp((alpha - 1) r) - 1) / (alpha - 1); alpha 1 is reverse_kl.", DS_FIELD(preference.f_alpha_divergence_coef)},
   };
 }
 

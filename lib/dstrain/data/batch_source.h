@@ -38,6 +38,8 @@ class BatchSource {
   // Conversations in the first `rows` rows (0: text).
   virtual int64_t conversations_in(int64_t rows) const { return 0; }
   virtual bool conversations() const { return false; }
+  // Preference pairs (data/preference_pairs.h): a row is a pair's chosen or rejected sequence, rows() counts pairs.
+  virtual bool pairs() const { return false; }
 };
 
 }  // namespace dstrain::data

@@ -66,7 +66,8 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
   std::unique_ptr<BatchSource> held_out;  // eval.split's
   if (recipe.train.objective == config::TrainObjective::kDpo) {
     auto pairs = std::make_unique<PreferencePairs>(recipe, rank);
-    out.preference = pairs.get();
+    out.preference.push_back(pairs.get());
+    if (with_eval) held_out = pairs->held_out();
     out.train = std::move(pairs);
   } else if (is_fine_tuning_data(recipe)) {
     FineTuningSources sources = open_fine_tuning_sources(recipe);
@@ -93,14 +94,31 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
         window_options(recipe));
   }
   if (!with_eval) return out;
-  out.eval = open_eval_files(e.paths, e.names, d.format, d.seq_len, window_options(recipe), pad_token(recipe));
+  if (recipe.train.objective == config::TrainObjective::kDpo) {
+    out.eval = open_eval_pairs(recipe);
+    for (const EvalSet& set : out.eval) out.preference.push_back(static_cast<const PreferencePairs*>(&set.source()));
+  } else {
+    out.eval = open_eval_files(e.paths, e.names, d.format, d.seq_len, window_options(recipe), pad_token(recipe));
+  }
   if (held_out) out.eval.emplace_back(split_name, std::move(held_out));
   check_names(out.eval);
   return out;
 }
 
+std::vector<EvalSet> open_eval_pairs(const config::Recipe& recipe) {
+  std::vector<EvalSet> sets;
+  const auto& e = recipe.eval;
+  for (size_t i = 0; i < e.paths.size(); ++i) {
+    std::string name = i < e.names.size() ? e.names[i] : stem_of(e.paths[i]);
+    sets.emplace_back(std::move(name), std::make_unique<PreferencePairs>(recipe, e.paths[i]));
+  }
+  check_names(sets);
+  return sets;
+}
+
 std::vector<EvalSet> open_eval_sets(const config::Recipe& recipe) {
   if (recipe.eval.split > 0) return open_data_sources(recipe, true).eval;
+  if (recipe.train.objective == config::TrainObjective::kDpo) return open_eval_pairs(recipe);
   return open_eval_files(recipe.eval.paths, recipe.eval.names, recipe.data.format, recipe.data.seq_len, window_options(recipe),
                          pad_token(recipe));
 }

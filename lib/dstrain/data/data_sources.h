@@ -35,6 +35,7 @@ class EvalSet {
   const std::string& name() const { return name_; }
   int64_t samples() const { return source_->rows(); }  // windows, or packed rows
   bool conversations() const { return source_->conversations(); }
+  bool pairs() const { return source_->pairs(); }  // preference pairs: samples() counts pairs
   std::string describe() const { return source_->describe(); }
   // The conversations in the first `samples` packed rows (0 for text).
   int64_t conversations_in(int64_t samples) const { return source_->conversations_in(samples); }
@@ -51,9 +52,10 @@ class EvalSet {
 struct DataSources {
   std::unique_ptr<BatchSource> train;  // in the recipe's blend: TextWindows or PackedConversations; PreferencePairs (dpo)
   std::vector<EvalSet> eval;
-  // train.objective dpo: the pairs (owned by `train`; the reference pass reads them in file order
-  // and fills their table before the first batch). nullptr otherwise.
-  const PreferencePairs* preference = nullptr;
+  // train.objective dpo: the sets of pairs whose reference log-probs the run makes or reads before
+  // its first batch (owned by `train` and `eval`: training's first, then each of eval.paths; the
+  // pairs eval.split holds out read training's table). Empty otherwise.
+  std::vector<const PreferencePairs*> preference;
 };
 
 // The recipe's window options (data.eos_token when masks or positions use it, the vocabulary).
@@ -67,6 +69,10 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
 
 // The recipe's evaluation sets alone (dstrain eval): the training data is opened only for eval.split.
 std::vector<EvalSet> open_eval_sets(const config::Recipe& recipe);
+
+// train.objective dpo: each of eval.paths as a set of preference pairs (file order), named as
+// open_eval_files names them.
+std::vector<EvalSet> open_eval_pairs(const config::Recipe& recipe);
 
 // Evaluation sets from files: each named by names[i], else its file's stem. A Megatron set with
 // a loss mask beside it is a set of conversations (tokens checked against the options'

@@ -47,6 +47,17 @@ std::vector<int64_t> document_boundaries(const TokenFile& file, int64_t eos) {
   return bounds;
 }
 
+std::vector<int64_t> documents_left(int64_t n, const std::vector<int64_t>& held) {
+  std::vector<int64_t> out;
+  size_t next = 0;
+  for (int64_t d = 0; d < n; ++d)
+    if (next < held.size() && held[next] == d)
+      ++next;
+    else
+      out.push_back(d);
+  return out;
+}
+
 std::vector<int64_t> held_out_documents(int64_t n, double split, uint64_t seed, const std::string& path, const std::string& noun) {
   if (n == 0)
     throw Error(ErrorCode::kData, fmt::format("{}: eval.split holds out whole {}, and the file marks none", path, noun),

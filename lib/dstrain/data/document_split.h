@@ -41,6 +41,9 @@ std::vector<int64_t> document_boundaries(const TokenFile& file, int64_t eos);
 std::vector<int64_t> held_out_documents(int64_t n, double split, uint64_t seed, const std::string& path,
                                         const std::string& noun = "documents");
 
+// 0..n-1 but `held` (ascending, as held_out_documents gives them): what training reads.
+std::vector<int64_t> documents_left(int64_t n, const std::vector<int64_t>& held);
+
 struct DocumentSplit {
   std::unique_ptr<TokenFile> train, held_out;
   std::vector<int64_t> held_out_documents;  // indices into the file's documents, ascending

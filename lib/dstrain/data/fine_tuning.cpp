@@ -28,21 +28,10 @@ uint64_t source_seed(const config::Recipe& r, size_t s) { return r.data_seed() +
 
 // The documents of a source of `n` that training reads: all but eval.split's.
 std::vector<int64_t> training_documents(const config::Recipe& r, int64_t n, const std::string& path, std::vector<int64_t>* held) {
-  std::vector<int64_t> out;
-  if (r.eval.split <= 0) {
-    out.resize(static_cast<size_t>(n));
-    std::iota(out.begin(), out.end(), 0);
-    return out;
-  }
+  if (r.eval.split <= 0) return documents_left(n, {});
   const std::vector<int64_t> held_out = held_out_documents(n, r.eval.split, r.data_seed(), path, "conversations");
-  size_t next = 0;
-  for (int64_t d = 0; d < n; ++d)
-    if (next < held_out.size() && held_out[next] == d)
-      ++next;
-    else
-      out.push_back(d);
   if (held) *held = held_out;
-  return out;
+  return documents_left(n, held_out);
 }
 
 // Source s's rows: its training conversations (`ids`, indices into `lengths`) in a seeded order,
@@ -186,9 +175,11 @@ int64_t packed_rows_of(const config::Recipe& r) {
   const std::vector<std::string> paths = r.data.sources();
   for (const auto& path : paths)
     if (!path.empty() && !std::filesystem::exists(config::megatron_prefix(path) + ".idx")) return 0;  // reported by the config
-  if (r.train.objective == config::TrainObjective::kDpo) {                                            // a pass is every pair once
+  if (r.train.objective == config::TrainObjective::kDpo) {  // a pass is every pair once, but those eval.split holds out
     const auto sidecar = config::read_dataset_sidecar(paths.front());
-    return sidecar && sidecar->preference_pairs > 0 ? sidecar->preference_pairs : 0;
+    const int64_t pairs = sidecar && sidecar->preference_pairs > 0 ? sidecar->preference_pairs : 0;
+    if (pairs == 0 || r.eval.split <= 0) return pairs;
+    return pairs - static_cast<int64_t>(held_out_documents(pairs, r.eval.split, r.data_seed(), paths.front(), "preference pairs").size());
   }
   if (!is_fine_tuning_data(r)) return -1;
   int64_t rows = 0;

@@ -3,40 +3,69 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <numeric>
+
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/data/document_split.h"
 #include "dstrain/data/packing.h"
 #include "dstrain/data/token_file.h"
 
 namespace dstrain::data {
 
 PreferencePairs::PreferencePairs(const config::Recipe& r, int rank)
-    : path_(r.data.sources().front()), seq_len_(r.data.seq_len), pad_(r.data.eos_token >= 0 ? r.data.eos_token : 0),
+    : path_(r.data.sources().front()), seq_len_(r.data.seq_len), pad_(r.data.eos_token >= 0 ? r.data.eos_token : 0), ordered_(false),
       order_(1, r.data_seed()) {
+  open(r);
+  if (r.eval.split > 0) held_ = held_out_documents(file_pairs_, r.eval.split, r.data_seed(), path_, "preference pairs");
+  selected_ = documents_left(file_pairs_, held_);
+  for (const int64_t p : held_) trained_tokens_ -= documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
+  order_ = GlobalSampler(rows(), r.data_seed());
+  if (rank == 0) log::info(describe());
+}
+
+PreferencePairs::PreferencePairs(const config::Recipe& r, const std::string& path)
+    : path_(path), seq_len_(r.data.seq_len), pad_(r.data.eos_token >= 0 ? r.data.eos_token : 0), ordered_(true), order_(1, r.data_seed()) {
+  open(r);
+  selected_.resize(static_cast<size_t>(file_pairs_));
+  std::iota(selected_.begin(), selected_.end(), 0);
+}
+
+PreferencePairs::PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held)
+    : path_(training.path_), seq_len_(training.seq_len_), pad_(training.pad_), file_pairs_(training.file_pairs_), ordered_(true),
+      owns_reference_(false), documents_(training.documents_), selected_(std::move(held)), order_(1, 0), reference_(training.reference_) {
+  for (const int64_t p : selected_) trained_tokens_ += documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
+}
+
+PreferencePairs::~PreferencePairs() = default;
+
+void PreferencePairs::open(const config::Recipe& r) {
   const auto sidecar = config::read_dataset_sidecar(path_);
   if (!sidecar || sidecar->preference_pairs < 0)
     throw Error(ErrorCode::kData, fmt::format("{}: not a set of preference pairs", path_),
                 "prepare it with dstrain prepare-data --preference");
-  documents_ = std::make_unique<ConversationSet>(ConversationSet::all_of({open_masked_tokens(path_, r.model.vocab_size)}));
+  documents_ = std::make_shared<const ConversationSet>(ConversationSet::all_of({open_masked_tokens(path_, r.model.vocab_size)}));
   if (documents_->size() != 2 * sidecar->preference_pairs || documents_->size() == 0)
     throw Error(
         ErrorCode::kData,
         fmt::format("{}: {} documents for the {} pairs {} records", path_, documents_->size(), sidecar->preference_pairs, sidecar->file),
         "prepare the set again with prepare-data --preference");
-  pairs_ = sidecar->preference_pairs;
+  file_pairs_ = sidecar->preference_pairs;
+  trained_tokens_ = sidecar->trained_tokens;
   for (int64_t d = 0; d < documents_->size(); ++d)
     if (documents_->length(d) > seq_len_)
       throw Error(ErrorCode::kData,
                   fmt::format("{}: pair {}'s {} sequence has {} tokens, more than data.seq_len {}", path_, d / 2,
                               d % 2 ? "rejected" : "chosen", documents_->length(d), seq_len_),
                   fmt::format("set data.seq_len: {} or more, or prepare the pairs with --max-length {}", documents_->length(d), seq_len_));
-  order_ = GlobalSampler(pairs_, r.data_seed());
-  if (rank == 0) log::info(describe());
 }
 
-PreferencePairs::~PreferencePairs() = default;
+std::unique_ptr<PreferencePairs> PreferencePairs::held_out() const {
+  if (held_.empty()) return nullptr;
+  return std::unique_ptr<PreferencePairs>(new PreferencePairs(*this, held_));
+}
 
 Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) const {
   std::vector<PackedRow> rows(2 * pairs.size());
@@ -64,23 +93,28 @@ Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) 
 
 Batch PreferencePairs::batch(int64_t first, int64_t count, int64_t end) {
   std::vector<int64_t> pairs;
-  for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < end ? order_.sample_at(p) : 0);
-  Batch b = rows_of(pairs, std::clamp<int64_t>(end - first, 0, count));
+  const int64_t last = ordered_ ? std::min(end, rows()) : end;  // evaluation: one pass
+  for (int64_t p = first; p < first + count; ++p)
+    pairs.push_back(p < last ? selected_[static_cast<size_t>(ordered_ ? p : order_.sample_at(p))] : 0);
+  Batch b = rows_of(pairs, std::clamp<int64_t>(last - first, 0, count));
   b.first_row = 2 * first;
   return b;
 }
 
 Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const {
   std::vector<int64_t> pairs;
-  for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < std::min(end, pairs_) ? p : 0);
-  return rows_of(pairs, std::clamp<int64_t>(std::min(end, pairs_) - first, 0, count));
+  for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < std::min(end, file_pairs_) ? p : 0);
+  return rows_of(pairs, std::clamp<int64_t>(std::min(end, file_pairs_) - first, 0, count));
 }
 
 std::string PreferencePairs::describe() const {
-  int64_t tokens = 0, completions = 0;
-  for (int64_t d = 0; d < documents_->size(); ++d) tokens += documents_->length(d), completions += documents_->trained_tokens(d);
-  return fmt::format("{}: {} preference pairs, {} tokens ({} in completions), each sequence in a row of {}", path_, pairs_, tokens,
-                     completions, seq_len_);
+  int64_t tokens = 0;
+  for (const int64_t p : selected_) tokens += documents_->length(2 * p) + documents_->length(2 * p + 1);
+  return fmt::format("{}: {} preference pairs{}, {} tokens ({} in completions), each sequence in a row of {}", path_, rows(),
+                     ordered_        ? (owns_reference_ ? "" : " held out by eval.split")
+                     : held_.empty() ? ""
+                                     : fmt::format(" left to train on ({} held out by eval.split)", held_.size()),
+                     tokens, trained_tokens_, seq_len_);
 }
 
 }  // namespace dstrain::data

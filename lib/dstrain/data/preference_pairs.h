@@ -5,6 +5,8 @@
 // row 2i + 1, each alone in its row from position 0 and right-padded, labels over the completion
 // only. The reference model's log-probs (train/reference_logps.h) ride with each batch once the
 // reference pass has filled the shared table.
+// Evaluation reads pairs in file order: the pairs eval.split holds out of the training set
+// (held_out(): they share its file and its reference table) or a whole set of eval.paths.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -26,25 +28,39 @@ using ReferenceTable = std::vector<double>;
 
 class PreferencePairs final : public BatchSource {
  public:
-  // Opens data.path and checks it (Error{kData}: not a pair set, a sequence longer than a row).
+  // Training's: data.path, less the pairs eval.split holds out, in a seeded order per pass.
   PreferencePairs(const config::Recipe& recipe, int rank);
+  // An evaluation set's: every pair of `path`, in file order.
+  PreferencePairs(const config::Recipe& recipe, const std::string& path);
   ~PreferencePairs() override;
-  int64_t rows() const override { return pairs_; }  // pairs, one pass
-  // Global positions [first, first + count) of the seeded order: 2 x count rows.
+  // The pairs eval.split held out of this training set, in file order (nullptr: none).
+  std::unique_ptr<PreferencePairs> held_out() const;
+  int64_t rows() const override { return static_cast<int64_t>(selected_.size()); }  // pairs, one pass
+  bool pairs() const override { return true; }
+  // Positions [first, first + count): of the seeded order (training), or of the selected pairs in
+  // file order (evaluation). 2 x count rows.
   Batch batch(int64_t first, int64_t count, int64_t end = kNoEnd) override;
-  // Pairs [first, first + count) in file order (the reference pass); pairs from `end` on train nothing.
+  // The file's pairs [first, first + count) in file order, held-out ones included (the reference
+  // pass); pairs from `end` on train nothing.
   Batch in_order(int64_t first, int64_t count, int64_t end) const;
+  int64_t file_pairs() const { return file_pairs_; }
   std::string describe() const override;
   // The table each batch reads its reference log-probs from (filled before the first batch).
   const std::shared_ptr<ReferenceTable>& reference() const { return reference_; }
   const std::string& path() const { return path_; }
+  // Whether this source owns its reference table (held_out() reads its training set's).
+  bool owns_reference() const { return owns_reference_; }
 
  private:
+  PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held);
+  void open(const config::Recipe& recipe);
   Batch rows_of(const std::vector<int64_t>& pairs, int64_t real) const;
 
   std::string path_;
-  int64_t seq_len_, pad_, pairs_ = 0;
-  std::unique_ptr<ConversationSet> documents_;
+  int64_t seq_len_, pad_, file_pairs_ = 0, trained_tokens_ = 0;
+  bool ordered_, owns_reference_ = true;
+  std::shared_ptr<const ConversationSet> documents_;
+  std::vector<int64_t> selected_, held_;  // the file pairs this source reads; those eval.split holds out
   GlobalSampler order_;
   std::shared_ptr<ReferenceTable> reference_ = std::make_shared<ReferenceTable>();
 };

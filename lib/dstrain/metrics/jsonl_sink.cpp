@@ -95,8 +95,14 @@ std::string json_string(const std::string& text) {
 }  // namespace
 
 std::string jsonl_line(const EvalMetrics& m) {
-  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"eval\":{},\"val_loss\":{},\"val_ppl\":{},\"val_tokens\":{},\"eval_ms\":{}}}", m.step,
-                     m.wall_time, json_string(m.name), number(m.val_loss), number(m.val_ppl), m.val_tokens, number(m.eval_ms));
+  std::string pairs;  // a set of preference pairs: its count and metrics instead of tokens
+  if (m.pairs > 0) {
+    pairs = fmt::format(",\"pairs\":{}", m.pairs);
+    for (const auto& [name, value] : m.metrics) pairs += fmt::format(",{}:{}", json_string(name), number(value));
+  }
+  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"eval\":{},\"val_loss\":{},\"val_ppl\":{},\"val_tokens\":{}{},\"eval_ms\":{}}}",
+                     m.step, m.wall_time, json_string(m.name), number(m.val_loss), number(m.val_ppl),
+                     m.pairs > 0 ? std::string("null") : std::to_string(m.val_tokens), pairs, number(m.eval_ms));
 }
 
 void JsonlSink::write(const StepMetrics& m) {

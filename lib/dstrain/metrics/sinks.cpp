@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -61,7 +62,9 @@ void MetricSinks::write(const StepMetrics& m) {
 void MetricSinks::write(const EvalMetrics& m) {
   if (jsonl_) jsonl_->write(m);
   std::vector<std::pair<std::string, float>> scalars;
-  for (const auto& [what, value] : {std::pair{"loss", m.val_loss}, {"ppl", m.val_ppl}}) {
+  std::vector<std::pair<std::string, double>> values{{"loss", m.val_loss}, {"ppl", m.val_ppl}};
+  values.insert(values.end(), m.metrics.begin(), m.metrics.end());
+  for (const auto& [what, value] : values) {
     if (!std::isfinite(value)) continue;
     if (tensorboard_) scalars.emplace_back(fmt::format("val/{}/{}", m.name, what), static_cast<float>(value));
     if (!o_.csv_dir.empty()) write_csv(fmt::format("val_{}_{}", m.name, what), m.step, value);
@@ -72,7 +75,9 @@ void MetricSinks::write(const EvalMetrics& m) {
 void MetricSinks::write_csv(const std::string& name, int64_t step, double value) {
   std::FILE*& f = csv_[name];
   if (!f) {
-    const std::string path = o_.csv_dir + "/" + name + ".csv";
+    std::string file = name;  // TRL's names hold slashes (rewards/chosen): one file each, rewards_chosen.csv
+    std::replace(file.begin(), file.end(), '/', '_');
+    const std::string path = o_.csv_dir + "/" + file + ".csv";
     const bool fresh = !fs::exists(path);
     f = std::fopen(path.c_str(), "a");
     if (!f) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the CSV directory");

@@ -29,7 +29,8 @@ class MetricSinks {
   ~MetricSinks();
   void write(const StepMetrics& m);
   // An evaluation: its JSONL row; TensorBoard val/NAME/loss and val/NAME/ppl; CSV
-  // val_NAME_loss.csv and val_NAME_ppl.csv.
+  // val_NAME_loss.csv and val_NAME_ppl.csv; a set of pairs' metrics likewise
+  // (val/NAME/rewards/accuracies). CSV file names write '/' as '_' (rewards_chosen.csv).
   void write(const EvalMetrics& m);
 
  private:

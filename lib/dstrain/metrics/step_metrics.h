@@ -75,6 +75,10 @@ struct EvalMetrics {
   double val_loss = kNone, val_ppl = kNone;
   int64_t val_tokens = 0;
   double eval_ms = kNone;
+  // A set of preference pairs: how many, and the objective's metrics on them (rewards/accuracies,
+  // ...: TRL's names); val_ppl and val_tokens do not apply.
+  int64_t pairs = 0;
+  std::vector<std::pair<std::string, double>> metrics;
 };
 
 // (name, value) of every numeric field, in the documented order (booleans as 0/1).

@@ -22,8 +22,23 @@ struct PairTerms {
 };
 
 // One loss type's per-pair loss, as TRL 1.16 computes it (dpo_trainer.py, _compute_loss).
-at::Tensor pair_loss(const std::string& type, const PairTerms& t, double beta, double eps) {
-  const at::Tensor chosen = t.logp_c - t.ref_c, rejected = t.logp_r - t.ref_r;
+// f-DPO: f'(exp(log-ratio)) for the configured divergence (reverse_kl: the log-ratio itself).
+at::Tensor divergence_score(const at::Tensor& logratio, const config::PreferenceConfig& c) {
+  if (c.f_divergence_type == "forward_kl") return 1 - at::exp(-logratio);
+  if (c.f_divergence_type == "js_divergence") return std::log(2.0) + logsigmoid(logratio);
+  if (c.f_divergence_type == "alpha_divergence" && std::abs(c.f_alpha_divergence_coef - 1.0) >= 1e-6) {
+    const double a = c.f_alpha_divergence_coef - 1.0;
+    return (at::exp((a * logratio).clamp_max(80.0)) - 1.0) / a;  // clamped as TRL clamps float32
+  }
+  return logratio;
+}
+
+at::Tensor pair_loss(const std::string& type, const PairTerms& t, const config::PreferenceConfig& c) {
+  const double beta = c.beta, eps = c.label_smoothing;
+  const at::Tensor chosen_ratio = t.logp_c - t.ref_c, rejected_ratio = t.logp_r - t.ref_r;
+  // The losses of the chosen-rejected difference take f-DPO's scores; the others the log-ratios
+  // (the config refuses another divergence with them).
+  const at::Tensor chosen = divergence_score(chosen_ratio, c), rejected = divergence_score(rejected_ratio, c);
   const at::Tensor delta = chosen - rejected;
   if (type == "sigmoid") {
     at::Tensor loss = -logsigmoid(beta * delta);
@@ -44,6 +59,10 @@ at::Tensor pair_loss(const std::string& type, const PairTerms& t, double beta, d
   if (type == "sppo_hard") return (chosen - 0.5 / beta).pow(2) + (rejected + 0.5 / beta).pow(2);
   if (type == "apo_zero") return 1 - at::sigmoid(beta * chosen) + at::sigmoid(beta * rejected);
   if (type == "apo_down") return at::sigmoid(beta * chosen) + 1 - at::sigmoid(beta * delta);
+  if (type == "discopop") {  // the logistic loss blended into the exponential one as the margin grows
+    const at::Tensor z = beta * delta, blend = at::sigmoid(z / c.discopop_tau);
+    return -logsigmoid(z) * (1 - blend) + at::exp(-z) * blend;
+  }
   throw Error(ErrorCode::kInternal, "preference.loss_type " + type + " reached the loss", "report this as a bug");
 }
 
@@ -90,8 +109,7 @@ void set_preference_loss(Objective& objective, const config::PreferenceConfig& c
         const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(at::kFloat) : at::zeros_like(logps);
         PairTerms t{half(logps, 0), half(logps, 1), half(ref, 0), half(ref, 1), half(tokens, 0), half(tokens, 1)};
         at::Tensor loss = at::zeros({}, logps.options());
-        for (size_t k = 0; k < c.loss_type.size(); ++k)
-          loss = loss + pair_loss(c.loss_type[k], t, c.beta, c.label_smoothing).sum() * weights[k];
+        for (size_t k = 0; k < c.loss_type.size(); ++k) loss = loss + pair_loss(c.loss_type[k], t, c).sum() * weights[k];
         SequenceLossValue v;
         v.sum = loss.detach();
         if (with_grad) {  // d loss / d logp of each row, then the model's gradient through the chunked head

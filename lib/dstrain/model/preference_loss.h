@@ -9,7 +9,9 @@
 //     hinge     relu(1 - beta delta)
 //     ipo       (delta' - 1 / (2 beta))^2, delta' from the log-ratios divided by each completion's tokens
 //     robust    (-(1 - eps) logsigmoid(beta delta) + eps logsigmoid(-beta delta)) / (1 - 2 eps)
-//     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm: as TRL
+//     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, discopop: as TRL
+//   preference.f_divergence_type (f-DPO) replaces the log-ratios by f'(exp(log-ratio)) in the losses of
+//   their difference (sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop), as TRL does
 // The pair losses are summed (the runner divides by the step's pairs: a mean over pairs that does
 // not depend on how the batch is split). Memory: the log-probs come from a chunked pass without
 // autograd; the loss's gradient g_r with respect to each row's log-prob is then taken on those few

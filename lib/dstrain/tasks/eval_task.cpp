@@ -28,12 +28,15 @@
 #include "dstrain/model/quantized_base.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/objective.h"
+#include "dstrain/model/preference_loss.h"
 #include "dstrain/model/peft_import.h"
 #include "dstrain/run/progress_line.h"
 #include "dstrain/run/worker_env.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/eval_target.h"
+#include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/evaluator.h"
+#include "dstrain/train/reference_logps.h"
 #include "dstrain/train/sequential_runner.h"
 
 namespace dstrain::tasks {
@@ -84,14 +87,20 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
 
 nlohmann::json results_json(int64_t step, int world, const std::vector<train::EvalResult>& results) {
   nlohmann::json sets = nlohmann::json::array();
-  for (const auto& r : results)  // windows: of text, or the packed rows of a set of conversations
-    sets.push_back({{"name", r.name},
-                    {"val_loss", r.loss},
-                    {"val_ppl", r.ppl},
-                    {"val_tokens", r.tokens},
-                    {"windows", r.windows},
-                    {"conversations", r.conversations > 0 ? nlohmann::json(r.conversations) : nlohmann::json(nullptr)},
-                    {"eval_ms", r.ms}});
+  for (const auto& r : results) {  // windows: of text, or the packed rows of a set of conversations
+    nlohmann::json set = {
+        {"name", r.name},       {"val_loss", r.loss},
+        {"val_ppl", r.ppl},     {"val_tokens", r.tokens},
+        {"windows", r.windows}, {"conversations", r.conversations > 0 ? nlohmann::json(r.conversations) : nlohmann::json(nullptr)},
+        {"eval_ms", r.ms}};
+    if (r.pairs > 0) {  // preference pairs: a loss per pair and TRL's metrics, no perplexity or tokens
+      set["val_ppl"] = set["val_tokens"] = set["windows"] = nullptr;
+      set["pairs"] = r.pairs;
+      set["metrics"] = nlohmann::json::object();
+      for (const auto& [name, value] : r.metrics) set["metrics"][name] = value;
+    }
+    sets.push_back(set);
+  }
   return {{"step", step >= 0 ? nlohmann::json(step) : nlohmann::json(nullptr)}, {"world_size", world}, {"datasets", sets}};
 }
 
@@ -101,10 +110,25 @@ double number_at(const nlohmann::json& d, const char* key) {
   return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
+// Sets of preference pairs: the loss per pair and whether the chosen completions win.
+std::string render_pairs(const nlohmann::json& j, size_t width) {
+  std::string out = fmt::format("{:<{}}  {:>12}  {:>18}  {:>15}  {:>9}  {:>9}\n", "dataset", width, "val_loss", "rewards/accuracies",
+                                "rewards/margins", "pairs", "time");
+  for (const auto& d : j.at("datasets")) {
+    if (!d.contains("pairs")) continue;
+    const auto& m = d.at("metrics");
+    out += fmt::format("{:<{}}  {:>12.6f}  {:>18.4f}  {:>15.4f}  {:>9}  {:>7.2f} s\n", d.at("name").get<std::string>(), width,
+                       number_at(d, "val_loss"), number_at(m, "rewards/accuracies"), number_at(m, "rewards/margins"),
+                       d.at("pairs").get<int64_t>(), d.at("eval_ms").get<double>() / 1000.0);
+  }
+  return out;
+}
+
 std::string render(const nlohmann::json& j, bool json) {
   if (json) return j.dump() + "\n";
-  size_t width = 7;
-  for (const auto& d : j.at("datasets")) width = std::max(width, d.at("name").get<std::string>().size());
+  size_t width = 7, pairs = 0;
+  for (const auto& d : j.at("datasets")) width = std::max(width, d.at("name").get<std::string>().size()), pairs += d.contains("pairs");
+  if (pairs == j.at("datasets").size()) return render_pairs(j, width);
   std::string out =
       fmt::format("{:<{}}  {:>12}  {:>12}  {:>12}  {:>9}  {:>9}\n", "dataset", width, "val_loss", "val_ppl", "tokens", "windows", "time");
   for (const auto& d : j.at("datasets"))
@@ -159,17 +183,27 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
       comm::open_parallel_groups(nccl ? *nccl : *gloo, config::ParallelLayout{env.world_size, 1, std::max(ep, 1)});
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_weights(*model, recipe, task, device.device);
-  const model::Objective objective(recipe.train.loss_chunk_tokens);
+  model::Objective objective(recipe.train.loss_chunk_tokens);
+  if (recipe.train.objective == config::TrainObjective::kDpo) model::set_preference_loss(objective, recipe.preference);
   train::SequentialRunner runner(*model, objective, nullptr, device.device);
-  train::Evaluator evaluator(data::open_eval_sets(recipe), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
+  std::vector<data::EvalSet> sets = data::open_eval_sets(recipe);
+  // Pairs are scored against the reference log-probs the run's start made (a set held out by
+  // eval.split reads its training set's); the starting model itself may make them.
+  for (const data::EvalSet& set : sets)
+    if (set.pairs())
+      train::prepare_reference_logps(recipe, static_cast<const data::PreferencePairs&>(set.source()), runner, *model, *gloo,
+                                     task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
+  train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
+  evaluator.set_pair_objective(&objective);
   if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {
     for (const auto& r : results)
-      log::info(fmt::format("eval | {} | val_loss {:.6f} | ppl {:.4f} | {} | {:.0f} ms", r.name, r.loss, r.ppl,
-                            r.conversations > 0
-                                ? fmt::format("{} trained tokens of {} conversations in {} rows", r.tokens, r.conversations, r.windows)
-                                : fmt::format("{} tokens in {} windows", r.tokens, r.windows),
+      log::info(fmt::format("eval | {} | val_loss {:.6f} | {} | {:.0f} ms", r.name, r.loss,
+                            r.pairs > 0           ? fmt::format("{} preference pairs", r.pairs)
+                            : r.conversations > 0 ? fmt::format("ppl {:.4f} | {} trained tokens of {} conversations in {} rows", r.ppl,
+                                                                r.tokens, r.conversations, r.windows)
+                                                  : fmt::format("ppl {:.4f} | {} tokens in {} windows", r.ppl, r.tokens, r.windows),
                             r.ms));
     const nlohmann::json j = results_json(task.step, env.world_size, results);
     if (task.result_path.empty())

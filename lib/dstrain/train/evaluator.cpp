@@ -2,15 +2,19 @@
 
 #include <ATen/ATen.h>
 #include <c10/core/GradMode.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/data/batch.h"
+#include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/model/objective.h"
 #include "dstrain/train/step_runner.h"
 #include "dstrain/zero/engine.h"
 
@@ -63,27 +67,51 @@ EvalResult Evaluator::evaluate(const data::EvalSet& set) {
   const int64_t world = data_parallel_.world_size(), rank = data_parallel_.rank(), pass = runner_.forward_batches();
   const int64_t micro = options_.micro_batch_size;
   const Plan planned = plan(set);
+  if (set.pairs() && !pair_objective_)
+    throw Error(ErrorCode::kInternal, fmt::format("the evaluation set {} holds preference pairs, and nothing scores them", set.name()),
+                "report this as a bug");
   const int64_t windows = planned.windows, rounds = planned.rounds;
   // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
   auto batch_of = [&](int64_t round) { return set.batch((round * world + rank) * micro, micro, windows); };
   double token_loss = 0;
-  int64_t tokens = 0;
+  int64_t tokens = 0;  // trained targets; pairs for a set of pairs
+  std::vector<double> term_sums, term_counts;
   for (int64_t round = 0; round < rounds;) {
     std::vector<data::Batch> batches;
     int64_t done = round;
     for (; done < rounds && done < round + pass; ++done) batches.push_back(batch_of(done));
-    const HostTotals r = read_totals(runner_.forward(batches));  // one read per pass
+    const HostTotals r =  // one read per pass
+        read_totals(set.pairs() ? runner_.forward_with(*pair_objective_, batches) : runner_.forward(batches));
     round = done;
     token_loss += r.token_loss;
     tokens += r.trained_targets;
+    term_sums.resize(r.term_sums.size()), term_counts.resize(r.term_counts.size());
+    for (size_t t = 0; t < r.term_sums.size(); ++t) term_sums[t] += r.term_sums[t], term_counts[t] += r.term_counts[t];
     if (progress_) progress_(set, round, rounds, token_loss, tokens);
   }
-  const std::vector<double> sums = comm::sum_in_rank_order(comm_, {token_loss, static_cast<double>(tokens)});
+  // Every rank ran the same objective: its terms' sums and counts line up (zeros where a rank had no pass).
+  const size_t terms = set.pairs() ? pair_objective_->num_terms() : 0;
+  term_sums.resize(terms), term_counts.resize(terms);
+  std::vector<double> mine{token_loss, static_cast<double>(tokens)};
+  mine.insert(mine.end(), term_sums.begin(), term_sums.end());
+  mine.insert(mine.end(), term_counts.begin(), term_counts.end());
+  const std::vector<double> sums = comm::sum_in_rank_order(comm_, mine);
   EvalResult result;
   result.name = set.name();
-  result.tokens = static_cast<int64_t>(std::llround(sums[1]));
-  result.loss = sums[0] / static_cast<double>(std::max<int64_t>(result.tokens, 1));
-  result.ppl = std::exp(std::min(result.loss, 20.0));
+  const int64_t counted = static_cast<int64_t>(std::llround(sums[1]));
+  result.loss = sums[0] / static_cast<double>(std::max<int64_t>(counted, 1));
+  if (set.pairs()) {
+    result.pairs = counted;
+    result.ppl = std::numeric_limits<double>::quiet_NaN();
+    size_t t = 0;
+    for (const model::MetricShape& m : pair_objective_->metrics())
+      for (size_t k = 0; k < m.values; ++k, ++t)
+        result.metrics.emplace_back(m.values == 1 ? m.name : fmt::format("{}_{}", m.name, k + 1),
+                                    sums[2 + terms + t] > 0 ? sums[2 + t] / sums[2 + terms + t] : 0.0);
+  } else {
+    result.tokens = counted;
+    result.ppl = std::exp(std::min(result.loss, 20.0));
+  }
   result.windows = windows;
   result.conversations = set.conversations_in(windows);
   result.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -15,12 +15,17 @@
 // runner.forward_batches() (2 x P: the bubble of one forward-only GPipe pass) at a time; the last
 // stage's ranks hold the sums, the others add zeros. The sums are then those of the same
 // data-parallel run without a pipeline, bit for bit.
+// A set of preference pairs (train.objective dpo) is scored by the training objective instead
+// (set_pair_objective: the DPO loss against the set's reference log-probs), micro-batches of pairs:
+// loss = sum of pair losses / pairs, and each of the objective's metrics (rewards/accuracies, ...)
+// its sum over its count, all ranks, as TRL's evaluate() reports them on one batch.
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dstrain/data/data_sources.h"
@@ -33,7 +38,8 @@ struct Recipe;
 }
 namespace dstrain::model {
 class CausalLM;
-}
+class Objective;
+}  // namespace dstrain::model
 namespace dstrain::zero {
 class Engine;
 }
@@ -44,12 +50,14 @@ class StepRunner;
 
 struct EvalResult {
   std::string name;
-  double loss = 0;            // sum of token losses / tokens, all ranks
-  double ppl = 0;             // exp(min(loss, 20)), Megatron's convention
-  int64_t tokens = 0;         // trained targets evaluated, all ranks
-  int64_t windows = 0;        // samples evaluated: windows of text, or packed rows of conversations
-  int64_t conversations = 0;  // a set of conversations: how many (0: text)
-  double ms = 0;              // wall time of this set's evaluation
+  double loss = 0;                                      // sum of token losses / tokens, all ranks
+  double ppl = 0;                                       // exp(min(loss, 20)), Megatron's convention
+  int64_t tokens = 0;                                   // trained targets evaluated, all ranks
+  int64_t windows = 0;                                  // samples evaluated: windows of text, or packed rows of conversations
+  int64_t conversations = 0;                            // a set of conversations: how many (0: text)
+  int64_t pairs = 0;                                    // a set of preference pairs: how many (loss: per pair; no ppl, no tokens)
+  std::vector<std::pair<std::string, double>> metrics;  // the pair objective's, by name
+  double ms = 0;                                        // wall time of this set's evaluation
 };
 
 struct EvalOptions {
@@ -70,6 +78,8 @@ class Evaluator {
   ~Evaluator();
   // Collective: every rank calls it at the same point.
   std::vector<EvalResult> evaluate();
+  // The objective that scores sets of preference pairs (borrowed; the training step's).
+  void set_pair_objective(const model::Objective* objective) { pair_objective_ = objective; }
   const std::vector<data::EvalSet>& sets() const { return sets_; }
   // The forwards evaluate() runs on each rank, all sets together.
   int64_t rounds() const;
@@ -92,6 +102,7 @@ class Evaluator {
   comm::Communicator& data_parallel_;
   comm::Communicator& comm_;
   Progress progress_;
+  const model::Objective* pair_objective_ = nullptr;
 };
 
 }  // namespace dstrain::train

@@ -70,7 +70,7 @@ std::vector<double> read_table(const std::string& path, const std::string& key, 
 // table (zero elsewhere).
 std::vector<double> compute_share(const config::Recipe& r, const data::PreferencePairs& pairs, StepRunner& runner,
                                   comm::Communicator& comm) {
-  const int64_t micro = r.train.micro_batch_size, n = pairs.rows(), world = comm.world_size();
+  const int64_t micro = r.train.micro_batch_size, n = pairs.file_pairs(), world = comm.world_size();
   const int64_t groups = (n + micro - 1) / micro, rounds = (groups + world - 1) / world;
   std::vector<double> table(static_cast<size_t>(2 * n), 0.0);
   std::vector<at::Tensor> captured;
@@ -94,38 +94,41 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
 
 }  // namespace
 
-std::string reference_key(const config::Recipe& r) {
+std::string reference_key(const config::Recipe& r, const std::string& data_path) {
   nlohmann::json all = nlohmann::json::parse(config::to_canonical_json(r));
   nlohmann::json what = {{"model", all["model"]}, {"seed", all["seed"]}, {"dtype", all["precision"]["dtype"]}, {"lora", all["lora"]}};
   what["model"].erase("init_from");  // the folder's files below, wherever it is
   if (!r.model.init_from.empty()) what["init_from"] = ckpt::to_json(ckpt::identify_base(r.model.init_from));
   if (!r.lora.init_from.empty()) what["lora_init_from"] = ckpt::to_json(ckpt::identify_base(r.lora.init_from));
-  const auto sidecar = config::read_dataset_sidecar(r.data.sources().front());
+  const auto sidecar = config::read_dataset_sidecar(data_path);
   what["data"] = sidecar ? read_file(sidecar->file) : std::string();
   return to_hex(sha256(what.dump())).substr(0, 16);
 }
 
-std::string reference_path(const config::Recipe& r) {
-  return config::megatron_prefix(r.data.sources().front()) + ".ref." + reference_key(r);
+std::string reference_path(const config::Recipe& r, const std::string& data_path) {
+  return config::megatron_prefix(data_path) + ".ref." + reference_key(r, data_path);
 }
 
 void prepare_reference_logps(const config::Recipe& r, const data::PreferencePairs& pairs, StepRunner& runner, model::CausalLM& model,
-                             comm::Communicator& comm, bool resume) {
-  const std::string path = reference_path(r), key = path.substr(path.rfind('.') + 1);
+                             comm::Communicator& comm, const std::string& moved) {
   const bool leader = comm.rank() == 0;
+  // Only rank 0 reads the model's and the set's files for the key (other nodes need not see them).
+  const std::string path = leader ? reference_path(r, pairs.path()) : std::string(), key = path.substr(path.rfind('.') + 1);
   // Rank 0 decides for everyone (other nodes need not see the file): 1 read, 0 compute, 2 refuse.
-  const int64_t decision = comm::sum_exactly(comm, leader ? (std::filesystem::exists(path) ? 1 : resume ? 2 : 0) : 0);
+  const int64_t decision = comm::sum_exactly(comm, leader ? (std::filesystem::exists(path) ? 1 : !moved.empty() ? 2 : 0) : 0);
   if (decision == 2)
-    throw Error(
-        ErrorCode::kData,
-        fmt::format("{} is missing: a resumed dpo run needs the reference log-probs its start made (its model has moved since)", path),
-        "restore the file beside the dataset, or start the run again");
+    throw Error(ErrorCode::kData,
+                fmt::format("{} is missing: {} needs the reference log-probs the run's start made (the model has moved since)",
+                            reference_path(r, pairs.path()), moved),
+                "restore the file beside the dataset (a run makes it from its starting model before its first step)");
   const auto start = std::chrono::steady_clock::now();
   std::vector<double> mine;
   if (decision == 1) {
-    mine = leader ? read_table(path, key, pairs.rows()) : std::vector<double>(static_cast<size_t>(2 * pairs.rows()), 0.0);
+    mine = leader ? read_table(path, key, pairs.file_pairs()) : std::vector<double>(static_cast<size_t>(2 * pairs.file_pairs()), 0.0);
   } else {
-    if (leader) log::info(fmt::format("reference log-probs: one forward pass over {} pairs by the starting model", pairs.rows()));
+    if (leader)
+      log::info(fmt::format("reference log-probs: one forward pass over the {} pairs of {} by the starting model", pairs.file_pairs(),
+                            pairs.path()));
     mine = compute_share(r, pairs, runner, comm);
     model.take_expert_load();  // what the pass left for training's first step
     model.take_all_to_all_wait_ms();
@@ -134,8 +137,8 @@ void prepare_reference_logps(const config::Recipe& r, const data::PreferencePair
   if (decision == 0 && leader) write_file_atomic(path, serialize(key, pairs.path(), table));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (leader)
-    log::info(fmt::format("reference log-probs: {} {} ({} pairs, {:.2f} s)", decision == 1 ? "read from" : "written to", path, pairs.rows(),
-                          seconds));
+    log::info(fmt::format("reference log-probs: {} {} ({} pairs, {:.2f} s)", decision == 1 ? "read from" : "written to", path,
+                          pairs.file_pairs(), seconds));
   *pairs.reference() = std::move(table);
 }
 

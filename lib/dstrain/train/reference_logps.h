@@ -28,15 +28,17 @@ namespace dstrain::train {
 
 class StepRunner;
 
-// The key of the reference log-probs of `recipe`'s model on its preference set.
-std::string reference_key(const config::Recipe& recipe);
-// Where they are kept: PREFIX.ref.<key>.
-std::string reference_path(const config::Recipe& recipe);
+// The key of the reference log-probs of `recipe`'s model on the preference set `data_path`
+// (data.path, or one of eval.paths).
+std::string reference_key(const config::Recipe& recipe, const std::string& data_path);
+// Where they are kept: PREFIX.ref.<key> beside the set.
+std::string reference_path(const config::Recipe& recipe, const std::string& data_path);
 
-// Fills `pairs`' reference table: read from reference_path() when it is there, else computed
-// (not on a resume: Error{kData}, its model has moved) and written by rank 0, atomically.
-// Collective over `data_parallel`.
+// Fills `pairs`' reference table (every pair of its file): read from reference_path() when it is
+// there, else computed and written by rank 0, atomically. `moved`: why the model is no longer the
+// reference (a resume; dstrain eval of a checkpoint), so that a missing file is Error{kData} with
+// that reason; empty: the model is the reference. Collective over `data_parallel`.
 void prepare_reference_logps(const config::Recipe& recipe, const data::PreferencePairs& pairs, StepRunner& runner, model::CausalLM& model,
-                             comm::Communicator& data_parallel, bool resume);
+                             comm::Communicator& data_parallel, const std::string& moved);
 
 }  // namespace dstrain::train

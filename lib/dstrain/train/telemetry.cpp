@@ -240,9 +240,16 @@ void Telemetry::record_eval(const std::vector<metrics::EvalMetrics>& results, co
     metrics::EvalMetrics m = results[i];
     m.wall_time = unix_seconds();
     sinks_->write(m);
-    if (console_)
-      log::info(fmt::format("eval step {}/{} | {} | val_loss {:.4f} | ppl {:.2f} | {} tokens | {:.0f} ms{}", m.step, recipe_.train.steps,
-                            m.name, m.val_loss, m.val_ppl, m.val_tokens, m.eval_ms, i == 0 && !note.empty() ? " | " + note : ""));
+    if (!console_) continue;
+    std::string what = fmt::format("ppl {:.2f} | {} tokens", m.val_ppl, m.val_tokens);
+    if (m.pairs > 0) {  // preference pairs: the two metrics that say whether the preferences are learnt (all in the sinks)
+      what.clear();
+      for (const auto& [name, value] : m.metrics)
+        if (name == "rewards/accuracies" || name == "rewards/margins") what += fmt::format("{} {:.4f} | ", name, value);
+      what += fmt::format("{} pairs", m.pairs);
+    }
+    log::info(fmt::format("eval step {}/{} | {} | val_loss {:.4f} | {} | {:.0f} ms{}", m.step, recipe_.train.steps, m.name, m.val_loss,
+                          what, m.eval_ms, i == 0 && !note.empty() ? " | " + note : ""));
   }
 }
 

@@ -33,6 +33,7 @@
 #include "dstrain/train/bad_step_policy.h"
 #include "dstrain/train/checkpointer.h"
 #include "dstrain/data/data_sources.h"
+#include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/data_plan.h"
 #include "dstrain/train/eval_tracker.h"
 #include "dstrain/train/evaluator.h"
@@ -204,7 +205,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
         "model: {:.3f}M parameters{}; data: {} {} of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
         "data-parallel ranks x {})",
         static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
-        p.data->num_samples(), sources.preference ? "preference pairs (2 rows each)" : "samples", p.recipe.data.seq_len, p.steps(),
+        p.data->num_samples(), !sources.preference.empty() ? "preference pairs (2 rows each)" : "samples", p.recipe.data.seq_len, p.steps(),
         p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
@@ -232,8 +233,9 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     sequential->set_normalization(p.recipe.train.loss_normalization);
     p.runner = std::move(sequential);
   }
-  if (sources.preference) {  // before any update: the starting model is the reference
-    prepare_reference_logps(p.recipe, *sources.preference, *p.runner, *p.model, p.comm.engine(), env.resume);
+  if (!sources.preference.empty()) {  // before any update: the starting model is the reference
+    for (const data::PreferencePairs* pairs : sources.preference)
+      prepare_reference_logps(p.recipe, *pairs, *p.runner, *p.model, p.comm.engine(), env.resume ? "a resumed dpo run" : "");
     p.engine->discard_wait_times();
   }
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
@@ -245,6 +247,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
       for (const data::EvalSet& set : sources.eval) log::info(set.describe());
     p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.runner,
                                               p.comm.engine(), *p.comm.gloo);
+    p.evaluator->set_pair_objective(p.objective.get());
     if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
   }
   plan_shutdown();
@@ -466,6 +469,7 @@ EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
   for (const EvalResult& r : results) {
     metrics::EvalMetrics m;
     m.step = done, m.name = r.name, m.val_loss = r.loss, m.val_ppl = r.ppl, m.val_tokens = r.tokens, m.eval_ms = r.ms;
+    m.pairs = r.pairs, m.metrics = r.metrics;
     rows.push_back(m);
   }
   p.telemetry->record_eval(rows, note);

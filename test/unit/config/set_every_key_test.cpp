@@ -147,6 +147,12 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"preference.loss_type", {"[ipo, hinge]", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.loss_weights", {"[2]", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.label_smoothing", {"0.1", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.discopop_tau",
+       {"0.2", {"train.objective=dpo", "preference.loss_type=[discopop]", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.f_divergence_type", {"js_divergence", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.f_alpha_divergence_coef",
+       {"0.3",
+        {"train.objective=dpo", "preference.f_divergence_type=alpha_divergence", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
   };
 }
 

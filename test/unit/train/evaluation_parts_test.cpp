@@ -13,10 +13,12 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/thread_communicator.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/document_split.h"
 #include "dstrain/data/sample_stream.h"
 #include "dstrain/metrics/jsonl_sink.h"
+#include "dstrain/metrics/sinks.h"
 #include "dstrain/data/data_sources.h"
 #include "dstrain/data/text_windows.h"
 #include "dstrain/train/eval_tracker.h"
@@ -171,6 +173,29 @@ TEST_CASE("an evaluation's metrics row: its own keys, no loss", "[metrics]") {
       line ==
       "{\"step\":20,\"time\":1.500,\"eval\":\"held\\\"out\",\"val_loss\":2.5,\"val_ppl\":12.182494,\"val_tokens\":4096,\"eval_ms\":12.25}");
   CHECK(line.find("\"loss\"") == std::string::npos);
+}
+
+TEST_CASE("a preference set's metrics row: pairs and TRL's metrics, no perplexity or tokens; CSV files for names with slashes",
+          "[metrics]") {
+  metrics::EvalMetrics m;
+  m.step = 6, m.wall_time = 2, m.name = "heldout", m.val_loss = 0.5, m.val_ppl = metrics::kNone, m.val_tokens = 0, m.eval_ms = 3;
+  m.pairs = 8, m.metrics = {{"rewards/accuracies", 0.625}, {"rewards/margins", -0.25}};
+  CHECK(metrics::jsonl_line(m) ==
+        "{\"step\":6,\"time\":2.000,\"eval\":\"heldout\",\"val_loss\":0.5,\"val_ppl\":null,\"val_tokens\":null,\"pairs\":8,"
+        "\"rewards/accuracies\":0.625,\"rewards/margins\":-0.25,\"eval_ms\":3}");
+  test::TempDir dir;
+  {
+    metrics::SinkOptions o;
+    o.csv_dir = dir.path();
+    metrics::MetricSinks sinks(o);
+    sinks.write(m);
+    metrics::StepMetrics step;
+    step.step = 6, step.loss = 0.4, step.objective = {{"rewards/chosen", {0.125}}};
+    sinks.write(step);
+  }
+  CHECK(read_file(dir.path() + "/val_heldout_rewards_accuracies.csv") == "step,val_heldout_rewards/accuracies\n6,0.625\n");
+  CHECK(read_file(dir.path() + "/rewards_chosen.csv") == "step,rewards/chosen\n6,0.125\n");
+  CHECK(!std::filesystem::exists(dir.path() + "/val_heldout_ppl.csv"));
 }
 
 TEST_CASE("keep_best: the best step's checkpoint outlives keep_last and ckpt/best names it", "[ckpt]") {
