@@ -189,10 +189,10 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   std::vector<data::EvalSet> sets = data::open_eval_sets(recipe);
   // Pairs are scored against the reference log-probs the run's start made (a set held out by
   // eval.split reads its training set's); the starting model itself may make them.
+  std::vector<const data::PreferencePairs*> pairs;
   for (const data::EvalSet& set : sets)
-    if (set.pairs())
-      train::prepare_reference_logps(recipe, static_cast<const data::PreferencePairs&>(set.source()), runner, *model, *gloo,
-                                     task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
+    if (set.pairs()) pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
+  train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
   train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
   evaluator.set_pair_objective(&objective);
   if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));

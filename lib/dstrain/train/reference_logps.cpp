@@ -92,34 +92,36 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
   return table;
 }
 
-}  // namespace
-
-std::string reference_key(const config::Recipe& r, const std::string& data_path) {
+// What the reference log-probs depend on besides the set: the model section, seed, dtype, LoRA
+// block and the init_from folders' files (checksummed whole: read once per run, not per set).
+std::string model_identity(const config::Recipe& r) {
   nlohmann::json all = nlohmann::json::parse(config::to_canonical_json(r));
   nlohmann::json what = {{"model", all["model"]}, {"seed", all["seed"]}, {"dtype", all["precision"]["dtype"]}, {"lora", all["lora"]}};
   what["model"].erase("init_from");  // the folder's files below, wherever it is
   if (!r.model.init_from.empty()) what["init_from"] = ckpt::to_json(ckpt::identify_base(r.model.init_from));
   if (!r.lora.init_from.empty()) what["lora_init_from"] = ckpt::to_json(ckpt::identify_base(r.lora.init_from));
+  return what.dump();
+}
+
+// PREFIX.ref.<key> beside the set: the key hashes the model's identity and the set's PREFIX.json.
+std::string reference_path(const std::string& identity, const std::string& data_path) {
+  nlohmann::json what = nlohmann::json::parse(identity);
   const auto sidecar = config::read_dataset_sidecar(data_path);
   what["data"] = sidecar ? read_file(sidecar->file) : std::string();
-  return to_hex(sha256(what.dump())).substr(0, 16);
+  return config::megatron_prefix(data_path) + ".ref." + to_hex(sha256(what.dump())).substr(0, 16);
 }
 
-std::string reference_path(const config::Recipe& r, const std::string& data_path) {
-  return config::megatron_prefix(data_path) + ".ref." + reference_key(r, data_path);
-}
-
-void prepare_reference_logps(const config::Recipe& r, const data::PreferencePairs& pairs, StepRunner& runner, model::CausalLM& model,
-                             comm::Communicator& comm, const std::string& moved) {
+// One set's table; `path` is rank 0's (empty elsewhere).
+void prepare_one(const config::Recipe& r, const data::PreferencePairs& pairs, const std::string& path, StepRunner& runner,
+                 model::CausalLM& model, comm::Communicator& comm, const std::string& moved) {
   const bool leader = comm.rank() == 0;
-  // Only rank 0 reads the model's and the set's files for the key (other nodes need not see them).
-  const std::string path = leader ? reference_path(r, pairs.path()) : std::string(), key = path.substr(path.rfind('.') + 1);
+  const std::string key = path.substr(path.rfind('.') + 1);
   // Rank 0 decides for everyone (other nodes need not see the file): 1 read, 0 compute, 2 refuse.
   const int64_t decision = comm::sum_exactly(comm, leader ? (std::filesystem::exists(path) ? 1 : !moved.empty() ? 2 : 0) : 0);
   if (decision == 2)
     throw Error(ErrorCode::kData,
                 fmt::format("{} is missing: {} needs the reference log-probs the run's start made (the model has moved since)",
-                            reference_path(r, pairs.path()), moved),
+                            leader ? path : "the reference log-probs file beside " + pairs.path(), moved),
                 "restore the file beside the dataset (a run makes it from its starting model before its first step)");
   const auto start = std::chrono::steady_clock::now();
   std::vector<double> mine;
@@ -140,6 +142,17 @@ void prepare_reference_logps(const config::Recipe& r, const data::PreferencePair
     log::info(fmt::format("reference log-probs: {} {} ({} pairs, {:.2f} s)", decision == 1 ? "read from" : "written to", path,
                           pairs.file_pairs(), seconds));
   *pairs.reference() = std::move(table);
+}
+
+}  // namespace
+
+void prepare_reference_logps(const config::Recipe& r, const std::vector<const data::PreferencePairs*>& sets, StepRunner& runner,
+                             model::CausalLM& model, comm::Communicator& comm, const std::string& moved) {
+  // Only rank 0 reads the model's and the sets' files for the keys (other nodes need not see them).
+  const bool leader = comm.rank() == 0;
+  const std::string identity = leader ? model_identity(r) : std::string();
+  for (const data::PreferencePairs* pairs : sets)
+    prepare_one(r, *pairs, leader ? reference_path(identity, pairs->path()) : std::string(), runner, model, comm, moved);
 }
 
 }  // namespace dstrain::train

@@ -11,6 +11,7 @@
 // micro-batch g of train.micro_batch_size pairs on data-parallel rank g % world, every rank the
 // same number of forwards, the table summed in rank order (each entry comes from one rank: exact).
 #include <string>
+#include <vector>
 
 namespace dstrain::config {
 struct Recipe;
@@ -28,17 +29,13 @@ namespace dstrain::train {
 
 class StepRunner;
 
-// The key of the reference log-probs of `recipe`'s model on the preference set `data_path`
-// (data.path, or one of eval.paths).
-std::string reference_key(const config::Recipe& recipe, const std::string& data_path);
-// Where they are kept: PREFIX.ref.<key> beside the set.
-std::string reference_path(const config::Recipe& recipe, const std::string& data_path);
-
-// Fills `pairs`' reference table (every pair of its file): read from reference_path() when it is
-// there, else computed and written by rank 0, atomically. `moved`: why the model is no longer the
-// reference (a resume; dstrain eval of a checkpoint), so that a missing file is Error{kData} with
-// that reason; empty: the model is the reference. Collective over `data_parallel`.
-void prepare_reference_logps(const config::Recipe& recipe, const data::PreferencePairs& pairs, StepRunner& runner, model::CausalLM& model,
-                             comm::Communicator& data_parallel, const std::string& moved);
+// Fills each set's reference table (every pair of its file), in order: read from PREFIX.ref.<key>
+// beside the set when it is there, else computed and written by rank 0, atomically. The key hashes
+// the model section, seed, dtype, LoRA block, the init_from folders' files (checksummed once for
+// all the sets) and the set's PREFIX.json. `moved`: why the model is no longer the reference (a
+// resume; dstrain eval of a checkpoint), so that a missing file is Error{kData} with that reason;
+// empty: the model is the reference. Collective over `data_parallel`.
+void prepare_reference_logps(const config::Recipe& recipe, const std::vector<const data::PreferencePairs*>& sets, StepRunner& runner,
+                             model::CausalLM& model, comm::Communicator& data_parallel, const std::string& moved);
 
 }  // namespace dstrain::train

@@ -234,8 +234,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     p.runner = std::move(sequential);
   }
   if (!sources.preference.empty()) {  // before any update: the starting model is the reference
-    for (const data::PreferencePairs* pairs : sources.preference)
-      prepare_reference_logps(p.recipe, *pairs, *p.runner, *p.model, p.comm.engine(), env.resume ? "a resumed dpo run" : "");
+    prepare_reference_logps(p.recipe, sources.preference, *p.runner, *p.model, p.comm.engine(), env.resume ? "a resumed dpo run" : "");
     p.engine->discard_wait_times();
   }
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
