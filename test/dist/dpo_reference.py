@@ -13,15 +13,15 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
   dpo_reference.py compare-tokens OUT.json PREFIX
       dstrain's set (documents 2i, 2i + 1 and the loss mask) against them, pair by pair
   dpo_reference.py train MODEL TOKDIR ROWS.jsonl OUT.json --steps N --lr LR [--beta B] [--loss-type T ...]
-          [--loss-weights W ...] [--label-smoothing E] [--grad-clip C]
+          [--loss-weights W ...] [--label-smoothing E] [--grad-clip C] [--ld-alpha L] [--use-weighting]
       [--eval-rows ROWS.jsonl --eval-steps K]
       DPOTrainer on the rows, every step the whole set (one batch: the order does not matter), AdamW
       without weight decay, a constant LR, fp32 on the CPU; writes each step's loss (as computed,
       before rounding) and TRL's metrics, and with --eval-rows its evaluate() every K steps
   dpo_reference.py train-many MODEL TOKDIR ROWS.jsonl RUNS.json --steps N --lr LR
       the same for each run of RUNS.json ({"NAME": {"loss_type": [...], "loss_weights": [...] or null, "beta": B,
-      "label_smoothing": E, "discopop_tau": T, "f_divergence_type": F, "f_alpha": A, "eval_rows": ROWS.jsonl,
-      "eval_steps": K}, ...}) in one process, writing NAME.trl.json beside RUNS.json
+      "label_smoothing": E, "discopop_tau": T, "f_divergence_type": F, "f_alpha": A, "ld_alpha": L, "use_weighting": W,
+      "eval_rows": ROWS.jsonl, "eval_steps": K}, ...}) in one process, writing NAME.trl.json beside RUNS.json
   dpo_reference.py compare OUT.json METRICS.jsonl --rtol R [--atol A] [--eval NAME]
       dstrain's per-step loss and preference metrics against TRL's (and evaluation set NAME's rows
       against TRL's evaluations)
@@ -155,6 +155,7 @@ def train(args):
             one.eval_rows, one.eval_steps = run.get("eval_rows"), run.get("eval_steps", 0)
             one.discopop_tau = run.get("discopop_tau", 0.05)
             one.f_divergence_type, one.f_alpha_divergence_coef = run.get("f_divergence_type", "reverse_kl"), run.get("f_alpha", 0.5)
+            one.ld_alpha, one.use_weighting = run.get("ld_alpha"), run.get("use_weighting", False)
             train(one)
         return
     tok = transformers.AutoTokenizer.from_pretrained(args.tokdir)
@@ -171,6 +172,7 @@ def train(args):
                           adam_beta2=0.999, adam_epsilon=1e-8, max_grad_norm=args.grad_clip, beta=args.beta, loss_type=args.loss_type,
                           loss_weights=args.loss_weights, label_smoothing=args.label_smoothing, discopop_tau=args.discopop_tau,
                           f_divergence_type=args.f_divergence_type, f_alpha_divergence_coef=args.f_alpha_divergence_coef,
+                          ld_alpha=args.ld_alpha, use_weighting=args.use_weighting,
                           max_length=None, seed=0,
                           optim="adamw_torch")
     losses = []
@@ -248,6 +250,7 @@ def main():
     p.add_argument("--eval-rows", default=None), p.add_argument("--eval-steps", type=int, default=0)
     p.add_argument("--discopop-tau", type=float, default=0.05)
     p.add_argument("--f-divergence-type", default="reverse_kl"), p.add_argument("--f-alpha-divergence-coef", type=float, default=0.5)
+    p.add_argument("--ld-alpha", type=float, default=None), p.add_argument("--use-weighting", action="store_true")
     p = sub.add_parser("train-many")
     p.add_argument("model"), p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("runs")
     p.add_argument("--steps", type=int, required=True), p.add_argument("--lr", type=float, required=True)

@@ -3,7 +3,8 @@
 # DPOTrainer does (DeepSeek templates, R1's <think>, ChatML, text rows, implicit prompts,
 # keep_start/keep_end truncation); train.objective dpo trains the losses TRL computes (per-step
 # loss and every rewards/logps/logits metric within 1e-5 of DPOTrainer on 64 pairs, fp32, full-batch
-# steps: sigmoid, cDPO, ipo, hinge, robust, and the other pair losses summed in one run); the loss
+# steps: sigmoid, cDPO, ipo, hinge, robust, the other pair losses summed in one run, RPO with
+# LD-DPO, WPO); the loss
 # is a mean over pairs whatever the split (1 rank x accumulation 8, 2 ranks x 2 x 2, 4 ranks at
 # ZeRO 3); the reference log-probs are made once beside the set and read back by later runs and
 # resumes (bit-identical), refused when made for another model or data; LoRA and expert
@@ -50,6 +51,8 @@ ok "prepare-data --preference: token ids and completion masks identical to TRL's
 expect_status 0 "$DSTRAIN" prepare-data pairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output dpo
 "$trl" "$ref" pairs corpus.jsonl evalpairs.jsonl --count 12 --seed 11
 expect_status 0 "$DSTRAIN" prepare-data evalpairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output dpoeval
+# Copies for RPO with LD-DPO, whose reference files (weighted sums) live beside them.
+for f in dpo.* dpoeval.*; do cp -r "$f" "rpo${f#dpo}"; done
 "$py" "$SRC/test/dist/finetune_reference.py" model hf --vocab 3000 --max-positions 128 >/dev/null || fail "the reference model could not be made"
 cat > dpo.yaml <<'EOF'
 run_dir: runs/dpo
@@ -76,8 +79,10 @@ cat > runs.json <<'EOF'
  "discopop": {"loss_type": ["discopop"], "discopop_tau": 0.2},
  "alpha": {"loss_type": ["sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop"], "loss_weights": [1, 1, 0.01, 1, 1, 1],
            "label_smoothing": 0.1, "f_divergence_type": "alpha_divergence", "f_alpha": 0.3},
- "js": {"loss_type": ["sigmoid"], "f_divergence_type": "js_divergence"},
- "fkl": {"loss_type": ["hinge"], "f_divergence_type": "forward_kl"}}
+ "rpo": {"loss_type": ["sigmoid", "sft"], "loss_weights": [1, 0.5], "ld_alpha": 0.6, "f_divergence_type": "js_divergence",
+         "eval_rows": "evalpairs.jsonl", "eval_steps": 3},
+ "fkl": {"loss_type": ["hinge"], "f_divergence_type": "forward_kl"},
+ "wpo": {"loss_type": ["sigmoid", "ipo"], "loss_weights": [1, 0.01], "use_weighting": true}}
 EOF
 "$trl" "$ref" train-many hf toks/deepseek-llm-chat pairs.jsonl runs.json --steps 6 --lr 1e-3 > trl.log 2>&1 &
 trl_pid=$!
@@ -104,14 +109,20 @@ dstrain_run discopop --set 'preference.loss_type=[discopop]' --set preference.di
 dstrain_run alpha --set 'preference.loss_type=[sigmoid_norm,hinge,ipo,exo_pair,robust,discopop]' \
   --set 'preference.loss_weights=[1,1,0.01,1,1,1]' --set preference.label_smoothing=0.1 \
   --set preference.f_divergence_type=alpha_divergence --set preference.f_alpha_divergence_coef=0.3
-dstrain_run js --set preference.f_divergence_type=js_divergence
+# RPO (sft: the chosen tokens' mean NLL over the step) on LD-DPO's weighted sums with the JS
+# divergence, also over held-out pairs (their own token mean); WPO's pair weights (not on hinge:
+# TRL 1.16 multiplies relu's output in place, which its autograd refuses).
+rpo=(--set data.path=rpo --set 'preference.loss_type=[sigmoid,sft]' --set 'preference.loss_weights=[1,0.5]' --set preference.ld_alpha=0.6
+     --set preference.f_divergence_type=js_divergence --set 'eval.paths=[rpoeval]' --set eval.interval_steps=3)
+dstrain_run rpo "${rpo[@]}"
 dstrain_run fkl --set 'preference.loss_type=[hinge]' --set preference.f_divergence_type=forward_kl
+dstrain_run wpo --set 'preference.loss_type=[sigmoid,ipo]' --set 'preference.loss_weights=[1,0.01]' --set preference.use_weighting=true
 wait $trl_pid || fail "TRL failed: $(tail -5 trl.log)"
 # alpha_divergence's score, (exp((alpha - 1) r) - 1) / (alpha - 1), loses digits to cancellation in
 # float32 on both sides for small log-ratios r: 1e-4 there.
-for name in sigmoid ipo hinge robust cdpo others discopop alpha js fkl; do
-  "$py" "$ref" compare "$name.trl.json" "$name/metrics.jsonl" --rtol $([ $name = alpha ] && echo 1e-4 || echo 1e-5) --grad-rtol 1e-4 \
-    $([ $name = sigmoid ] && echo --eval dpoeval) ||
+for name in sigmoid ipo hinge robust cdpo others discopop alpha rpo fkl wpo; do
+  evalset=$(case $name in sigmoid) echo --eval dpoeval ;; rpo) echo --eval rpoeval ;; esac)
+  "$py" "$ref" compare "$name.trl.json" "$name/metrics.jsonl" --rtol $([ $name = alpha ] && echo 1e-4 || echo 1e-5) --grad-rtol 1e-4 $evalset ||
     fail "$name differs from TRL's DPOTrainer"
 done
 python3 - sigmoid/metrics.jsonl <<'PY' || fail "DPO did not learn the preferences"
@@ -120,7 +131,7 @@ rows = [r for r in map(json.loads, open(sys.argv[1])) if "eval" not in r]
 assert rows[0]["rewards/accuracies"] == 0 and rows[-1]["rewards/accuracies"] > 0.9, [r["rewards/accuracies"] for r in rows]
 assert rows[-1]["loss"] < 0.6 * rows[0]["loss"] and rows[-1]["rewards/margins"] > 0
 PY
-ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm, discopop, and f-DPO's alpha (6 losses, 1e-4), JS and forward-KL divergences; rewards/accuracies 0 -> above 0.9; eval.paths' held-out pairs score as TRL's evaluate() at steps 3 and 6"
+ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm, discopop, f-DPO's alpha (6 losses, 1e-4), RPO (sigmoid + sft) with LD-DPO's ld_alpha and the JS divergence, forward KL, WPO's weights on sigmoid + ipo; rewards/accuracies 0 -> above 0.9; eval.paths' held-out pairs score as TRL's evaluate() at steps 3 and 6 (sigmoid, RPO)"
 
 # The loss is a mean over the step's pairs: any split gives the same steps. A 4-rank ZeRO-3 run
 # makes the reference log-probs again (the file moved away) and gets the same table.
@@ -140,11 +151,16 @@ assert len(a) == len(b) == 128 and max(abs(x - y) / abs(x) for x, y in zip(a, b)
 PY
 expect_status 0 "$DSTRAIN" train dpo.yaml --set run_dir=np2 --set train.micro_batch_size=2 --nproc-per-node 2
 expect_out "reference log-probs: read from"
+# RPO's token mean is over the whole step's chosen tokens (counted over every rank) and the eval set's.
+expect_status 0 "$DSTRAIN" train dpo.yaml --set run_dir=rpo2 "${rpo[@]}" --set train.micro_batch_size=4 --set eval.micro_batch_size=5 \
+  --nproc-per-node 2
+python3 "$SRC/test/dist/compare_metrics.py" rpo/metrics.jsonl rpo2/metrics.jsonl --rtol 1e-5 || fail "RPO on 2 ranks differs from 1"
+"$py" "$ref" compare rpo.trl.json rpo2/metrics.jsonl --rtol 1e-5 --eval rpoeval >/dev/null || fail "RPO on 2 ranks differs from TRL"
 for run in np2 np4; do
   python3 "$SRC/test/dist/compare_metrics.py" sigmoid/metrics.jsonl $run/metrics.jsonl --rtol 1e-5 || fail "$run's losses differ from 1 rank x accumulation 8"
   "$py" "$ref" compare sigmoid.trl.json $run/metrics.jsonl --rtol 1e-5 >/dev/null || fail "$run's preference metrics differ"
 done
-ok "1 rank x micro 8 x accumulation 8, 2 ranks x micro 2 x accumulation 16 and 4 ranks x micro 4 at ZeRO 3 train the same losses and metrics (1e-5); the 4-rank pass made the same reference log-probs (1e-6)"
+ok "1 rank x micro 8 x accumulation 8, 2 ranks x micro 2 x accumulation 16 and 4 ranks x micro 4 at ZeRO 3 train the same losses and metrics (1e-5); the 4-rank pass made the same reference log-probs (1e-6); RPO on 2 ranks x micro 4 (eval micro 5) equals 1 rank and TRL"
 
 # eval.split holds pairs out of the set (they read its reference table): 1 rank and 2 ranks at
 # ZeRO 3 with another eval micro batch score them alike; dstrain eval of the run gives the last
@@ -266,7 +282,11 @@ expect_out "preference.beta is set"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.discopop_tau=0.3
 expect_out "but preference.loss_type has no discopop"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.f_divergence_type=forward_kl --set 'preference.loss_type=[bco_pair]'
-expect_out "f-DPO applies to sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop only"
+expect_out "f-DPO applies to sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft only"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set 'preference.loss_type=[sigmoid,sft]' --set preference.use_weighting=true
+expect_out "preference.use_weighting with preference.loss_type sft"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.ld_alpha=1.5
+expect_out "preference.ld_alpha"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set data.seq_len=32
 expect_out "is shorter than the longest"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set parallel.pipeline_parallel_size=2 --nproc-per-node 2

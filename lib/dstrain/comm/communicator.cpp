@@ -39,20 +39,25 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
   return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world);
 }
 
-int64_t sum_exactly(Communicator& comm, int64_t value) {
+int64_t sum_exactly(Communicator& comm, int64_t value) { return sum_exactly(comm, std::vector<int64_t>{value}).at(0); }
+
+std::vector<int64_t> sum_exactly(Communicator& comm, const std::vector<int64_t>& values) {
   constexpr int kDigits = 6, kBits = 8;
-  if (value < 0 || value >= (int64_t{1} << (kDigits * kBits)) || comm.world_size() > 65536)
-    throw Error(ErrorCode::kInternal, fmt::format("sum_exactly: {} on {} ranks is out of its range", value, comm.world_size()),
-                "this is a dstrain bug; please report it");
-  if (comm.world_size() == 1) return value;
+  for (const int64_t value : values)
+    if (value < 0 || value >= (int64_t{1} << (kDigits * kBits)) || comm.world_size() > 65536)
+      throw Error(ErrorCode::kInternal, fmt::format("sum_exactly: {} on {} ranks is out of its range", value, comm.world_size()),
+                  "this is a dstrain bug; please report it");
+  if (comm.world_size() == 1) return values;
   std::vector<float> digits;
-  for (int d = 0; d < kDigits; ++d) digits.push_back(static_cast<float>((value >> (d * kBits)) & 0xff));
+  for (const int64_t value : values)
+    for (int d = 0; d < kDigits; ++d) digits.push_back(static_cast<float>((value >> (d * kBits)) & 0xff));
   at::Tensor t = at::tensor(digits, at::kFloat).to(comm.device());
   comm.all_reduce(t)->wait();
   const at::Tensor host = t.cpu();
-  int64_t sum = 0;
-  for (int d = 0; d < kDigits; ++d) sum += static_cast<int64_t>(host.data_ptr<float>()[d]) << (d * kBits);
-  return sum;
+  std::vector<int64_t> sums(values.size(), 0);
+  for (size_t v = 0; v < values.size(); ++v)
+    for (int d = 0; d < kDigits; ++d) sums[v] += static_cast<int64_t>(host.data_ptr<float>()[v * kDigits + d]) << (d * kBits);
+  return sums;
 }
 
 std::vector<double> sum_in_rank_order(Communicator& comm, const std::vector<double>& values) {

@@ -81,6 +81,8 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
 // The sum over ranks of a non-negative count below 2^48, exact (float32 all-reduces round
 // above 2^24: the count travels as six 8-bit digits, exact up to 65,536 ranks). Collective.
 int64_t sum_exactly(Communicator& comm, int64_t value);
+// The same for several counts in one all-reduce.
+std::vector<int64_t> sum_exactly(Communicator& comm, const std::vector<int64_t>& values);
 // Sums of doubles over ranks, added in rank order on every rank (one all-gather of two floats per
 // value and rank, about 48 bits of each): the same result at every rank and from every launch,
 // whatever a reduction tree would do. For rare, small sums (the validation loss and its tokens).

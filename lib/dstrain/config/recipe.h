@@ -273,6 +273,10 @@ struct PreferenceConfig {
   double discopop_tau = 0.05;                        // DiscoPOP's temperature (loss_type discopop)
   std::string f_divergence_type = "reverse_kl";      // f-DPO: reverse_kl, forward_kl, js_divergence, alpha_divergence
   double f_alpha_divergence_coef = 0.5;              // alpha_divergence's alpha
+  // LD-DPO: each completion's tokens past the pair's shorter completion weigh this much in its
+  // log-prob sum (policy and reference alike); 1: plain sums (TRL's ld_alpha None).
+  double ld_alpha = 1.0;
+  bool use_weighting = false;  // WPO: each pair's loss times both completions' length-normalized probabilities
 };
 
 // Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets

@@ -320,15 +320,16 @@ void check_preference(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
   const auto set = [&r](const char* key) { return r.sources.count(key) && r.sources.at(key) != "default"; };
   if (r.train.objective == TrainObjective::kSft) {
-    for (const char* key : {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing",
-                            "preference.discopop_tau", "preference.f_divergence_type", "preference.f_alpha_divergence_coef"})
+    for (const char* key :
+         {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing", "preference.discopop_tau",
+          "preference.f_divergence_type", "preference.f_alpha_divergence_coef", "preference.ld_alpha", "preference.use_weighting"})
       if (set(key))
         problem(fmt::format("{} is set ({}) but train.objective is sft: set train.objective: dpo to train on preference pairs", key,
                             r.sources.at(key)));
     return;
   }
-  static const char* const kLossTypes[] = {"sigmoid",  "hinge",     "ipo",      "robust",   "exo_pair",     "nca_pair",
-                                           "bco_pair", "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop"};
+  static const char* const kLossTypes[] = {"sigmoid",   "hinge",    "ipo",      "robust",       "exo_pair", "nca_pair", "bco_pair",
+                                           "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop", "sft"};
   if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
   for (const std::string& t : p.loss_type) {
     if (std::find(std::begin(kLossTypes), std::end(kLossTypes), t) == std::end(kLossTypes))
@@ -347,7 +348,7 @@ void check_preference(const Recipe& r, Problem&& problem) {
     problem(fmt::format("preference.discopop_tau is set ({}) but preference.loss_type has no discopop: add it, or leave the key out",
                         r.sources.at("preference.discopop_tau")));
   static const char* const kDivergences[] = {"reverse_kl", "forward_kl", "js_divergence", "alpha_divergence"};
-  static const char* const kDivergenceLosses[] = {"sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop"};
+  static const char* const kDivergenceLosses[] = {"sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft"};
   if (std::find(std::begin(kDivergences), std::end(kDivergences), p.f_divergence_type) == std::end(kDivergences))
     problem(fmt::format("preference.f_divergence_type {}: not one of {}", p.f_divergence_type, fmt::join(kDivergences, ", ")));
   else if (p.f_divergence_type != "reverse_kl")
@@ -362,6 +363,10 @@ void check_preference(const Recipe& r, Problem&& problem) {
         fmt::format("preference.f_alpha_divergence_coef is set ({}) but preference.f_divergence_type is {}: set it to alpha_divergence, "
                     "or leave the key out",
                     r.sources.at("preference.f_alpha_divergence_coef"), p.f_divergence_type));
+  if (p.use_weighting && std::find(p.loss_type.begin(), p.loss_type.end(), "sft") != p.loss_type.end())
+    problem(
+        "preference.use_weighting with preference.loss_type sft: TRL weighs sft's token mean over the batch by the mean of the pairs' WPO "
+        "weights, which no split of the step into micro-batches reproduces; drop sft or leave use_weighting out");
   if (!p.loss_weights.empty() && p.loss_weights.size() != p.loss_type.size())
     problem(fmt::format("preference.loss_weights has {} entries for {} preference.loss_type entries; give one weight per loss type",
                         p.loss_weights.size(), p.loss_type.size()));

@@ -15,6 +15,11 @@ Batch Batch::to(const c10::Device& device) const {
   return out;
 }
 
+int64_t chosen_targets(const Batch& b) {
+  if (b.pairs <= 0) return 0;
+  return b.labels.narrow(0, 0, 2 * b.pairs).view({b.pairs, 2, -1}).select(1, 0).ne(kIgnoreIndex).sum().item<int64_t>();
+}
+
 Batch pretraining_batch(const at::Tensor& windows, int64_t eos, bool mask_documents, bool restart_positions) {
   const at::Tensor cpu = windows.to(at::kCPU, at::kLong).contiguous();
   const int64_t B = cpu.size(0), T = cpu.size(1) - 1;

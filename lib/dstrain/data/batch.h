@@ -37,6 +37,10 @@ struct Batch {
   // the reference pass has made them).
   int64_t pairs = 0;
   at::Tensor reference_logps;
+  // The step's (an evaluation: the set's) chosen-completion targets over its pairs, the same on
+  // every rank: what turns a token mean over the step into a sum over pairs (preference.loss_type
+  // sft). 0: not counted.
+  double chosen_targets_per_pair = 0;
 
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }
@@ -55,6 +59,9 @@ Batch pretraining_batch(const at::Tensor& windows, int64_t eos = -1, bool mask_d
 // Weighs every sample (each document of each row, document_lengths) equally: target_weights and
 // samples, from the labels. A sample without a trained target is not counted.
 void weigh_per_sample(Batch& batch);
+
+// The trained targets of a preference batch's real chosen rows (0 for other batches).
+int64_t chosen_targets(const Batch& batch);
 
 // A batch of given tokens and labels (int64 [B, T], kIgnoreIndex where nothing is trained):
 // positions 0..T-1, documents not cut.

@@ -40,6 +40,8 @@ class BatchSource {
   virtual bool conversations() const { return false; }
   // Preference pairs (data/preference_pairs.h): a row is a pair's chosen or rejected sequence, rows() counts pairs.
   virtual bool pairs() const { return false; }
+  // The chosen completions' trained targets of the first `count` pairs in evaluation order (0: not pairs).
+  virtual int64_t chosen_targets_in(int64_t count) const { return 0; }
 };
 
 }  // namespace dstrain::data

@@ -9,6 +9,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/log.h"
+#include "dstrain/data/loss_mask.h"
 #include "dstrain/data/document_split.h"
 #include "dstrain/data/packing.h"
 #include "dstrain/data/token_file.h"
@@ -99,6 +100,15 @@ Batch PreferencePairs::batch(int64_t first, int64_t count, int64_t end) {
   Batch b = rows_of(pairs, std::clamp<int64_t>(last - first, 0, count));
   b.first_row = 2 * first;
   return b;
+}
+
+int64_t PreferencePairs::chosen_targets_in(int64_t count) const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < std::min(count, rows()); ++i) {
+    const ConversationSet::Span s = documents_->span(2 * selected_[static_cast<size_t>(i)]);
+    for (int64_t t = s.begin + 1; t < s.end; ++t) n += s.mask->trained(t);  // a target is the next token (data/packing.h)
+  }
+  return n;
 }
 
 Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const {

@@ -44,6 +44,7 @@ class PreferencePairs final : public BatchSource {
   // pass); pairs from `end` on train nothing.
   Batch in_order(int64_t first, int64_t count, int64_t end) const;
   int64_t file_pairs() const { return file_pairs_; }
+  int64_t chosen_targets_in(int64_t count) const override;
   std::string describe() const override;
   // The table each batch reads its reference log-probs from (filled before the first batch).
   const std::shared_ptr<ReferenceTable>& reference() const { return reference_; }

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/chunked_cross_entropy.h"
@@ -66,24 +68,48 @@ at::Tensor pair_loss(const std::string& type, const PairTerms& t, const config::
   throw Error(ErrorCode::kInternal, "preference.loss_type " + type + " reached the loss", "report this as a bug");
 }
 
+// LD-DPO's weight of each target: 1 within the first min(chosen, rejected) targets of its pair's
+// completions, alpha after (TRL's shared and tail masks).
+at::Tensor ld_weights(const at::Tensor& mask, double alpha) {
+  if (mask.size(0) % 2 != 0)
+    throw Error(ErrorCode::kInternal, fmt::format("a preference batch of {} rows", mask.size(0)), "report this as a bug");
+  const at::Tensor position = mask.cumsum(-1);  // 1, 2, ... along each completion
+  const at::Tensor shared = std::get<0>(mask.sum(-1).view({-1, 2}).min(1, true)).expand({-1, 2}).reshape({-1, 1});
+  return at::where(position <= shared, at::ones_like(mask), at::full_like(mask, alpha)) * mask;
+}
+
 TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
 
 }  // namespace
 
-RowLogps completion_logps(const CausalLM::Hidden& h, const data::Batch& batch, int64_t chunk_tokens) {
+RowLogps completion_logps(const CausalLM::Hidden& h, const data::Batch& batch, const CompletionOptions& options) {
   c10::NoGradGuard no_grad;
   const at::Tensor hidden = h.hidden.reshape({-1, h.hidden.size(-1)}), labels = batch.labels.reshape({-1});
-  const int64_t n = hidden.size(0), chunk = chunk_tokens > 0 ? chunk_tokens : n;
+  const int64_t n = hidden.size(0), chunk = options.chunk_tokens > 0 ? options.chunk_tokens : n;
   at::Tensor token = at::empty({n}, hidden.options().dtype(at::kFloat)), mean = at::empty_like(token);
+  at::Tensor aligned = options.wpo ? at::empty_like(token) : at::Tensor();
   for (int64_t first = 0; first < n; first += chunk) {
     const int64_t count = std::min(chunk, n - first);
     const at::Tensor logits = at::matmul(hidden.narrow(0, first, count), h.head.t()).to(at::kFloat);
     const at::Tensor targets = labels.narrow(0, first, count);
-    token.narrow(0, first, count).copy_(at::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1));
+    const at::Tensor logp = at::log_softmax(logits, -1).gather(-1, targets.clamp_min(0).unsqueeze(-1)).squeeze(-1);
+    token.narrow(0, first, count).copy_(logp);
     mean.narrow(0, first, count).copy_(logits.mean(-1));
+    // log sum_v p(v)^2 = logsumexp(2 logits) - 2 logsumexp(logits)
+    if (options.wpo) aligned.narrow(0, first, count).copy_(logp - (at::logsumexp(2 * logits, -1) - 2 * at::logsumexp(logits, -1)));
   }
   const at::Tensor mask = (batch.labels != data::kIgnoreIndex).to(at::kFloat);
-  return {(token.view_as(mask) * mask).sum(-1), (mean.view_as(mask) * mask).sum(-1)};
+  RowLogps out;
+  out.plain = (token.view_as(mask) * mask).sum(-1);
+  out.mean_logits = (mean.view_as(mask) * mask).sum(-1);
+  if (options.ld_alpha != 1.0) {
+    out.token_weights = ld_weights(mask, options.ld_alpha);
+    out.logps = (token.view_as(mask) * out.token_weights).sum(-1);
+  } else {
+    out.logps = out.plain;
+  }
+  if (options.wpo) out.wpo = (aligned.view_as(mask) * mask).sum(-1) / mask.sum(-1).clamp_min(1.0);
+  return out;
 }
 
 const std::vector<std::string>& preference_metric_names() {
@@ -92,47 +118,68 @@ const std::vector<std::string>& preference_metric_names() {
   return names;
 }
 
+bool counts_chosen_targets(const config::PreferenceConfig& c) {
+  return std::find(c.loss_type.begin(), c.loss_type.end(), "sft") != c.loss_type.end();
+}
+
 void set_preference_loss(Objective& objective, const config::PreferenceConfig& c) {
   std::vector<double> weights = c.loss_weights;
   if (weights.empty()) weights.assign(c.loss_type.size(), 1.0);
   const int64_t chunk = objective.chunk_tokens();
-  objective.set_sequence_loss(
-      preference_metric_names(), [c, weights, chunk](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
-        if (!batch.reference_logps.defined() && batch.pairs > 0)
-          throw Error(ErrorCode::kInternal, "a preference batch without its reference log-probs", "report this as a bug");
-        const RowLogps rows = completion_logps(h, batch, chunk);
-        const bool with_grad = c10::GradMode::is_enabled() && h.hidden.requires_grad();
-        const at::Tensor logps = rows.logps.clone().requires_grad_(with_grad);  // the loss's graph starts here
-        const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
-        const int64_t n = batch.pairs;
-        const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
-        const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(at::kFloat) : at::zeros_like(logps);
-        PairTerms t{half(logps, 0), half(logps, 1), half(ref, 0), half(ref, 1), half(tokens, 0), half(tokens, 1)};
-        at::Tensor loss = at::zeros({}, logps.options());
-        for (size_t k = 0; k < c.loss_type.size(); ++k) loss = loss + pair_loss(c.loss_type[k], t, c).sum() * weights[k];
-        SequenceLossValue v;
-        v.sum = loss.detach();
-        if (with_grad) {  // d loss / d logp of each row, then the model's gradient through the chunked head
-          const at::Tensor g = torch::autograd::grad({loss}, {logps})[0];
-          const at::Tensor per_token = (-g).unsqueeze(-1).expand_as(batch.labels).reshape({-1}).contiguous();
-          const at::Tensor surrogate =
-              chunked_linear_cross_entropy(h.hidden.reshape({-1, h.hidden.size(-1)}), h.head, batch.labels.reshape({-1}),
-                                           chunk > 0 ? chunk : batch.labels.numel(), data::kIgnoreIndex, per_token);
-          v.sum = v.sum + (surrogate - surrogate.detach()).to(v.sum.scalar_type());
-        }
-        const at::Tensor logp_c = t.logp_c.detach(), logp_r = t.logp_r.detach();
-        const at::Tensor rc = c.beta * (logp_c - t.ref_c), rr = c.beta * (logp_r - t.ref_r);
-        const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
-        v.metrics = {term(rc.sum(), pairs),
-                     term(rr.sum(), pairs),
-                     term((rc > rr).sum(), pairs),
-                     term((rc - rr).sum(), pairs),
-                     term(logp_c.sum(), pairs),
-                     term(logp_r.sum(), pairs),
-                     term(half(rows.mean_logits, 0).sum(), t.tokens_c.sum()),
-                     term(half(rows.mean_logits, 1).sum(), t.tokens_r.sum())};
-        return v;
-      });
+  objective.set_sequence_loss(preference_metric_names(), [c, weights, chunk](const CausalLM&, const CausalLM::Hidden& h,
+                                                                             const data::Batch& batch) {
+    if (!batch.reference_logps.defined() && batch.pairs > 0)
+      throw Error(ErrorCode::kInternal, "a preference batch without its reference log-probs", "report this as a bug");
+    const RowLogps rows = completion_logps(h, batch, CompletionOptions{chunk, c.ld_alpha, c.use_weighting});
+    const bool with_grad = c10::GradMode::is_enabled() && h.hidden.requires_grad();
+    // The loss's graph starts at each row's sums: weighted (the log-ratios) and plain (sft's).
+    const at::Tensor logps = rows.logps.clone().requires_grad_(with_grad), plain = rows.plain.clone().requires_grad_(with_grad);
+    const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
+    const int64_t n = batch.pairs;
+    const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
+    const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(at::kFloat) : at::zeros_like(logps);
+    PairTerms t{half(logps, 0), half(logps, 1), half(ref, 0), half(ref, 1), half(tokens, 0), half(tokens, 1)};
+    // WPO: each pair weighs by both completions' length-normalized probabilities (no gradient).
+    const at::Tensor pair_weight = c.use_weighting ? at::exp(half(rows.wpo, 0)) * at::exp(half(rows.wpo, 1)) : at::Tensor();
+    at::Tensor loss = at::zeros({}, logps.options());
+    for (size_t k = 0; k < c.loss_type.size(); ++k) {
+      at::Tensor per_pair;
+      if (c.loss_type[k] == "sft") {
+        if (n > 0 && !(batch.chosen_targets_per_pair > 0))
+          throw Error(ErrorCode::kInternal, "loss_type sft on a batch without the step's chosen targets", "report this as a bug");
+        per_pair = -half(plain, 0) / (n > 0 ? batch.chosen_targets_per_pair : 1.0);
+      } else {
+        per_pair = pair_loss(c.loss_type[k], t, c);
+      }
+      if (pair_weight.defined()) per_pair = per_pair * pair_weight;
+      loss = loss + per_pair.sum() * weights[k];
+    }
+    SequenceLossValue v;
+    v.sum = loss.detach();
+    if (with_grad) {  // d loss / d each row's sums, then the model's gradient through the chunked head
+      const std::vector<at::Tensor> g = torch::autograd::grad({loss}, {logps, plain}, {}, false, false, true);
+      const at::Tensor g_weighted = g[0].defined() ? g[0] : at::zeros_like(logps), g_plain = g[1].defined() ? g[1] : at::zeros_like(plain);
+      at::Tensor per_token = g_weighted.unsqueeze(-1).expand_as(batch.labels).to(at::kFloat);
+      if (rows.token_weights.defined()) per_token = per_token * rows.token_weights;
+      per_token = (-(per_token + g_plain.unsqueeze(-1))).reshape({-1}).contiguous();
+      const at::Tensor surrogate =
+          chunked_linear_cross_entropy(h.hidden.reshape({-1, h.hidden.size(-1)}), h.head, batch.labels.reshape({-1}),
+                                       chunk > 0 ? chunk : batch.labels.numel(), data::kIgnoreIndex, per_token);
+      v.sum = v.sum + (surrogate - surrogate.detach()).to(v.sum.scalar_type());
+    }
+    const at::Tensor logp_c = t.logp_c.detach(), logp_r = t.logp_r.detach();
+    const at::Tensor rc = c.beta * (logp_c - t.ref_c), rr = c.beta * (logp_r - t.ref_r);
+    const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
+    v.metrics = {term(rc.sum(), pairs),
+                 term(rr.sum(), pairs),
+                 term((rc > rr).sum(), pairs),
+                 term((rc - rr).sum(), pairs),
+                 term(logp_c.sum(), pairs),
+                 term(logp_r.sum(), pairs),
+                 term(half(rows.mean_logits, 0).sum(), t.tokens_c.sum()),
+                 term(half(rows.mean_logits, 1).sum(), t.tokens_r.sum())};
+    return v;
+  });
 }
 
 }  // namespace dstrain::model

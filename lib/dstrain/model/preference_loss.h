@@ -10,6 +10,11 @@
 //     ipo       (delta' - 1 / (2 beta))^2, delta' from the log-ratios divided by each completion's tokens
 //     robust    (-(1 - eps) logsigmoid(beta delta) + eps logsigmoid(-beta delta)) / (1 - 2 eps)
 //     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, discopop: as TRL
+//     sft       the chosen completions' mean negative log-likelihood per token over the step (RPO as
+//               TRL 1.16 has it: loss_type [sigmoid, sft] with loss_weights [1, alpha]); it enters as a
+//               sum over pairs of each chosen sum / the step's chosen targets per pair
+//   preference.use_weighting (WPO) multiplies each pair's losses by exp(wpo) of both completions;
+//   preference.ld_alpha (LD-DPO) weighs each completion's tokens past the pair's shorter one
 //   preference.f_divergence_type (f-DPO) replaces the log-ratios by f'(exp(log-ratio)) in the losses of
 //   their difference (sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop), as TRL does
 // The pair losses are summed (the runner divides by the step's pairs: a mean over pairs that does
@@ -37,16 +42,36 @@ namespace dstrain::model {
 
 class Objective;
 
-// Each row's log-prob sum over its trained targets and its sum over them of the logits' mean over
-// the vocabulary (float32 [rows] each, no autograd), from the head's logits `chunk_tokens` tokens
-// at a time (0: all at once), so that a micro-batch's logits never exist whole.
-struct RowLogps {
-  at::Tensor logps, mean_logits;
+// How completion_logps sums and what else it computes.
+struct CompletionOptions {
+  int64_t chunk_tokens = 0;  // the head's logits this many tokens at a time (0: all at once)
+  // LD-DPO (preference.ld_alpha): in each pair, the targets past its shorter completion's count
+  // weigh this much in `logps` (rows 2i and 2i + 1 are a pair); 1: plain sums.
+  double ld_alpha = 1.0;
+  bool wpo = false;  // also `wpo`
 };
-RowLogps completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, int64_t chunk_tokens);
+
+// Each row's log-prob sum over its trained targets and its sum over them of the logits' mean over
+// the vocabulary (float32 [rows] each, no autograd), from the head's logits chunk_tokens at a time,
+// so that a micro-batch's logits never exist whole.
+//   logps         weighted by ld_alpha past the pair's shared length
+//   plain         unweighted (the same tensor as logps when ld_alpha is 1)
+//   token_weights each target's weight in logps (float32 [rows, T]; undefined when ld_alpha is 1)
+//   wpo           WPO's mean over the targets of log p(token) - log sum_v p(v)^2 (with options.wpo)
+struct RowLogps {
+  at::Tensor logps, mean_logits, plain, token_weights, wpo;
+};
+RowLogps completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, const CompletionOptions& options);
+inline RowLogps completion_logps(const CausalLM::Hidden& hidden, const data::Batch& batch, int64_t chunk_tokens) {
+  return completion_logps(hidden, batch, CompletionOptions{chunk_tokens});
+}
 
 // The metric names the DPO loss logs, in order.
 const std::vector<std::string>& preference_metric_names();
+
+// Whether `config`'s loss needs the step's chosen-completion targets on its batches
+// (data::Batch::chosen_targets_per_pair): loss_type sft.
+bool counts_chosen_targets(const config::PreferenceConfig& config);
 
 // Makes `objective` the DPO loss of `config` on preference batches (their reference log-probs set).
 void set_preference_loss(Objective& objective, const config::PreferenceConfig& config);

@@ -72,7 +72,14 @@ EvalResult Evaluator::evaluate(const data::EvalSet& set) {
                 "report this as a bug");
   const int64_t windows = planned.windows, rounds = planned.rounds;
   // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
-  auto batch_of = [&](int64_t round) { return set.batch((round * world + rank) * micro, micro, windows); };
+  // Pairs: a token mean over the set's chosen completions enters as a sum over its pairs (loss_type sft).
+  const double chosen_per_pair =
+      set.pairs() && windows > 0 ? static_cast<double>(set.source().chosen_targets_in(windows)) / static_cast<double>(windows) : 0.0;
+  auto batch_of = [&](int64_t round) {
+    data::Batch b = set.batch((round * world + rank) * micro, micro, windows);
+    b.chosen_targets_per_pair = chosen_per_pair;
+    return b;
+  };
   double token_loss = 0;
   int64_t tokens = 0;  // trained targets; pairs for a set of pairs
   std::vector<double> term_sums, term_counts;

@@ -5,7 +5,9 @@
 #include <algorithm>
 
 #include "dstrain/comm/communicator.h"
+#include "dstrain/config/recipe.h"
 #include "dstrain/model/objective.h"
+#include "dstrain/model/preference_loss.h"
 
 namespace dstrain::train {
 
@@ -41,9 +43,27 @@ int64_t loss_units(const data::Batch& batch, config::LossNormalization mode) {
 }
 
 int64_t global_loss_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode) {
-  int64_t mine = 0;
-  for (const data::Batch& b : batches) mine += loss_units(b, mode);
-  return comm::sum_exactly(comm, mine);
+  return global_step_units(comm, batches, mode, false).units;
+}
+
+StepUnits global_step_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode,
+                            bool chosen) {
+  std::vector<int64_t> mine(chosen ? 2 : 1, 0);
+  for (const data::Batch& b : batches) {
+    mine[0] += loss_units(b, mode);
+    if (chosen) mine[1] += data::chosen_targets(b);
+  }
+  const std::vector<int64_t> all = comm::sum_exactly(comm, mine);
+  return {all[0], chosen ? all[1] : 0};
+}
+
+int64_t step_units(comm::Communicator& comm, std::vector<data::Batch>& batches, const config::Recipe& recipe) {
+  const bool chosen = recipe.train.objective == config::TrainObjective::kDpo && model::counts_chosen_targets(recipe.preference);
+  const StepUnits units = global_step_units(comm, batches, recipe.train.loss_normalization, chosen);
+  if (chosen)
+    for (data::Batch& b : batches)
+      b.chosen_targets_per_pair = static_cast<double>(units.chosen_targets) / static_cast<double>(std::max<int64_t>(units.units, 1));
+  return units.units;
 }
 
 }  // namespace dstrain::train

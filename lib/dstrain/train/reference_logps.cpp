@@ -75,9 +75,9 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
   std::vector<double> table(static_cast<size_t>(2 * n), 0.0);
   std::vector<at::Tensor> captured;
   model::Objective reference;
-  const int64_t chunk = r.train.loss_chunk_tokens;
-  reference.set_sequence_loss({}, [&captured, chunk](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
-    const at::Tensor logps = model::completion_logps(h, batch, chunk).logps;
+  const model::CompletionOptions options{r.train.loss_chunk_tokens, r.preference.ld_alpha};
+  reference.set_sequence_loss({}, [&captured, options](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
+    const at::Tensor logps = model::completion_logps(h, batch, options).logps;
     captured.push_back(logps.to(at::kDouble));
     return model::SequenceLossValue{at::zeros({}, logps.options()), {}};
   });
@@ -93,11 +93,12 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
 }
 
 // What the reference log-probs depend on besides the set: the model section, seed, dtype, LoRA
-// block and the init_from folders' files (checksummed whole: read once per run, not per set).
+// block, LD-DPO's alpha and the init_from folders' files (checksummed whole: read once per run, not per set).
 std::string model_identity(const config::Recipe& r) {
   nlohmann::json all = nlohmann::json::parse(config::to_canonical_json(r));
   nlohmann::json what = {{"model", all["model"]}, {"seed", all["seed"]}, {"dtype", all["precision"]["dtype"]}, {"lora", all["lora"]}};
-  what["model"].erase("init_from");  // the folder's files below, wherever it is
+  what["model"].erase("init_from");                                            // the folder's files below, wherever it is
+  if (r.preference.ld_alpha != 1.0) what["ld_alpha"] = r.preference.ld_alpha;  // LD-DPO's weighted sums
   if (!r.model.init_from.empty()) what["init_from"] = ckpt::to_json(ckpt::identify_base(r.model.init_from));
   if (!r.lora.init_from.empty()) what["lora_init_from"] = ckpt::to_json(ckpt::identify_base(r.lora.init_from));
   return what.dump();

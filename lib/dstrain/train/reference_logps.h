@@ -2,11 +2,12 @@
 // The reference model's log-probs for train.objective dpo (TRL's precompute_ref_log_probs): one
 // forward pass over every pair by the model as the run starts, before its first update, made once
 // and kept beside the dataset as PREFIX.ref.<key>, where key hashes what they depend on (the
-// model section, seed, dtype, lora section, the init_from folder's weight files and PREFIX.json,
-// which holds the set's CRCs). A later run or a resume from the same model and data reads them
-// (a resume must: its model has moved); anything else makes another file.
+// model section, seed, dtype, lora section, preference.ld_alpha when it weighs the sums, the
+// init_from folder's weight files and PREFIX.json, which holds the set's CRCs). A later run or a resume from the same model and data reads
+// them (a resume must: its model has moved); anything else makes another file.
 //   file  "DSTRREF1\n", one line of JSON {"version", "key", "pairs", "crc32c", "data"}, then
-//         2 x pairs float64 (little-endian): pair i's chosen and rejected completion sums
+//         2 x pairs float64 (little-endian): pair i's chosen and rejected completion sums (LD-DPO's
+//         weighted sums with preference.ld_alpha)
 // The pass runs through the training runner's forward (ZeRO-3 gathers, expert parallelism):
 // micro-batch g of train.micro_batch_size pairs on data-parallel rank g % world, every rank the
 // same number of forwards, the table summed in rank order (each entry comes from one rank: exact).

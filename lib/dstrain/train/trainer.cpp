@@ -343,7 +343,7 @@ Trainer::StepEnd Trainer::step() {
   const auto t0 = Clock::now();
   progress::set_step(p.step + 1);
   progress::enter(progress::Phase::kData);
-  const std::vector<data::Batch> batches = p.data->take();
+  std::vector<data::Batch> batches = p.data->take();
   times.data_wait_ms = ms_since(t0);
   if (p.step + 1 < p.steps()) p.data->prefetch(p.step + 1, p.cursor + p.global_batch(p.step), p.balancer.weights());
   // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.
@@ -353,7 +353,7 @@ Trainer::StepEnd Trainer::step() {
   if (p.faults.overflow_at(p.step + 1)) p.engine->mark_gradients_nonfinite();
   // The loss is divided by the global batch's units (train.loss_normalization: its trained
   // targets by default): one small all-reduce over the engine's communicator.
-  const int64_t global_units = global_loss_units(p.comm.engine(), batches, p.recipe.train.loss_normalization);
+  const int64_t global_units = step_units(p.comm.engine(), batches, p.recipe);
   if (p.recipe.model.mtp_depth > 0) model::set_mtp_weights(*p.objective, p.recipe.model, p.cursor * p.recipe.data.seq_len);
   const StepTotals totals = p.runner->train(batches, global_units);
   progress::enter(progress::Phase::kOptimizer);

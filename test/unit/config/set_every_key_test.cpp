@@ -150,6 +150,8 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"preference.discopop_tau",
        {"0.2", {"train.objective=dpo", "preference.loss_type=[discopop]", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.f_divergence_type", {"js_divergence", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.ld_alpha", {"0.5", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.use_weighting", {"true", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.f_alpha_divergence_coef",
        {"0.3",
         {"train.objective=dpo", "preference.f_divergence_type=alpha_divergence", "data.path=" + dir + "/pairs", "data.format=megatron"}}},

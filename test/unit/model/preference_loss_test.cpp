@@ -41,6 +41,16 @@ std::vector<at::Tensor> grads_of(const model::CausalLM& m) {
   return out;
 }
 
+// Every parameter's gradient in `ours` equals `theirs` within 2e-5 of its largest element.
+void check_same_gradients(const model::CausalLM& ours, const model::CausalLM& theirs) {
+  const std::vector<at::Tensor> got = grads_of(ours), expected = grads_of(theirs);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
+    INFO(ours.parameters()[i].name);
+    CHECK((got[i] - expected[i]).abs().max().item<double>() / scale <= 2e-5);
+  }
+}
+
 // sigmoid + 0.5 x ipo on the whole logits, summed over pairs (what the runner divides by the pairs).
 at::Tensor reference_loss(const model::CausalLM& m, const data::Batch& b, double beta) {
   const model::CausalLM::Hidden h = m.hidden_states(model::input_of(b));
@@ -54,7 +64,66 @@ at::Tensor reference_loss(const model::CausalLM& m, const data::Batch& b, double
   return m.close(h, loss);
 }
 
+// RPO with LD-DPO (sigmoid + w x sft on sums weighted by alpha past each pair's shorter completion)
+// or WPO (hinge x each pair's weight) on the whole logits, summed over pairs.
+at::Tensor options_reference_loss(const model::CausalLM& m, const data::Batch& b, const config::PreferenceConfig& c, double sft_weight) {
+  const model::CausalLM::Hidden h = m.hidden_states(model::input_of(b));
+  const at::Tensor logits = at::linear(h.hidden, h.head).to(at::kFloat), logp = at::log_softmax(logits, -1);
+  const at::Tensor mask = b.labels.ne(data::kIgnoreIndex).to(at::kFloat);
+  const at::Tensor token = logp.gather(-1, b.labels.clamp_min(0).unsqueeze(-1)).squeeze(-1) * mask;
+  const at::Tensor tokens = mask.sum(-1), position = mask.cumsum(-1);
+  const at::Tensor shared = std::get<0>(tokens.view({-1, 2}).min(1, true)).expand({-1, 2}).reshape({-1, 1});
+  const at::Tensor weight = at::where(position <= shared, at::ones_like(mask), at::full_like(mask, c.ld_alpha));
+  const at::Tensor ratio = ((token * weight).sum(-1) - b.reference_logps.to(at::kFloat)).view({-1, 2});
+  const at::Tensor delta = ratio.select(1, 0) - ratio.select(1, 1);
+  at::Tensor loss;
+  if (c.use_weighting) {
+    const at::Tensor square = at::logsumexp(2 * logits, -1) - 2 * at::logsumexp(logits, -1);
+    const at::Tensor wpo = (((token - square) * mask).sum(-1) / tokens).exp().view({-1, 2}).detach();
+    loss = (at::relu(1 - c.beta * delta) * wpo.select(1, 0) * wpo.select(1, 1)).sum();
+  } else {
+    const at::Tensor chosen_mean =
+        token.view({-1, 2, token.size(-1)}).select(1, 0).sum() / mask.view({-1, 2, mask.size(-1)}).select(1, 0).sum();
+    loss = (-at::log_sigmoid(c.beta * delta)).sum() - sft_weight * 3 * chosen_mean;  // 3 pairs x the token mean
+  }
+  return m.close(h, loss);
+}
+
 }  // namespace
+
+TEST_CASE("dpo: RPO's sft term with LD-DPO's weighted sums, and WPO's weights, equal the formula with every gradient", "[model]") {
+  const config::ModelConfig cfg = test::tiny_model_config();
+  data::Batch b = pair_batch(cfg.vocab_size);
+  CHECK(data::chosen_targets(b) == 9 + 5 + 5);  // rows 0, 2, 4 train 9, 5 and 5 targets
+  b.chosen_targets_per_pair = static_cast<double>(data::chosen_targets(b)) / 3.0;
+  for (const bool wpo : {false, true})
+    for (const int64_t chunk : {int64_t{0}, int64_t{5}}) {
+      DYNAMIC_SECTION((wpo ? "WPO hinge" : "RPO + LD-DPO") << ", chunk " << chunk) {
+        config::PreferenceConfig c;
+        c.beta = 0.3;
+        if (wpo)
+          c.loss_type = {"hinge"}, c.use_weighting = true;
+        else
+          c.loss_type = {"sigmoid", "sft"}, c.loss_weights = {1.0, 0.7}, c.ld_alpha = 0.4;
+        auto ours = model::make_model(cfg, 5, at::kFloat), theirs = model::make_model(cfg, 5, at::kFloat);
+        model::Objective objective(chunk);
+        model::set_preference_loss(objective, c);
+        const model::ObjectiveValue v = objective(*ours, b);
+        const at::Tensor want = options_reference_loss(*theirs, b, c, 0.7);
+        CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+        v.sum.backward();
+        want.backward();
+        check_same_gradients(*ours, *theirs);
+      }
+    }
+  // A batch without the step's chosen targets is a bug, named.
+  config::PreferenceConfig c;
+  c.loss_type = {"sft"};
+  model::Objective objective(0);
+  model::set_preference_loss(objective, c);
+  b.chosen_targets_per_pair = 0;
+  CHECK_THROWS_WITH(objective(*model::make_model(cfg, 5, at::kFloat), b), Catch::Contains("without the step's chosen targets"));
+}
 
 TEST_CASE("dpo: the objective's loss and every gradient equal the formula on the whole logits (dense and MLA + MoE, chunked)", "[model]") {
   config::PreferenceConfig c;
@@ -75,12 +144,7 @@ TEST_CASE("dpo: the objective's loss and every gradient equal the formula on the
         CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
         v.sum.backward();
         want.backward();
-        const std::vector<at::Tensor> got = grads_of(*ours), expected = grads_of(*theirs);
-        for (size_t i = 0; i < got.size(); ++i) {
-          const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
-          INFO(ours->parameters()[i].name);
-          CHECK((got[i] - expected[i]).abs().max().item<double>() / scale <= 2e-5);
-        }
+        check_same_gradients(*ours, *theirs);
         // rewards/accuracies: strict, over the pairs; logps/chosen: the chosen sums' mean.
         const model::RowLogps rows = model::completion_logps(ours->hidden_states(model::input_of(b)), b, chunk);
         const at::Tensor r = (rows.logps.to(at::kDouble) - b.reference_logps).view({-1, 2}) * c.beta;
