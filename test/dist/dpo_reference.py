@@ -10,6 +10,8 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
   dpo_reference.py tokens TOKDIR ROWS.jsonl OUT.json [--max-length N] [--keep-end]
       what TRL's DPOTrainer makes of each row (its dataset map, then its collator's truncation):
       per pair the chosen and rejected input ids and completion masks
+  dpo_reference.py tokens-many SPECS.jsonl
+      the same for each line {"tokdir", "rows", "out", "max_length", "keep_end"} in one process (one import of TRL)
   dpo_reference.py compare-tokens OUT.json PREFIX
       dstrain's set (documents 2i, 2i + 1 and the loss mask) against them, pair by pair
   dpo_reference.py train MODEL TOKDIR ROWS.jsonl OUT.json --steps N --lr LR [--beta B] [--loss-type T ...]
@@ -101,6 +103,14 @@ def trainer_for(model, ref_model, tokenizer, rows, out_dir, eval_rows=None, **co
                      dataloader_drop_last=False, remove_unused_columns=False, bf16=False, **config)
     return DPOTrainer(model=model, ref_model=ref_model, args=args, processing_class=tokenizer, train_dataset=datasets.Dataset.from_list(rows),
                       eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None)
+
+
+def tokens_many(args):
+    for line in open(args.specs, encoding="utf-8"):
+        if line.strip():
+            spec = json.loads(line)
+            tokens(argparse.Namespace(tokdir=spec["tokdir"], rows=spec["rows"], out=spec["out"], max_length=spec.get("max_length"),
+                                      keep_end=spec.get("keep_end", False)))
 
 
 def tokens(args):
@@ -239,6 +249,8 @@ def main():
     p = sub.add_parser("tokens")
     p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("out")
     p.add_argument("--max-length", type=int, default=None), p.add_argument("--keep-end", action="store_true")
+    p = sub.add_parser("tokens-many")
+    p.add_argument("specs")
     p = sub.add_parser("compare-tokens")
     p.add_argument("reference"), p.add_argument("prefix")
     p = sub.add_parser("train")
@@ -260,7 +272,7 @@ def main():
     p.add_argument("--atol", type=float, default=1e-6), p.add_argument("--grad-rtol", type=float, default=0.0)
     p.add_argument("--eval", default=None, help="also compare this evaluation set's rows with TRL's evaluations")
     args = ap.parse_args()
-    {"pairs": make_pairs, "tokens": tokens, "compare-tokens": compare_tokens, "train": train, "train-many": train, "compare": compare}[args.cmd](args)
+    {"pairs": make_pairs, "tokens": tokens, "tokens-many": tokens_many, "compare-tokens": compare_tokens, "train": train, "train-many": train, "compare": compare}[args.cmd](args)
 
 
 if __name__ == "__main__":

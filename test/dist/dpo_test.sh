@@ -20,30 +20,45 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRA
 "$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 1 >/dev/null
 "$py" "$SRC/test/text/chat_data_reference.py" tokenizers corpus.jsonl "$SRC/test/fixtures/chat_templates" toks >/dev/null
 
-# Token ids and completion masks as TRL makes them, for several templates and row formats.
-check_tokens() {  # check_tokens NAME TOKDIR KIND [prepare-data flags...]
-  local name=$1 tokdir=$2 kind=$3; shift 3
+# Token ids and completion masks as TRL makes them, for several templates and row formats: TRL
+# tokenizes every set in one process (one import), in the background, while dstrain prepares them.
+token_cases=()
+token_rows() {  # token_rows NAME TOKDIR KIND [prepare-data flags...]: the rows and TRL's spec for them
+  local name=$1 tokdir=$2 kind=$3 max_length=null keep_end=false; shift 3
   "$trl" "$ref" pairs corpus.jsonl "$name.jsonl" --count 40 --kind "$kind" --seed 5
-  local trl_flags=()
   for ((i = 1; i <= $#; i++)); do
     case "${!i}" in
-      --max-length) j=$((i + 1)); trl_flags+=(--max-length "${!j}") ;;
-      --truncation-mode) j=$((i + 1)); [ "${!j}" = keep_end ] && trl_flags+=(--keep-end) ;;
+      --max-length) j=$((i + 1)); max_length=${!j} ;;
+      --truncation-mode) j=$((i + 1)); [ "${!j}" = keep_end ] && keep_end=true ;;
     esac
   done
-  "$trl" "$ref" tokens "$tokdir" "$name.jsonl" "$name.trl.json" "${trl_flags[@]}" >/dev/null 2>&1 || fail "TRL could not tokenize $name"
-  expect_status 0 "$DSTRAIN" prepare-data "$name.jsonl" --preference --tokenizer "$tokdir" --output "$name" "$@"
-  "$py" "$ref" compare-tokens "$name.trl.json" "$name" >/dev/null || fail "$name: $("$py" "$ref" compare-tokens "$name.trl.json" "$name" 2>&1 | tail -3)"
+  printf '{"tokdir": "%s", "rows": "%s.jsonl", "out": "%s.trl.json", "max_length": %s, "keep_end": %s}\n' \
+    "$tokdir" "$name" "$name" "$max_length" "$keep_end" >> tokens.jsonl
+  token_cases+=("$name")
 }
-check_tokens llm toks/deepseek-llm-chat chat
-check_tokens r1 toks/deepseek-r1-style think
-check_tokens v3 toks/deepseek-v3-style implicit
-check_tokens chatml toks/chatml-qwen-style chat
-check_tokens text toks/deepseek-llm-chat text
-check_tokens start toks/deepseek-llm-chat chat --max-length 24
+token_rows llm toks/deepseek-llm-chat chat
+token_rows r1 toks/deepseek-r1-style think
+token_rows v3 toks/deepseek-v3-style implicit
+token_rows chatml toks/chatml-qwen-style chat
+token_rows text toks/deepseek-llm-chat text
+token_rows start toks/deepseek-llm-chat chat --max-length 24
+token_rows end toks/chatml-qwen-style chat --max-length 20 --truncation-mode keep_end
+"$trl" "$ref" tokens-many tokens.jsonl > trl-tokens.log 2>&1 &
+tokens_pid=$!
+prepare() { expect_status 0 "$DSTRAIN" prepare-data "$1.jsonl" --preference --tokenizer "$2" --output "$1" "${@:3}"; }
+prepare llm toks/deepseek-llm-chat
+prepare r1 toks/deepseek-r1-style
+prepare v3 toks/deepseek-v3-style
+prepare chatml toks/chatml-qwen-style
+prepare text toks/deepseek-llm-chat
+prepare start toks/deepseek-llm-chat --max-length 24
 expect_out "truncated to --max-length"
 expect_out "dropped: the prompt alone fills --max-length"
-check_tokens end toks/chatml-qwen-style chat --max-length 20 --truncation-mode keep_end
+prepare end toks/chatml-qwen-style --max-length 20 --truncation-mode keep_end
+wait $tokens_pid || fail "TRL could not tokenize the sets: $(tail -5 trl-tokens.log)"
+for name in "${token_cases[@]}"; do
+  "$py" "$ref" compare-tokens "$name.trl.json" "$name" >/dev/null || fail "$name: $("$py" "$ref" compare-tokens "$name.trl.json" "$name" 2>&1 | tail -3)"
+done
 ok "prepare-data --preference: token ids and completion masks identical to TRL's DPOTrainer (DeepSeek LLM, R1 with <think>, V3 with implicit prompts, ChatML, text rows with eos, keep_start and keep_end truncation)"
 
 # Against DPOTrainer: 64 pairs, full-batch steps, the same AdamW and constant LR, fp32.
