@@ -15,6 +15,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/objective.h"
+#include "dstrain/model/preference_loss.h"
 #include "dstrain/train/step_runner.h"
 #include "dstrain/zero/engine.h"
 
@@ -24,19 +25,29 @@ EvalOptions eval_options_from(const config::Recipe& recipe) {
   EvalOptions o;
   o.micro_batch_size = recipe.eval.micro_batch_size > 0 ? recipe.eval.micro_batch_size : recipe.train.micro_batch_size;
   o.max_batches = recipe.eval.max_batches;
+  o.chosen_targets = recipe.train.objective == config::TrainObjective::kDpo && model::counts_chosen_targets(recipe.preference);
   return o;
 }
 
 Evaluator::Evaluator(std::vector<data::EvalSet> sets, const EvalOptions& options, model::CausalLM& model, zero::Engine* engine,
                      StepRunner& runner, comm::Communicator& data_parallel, comm::Communicator& comm)
     : sets_(std::move(sets)), options_(options), model_(model), engine_(engine), runner_(runner), data_parallel_(data_parallel),
-      comm_(comm) {}
+      comm_(comm) {
+  // A token mean over a set's chosen completions enters as a sum over its pairs: the count is the
+  // set's, the same at every evaluation.
+  for (const data::EvalSet& set : sets_) {
+    const int64_t windows = plan(set).windows;
+    chosen_targets_per_pair_.push_back(options_.chosen_targets && set.pairs() && windows > 0
+                                           ? static_cast<double>(set.source().chosen_targets_in(windows)) / static_cast<double>(windows)
+                                           : 0.0);
+  }
+}
 
 Evaluator::~Evaluator() = default;
 
 std::vector<EvalResult> Evaluator::evaluate() {
   std::vector<EvalResult> results;
-  for (const data::EvalSet& set : sets_) results.push_back(evaluate(set));
+  for (size_t i = 0; i < sets_.size(); ++i) results.push_back(evaluate(sets_[i], chosen_targets_per_pair_[i]));
   // What the forwards left for training's step: the routed expert load (the bias would move by
   // it) and the waits on all-to-alls and gathers (the next step's timing).
   model_.take_expert_load();
@@ -61,7 +72,7 @@ int64_t Evaluator::rounds() const {
   return n;
 }
 
-EvalResult Evaluator::evaluate(const data::EvalSet& set) {
+EvalResult Evaluator::evaluate(const data::EvalSet& set, double chosen_targets_per_pair) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
   const int64_t world = data_parallel_.world_size(), rank = data_parallel_.rank(), pass = runner_.forward_batches();
@@ -72,12 +83,9 @@ EvalResult Evaluator::evaluate(const data::EvalSet& set) {
                 "report this as a bug");
   const int64_t windows = planned.windows, rounds = planned.rounds;
   // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
-  // Pairs: a token mean over the set's chosen completions enters as a sum over its pairs (loss_type sft).
-  const double chosen_per_pair =
-      set.pairs() && windows > 0 ? static_cast<double>(set.source().chosen_targets_in(windows)) / static_cast<double>(windows) : 0.0;
   auto batch_of = [&](int64_t round) {
     data::Batch b = set.batch((round * world + rank) * micro, micro, windows);
-    b.chosen_targets_per_pair = chosen_per_pair;
+    b.chosen_targets_per_pair = chosen_targets_per_pair;
     return b;
   };
   double token_loss = 0;

@@ -62,7 +62,8 @@ struct EvalResult {
 
 struct EvalOptions {
   int64_t micro_batch_size = 1;
-  int64_t max_batches = 0;  // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
+  int64_t max_batches = 0;      // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
+  bool chosen_targets = false;  // pair sets' batches carry the set's chosen targets per pair (preference.loss_type sft)
 };
 
 // The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).
@@ -93,8 +94,9 @@ class Evaluator {
     int64_t batches = 0, windows = 0, rounds = 0;
   };
   Plan plan(const data::EvalSet& set) const;
-  EvalResult evaluate(const data::EvalSet& set);
+  EvalResult evaluate(const data::EvalSet& set, double chosen_targets_per_pair);
   std::vector<data::EvalSet> sets_;
+  std::vector<double> chosen_targets_per_pair_;  // each set's, counted once (options_.chosen_targets; else 0)
   EvalOptions options_;
   model::CausalLM& model_;
   zero::Engine* engine_;
