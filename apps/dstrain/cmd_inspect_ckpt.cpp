@@ -134,7 +134,8 @@ int inspect(const Options& o) {
   const bool has_optimizer_state =
       std::any_of(names.begin(), names.end(), [](const std::string& n) { return n.rfind("exp_avg.", 0) == 0; });
   auto is_parameter = [](const std::string& n) {  // the model's tensors but its buffer (V3's selection bias)
-    return (n.rfind("model.", 0) == 0 || n.rfind("lm_head.", 0) == 0) && n.find("e_score_correction_bias") == std::string::npos;
+    return (n.rfind("model.", 0) == 0 || n.rfind("lm_head.", 0) == 0 || n.rfind("score.", 0) == 0) &&
+           n.find("e_score_correction_bias") == std::string::npos;
   };
   for (const auto& t : in.tensors)
     if (has_optimizer_state && is_parameter(t.name) && !names.count("exp_avg." + t.name)) ++frozen, frozen_elements += t.numel();

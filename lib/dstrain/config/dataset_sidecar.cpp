@@ -96,16 +96,19 @@ std::string init_tokenizer_problem(const Recipe& r, const std::string& data) {
       other, r.model.init_from);
 }
 
-// dpo trains on, and scores, preference pairs; any other objective text or conversations.
+// dpo and reward train on, and score, preference pairs; any other objective text or conversations.
 std::string pair_kind_problem(const Recipe& r, const DatasetSidecar& s, const std::string& path, bool eval) {
-  const bool dpo = r.train.objective == TrainObjective::kDpo;
-  if (dpo && s.preference_pairs < 0)
+  const bool pairs = r.train.trains_pairs();
+  const std::string objective = name(r.train.objective);
+  if (pairs && s.preference_pairs < 0)
     return fmt::format(
         "{}'{}' is not a set of preference pairs ({}); {}prepare chosen/rejected rows with dstrain prepare-data --preference",
-        eval ? "eval.paths: " : "train.objective dpo: ", path, s.file, eval ? "a dpo run evaluates held-out pairs: " : "");
-  if (!dpo && s.preference_pairs >= 0)
+        eval ? "eval.paths: " : fmt::format("train.objective {}: ", objective), path, s.file,
+        eval ? fmt::format("a {} run evaluates held-out pairs: ", objective) : "");
+  if (!pairs && s.preference_pairs >= 0)
     return fmt::format("{}'{}' holds {} preference pairs ({}); {}", eval ? "eval.paths: " : "", path, s.preference_pairs, s.file,
-                       eval ? "only a train.objective dpo run scores pairs" : "set train.objective: dpo to train on them");
+                       eval ? "only a train.objective dpo or reward run scores pairs"
+                            : "set train.objective: dpo (or reward, for a reward model) to train on them");
   return "";
 }
 

@@ -67,6 +67,9 @@ struct ModelConfig {
   // the first 10T tokens, then 0.1).
   int64_t mtp_depth = 0;
   double mtp_loss_weight = 0.3;
+  // The head is transformers' `score` [1, hidden] (a reward model, *ForSequenceClassification with
+  // num_labels 1) instead of lm_head [vocab, hidden]: set from train.objective reward, not a key.
+  bool score_head = false;
   int64_t mtp_loss_weight_until_tokens = 0;  // 0: the weight never changes
   double mtp_loss_weight_after = 0.1;
   // λ for a step that starts after `tokens` trained tokens.
@@ -195,9 +198,12 @@ struct TrainConfig {
   // own mean (micro_batch_mean: DeepSpeed's and Megatron's default), or its samples after each
   // sample's own mean (per_sample: each conversation weighs the same).
   LossNormalization loss_normalization = LossNormalization::kGlobalTokens;
-  // What a step minimises: sft (the next-token cross-entropy over the trained tokens) or dpo
-  // (preference pairs: TRL's DPO losses against the reference's log-probs, `preference`).
+  // What a step minimises: sft (the next-token cross-entropy over the trained tokens), dpo
+  // (preference pairs: TRL's DPO losses against the reference's log-probs, `preference`) or
+  // reward (preference pairs: a scalar score per sequence, TRL's RewardTrainer's Bradley-Terry loss).
   TrainObjective objective = TrainObjective::kSft;
+  // Whether the objective reads preference pairs (prepare-data --preference): dpo and reward.
+  bool trains_pairs() const { return objective != TrainObjective::kSft; }
   // Parameters that do not train (LLaMA-Factory's finetuning_type freeze): Hugging Face name
   // globs (model.layers.[0-3].*) and roles (embeddings, attention, mlp, experts, router, norms,
   // head, mtp). Matched against the model's parameters when it is built (model/freeze.h).
@@ -264,7 +270,8 @@ struct ZeroConfig {
   int64_t sub_group_size = 1000000000;
 };
 
-// train.objective dpo: the loss and its reference, with TRL's DPOConfig names (model/preference_loss.h).
+// train.objective dpo: the loss and its reference, with TRL's DPOConfig names (model/preference_loss.h);
+// reward reads center_rewards_coefficient alone (model/reward_loss.h).
 struct PreferenceConfig {
   double beta = 0.1;                                 // DPO's beta (IPO's tau)
   std::vector<std::string> loss_type = {"sigmoid"};  // TRL's loss_type: one or several, summed with loss_weights
@@ -277,6 +284,9 @@ struct PreferenceConfig {
   // log-prob sum (policy and reference alike); 1: plain sums (TRL's ld_alpha None).
   double ld_alpha = 1.0;
   bool use_weighting = false;  // WPO: each pair's loss times both completions' length-normalized probabilities
+  // train.objective reward: TRL's center_rewards_coefficient, times the pairs' mean of
+  // (chosen score + rejected score)^2 added to the loss (0: TRL's None).
+  double center_rewards_coefficient = 0;
 };
 
 // Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets

@@ -203,9 +203,8 @@ void resolve_epochs(LoadContext& ctx) {
   int64_t steps = 0, samples = 0;
   while (static_cast<double>(samples) < wanted) samples += global_batch_at(r, steps), ++steps;
   r.train.steps = std::max<int64_t>(steps, 1);
-  r.sources["train.steps"] =
-      fmt::format("derived: ceil(train.epochs {} x {} {} / global batch {})", r.train.epochs, rows,
-                  r.train.objective == TrainObjective::kDpo ? "preference pairs" : "packed rows", global_batch_at(r, 0));
+  r.sources["train.steps"] = fmt::format("derived: ceil(train.epochs {} x {} {} / global batch {})", r.train.epochs, rows,
+                                         r.train.trains_pairs() ? "preference pairs" : "packed rows", global_batch_at(r, 0));
 }
 
 void resolve_length(LoadContext& ctx) {
@@ -313,20 +312,63 @@ void check_lora(const Recipe& r, Problem&& problem) {
 }
 
 // moe.expert_parallel_size against the model and the world: also on a resume at another size.
+// What does not go with training on preference pairs yet (train.objective dpo or reward).
+template <typename Problem>
+void check_pair_training(const Recipe& r, Problem&& problem) {
+  const std::string objective = name(r.train.objective);
+  const auto refuse = [&](bool when, const std::string& what) {
+    if (when) problem(fmt::format("train.objective {} with {}: not supported yet", objective, what));
+  };
+  refuse(r.sources.count("train.loss_normalization") && r.sources.at("train.loss_normalization") != "default",
+         "train.loss_normalization (the loss is the mean over the step's pairs; leave the key out)");
+  refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1 (ZeRO and expert parallelism do work)");
+  refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
+  refuse(r.train.z_loss_weight > 0, "train.z_loss_weight (set it to 0)");
+  refuse(r.data.paths.size() > 1, "several data.paths (one preference set)");
+  refuse(r.lora.base != LoraBase::kModel, "lora.base nf4 or fp8");
+  if (r.data.format != DataFormat::kMegatron)
+    problem(fmt::format(
+        "train.objective {} reads a set of preference pairs (dstrain prepare-data --preference, data.format megatron); data.format is {}",
+        objective, name(r.data.format)));
+}
+
 // train.objective dpo and its preference block: TRL's loss types, and what does not go with
 // preference pairs yet.
 template <typename Problem>
 void check_preference(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
   const auto set = [&r](const char* key) { return r.sources.count(key) && r.sources.at(key) != "default"; };
-  if (r.train.objective == TrainObjective::kSft) {
-    for (const char* key :
-         {"preference.beta", "preference.loss_type", "preference.loss_weights", "preference.label_smoothing", "preference.discopop_tau",
-          "preference.f_divergence_type", "preference.f_alpha_divergence_coef", "preference.ld_alpha", "preference.use_weighting"})
-      if (set(key))
-        problem(fmt::format("{} is set ({}) but train.objective is sft: set train.objective: dpo to train on preference pairs", key,
-                            r.sources.at(key)));
-    return;
+  static const char* const kDpoKeys[] = {"preference.beta",
+                                         "preference.loss_type",
+                                         "preference.loss_weights",
+                                         "preference.label_smoothing",
+                                         "preference.discopop_tau",
+                                         "preference.f_divergence_type",
+                                         "preference.f_alpha_divergence_coef",
+                                         "preference.ld_alpha",
+                                         "preference.use_weighting"};
+  const TrainObjective objective = r.train.objective;
+  for (const char* key : kDpoKeys)
+    if (objective != TrainObjective::kDpo && set(key))
+      problem(fmt::format("{} is set ({}) but train.objective is {}: {}", key, r.sources.at(key), name(objective),
+                          objective == TrainObjective::kReward
+                              ? "a reward model reads only preference.center_rewards_coefficient; leave it out"
+                              : "set train.objective: dpo to train on preference pairs"));
+  if (objective != TrainObjective::kReward && set("preference.center_rewards_coefficient"))
+    problem(fmt::format("preference.center_rewards_coefficient is set ({}) but train.objective is {}: it belongs to train.objective reward",
+                        r.sources.at("preference.center_rewards_coefficient"), name(objective)));
+  if (r.model.score_head && objective != TrainObjective::kReward)
+    problem(
+        fmt::format("model.score_head is set but train.objective is {}: a score head gives no next-token logits; set train.objective: "
+                    "reward, or leave model.score_head out",
+                    name(objective)));
+  if (objective == TrainObjective::kSft) return;
+  if (objective == TrainObjective::kReward) {
+    if (r.lora.enabled())
+      problem(
+          "train.objective reward with lora: not supported yet (the score head trains in full, which dstrain's PEFT export does not carry "
+          "yet); train the reward model without lora");
+    return check_pair_training(r, problem);
   }
   static const char* const kLossTypes[] = {"sigmoid",   "hinge",    "ipo",      "robust",       "exo_pair", "nca_pair", "bco_pair",
                                            "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop", "sft"};
@@ -370,20 +412,7 @@ void check_preference(const Recipe& r, Problem&& problem) {
   if (!p.loss_weights.empty() && p.loss_weights.size() != p.loss_type.size())
     problem(fmt::format("preference.loss_weights has {} entries for {} preference.loss_type entries; give one weight per loss type",
                         p.loss_weights.size(), p.loss_type.size()));
-  const auto refuse = [&](bool when, const std::string& what) {
-    if (when) problem(fmt::format("train.objective dpo with {}: not supported yet", what));
-  };
-  refuse(set("train.loss_normalization"), "train.loss_normalization (the DPO loss is the mean over the step's pairs; leave the key out)");
-  refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1 (ZeRO and expert parallelism do work)");
-  refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
-  refuse(r.train.z_loss_weight > 0, "train.z_loss_weight (set it to 0)");
-  refuse(r.data.paths.size() > 1, "several data.paths (one preference set)");
-  refuse(r.lora.base != LoraBase::kModel, "lora.base nf4 or fp8");
-  if (r.data.format != DataFormat::kMegatron)
-    problem(
-        fmt::format("train.objective dpo reads a set of preference pairs (dstrain prepare-data --preference, data.format megatron); "
-                    "data.format is {}",
-                    name(r.data.format)));
+  check_pair_training(r, problem);
 }
 
 template <typename Problem>
@@ -707,8 +736,17 @@ void resolve_frozen(LoadContext& ctx) {
   }
 }
 
+// train.objective reward scores sequences: the model's head is a score, said in model.score_head.
+void resolve_score_head(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  if (r.train.objective != TrainObjective::kReward || r.model.score_head) return;
+  r.model.score_head = true;
+  r.sources["model.score_head"] = "train.objective reward";
+}
+
 void resolve_and_validate(LoadContext& ctx) {
   if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
+  resolve_score_head(ctx);
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
   resolve_token_stages(ctx);

@@ -133,7 +133,8 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "train.accumulation") return !r.train.accumulation.empty();
   if (path == "train.freeze") return !r.train.freeze.empty();
   if (starts_with(path, "lora.")) return r.lora.enabled();
-  if (starts_with(path, "preference.") || path == "train.objective") return r.train.objective == TrainObjective::kDpo;
+  if (starts_with(path, "preference.") || path == "train.objective") return r.train.trains_pairs();
+  if (path == "model.score_head") return r.model.score_head;
   if (starts_with(path, "train.batch_ramp_")) return r.train.batch_ramp_start > 0;
   if (path == "train.max_bad_steps") return r.train.on_bad_step != BadStepAction::kStop;
   if (starts_with(path, "precision.") && path != "precision.dtype") return r.precision.dtype == Dtype::kFp16;

@@ -27,9 +27,11 @@ ParameterCounts decoder_layer_counts(const ModelConfig& m, int64_t layer) {
   return {attn + norms + moe_total, attn + norms + moe_active, 0, nr * 3 * H * mi};
 }
 
+int64_t head_rows(const ModelConfig& m) { return m.score_head ? 1 : m.vocab_size; }
+
 ParameterCounts parameter_counts(const ModelConfig& m) {
   const int64_t H = m.hidden_size, V = m.vocab_size;
-  const int64_t embeddings = 2 * V * H + H;  // embed_tokens, lm_head, final norm
+  const int64_t embeddings = V * H + head_rows(m) * H + H;  // embed_tokens, lm_head (or a reward model's score), final norm
   ParameterCounts c{embeddings, embeddings, V * H};
   for (int64_t layer = 0; layer < m.num_layers; ++layer) {
     const ParameterCounts l = decoder_layer_counts(m, layer);
@@ -158,7 +160,7 @@ ActivationParts activation_parts(const Recipe& r) {
     case Recompute::kNone:
       break;
   }
-  const double V = static_cast<double>(m.vocab_size);
+  const double V = static_cast<double>(head_rows(m));  // a reward model's score head: one logit per token
   const double chunk = static_cast<double>(r.train.loss_chunk_tokens);
   // Unchunked: the logits, their fp32 copy and its gradient, for every token. Chunked: one chunk's
   // logits (model dtype, fp32, the gradient in the model dtype), plus the hidden states' and the
@@ -174,7 +176,7 @@ pipeline::LayerCosts layer_costs(const ModelConfig& m, int64_t seq_len) {
   for (int64_t layer = 0; layer < m.num_layers; ++layer)
     c.layers.push_back(6.0 * static_cast<double>(decoder_layer_counts(m, layer).active) + attention);
   c.embedding = 0;  // a gather
-  c.head = 6.0 * static_cast<double>(m.vocab_size * m.hidden_size + m.hidden_size);
+  c.head = 6.0 * static_cast<double>(head_rows(m) * m.hidden_size + m.hidden_size);
   // The MTP modules run on the last stage with the head: each a decoder block, its projections
   // and one more pass through the head.
   const double depths = static_cast<double>(m.mtp_depth);

@@ -25,6 +25,8 @@ struct ParameterCounts {
   int64_t mtp = 0;     // the multi-token prediction modules' (included in total)
 };
 ParameterCounts parameter_counts(const ModelConfig& model);
+// The head's rows: the vocabulary, or 1 for a reward model's score (model.score_head).
+int64_t head_rows(const ModelConfig& model);
 // One decoder layer's (0-based): its total, active and routed-expert parameters (embedding 0).
 ParameterCounts decoder_layer_counts(const ModelConfig& model, int64_t layer);
 // The multi-token prediction modules' together (every depth; embedding 0, mtp = total): each

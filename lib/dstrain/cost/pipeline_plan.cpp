@@ -23,7 +23,8 @@ std::vector<int> stage_layers(const Recipe& r) {
 PipelinePlan pipeline_plan(const Recipe& r) {
   const int p = static_cast<int>(r.parallel.pipeline_parallel_size), v = static_cast<int>(r.pipeline.virtual_stages);
   const ModelConfig& m = r.model;
-  const double embedding = static_cast<double>(m.vocab_size * m.hidden_size), head = embedding + static_cast<double>(m.hidden_size);
+  const double embedding = static_cast<double>(m.vocab_size * m.hidden_size),
+               head = static_cast<double>((head_rows(m) + 1) * m.hidden_size);
   const pipeline::LayerCosts costs = layer_costs(m, r.data.seq_len);
   const ParameterCounts mtp = mtp_module_counts(m);  // on the last stage
   PipelinePlan plan;

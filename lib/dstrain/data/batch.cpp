@@ -12,6 +12,7 @@ Batch Batch::to(const c10::Device& device) const {
   if (document_ids.defined()) out.document_ids = document_ids.to(device);
   if (target_weights.defined()) out.target_weights = target_weights.to(device);
   if (reference_logps.defined()) out.reference_logps = reference_logps.to(device);
+  if (score_positions.defined()) out.score_positions = score_positions.to(device);
   return out;
 }
 

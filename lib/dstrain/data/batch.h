@@ -41,6 +41,10 @@ struct Batch {
   // every rank: what turns a token mean over the step into a sum over pairs (preference.loss_type
   // sft). 0: not counted.
   double chosen_targets_per_pair = 0;
+  // A reward model's batch (train.objective reward): where each row's score is read, its last
+  // token that is not the pad token (data/score_token.h; int64 [rows], 0 in rows that train
+  // nothing; undefined for other objectives).
+  at::Tensor score_positions;
 
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }

@@ -63,10 +63,11 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
   const auto& e = recipe.eval;
   const std::string split_name = e.names.size() > e.paths.size() ? e.names.back() : "heldout";
   DataSources out;
-  std::unique_ptr<BatchSource> held_out;  // eval.split's
-  if (recipe.train.objective == config::TrainObjective::kDpo) {
+  std::unique_ptr<BatchSource> held_out;                                          // eval.split's
+  const bool reference = recipe.train.objective == config::TrainObjective::kDpo;  // a reward model has none
+  if (recipe.train.trains_pairs()) {
     auto pairs = std::make_unique<PreferencePairs>(recipe, rank);
-    out.preference.push_back(pairs.get());
+    if (reference) out.preference.push_back(pairs.get());
     if (with_eval) held_out = pairs->held_out();
     out.train = std::move(pairs);
   } else if (is_fine_tuning_data(recipe)) {
@@ -94,9 +95,10 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
         window_options(recipe));
   }
   if (!with_eval) return out;
-  if (recipe.train.objective == config::TrainObjective::kDpo) {
+  if (recipe.train.trains_pairs()) {
     out.eval = open_eval_pairs(recipe);
-    for (const EvalSet& set : out.eval) out.preference.push_back(static_cast<const PreferencePairs*>(&set.source()));
+    if (reference)
+      for (const EvalSet& set : out.eval) out.preference.push_back(static_cast<const PreferencePairs*>(&set.source()));
   } else {
     out.eval = open_eval_files(e.paths, e.names, d.format, d.seq_len, window_options(recipe), pad_token(recipe));
   }
@@ -118,7 +120,7 @@ std::vector<EvalSet> open_eval_pairs(const config::Recipe& recipe) {
 
 std::vector<EvalSet> open_eval_sets(const config::Recipe& recipe) {
   if (recipe.eval.split > 0) return open_data_sources(recipe, true).eval;
-  if (recipe.train.objective == config::TrainObjective::kDpo) return open_eval_pairs(recipe);
+  if (recipe.train.trains_pairs()) return open_eval_pairs(recipe);
   return open_eval_files(recipe.eval.paths, recipe.eval.names, recipe.data.format, recipe.data.seq_len, window_options(recipe),
                          pad_token(recipe));
 }

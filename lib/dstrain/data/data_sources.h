@@ -50,11 +50,11 @@ class EvalSet {
 };
 
 struct DataSources {
-  std::unique_ptr<BatchSource> train;  // in the recipe's blend: TextWindows or PackedConversations; PreferencePairs (dpo)
+  std::unique_ptr<BatchSource> train;  // in the recipe's blend: TextWindows or PackedConversations; PreferencePairs (dpo, reward)
   std::vector<EvalSet> eval;
   // train.objective dpo: the sets of pairs whose reference log-probs the run makes or reads before
   // its first batch (owned by `train` and `eval`: training's first, then each of eval.paths; the
-  // pairs eval.split holds out read training's table). Empty otherwise.
+  // pairs eval.split holds out read training's table). Empty otherwise (a reward model has no reference).
   std::vector<const PreferencePairs*> preference;
 };
 

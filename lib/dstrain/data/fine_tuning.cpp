@@ -175,7 +175,7 @@ int64_t packed_rows_of(const config::Recipe& r) {
   const std::vector<std::string> paths = r.data.sources();
   for (const auto& path : paths)
     if (!path.empty() && !std::filesystem::exists(config::megatron_prefix(path) + ".idx")) return 0;  // reported by the config
-  if (r.train.objective == config::TrainObjective::kDpo) {  // a pass is every pair once, but those eval.split holds out
+  if (r.train.trains_pairs()) {  // a pass is every pair once, but those eval.split holds out
     const auto sidecar = config::read_dataset_sidecar(paths.front());
     const int64_t pairs = sidecar && sidecar->preference_pairs > 0 ? sidecar->preference_pairs : 0;
     if (pairs == 0 || r.eval.split <= 0) return pairs;

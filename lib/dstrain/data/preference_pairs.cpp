@@ -12,6 +12,7 @@
 #include "dstrain/data/loss_mask.h"
 #include "dstrain/data/document_split.h"
 #include "dstrain/data/packing.h"
+#include "dstrain/data/score_token.h"
 #include "dstrain/data/token_file.h"
 
 namespace dstrain::data {
@@ -35,8 +36,9 @@ PreferencePairs::PreferencePairs(const config::Recipe& r, const std::string& pat
 }
 
 PreferencePairs::PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held)
-    : path_(training.path_), seq_len_(training.seq_len_), pad_(training.pad_), file_pairs_(training.file_pairs_), ordered_(true),
-      owns_reference_(false), documents_(training.documents_), selected_(std::move(held)), order_(1, 0), reference_(training.reference_) {
+    : path_(training.path_), seq_len_(training.seq_len_), pad_(training.pad_), file_pairs_(training.file_pairs_),
+      score_pad_(training.score_pad_), ordered_(true), owns_reference_(false), documents_(training.documents_), selected_(std::move(held)),
+      order_(1, 0), reference_(training.reference_) {
   for (const int64_t p : selected_) trained_tokens_ += documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
 }
 
@@ -54,6 +56,7 @@ void PreferencePairs::open(const config::Recipe& r) {
         fmt::format("{}: {} documents for the {} pairs {} records", path_, documents_->size(), sidecar->preference_pairs, sidecar->file),
         "prepare the set again with prepare-data --preference");
   file_pairs_ = sidecar->preference_pairs;
+  if (r.model.score_head) score_pad_ = score_pad_token(*sidecar);
   trained_tokens_ = sidecar->trained_tokens;
   for (int64_t d = 0; d < documents_->size(); ++d)
     if (documents_->length(d) > seq_len_)
@@ -82,6 +85,15 @@ Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) 
   b.sequential_positions = true;
   for (auto& lengths : b.document_lengths) lengths = {seq_len_};
   b.pairs = real;
+  if (score_pad_ >= 0) {
+    b.score_positions = at::zeros({b.rows()}, at::kLong);
+    int64_t* at = b.score_positions.data_ptr<int64_t>();
+    const int64_t* tokens = b.tokens.data_ptr<int64_t>();
+    for (int64_t row = 0; row < 2 * real; ++row) {
+      const int64_t length = documents_->length(2 * pairs[static_cast<size_t>(row / 2)] + row % 2);
+      at[row] = score_position(std::vector<int64_t>(tokens + row * seq_len_, tokens + row * seq_len_ + length), score_pad_);
+    }
+  }
   if (!reference_->empty()) {
     b.reference_logps = at::zeros({b.rows()}, at::kDouble);
     double* out = b.reference_logps.data_ptr<double>();

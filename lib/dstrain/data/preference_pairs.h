@@ -1,10 +1,11 @@
 #pragma once
-// A prepare-data --preference set as training reads it (train.objective dpo): position p of the
+// A prepare-data --preference set as training reads it (train.objective dpo or reward): position p of the
 // global order is a pair (a seeded permutation of the pairs per pass, as for conversations), and
 // a micro-batch of n pairs is 2n rows: pair i's chosen sequence in row 2i, its rejected one in
 // row 2i + 1, each alone in its row from position 0 and right-padded, labels over the completion
 // only. The reference model's log-probs (train/reference_logps.h) ride with each batch once the
-// reference pass has filled the shared table.
+// reference pass has filled the shared table; for a reward model (model.score_head), each row's
+// score position (data/score_token.h).
 // Evaluation reads pairs in file order: the pairs eval.split holds out of the training set
 // (held_out(): they share its file and its reference table) or a whole set of eval.paths.
 #include <cstdint>
@@ -59,6 +60,7 @@ class PreferencePairs final : public BatchSource {
 
   std::string path_;
   int64_t seq_len_, pad_, file_pairs_ = 0, trained_tokens_ = 0;
+  int64_t score_pad_ = -1;  // a reward model's pad token (data/score_token.h); -1: no score positions
   bool ordered_, owns_reference_ = true;
   std::shared_ptr<const ConversationSet> documents_;
   std::vector<int64_t> selected_, held_;  // the file pairs this source reads; those eval.split holds out

@@ -111,10 +111,14 @@ std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config) {
       const NamedTensor& p = (*group)[i];
       const bool parameter = group == &model->parameters();
       const int64_t depth = mtp_depth_of(config, p.name);
-      out.push_back({p.name, p.tensor.sizes().vec(), parameter && depth == 0, depth,
+      out.push_back({p.name, p.tensor.sizes().vec(), parameter && depth == 0 && !starts_fresh_in_folder(config, p.name), depth,
                      parameter ? model->parameter_places()[i].role : ParamRole::kBias, !parameter});
     }
   return out;
+}
+
+bool starts_fresh_in_folder(const config::ModelConfig& config, const std::string& name) {
+  return config.score_head && name == "score.weight";
 }
 
 int64_t mtp_depth_of(const config::ModelConfig& config, const std::string& name) {

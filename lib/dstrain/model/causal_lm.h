@@ -207,6 +207,9 @@ std::unique_ptr<CausalLM> make_model(const config::ModelConfig& config, uint64_t
 // Every parameter's and buffer's HF name and shape, in model order, without allocating them
 // (an MTP module's marked with its depth and not required one by one: all or none of it).
 std::vector<NamedShape> model_tensor_shapes(const config::ModelConfig& config);
+// A tensor that a model.init_from folder may lack, the model keeping its seeded values: a reward
+// model's score.weight when the folder is a causal LM (transformers' from_pretrained does the same).
+bool starts_fresh_in_folder(const config::ModelConfig& config, const std::string& name);
 // The multi-token prediction module a tensor belongs to (HF's model.layers.{L + k - 1}.*: k), or 0.
 int64_t mtp_depth_of(const config::ModelConfig& config, const std::string& name);
 

@@ -53,7 +53,8 @@ DenseModel::DenseModel(const config::ModelConfig& cfg, uint64_t seed, c10::Scala
   }
   b.set_group(static_cast<int>(cfg.num_layers) + 1);
   m.final_norm = b.add_norm("model.norm.weight", H);
-  m.head = b.add("lm_head.weight", ParamRole::kHead, b.normal({V, H}, std));
+  m.head = cfg.score_head ? b.add("score.weight", ParamRole::kHead, b.normal({1, H}, std))  // a reward model's one score
+                          : b.add("lm_head.weight", ParamRole::kHead, b.normal({V, H}, std));
   if (init != Init::kShapesOnly) m.rope = Rope(H / cfg.num_heads, cfg, dtype);
 }
 

@@ -72,7 +72,22 @@ nlohmann::json rope_scaling_json(const config::ModelConfig& c) {
   return s;
 }
 
+nlohmann::json family_config_json(const config::ModelConfig& c);
+
+// A reward model (model.score_head) is the family's sequence classifier with one label, which
+// AutoModelForSequenceClassification loads with its score.weight.
 nlohmann::json hf_config_json(const config::ModelConfig& c) {
+  nlohmann::json cfg = family_config_json(c);
+  if (!c.score_head) return cfg;
+  std::string architecture = cfg["architectures"][0].get<std::string>();
+  architecture.replace(architecture.find("ForCausalLM"), 11, "ForSequenceClassification");
+  cfg["architectures"] = {architecture};
+  cfg["id2label"] = {{"0", "LABEL_0"}};  // num_labels 1, as transformers saves it
+  cfg["label2id"] = {{"LABEL_0", 0}};
+  return cfg;
+}
+
+nlohmann::json family_config_json(const config::ModelConfig& c) {
   nlohmann::json cfg = {{"vocab_size", c.vocab_size},
                         {"hidden_size", c.hidden_size},
                         {"intermediate_size", c.intermediate_size},
@@ -195,6 +210,7 @@ void write_configs(const config::ModelConfig& c, const HfExportOptions& o, const
   nlohmann::json generation = {{"_from_model_config", true}};
   for (const auto& [key, id] : {std::pair{"bos_token_id", o.bos_token_id}, std::pair{"eos_token_id", o.eos_token_id}})
     if (id) cfg[key] = *id, generation[key] = *id;
+  if (o.pad_token_id) cfg["pad_token_id"] = *o.pad_token_id;  // where a sequence classifier reads its score
   if (o.end_of_turn_id && o.end_of_turn_id != o.eos_token_id)
     generation["eos_token_id"] = o.eos_token_id ? nlohmann::json{*o.eos_token_id, *o.end_of_turn_id} : nlohmann::json(*o.end_of_turn_id);
   write_file_atomic(out_dir + "/config.json", cfg.dump(2) + "\n");

@@ -34,6 +34,9 @@ struct HfExportOptions {
   // A fine-tuned model's end-of-turn token, when it is not the eos: generation_config.json's
   // eos_token_id lists both, so that generate() stops at the end of a turn.
   std::optional<int64_t> end_of_turn_id;
+  // A reward model's pad token (config.json's pad_token_id): its score is read at each sequence's
+  // last token that is not this one, by transformers as by dstrain.
+  std::optional<int64_t> pad_token_id;
 };
 
 // The tensors to export, in model order, and a function that gives one of them whole (float32,

@@ -258,7 +258,7 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
   for (const auto* group : {&params, &buffers})
     for (const auto& p : *group) {
       const int64_t depth = mtp_depth_of(config, p.name);
-      shapes.push_back({p.name, p.tensor.sizes().vec(), group == &params && depth == 0, depth});
+      shapes.push_back({p.name, p.tensor.sizes().vec(), group == &params && depth == 0 && !starts_fresh_in_folder(config, p.name), depth});
     }
   check_hf_weights(dir, shapes);  // every mismatch at once, before any copy
   const HfWeights weights(dir, config);
@@ -271,6 +271,11 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
         p.tensor.copy_(weights.read(p.name));
       else if (const int64_t depth = mtp_depth_of(config, p.name); depth > 0)
         absent.insert(depth);
+      else if (starts_fresh_in_folder(config, p.name))
+        log::info(
+            fmt::format("{} has no '{}' (a causal LM's folder): the reward model's score starts from model.seed's values, "
+                        "normal with std model.init_std, as transformers starts it",
+                        dir, p.name));
     }
   for (const int64_t depth : absent)
     log::warn(

@@ -141,7 +141,8 @@ MlaMoeModel::MlaMoeModel(const config::ModelConfig& c, uint64_t seed, c10::Scala
   }
   b.set_group(static_cast<int>(c.num_layers) + 1);
   m.final_norm = b.add_norm("model.norm.weight", H);
-  m.head = b.add("lm_head.weight", ParamRole::kHead, b.normal({V, H}, c.init_std));
+  m.head = c.score_head ? b.add("score.weight", ParamRole::kHead, b.normal({1, H}, c.init_std))  // a reward model's one score
+                        : b.add("lm_head.weight", ParamRole::kHead, b.normal({V, H}, c.init_std));
   // Multi-token prediction: module k is HF's layer L + k - 1 (enorm, hnorm, eh_proj, a decoder
   // block, shared_head.norm), in the final group with the head it shares; drawn after the main
   // model, whose initial values MTP does not change.

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <cstdio>
@@ -28,7 +29,7 @@
 #include "dstrain/model/quantized_base.h"
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/objective.h"
-#include "dstrain/model/preference_loss.h"
+#include "dstrain/model/reward_loss.h"
 #include "dstrain/model/peft_import.h"
 #include "dstrain/run/progress_line.h"
 #include "dstrain/run/worker_env.h"
@@ -110,16 +111,21 @@ double number_at(const nlohmann::json& d, const char* key) {
   return v.is_number() ? v.get<double>() : std::numeric_limits<double>::quiet_NaN();
 }
 
-// Sets of preference pairs: the loss per pair and whether the chosen completions win.
+// Sets of preference pairs: the loss per pair and whether the chosen completions win (DPO's
+// rewards/accuracies and rewards/margins, a reward model's accuracy and margin).
 std::string render_pairs(const nlohmann::json& j, size_t width) {
-  std::string out = fmt::format("{:<{}}  {:>12}  {:>18}  {:>15}  {:>9}  {:>9}\n", "dataset", width, "val_loss", "rewards/accuracies",
-                                "rewards/margins", "pairs", "time");
+  const auto& first = *std::find_if(j.at("datasets").begin(), j.at("datasets").end(), [](const auto& d) { return d.contains("pairs"); });
+  const bool dpo = first.at("metrics").contains("rewards/accuracies");
+  const char* accuracy = dpo ? "rewards/accuracies" : "accuracy";
+  const char* margin = dpo ? "rewards/margins" : "margin";
+  std::string out =
+      fmt::format("{:<{}}  {:>12}  {:>18}  {:>15}  {:>9}  {:>9}\n", "dataset", width, "val_loss", accuracy, margin, "pairs", "time");
   for (const auto& d : j.at("datasets")) {
     if (!d.contains("pairs")) continue;
     const auto& m = d.at("metrics");
     out += fmt::format("{:<{}}  {:>12.6f}  {:>18.4f}  {:>15.4f}  {:>9}  {:>7.2f} s\n", d.at("name").get<std::string>(), width,
-                       number_at(d, "val_loss"), number_at(m, "rewards/accuracies"), number_at(m, "rewards/margins"),
-                       d.at("pairs").get<int64_t>(), d.at("eval_ms").get<double>() / 1000.0);
+                       number_at(d, "val_loss"), number_at(m, accuracy), number_at(m, margin), d.at("pairs").get<int64_t>(),
+                       d.at("eval_ms").get<double>() / 1000.0);
   }
   return out;
 }
@@ -184,14 +190,15 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_weights(*model, recipe, task, device.device);
   model::Objective objective(recipe.train.loss_chunk_tokens);
-  if (recipe.train.objective == config::TrainObjective::kDpo) model::set_preference_loss(objective, recipe.preference);
+  model::set_pair_loss(objective, recipe.train.objective, recipe.preference);
   train::SequentialRunner runner(*model, objective, nullptr, device.device);
   std::vector<data::EvalSet> sets = data::open_eval_sets(recipe);
   // Pairs are scored against the reference log-probs the run's start made (a set held out by
   // eval.split reads its training set's); the starting model itself may make them.
   std::vector<const data::PreferencePairs*> pairs;
-  for (const data::EvalSet& set : sets)
-    if (set.pairs()) pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
+  for (const data::EvalSet& set : sets)  // a reward model scores pairs without a reference
+    if (set.pairs() && recipe.train.objective == config::TrainObjective::kDpo)
+      pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
   train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
   train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
   evaluator.set_pair_objective(&objective);

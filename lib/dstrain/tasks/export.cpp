@@ -123,7 +123,7 @@ std::optional<config::DatasetSidecar> dataset_sidecar(const config::Recipe& r) {
 }
 
 struct Tokens {
-  std::optional<int64_t> bos, eos, end_of_turn;
+  std::optional<int64_t> bos, eos, end_of_turn, pad;
   std::string tokenizer;  // where it comes from
 };
 
@@ -146,6 +146,7 @@ std::string copy_dataset_tokenizer(const config::DatasetSidecar& sidecar, const 
     return std::nullopt;
   };
   if (!t.bos) t.bos = id_of("bos_token");
+  if (!t.pad) t.pad = id_of("pad_token");
   if (!t.eos) t.eos = sidecar.eos >= 0 ? std::optional<int64_t>(sidecar.eos) : id_of("eos_token");
   if (!sidecar.end_of_turn.empty())
     if (auto id = tokenizer->token_id(sidecar.end_of_turn)) t.end_of_turn = int64_t{*id};
@@ -165,6 +166,7 @@ void read_special_ids(const std::string& from, Tokens& t) {
   if (!cfg.is_object()) return;
   if (!t.bos && cfg.contains("bos_token_id") && cfg["bos_token_id"].is_number_integer()) t.bos = cfg["bos_token_id"].get<int64_t>();
   if (!t.eos && cfg.contains("eos_token_id") && cfg["eos_token_id"].is_number_integer()) t.eos = cfg["eos_token_id"].get<int64_t>();
+  if (!t.pad && cfg.contains("pad_token_id") && cfg["pad_token_id"].is_number_integer()) t.pad = cfg["pad_token_id"].get<int64_t>();
 }
 
 // A Hugging Face folder's tokenizer files into out_dir; false when it has none.
@@ -252,6 +254,7 @@ ExportResult export_hf_folder(const std::string& from, const std::string& out_di
   if (copy_tokenizer_files(from, out_dir)) result.tokenizer = "the files of " + from;
   model::HfExportOptions with_ids = o;
   with_ids.bos_token_id = tokens.bos, with_ids.eos_token_id = tokens.eos;
+  if (model.score_head) with_ids.pad_token_id = tokens.pad ? tokens.pad : tokens.eos;
   result.files = model::export_hf_streaming(
       model, tensors, [&](const model::TensorShape& t) { return weights.read(t.name); }, with_ids, out_dir);
   return result;
@@ -323,6 +326,8 @@ ExportResult export_run_to_hf(const std::string& run_path, const std::string& ou
   fs::create_directories(out_dir);
   const Tokens tokens = write_tokenizer(recipe, out_dir);
   o.bos_token_id = tokens.bos, o.eos_token_id = tokens.eos, o.end_of_turn_id = tokens.end_of_turn;
+  // A reward model's score is read before the pad token: TRL's pad_token, else the eos (data/score_token.h).
+  if (recipe.model.score_head) o.pad_token_id = tokens.pad ? tokens.pad : tokens.eos;
   result.tokenizer = tokens.tokenizer;
   if (adapter) {
     result.files = write_peft_adapter(recipe, reader, o.dtype, out_dir), result.adapter = true;

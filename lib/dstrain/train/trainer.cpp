@@ -27,7 +27,7 @@
 #include "dstrain/model/hf_export.h"
 #include "dstrain/model/mtp_loss.h"
 #include "dstrain/model/objective.h"
-#include "dstrain/model/preference_loss.h"
+#include "dstrain/model/reward_loss.h"
 #include "dstrain/model/z_loss.h"
 #include "dstrain/sched/lr_schedule.h"
 #include "dstrain/train/bad_step_policy.h"
@@ -224,7 +224,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.objective = std::make_unique<model::Objective>(p.recipe.train.loss_chunk_tokens);
   model::add_mtp_terms(*p.objective, p.recipe.model, p.cursor * p.recipe.data.seq_len);
   model::add_z_loss_term(*p.objective, p.recipe.train.z_loss_weight);
-  if (p.recipe.train.objective == config::TrainObjective::kDpo) model::set_preference_loss(*p.objective, p.recipe.preference);
+  model::set_pair_loss(*p.objective, p.recipe.train.objective, p.recipe.preference);
   if (p.comm.pipeline()) {
     p.runner = std::make_unique<PipelineRunner>(p.recipe, *p.model, *p.objective, *p.engine, *p.comm.pipeline(), device.device);
   } else {
