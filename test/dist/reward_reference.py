@@ -14,9 +14,10 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
       RewardTrainer on the rows, every step the whole set (one batch), AdamW without weight decay, a
       constant LR, fp32 on the CPU; writes each step's loss and accuracy, margin, mean_reward, and with
       --eval-rows its evaluate() every K steps
-  reward_reference.py score MODEL TOKDIR ROWS.jsonl OUT.json
-      a (dstrain-exported) folder loaded by AutoModelForSequenceClassification, scored by RewardTrainer's
-      evaluate() on the rows in one batch: loss, accuracy, margin, mean_reward
+  reward_reference.py score MODEL TOKDIR ROWS.jsonl OUT.json [--adapter PEFT_DIR]
+      a (dstrain-exported) folder loaded by AutoModelForSequenceClassification (with a PEFT adapter
+      merged in), scored by RewardTrainer's evaluate() on the rows in one batch: loss, accuracy,
+      margin, mean_reward
   reward_reference.py compare OUT.json METRICS.jsonl --rtol R [--atol A] [--eval NAME]
       dstrain's per-step loss and metrics against TRL's (and evaluation set NAME's rows against TRL's
       evaluations)
@@ -134,10 +135,13 @@ def score(args):
     tok = transformers.AutoTokenizer.from_pretrained(args.tokdir)
     rows = load_rows(args.rows)
     model = load_model(args.model)
+    if args.adapter:  # a PEFT adapter (SEQ_CLS: its modules_to_save hold the score), merged into the base
+        from peft import PeftModel
+        model = PeftModel.from_pretrained(model, args.adapter).merge_and_unload()
     saved_pad = model.config.pad_token_id
     trainer = trainer_for(model, tok, rows, os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl-score"),
                           eval_rows=rows, per_device_eval_batch_size=len(rows), max_length=None)
-    if saved_pad != trainer.model.config.pad_token_id:
+    if not args.adapter and saved_pad != trainer.model.config.pad_token_id:  # dstrain's export writes the pad it scored before
         raise SystemExit(f"{args.model}/config.json: pad_token_id {saved_pad}, RewardTrainer's {trainer.model.config.pad_token_id}")
     h = trainer.evaluate()
     out = dict({"loss": h["eval_loss"], "pairs": len(rows)}, **{m: h["eval_" + m] for m in METRICS})
@@ -190,7 +194,7 @@ def main():
     p.add_argument("--center", type=float, default=None), p.add_argument("--grad-clip", type=float, default=1.0)
     p.add_argument("--eval-rows"), p.add_argument("--eval-steps", type=int, default=0)
     p = sub.add_parser("score")
-    p.add_argument("model"), p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("out")
+    p.add_argument("model"), p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("out"), p.add_argument("--adapter")
     p = sub.add_parser("compare")
     p.add_argument("reference"), p.add_argument("metrics")
     p.add_argument("--rtol", type=float, default=1e-5), p.add_argument("--atol", type=float, default=1e-7)

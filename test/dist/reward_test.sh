@@ -5,7 +5,9 @@
 # mean_reward within 1e-5 on 64 pairs (fp32, full-batch steps; with center_rewards_coefficient too),
 # held-out pairs as its evaluate(); the loss is a mean over pairs whatever the split (2 ranks at
 # ZeRO 3); export-hf writes a folder that AutoModelForSequenceClassification loads with the same
-# scores; a causal LM's folder starts the score from the seed; bad recipes are refused by key.
+# scores; LoRA trains the score in full beside the adapters and exports a SEQ_CLS adapter PEFT
+# loads with the same scores; a causal LM's folder starts the score from the seed; bad recipes are
+# refused by key.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
@@ -96,6 +98,29 @@ expect_out "accuracy"
 expect_out "rm-eval"
 ok "export-hf writes LlamaForSequenceClassification (num_labels 1, pad_token_id); transformers scores the held-out pairs as dstrain did (1e-5); dstrain eval prints accuracy"
 
+# LoRA: the adapters, and the score in full beside them (PEFT's SEQ_CLS modules_to_save); the
+# adapter export loads in PEFT over the same base and scores the held-out pairs as dstrain did.
+expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=lora --set lora.rank=8 --set lora.alpha=16 --set optimizer.lr=5e-3 \
+  --set 'eval.paths=[rm-eval]' --set eval.interval_steps=3
+expect_out "score"
+python3 "$SRC/test/dist/compare_metrics.py" lora/metrics.jsonl --decreases 0.05 || fail "LoRA's reward loss did not fall"
+expect_status 0 "$DSTRAIN" export-hf lora lora-adapter
+python3 - lora-adapter/adapter_config.json <<'PY' || fail "the adapter is not a SEQ_CLS adapter with the score"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["task_type"] == "SEQ_CLS" and c["modules_to_save"] == ["score"], c
+PY
+"$trl" "$ref" score rm toks/deepseek-llm-chat evalpairs.jsonl lora.score.json --adapter lora-adapter >/dev/null 2>&1 ||
+  fail "PEFT could not score the adapter"
+python3 - lora.score.json lora/metrics.jsonl <<'PY' || fail "PEFT scores the adapter differently"
+import json, sys
+hf = json.load(open(sys.argv[1]))
+last = [r for r in map(json.loads, open(sys.argv[2])) if r.get("eval") == "rm-eval"][-1]
+for k, got in [("loss", "val_loss"), ("accuracy", "accuracy"), ("margin", "margin"), ("mean_reward", "mean_reward")]:
+    assert abs(hf[k] - last[got]) <= 1e-6 + 1e-5 * abs(hf[k]), (k, hf[k], last[got])
+PY
+ok "LoRA trains a reward model (the score in full beside the adapters); its SEQ_CLS adapter loads in PEFT over the base and scores the held-out pairs as dstrain did (1e-5)"
+
 # A causal LM's folder: its weights, the score from the seed (the same on every rank).
 expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=from-lm --set model.init_from=hf --set train.steps=2
 expect_out "has no 'score.weight'"
@@ -107,13 +132,11 @@ expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set preference.
 expect_out "a reward model reads only preference.center_rewards_coefficient"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=dpo --set preference.center_rewards_coefficient=0.1
 expect_out "it belongs to train.objective reward"
-expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set lora.rank=8
-expect_out "train.objective reward with lora: not supported yet"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set model.score_head=true
 expect_out "model.score_head is set but train.objective is sft"
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/reward-deepseek.yaml" --set run_dir=recipe --set data.path="$WORK/rm-pairs" --set train.epochs=20 --dry-run
 expect_out "the configuration is valid"
 expect_out "model.score_head"
 expect_out "train.epochs 20 x 63 preference pairs"
-ok "DPO keys with reward, center_rewards_coefficient without it, LoRA and a score head without reward are refused by key; recipes/reward-deepseek.yaml dry-runs"
+ok "DPO keys with reward, center_rewards_coefficient without it and a score head without reward are refused by key; recipes/reward-deepseek.yaml dry-runs"
 finish

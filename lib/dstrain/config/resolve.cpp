@@ -363,13 +363,7 @@ void check_preference(const Recipe& r, Problem&& problem) {
                     "reward, or leave model.score_head out",
                     name(objective)));
   if (objective == TrainObjective::kSft) return;
-  if (objective == TrainObjective::kReward) {
-    if (r.lora.enabled())
-      problem(
-          "train.objective reward with lora: not supported yet (the score head trains in full, which dstrain's PEFT export does not carry "
-          "yet); train the reward model without lora");
-    return check_pair_training(r, problem);
-  }
+  if (objective == TrainObjective::kReward) return check_pair_training(r, problem);
   static const char* const kLossTypes[] = {"sigmoid",   "hinge",    "ipo",      "robust",       "exo_pair", "nca_pair", "bco_pair",
                                            "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop", "sft"};
   if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
@@ -736,12 +730,23 @@ void resolve_frozen(LoadContext& ctx) {
   }
 }
 
-// train.objective reward scores sequences: the model's head is a score, said in model.score_head.
+// train.objective reward scores sequences: the model's head is a score, said in model.score_head;
+// with LoRA the score trains in full beside the adapters, as PEFT's SEQ_CLS task adds it to
+// modules_to_save.
 void resolve_score_head(LoadContext& ctx) {
   Recipe& r = ctx.recipe;
-  if (r.train.objective != TrainObjective::kReward || r.model.score_head) return;
-  r.model.score_head = true;
-  r.sources["model.score_head"] = "train.objective reward";
+  if (r.train.objective != TrainObjective::kReward) return;
+  if (!r.model.score_head) {
+    r.model.score_head = true;
+    r.sources["model.score_head"] = "train.objective reward";
+  }
+  auto& saved = r.lora.modules_to_save;
+  if (r.lora.enabled() && std::find(saved.begin(), saved.end(), "score") == saved.end()) {
+    saved.push_back("score");
+    const std::string note = "train.objective reward with lora: the score trains in full (PEFT's SEQ_CLS)";
+    const auto was = r.sources.find("lora.modules_to_save");
+    r.sources["lora.modules_to_save"] = was == r.sources.end() || was->second == "default" ? note : was->second + "; score from " + note;
+  }
 }
 
 void resolve_and_validate(LoadContext& ctx) {

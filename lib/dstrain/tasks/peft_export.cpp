@@ -71,7 +71,7 @@ std::vector<std::string> adapter_contents(const config::Recipe& recipe, const ck
 nlohmann::json adapter_config(const config::Recipe& recipe, const std::vector<std::string>& adapters) {
   const config::LoraConfig& l = recipe.lora;
   return {{"peft_type", "LORA"},
-          {"task_type", "CAUSAL_LM"},
+          {"task_type", recipe.model.score_head ? "SEQ_CLS" : "CAUSAL_LM"},  // a reward model: AutoPeftModelForSequenceClassification
           {"base_model_name_or_path", recipe.model.init_from},
           {"r", l.rank},
           {"lora_alpha", l.alpha == std::floor(l.alpha) ? nlohmann::json(static_cast<int64_t>(l.alpha)) : nlohmann::json(l.alpha)},
