@@ -18,6 +18,8 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
       a (dstrain-exported) folder loaded by AutoModelForSequenceClassification (with a PEFT adapter
       merged in), scored by RewardTrainer's evaluate() on the rows in one batch: loss, accuracy,
       margin, mean_reward
+  reward_reference.py many COMMANDS.txt
+      each line's command (the arguments above) in this one process: TRL imported once
   reward_reference.py compare OUT.json METRICS.jsonl --rtol R [--atol A] [--eval NAME]
       dstrain's per-step loss and metrics against TRL's (and evaluation set NAME's rows against TRL's
       evaluations)
@@ -25,6 +27,7 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
 import argparse
 import json
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -179,7 +182,7 @@ def compare(args):
         print(f"{len(want)} evaluations of {scored[0]['pairs']} held-out pairs equal RewardTrainer's evaluate()")
 
 
-def main():
+def parser():
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("tokens")
@@ -199,8 +202,25 @@ def main():
     p.add_argument("reference"), p.add_argument("metrics")
     p.add_argument("--rtol", type=float, default=1e-5), p.add_argument("--atol", type=float, default=1e-7)
     p.add_argument("--grad-rtol", type=float, default=0), p.add_argument("--eval")
-    args = ap.parse_args()
-    {"tokens": tokens, "compare-tokens": compare_tokens, "model": make_model, "train": train, "score": score, "compare": compare}[args.cmd](args)
+    p = sub.add_parser("many")
+    p.add_argument("commands")
+    return ap
+
+
+def run(args):
+    commands = {"tokens": tokens, "compare-tokens": compare_tokens, "model": make_model, "train": train, "score": score, "compare": compare,
+                "many": many}
+    commands[args.cmd](args)
+
+
+def many(args):
+    for line in open(args.commands, encoding="utf-8"):
+        if line.strip():
+            run(parser().parse_args(shlex.split(line)))
+
+
+def main():
+    run(parser().parse_args())
 
 
 if __name__ == "__main__":

@@ -28,15 +28,15 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRA
 "$trl" "$pairs_ref" pairs corpus.jsonl text.jsonl --count 24 --seed 8 --kind text
 "$py" "$SRC/test/dist/finetune_reference.py" model hf --vocab 3000 --max-positions 128 >/dev/null || fail "the causal LM could not be made"
 "$trl" "$ref" model hf rm --seed 1 >/dev/null || fail "the reward model could not be made"
-(
-  set -e
-  for name in pairs chatml v3 text; do
-    tok=$(case $name in pairs | text) echo deepseek-llm-chat ;; chatml) echo chatml-qwen-style ;; v3) echo deepseek-v3-style ;; esac)
-    "$trl" "$ref" tokens toks/$tok $name.jsonl $name.trl-tokens.json
-  done
-  "$trl" "$ref" train rm toks/deepseek-llm-chat pairs.jsonl bt.trl.json --steps 6 --lr 1e-3 --eval-rows evalpairs.jsonl --eval-steps 3
-  "$trl" "$ref" train rm toks/deepseek-llm-chat pairs.jsonl center.trl.json --steps 6 --lr 1e-3 --center 0.05
-) > trl.log 2>&1 &
+for name in pairs chatml v3 text; do
+  tok=$(case $name in pairs | text) echo deepseek-llm-chat ;; chatml) echo chatml-qwen-style ;; v3) echo deepseek-v3-style ;; esac)
+  echo "tokens toks/$tok $name.jsonl $name.trl-tokens.json"
+done > trl-commands.txt
+cat >> trl-commands.txt <<'EOF'
+train rm toks/deepseek-llm-chat pairs.jsonl bt.trl.json --steps 6 --lr 1e-3 --eval-rows evalpairs.jsonl --eval-steps 3
+train rm toks/deepseek-llm-chat pairs.jsonl center.trl.json --steps 6 --lr 1e-3 --center 0.05
+EOF
+"$trl" "$ref" many trl-commands.txt > trl.log 2>&1 &
 trl_pid=$!
 
 expect_status 0 "$DSTRAIN" prepare-data pairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output rm-pairs
@@ -97,6 +97,19 @@ expect_status 0 "$DSTRAIN" eval bt
 expect_out "accuracy"
 expect_out "rm-eval"
 ok "export-hf writes LlamaForSequenceClassification (num_labels 1, pad_token_id); transformers scores the held-out pairs as dstrain did (1e-5); dstrain eval prints accuracy"
+
+# A reward model's Hugging Face folder converts as one: score.weight, not lm_head.
+expect_status 0 "$DSTRAIN" export-hf bt-hf bt-bf16 --dtype bf16
+"$py" - bt-hf bt-bf16 <<'PY' || fail "the bf16 conversion of a reward model's folder differs"
+import json, sys, torch
+from safetensors.torch import load_file
+a, b = (load_file(f"{d}/model.safetensors") for d in sys.argv[1:])
+assert set(a) == set(b) and "score.weight" in b and "lm_head.weight" not in b, sorted(set(a) ^ set(b))
+for k in a: assert b[k].dtype == torch.bfloat16 and torch.equal(a[k].to(torch.bfloat16), b[k]), k
+ca, cb = (json.load(open(f"{d}/config.json")) for d in sys.argv[1:])
+for k in ("architectures", "id2label", "pad_token_id"): assert ca[k] == cb[k], (k, ca[k], cb[k])
+PY
+ok "export-hf converts a reward model's folder (bf16): LlamaForSequenceClassification, score.weight, pad_token_id kept"
 
 # LoRA: the adapters, and the score in full beside them (PEFT's SEQ_CLS modules_to_save); the
 # adapter export loads in PEFT over the same base and scores the held-out pairs as dstrain did.
