@@ -160,7 +160,7 @@ def train(args):
         for name, run in runs.items():
             one = argparse.Namespace(**vars(args))
             one.cmd, one.out = "train", os.path.join(os.path.dirname(os.path.abspath(args.runs)), name + ".trl.json")
-            one.loss_type, one.loss_weights = run["loss_type"], run.get("loss_weights")
+            one.loss_type, one.loss_weights, one.steps = run["loss_type"], run.get("loss_weights"), run.get("steps", args.steps)
             one.beta, one.label_smoothing = run.get("beta", 0.1), run.get("label_smoothing", 0.0)
             one.eval_rows, one.eval_steps = run.get("eval_rows"), run.get("eval_steps", 0)
             one.discopop_tau = run.get("discopop_tau", 0.05)

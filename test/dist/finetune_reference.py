@@ -31,10 +31,9 @@ import math
 import os
 import sys
 
-import torch
-
 
 def make_model(args):
+    import torch  # here, not at the top: compare needs neither (a torch import costs seconds)
     import transformers
     torch.manual_seed(11)
     if args.family == "deepseek_v3":
@@ -58,6 +57,7 @@ def make_model(args):
 
 
 def rows_of(prefix, seq_len):
+    import torch
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "text"))
     from chat_data_reference import read_dataset
     conversations = read_dataset(prefix)
@@ -81,6 +81,7 @@ def lr_at(args, step):
 
 
 def train(args):
+    import torch
     import transformers
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -123,6 +124,7 @@ def train(args):
 
 
 def evaluate(args):
+    import torch
     import transformers
     torch.set_num_threads(1)
     model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32, attn_implementation="eager")

@@ -227,7 +227,7 @@ ok "train.freeze (embeddings, layer 0; the V3's routed experts too) equals PyTor
 # trained 50 steps on the base quantized to NF4, by dstrain (lora.base nf4, lora.init_from) and by
 # PEFT on transformers' 4-bit load, on 2 ranks at ZeRO 2.
 if "$py" -c 'import bitsandbytes, peft' 2>/dev/null; then
-  "$py" "$SRC/test/dist/peft_reference.py" make hf qadapter corpus.jsonl 64 8 16 q_proj k_proj v_proj o_proj gate_proj up_proj down_proj \
+  "$py" "$SRC/test/dist/peft_reference.py" make hf qadapter - 64 8 16 q_proj k_proj v_proj o_proj gate_proj up_proj down_proj \
     >/dev/null || fail "PEFT could not make the adapter"
   expect_status 0 "$DSTRAIN" train ref.yaml --set run_dir=qlora --set train.epochs=0 --set train.steps=50 --set eval.interval_steps=0 \
     --set zero.stage=2 --set lora.rank=8 --set lora.alpha=16 --set lora.use_rslora=true --set lora.base=nf4 \

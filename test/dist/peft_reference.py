@@ -10,8 +10,8 @@ peft_reference.py BASE ADAPTER VAL SEQ_LEN WANT [MERGED]
 
 peft_reference.py make BASE OUT VAL SEQ_LEN R ALPHA TARGET...
   makes a PEFT adapter on BASE (random A and B, as a trained one would be; rsLoRA) for dstrain's
-  lora.init_from, saves it to OUT and prints its loss on VAL's windows; a TARGET param:NAME is a
-  target_parameters entry (transformers 5's fused experts: param:mlp.experts.gate_up_proj)
+  lora.init_from, saves it to OUT and prints its loss on VAL's windows (VAL "-": no loss); a TARGET
+  param:NAME is a target_parameters entry (transformers 5's fused experts: param:mlp.experts.gate_up_proj)
 
 PeftModel.from_pretrained must take every tensor of the file and leave no adapter weight
 unloaded (PEFT's own state dict has exactly the file's keys, bit for bit; the routed experts'
@@ -76,7 +76,8 @@ def make(base, out, val, seq_len, r, alpha, targets):
     model = get_peft_model(load(base), LoraConfig(r=r, lora_alpha=alpha, target_modules=modules, target_parameters=parameters or None,
                                                   use_rslora=True, init_lora_weights=False, task_type="CAUSAL_LM"))
     model.eval().save_pretrained(out)
-    print(repr(loss(model, val, seq_len)))
+    if val != "-":
+        print(repr(loss(model, val, seq_len)))
 
 
 def main():
