@@ -78,10 +78,8 @@ srun -n2 "$DSTRAIN" resume $WORK/steps
 echo "second step: \$?"
 SCRIPT
 jobid=$(sbatch --parsable -o steps.out steps.sh)
-# Done when the requeued run has resumed and the job has left the queue (it may vanish from squeue
-# for a moment while Slurm requeues it, before the second start).
 for _ in $(seq 1 600); do
-  ! squeue -h -j "$jobid" 2>/dev/null | grep -q . && grep -q "resumed from" requeue.out && break
+  ! squeue -h -j "$jobid" 2>/dev/null | grep -q . && grep -q "second step:" steps.out && break
   sleep 0.2
 done
 grep -q "first step: 75" steps.out && grep -qE "second step: (0|75)" steps.out || fail "two steps in one allocation: $(tail -20 steps.out)"
@@ -111,8 +109,15 @@ printf '#!/bin/bash\nexec "%s" train "%s" %s --set run_dir=%s --resume auto\n' "
 jobid=$(sbatch --parsable --requeue --open-mode=append -o requeue.out requeue.sh)
 for _ in $(seq 1 300); do [ -f requeued/ckpt/step_00000010/COMMITTED ] && break; sleep 0.1; done
 scontrol requeue "$jobid"
-for _ in $(seq 1 100); do squeue -h -j "$jobid" -o %r 2>/dev/null | grep -q BeginTime && break; sleep 0.1; done
-scontrol update jobid="$jobid" StartTime=now  # Slurm holds a requeued job back for a while
+# Slurm holds a requeued job back for a while (pending, reason BeginTime). It is released here once
+# the first start has ended and its node is no longer completing: released before, Slurm may start
+# it while the first start's credential is being revoked, and kill it ("Job credential revoked").
+for _ in $(seq 1 300); do
+  ! pgrep -f "run_dir=$WORK/requeued" >/dev/null && [ "$(squeue -h -j "$jobid" -o '%T %r' 2>/dev/null)" = "PENDING BeginTime" ] &&
+    [ -z "$(sinfo -h -N -t COMPLETING -o %N 2>/dev/null)" ] && break
+  sleep 0.1
+done
+scontrol update jobid="$jobid" StartTime=now
 # Done when the requeued run has resumed and the job has left the queue (it may vanish from squeue
 # for a moment while Slurm requeues it, before the second start).
 for _ in $(seq 1 600); do
