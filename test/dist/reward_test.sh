@@ -147,9 +147,12 @@ expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objec
 expect_out "it belongs to train.objective reward"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set model.score_head=true
 expect_out "model.score_head is set but train.objective is sft"
+expect_status 4 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set data.path="$SRC/recipes/data/demo_corpus.txt" \
+  --set data.format=bytes --dry-run
+expect_out "$WORK/rm is a sequence classifier (LlamaForSequenceClassification: a reward model's score.weight in place of lm_head)"
 expect_status 0 "$DSTRAIN" train "$SRC/recipes/reward-deepseek.yaml" --set run_dir=recipe --set data.path="$WORK/rm-pairs" --set train.epochs=20 --dry-run
 expect_out "the configuration is valid"
 expect_out "model.score_head"
 expect_out "train.epochs 20 x 63 preference pairs"
-ok "DPO keys with reward, center_rewards_coefficient without it and a score head without reward are refused by key; recipes/reward-deepseek.yaml dry-runs"
+ok "DPO keys with reward, center_rewards_coefficient without it and a score head without reward are refused by key; a reward model's folder as a causal LM is named as such; recipes/reward-deepseek.yaml dry-runs"
 finish

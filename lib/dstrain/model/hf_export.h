@@ -102,6 +102,10 @@ void load_hf_weights(const std::string& dir, const config::ModelConfig& config, 
 std::vector<std::string> hf_weight_problems(const std::string& dir, const std::vector<NamedShape>& tensors);
 void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors, const std::string& hint = "");
 
+// The *ForSequenceClassification architecture an HF directory's config.json names (a reward
+// model's folder: score.weight in place of lm_head); empty for any other folder.
+std::string hf_sequence_classifier(const std::string& dir);
+
 // Writes params and buffers to HF layout (see above).
 void export_hf(const config::ModelConfig& config, const NamedTensors& params, const NamedTensors& buffers, const std::string& out_dir);
 

@@ -219,18 +219,40 @@ std::vector<std::string> hf_weight_problems(const std::string& dir, const std::v
   return problems;
 }
 
+std::string hf_sequence_classifier(const std::string& dir) {
+  const std::string path = dir + "/config.json";
+  if (!fs::is_regular_file(path)) return "";
+  const auto config = nlohmann::json::parse(read_file(path), nullptr, false);
+  if (!config.is_object() || !config.contains("architectures") || !config["architectures"].is_array()) return "";
+  const std::string suffix = "ForSequenceClassification";
+  for (const auto& a : config["architectures"]) {
+    const std::string name = a.is_string() ? a.get<std::string>() : "";
+    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return name;
+  }
+  return "";
+}
+
 void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& tensors, const std::string& hint) {
   const auto problems = hf_weight_problems(dir, tensors);
   if (problems.empty()) return;
   const size_t shown = std::min<size_t>(problems.size(), 8);
+  // A reward model's folder where a causal LM was expected: its head is score.weight.
+  const bool wants_lm_head = std::any_of(problems.begin(), problems.end(),
+                                         [](const std::string& p) { return p.find("no tensor 'lm_head.weight'") != std::string::npos; });
+  const std::string classifier = wants_lm_head ? hf_sequence_classifier(dir) : "";
+  std::string why = hint;
+  if (!classifier.empty())
+    why = fmt::format(
+        "{} is a sequence classifier ({}: a reward model's score.weight in place of lm_head): train it with "
+        "train.objective: reward, or start from a causal LM's folder",
+        dir, classifier);
+  else if (why.empty())
+    why = fmt::format("{}/config.json does not describe the weights beside it: export the folder again, or fix its config.json", dir);
   throw Error(ErrorCode::kCheckpoint,
               fmt::format("model.init_from: {} of the model's {} tensors do not match the weights in {}:\n  {}{}", problems.size(),
                           tensors.size(), dir, fmt::join(problems.begin(), problems.begin() + static_cast<std::ptrdiff_t>(shown), "\n  "),
                           problems.size() > shown ? fmt::format("\n  ... and {} more", problems.size() - shown) : ""),
-              hint.empty() ? fmt::format("{}/config.json does not describe the weights beside it: export the folder again, or fix its "
-                                         "config.json",
-                                         dir)
-                           : hint);
+              why);
 }
 
 namespace {

@@ -260,19 +260,6 @@ ExportResult export_hf_folder(const std::string& from, const std::string& out_di
   return result;
 }
 
-// A reward model's folder (AutoModelForSequenceClassification's architectures) holds score.weight
-// in place of lm_head.
-bool is_sequence_classifier(const std::string& dir) {
-  const auto config = nlohmann::json::parse(read_file(dir + "/config.json"), nullptr, false);
-  if (!config.is_object() || !config.contains("architectures") || !config["architectures"].is_array()) return false;
-  const std::string suffix = "ForSequenceClassification";
-  for (const auto& a : config["architectures"]) {
-    const std::string name = a.is_string() ? a.get<std::string>() : "";
-    if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 // The recipe around the model is a placeholder: an export trains nothing. A sequence classifier's
@@ -287,7 +274,7 @@ config::ModelConfig model_of_hf_folder(const std::string& dir) {
                                    "train.steps=1",
                                    "schedule.warmup_steps=0",
                                    "logging.steps_per_print=1"};
-  if (is_sequence_classifier(dir)) sets.push_back("train.objective=reward");
+  if (!model::hf_sequence_classifier(dir).empty()) sets.push_back("train.objective=reward");
   const std::string name = "dstrain export-hf " + dir;
   config::LoadOptions options;
   options.data_may_be_missing = true;
