@@ -32,6 +32,9 @@ void register_eval(CLI::App& app, Run& run) {
       "A fine-tuning set (prepare-data --chat, or the conversations eval.split holds out of one)\n"
       "is scored on the tokens its loss mask trains, its conversations packed in file order into\n"
       "rows (the windows column counts those rows).\n"
+      "A preference set (prepare-data --preference) is scored per pair as the run's objective scores it:\n"
+      "dpo's loss, rewards/accuracies and rewards/margins; a reward model's loss, accuracy and margin.\n"
+      "A reward model's Hugging Face folder (*ForSequenceClassification) scores pairs as one.\n"
       "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n\n"
       "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"
       "Examples:\n"
@@ -39,7 +42,8 @@ void register_eval(CLI::App& app, Run& run) {
       "  dstrain eval runs/demo --step best --nproc-per-node 4 --json\n"
       "  dstrain eval runs/demo --data data/val --data data/code-val --name val --name code\n"
       "  dstrain eval runs/sft --data data/chat-val   (the loss on the answers of held-out conversations)\n"
-      "  dstrain eval hf-export --data val.txt --format bytes --seq-len 512");
+      "  dstrain eval hf-export --data val.txt --format bytes --seq-len 512\n"
+      "  dstrain eval exported/reward --data data/pairs-val --seq-len 1024   (a reward model: pairwise accuracy)");
   cmd->add_option("target", args->target, "Run directory, checkpoint, or Hugging Face model folder")->required();
   cmd->add_option("--step", args->step, "A run's checkpoint: a step number, or best (checkpoint.keep_best's); default: the latest");
   cmd->add_option("--data", args->flags.data, "An evaluation set (repeatable): prepare-data's PREFIX, or a file in --format");

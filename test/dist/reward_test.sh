@@ -96,7 +96,17 @@ PY
 expect_status 0 "$DSTRAIN" eval bt
 expect_out "accuracy"
 expect_out "rm-eval"
-ok "export-hf writes LlamaForSequenceClassification (num_labels 1, pad_token_id); transformers scores the held-out pairs as dstrain did (1e-5); dstrain eval prints accuracy"
+# The exported folder itself, evaluated by dstrain on the same pairs, scores them as the run did.
+expect_status 0 "$DSTRAIN" eval bt-hf --data rm-eval --seq-len 96 --json
+python3 - "$(grep '^{' <<<"$OUT")" bt/metrics.jsonl <<'PY' || fail "dstrain eval of the exported folder scores the held-out pairs differently"
+import json, sys
+d = json.loads(sys.argv[1])["datasets"][0]
+last = [r for r in map(json.loads, open(sys.argv[2])) if r.get("eval") == "rm-eval"][-1]
+assert d["pairs"] == 12 and abs(d["val_loss"] - last["val_loss"]) <= 1e-6 * abs(last["val_loss"]), (d, last)
+for k in ("accuracy", "margin", "mean_reward"):
+    assert abs(d["metrics"][k] - last[k]) <= 1e-7 + 1e-5 * abs(last[k]), (k, d, last)
+PY
+ok "export-hf writes LlamaForSequenceClassification (num_labels 1, pad_token_id); transformers scores the held-out pairs as dstrain did (1e-5); dstrain eval prints accuracy, of the run and of the exported folder"
 
 # A reward model's Hugging Face folder converts as one: score.weight, not lm_head.
 expect_status 0 "$DSTRAIN" export-hf bt-hf bt-bf16 --dtype bf16

@@ -85,7 +85,7 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
   // it gets --seq-len itself (text gets 1, so that --seq-len is checked against the model next,
   // naming the flag).
   const bool conversations = format == "megatron" && data::has_loss_mask(config::megatron_prefix(flags.data.front()));
-  const std::vector<std::string> sets = {
+  std::vector<std::string> sets = {
       "model.init_from=" + dir,
       "data.other_tokenizer=true",  // every --data set is checked against the folder's tokenizer, as --data (check_sets)
       "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),  // required by the recipe; nothing is written there
@@ -98,6 +98,8 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
       "logging.steps_per_print=1",
       "precision.dtype=" + (flags.dtype.empty() ? std::string("fp32") : flags.dtype),
   };
+  // A reward model's folder scores preference pairs (accuracy, margin, mean_reward).
+  if (!model::hf_sequence_classifier(dir).empty()) sets.push_back("train.objective=reward");
   const std::string recipe_name = "dstrain eval " + dir;
   return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
     if (path == recipe_name) return std::string();
