@@ -236,9 +236,8 @@ void check_hf_weights(const std::string& dir, const std::vector<NamedShape>& ten
   const auto problems = hf_weight_problems(dir, tensors);
   if (problems.empty()) return;
   const size_t shown = std::min<size_t>(problems.size(), 8);
-  // A reward model's folder where a causal LM was expected: its head is score.weight.
-  const bool wants_lm_head = std::any_of(problems.begin(), problems.end(),
-                                         [](const std::string& p) { return p.find("no tensor 'lm_head.weight'") != std::string::npos; });
+  // A reward model's folder where a causal LM was expected: the model wants lm_head, the folder holds score.
+  const bool wants_lm_head = std::any_of(tensors.begin(), tensors.end(), [](const NamedShape& t) { return t.name == "lm_head.weight"; });
   const std::string classifier = wants_lm_head ? hf_sequence_classifier(dir) : "";
   std::string why = hint;
   if (!classifier.empty())
