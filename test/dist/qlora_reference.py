@@ -41,9 +41,26 @@ def codes(out):
         saved[f"{name}.absmax_codes"] = state.absmax.contiguous()
         saved[f"{name}.absmax_scales"] = state.state2.absmax.contiguous()
         saved[f"{name}.absmax_offset"] = state.offset.view(1).float().contiguous()
-        saved[f"{name}.dequantized"] = F.dequantize_4bit(q, state).float().contiguous()
+        generic = generic_dequantized(q, state)
+        native = F.dequantize_4bit(q, state)
+        if not torch.equal(native, generic):
+            print(f"note: {name} ({w.dtype}, {tuple(w.shape)}): bitsandbytes' CPU kernel dequantizes other values than its generic "
+                  f"path (max |diff| {(native.float() - generic.float()).abs().max().item():.3g}); the generic path is the reference")
+        saved[f"{name}.dequantized"] = generic.float().contiguous()
     save_file(saved, out)
     print(f"{len(weights)} weights quantized by bitsandbytes into {out}")
+
+
+def generic_dequantized(q, state):
+    """bitsandbytes' portable dequantization (backends/default: float32 products rounded once, "matches C++ / CUDA
+    behavior" as its source says). Its AVX512 CPU kernel for bfloat16 (bitsandbytes 0.50.2) gives other values when a
+    row is not a whole number of blocks, so the kernel a CPU happens to pick is not the reference."""
+    import bitsandbytes.functional as F
+    from bitsandbytes.backends.default.ops import _dequantize_4bit_compute
+    from bitsandbytes.backends.utils import _get_4bit_code
+    absmax = (F.dequantize_blockwise(state.absmax, state.state2) + state.offset).float()  # as F.dequantize_4bit (nested)
+    return _dequantize_4bit_compute(q.view(torch.uint8).reshape(-1), absmax, _get_4bit_code("nf4", q.device), state.blocksize,
+                                    state.shape, state.dtype)
 
 
 def qlora_loss(base, adapter, val, seq_len, want):
@@ -53,7 +70,14 @@ def qlora_loss(base, adapter, val, seq_len, want):
                                              bnb_4bit_compute_dtype=torch.float32)
     model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32, quantization_config=config, device_map="cpu",
                                                               attn_implementation="eager")
-    quantized = sum(1 for m in model.modules() if type(m).__name__ == "Linear4bit")
+    quantized = 0
+    for m in model.modules():
+        if type(m).__name__ == "Linear4bit":
+            # bitsandbytes' fused AVX512-BF16 CPU inference (taken in eval mode where the CPU has it) repacks the
+            # weight for bf16 kernels and refuses out_features not a multiple of 32: the dequantize-then-matmul
+            # path is the reference, as on every other machine.
+            m.support_avx512bf16_for_cpu = False
+            quantized += 1
     model = PeftModel.from_pretrained(model, adapter).eval()
     got = loss(model, val, seq_len)
     rel = abs(got - want) / want
