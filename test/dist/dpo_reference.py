@@ -105,6 +105,21 @@ def trainer_for(model, ref_model, tokenizer, rows, out_dir, eval_rows=None, **co
                       eval_dataset=datasets.Dataset.from_list(eval_rows) if eval_rows else None)
 
 
+def record_training_losses(trainer):
+    """The loss of each training step as compute_loss returns it (before any rounding in the logs), not evaluate()'s."""
+    losses = []
+    compute = trainer.compute_loss
+
+    def recorded(*a, **k):
+        loss = compute(*a, **k)
+        if trainer.model.training:
+            losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
+        return loss
+
+    trainer.compute_loss = recorded
+    return losses
+
+
 def tokens_many(args):
     for line in open(args.specs, encoding="utf-8"):
         if line.strip():
@@ -185,16 +200,7 @@ def train(args):
                           ld_alpha=args.ld_alpha, use_weighting=args.use_weighting,
                           max_length=None, seed=0,
                           optim="adamw_torch")
-    losses = []
-    compute = trainer.compute_loss
-
-    def recorded(*a, **k):
-        loss = compute(*a, **k)
-        if trainer.model.training:  # not evaluate()'s
-            losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
-        return loss
-
-    trainer.compute_loss = recorded
+    losses = record_training_losses(trainer)
     trainer.train()
     steps = [h for h in trainer.state.log_history if "rewards/chosen" in h]
     out = []

@@ -31,7 +31,7 @@ import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from dpo_reference import load_rows, quiet  # noqa: E402 (the same environment and rows as DPO's reference)
+from dpo_reference import load_rows, quiet, record_training_losses  # noqa: E402 (the same environment and rows as DPO's reference)
 
 METRICS = ["accuracy", "margin", "mean_reward"]
 
@@ -109,16 +109,7 @@ def train(args):
     evals = dict(eval_strategy="steps", eval_steps=args.eval_steps, per_device_eval_batch_size=len(eval_rows)) if eval_rows else {}
     trainer = trainer_for(load_model(args.model), tok, rows, os.path.join(os.path.dirname(os.path.abspath(args.out)), "trl-train"),
                           eval_rows=eval_rows, **evals, **common(args), max_steps=args.steps, center_rewards_coefficient=args.center)
-    losses = []
-    compute = trainer.compute_loss
-
-    def recorded(*a, **k):
-        loss = compute(*a, **k)
-        if trainer.model.training:
-            losses.append((loss[0] if isinstance(loss, tuple) else loss).item())
-        return loss
-
-    trainer.compute_loss = recorded
+    losses = record_training_losses(trainer)
     trainer.train()
     steps = [h for h in trainer.state.log_history if "accuracy" in h]
     out = [dict({"step": i + 1, "loss": losses[i], "grad_norm": h.get("grad_norm")}, **{m: h[m] for m in METRICS})

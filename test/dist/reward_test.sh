@@ -152,9 +152,9 @@ ok "a causal LM's folder starts a reward model (its score from the seed)"
 
 # Bad recipes.
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set preference.beta=0.2
-expect_out "a reward model reads only preference.center_rewards_coefficient"
+expect_out "preference.beta is set (--set) but train.objective is reward, which does not read it (train.objective dpo, cpo, simpo, orpo does)"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=dpo --set preference.center_rewards_coefficient=0.1
-expect_out "it belongs to train.objective reward"
+expect_out "which does not read it (train.objective reward does)"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set model.score_head=true
 expect_out "model.score_head is set but train.objective is sft"
 expect_status 4 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set data.path="$SRC/recipes/data/demo_corpus.txt" \

@@ -96,7 +96,7 @@ std::string init_tokenizer_problem(const Recipe& r, const std::string& data) {
       other, r.model.init_from);
 }
 
-// dpo and reward train on, and score, preference pairs; any other objective text or conversations.
+// Every objective but sft trains on, and scores, preference pairs; sft text or conversations.
 std::string pair_kind_problem(const Recipe& r, const DatasetSidecar& s, const std::string& path, bool eval) {
   const bool pairs = r.train.trains_pairs();
   const std::string objective = name(r.train.objective);
@@ -107,8 +107,8 @@ std::string pair_kind_problem(const Recipe& r, const DatasetSidecar& s, const st
         eval ? fmt::format("a {} run evaluates held-out pairs: ", objective) : "");
   if (!pairs && s.preference_pairs >= 0)
     return fmt::format("{}'{}' holds {} preference pairs ({}); {}", eval ? "eval.paths: " : "", path, s.preference_pairs, s.file,
-                       eval ? "only a train.objective dpo or reward run scores pairs"
-                            : "set train.objective: dpo (or reward, for a reward model) to train on them");
+                       eval ? "only a train.objective dpo, cpo, simpo, orpo or reward run scores pairs"
+                            : "set train.objective: dpo (or cpo, simpo, orpo; reward, for a reward model) to train on them");
   return "";
 }
 

@@ -27,7 +27,7 @@ enum class Recompute { kNone, kFull, kSelective };                            //
 enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
 enum class LoraBase { kModel, kNf4, kFp8 };                                   // lora.base: the frozen base's storage
-enum class TrainObjective { kSft, kDpo, kReward };                            // train.objective
+enum class TrainObjective { kSft, kDpo, kReward, kCpo, kSimpo, kOrpo };       // train.objective
 using PipelineSchedule = pipeline::ScheduleKind;                              // pipeline.schedule
 
 template <typename E>

@@ -202,7 +202,7 @@ struct TrainConfig {
   // (preference pairs: TRL's DPO losses against the reference's log-probs, `preference`) or
   // reward (preference pairs: a scalar score per sequence, TRL's RewardTrainer's Bradley-Terry loss).
   TrainObjective objective = TrainObjective::kSft;
-  // Whether the objective reads preference pairs (prepare-data --preference): dpo and reward.
+  // Whether the objective reads preference pairs (prepare-data --preference): all but sft.
   bool trains_pairs() const { return objective != TrainObjective::kSft; }
   // Parameters that do not train (LLaMA-Factory's finetuning_type freeze): Hugging Face name
   // globs (model.layers.[0-3].*) and roles (embeddings, attention, mlp, experts, router, norms,
@@ -271,6 +271,7 @@ struct ZeroConfig {
 };
 
 // train.objective dpo: the loss and its reference, with TRL's DPOConfig names (model/preference_loss.h);
+// cpo, simpo and orpo (no reference) with CPOConfig's and ORPOConfig's (model/reference_free_loss.h);
 // reward reads center_rewards_coefficient alone (model/reward_loss.h).
 struct PreferenceConfig {
   double beta = 0.1;                                 // DPO's beta (IPO's tau)
@@ -284,6 +285,12 @@ struct PreferenceConfig {
   // log-prob sum (policy and reference alike); 1: plain sums (TRL's ld_alpha None).
   double ld_alpha = 1.0;
   bool use_weighting = false;  // WPO: each pair's loss times both completions' length-normalized probabilities
+  // train.objective cpo and simpo (TRL's CPOConfig): the chosen completions' mean negative
+  // log-likelihood per token, times cpo_alpha, is added to the loss (resolved: 1 for cpo, 0 for
+  // simpo, as SimPO trains); simpo_gamma is SimPO's target reward margin.
+  double cpo_alpha = 1.0;
+  double simpo_gamma = 0.5;
+  double alpha = 0;  // AlphaPO (cpo, simpo): each reward is (1 - p^-alpha) / alpha of its probability p; 0: log p
   // train.objective reward: TRL's center_rewards_coefficient, times the pairs' mean of
   // (chosen score + rejected score)^2 added to the loss (0: TRL's None).
   double center_rewards_coefficient = 0;

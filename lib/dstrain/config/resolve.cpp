@@ -332,38 +332,109 @@ void check_pair_training(const Recipe& r, Problem&& problem) {
         objective, name(r.data.format)));
 }
 
-// train.objective dpo and its preference block: TRL's loss types, and what does not go with
+// The preference keys each objective reads: those of the TRL config of the trainer it matches.
+const std::vector<std::string>& preference_keys(TrainObjective objective) {
+  static const std::vector<std::string> none;
+  static const std::vector<std::string> dpo = {"preference.beta",
+                                               "preference.loss_type",
+                                               "preference.loss_weights",
+                                               "preference.label_smoothing",
+                                               "preference.discopop_tau",
+                                               "preference.f_divergence_type",
+                                               "preference.f_alpha_divergence_coef",
+                                               "preference.ld_alpha",
+                                               "preference.use_weighting"};
+  static const std::vector<std::string> cpo = {"preference.beta",      "preference.loss_type",   "preference.label_smoothing",
+                                               "preference.cpo_alpha", "preference.simpo_gamma", "preference.alpha"};
+  static const std::vector<std::string> simpo = {"preference.beta", "preference.label_smoothing", "preference.cpo_alpha",
+                                                 "preference.simpo_gamma", "preference.alpha"};
+  static const std::vector<std::string> orpo = {"preference.beta"};
+  static const std::vector<std::string> reward = {"preference.center_rewards_coefficient"};
+  switch (objective) {
+    case TrainObjective::kDpo:
+      return dpo;
+    case TrainObjective::kCpo:
+      return cpo;
+    case TrainObjective::kSimpo:
+      return simpo;
+    case TrainObjective::kOrpo:
+      return orpo;
+    case TrainObjective::kReward:
+      return reward;
+    case TrainObjective::kSft:
+      break;
+  }
+  return none;
+}
+
+// A preference key set for an objective that does not read it, named with those that do.
+template <typename Problem>
+void check_preference_keys(const Recipe& r, Problem&& problem) {
+  const TrainObjective objective = r.train.objective;
+  const auto& mine = preference_keys(objective);
+  std::vector<std::string> seen;
+  for (const TrainObjective other :
+       {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo, TrainObjective::kReward})
+    for (const std::string& key : preference_keys(other)) {
+      const auto source = r.sources.find(key);
+      if (source == r.sources.end() || source->second == "default" || std::find(mine.begin(), mine.end(), key) != mine.end() ||
+          std::find(seen.begin(), seen.end(), key) != seen.end())
+        continue;
+      seen.push_back(key);
+      std::vector<std::string> readers;
+      for (const TrainObjective o :
+           {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo, TrainObjective::kReward})
+        if (const auto& keys = preference_keys(o); std::find(keys.begin(), keys.end(), key) != keys.end()) readers.push_back(name(o));
+      problem(fmt::format("{} is set ({}) but train.objective is {}, which does not read it (train.objective {} does); leave it out", key,
+                          source->second, name(objective), fmt::join(readers, ", ")));
+    }
+}
+
+// train.objective cpo and simpo (TRL's CPOTrainer) and orpo: one loss type of CPO's.
+template <typename Problem>
+void check_reference_free(const Recipe& r, Problem&& problem) {
+  const PreferenceConfig& p = r.preference;
+  if (r.train.objective != TrainObjective::kCpo) return;
+  static const char* const kCpoLosses[] = {"sigmoid", "hinge", "ipo", "simpo"};
+  if (p.loss_type.size() != 1 || std::find(std::begin(kCpoLosses), std::end(kCpoLosses), p.loss_type[0]) == std::end(kCpoLosses)) {
+    problem(fmt::format(
+        "preference.loss_type [{}] with train.objective cpo: CPO takes one of {}{}", fmt::join(p.loss_type, ", "),
+        fmt::join(kCpoLosses, ", "),
+        p.loss_type.size() == 1 && p.loss_type[0] == "alphapo" ? " (TRL's alphapo is train.objective simpo with preference.alpha)" : ""));
+    return;
+  }
+  const std::string& type = p.loss_type[0];
+  if (p.label_smoothing > 0 && (type == "hinge" || type == "ipo"))
+    problem(
+        fmt::format("preference.label_smoothing {:g} with train.objective cpo and loss_type {}: only sigmoid and simpo smooth "
+                    "labels (TRL ignores it); leave it out",
+                    p.label_smoothing, type));
+  const auto gamma = r.sources.find("preference.simpo_gamma");
+  if (type != "simpo" && gamma != r.sources.end() && gamma->second != "default")
+    problem(
+        fmt::format("preference.simpo_gamma is set ({}) but preference.loss_type is {}: it is SimPO's margin; set loss_type: simpo "
+                    "(or train.objective: simpo), or leave it out",
+                    gamma->second, type));
+}
+
+// The preference block against train.objective: TRL's loss types, and what does not go with
 // preference pairs yet.
 template <typename Problem>
 void check_preference(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
   const auto set = [&r](const char* key) { return r.sources.count(key) && r.sources.at(key) != "default"; };
-  static const char* const kDpoKeys[] = {"preference.beta",
-                                         "preference.loss_type",
-                                         "preference.loss_weights",
-                                         "preference.label_smoothing",
-                                         "preference.discopop_tau",
-                                         "preference.f_divergence_type",
-                                         "preference.f_alpha_divergence_coef",
-                                         "preference.ld_alpha",
-                                         "preference.use_weighting"};
   const TrainObjective objective = r.train.objective;
-  for (const char* key : kDpoKeys)
-    if (objective != TrainObjective::kDpo && set(key))
-      problem(fmt::format("{} is set ({}) but train.objective is {}: {}", key, r.sources.at(key), name(objective),
-                          objective == TrainObjective::kReward
-                              ? "a reward model reads only preference.center_rewards_coefficient; leave it out"
-                              : "set train.objective: dpo to train on preference pairs"));
-  if (objective != TrainObjective::kReward && set("preference.center_rewards_coefficient"))
-    problem(fmt::format("preference.center_rewards_coefficient is set ({}) but train.objective is {}: it belongs to train.objective reward",
-                        r.sources.at("preference.center_rewards_coefficient"), name(objective)));
+  check_preference_keys(r, problem);
   if (r.model.score_head && objective != TrainObjective::kReward)
     problem(
         fmt::format("model.score_head is set but train.objective is {}: a score head gives no next-token logits; set train.objective: "
                     "reward, or leave model.score_head out",
                     name(objective)));
   if (objective == TrainObjective::kSft) return;
-  if (objective == TrainObjective::kReward) return check_pair_training(r, problem);
+  if (objective != TrainObjective::kDpo) {
+    check_reference_free(r, problem);
+    return check_pair_training(r, problem);
+  }
   static const char* const kLossTypes[] = {"sigmoid",   "hinge",    "ipo",      "robust",       "exo_pair", "nca_pair", "bco_pair",
                                            "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop", "sft"};
   if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
@@ -749,9 +820,20 @@ void resolve_score_head(LoadContext& ctx) {
   }
 }
 
+// train.objective simpo trains without CPO's NLL term unless cpo_alpha is given (TRL's CPOConfig
+// defaults it to 1 whatever the loss type; SimPO's paper and recipes set 0).
+void resolve_simpo(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  const auto source = r.sources.find("preference.cpo_alpha");
+  if (r.train.objective != TrainObjective::kSimpo || (source != r.sources.end() && source->second != "default")) return;
+  r.preference.cpo_alpha = 0;
+  r.sources["preference.cpo_alpha"] = "train.objective simpo";
+}
+
 void resolve_and_validate(LoadContext& ctx) {
   if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
   resolve_score_head(ctx);
+  resolve_simpo(ctx);
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
   resolve_token_stages(ctx);

@@ -123,6 +123,21 @@ int64_t PreferencePairs::chosen_targets_in(int64_t count) const {
   return n;
 }
 
+int64_t PreferencePairs::chosen_sequence_targets_in(int64_t count) const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < std::min(count, rows()); ++i)
+    n += std::max<int64_t>(documents_->length(2 * selected_[static_cast<size_t>(i)]) - 1, 0);
+  return n;
+}
+
+int64_t chosen_sequence_targets(const Batch& b) {
+  if (b.pairs <= 0) return 0;
+  // A row's sequence ends at its last trained target (the completion's last token), from position 0.
+  const at::Tensor chosen = b.labels.narrow(0, 0, 2 * b.pairs).view({b.pairs, 2, -1}).select(1, 0).ne(kIgnoreIndex);
+  const at::Tensor positions = at::arange(1, chosen.size(1) + 1, at::kLong).expand_as(chosen);
+  return at::where(chosen, positions, at::zeros_like(positions)).amax(1).sum().item<int64_t>();
+}
+
 Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const {
   std::vector<int64_t> pairs;
   for (int64_t p = first; p < first + count; ++p) pairs.push_back(p < std::min(end, file_pairs_) ? p : 0);

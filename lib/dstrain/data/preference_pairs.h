@@ -1,5 +1,5 @@
 #pragma once
-// A prepare-data --preference set as training reads it (train.objective dpo or reward): position p of the
+// A prepare-data --preference set as training reads it (every train.objective but sft): position p of the
 // global order is a pair (a seeded permutation of the pairs per pass, as for conversations), and
 // a micro-batch of n pairs is 2n rows: pair i's chosen sequence in row 2i, its rejected one in
 // row 2i + 1, each alone in its row from position 0 and right-padded, labels over the completion
@@ -27,6 +27,9 @@ namespace dstrain::data {
 // empty until made or read.
 using ReferenceTable = std::vector<double>;
 
+// A preference batch's chosen sequences' targets, prompt included: each real chosen row's length - 1.
+int64_t chosen_sequence_targets(const Batch& batch);
+
 class PreferencePairs final : public BatchSource {
  public:
   // Training's: data.path, less the pairs eval.split holds out, in a seeded order per pass.
@@ -46,6 +49,8 @@ class PreferencePairs final : public BatchSource {
   Batch in_order(int64_t first, int64_t count, int64_t end) const;
   int64_t file_pairs() const { return file_pairs_; }
   int64_t chosen_targets_in(int64_t count) const override;
+  // The chosen sequences' every target, prompt included (train.objective orpo's NLL), of the first `count` pairs.
+  int64_t chosen_sequence_targets_in(int64_t count) const;
   std::string describe() const override;
   // The table each batch reads its reference log-probs from (filled before the first batch).
   const std::shared_ptr<ReferenceTable>& reference() const { return reference_; }

@@ -118,8 +118,21 @@ const std::vector<std::string>& preference_metric_names() {
   return names;
 }
 
-bool counts_chosen_targets(const config::PreferenceConfig& c) {
-  return std::find(c.loss_type.begin(), c.loss_type.end(), "sft") != c.loss_type.end();
+ChosenTargets chosen_targets_counted(config::TrainObjective objective, const config::PreferenceConfig& c) {
+  switch (objective) {
+    case config::TrainObjective::kDpo:
+      return std::find(c.loss_type.begin(), c.loss_type.end(), "sft") != c.loss_type.end() ? ChosenTargets::kCompletions
+                                                                                           : ChosenTargets::kNone;
+    case config::TrainObjective::kCpo:
+    case config::TrainObjective::kSimpo:
+      return ChosenTargets::kCompletions;  // the NLL is logged even at cpo_alpha 0
+    case config::TrainObjective::kOrpo:
+      return ChosenTargets::kSequences;
+    case config::TrainObjective::kSft:
+    case config::TrainObjective::kReward:
+      break;
+  }
+  return ChosenTargets::kNone;
 }
 
 void set_preference_loss(Objective& objective, const config::PreferenceConfig& c) {

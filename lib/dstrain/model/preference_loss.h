@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/config/enums.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/model/causal_lm.h"
 
@@ -69,9 +70,11 @@ inline RowLogps completion_logps(const CausalLM::Hidden& hidden, const data::Bat
 // The metric names the DPO loss logs, in order.
 const std::vector<std::string>& preference_metric_names();
 
-// Whether `config`'s loss needs the step's chosen-completion targets on its batches
-// (data::Batch::chosen_targets_per_pair): loss_type sft.
-bool counts_chosen_targets(const config::PreferenceConfig& config);
+// What a loss that is a token mean over the step's chosen sequences needs counted on its batches
+// (data::Batch::chosen_targets_per_pair): the completions' targets (dpo's loss_type sft, cpo and
+// simpo's NLL), or every target of the sequences, prompt included (orpo's NLL).
+enum class ChosenTargets { kNone, kCompletions, kSequences };
+ChosenTargets chosen_targets_counted(config::TrainObjective objective, const config::PreferenceConfig& config);
 
 // Makes `objective` the DPO loss of `config` on preference batches (their reference log-probs set).
 void set_preference_loss(Objective& objective, const config::PreferenceConfig& config);

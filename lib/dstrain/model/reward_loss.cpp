@@ -6,6 +6,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
+#include "dstrain/model/reference_free_loss.h"
 
 namespace dstrain::model {
 
@@ -47,6 +48,8 @@ void set_reward_loss(Objective& objective, const config::PreferenceConfig& c) {
 void set_pair_loss(Objective& objective, config::TrainObjective kind, const config::PreferenceConfig& c) {
   if (kind == config::TrainObjective::kDpo) set_preference_loss(objective, c);
   if (kind == config::TrainObjective::kReward) set_reward_loss(objective, c);
+  if (kind == config::TrainObjective::kCpo || kind == config::TrainObjective::kSimpo || kind == config::TrainObjective::kOrpo)
+    set_reference_free_loss(objective, kind, c);
 }
 
 }  // namespace dstrain::model

@@ -35,8 +35,8 @@ const std::vector<std::string>& reward_metric_names();
 // Makes `objective` the reward model's loss of `config` on preference batches with score positions.
 void set_reward_loss(Objective& objective, const config::PreferenceConfig& config);
 
-// The loss of train.objective on preference pairs: dpo's (model/preference_loss.h) or reward's;
-// sft leaves `objective` as it is.
+// The loss of train.objective on preference pairs: dpo's (model/preference_loss.h), reward's, or
+// cpo's, simpo's and orpo's (model/reference_free_loss.h); sft leaves `objective` as it is.
 void set_pair_loss(Objective& objective, config::TrainObjective kind, const config::PreferenceConfig& config);
 
 }  // namespace dstrain::model

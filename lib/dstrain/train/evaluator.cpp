@@ -14,6 +14,7 @@
 #include "dstrain/data/batch.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
+#include "dstrain/data/preference_pairs.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
 #include "dstrain/train/step_runner.h"
@@ -25,7 +26,9 @@ EvalOptions eval_options_from(const config::Recipe& recipe) {
   EvalOptions o;
   o.micro_batch_size = recipe.eval.micro_batch_size > 0 ? recipe.eval.micro_batch_size : recipe.train.micro_batch_size;
   o.max_batches = recipe.eval.max_batches;
-  o.chosen_targets = recipe.train.objective == config::TrainObjective::kDpo && model::counts_chosen_targets(recipe.preference);
+  const model::ChosenTargets counted = model::chosen_targets_counted(recipe.train.objective, recipe.preference);
+  o.chosen_targets = counted != model::ChosenTargets::kNone;
+  o.chosen_sequences = counted == model::ChosenTargets::kSequences;
   return o;
 }
 
@@ -37,9 +40,14 @@ Evaluator::Evaluator(std::vector<data::EvalSet> sets, const EvalOptions& options
   // set's, the same at every evaluation.
   for (const data::EvalSet& set : sets_) {
     const int64_t windows = plan(set).windows;
-    chosen_targets_per_pair_.push_back(options_.chosen_targets && set.pairs() && windows > 0
-                                           ? static_cast<double>(set.source().chosen_targets_in(windows)) / static_cast<double>(windows)
-                                           : 0.0);
+    if (!options_.chosen_targets || !set.pairs() || windows <= 0) {
+      chosen_targets_per_pair_.push_back(0.0);
+      continue;
+    }
+    const int64_t targets = options_.chosen_sequences
+                                ? static_cast<const data::PreferencePairs&>(set.source()).chosen_sequence_targets_in(windows)
+                                : set.source().chosen_targets_in(windows);
+    chosen_targets_per_pair_.push_back(static_cast<double>(targets) / static_cast<double>(windows));
   }
 }
 

@@ -62,8 +62,10 @@ struct EvalResult {
 
 struct EvalOptions {
   int64_t micro_batch_size = 1;
-  int64_t max_batches = 0;      // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
-  bool chosen_targets = false;  // pair sets' batches carry the set's chosen targets per pair (preference.loss_type sft)
+  int64_t max_batches = 0;  // micro-batches per set over all ranks (the same samples at any world size); 0: the whole set
+  // Pair sets' batches carry the set's chosen targets per pair (model::chosen_targets_counted):
+  // of the completions, or with chosen_sequences of the whole chosen sequences.
+  bool chosen_targets = false, chosen_sequences = false;
 };
 
 // The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).

@@ -7,6 +7,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/model/objective.h"
+#include "dstrain/data/preference_pairs.h"
 #include "dstrain/model/preference_loss.h"
 
 namespace dstrain::train {
@@ -43,24 +44,26 @@ int64_t loss_units(const data::Batch& batch, config::LossNormalization mode) {
 }
 
 int64_t global_loss_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode) {
-  return global_step_units(comm, batches, mode, false).units;
+  return global_step_units(comm, batches, mode, model::ChosenTargets::kNone).units;
 }
 
 StepUnits global_step_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode,
-                            bool chosen) {
+                            model::ChosenTargets counted) {
+  const bool chosen = counted != model::ChosenTargets::kNone;
   std::vector<int64_t> mine(chosen ? 2 : 1, 0);
   for (const data::Batch& b : batches) {
     mine[0] += loss_units(b, mode);
-    if (chosen) mine[1] += data::chosen_targets(b);
+    if (counted == model::ChosenTargets::kCompletions) mine[1] += data::chosen_targets(b);
+    if (counted == model::ChosenTargets::kSequences) mine[1] += data::chosen_sequence_targets(b);
   }
   const std::vector<int64_t> all = comm::sum_exactly(comm, mine);
   return {all[0], chosen ? all[1] : 0};
 }
 
 int64_t step_units(comm::Communicator& comm, std::vector<data::Batch>& batches, const config::Recipe& recipe) {
-  const bool chosen = recipe.train.objective == config::TrainObjective::kDpo && model::counts_chosen_targets(recipe.preference);
-  const StepUnits units = global_step_units(comm, batches, recipe.train.loss_normalization, chosen);
-  if (chosen)
+  const model::ChosenTargets counted = model::chosen_targets_counted(recipe.train.objective, recipe.preference);
+  const StepUnits units = global_step_units(comm, batches, recipe.train.loss_normalization, counted);
+  if (counted != model::ChosenTargets::kNone)
     for (data::Batch& b : batches)
       b.chosen_targets_per_pair = static_cast<double>(units.chosen_targets) / static_cast<double>(std::max<int64_t>(units.units, 1));
   return units.units;

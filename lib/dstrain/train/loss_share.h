@@ -28,7 +28,8 @@ struct Recipe;
 }
 namespace dstrain::model {
 struct ObjectiveValue;
-}
+enum class ChosenTargets;  // model/preference_loss.h
+}  // namespace dstrain::model
 
 namespace dstrain::train {
 
@@ -50,12 +51,13 @@ int64_t loss_units(const data::Batch& batch, config::LossNormalization mode);
 // The units of every rank's `batches`, summed (collective: one small all-reduce).
 int64_t global_loss_units(comm::Communicator& comm, const std::vector<data::Batch>& batches,
                           config::LossNormalization mode = config::LossNormalization::kGlobalTokens);
-// The same, and with `chosen` the chosen completions' targets of every rank's preference batches
-// (data::chosen_targets): one all-reduce for both.
+// The same, and the chosen sequences' targets `counted` of every rank's preference batches
+// (data::chosen_targets, data::chosen_sequence_targets): one all-reduce for both.
 struct StepUnits {
   int64_t units = 0, chosen_targets = 0;
 };
-StepUnits global_step_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode, bool chosen);
+StepUnits global_step_units(comm::Communicator& comm, const std::vector<data::Batch>& batches, config::LossNormalization mode,
+                            model::ChosenTargets counted);
 // A training step's units under `recipe`; with preference.loss_type sft (a token mean over the
 // step's chosen completions, entered as a sum over its pairs) each batch's chosen_targets_per_pair set.
 int64_t step_units(comm::Communicator& comm, std::vector<data::Batch>& batches, const config::Recipe& recipe);

@@ -15,6 +15,7 @@
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
 #include "engine_harness.h"
+#include "model/same_gradients.h"
 #include "model/tiny_models.h"
 
 using namespace dstrain;
@@ -33,22 +34,6 @@ data::Batch pair_batch(int64_t vocab) {
   b.pairs = 3;
   b.reference_logps = at::randn({6}, g, at::kDouble) * 2 - 40;
   return b;
-}
-
-std::vector<at::Tensor> grads_of(const model::CausalLM& m) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
-  return out;
-}
-
-// Every parameter's gradient in `ours` equals `theirs` within 2e-5 of its largest element.
-void check_same_gradients(const model::CausalLM& ours, const model::CausalLM& theirs) {
-  const std::vector<at::Tensor> got = grads_of(ours), expected = grads_of(theirs);
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double scale = std::max(expected[i].abs().max().item<double>(), 1e-12);
-    INFO(ours.parameters()[i].name);
-    CHECK((got[i] - expected[i]).abs().max().item<double>() / scale <= 2e-5);
-  }
 }
 
 // sigmoid + 0.5 x ipo on the whole logits, summed over pairs (what the runner divides by the pairs).
@@ -113,7 +98,7 @@ TEST_CASE("dpo: RPO's sft term with LD-DPO's weighted sums, and WPO's weights, e
         CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
         v.sum.backward();
         want.backward();
-        check_same_gradients(*ours, *theirs);
+        test::check_same_gradients(*ours, *theirs);
       }
     }
   // A batch without the step's chosen targets is a bug, named.
@@ -144,7 +129,7 @@ TEST_CASE("dpo: the objective's loss and every gradient equal the formula on the
         CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
         v.sum.backward();
         want.backward();
-        check_same_gradients(*ours, *theirs);
+        test::check_same_gradients(*ours, *theirs);
         // rewards/accuracies: strict, over the pairs; logps/chosen: the chosen sums' mean.
         const model::RowLogps rows = model::completion_logps(ours->hidden_states(model::input_of(b)), b, chunk);
         const at::Tensor r = (rows.logps.to(at::kDouble) - b.reference_logps).view({-1, 2}) * c.beta;

@@ -16,6 +16,7 @@
 #include "dstrain/model/objective.h"
 #include "dstrain/model/reward_loss.h"
 #include "engine_harness.h"
+#include "model/same_gradients.h"
 #include "model/tiny_models.h"
 
 using namespace dstrain;
@@ -30,12 +31,6 @@ data::Batch scored_batch(int64_t vocab) {
   b.pairs = 3;
   b.score_positions = at::tensor(std::vector<int64_t>{9, 4, 6, 9, 2, 7, 0, 0}, at::kLong);
   return b;
-}
-
-std::vector<at::Tensor> grads_of(const model::CausalLM& m) {
-  std::vector<at::Tensor> out;
-  for (const auto& p : m.parameters()) out.push_back(p.tensor.grad().defined() ? p.tensor.grad().clone() : at::zeros_like(p.tensor));
-  return out;
 }
 
 }  // namespace
@@ -64,11 +59,7 @@ TEST_CASE("reward: the loss, its metrics and every gradient equal the formula on
       CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
       v.sum.backward();
       want.backward();
-      const std::vector<at::Tensor> got = grads_of(*ours), expected = grads_of(*theirs);
-      for (size_t i = 0; i < got.size(); ++i) {
-        INFO(ours->parameters()[i].name);
-        CHECK((got[i] - expected[i]).abs().max().item<double>() <= 2e-5 * std::max(expected[i].abs().max().item<double>(), 1e-12));
-      }
+      test::check_same_gradients(*ours, *theirs);
       // accuracy (strict), margin, mean_reward over the six real rows.
       REQUIRE(v.terms.size(0) == 3);
       CHECK(v.terms[0][0].item<double>() == (rc > rr).sum().item<double>());
