@@ -4,7 +4,7 @@
 # keep_start/keep_end truncation); train.objective dpo trains the losses TRL computes (per-step
 # loss and every rewards/logps/logits metric within 1e-5 of DPOTrainer on 64 pairs, fp32, full-batch
 # steps: sigmoid, cDPO, ipo, hinge, robust, the other pair losses summed in one run, RPO with
-# LD-DPO, WPO); the loss
+# LD-DPO, WPO, AOT on one micro-batch of the 64 pairs); the loss
 # is a mean over pairs whatever the split (1 rank x accumulation 8, 2 ranks x 2 x 2, 4 ranks at
 # ZeRO 3); the reference log-probs are made once beside the set and read back by later runs and
 # resumes (bit-identical), refused when made for another model or data; LoRA and expert
@@ -100,7 +100,8 @@ cat > runs2.json <<'EOF'
  "alpha": {"loss_type": ["sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop"], "loss_weights": [1, 1, 0.01, 1, 1, 1],
            "label_smoothing": 0.1, "f_divergence_type": "alpha_divergence", "f_alpha": 0.3, "steps": 4},
  "fkl": {"loss_type": ["hinge"], "f_divergence_type": "forward_kl", "steps": 4},
- "wpo": {"loss_type": ["sigmoid", "ipo"], "loss_weights": [1, 0.01], "use_weighting": true, "steps": 4}}
+ "wpo": {"loss_type": ["sigmoid", "ipo"], "loss_weights": [1, 0.01], "use_weighting": true, "steps": 4},
+ "aot": {"loss_type": ["aot", "aot_unpaired"], "loss_weights": [1, 0.5], "label_smoothing": 0.1, "steps": 4}}
 EOF
 trl_pids=()
 for runs in runs1 runs2; do
@@ -139,12 +140,15 @@ rpo=(--set data.path=rpo --set 'preference.loss_type=[sigmoid,sft]' --set 'prefe
 dstrain_run rpo "${rpo[@]}"
 dstrain_run fkl --set 'preference.loss_type=[hinge]' --set preference.f_divergence_type=forward_kl
 dstrain_run wpo --set 'preference.loss_type=[sigmoid,ipo]' --set 'preference.loss_weights=[1,0.01]' --set preference.use_weighting=true
+# AOT sorts the log-ratios of a batch: one micro-batch of all 64 pairs, as TRL's one batch.
+dstrain_run aot --set 'preference.loss_type=[aot,aot_unpaired]' --set 'preference.loss_weights=[1,0.5]' --set preference.label_smoothing=0.1 \
+  --set train.micro_batch_size=64
 for i in 0 1; do
   wait "${trl_pids[$i]}" || fail "TRL failed: $(tail -5 trl-runs$((i + 1)).log)"
 done
 # alpha_divergence's score, (exp((alpha - 1) r) - 1) / (alpha - 1), loses digits to cancellation in
 # float32 on both sides for small log-ratios r: 1e-4 there.
-for name in sigmoid ipo hinge robust cdpo others discopop alpha rpo fkl wpo; do
+for name in sigmoid ipo hinge robust cdpo others discopop alpha rpo fkl wpo aot; do
   evalset=$(case $name in sigmoid) echo --eval dpoeval ;; rpo) echo --eval rpoeval ;; esac)
   "$py" "$ref" compare "$name.trl.json" "$name/metrics.jsonl" --rtol $([ $name = alpha ] && echo 1e-4 || echo 1e-5) --grad-rtol 1e-4 $evalset ||
     fail "$name differs from TRL's DPOTrainer"
@@ -155,7 +159,7 @@ rows = [r for r in map(json.loads, open(sys.argv[1])) if "eval" not in r]
 assert rows[0]["rewards/accuracies"] == 0 and rows[-1]["rewards/accuracies"] > 0.9, [r["rewards/accuracies"] for r in rows]
 assert rows[-1]["loss"] < 0.6 * rows[0]["loss"] and rows[-1]["rewards/margins"] > 0
 PY
-ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm, discopop, f-DPO's alpha (6 losses, 1e-4), RPO (sigmoid + sft) with LD-DPO's ld_alpha and the JS divergence, forward KL, WPO's weights on sigmoid + ipo; rewards/accuracies 0 -> above 0.9; eval.paths' held-out pairs score as TRL's evaluate() at steps 3 and 6 (sigmoid, RPO)"
+ok "train.objective dpo equals TRL's DPOTrainer step by step, its head whole or 100 tokens at a time (loss, rewards/*, logps/*, logits/* within 1e-5, gradient norms within 1e-4): sigmoid, ipo, hinge, robust, cDPO and nca_pair + bco_pair + sppo_hard + apo_zero + apo_down + exo_pair + sigmoid_norm, discopop, f-DPO's alpha (6 losses, 1e-4), RPO (sigmoid + sft) with LD-DPO's ld_alpha and the JS divergence, forward KL, WPO's weights on sigmoid + ipo, AOT (aot + aot_unpaired, the 64 pairs' log-ratios sorted); rewards/accuracies 0 -> above 0.9; eval.paths' held-out pairs score as TRL's evaluate() at steps 3 and 6 (sigmoid, RPO)"
 
 # The loss is a mean over the step's pairs: any split gives the same steps. A 4-rank ZeRO-3 run
 # makes the reference log-probs again (the file moved away) and gets the same table.
@@ -309,6 +313,8 @@ expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.f_d
 expect_out "f-DPO applies to sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust, discopop, sft only"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set 'preference.loss_type=[sigmoid,sft]' --set preference.use_weighting=true
 expect_out "preference.use_weighting with preference.loss_type sft"
+expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set 'preference.loss_type=[aot]' --set preference.use_weighting=true
+expect_out "preference.use_weighting with preference.loss_type aot: AOT sorts the batch's log-ratios"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set preference.ld_alpha=1.5
 expect_out "preference.ld_alpha"
 expect_status 2 "$DSTRAIN" train dpo.yaml --set run_dir=bad --set data.seq_len=32
@@ -319,5 +325,5 @@ expect_status 0 "$DSTRAIN" train "$SRC/recipes/dpo-deepseek.yaml" --set run_dir=
 expect_out "the configuration is valid"
 expect_out "preference.beta"
 expect_out "train.epochs 20 x 63 preference pairs"
-ok "a row without rejected, an empty completion and mixed row kinds are refused with file:line (nothing written; --on-error skip counts them); chosen equal to rejected is counted and named; pairs with sft, conversations with dpo, unknown loss types, rDPO at 0.5, a short data.seq_len and pipelines are refused by key; recipes/dpo-deepseek.yaml dry-runs"
+ok "a row without rejected, an empty completion and mixed row kinds are refused with file:line (nothing written; --on-error skip counts them); chosen equal to rejected is counted and named; pairs with sft, conversations with dpo, unknown loss types, rDPO at 0.5, WPO with sft or AOT, a short data.seq_len and pipelines are refused by key; recipes/dpo-deepseek.yaml dry-runs"
 finish

@@ -435,8 +435,9 @@ void check_preference(const Recipe& r, Problem&& problem) {
     check_reference_free(r, problem);
     return check_pair_training(r, problem);
   }
-  static const char* const kLossTypes[] = {"sigmoid",   "hinge",    "ipo",      "robust",       "exo_pair", "nca_pair", "bco_pair",
-                                           "sppo_hard", "apo_zero", "apo_down", "sigmoid_norm", "discopop", "sft"};
+  static const char* const kLossTypes[] = {"sigmoid",      "hinge",    "ipo",       "robust",   "exo_pair",
+                                           "nca_pair",     "bco_pair", "sppo_hard", "apo_zero", "apo_down",
+                                           "sigmoid_norm", "discopop", "sft",       "aot",      "aot_unpaired"};
   if (p.loss_type.empty()) problem("preference.loss_type is empty: name a DPO loss, e.g. sigmoid");
   for (const std::string& t : p.loss_type) {
     if (std::find(std::begin(kLossTypes), std::end(kLossTypes), t) == std::end(kLossTypes))
@@ -470,6 +471,12 @@ void check_preference(const Recipe& r, Problem&& problem) {
         fmt::format("preference.f_alpha_divergence_coef is set ({}) but preference.f_divergence_type is {}: set it to alpha_divergence, "
                     "or leave the key out",
                     r.sources.at("preference.f_alpha_divergence_coef"), p.f_divergence_type));
+  for (const char* sorted : {"aot", "aot_unpaired"})
+    if (p.use_weighting && std::find(p.loss_type.begin(), p.loss_type.end(), sorted) != p.loss_type.end())
+      problem(
+          fmt::format("preference.use_weighting with preference.loss_type {}: AOT sorts the batch's log-ratios, which would pair "
+                      "each WPO weight with another pair's loss (TRL refuses it too); leave one of them out",
+                      sorted));
   if (p.use_weighting && std::find(p.loss_type.begin(), p.loss_type.end(), "sft") != p.loss_type.end())
     problem(
         "preference.use_weighting with preference.loss_type sft: TRL weighs sft's token mean over the batch by the mean of the pairs' WPO "

@@ -61,6 +61,11 @@ at::Tensor pair_loss(const std::string& type, const PairTerms& t, const config::
   if (type == "sppo_hard") return (chosen - 0.5 / beta).pow(2) + (rejected + 0.5 / beta).pow(2);
   if (type == "apo_zero") return 1 - at::sigmoid(beta * chosen) + at::sigmoid(beta * rejected);
   if (type == "apo_down") return at::sigmoid(beta * chosen) + 1 - at::sigmoid(beta * delta);
+  if (type == "aot" || type == "aot_unpaired") {  // AOT: the batch's log-ratio distributions matched by sorting them
+    const at::Tensor z = type == "aot" ? std::get<0>(at::sort(t.logp_c - t.logp_r)) - std::get<0>(at::sort(t.ref_c - t.ref_r))
+                                       : std::get<0>(at::sort(chosen_ratio)) - std::get<0>(at::sort(rejected_ratio));
+    return -logsigmoid(beta * z) * (1 - eps) - logsigmoid(-beta * z) * eps;
+  }
   if (type == "discopop") {  // the logistic loss blended into the exponential one as the margin grows
     const at::Tensor z = beta * delta, blend = at::sigmoid(z / c.discopop_tau);
     return -logsigmoid(z) * (1 - blend) + at::exp(-z) * blend;

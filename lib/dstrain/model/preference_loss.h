@@ -10,6 +10,9 @@
 //     ipo       (delta' - 1 / (2 beta))^2, delta' from the log-ratios divided by each completion's tokens
 //     robust    (-(1 - eps) logsigmoid(beta delta) + eps logsigmoid(-beta delta)) / (1 - 2 eps)
 //     exo_pair, nca_pair, bco_pair, sppo_hard, apo_zero, apo_down, sigmoid_norm, discopop: as TRL
+//     aot       sigmoid's smoothed loss on sorted(policy chosen - rejected) - sorted(reference's), over the
+//               batch's pairs; aot_unpaired on sorted(chosen_logratio) - sorted(rejected_logratio): the sort
+//               couples a micro-batch's pairs, as TRL's couples a device's batch
 //     sft       the chosen completions' mean negative log-likelihood per token over the step (RPO as
 //               TRL 1.16 has it: loss_type [sigmoid, sft] with loss_weights [1, alpha]); it enters as a
 //               sum over pairs of each chosen sum / the step's chosen targets per pair

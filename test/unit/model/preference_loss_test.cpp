@@ -140,6 +140,37 @@ TEST_CASE("dpo: the objective's loss and every gradient equal the formula on the
     }
 }
 
+TEST_CASE("dpo: AOT's losses sort the batch's log-ratios, with every gradient through the sort (aot, aot_unpaired)", "[model]") {
+  const config::ModelConfig cfg = test::tiny_model_config();
+  const data::Batch b = pair_batch(cfg.vocab_size);
+  config::PreferenceConfig c;
+  c.beta = 0.3, c.label_smoothing = 0.1, c.loss_type = {"aot", "aot_unpaired"}, c.loss_weights = {1.0, 0.5};
+  for (const int64_t chunk : {int64_t{0}, int64_t{5}}) {
+    DYNAMIC_SECTION("chunk " << chunk) {
+      auto ours = model::make_model(cfg, 5, at::kFloat), theirs = model::make_model(cfg, 5, at::kFloat);
+      model::Objective objective(chunk);
+      model::set_preference_loss(objective, c);
+      const model::ObjectiveValue v = objective(*ours, b);
+      const model::CausalLM::Hidden h = theirs->hidden_states(model::input_of(b));
+      const at::Tensor logp = at::log_softmax(at::linear(h.hidden, h.head).to(at::kFloat), -1);
+      const at::Tensor mask = b.labels.ne(data::kIgnoreIndex);
+      const at::Tensor rows = (logp.gather(-1, b.labels.clamp_min(0).unsqueeze(-1)).squeeze(-1) * mask).sum(-1).view({-1, 2});
+      const at::Tensor ref = b.reference_logps.to(at::kFloat).view({-1, 2});
+      const auto sorted = [](const at::Tensor& x) { return std::get<0>(at::sort(x)); };
+      const auto smoothed = [&](const at::Tensor& z) {
+        return (-at::log_sigmoid(c.beta * z) * (1 - c.label_smoothing) - at::log_sigmoid(-c.beta * z) * c.label_smoothing).sum();
+      };
+      const at::Tensor aot = smoothed(sorted(rows.select(1, 0) - rows.select(1, 1)) - sorted(ref.select(1, 0) - ref.select(1, 1)));
+      const at::Tensor unpaired = smoothed(sorted(rows.select(1, 0) - ref.select(1, 0)) - sorted(rows.select(1, 1) - ref.select(1, 1)));
+      const at::Tensor want = theirs->close(h, aot + 0.5 * unpaired);
+      CHECK(v.sum.item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+      v.sum.backward();
+      want.backward();
+      test::check_same_gradients(*ours, *theirs);
+    }
+  }
+}
+
 TEST_CASE("dpo: the completions' log-probs do not depend on the chunk, and padded pairs count for nothing", "[model]") {
   const config::ModelConfig cfg = test::tiny_model_config();
   auto m = model::make_model(cfg, 5, at::kFloat);
