@@ -35,6 +35,8 @@ void register_eval(CLI::App& app, Run& run) {
       "A preference set (prepare-data --preference) is scored per pair as the run's objective scores it:\n"
       "dpo's, cpo's, simpo's or orpo's loss, rewards/accuracies and rewards/margins (--json: every\n"
       "metric, nll_loss and orpo's log-odds too); a reward model's loss, accuracy and margin.\n"
+      "A KTO set (prepare-data --preference --kto) is scored per example as a kto run scores it:\n"
+      "the loss, kl and rewards/margins (--json: every metric).\n"
       "A reward model's Hugging Face folder (*ForSequenceClassification) scores pairs as one.\n"
       "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n\n"
       "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"

@@ -23,7 +23,8 @@ std::vector<std::string> split_commas(const std::string& list) {
 }
 
 struct ChatFlags {
-  bool chat = false, no_chat = false, preference = false;
+  bool chat = false, no_chat = false, preference = false, kto = false;
+  int64_t kl_batch_size = 8;
   std::string truncation_mode = "keep_start";
   std::string format = "auto", fields, train_on = "assistant", too_long = "drop", on_error = "stop";
 };
@@ -68,10 +69,24 @@ void add_preference_options(CLI::App* cmd, ChatFlags& f) {
                   "With --preference and --max-length: keep_start (default: cut each sequence's end; a pair whose prompt alone "
                   "fills --max-length is dropped) or keep_end (cut the start), as TRL's truncation_mode")
       ->check(CLI::IsMember({"keep_start", "keep_end"}));
+  cmd->add_flag("--kto", f.kto,
+                "With --preference: an unpaired set for train.objective kto, as TRL's KTOTrainer builds it: rows {prompt, completion, "
+                "label: true|false}, or pairs split into a desirable and an undesirable example; each example is stored with "
+                "its KL sequence (its prompt with another example's completion)");
+  auto* kl = cmd->add_option("--kl-batch-size", f.kl_batch_size,
+                             "With --kto: the KL completions rotate by one within each run of this many examples in set order "
+                             "(TRL's per_device_train_batch_size; default 8). Use train.micro_batch_size to match TRL")
+                 ->check(CLI::Range(int64_t{2}, int64_t{1} << 30));
+  kl->needs(cmd->get_option("--kto"));
 }
 
 void apply_chat_flags(const ChatFlags& f, data::PrepareOptions& o) {
   o.preference.on = f.preference;
+  o.preference.kto = f.kto, o.preference.kl_batch_size = f.kl_batch_size;
+  if (f.kto && !f.preference) throw Error(ErrorCode::kUsage, "--kto goes with --preference", "pass --preference --kto");
+  if (f.kto && f.truncation_mode != "keep_start")
+    throw Error(ErrorCode::kUsage, "--truncation-mode keep_end does not go with --kto",
+                "TRL's KTOTrainer cuts each sequence from the right (keep_start); leave --truncation-mode out");
   o.preference.encode.max_length = o.chat.encode.max_length;
   o.preference.encode.keep_end = f.truncation_mode == "keep_end";
   if (f.truncation_mode != "keep_start" && !f.preference)
@@ -176,6 +191,12 @@ void register_prepare_data(CLI::App& app, Run& run) {
       "token. Each pair is two documents (prompt + chosen, prompt + rejected) with the completions in\n"
       "PREFIX.lossmask. --max-length cuts each sequence (--truncation-mode); pairs with chosen equal\n"
       "to rejected are counted and named.\n\n"
+      "KTO examples (--preference --kto, for train.objective kto): rows {prompt, completion, label}\n"
+      "(label true: a desirable completion), or pairs, unpaired as TRL does (each chunk of 1000 rows\n"
+      "gives its chosen completions, desirable, then its rejected ones), tokenized as TRL's KTOTrainer\n"
+      "does. Each example is stored with its KL sequence: its prompt with the completion of the\n"
+      "example before it in its run of --kl-batch-size (TRL's per-device batch), as TRL builds them.\n"
+      "An example whose prompt alone fills --max-length is dropped; each sequence is cut from the right.\n\n"
       "Examples:\n"
       "  dstrain prepare-data notes.txt book.txt --output data/text\n"
       "  dstrain prepare-data /usr/lib/python3.11 --ext .py --output data/pycode --max-bytes 50000000\n"
@@ -183,6 +204,7 @@ void register_prepare_data(CLI::App& app, Run& run) {
       "  zcat dump.jsonl.gz | dstrain prepare-data - --input-format jsonl --tokenizer tok.json --output data/dump\n"
       "  dstrain prepare-data chats.jsonl --chat --tokenizer deepseek-llm-7b-chat/ --output data/sft --max-length 4096\n"
       "  dstrain prepare-data pairs.jsonl --preference --tokenizer deepseek-llm-7b-chat/ --output data/dpo --max-length 1024\n"
+      "  dstrain prepare-data pairs.jsonl --preference --kto --kl-batch-size 8 --tokenizer deepseek-llm-7b-chat/ --output data/kto\n"
       "  dstrain prepare-data evol.jsonl --tokenizer deepseek-coder-6.7b-instruct/ --template deepseek-coder-finetune --output data/evol");
   cmd->add_option("inputs", o->inputs, "Text or JSON Lines files (.gz too), folders, - for stdin")->required();
   cmd->add_option("--output", o->output_prefix, "Output prefix (PREFIX.bin, PREFIX.idx, PREFIX.json)")->required();

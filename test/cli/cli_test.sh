@@ -62,8 +62,9 @@ for recipe in "$SRC"/recipes/*.yaml; do
   [ "$(basename "$recipe")" = demo-coder.yaml ] && [ ! -f "$SRC/recipes/data/pycode.idx" ] && extra=(--set data.path="$WORK/code")
   # A fine-tuning set needs a chat tokenizer: dist.finetune dry-runs this recipe on one it prepares.
   case "$(basename "$recipe")" in sft-deepseek-coder.yaml|lora-deepseek-coder.yaml|qlora-deepseek-coder.yaml) [ -f "$SRC/recipes/data/sft-deepseek-coder.idx" ] || continue ;; esac
-  # A preference set needs a chat tokenizer too: dist.dpo, dist.reward and dist.reference_free dry-run these recipes on one they prepare.
+  # A preference set needs a chat tokenizer too: dist.dpo, dist.reward, dist.reference_free and dist.kto dry-run these recipes on one they prepare.
   case "$(basename "$recipe")" in dpo-deepseek.yaml|reward-deepseek.yaml|orpo-deepseek.yaml) [ -f "$SRC/recipes/data/dpo-deepseek.idx" ] || continue ;; esac
+  [ "$(basename "$recipe")" = kto-deepseek.yaml ] && [ ! -f "$SRC/recipes/data/kto-deepseek.idx" ] && continue  # dist.kto dry-runs it
   # The fine-tuning demo's recipes read what scripts/demo.sh --sft makes (dist.sft_demo runs them),
   # and the preference demo's what --dpo makes in its run directory.
   case "$(basename "$recipe")" in demo-sft*.yaml) [ -f "$SRC/recipes/data/sft-demo/base-hf/config.json" ] || continue ;; esac

@@ -110,7 +110,7 @@ def train_many(args):
 
 def compare(args):
     reference = json.load(open(args.reference))
-    names = reference["metrics"]
+    names = [m for m in reference["metrics"] if m not in getattr(args, "skip", [])]
     rows = list(map(json.loads, open(args.metrics)))
     got = [r for r in rows if "eval" not in r]
     if len(got) != len(reference["steps"]):

@@ -152,7 +152,7 @@ ok "a causal LM's folder starts a reward model (its score from the seed)"
 
 # Bad recipes.
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set preference.beta=0.2
-expect_out "preference.beta is set (--set) but train.objective is reward, which does not read it (train.objective dpo, cpo, simpo, orpo does)"
+expect_out "preference.beta is set (--set) but train.objective is reward, which does not read it (train.objective dpo, cpo, simpo, orpo, kto does)"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=dpo --set preference.center_rewards_coefficient=0.1
 expect_out "which does not read it (train.objective reward does)"
 expect_status 2 "$DSTRAIN" train reward.yaml --set run_dir=bad --set train.objective=sft --set model.score_head=true

@@ -41,6 +41,10 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
       s.longest_conversation = c->value("longest_conversation", int64_t{-1}), s.end_of_turn = c->value("end_of_turn", std::string());
     if (const auto p = j.find("preference"); p != j.end() && p->is_object())
       s.preference_pairs = p->value("pairs", int64_t{-1}), s.longest_conversation = p->value("longest_sequence", int64_t{-1});
+    if (const auto k = j.find("kto"); k != j.end() && k->is_object()) {
+      s.kto_examples = k->value("examples", int64_t{-1}), s.longest_conversation = k->value("longest_sequence", int64_t{-1});
+      s.kto_labels = k->value("labels", std::string());
+    }
     s.lossmask_crc32c = static_cast<uint32_t>(std::strtoul(m->value("crc32c", std::string("0")).c_str(), nullptr, 16));
   }
   return s;
@@ -96,19 +100,29 @@ std::string init_tokenizer_problem(const Recipe& r, const std::string& data) {
       other, r.model.init_from);
 }
 
-// Every objective but sft trains on, and scores, preference pairs; sft text or conversations.
+// Every objective but sft trains on, and scores, preference pairs (kto: unpaired examples); sft text or conversations.
 std::string pair_kind_problem(const Recipe& r, const DatasetSidecar& s, const std::string& path, bool eval) {
-  const bool pairs = r.train.trains_pairs();
+  const bool pairs = r.train.trains_pairs(), kto = r.train.objective == TrainObjective::kKto;
   const std::string objective = name(r.train.objective);
-  if (pairs && s.preference_pairs < 0)
+  const std::string who = eval ? "eval.paths: " : fmt::format("train.objective {}: ", objective);
+  if (kto && s.kto_examples < 0)
     return fmt::format(
-        "{}'{}' is not a set of preference pairs ({}); {}prepare chosen/rejected rows with dstrain prepare-data --preference",
-        eval ? "eval.paths: " : fmt::format("train.objective {}: ", objective), path, s.file,
-        eval ? fmt::format("a {} run evaluates held-out pairs: ", objective) : "");
-  if (!pairs && s.preference_pairs >= 0)
-    return fmt::format("{}'{}' holds {} preference pairs ({}); {}", eval ? "eval.paths: " : "", path, s.preference_pairs, s.file,
-                       eval ? "only a train.objective dpo, cpo, simpo, orpo or reward run scores pairs"
-                            : "set train.objective: dpo (or cpo, simpo, orpo; reward, for a reward model) to train on them");
+        "{}'{}' is not a set of KTO examples ({}); prepare its rows (prompt, completion, label; or chosen/rejected pairs, "
+        "which it unpairs as TRL does) with dstrain prepare-data --preference --kto",
+        who, path, s.file);
+  if (pairs && !kto && s.preference_pairs < 0)
+    return fmt::format(
+        "{}'{}' is not a set of preference pairs ({}); {}prepare chosen/rejected rows with dstrain prepare-data --preference{}", who, path,
+        s.file, eval ? fmt::format("a {} run evaluates held-out pairs: ", objective) : "",
+        s.kto_examples >= 0 ? " (it holds KTO examples: train.objective kto trains on them)" : "");
+  if (!pairs && (s.preference_pairs >= 0 || s.kto_examples >= 0))
+    return fmt::format(
+        "{}'{}' holds {} ({}); {}", eval ? "eval.paths: " : "", path,
+        s.kto_examples >= 0 ? fmt::format("{} KTO examples", s.kto_examples) : fmt::format("{} preference pairs", s.preference_pairs),
+        s.file,
+        eval                  ? "only a preference run (train.objective dpo, cpo, simpo, orpo, kto or reward) scores them"
+        : s.kto_examples >= 0 ? "set train.objective: kto to train on them"
+                              : "set train.objective: dpo (or cpo, simpo, orpo; reward, for a reward model) to train on them");
   return "";
 }
 

@@ -24,6 +24,10 @@ struct DatasetSidecar {
   uint32_t lossmask_crc32c = 0;
   std::string end_of_turn;        // the token that ends assistant turns (prepare-data --chat)
   int64_t preference_pairs = -1;  // prepare-data --preference: its pairs (documents 2i chosen, 2i + 1 rejected); -1: not such a set
+  // prepare-data --preference --kto: its examples (documents 2i the example, 2i + 1 its KL sequence), and
+  // each one's label, '1' desirable and '0' undesirable; -1: not such a set.
+  int64_t kto_examples = -1;
+  std::string kto_labels;
 };
 
 // The PREFIX of a Megatron data path given as PREFIX, PREFIX.bin or PREFIX.idx.

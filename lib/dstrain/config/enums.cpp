@@ -26,7 +26,7 @@ DSTRAIN_ENUM_NAMES(Recompute, "none", "full", "selective")
 DSTRAIN_ENUM_NAMES(Packing, "none", "greedy", "best_fit")
 DSTRAIN_ENUM_NAMES(LossNormalization, "global_tokens", "micro_batch_mean", "per_sample")
 DSTRAIN_ENUM_NAMES(LoraBase, "model", "nf4", "fp8")
-DSTRAIN_ENUM_NAMES(TrainObjective, "sft", "dpo", "reward", "cpo", "simpo", "orpo")
+DSTRAIN_ENUM_NAMES(TrainObjective, "sft", "dpo", "reward", "cpo", "simpo", "orpo", "kto")
 
 #undef DSTRAIN_ENUM_NAMES
 

@@ -16,19 +16,19 @@ enum class TopkMethod { kGreedy, kGroupLimitedGreedy, kNoauxTc };  // expert sel
 enum class DataFormat { kBytes, kMegatron, kLlmc, kRawU16 };       // token file formats
 enum class OptimizerType { kAdamW, kAdam };                        // decoupled or L2 decay
 enum class ScheduleType { kWarmupCosine, kWsd, kDsWarmupCosine, kDsWarmup, kDsWarmupDecay, kDsOneCycle, kConstant };
-enum class WarmupType { kLinear, kLog };                                      // ds_* schedules' warmup shape
-enum class BatchScaling { kNone, kLinear, kSqrt };                            // LR vs a changing global batch
-enum class BadStepAction { kStop, kSkip, kRollback };                         // train.on_bad_step
-enum class Dtype { kFp32, kBf16, kFp16 };                                     // training precision
-enum class OffloadDevice { kNone, kCpu };                                     // zero.offload_optimizer/param
-enum class Sink { kConsole, kJsonl, kCsv, kTensorboard, kWandb, kMlflow };    // logging.sinks
-enum class RopeScaling { kNone, kLinear, kYarn };                             // model.rope_scaling: HF's default, linear, yarn
-enum class Recompute { kNone, kFull, kSelective };                            // train.activation_checkpointing
-enum class Packing { kNone, kGreedy, kBestFit };                              // data.packing: conversations into rows
-enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };  // train.loss_normalization
-enum class LoraBase { kModel, kNf4, kFp8 };                                   // lora.base: the frozen base's storage
-enum class TrainObjective { kSft, kDpo, kReward, kCpo, kSimpo, kOrpo };       // train.objective
-using PipelineSchedule = pipeline::ScheduleKind;                              // pipeline.schedule
+enum class WarmupType { kLinear, kLog };                                       // ds_* schedules' warmup shape
+enum class BatchScaling { kNone, kLinear, kSqrt };                             // LR vs a changing global batch
+enum class BadStepAction { kStop, kSkip, kRollback };                          // train.on_bad_step
+enum class Dtype { kFp32, kBf16, kFp16 };                                      // training precision
+enum class OffloadDevice { kNone, kCpu };                                      // zero.offload_optimizer/param
+enum class Sink { kConsole, kJsonl, kCsv, kTensorboard, kWandb, kMlflow };     // logging.sinks
+enum class RopeScaling { kNone, kLinear, kYarn };                              // model.rope_scaling: HF's default, linear, yarn
+enum class Recompute { kNone, kFull, kSelective };                             // train.activation_checkpointing
+enum class Packing { kNone, kGreedy, kBestFit };                               // data.packing: conversations into rows
+enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };   // train.loss_normalization
+enum class LoraBase { kModel, kNf4, kFp8 };                                    // lora.base: the frozen base's storage
+enum class TrainObjective { kSft, kDpo, kReward, kCpo, kSimpo, kOrpo, kKto };  // train.objective
+using PipelineSchedule = pipeline::ScheduleKind;                               // pipeline.schedule
 
 template <typename E>
 const std::vector<std::string>& enum_names();

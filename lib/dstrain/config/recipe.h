@@ -294,6 +294,9 @@ struct PreferenceConfig {
   // train.objective reward: TRL's center_rewards_coefficient, times the pairs' mean of
   // (chosen score + rejected score)^2 added to the loss (0: TRL's None).
   double center_rewards_coefficient = 0;
+  // train.objective kto (TRL's KTOConfig): each desirable example's loss, and each undesirable one's, times these.
+  double desirable_weight = 1.0;
+  double undesirable_weight = 1.0;
 };
 
 // Low-rank adapters (PEFT's LoraConfig, under its names): each targeted projection gets

@@ -204,7 +204,10 @@ void resolve_epochs(LoadContext& ctx) {
   while (static_cast<double>(samples) < wanted) samples += global_batch_at(r, steps), ++steps;
   r.train.steps = std::max<int64_t>(steps, 1);
   r.sources["train.steps"] = fmt::format("derived: ceil(train.epochs {} x {} {} / global batch {})", r.train.epochs, rows,
-                                         r.train.trains_pairs() ? "preference pairs" : "packed rows", global_batch_at(r, 0));
+                                         r.train.objective == TrainObjective::kKto ? "KTO examples"
+                                         : r.train.trains_pairs()                  ? "preference pairs"
+                                                                                   : "packed rows",
+                                         global_batch_at(r, 0));
 }
 
 void resolve_length(LoadContext& ctx) {
@@ -328,8 +331,8 @@ void check_pair_training(const Recipe& r, Problem&& problem) {
   refuse(r.lora.base != LoraBase::kModel, "lora.base nf4 or fp8");
   if (r.data.format != DataFormat::kMegatron)
     problem(fmt::format(
-        "train.objective {} reads a set of preference pairs (dstrain prepare-data --preference, data.format megatron); data.format is {}",
-        objective, name(r.data.format)));
+        "train.objective {} reads a set of preference pairs (dstrain prepare-data --preference{}, data.format megatron); data.format is {}",
+        objective, r.train.objective == TrainObjective::kKto ? " --kto" : "", name(r.data.format)));
 }
 
 // The preference keys each objective reads: those of the TRL config of the trainer it matches.
@@ -350,6 +353,8 @@ const std::vector<std::string>& preference_keys(TrainObjective objective) {
                                                  "preference.simpo_gamma", "preference.alpha"};
   static const std::vector<std::string> orpo = {"preference.beta"};
   static const std::vector<std::string> reward = {"preference.center_rewards_coefficient"};
+  static const std::vector<std::string> kto = {"preference.beta", "preference.loss_type", "preference.desirable_weight",
+                                               "preference.undesirable_weight"};
   switch (objective) {
     case TrainObjective::kDpo:
       return dpo;
@@ -361,6 +366,8 @@ const std::vector<std::string>& preference_keys(TrainObjective objective) {
       return orpo;
     case TrainObjective::kReward:
       return reward;
+    case TrainObjective::kKto:
+      return kto;
     case TrainObjective::kSft:
       break;
   }
@@ -373,8 +380,8 @@ void check_preference_keys(const Recipe& r, Problem&& problem) {
   const TrainObjective objective = r.train.objective;
   const auto& mine = preference_keys(objective);
   std::vector<std::string> seen;
-  for (const TrainObjective other :
-       {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo, TrainObjective::kReward})
+  for (const TrainObjective other : {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo,
+                                     TrainObjective::kKto, TrainObjective::kReward})
     for (const std::string& key : preference_keys(other)) {
       const auto source = r.sources.find(key);
       if (source == r.sources.end() || source->second == "default" || std::find(mine.begin(), mine.end(), key) != mine.end() ||
@@ -382,18 +389,28 @@ void check_preference_keys(const Recipe& r, Problem&& problem) {
         continue;
       seen.push_back(key);
       std::vector<std::string> readers;
-      for (const TrainObjective o :
-           {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo, TrainObjective::kReward})
+      for (const TrainObjective o : {TrainObjective::kDpo, TrainObjective::kCpo, TrainObjective::kSimpo, TrainObjective::kOrpo,
+                                     TrainObjective::kKto, TrainObjective::kReward})
         if (const auto& keys = preference_keys(o); std::find(keys.begin(), keys.end(), key) != keys.end()) readers.push_back(name(o));
       problem(fmt::format("{} is set ({}) but train.objective is {}, which does not read it (train.objective {} does); leave it out", key,
                           source->second, name(objective), fmt::join(readers, ", ")));
     }
 }
 
+// train.objective kto: one of KTOTrainer's loss types.
+template <typename Problem>
+void check_kto(const Recipe& r, Problem&& problem) {
+  const std::vector<std::string>& types = r.preference.loss_type;
+  if (types.size() != 1 || (types[0] != "kto" && types[0] != "apo_zero_unpaired"))
+    problem(
+        fmt::format("preference.loss_type [{}] with train.objective kto: KTO takes one of kto, apo_zero_unpaired", fmt::join(types, ", ")));
+}
+
 // train.objective cpo and simpo (TRL's CPOTrainer) and orpo: one loss type of CPO's.
 template <typename Problem>
 void check_reference_free(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
+  if (r.train.objective == TrainObjective::kKto) return check_kto(r, problem);
   if (r.train.objective != TrainObjective::kCpo) return;
   static const char* const kCpoLosses[] = {"sigmoid", "hinge", "ipo", "simpo"};
   if (p.loss_type.size() != 1 || std::find(std::begin(kCpoLosses), std::end(kCpoLosses), p.loss_type[0]) == std::end(kCpoLosses)) {
@@ -827,6 +844,15 @@ void resolve_score_head(LoadContext& ctx) {
   }
 }
 
+// train.objective kto's loss type is TRL's KTOConfig default, kto, unless given.
+void resolve_kto(LoadContext& ctx) {
+  Recipe& r = ctx.recipe;
+  const auto source = r.sources.find("preference.loss_type");
+  if (r.train.objective != TrainObjective::kKto || (source != r.sources.end() && source->second != "default")) return;
+  r.preference.loss_type = {"kto"};
+  r.sources["preference.loss_type"] = "train.objective kto";
+}
+
 // train.objective simpo trains without CPO's NLL term unless cpo_alpha is given (TRL's CPOConfig
 // defaults it to 1 whatever the loss type; SimPO's paper and recipes set 0).
 void resolve_simpo(LoadContext& ctx) {
@@ -841,6 +867,7 @@ void resolve_and_validate(LoadContext& ctx) {
   if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
   resolve_score_head(ctx);
   resolve_simpo(ctx);
+  resolve_kto(ctx);
   resolve_batch(ctx);
   if (!ctx.problems.empty()) return;
   resolve_token_stages(ctx);

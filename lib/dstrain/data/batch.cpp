@@ -13,6 +13,7 @@ Batch Batch::to(const c10::Device& device) const {
   if (target_weights.defined()) out.target_weights = target_weights.to(device);
   if (reference_logps.defined()) out.reference_logps = reference_logps.to(device);
   if (score_positions.defined()) out.score_positions = score_positions.to(device);
+  if (desirable.defined()) out.desirable = desirable.to(device);
   return out;
 }
 

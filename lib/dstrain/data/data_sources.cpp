@@ -63,8 +63,9 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
   const auto& e = recipe.eval;
   const std::string split_name = e.names.size() > e.paths.size() ? e.names.back() : "heldout";
   DataSources out;
-  std::unique_ptr<BatchSource> held_out;                                          // eval.split's
-  const bool reference = recipe.train.objective == config::TrainObjective::kDpo;  // a reward model has none
+  std::unique_ptr<BatchSource> held_out;  // eval.split's
+  // dpo and kto read a reference model's log-probs; reward, cpo, simpo and orpo have none.
+  const bool reference = recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto;
   if (recipe.train.trains_pairs()) {
     auto pairs = std::make_unique<PreferencePairs>(recipe, rank);
     if (reference) out.preference.push_back(pairs.get());

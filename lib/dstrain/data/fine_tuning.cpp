@@ -177,9 +177,15 @@ int64_t packed_rows_of(const config::Recipe& r) {
     if (!path.empty() && !std::filesystem::exists(config::megatron_prefix(path) + ".idx")) return 0;  // reported by the config
   if (r.train.trains_pairs()) {  // a pass is every pair once, but those eval.split holds out
     const auto sidecar = config::read_dataset_sidecar(paths.front());
-    const int64_t pairs = sidecar && sidecar->preference_pairs > 0 ? sidecar->preference_pairs : 0;
+    const int64_t units = !sidecar                                            ? 0
+                          : r.train.objective == config::TrainObjective::kKto ? sidecar->kto_examples
+                                                                              : sidecar->preference_pairs;
+    const int64_t pairs = std::max<int64_t>(units, 0);
     if (pairs == 0 || r.eval.split <= 0) return pairs;
-    return pairs - static_cast<int64_t>(held_out_documents(pairs, r.eval.split, r.data_seed(), paths.front(), "preference pairs").size());
+    return pairs -
+           static_cast<int64_t>(held_out_documents(pairs, r.eval.split, r.data_seed(), paths.front(),
+                                                   r.train.objective == config::TrainObjective::kKto ? "KTO examples" : "preference pairs")
+                                    .size());
   }
   if (!is_fine_tuning_data(r)) return -1;
   int64_t rows = 0;

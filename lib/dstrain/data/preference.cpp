@@ -153,4 +153,63 @@ EncodedPair PreferenceEncoder::encode(const std::string& json, text::Tokenizer::
   return out;
 }
 
+struct PreferenceEncoder::ExampleFields {
+  const Json& prompt;
+  const Json& completion;
+  bool desirable;
+};
+
+UnpairedExample PreferenceEncoder::encode_example(const ExampleFields& fields, text::Tokenizer::Session& session) const {
+  const Json &prompt = fields.prompt, &completion = fields.completion;
+  std::vector<uint32_t> prompt_ids, full;
+  if (prompt.is_array()) {
+    Json whole = prompt;
+    for (const Json& m : completion) whole.push_back(m);
+    prompt_ids = render_tokens(prompt.dump(), true, session);
+    full = render_tokens(whole.dump(), false, session);
+  } else {
+    const std::string& eos = source_.eos_token;
+    std::string c = completion.get<std::string>();
+    if (!eos.empty() && (c.size() < eos.size() || c.compare(c.size() - eos.size(), eos.size(), eos) != 0)) c += eos;
+    tokenizer_->encode(prompt.get<std::string>(), prompt_ids, session, true);
+    tokenizer_->encode(prompt.get<std::string>() + c, full, session, true);
+  }
+  const size_t prompt_len = common_prefix_length(prompt_ids, full);
+  if (full.size() == prompt_len) throw PreferenceError("the completion is empty once tokenized: nothing to learn from");
+  UnpairedExample out;
+  out.prompt.assign(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(prompt_len));
+  out.completion.assign(full.begin() + static_cast<std::ptrdiff_t>(prompt_len), full.end());
+  out.desirable = fields.desirable;
+  return out;
+}
+
+UnpairedRow PreferenceEncoder::encode_unpaired(const std::string& json, text::Tokenizer::Session& session) const {
+  Json row = Json::parse(json, nullptr, false);
+  if (row.is_discarded()) throw PreferenceError("not valid JSON");
+  UnpairedRow out;
+  if (!row.is_object() || !(row.contains("completion") || row.contains("label"))) {
+    row = parse_row(json);  // a pair: unpaired as TRL's unpair_preference_dataset
+    out.paired = true;
+    out.examples.push_back(encode_example({row["prompt"], row["chosen"], true}, session));
+    out.examples.push_back(encode_example({row["prompt"], row["rejected"], false}, session));
+    return out;
+  }
+  for (const char* key : {"prompt", "completion", "label"})
+    if (!row.contains(key) || row[key].is_null())
+      throw PreferenceError(fmt::format("no \"{}\": an unpaired row has \"prompt\", \"completion\" and \"label\" (TRL's KTO format)", key));
+  if (!row["label"].is_boolean())
+    throw PreferenceError(fmt::format("\"label\" is {}: true (a desirable completion) or false", row["label"].dump()));
+  const bool conversational = is_messages(row["prompt"]) || is_messages(row["completion"]);
+  for (const char* key : {"prompt", "completion"}) {
+    const Json& v = row[key];
+    if (conversational ? !(v.is_array() && std::all_of(v.begin(), v.end(), [](const Json& m) { return m.is_object(); })) : !v.is_string())
+      throw PreferenceError(fmt::format("\"{}\" is {}: {}", key, v.type_name(),
+                                        conversational ? "in a conversational row, prompt and completion are lists of messages"
+                                                       : "in a text row, prompt and completion are strings"));
+  }
+  if (row["completion"].empty()) throw PreferenceError("the completion is empty: nothing to learn from");
+  out.examples.push_back(encode_example({row["prompt"], row["completion"], row["label"].get<bool>()}, session));
+  return out;
+}
+
 }  // namespace dstrain::data

@@ -43,6 +43,21 @@ struct EncodedPair {
   bool identical = false;  // chosen and rejected are the same tokens (no preference to learn)
 };
 
+// One example of an unpaired set (train.objective kto), as TRL 1.16's KTOTrainer tokenizes it
+// (trainer/kto_trainer.py, tokenize_fn): the prompt's tokens up to where they and those of
+// prompt + completion diverge, and the completion's tokens after, untruncated.
+struct UnpairedExample {
+  std::vector<uint32_t> prompt, completion;
+  bool desirable = true;
+};
+
+// A row of a --kto input: {prompt, completion, label} is one example; a pair ({prompt, chosen,
+// rejected}, the prompt extracted as for DPO when absent) is two, the chosen one desirable.
+struct UnpairedRow {
+  std::vector<UnpairedExample> examples;
+  bool paired = false;
+};
+
 // A malformed row: what is wrong, without the file and line (the caller adds them).
 struct PreferenceError : std::runtime_error {
   using std::runtime_error::runtime_error;
@@ -57,9 +72,13 @@ class PreferenceEncoder {
   // missing or mistyped field, prompt and completions of different kinds, an empty completion)
   // and Error{kData} when the chat template refuses it.
   EncodedPair encode(const std::string& json, text::Tokenizer::Session& session) const;
+  // The same for a --kto row (no truncation: the set's assembly cuts, data/kto_set.h).
+  UnpairedRow encode_unpaired(const std::string& json, text::Tokenizer::Session& session) const;
   const text::ChatTemplateSource& source() const { return source_; }
 
  private:
+  struct ExampleFields;  // a row's prompt and completion, parsed
+  UnpairedExample encode_example(const ExampleFields& fields, text::Tokenizer::Session& session) const;
   std::vector<uint32_t> render_tokens(const std::string& messages_json, bool generation_prompt, text::Tokenizer::Session& session) const;
 
   text::ChatTemplateSource source_;

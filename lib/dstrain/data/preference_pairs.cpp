@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "dstrain/config/dataset_sidecar.h"
@@ -21,11 +22,29 @@ PreferencePairs::PreferencePairs(const config::Recipe& r, int rank)
     : path_(r.data.sources().front()), seq_len_(r.data.seq_len), pad_(r.data.eos_token >= 0 ? r.data.eos_token : 0), ordered_(false),
       order_(1, r.data_seed()) {
   open(r);
-  if (r.eval.split > 0) held_ = held_out_documents(file_pairs_, r.eval.split, r.data_seed(), path_, "preference pairs");
+  if (r.eval.split > 0)
+    held_ = held_out_documents(file_pairs_, r.eval.split, r.data_seed(), path_, labels_.empty() ? "preference pairs" : "KTO examples");
   selected_ = documents_left(file_pairs_, held_);
   for (const int64_t p : held_) trained_tokens_ -= documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
   order_ = GlobalSampler(rows(), r.data_seed());
   if (rank == 0) log::info(describe());
+  if (rank == 0 && !labels_.empty()) warn_unbalanced(r);
+}
+
+// The KTO paper's advice (its eq. 8, as TRL's KTOTrainer warns): with unequal numbers of desirable
+// and undesirable examples, desirable_weight x desirable / (undesirable_weight x undesirable) in [1, 4/3].
+void PreferencePairs::warn_unbalanced(const config::Recipe& r) const {
+  const auto desirable = static_cast<double>(std::max<int64_t>(
+      1, std::count_if(selected_.begin(), selected_.end(), [this](int64_t p) { return labels_[static_cast<size_t>(p)] == '1'; })));
+  const double undesirable = std::max(1.0, static_cast<double>(selected_.size()) - desirable);
+  const double dw = r.preference.desirable_weight, uw = r.preference.undesirable_weight;
+  if (desirable == undesirable) return;
+  const double d_low = undesirable * uw / desirable, u_high = desirable * dw / undesirable;
+  if ((d_low <= dw && dw <= d_low * 4 / 3) || (u_high * 3 / 4 <= uw && uw <= u_high)) return;
+  log::warn(
+      fmt::format("{}: {:.0f} desirable and {:.0f} undesirable examples, weighed {:g} and {:g}: the KTO paper advises "
+                  "preference.desirable_weight in [{:.2f}, {:.2f}] or preference.undesirable_weight in [{:.2f}, {:.2f}] (not both)",
+                  path_, desirable, undesirable, dw, uw, d_low, d_low * 4 / 3, u_high * 3 / 4, u_high));
 }
 
 PreferencePairs::PreferencePairs(const config::Recipe& r, const std::string& path)
@@ -38,7 +57,7 @@ PreferencePairs::PreferencePairs(const config::Recipe& r, const std::string& pat
 PreferencePairs::PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held)
     : path_(training.path_), seq_len_(training.seq_len_), pad_(training.pad_), file_pairs_(training.file_pairs_),
       score_pad_(training.score_pad_), ordered_(true), owns_reference_(false), documents_(training.documents_), selected_(std::move(held)),
-      order_(1, 0), reference_(training.reference_) {
+      order_(1, 0), reference_(training.reference_), labels_(training.labels_) {
   for (const int64_t p : selected_) trained_tokens_ += documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
 }
 
@@ -46,23 +65,32 @@ PreferencePairs::~PreferencePairs() = default;
 
 void PreferencePairs::open(const config::Recipe& r) {
   const auto sidecar = config::read_dataset_sidecar(path_);
-  if (!sidecar || sidecar->preference_pairs < 0)
-    throw Error(ErrorCode::kData, fmt::format("{}: not a set of preference pairs", path_),
-                "prepare it with dstrain prepare-data --preference");
+  const bool kto = r.train.objective == config::TrainObjective::kKto;
+  if (!sidecar || (kto ? sidecar->kto_examples : sidecar->preference_pairs) < 0)
+    throw Error(ErrorCode::kData, fmt::format("{}: not a set of {}", path_, kto ? "KTO examples" : "preference pairs"),
+                kto ? "prepare it with dstrain prepare-data --preference --kto" : "prepare it with dstrain prepare-data --preference");
   documents_ = std::make_shared<const ConversationSet>(ConversationSet::all_of({open_masked_tokens(path_, r.model.vocab_size)}));
-  if (documents_->size() != 2 * sidecar->preference_pairs || documents_->size() == 0)
+  const int64_t units = kto ? sidecar->kto_examples : sidecar->preference_pairs;
+  if (documents_->size() != 2 * units || documents_->size() == 0 ||
+      (kto &&
+       (static_cast<int64_t>(sidecar->kto_labels.size()) != units || sidecar->kto_labels.find_first_not_of("01") != std::string::npos)))
     throw Error(
         ErrorCode::kData,
-        fmt::format("{}: {} documents for the {} pairs {} records", path_, documents_->size(), sidecar->preference_pairs, sidecar->file),
-        "prepare the set again with prepare-data --preference");
-  file_pairs_ = sidecar->preference_pairs;
+        fmt::format("{}: {} documents for the {} {} {} records{}", path_, documents_->size(), units, kto ? "examples" : "pairs",
+                    sidecar->file, kto ? fmt::format(", with {} labels", sidecar->kto_labels.size()) : ""),
+        kto ? "prepare the set again with prepare-data --preference --kto" : "prepare the set again with prepare-data --preference");
+  file_pairs_ = units;
+  if (kto) labels_ = sidecar->kto_labels;
   if (r.model.score_head) score_pad_ = score_pad_token(*sidecar);
   trained_tokens_ = sidecar->trained_tokens;
   for (int64_t d = 0; d < documents_->size(); ++d)
     if (documents_->length(d) > seq_len_)
       throw Error(ErrorCode::kData,
-                  fmt::format("{}: pair {}'s {} sequence has {} tokens, more than data.seq_len {}", path_, d / 2,
-                              d % 2 ? "rejected" : "chosen", documents_->length(d), seq_len_),
+                  fmt::format("{}: {} {}'s {} sequence has {} tokens, more than data.seq_len {}", path_, kto ? "example" : "pair", d / 2,
+                              kto     ? (d % 2 ? "KL" : "own")
+                              : d % 2 ? "rejected"
+                                      : "chosen",
+                              documents_->length(d), seq_len_),
                   fmt::format("set data.seq_len: {} or more, or prepare the pairs with --max-length {}", documents_->length(d), seq_len_));
 }
 
@@ -85,6 +113,11 @@ Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) 
   b.sequential_positions = true;
   for (auto& lengths : b.document_lengths) lengths = {seq_len_};
   b.pairs = real;
+  if (!labels_.empty()) {
+    b.desirable = at::zeros({static_cast<int64_t>(pairs.size())}, at::kBool);
+    bool* desirable = b.desirable.data_ptr<bool>();
+    for (int64_t i = 0; i < real; ++i) desirable[i] = labels_[static_cast<size_t>(pairs[static_cast<size_t>(i)])] == '1';
+  }
   if (score_pad_ >= 0) {
     b.score_positions = at::zeros({b.rows()}, at::kLong);
     int64_t* at = b.score_positions.data_ptr<int64_t>();
@@ -147,7 +180,13 @@ Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const
 std::string PreferencePairs::describe() const {
   int64_t tokens = 0;
   for (const int64_t p : selected_) tokens += documents_->length(2 * p) + documents_->length(2 * p + 1);
-  return fmt::format("{}: {} preference pairs{}, {} tokens ({} in completions), each sequence in a row of {}", path_, rows(),
+  std::string what = "preference pairs";
+  if (!labels_.empty()) {
+    const int64_t desirable =
+        std::count_if(selected_.begin(), selected_.end(), [this](int64_t p) { return labels_[static_cast<size_t>(p)] == '1'; });
+    what = fmt::format("KTO examples ({} desirable) each with its KL sequence", desirable);
+  }
+  return fmt::format("{}: {} {}{}, {} tokens ({} in completions), each sequence in a row of {}", path_, rows(), what,
                      ordered_        ? (owns_reference_ ? "" : " held out by eval.split")
                      : held_.empty() ? ""
                                      : fmt::format(" left to train on ({} held out by eval.split)", held_.size()),

@@ -6,6 +6,9 @@
 // only. The reference model's log-probs (train/reference_logps.h) ride with each batch once the
 // reference pass has filled the shared table; for a reward model (model.score_head), each row's
 // score position (data/score_token.h).
+// train.objective kto reads an unpaired set (prepare-data --preference --kto, data/kto_set.h) the
+// same way: a position is an example, row 2i holds it and row 2i + 1 its KL sequence, and the
+// batch carries each example's label (data::Batch::desirable).
 // Evaluation reads pairs in file order: the pairs eval.split holds out of the training set
 // (held_out(): they share its file and its reference table) or a whole set of eval.paths.
 #include <cstdint>
@@ -48,6 +51,8 @@ class PreferencePairs final : public BatchSource {
   // pass); pairs from `end` on train nothing.
   Batch in_order(int64_t first, int64_t count, int64_t end) const;
   int64_t file_pairs() const { return file_pairs_; }
+  // What a position is, for messages: "pairs", or "examples" (an unpaired set).
+  const char* unit() const { return labels_.empty() ? "pairs" : "examples"; }
   int64_t chosen_targets_in(int64_t count) const override;
   // The chosen sequences' every target, prompt included (train.objective orpo's NLL), of the first `count` pairs.
   int64_t chosen_sequence_targets_in(int64_t count) const;
@@ -61,6 +66,7 @@ class PreferencePairs final : public BatchSource {
  private:
   PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held);
   void open(const config::Recipe& recipe);
+  void warn_unbalanced(const config::Recipe& recipe) const;
   Batch rows_of(const std::vector<int64_t>& pairs, int64_t real) const;
 
   std::string path_;
@@ -71,6 +77,7 @@ class PreferencePairs final : public BatchSource {
   std::vector<int64_t> selected_, held_;  // the file pairs this source reads; those eval.split holds out
   GlobalSampler order_;
   std::shared_ptr<ReferenceTable> reference_ = std::make_shared<ReferenceTable>();
+  std::string labels_;  // an unpaired set's, per example: '1' desirable; empty for pairs
 };
 
 }  // namespace dstrain::data

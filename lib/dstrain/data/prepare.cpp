@@ -17,6 +17,7 @@
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/threads.h"
+#include "dstrain/data/kto_set.h"
 #include "dstrain/data/loss_mask.h"
 #include "dstrain/data/megatron_writer.h"
 #include "dstrain/text/chat_template_file.h"
@@ -48,6 +49,8 @@ struct Encoded {
   std::vector<uint8_t> mask;                 // --chat: the loss mask of the one output's tokens
   ChatCounts chat;
   PreferenceCounts preference;
+  std::vector<UnpairedRow> unpaired;  // --kto: the rows, assembled into the set once all are read
+  std::vector<Origin> unpaired_origins;
   int64_t bytes = 0, empty = 0, repaired = 0;
   std::exception_ptr error;
 };
@@ -192,27 +195,33 @@ void encode_chat_batch(Batch& batch, const std::vector<DocumentSource>& sources,
   });
 }
 
-// One row of a --preference input: counted, dropped or appended to `out` as two documents.
-void encode_pair(const std::string& json, const std::string& origin, const Record& record, const PreferenceEncoder& encoder,
-                 bool skip_errors, text::Tokenizer::Session& session, Encoded& out) {
-  EncodedPair pair;
+// Runs `encode` on a --preference row: true when it succeeded; false when the row is malformed
+// or refused and --on-error skip counted it (otherwise Error{kData} naming the row).
+template <class Encode>
+bool encoded_row(const std::string& origin, bool skip_errors, PreferenceCounts& c, Encode encode) {
   std::string problem;
   try {
-    pair = encoder.encode(json, session);
+    encode();
+    return true;
   } catch (const PreferenceError& e) {
     problem = e.what();
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kData) throw Error(e.code(), fmt::format("{}: {}", origin, e.what()), e.hint());
     problem = fmt::format("the chat template refused it: {}", e.what());
   }
+  if (!skip_errors)
+    throw Error(ErrorCode::kData, fmt::format("{}: {}", origin, problem),
+                "fix or remove the row, or pass --on-error skip to drop such rows and count them");
+  if (c.skipped++ == 0) c.first_skip = fmt::format("{}: {}", origin, problem);
+  return false;
+}
+
+// One row of a --preference input: counted, dropped or appended to `out` as two documents.
+void encode_pair(const std::string& json, const std::string& origin, const Record& record, const PreferenceEncoder& encoder,
+                 bool skip_errors, text::Tokenizer::Session& session, Encoded& out) {
+  EncodedPair pair;
   PreferenceCounts& c = out.preference;
-  if (!problem.empty()) {
-    if (!skip_errors)
-      throw Error(ErrorCode::kData, fmt::format("{}: {}", origin, problem),
-                  "fix or remove the row, or pass --on-error skip to drop such rows and count them");
-    if (c.skipped++ == 0) c.first_skip = fmt::format("{}: {}", origin, problem);
-    return;
-  }
+  if (!encoded_row(origin, skip_errors, c, [&] { pair = encoder.encode(json, session); })) return;
   if (pair.outcome == PairOutcome::kPromptTooLong) return void(++c.prompt_too_long);
   if (pair.identical && c.identical++ == 0) c.first_identical = origin;
   c.truncated += pair.outcome == PairOutcome::kTruncated;
@@ -227,11 +236,40 @@ void encode_pair(const std::string& json, const std::string& origin, const Recor
   }
 }
 
+// One row of a --kto input: counted, dropped or kept in `out.unpaired` for the set's assembly.
+void encode_unpaired_row(const std::string& json, const std::string& origin, const Record& record, const PreferenceEncoder& encoder,
+                         bool skip_errors, text::Tokenizer::Session& session, Encoded& out) {
+  UnpairedRow row;
+  if (!encoded_row(origin, skip_errors, out.preference, [&] { row = encoder.encode_unpaired(json, session); })) return;
+  out.unpaired.push_back(std::move(row));
+  out.unpaired_origins.push_back({record.source, record.line});
+}
+
 void encode_preference_batch(Batch& batch, const std::vector<DocumentSource>& sources, const PreferenceEncoder& encoder, bool skip_errors,
-                             text::Tokenizer::Session& session, Encoded& out) {
+                             bool kto, text::Tokenizer::Session& session, Encoded& out) {
   for_each_example(batch, sources, "--preference", out, [&](std::string& json, const std::string& origin, const Record& record) {
+    if (kto) return encode_unpaired_row(json, origin, record, encoder, skip_errors, session, out);
     encode_pair(json, origin, record, encoder, skip_errors, session, out);
   });
+}
+
+// --kto: the rows read so far, in input order; a file mixing pairs with labelled rows is refused
+// (TRL decides by the first row).
+void collect_unpaired(Encoded& e, const std::vector<DocumentSource>& sources, std::vector<UnpairedRow>& rows, std::string& first_origin) {
+  for (size_t i = 0; i < e.unpaired.size(); ++i) {
+    const Encoded::Origin& at = e.unpaired_origins[i];
+    const std::string origin = at.line ? fmt::format("{}:{}", sources[at.source].path, at.line) : sources[at.source].path;
+    if (!rows.empty() && rows.front().paired != e.unpaired[i].paired)
+      throw Error(ErrorCode::kData,
+                  fmt::format("{}: a {} row after {}'s {} row", origin, e.unpaired[i].paired ? "chosen/rejected" : "labelled", first_origin,
+                              rows.front().paired ? "chosen/rejected" : "labelled"),
+                  "a --kto input is either pairs (unpaired as TRL does) or {prompt, completion, label} rows; prepare them apart");
+    if (rows.empty()) first_origin = origin;
+    e.preference.pairs += e.unpaired[i].paired;
+    e.preference.labelled_rows += !e.unpaired[i].paired;
+    rows.push_back(std::move(e.unpaired[i]));
+  }
+  e.unpaired.clear();
 }
 
 // The reader thread, the workers and the ordered hand-over to the writer.
@@ -359,30 +397,48 @@ std::string json_escape(const std::string& s) {
 
 const char* train_on_name(TrainOn t) { return t == TrainOn::kAll ? "all" : t == TrainOn::kLastAssistant ? "last" : "assistant"; }
 
+// PREFIX.json's loss mask entry (--chat, --preference): its file, version, size, hash and trained tokens.
+std::string loss_mask_sidecar(const PrepareOutput& o) {
+  return fmt::format(
+      ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, ",
+      json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens);
+}
+
 // The --chat part of PREFIX.json: the loss mask's file, size and hash, and what was done.
 std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const ChatPrepareOptions& chat) {
   const ChatCounts& c = s.chat_counts;
-  return fmt::format(
-      ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, "
-      "\"chat\": {{\"template\": \"{}\", \"end_of_turn\": \"{}\", \"train_on\": \"{}\", \"max_length\": {}, \"overlength\": \"{}\", "
-      "\"last_turn_verbatim\": {}, \"conversations\": {}, \"truncated\": {}, \"dropped_too_long\": {}, \"dropped_untrained\": {}, "
-      "\"skipped_errors\": {}, \"rewrites_history\": {}, \"doubled_bos_removed\": {}, \"longest_conversation\": {}}}",
-      json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens,
-      json_escape(s.chat_template), json_escape(s.end_of_turn), train_on_name(chat.encode.train_on), chat.encode.max_length,
-      chat.encode.overlength == Overlength::kDrop ? "drop" : "truncate", chat.encode.last_turn_verbatim ? "true" : "false", c.kept,
-      c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
+  return loss_mask_sidecar(o) +
+         fmt::format(
+             "\"chat\": {{\"template\": \"{}\", \"end_of_turn\": \"{}\", \"train_on\": \"{}\", \"max_length\": {}, \"overlength\": \"{}\", "
+             "\"last_turn_verbatim\": {}, \"conversations\": {}, \"truncated\": {}, \"dropped_too_long\": {}, \"dropped_untrained\": {}, "
+             "\"skipped_errors\": {}, \"rewrites_history\": {}, \"doubled_bos_removed\": {}, \"longest_conversation\": {}}}",
+             json_escape(s.chat_template), json_escape(s.end_of_turn), train_on_name(chat.encode.train_on), chat.encode.max_length,
+             chat.encode.overlength == Overlength::kDrop ? "drop" : "truncate", chat.encode.last_turn_verbatim ? "true" : "false", c.kept,
+             c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
 }
 
 // The --preference part of PREFIX.json: the loss mask, and the pairs (documents 2i chosen, 2i + 1 rejected).
 std::string preference_sidecar(const PrepareOutput& o, const PrepareSummary& s, const PreferencePrepareOptions& p) {
   const PreferenceCounts& c = s.preference_counts;
-  return fmt::format(
-      ", \"loss_mask\": {{\"file\": \"{}.lossmask\", \"version\": {}, \"bytes\": {}, \"crc32c\": \"{:08x}\", \"trained_tokens\": {}}}, "
-      "\"preference\": {{\"format\": \"trl\", \"template\": \"{}\", \"pairs\": {}, \"max_length\": {}, \"truncation_mode\": \"{}\", "
-      "\"truncated\": {}, \"dropped_prompt_too_long\": {}, \"identical\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}}}",
-      json_escape(fs::path(o.prefix).filename().string()), kLossMaskVersion, o.lossmask_bytes, o.lossmask_crc32c, o.trained_tokens,
-      json_escape(s.chat_template), c.pairs, p.encode.max_length, p.encode.keep_end ? "keep_end" : "keep_start", c.truncated,
-      c.prompt_too_long, c.identical, c.skipped, c.longest);
+  return loss_mask_sidecar(o) +
+         fmt::format(
+             "\"preference\": {{\"format\": \"trl\", \"template\": \"{}\", \"pairs\": {}, \"max_length\": {}, \"truncation_mode\": \"{}\", "
+             "\"truncated\": {}, \"dropped_prompt_too_long\": {}, \"identical\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}}}",
+             json_escape(s.chat_template), c.pairs, p.encode.max_length, p.encode.keep_end ? "keep_end" : "keep_start", c.truncated,
+             c.prompt_too_long, c.identical, c.skipped, c.longest);
+}
+
+// The --kto part of PREFIX.json: the loss mask, and the examples (documents 2i the example, 2i + 1
+// its KL sequence) with their labels.
+std::string kto_sidecar(const PrepareOutput& o, const PrepareSummary& s, const PreferencePrepareOptions& p) {
+  const PreferenceCounts& c = s.preference_counts;
+  return loss_mask_sidecar(o) +
+         fmt::format(
+             "\"kto\": {{\"format\": \"trl\", \"template\": \"{}\", \"examples\": {}, \"desirable\": {}, \"undesirable\": {}, "
+             "\"kl_batch_size\": {}, \"max_length\": {}, \"paired_rows\": {}, \"labelled_rows\": {}, \"truncated\": {}, "
+             "\"dropped_prompt_too_long\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}, \"labels\": \"{}\"}}",
+             json_escape(s.chat_template), c.examples, c.desirable, c.examples - c.desirable, p.kl_batch_size, p.encode.max_length, c.pairs,
+             c.labelled_rows, c.truncated, c.prompt_too_long, c.skipped, c.longest, s.kto_labels);
 }
 
 // PREFIX.json (staged as PREFIX.json.tmp, published last): what the dataset holds and how it was
@@ -398,7 +454,7 @@ void write_sidecar(const PrepareOutput& o, const PrepareSummary& s, const text::
                                 "\"documents\": {}, \"tokens\": {}, \"crc32c_bin\": \"{:08x}\", \"crc32c_idx\": \"{:08x}\"{}}}\n",
                                 tok, s.vocab_size, s.end_of_document, json_escape(o.key), o.documents, o.tokens, o.bin_crc32c, o.idx_crc32c,
                                 s.chat         ? chat_sidecar(o, s, chat)
-                                : s.preference ? preference_sidecar(o, s, preference)
+                                : s.preference ? (preference.kto ? kto_sidecar(o, s, preference) : preference_sidecar(o, s, preference))
                                                : ""));
 }
 
@@ -457,9 +513,37 @@ uint32_t choose_end_of_document(const PrepareOptions& o, const text::Tokenizer* 
               "pass the token written after each document with --eod-token");
 }
 
+// Refuses a --chat, --preference or --kto run that kept nothing to train on.
+void check_something_kept(const PrepareSummary& s, bool kto) {
+  if (kto && s.preference_counts.examples == 0)
+    throw Error(ErrorCode::kData, "no KTO example is left to train on", preference_counts_line(s.preference_counts));
+  if (s.preference && !kto && s.preference_counts.pairs == 0)
+    throw Error(ErrorCode::kData, "no preference pair is left to train on", preference_counts_line(s.preference_counts));
+  if (s.chat && s.chat_counts.kept == 0)
+    throw Error(ErrorCode::kData, "no conversation is left to train on", chat_counts_line(s.chat_counts));
+}
+
+// --kto: the assembled set's documents (example, then its KL sequence), and its counts.
+void write_kto_set(const KtoSet& set, MegatronStreamWriter& writer, LossMaskWriter& masks, const std::string& origin, PrepareSummary& s,
+                   PrepareProgress& p) {
+  for (const KtoSequence& seq : set.sequences) {
+    writer.add_document(seq.tokens.data(), seq.tokens.size(), origin);
+    masks.add(seq.mask.data(), seq.mask.size());
+    p.tokens += static_cast<int64_t>(seq.tokens.size());
+  }
+  p.documents += static_cast<int64_t>(set.sequences.size());
+  PreferenceCounts& c = s.preference_counts;
+  c.kto = true;
+  c.examples = static_cast<int64_t>(set.labels.size());
+  c.desirable = std::count(set.labels.begin(), set.labels.end(), '1');
+  c.truncated = set.truncated, c.prompt_too_long = set.prompt_too_long, c.longest = set.longest;
+  s.kto_labels = set.labels;
+}
+
 void add_counts(PreferenceCounts& into, const PreferenceCounts& c) {
   if (into.first_skip.empty()) into.first_skip = c.first_skip;
   if (into.first_identical.empty()) into.first_identical = c.first_identical;
+  into.examples += c.examples, into.desirable += c.desirable, into.labelled_rows += c.labelled_rows;
   into.pairs += c.pairs, into.truncated += c.truncated, into.prompt_too_long += c.prompt_too_long, into.identical += c.identical;
   into.skipped += c.skipped, into.longest = std::max(into.longest, c.longest);
 }
@@ -579,7 +663,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     if (!encoder) encoder = std::make_unique<DocumentEncoder>(tokenizer, eod);
     const size_t before = encoder->dropped();
     if (preference) {
-      encode_preference_batch(batch, sources, *preference, o.chat.skip_errors, encoder->session(), out);
+      encode_preference_batch(batch, sources, *preference, o.chat.skip_errors, o.preference.kto, encoder->session(), out);
     } else if (chat) {
       encode_chat_batch(batch, sources, *chat, o.chat, encoder->session(), out);
     } else {
@@ -590,11 +674,14 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   Encoded encoded;
   PrepareProgress p;
   double last_report = -1;
+  std::vector<UnpairedRow> unpaired;
+  std::string first_unpaired;
   while (pipeline.next(encoded)) {
     if (o.stop_requested && o.stop_requested())
       throw Error(ErrorCode::kInterrupted, fmt::format("prepare-data stopped by a signal; nothing was written to {}", o.output_prefix),
                   "a dataset already at that prefix is as it was");
     if (encoded.error) std::rethrow_exception(encoded.error);
+    collect_unpaired(encoded, sources, unpaired, first_unpaired);
     for (size_t k = 0; k < writers.size(); ++k) {
       const uint32_t* tokens = encoded.tokens[k].data();
       const uint8_t* mask = encoded.mask.data();
@@ -614,10 +701,10 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     if (progress && seconds() - last_report >= 0.25) p.seconds = last_report = seconds(), progress(p);
   }
   pipeline.stop();
-  if (preference && summary.preference_counts.pairs == 0)
-    throw Error(ErrorCode::kData, "no preference pair is left to train on", preference_counts_line(summary.preference_counts));
-  if (chat && summary.chat_counts.kept == 0)
-    throw Error(ErrorCode::kData, "no conversation is left to train on", chat_counts_line(summary.chat_counts));
+  if (o.preference.kto)
+    write_kto_set(assemble_kto_set(std::move(unpaired), {o.preference.encode.max_length, o.preference.kl_batch_size}), *writers.front(),
+                  *masks, first_unpaired, summary, p);
+  check_something_kept(summary, o.preference.kto);
   // Every file of every output is staged under its temporary name first: a full disk or an error
   // here leaves the older set whole. Then they are published, PREFIX.json last.
   for (auto& w : writers) w->stage();
@@ -669,6 +756,9 @@ std::string chat_counts_line(const ChatCounts& c) {
 
 std::string preference_counts_line(const PreferenceCounts& c) {
   std::string out = fmt::format("{} preference pairs kept", c.pairs);
+  if (c.kto)
+    out = fmt::format("{} KTO examples kept ({} desirable, {} undesirable) from {}", c.examples, c.desirable, c.examples - c.desirable,
+                      c.labelled_rows > 0 ? fmt::format("{} labelled rows", c.labelled_rows) : fmt::format("{} pairs unpaired", c.pairs));
   if (c.truncated) out += fmt::format(", {} truncated to --max-length", c.truncated);
   if (c.prompt_too_long) out += fmt::format(", {} dropped: the prompt alone fills --max-length (keep_start)", c.prompt_too_long);
   if (c.identical)

@@ -35,9 +35,12 @@ struct ChatPrepareOptions {
 
 // --preference: each JSON example is a chosen/rejected pair (data/preference.h), written as two
 // documents (prompt + chosen, prompt + rejected) with the completions' loss mask.
+// --kto: rows for train.objective kto (data/kto_set.h): labelled completions, or pairs unpaired.
 struct PreferencePrepareOptions {
   bool on = false;
   PreferenceEncodeOptions encode;
+  bool kto = false;
+  int64_t kl_batch_size = 8;  // --kl-batch-size
 };
 
 struct PrepareOptions {
@@ -79,8 +82,11 @@ struct ChatCounts {
 };
 
 // What --preference did with the rows; `first_*`: the first such row's file:line (and why).
+// With --kto, `pairs` counts the paired rows read and `examples` the examples kept (`desirable` of them).
 struct PreferenceCounts {
   int64_t pairs = 0, truncated = 0, prompt_too_long = 0, identical = 0, skipped = 0;
+  int64_t examples = 0, desirable = 0, labelled_rows = 0;
+  bool kto = false;
   int64_t longest = 0;  // tokens of the longest sequence (prompt + completion) kept
   std::string first_skip, first_identical;
 };
@@ -96,6 +102,7 @@ struct PrepareSummary {
   bool preference = false;
   PreferenceCounts preference_counts;
   std::string chat_template, end_of_turn;  // with --chat: the template's name, the end-of-turn token
+  std::string kto_labels;                  // with --kto: each example's label, '1' desirable
   double seconds = 0;
   int workers = 1;
 };

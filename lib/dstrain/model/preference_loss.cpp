@@ -135,6 +135,7 @@ ChosenTargets chosen_targets_counted(config::TrainObjective objective, const con
       return ChosenTargets::kSequences;
     case config::TrainObjective::kSft:
     case config::TrainObjective::kReward:
+    case config::TrainObjective::kKto:
       break;
   }
   return ChosenTargets::kNone;

@@ -6,6 +6,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
+#include "dstrain/model/kto_loss.h"
 #include "dstrain/model/reference_free_loss.h"
 
 namespace dstrain::model {
@@ -50,6 +51,7 @@ void set_pair_loss(Objective& objective, config::TrainObjective kind, const conf
   if (kind == config::TrainObjective::kReward) set_reward_loss(objective, c);
   if (kind == config::TrainObjective::kCpo || kind == config::TrainObjective::kSimpo || kind == config::TrainObjective::kOrpo)
     set_reference_free_loss(objective, kind, c);
+  if (kind == config::TrainObjective::kKto) set_kto_loss(objective, c);
 }
 
 }  // namespace dstrain::model

@@ -36,7 +36,8 @@ const std::vector<std::string>& reward_metric_names();
 void set_reward_loss(Objective& objective, const config::PreferenceConfig& config);
 
 // The loss of train.objective on preference pairs: dpo's (model/preference_loss.h), reward's, or
-// cpo's, simpo's and orpo's (model/reference_free_loss.h); sft leaves `objective` as it is.
+// cpo's, simpo's and orpo's (model/reference_free_loss.h), or kto's on unpaired examples
+// (model/kto_loss.h); sft leaves `objective` as it is.
 void set_pair_loss(Objective& objective, config::TrainObjective kind, const config::PreferenceConfig& config);
 
 }  // namespace dstrain::model

@@ -197,7 +197,7 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   // eval.split reads its training set's); the starting model itself may make them.
   std::vector<const data::PreferencePairs*> pairs;
   for (const data::EvalSet& set : sets)  // a reward model scores pairs without a reference
-    if (set.pairs() && recipe.train.objective == config::TrainObjective::kDpo)
+    if (set.pairs() && (recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto))
       pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
   train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
   train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
@@ -206,12 +206,14 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {
     for (const auto& r : results)
-      log::info(fmt::format("eval | {} | val_loss {:.6f} | {} | {:.0f} ms", r.name, r.loss,
-                            r.pairs > 0           ? fmt::format("{} preference pairs", r.pairs)
-                            : r.conversations > 0 ? fmt::format("ppl {:.4f} | {} trained tokens of {} conversations in {} rows", r.ppl,
-                                                                r.tokens, r.conversations, r.windows)
-                                                  : fmt::format("ppl {:.4f} | {} tokens in {} windows", r.ppl, r.tokens, r.windows),
-                            r.ms));
+      log::info(fmt::format(
+          "eval | {} | val_loss {:.6f} | {} | {:.0f} ms", r.name, r.loss,
+          r.pairs > 0
+              ? fmt::format("{} {}", r.pairs, recipe.train.objective == config::TrainObjective::kKto ? "KTO examples" : "preference pairs")
+          : r.conversations > 0
+              ? fmt::format("ppl {:.4f} | {} trained tokens of {} conversations in {} rows", r.ppl, r.tokens, r.conversations, r.windows)
+              : fmt::format("ppl {:.4f} | {} tokens in {} windows", r.ppl, r.tokens, r.windows),
+          r.ms));
     const nlohmann::json j = results_json(task.step, env.world_size, results);
     if (task.result_path.empty())
       std::fputs(render(j, task.json).c_str(), stdout), std::fflush(stdout);

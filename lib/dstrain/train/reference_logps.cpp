@@ -130,8 +130,8 @@ void prepare_one(const config::Recipe& r, const data::PreferencePairs& pairs, co
     mine = leader ? read_table(path, key, pairs.file_pairs()) : std::vector<double>(static_cast<size_t>(2 * pairs.file_pairs()), 0.0);
   } else {
     if (leader)
-      log::info(fmt::format("reference log-probs: one forward pass over the {} pairs of {} by the starting model", pairs.file_pairs(),
-                            pairs.path()));
+      log::info(fmt::format("reference log-probs: one forward pass over the {} {} of {} by the starting model", pairs.file_pairs(),
+                            pairs.unit(), pairs.path()));
     mine = compute_share(r, pairs, runner, comm);
     model.take_expert_load();  // what the pass left for training's first step
     model.take_all_to_all_wait_ms();
@@ -140,8 +140,8 @@ void prepare_one(const config::Recipe& r, const data::PreferencePairs& pairs, co
   if (decision == 0 && leader) write_file_atomic(path, serialize(key, pairs.path(), table));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (leader)
-    log::info(fmt::format("reference log-probs: {} {} ({} pairs, {:.2f} s)", decision == 1 ? "read from" : "written to", path,
-                          pairs.file_pairs(), seconds));
+    log::info(fmt::format("reference log-probs: {} {} ({} {}, {:.2f} s)", decision == 1 ? "read from" : "written to", path,
+                          pairs.file_pairs(), pairs.unit(), seconds));
   *pairs.reference() = std::move(table);
 }
 

@@ -1,5 +1,5 @@
 #pragma once
-// The reference model's log-probs for train.objective dpo (TRL's precompute_ref_log_probs): one
+// The reference model's log-probs for train.objective dpo and kto (TRL's precompute_ref_log_probs): one
 // forward pass over every pair by the model as the run starts, before its first update, made once
 // and kept beside the dataset as PREFIX.ref.<key>, where key hashes what they depend on (the
 // model section, seed, dtype, lora section, preference.ld_alpha when it weighs the sums, the
@@ -7,7 +7,7 @@
 // them (a resume must: its model has moved); anything else makes another file.
 //   file  "DSTRREF1\n", one line of JSON {"version", "key", "pairs", "crc32c", "data"}, then
 //         2 x pairs float64 (little-endian): pair i's chosen and rejected completion sums (LD-DPO's
-//         weighted sums with preference.ld_alpha)
+//         weighted sums with preference.ld_alpha); of an unpaired set (kto), example i's and its KL sequence's
 // The pass runs through the training runner's forward (ZeRO-3 gathers, expert parallelism):
 // micro-batch g of train.micro_batch_size pairs on data-parallel rank g % world, every rank the
 // same number of forwards, the table summed in rank order (each entry comes from one rank: exact).

@@ -245,9 +245,9 @@ void Telemetry::record_eval(const std::vector<metrics::EvalMetrics>& results, co
     if (m.pairs > 0) {  // preference pairs: the two metrics that say whether the preferences are learnt (all in the sinks)
       what.clear();
       for (const auto& [name, value] : m.metrics)
-        if (name == "rewards/accuracies" || name == "rewards/margins" || name == "accuracy" || name == "margin")
+        if (name == "rewards/accuracies" || name == "rewards/margins" || name == "kl" || name == "accuracy" || name == "margin")
           what += fmt::format("{} {:.4f} | ", name, value);
-      what += fmt::format("{} pairs", m.pairs);
+      what += fmt::format("{} {}", m.pairs, recipe_.train.objective == config::TrainObjective::kKto ? "examples" : "pairs");
     }
     log::info(fmt::format("eval step {}/{} | {} | val_loss {:.4f} | {} | {:.0f} ms{}", m.step, recipe_.train.steps, m.name, m.val_loss,
                           what, m.eval_ms, i == 0 && !note.empty() ? " | " + note : ""));

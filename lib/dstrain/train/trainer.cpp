@@ -201,12 +201,16 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                             ms_since(load_start) / 1000.0));
   }
   if (env.rank == 0) {
-    log::info(fmt::format(
-        "model: {:.3f}M parameters{}; data: {} {} of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
-        "data-parallel ranks x {})",
-        static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
-        p.data->num_samples(), !sources.preference.empty() ? "preference pairs (2 rows each)" : "samples", p.recipe.data.seq_len, p.steps(),
-        p.global_batch(p.step), config::accumulation_at(p.recipe, p.step), p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
+    log::info(
+        fmt::format("model: {:.3f}M parameters{}; data: {} {} of {} tokens; {} steps, first global batch {} ({} accumulation x {} "
+                    "data-parallel ranks x {})",
+                    static_cast<double>(p.model->num_parameters()) / 1e6, p.comm.pipeline() ? " in pipeline rank 0's stages" : "",
+                    p.data->num_samples(),
+                    p.recipe.train.objective == config::TrainObjective::kKto ? "KTO examples (2 rows each: the example, its KL sequence)"
+                    : p.recipe.train.trains_pairs()                          ? "preference pairs (2 rows each)"
+                                                                             : "samples",
+                    p.recipe.data.seq_len, p.steps(), p.global_batch(p.step), config::accumulation_at(p.recipe, p.step),
+                    p.recipe.data_parallel_size(), p.recipe.train.micro_batch_size));
     if (p.step >= p.steps()) log::info(fmt::format("the run is already complete ({} of {} steps); nothing to do", p.step, p.steps()));
   }
   if (p.comm.pipeline() && p.comm.engine().rank() == 0) {  // each pipeline rank's first data-parallel rank says what it holds
@@ -234,7 +238,8 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     p.runner = std::move(sequential);
   }
   if (!sources.preference.empty()) {  // before any update: the starting model is the reference
-    prepare_reference_logps(p.recipe, sources.preference, *p.runner, *p.model, p.comm.engine(), env.resume ? "a resumed dpo run" : "");
+    prepare_reference_logps(p.recipe, sources.preference, *p.runner, *p.model, p.comm.engine(),
+                            env.resume ? fmt::format("a resumed {} run", config::name(p.recipe.train.objective)) : "");
     p.engine->discard_wait_times();
   }
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);

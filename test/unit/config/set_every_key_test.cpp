@@ -158,6 +158,9 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"preference.center_rewards_coefficient",
        {"0.01", {"train.objective=reward", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"model.score_head", {"true", {"train.objective=reward", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      // train.objective kto reads a prepare-data --preference --kto set.
+      {"preference.desirable_weight", {"1.3", {"train.objective=kto", "data.path=" + dir + "/kto", "data.format=megatron"}}},
+      {"preference.undesirable_weight", {"0.7", {"train.objective=kto", "data.path=" + dir + "/kto", "data.format=megatron"}}},
       {"preference.f_alpha_divergence_coef",
        {"0.3",
         {"train.objective=dpo", "preference.f_divergence_type=alpha_divergence", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
@@ -181,6 +184,9 @@ TEST_CASE("--set applies to every schema key, and the resolved config keeps the 
   write(d + "/data.txt", std::string(4096, 'a'));
   write(d + "/other.txt", std::string(4096, 'b'));
   write(d + "/ds.json", R"({"steps_per_print": 7})");
+  write(d + "/kto.bin", ""), write(d + "/kto.idx", "");
+  write(d + "/kto.json", R"({"format": "megatron", "vocab_size": 256, "eos": 1, "loss_mask": {"bytes": 26, "trained_tokens": 4},
+                             "kto": {"examples": 2, "labels": "10", "longest_sequence": 8}})");
   write(d + "/pairs.bin", ""), write(d + "/pairs.idx", "");
   write(d + "/pairs.json", R"({"format": "megatron", "vocab_size": 256, "eos": 1, "loss_mask": {"bytes": 26, "trained_tokens": 4},
                                "preference": {"pairs": 2, "longest_sequence": 8}})");

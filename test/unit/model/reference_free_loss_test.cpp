@@ -93,16 +93,6 @@ Expected formula(const model::CausalLM& m, const data::Batch& b, config::TrainOb
   return e;
 }
 
-// The metric named `name`'s value (its sum over its count).
-double metric(const model::Objective& objective, const model::ObjectiveValue& v, const std::string& name) {
-  const auto shapes = objective.metrics();
-  for (size_t i = 0; i < shapes.size(); ++i)
-    if (shapes[i].name == name)
-      return v.terms[static_cast<int64_t>(i)][0].item<double>() / v.terms[static_cast<int64_t>(i)][1].item<double>();
-  FAIL("no metric " << name);
-  return 0;
-}
-
 struct Case {
   std::string label;
   config::TrainObjective kind;
@@ -147,11 +137,11 @@ TEST_CASE("cpo, simpo, orpo: the loss and every gradient equal the formula on th
         const Expected want = formula(*theirs, b, k.kind, k.c);
         CHECK(v.count == 3);
         CHECK(v.sum.item<double>() == Approx(want.loss.item<double>()).epsilon(1e-6));
-        CHECK(metric(objective, v, "nll_loss") == Approx(want.nll).epsilon(1e-6));
-        CHECK(metric(objective, v, "logps/chosen") == Approx(want.chosen_logp).epsilon(1e-6));
-        CHECK(metric(objective, v, "rewards/chosen") == Approx(want.chosen_reward).epsilon(1e-6));
+        CHECK(test::metric_value(objective, v, "nll_loss") == Approx(want.nll).epsilon(1e-6));
+        CHECK(test::metric_value(objective, v, "logps/chosen") == Approx(want.chosen_logp).epsilon(1e-6));
+        CHECK(test::metric_value(objective, v, "rewards/chosen") == Approx(want.chosen_reward).epsilon(1e-6));
         // A difference of near-equal float32 log-odds: digits lost to cancellation on both sides.
-        if (orpo) CHECK(metric(objective, v, "log_odds_chosen") == Approx(want.log_odds).epsilon(1e-5).margin(1e-7));
+        if (orpo) CHECK(test::metric_value(objective, v, "log_odds_chosen") == Approx(want.log_odds).epsilon(1e-5).margin(1e-7));
         v.sum.backward();
         want.loss.backward();
         test::check_same_gradients(*ours, *theirs);
