@@ -294,6 +294,11 @@ struct PreferenceConfig {
   // train.objective reward: TRL's center_rewards_coefficient, times the pairs' mean of
   // (chosen score + rejected score)^2 added to the loss (0: TRL's None).
   double center_rewards_coefficient = 0;
+  // train.objective dpo and kto: where the reference's log-probs come from: precomputed (one pass
+  // by the starting model, kept beside the set: train/reference_logps.h), live (with LoRA: the model
+  // with its adapters off, at every micro-batch: train/live_reference.h) or none (0: the loss on the
+  // policy's log-probs alone, TRL < 1's reference_free).
+  std::string reference = "precomputed";
   // train.objective kto (TRL's KTOConfig): each desirable example's loss, and each undesirable one's, times these.
   double desirable_weight = 1.0;
   double undesirable_weight = 1.0;

@@ -346,7 +346,8 @@ const std::vector<std::string>& preference_keys(TrainObjective objective) {
                                                "preference.f_divergence_type",
                                                "preference.f_alpha_divergence_coef",
                                                "preference.ld_alpha",
-                                               "preference.use_weighting"};
+                                               "preference.use_weighting",
+                                               "preference.reference"};
   static const std::vector<std::string> cpo = {"preference.beta",      "preference.loss_type",   "preference.label_smoothing",
                                                "preference.cpo_alpha", "preference.simpo_gamma", "preference.alpha"};
   static const std::vector<std::string> simpo = {"preference.beta", "preference.label_smoothing", "preference.cpo_alpha",
@@ -354,7 +355,7 @@ const std::vector<std::string>& preference_keys(TrainObjective objective) {
   static const std::vector<std::string> orpo = {"preference.beta"};
   static const std::vector<std::string> reward = {"preference.center_rewards_coefficient"};
   static const std::vector<std::string> kto = {"preference.beta", "preference.loss_type", "preference.desirable_weight",
-                                               "preference.undesirable_weight"};
+                                               "preference.undesirable_weight", "preference.reference"};
   switch (objective) {
     case TrainObjective::kDpo:
       return dpo;
@@ -397,6 +398,25 @@ void check_preference_keys(const Recipe& r, Problem&& problem) {
     }
 }
 
+// preference.reference (dpo, kto): one of its three; live reads the base with the adapters off.
+template <typename Problem>
+void check_reference(const Recipe& r, Problem&& problem) {
+  const std::string& ref = r.preference.reference;
+  if (ref != "precomputed" && ref != "live" && ref != "none")
+    return problem(fmt::format("preference.reference {}: one of precomputed, live, none", ref));
+  if (ref != "live") return;
+  if (!r.lora.enabled())
+    problem(
+        "preference.reference live needs lora: the reference is then the base with the adapters off, with no second copy of the "
+        "model; without LoRA the starting model's log-probs are precomputed (preference.reference precomputed, the default), which "
+        "gives the same losses without a second copy in memory");
+  else if (!r.lora.modules_to_save.empty())
+    problem(fmt::format(
+        "preference.reference live with lora.modules_to_save [{}]: those modules train in place, so the base with the adapters off "
+        "is no longer the starting model; use preference.reference precomputed",
+        fmt::join(r.lora.modules_to_save, ", ")));
+}
+
 // train.objective kto: one of KTOTrainer's loss types.
 template <typename Problem>
 void check_kto(const Recipe& r, Problem&& problem) {
@@ -410,7 +430,10 @@ void check_kto(const Recipe& r, Problem&& problem) {
 template <typename Problem>
 void check_reference_free(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
-  if (r.train.objective == TrainObjective::kKto) return check_kto(r, problem);
+  if (r.train.objective == TrainObjective::kKto) {
+    check_reference(r, problem);
+    return check_kto(r, problem);
+  }
   if (r.train.objective != TrainObjective::kCpo) return;
   static const char* const kCpoLosses[] = {"sigmoid", "hinge", "ipo", "simpo"};
   if (p.loss_type.size() != 1 || std::find(std::begin(kCpoLosses), std::end(kCpoLosses), p.loss_type[0]) == std::end(kCpoLosses)) {
@@ -498,6 +521,7 @@ void check_preference(const Recipe& r, Problem&& problem) {
     problem(
         "preference.use_weighting with preference.loss_type sft: TRL weighs sft's token mean over the batch by the mean of the pairs' WPO "
         "weights, which no split of the step into micro-batches reproduces; drop sft or leave use_weighting out");
+  check_reference(r, problem);
   if (!p.loss_weights.empty() && p.loss_weights.size() != p.loss_type.size())
     problem(fmt::format("preference.loss_weights has {} entries for {} preference.loss_type entries; give one weight per loss type",
                         p.loss_weights.size(), p.loss_type.size()));

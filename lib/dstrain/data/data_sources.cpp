@@ -64,8 +64,11 @@ DataSources open_data_sources(const config::Recipe& recipe, bool with_eval, int 
   const std::string split_name = e.names.size() > e.paths.size() ? e.names.back() : "heldout";
   DataSources out;
   std::unique_ptr<BatchSource> held_out;  // eval.split's
-  // dpo and kto read a reference model's log-probs; reward, cpo, simpo and orpo have none.
-  const bool reference = recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto;
+  // dpo and kto read a reference model's log-probs, precomputed into a table here (or live:
+  // train/live_reference.h; or none); reward, cpo, simpo and orpo have none.
+  const bool reference =
+      (recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto) &&
+      recipe.preference.reference == "precomputed";
   if (recipe.train.trains_pairs()) {
     auto pairs = std::make_unique<PreferencePairs>(recipe, rank);
     if (reference) out.preference.push_back(pairs.get());

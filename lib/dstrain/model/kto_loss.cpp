@@ -38,7 +38,7 @@ void set_kto_loss(Objective& objective, const config::PreferenceConfig& c) {
   const std::string type = c.loss_type.at(0);
   objective.set_sequence_loss(kto_metric_names(), [c, chunk, type](const CausalLM&, const CausalLM::Hidden& h, const data::Batch& batch) {
     const int64_t n = batch.pairs;
-    if (n > 0 && (!batch.reference_logps.defined() || !batch.desirable.defined()))
+    if (n > 0 && ((!batch.reference_logps.defined() && c.reference != "none") || !batch.desirable.defined()))
       throw Error(ErrorCode::kInternal, "a KTO batch without its reference log-probs or labels", "report this as a bug");
     const RowLogps rows = completion_logps(h, batch, chunk);
     const bool with_grad = c10::GradMode::is_enabled() && h.hidden.requires_grad();

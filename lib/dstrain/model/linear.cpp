@@ -5,7 +5,14 @@
 namespace dstrain::model {
 namespace {
 thread_local TrainingRows training_rows;
+thread_local bool adapters_enabled = true;
 }  // namespace
+
+bool adapters_on() { return adapters_enabled; }
+
+AdaptersOff::AdaptersOff() : previous_(adapters_enabled) { adapters_enabled = false; }
+
+AdaptersOff::~AdaptersOff() { adapters_enabled = previous_; }
 
 const TrainingRows& current_training_rows() { return training_rows; }
 
@@ -17,7 +24,8 @@ at::Tensor apply(const Linear& linear, const at::Tensor& x, std::optional<c10::S
   const at::Tensor in = compute ? x.to(*compute) : x;
   const at::Tensor weight = compute ? linear.weight.to(*compute) : linear.weight;
   at::Tensor out = linear.base ? linear.base->product(in, weight) : at::linear(in, weight);
-  for (const auto& adapter : linear.adapters) out = adapter->apply(in, out);
+  if (adapters_enabled)
+    for (const auto& adapter : linear.adapters) out = adapter->apply(in, out);
   return out;
 }
 

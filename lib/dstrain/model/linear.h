@@ -69,6 +69,21 @@ class TrainingRowsScope {
   TrainingRows previous_;
 };
 
+// Whether adapters (LoRA, DoRA; the routed experts' too) apply on this thread. AdaptersOff turns
+// them off for its lifetime: the frozen base alone, preference tuning's live reference with LoRA
+// (PEFT's disable_adapter).
+bool adapters_on();
+class AdaptersOff {
+ public:
+  AdaptersOff();
+  ~AdaptersOff();
+  AdaptersOff(const AdaptersOff&) = delete;
+  AdaptersOff& operator=(const AdaptersOff&) = delete;
+
+ private:
+  bool previous_;
+};
+
 // x [..., in] -> [..., out]. compute: the product in that dtype (x and the weight converted; the
 // MoE router runs in fp32 whatever the model's dtype).
 at::Tensor apply(const Linear& linear, const at::Tensor& x, std::optional<c10::ScalarType> compute = std::nullopt);

@@ -70,7 +70,8 @@ at::Tensor exchange_differentiable(comm::Communicator& group, const at::Tensor& 
 // when a is undefined. By value: a recomputed activation runs it in backward.
 Projection expert_projection(size_t e, const std::vector<at::Tensor>& weights, const ExpertLora& lora,
                              const std::vector<std::shared_ptr<const LinearBase>>& bases) {
-  const at::Tensor a = lora.empty() ? at::Tensor() : lora.a[e], b = lora.empty() ? at::Tensor() : lora.b[e];
+  const bool on = !lora.empty() && adapters_on();
+  const at::Tensor a = on ? lora.a[e] : at::Tensor(), b = on ? lora.b[e] : at::Tensor();
   std::shared_ptr<const LinearBase> base = bases.empty() ? nullptr : bases[e];
   return [w = weights[e], a, b, scale = lora.scale, base](const at::Tensor& x) {
     const at::Tensor y = base ? base->product(x, w) : at::linear(x, w);
@@ -82,7 +83,7 @@ Projection expert_projection(size_t e, const std::vector<at::Tensor>& weights, c
 at::Tensor grouped_projection(const at::Tensor& rows, const std::vector<at::Tensor>& weights, const ExpertLora& lora,
                               const at::Tensor& offsets) {
   const at::Tensor y = at::_grouped_mm(rows, at::stack(weights).transpose(1, 2), offsets);
-  if (lora.empty()) return y;
+  if (lora.empty() || !adapters_on()) return y;
   const at::Tensor xa = at::_grouped_mm(rows.to(lora.a.front().scalar_type()), at::stack(lora.a).transpose(1, 2), offsets);
   return y + at::_grouped_mm(xa, at::stack(lora.b).transpose(1, 2), offsets) * lora.scale;
 }

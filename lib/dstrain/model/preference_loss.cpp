@@ -147,7 +147,7 @@ void set_preference_loss(Objective& objective, const config::PreferenceConfig& c
   const int64_t chunk = objective.chunk_tokens();
   objective.set_sequence_loss(preference_metric_names(), [c, weights, chunk](const CausalLM&, const CausalLM::Hidden& h,
                                                                              const data::Batch& batch) {
-    if (!batch.reference_logps.defined() && batch.pairs > 0)
+    if (!batch.reference_logps.defined() && batch.pairs > 0 && c.reference != "none")
       throw Error(ErrorCode::kInternal, "a preference batch without its reference log-probs", "report this as a bug");
     const RowLogps rows = completion_logps(h, batch, CompletionOptions{chunk, c.ld_alpha, c.use_weighting});
     const bool with_grad = c10::GradMode::is_enabled() && h.hidden.requires_grad();

@@ -37,6 +37,7 @@
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/evaluator.h"
+#include "dstrain/train/live_reference.h"
 #include "dstrain/train/reference_logps.h"
 #include "dstrain/train/sequential_runner.h"
 
@@ -197,11 +198,14 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   // eval.split reads its training set's); the starting model itself may make them.
   std::vector<const data::PreferencePairs*> pairs;
   for (const data::EvalSet& set : sets)  // a reward model scores pairs without a reference
-    if (set.pairs() && (recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto))
+    if (set.pairs() && (recipe.train.objective == config::TrainObjective::kDpo || recipe.train.objective == config::TrainObjective::kKto) &&
+        recipe.preference.reference == "precomputed")
       pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
   train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
   train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
   evaluator.set_pair_objective(&objective);
+  train::LiveReference live(recipe, runner, *model);
+  if (train::reads_live_reference(recipe)) evaluator.set_live_reference(&live);
   if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {

@@ -17,6 +17,7 @@
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
+#include "dstrain/train/live_reference.h"
 #include "dstrain/train/step_runner.h"
 #include "dstrain/zero/engine.h"
 
@@ -103,6 +104,7 @@ EvalResult Evaluator::evaluate(const data::EvalSet& set, double chosen_targets_p
     std::vector<data::Batch> batches;
     int64_t done = round;
     for (; done < rounds && done < round + pass; ++done) batches.push_back(batch_of(done));
+    if (set.pairs() && live_reference_) live_reference_->fill(batches);
     const HostTotals r =  // one read per pass
         read_totals(set.pairs() ? runner_.forward_with(*pair_objective_, batches) : runner_.forward(batches));
     round = done;

@@ -46,6 +46,7 @@ class Engine;
 
 namespace dstrain::train {
 
+class LiveReference;
 class StepRunner;
 
 struct EvalResult {
@@ -83,6 +84,8 @@ class Evaluator {
   std::vector<EvalResult> evaluate();
   // The objective that scores sets of preference pairs (borrowed; the training step's).
   void set_pair_objective(const model::Objective* objective) { pair_objective_ = objective; }
+  // preference.reference live: pair batches get their reference log-probs from it (nullptr: from the sets' tables).
+  void set_live_reference(LiveReference* live) { live_reference_ = live; }
   const std::vector<data::EvalSet>& sets() const { return sets_; }
   // The forwards evaluate() runs on each rank, all sets together.
   int64_t rounds() const;
@@ -107,6 +110,7 @@ class Evaluator {
   comm::Communicator& comm_;
   Progress progress_;
   const model::Objective* pair_objective_ = nullptr;
+  LiveReference* live_reference_ = nullptr;
 };
 
 }  // namespace dstrain::train

@@ -21,6 +21,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
+#include "dstrain/train/live_reference.h"
 #include "dstrain/train/step_runner.h"
 
 namespace dstrain::train {
@@ -74,13 +75,7 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
   const int64_t groups = (n + micro - 1) / micro, rounds = (groups + world - 1) / world;
   std::vector<double> table(static_cast<size_t>(2 * n), 0.0);
   std::vector<at::Tensor> captured;
-  model::Objective reference;
-  const model::CompletionOptions options{r.train.loss_chunk_tokens, r.preference.ld_alpha};
-  reference.set_sequence_loss({}, [&captured, options](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
-    const at::Tensor logps = model::completion_logps(h, batch, options).logps;
-    captured.push_back(logps.to(at::kDouble));
-    return model::SequenceLossValue{at::zeros({}, logps.options()), {}};
-  });
+  const model::Objective reference = reference_capture(r, captured);
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t g = round * world + comm.rank();
     captured.clear();

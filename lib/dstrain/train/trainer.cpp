@@ -37,6 +37,7 @@
 #include "dstrain/train/data_plan.h"
 #include "dstrain/train/eval_tracker.h"
 #include "dstrain/train/evaluator.h"
+#include "dstrain/train/live_reference.h"
 #include "dstrain/envcheck/rank_check.h"
 #include "dstrain/train/heartbeat.h"
 #include "dstrain/run/run_dir.h"
@@ -125,7 +126,8 @@ struct Trainer::Parts {
   std::unique_ptr<StepRunner> runner;  // sequential, or parallel.pipeline_parallel_size > 1's pipeline
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
-  std::unique_ptr<Evaluator> evaluator;  // eval.paths / eval.split
+  std::unique_ptr<Evaluator> evaluator;           // eval.paths / eval.split
+  std::unique_ptr<LiveReference> live_reference;  // preference.reference live
   EvalTracker eval_tracker;
   StepTriggers triggers;
   BadStepPolicy bad_steps;
@@ -242,6 +244,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                             env.resume ? fmt::format("a resumed {} run", config::name(p.recipe.train.objective)) : "");
     p.engine->discard_wait_times();
   }
+  if (reads_live_reference(p.recipe)) p.live_reference = std::make_unique<LiveReference>(p.recipe, *p.runner, *p.model);
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.runner->add_observer(p.fault_observer.get());
@@ -252,6 +255,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     p.evaluator = std::make_unique<Evaluator>(std::move(sources.eval), eval_options_from(p.recipe), *p.model, p.engine.get(), *p.runner,
                                               p.comm.engine(), *p.comm.gloo);
     p.evaluator->set_pair_objective(p.objective.get());
+    p.evaluator->set_live_reference(p.live_reference.get());
     if (p.recipe.checkpoint.keep_best) p.checkpointer->set_best_step(p.eval_tracker.best_step());
   }
   plan_shutdown();
@@ -349,6 +353,7 @@ Trainer::StepEnd Trainer::step() {
   progress::set_step(p.step + 1);
   progress::enter(progress::Phase::kData);
   std::vector<data::Batch> batches = p.data->take();
+  if (p.live_reference) p.live_reference->fill(batches);  // the step's reference log-probs, before its forward
   times.data_wait_ms = ms_since(t0);
   if (p.step + 1 < p.steps()) p.data->prefetch(p.step + 1, p.cursor + p.global_batch(p.step), p.balancer.weights());
   // Skipped (fp16 overflow) steps do not advance the schedule or Adam's bias correction.

@@ -152,6 +152,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"preference.f_divergence_type", {"js_divergence", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.ld_alpha", {"0.5", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.use_weighting", {"true", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
+      {"preference.reference", {"none", {"train.objective=dpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.cpo_alpha", {"0.5", {"train.objective=cpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.simpo_gamma", {"1.0", {"train.objective=simpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},
       {"preference.alpha", {"0.25", {"train.objective=simpo", "data.path=" + dir + "/pairs", "data.format=megatron"}}},

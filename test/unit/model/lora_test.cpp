@@ -497,3 +497,33 @@ TEST_CASE("lora.dropout in the model: evaluation is undropped; a row trains alik
     }
   }
 }
+
+TEST_CASE("LoRA: with the adapters off (AdaptersOff) the logits are the base's bitwise, routed experts' and DoRA's too", "[model]") {
+  for (const bool moe : {false, true}) {
+    for (const bool dora : {false, true}) {
+      DYNAMIC_SECTION((moe ? "MLA + MoE, experts adapted" : "dense") << (dora ? ", DoRA" : "")) {
+        const config::ModelConfig cfg = moe ? test::tiny_v3() : test::tiny_model_config();
+        auto base = model::make_model(cfg, 3), adapted = model::make_model(cfg, 3);
+        model::LoraSpec spec = spec_of(4, 8.0);
+        spec.experts = moe, spec.dora = dora;
+        REQUIRE(model::attach_lora(*adapted, spec, 11) > 0);
+        {
+          c10::NoGradGuard no_grad;
+          at::Generator g = at::detail::createCPUGenerator(21);
+          for (const auto& p : adapted->parameters())
+            if (p.name.find("lora_B") != std::string::npos) p.tensor.copy_(at::randn(p.tensor.sizes(), g, at::kFloat) * 0.1);
+        }
+        const at::Tensor tokens = tokens_of(cfg.vocab_size);
+        const at::Tensor on = adapted->logits(tokens);
+        CHECK_FALSE(at::equal(on, base->logits(tokens)));
+        {
+          model::AdaptersOff off;
+          CHECK_FALSE(model::adapters_on());
+          CHECK(at::equal(adapted->logits(tokens), base->logits(tokens)));
+        }
+        CHECK(model::adapters_on());
+        CHECK(at::equal(adapted->logits(tokens), on));
+      }
+    }
+  }
+}
