@@ -11,7 +11,7 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
       the causal LM as a sequence classifier with one label (transformers' own score initialisation
       from seed S), saved as a reward model folder both sides start from
   reward_reference.py train MODEL TOKDIR ROWS.jsonl OUT.json --steps N --lr LR [--center C] [--eval-rows ROWS.jsonl --eval-steps K]
-      RewardTrainer on the rows, every step the whole set (one batch), AdamW without weight decay, a
+      RewardTrainer on the rows (with their "margin" column when they have one), every step the whole set (one batch), AdamW without weight decay, a
       constant LR, fp32 on the CPU; writes each step's loss and accuracy, margin, mean_reward, and with
       --eval-rows its evaluate() every K steps
   reward_reference.py score MODEL TOKDIR ROWS.jsonl OUT.json [--adapter PEFT_DIR]

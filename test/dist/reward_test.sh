@@ -2,7 +2,8 @@
 # Reward models (issue 60): train.objective reward on a prepare-data --preference set equals TRL
 # 1.16's RewardTrainer: the same token ids (DeepSeek LLM, ChatML, V3 with implicit prompts, text), the
 # score read at the last token that is not the pad token, per-step loss, accuracy, margin and
-# mean_reward within 1e-5 on 64 pairs (fp32, full-batch steps; with center_rewards_coefficient too),
+# mean_reward within 1e-5 on 64 pairs (fp32, full-batch steps; with center_rewards_coefficient too, and
+# with a "margin" per pair as TRL subtracts it),
 # held-out pairs as its evaluate(); the loss is a mean over pairs whatever the split (2 ranks at
 # ZeRO 3); export-hf writes a folder that AutoModelForSequenceClassification loads with the same
 # scores; LoRA trains the score in full beside the adapters and exports a SEQ_CLS adapter PEFT
@@ -28,6 +29,18 @@ export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRA
 "$trl" "$pairs_ref" pairs corpus.jsonl text.jsonl --count 24 --seed 8 --kind text
 "$py" "$SRC/test/dist/finetune_reference.py" model hf --vocab 3000 --max-positions 128 >/dev/null || fail "the causal LM could not be made"
 "$trl" "$ref" model hf rm --seed 1 >/dev/null || fail "the reward model could not be made"
+# The same pairs with TRL's "margin" column (integers among them), training and held-out.
+for name in pairs evalpairs; do
+  python3 - $name.jsonl margin-$name.jsonl <<'PY'
+import json, random, sys
+rng = random.Random(5)
+with open(sys.argv[2], "w") as out:
+    for i, line in enumerate(open(sys.argv[1])):
+        row = json.loads(line)
+        row["margin"] = i % 7 if i % 5 == 0 else round(rng.uniform(-1.5, 2.5), 4)
+        out.write(json.dumps(row) + "\n")
+PY
+done
 for name in pairs chatml v3 text; do
   tok=$(case $name in pairs | text) echo deepseek-llm-chat ;; chatml) echo chatml-qwen-style ;; v3) echo deepseek-v3-style ;; esac)
   echo "tokens toks/$tok $name.jsonl $name.trl-tokens.json"
@@ -35,6 +48,7 @@ done > trl-commands.txt
 cat >> trl-commands.txt <<'EOF'
 train rm toks/deepseek-llm-chat pairs.jsonl bt.trl.json --steps 6 --lr 1e-3 --eval-rows evalpairs.jsonl --eval-steps 3
 train rm toks/deepseek-llm-chat pairs.jsonl center.trl.json --steps 6 --lr 1e-3 --center 0.05
+train rm toks/deepseek-llm-chat margin-pairs.jsonl margin.trl.json --steps 6 --lr 1e-3 --eval-rows margin-evalpairs.jsonl --eval-steps 3
 EOF
 "$trl" "$ref" many trl-commands.txt > trl.log 2>&1 &
 trl_pid=$!
@@ -44,6 +58,9 @@ expect_status 0 "$DSTRAIN" prepare-data evalpairs.jsonl --preference --tokenizer
 expect_status 0 "$DSTRAIN" prepare-data chatml.jsonl --preference --tokenizer toks/chatml-qwen-style --output rm-chatml
 expect_status 0 "$DSTRAIN" prepare-data v3.jsonl --preference --tokenizer toks/deepseek-v3-style --output rm-v3
 expect_status 0 "$DSTRAIN" prepare-data text.jsonl --preference --tokenizer toks/deepseek-llm-chat --output rm-text
+expect_status 0 "$DSTRAIN" prepare-data margin-pairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output rm-margin
+expect_out "64 preference pairs kept, each with a margin"
+expect_status 0 "$DSTRAIN" prepare-data margin-evalpairs.jsonl --preference --tokenizer toks/deepseek-llm-chat --output rm-margin-eval
 cat > reward.yaml <<'EOF'
 run_dir: runs/reward
 seed: 7
@@ -59,6 +76,9 @@ expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=bt --set 'eval.paths=
 expect_out "eval step 6/6 | rm-eval | val_loss"
 expect_out "| accuracy"
 expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=center --set preference.center_rewards_coefficient=0.05
+expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=margin --set data.path=rm-margin --set 'eval.paths=[rm-margin-eval]' \
+  --set eval.interval_steps=3
+expect_out "64 preference pairs with margins"
 # The loss is a mean over the step's pairs: 2 ranks x micro 4 at ZeRO 3 train the same steps.
 expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=np2 --set train.micro_batch_size=4 --nproc-per-node 2 --set zero.stage=3
 python3 "$SRC/test/dist/compare_metrics.py" bt/metrics.jsonl np2/metrics.jsonl --rtol 1e-5 || fail "2 ranks at ZeRO 3 differ from 1 rank"
@@ -77,6 +97,25 @@ rows = [r for r in map(json.loads, open(sys.argv[1])) if "eval" not in r]
 assert rows[-1]["accuracy"] > rows[0]["accuracy"] and rows[-1]["loss"] < rows[0]["loss"] and rows[-1]["margin"] > 0, rows
 PY
 ok "train.objective reward equals RewardTrainer step by step (loss, accuracy, margin, mean_reward within 1e-5, gradient norms 1e-4), with center_rewards_coefficient 0.05 too; held-out pairs score as its evaluate() at steps 3 and 6; 2 ranks x micro 4 at ZeRO 3 equal 1 rank x accumulation 8"
+"$py" "$ref" compare margin.trl.json margin/metrics.jsonl --rtol 1e-5 --grad-rtol 1e-4 --eval rm-margin-eval ||
+  fail "the margin column trains differently from TRL's"
+python3 "$SRC/test/dist/compare_metrics.py" bt/metrics.jsonl margin/metrics.jsonl --rtol 1e-3 2>/dev/null &&
+  fail "the margins changed nothing: the losses with and without them are the same"
+ok "a \"margin\" per pair (training and held-out) trains and evaluates as RewardTrainer's -logsigmoid(chosen - rejected - margin) (1e-5)"
+
+# Margins: every pair has one or none does; a margin is a finite number; other objectives leave them unread.
+sed -n 1,3p margin-pairs.jsonl > mixed.jsonl && sed -n 4p pairs.jsonl >> mixed.jsonl
+expect_status 3 "$DSTRAIN" prepare-data mixed.jsonl --preference --tokenizer toks/deepseek-llm-chat --output bad-mixed
+expect_out "mixed.jsonl:4: a pair without a \"margin\", after "
+expect_out "mixed.jsonl:1's pair with one"
+python3 -c 'import json,sys; r=json.loads(open("pairs.jsonl").readline()); r["margin"]="big"; print(json.dumps(r))' > text-margin.jsonl
+expect_status 3 "$DSTRAIN" prepare-data text-margin.jsonl --preference --tokenizer toks/deepseek-llm-chat --output bad-margin
+expect_out "text-margin.jsonl:1: \"margin\" is \"big\": a finite number"
+[ ! -e bad-mixed.json ] && [ ! -e bad-margin.json ] || fail "a refused set was written"
+expect_status 0 "$DSTRAIN" train reward.yaml --set run_dir=margin-dpo --set data.path=rm-margin --set train.objective=dpo \
+  --set model.init_from=hf --set train.steps=1
+expect_out "its pairs' margins are left unread: only train.objective reward reads them"
+ok "margins: a set mixing pairs with and without one, and a margin that is not a number, are refused by file:line; dpo says it leaves them unread"
 
 # The export loads in transformers as a sequence classifier with the same scores.
 expect_status 0 "$DSTRAIN" export-hf bt bt-hf

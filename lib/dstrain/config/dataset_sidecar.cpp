@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -39,8 +40,14 @@ std::optional<DatasetSidecar> read_dataset_sidecar(const std::string& data_path,
     s.trained_tokens = m->value("trained_tokens", int64_t{-1});
     if (const auto c = j.find("chat"); c != j.end() && c->is_object())
       s.longest_conversation = c->value("longest_conversation", int64_t{-1}), s.end_of_turn = c->value("end_of_turn", std::string());
-    if (const auto p = j.find("preference"); p != j.end() && p->is_object())
+    if (const auto p = j.find("preference"); p != j.end() && p->is_object()) {
       s.preference_pairs = p->value("pairs", int64_t{-1}), s.longest_conversation = p->value("longest_sequence", int64_t{-1});
+      if (const auto margins = p->find("margins"); margins != p->end()) {  // what is not a number reads as NaN (refused by the reader)
+        if (!margins->is_array()) s.preference_margins.push_back(std::nan(""));
+        if (margins->is_array())
+          for (const auto& v : *margins) s.preference_margins.push_back(v.is_number() ? v.get<double>() : std::nan(""));
+      }
+    }
     if (const auto k = j.find("kto"); k != j.end() && k->is_object()) {
       s.kto_examples = k->value("examples", int64_t{-1}), s.longest_conversation = k->value("longest_sequence", int64_t{-1});
       s.kto_labels = k->value("labels", std::string());

@@ -24,6 +24,7 @@ struct DatasetSidecar {
   uint32_t lossmask_crc32c = 0;
   std::string end_of_turn;        // the token that ends assistant turns (prepare-data --chat)
   int64_t preference_pairs = -1;  // prepare-data --preference: its pairs (documents 2i chosen, 2i + 1 rejected); -1: not such a set
+  std::vector<double> preference_margins;  // ... each pair's "margin" (a reward model's), when the rows had them
   // prepare-data --preference --kto: its examples (documents 2i the example, 2i + 1 its KL sequence), and
   // each one's label, '1' desirable and '0' undesirable; -1: not such a set.
   int64_t kto_examples = -1;

@@ -14,6 +14,7 @@ Batch Batch::to(const c10::Device& device) const {
   if (reference_logps.defined()) out.reference_logps = reference_logps.to(device);
   if (score_positions.defined()) out.score_positions = score_positions.to(device);
   if (desirable.defined()) out.desirable = desirable.to(device);
+  if (margins.defined()) out.margins = margins.to(device);
   return out;
 }
 

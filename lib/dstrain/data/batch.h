@@ -45,7 +45,10 @@ struct Batch {
   // token that is not the pad token (data/score_token.h; int64 [rows], 0 in rows that train
   // nothing; undefined for other objectives).
   at::Tensor score_positions;
-  // An unpaired (KTO) batch (data/kto_examples.h): rows 2i and 2i + 1 are example i and its KL
+  // A reward model's pairs' margins (float32 [pairs], TRL's "margin" column: the loss is
+  // -logsigmoid(chosen - rejected - margin)); undefined when the set has none.
+  at::Tensor margins;
+  // An unpaired (KTO) batch (data/kto_set.h): rows 2i and 2i + 1 are example i and its KL
   // sequence (its prompt with another example's completion), and example i's label: whether its
   // completion is desirable (bool [pairs]; undefined for other batches).
   at::Tensor desirable;

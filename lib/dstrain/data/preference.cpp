@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "dstrain/core/error.h"
@@ -91,6 +92,16 @@ void truncate(std::vector<uint32_t>& ids, std::vector<uint8_t>& mask, const Pref
   }
 }
 
+// TRL's reward "margin" column, when the row has one (null counts as none).
+std::optional<double> margin_of(const Json& row) {
+  if (!row.contains("margin") || row["margin"].is_null()) return std::nullopt;
+  const Json& m = row["margin"];
+  if (!m.is_number() || !std::isfinite(m.get<double>()))
+    throw PreferenceError(
+        fmt::format("\"margin\" is {}: a finite number (how far the chosen score should be above the rejected one)", m.dump()));
+  return m.get<double>();
+}
+
 }  // namespace
 
 PreferenceEncoder::PreferenceEncoder(text::ChatTemplateSource source, std::shared_ptr<const text::Tokenizer> tokenizer,
@@ -114,6 +125,7 @@ std::vector<uint32_t> PreferenceEncoder::render_tokens(const std::string& messag
 
 EncodedPair PreferenceEncoder::encode(const std::string& json, text::Tokenizer::Session& session) const {
   Json row = parse_row(json);
+  const std::optional<double> margin = margin_of(row);
   std::vector<uint32_t> prompt, chosen, rejected;
   if (row["prompt"].is_array()) {
     Json with_chosen = row["prompt"], with_rejected = row["prompt"];
@@ -138,6 +150,7 @@ EncodedPair PreferenceEncoder::encode(const std::string& json, text::Tokenizer::
     throw PreferenceError(
         fmt::format("the {} completion is empty once tokenized: nothing to prefer", chosen.size() == prompt_len ? "chosen" : "rejected"));
   EncodedPair out;
+  out.margin = margin;
   out.identical = chosen == rejected;
   if (options_.max_length > 0 && !options_.keep_end && static_cast<int64_t>(prompt_len) >= options_.max_length) {
     out.outcome = PairOutcome::kPromptTooLong;

@@ -17,6 +17,7 @@
 // loss mask over the completion tokens (prepare-data --preference).
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -41,6 +42,9 @@ struct EncodedPair {
   std::vector<uint8_t> chosen_mask, rejected_mask;  // 1 over the completion's tokens
   PairOutcome outcome = PairOutcome::kKept;
   bool identical = false;  // chosen and rejected are the same tokens (no preference to learn)
+  // The row's "margin" (a number: how much the chosen completion should score above the rejected
+  // one, TRL's reward margin), when it has one.
+  std::optional<double> margin;
 };
 
 // One example of an unpaired set (train.objective kto), as TRL 1.16's KTOTrainer tokenizes it

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "dstrain/config/dataset_sidecar.h"
@@ -29,6 +30,8 @@ PreferencePairs::PreferencePairs(const config::Recipe& r, int rank)
   order_ = GlobalSampler(rows(), r.data_seed());
   if (rank == 0) log::info(describe());
   if (rank == 0 && !labels_.empty()) warn_unbalanced(r);
+  if (rank == 0 && unread_margins_)
+    log::info(fmt::format("{}: its pairs' margins are left unread: only train.objective reward reads them (TRL's reward margin)", path_));
 }
 
 // The KTO paper's advice (its eq. 8, as TRL's KTOTrainer warns): with unequal numbers of desirable
@@ -57,7 +60,7 @@ PreferencePairs::PreferencePairs(const config::Recipe& r, const std::string& pat
 PreferencePairs::PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held)
     : path_(training.path_), seq_len_(training.seq_len_), pad_(training.pad_), file_pairs_(training.file_pairs_),
       score_pad_(training.score_pad_), ordered_(true), owns_reference_(false), documents_(training.documents_), selected_(std::move(held)),
-      order_(1, 0), reference_(training.reference_), labels_(training.labels_) {
+      order_(1, 0), reference_(training.reference_), labels_(training.labels_), margins_(training.margins_) {
   for (const int64_t p : selected_) trained_tokens_ += documents_->trained_tokens(2 * p) + documents_->trained_tokens(2 * p + 1);
 }
 
@@ -81,6 +84,7 @@ void PreferencePairs::open(const config::Recipe& r) {
         kto ? "prepare the set again with prepare-data --preference --kto" : "prepare the set again with prepare-data --preference");
   file_pairs_ = units;
   if (kto) labels_ = sidecar->kto_labels;
+  read_margins(r, *sidecar);
   if (r.model.score_head) score_pad_ = score_pad_token(*sidecar);
   trained_tokens_ = sidecar->trained_tokens;
   for (int64_t d = 0; d < documents_->size(); ++d)
@@ -92,6 +96,18 @@ void PreferencePairs::open(const config::Recipe& r) {
                                       : "chosen",
                               documents_->length(d), seq_len_),
                   fmt::format("set data.seq_len: {} or more, or prepare the pairs with --max-length {}", documents_->length(d), seq_len_));
+}
+
+void PreferencePairs::read_margins(const config::Recipe& r, const config::DatasetSidecar& sidecar) {
+  const std::vector<double>& m = sidecar.preference_margins;
+  if (m.empty()) return;
+  if (static_cast<int64_t>(m.size()) != file_pairs_ || !std::all_of(m.begin(), m.end(), [](double v) { return std::isfinite(v); }))
+    throw Error(ErrorCode::kData,
+                fmt::format("{}: \"margins\" holds {} values for {} pairs, or values that are not finite numbers", sidecar.file, m.size(),
+                            file_pairs_),
+                "prepare the set again with prepare-data --preference");
+  if (r.train.objective == config::TrainObjective::kReward) margins_ = m;
+  unread_margins_ = margins_.empty();
 }
 
 std::unique_ptr<PreferencePairs> PreferencePairs::held_out() const {
@@ -117,6 +133,11 @@ Batch PreferencePairs::rows_of(const std::vector<int64_t>& pairs, int64_t real) 
     b.desirable = at::zeros({static_cast<int64_t>(pairs.size())}, at::kBool);
     bool* desirable = b.desirable.data_ptr<bool>();
     for (int64_t i = 0; i < real; ++i) desirable[i] = labels_[static_cast<size_t>(pairs[static_cast<size_t>(i)])] == '1';
+  }
+  if (!margins_.empty()) {
+    b.margins = at::zeros({static_cast<int64_t>(pairs.size())}, at::kFloat);  // TRL's torch.float margins
+    float* margins = b.margins.data_ptr<float>();
+    for (int64_t i = 0; i < real; ++i) margins[i] = static_cast<float>(margins_[static_cast<size_t>(pairs[static_cast<size_t>(i)])]);
   }
   if (score_pad_ >= 0) {
     b.score_positions = at::zeros({b.rows()}, at::kLong);
@@ -180,7 +201,7 @@ Batch PreferencePairs::in_order(int64_t first, int64_t count, int64_t end) const
 std::string PreferencePairs::describe() const {
   int64_t tokens = 0;
   for (const int64_t p : selected_) tokens += documents_->length(2 * p) + documents_->length(2 * p + 1);
-  std::string what = "preference pairs";
+  std::string what = margins_.empty() ? "preference pairs" : "preference pairs with margins";
   if (!labels_.empty()) {
     const int64_t desirable =
         std::count_if(selected_.begin(), selected_.end(), [this](int64_t p) { return labels_[static_cast<size_t>(p)] == '1'; });

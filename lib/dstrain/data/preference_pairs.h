@@ -5,7 +5,7 @@
 // row 2i + 1, each alone in its row from position 0 and right-padded, labels over the completion
 // only. The reference model's log-probs (train/reference_logps.h) ride with each batch once the
 // reference pass has filled the shared table; for a reward model (model.score_head), each row's
-// score position (data/score_token.h).
+// score position (data/score_token.h) and, when the set has them, its pairs' margins.
 // train.objective kto reads an unpaired set (prepare-data --preference --kto, data/kto_set.h) the
 // same way: a position is an example, row 2i holds it and row 2i + 1 its KL sequence, and the
 // batch carries each example's label (data::Batch::desirable).
@@ -23,7 +23,8 @@
 
 namespace dstrain::config {
 struct Recipe;
-}
+struct DatasetSidecar;
+}  // namespace dstrain::config
 namespace dstrain::data {
 
 // The reference's completion log-prob sum of each document of the set (2 per pair), in file order;
@@ -67,6 +68,7 @@ class PreferencePairs final : public BatchSource {
   PreferencePairs(const PreferencePairs& training, std::vector<int64_t> held);
   void open(const config::Recipe& recipe);
   void warn_unbalanced(const config::Recipe& recipe) const;
+  void read_margins(const config::Recipe& recipe, const config::DatasetSidecar& sidecar);
   Batch rows_of(const std::vector<int64_t>& pairs, int64_t real) const;
 
   std::string path_;
@@ -78,6 +80,10 @@ class PreferencePairs final : public BatchSource {
   GlobalSampler order_;
   std::shared_ptr<ReferenceTable> reference_ = std::make_shared<ReferenceTable>();
   std::string labels_;  // an unpaired set's, per example: '1' desirable; empty for pairs
+  // Each pair's margin (TRL's reward "margin" column: Batch::margins) when train.objective reward
+  // reads a set that has them; empty otherwise.
+  std::vector<double> margins_;
+  bool unread_margins_ = false;  // the set has margins that train.objective does not read
 };
 
 }  // namespace dstrain::data

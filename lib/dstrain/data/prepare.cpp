@@ -49,7 +49,8 @@ struct Encoded {
   std::vector<uint8_t> mask;                 // --chat: the loss mask of the one output's tokens
   ChatCounts chat;
   PreferenceCounts preference;
-  std::vector<UnpairedRow> unpaired;  // --kto: the rows, assembled into the set once all are read
+  std::vector<std::optional<double>> margins;  // --preference: each kept pair's "margin"
+  std::vector<UnpairedRow> unpaired;           // --kto: the rows, assembled into the set once all are read
   std::vector<Origin> unpaired_origins;
   int64_t bytes = 0, empty = 0, repaired = 0;
   std::exception_ptr error;
@@ -226,6 +227,8 @@ void encode_pair(const std::string& json, const std::string& origin, const Recor
   if (pair.identical && c.identical++ == 0) c.first_identical = origin;
   c.truncated += pair.outcome == PairOutcome::kTruncated;
   ++c.pairs;
+  c.with_margin += pair.margin.has_value();
+  out.margins.push_back(pair.margin);
   for (auto* part : {&pair.chosen, &pair.rejected}) {
     const std::vector<uint8_t>& mask = part == &pair.chosen ? pair.chosen_mask : pair.rejected_mask;
     c.longest = std::max(c.longest, static_cast<int64_t>(part->size()));
@@ -382,6 +385,29 @@ std::string origin_of(const Encoded& e, size_t output, size_t doc, const std::ve
   return r.line ? fmt::format("{}:{}", path == "-" ? "stdin" : path, r.line) : path;
 }
 
+// --preference: the kept pairs' margins, in input order. Every pair has one or none does: TRL's
+// reward collator reads the column from every row when the first has it.
+struct MarginColumn {
+  std::vector<double> values;
+  std::string first_origin;
+  bool present = false;
+  int64_t pairs = 0;
+
+  void add(const Encoded& e, const std::vector<DocumentSource>& sources) {
+    for (size_t i = 0; i < e.margins.size(); ++i, ++pairs) {
+      const bool has = e.margins[i].has_value();
+      const std::string origin = origin_of(e, 0, 2 * i, sources);  // the pair's chosen document
+      if (pairs == 0) first_origin = origin, present = has;
+      if (has != present)
+        throw Error(ErrorCode::kData,
+                    fmt::format("{}: a pair {} a \"margin\", after {}'s pair {} one", origin, has ? "with" : "without", first_origin,
+                                present ? "with" : "without"),
+                    "give every pair a \"margin\" (TRL's reward margin) or none");
+      if (has) values.push_back(*e.margins[i]);
+    }
+  }
+};
+
 std::string json_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -417,15 +443,23 @@ std::string chat_sidecar(const PrepareOutput& o, const PrepareSummary& s, const 
              c.truncated, c.too_long, c.untrained, c.skipped, c.rewrites_history, c.doubled_bos, c.longest);
 }
 
+// ", \"margins\": [...]": each pair's margin, exactly (none: "").
+std::string margins_entry(const std::vector<double>& margins) {
+  if (margins.empty()) return "";
+  std::string out = ", \"margins\": [";
+  for (size_t i = 0; i < margins.size(); ++i) out += fmt::format("{}{:.17g}", i ? ", " : "", margins[i]);
+  return out + "]";
+}
+
 // The --preference part of PREFIX.json: the loss mask, and the pairs (documents 2i chosen, 2i + 1 rejected).
 std::string preference_sidecar(const PrepareOutput& o, const PrepareSummary& s, const PreferencePrepareOptions& p) {
   const PreferenceCounts& c = s.preference_counts;
   return loss_mask_sidecar(o) +
          fmt::format(
              "\"preference\": {{\"format\": \"trl\", \"template\": \"{}\", \"pairs\": {}, \"max_length\": {}, \"truncation_mode\": \"{}\", "
-             "\"truncated\": {}, \"dropped_prompt_too_long\": {}, \"identical\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}}}",
+             "\"truncated\": {}, \"dropped_prompt_too_long\": {}, \"identical\": {}, \"skipped_errors\": {}, \"longest_sequence\": {}{}}}",
              json_escape(s.chat_template), c.pairs, p.encode.max_length, p.encode.keep_end ? "keep_end" : "keep_start", c.truncated,
-             c.prompt_too_long, c.identical, c.skipped, c.longest);
+             c.prompt_too_long, c.identical, c.skipped, c.longest, margins_entry(s.margins));
 }
 
 // The --kto part of PREFIX.json: the loss mask, and the examples (documents 2i the example, 2i + 1
@@ -545,7 +579,7 @@ void add_counts(PreferenceCounts& into, const PreferenceCounts& c) {
   if (into.first_identical.empty()) into.first_identical = c.first_identical;
   into.examples += c.examples, into.desirable += c.desirable, into.labelled_rows += c.labelled_rows;
   into.pairs += c.pairs, into.truncated += c.truncated, into.prompt_too_long += c.prompt_too_long, into.identical += c.identical;
-  into.skipped += c.skipped, into.longest = std::max(into.longest, c.longest);
+  into.skipped += c.skipped, into.longest = std::max(into.longest, c.longest), into.with_margin += c.with_margin;
 }
 
 void add_counts(ChatCounts& into, const ChatCounts& c) {
@@ -676,12 +710,14 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
   double last_report = -1;
   std::vector<UnpairedRow> unpaired;
   std::string first_unpaired;
+  MarginColumn margins;
   while (pipeline.next(encoded)) {
     if (o.stop_requested && o.stop_requested())
       throw Error(ErrorCode::kInterrupted, fmt::format("prepare-data stopped by a signal; nothing was written to {}", o.output_prefix),
                   "a dataset already at that prefix is as it was");
     if (encoded.error) std::rethrow_exception(encoded.error);
     collect_unpaired(encoded, sources, unpaired, first_unpaired);
+    margins.add(encoded, sources);
     for (size_t k = 0; k < writers.size(); ++k) {
       const uint32_t* tokens = encoded.tokens[k].data();
       const uint8_t* mask = encoded.mask.data();
@@ -701,6 +737,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     if (progress && seconds() - last_report >= 0.25) p.seconds = last_report = seconds(), progress(p);
   }
   pipeline.stop();
+  summary.margins = std::move(margins.values);
   if (o.preference.kto)
     write_kto_set(assemble_kto_set(std::move(unpaired), {o.preference.encode.max_length, o.preference.kl_batch_size}), *writers.front(),
                   *masks, first_unpaired, summary, p);
@@ -763,6 +800,7 @@ std::string preference_counts_line(const PreferenceCounts& c) {
   if (c.prompt_too_long) out += fmt::format(", {} dropped: the prompt alone fills --max-length (keep_start)", c.prompt_too_long);
   if (c.identical)
     out += fmt::format(", {} with chosen equal to rejected (kept; they teach nothing; the first: {})", c.identical, c.first_identical);
+  if (c.with_margin) out += ", each with a margin";
   if (c.skipped) out += fmt::format(", {} skipped as malformed or refused (--on-error skip; the first: {})", c.skipped, c.first_skip);
   return out;
 }

@@ -86,6 +86,7 @@ struct ChatCounts {
 struct PreferenceCounts {
   int64_t pairs = 0, truncated = 0, prompt_too_long = 0, identical = 0, skipped = 0;
   int64_t examples = 0, desirable = 0, labelled_rows = 0;
+  int64_t with_margin = 0;  // pairs kept with a "margin" (TRL's reward margin column)
   bool kto = false;
   int64_t longest = 0;  // tokens of the longest sequence (prompt + completion) kept
   std::string first_skip, first_identical;
@@ -103,6 +104,7 @@ struct PrepareSummary {
   PreferenceCounts preference_counts;
   std::string chat_template, end_of_turn;  // with --chat: the template's name, the end-of-turn token
   std::string kto_labels;                  // with --kto: each example's label, '1' desirable
+  std::vector<double> margins;             // with --preference: each kept pair's "margin" (every pair has one, or none does)
   double seconds = 0;
   int workers = 1;
 };

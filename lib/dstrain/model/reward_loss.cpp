@@ -33,7 +33,9 @@ void set_reward_loss(Objective& objective, const config::PreferenceConfig& c) {
     const at::Tensor scores = sequence_scores(h, batch);
     const at::Tensor chosen = scores.view({-1, 2}).select(1, 0).narrow(0, 0, n),
                      rejected = scores.view({-1, 2}).select(1, 1).narrow(0, 0, n);
-    at::Tensor per_pair = -at::log_sigmoid(chosen - rejected);
+    at::Tensor difference = chosen - rejected;
+    if (batch.margins.defined()) difference = difference - batch.margins.to(scores.device()).narrow(0, 0, n);
+    at::Tensor per_pair = -at::log_sigmoid(difference);
     if (center != 0) per_pair = per_pair + center * (chosen + rejected).pow(2);
     const auto count = [&](double value) { return at::full({}, value, at::TensorOptions().dtype(at::kDouble).device(scores.device())); };
     const auto metric = [](const at::Tensor& sum, const at::Tensor& of) { return TermValue{sum.detach().to(at::kDouble), of}; };

@@ -3,9 +3,10 @@
 // computes it (trainer/reward_trainer.py, compute_loss): each row's score is the score head
 // (model.score_head: score.weight [1, H]) applied to the final hidden state at the row's score
 // position (data/score_token.h: its last token that is not the pad token), and per pair
-//   -logsigmoid(chosen score - rejected score) + center_rewards_coefficient x (chosen + rejected)^2
+//   -logsigmoid(chosen score - rejected score [- margin]) + center_rewards_coefficient x (chosen + rejected)^2
 // summed over the batch's pairs (the runner divides by the step's pairs: TRL's mean over a
-// full batch, and the same however the step is split). Metrics, TRL's names, each a sum over its count:
+// full batch, and the same however the step is split); margin: the pair's (data::Batch::margins),
+// when its set has them, as TRL subtracts a dataset's "margin" column. Metrics, TRL's names, each a sum over its count:
 //   accuracy     pairs whose chosen score is strictly above the rejected one, over pairs
 //   margin       chosen score - rejected score, over pairs
 //   mean_reward  every score, over the rows (two per pair)
