@@ -5,6 +5,8 @@
 # sequence: peak host memory and step time. A dense model of 2 x 64 with a 32,000-token vocabulary
 # (the head is most of the step), 16 pairs (32 rows) of 512 tokens per step, one rank, fp32 on the
 # CPU; the pairs come from test/dist/dpo_reference.py's generator and a test tokenizer (scripts/setup.sh --test).
+# Then the reference's cost: preference.reference live (a frozen copy of the model, one more forward
+# without autograd per micro-batch) and TR-DPO's sync after every step, against precomputed.
 #   scripts/bench-dpo.sh [STEPS] [--set KEY=VALUE ...]
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -44,3 +46,10 @@ measure whole 'logits all at once (chunk 0)' --set train.loss_chunk_tokens=0
 measure chunked 'chunked (4096 tokens)' --set train.loss_chunk_tokens=4096
 python3 -c "import sys; w, c, rw, rc = map(float, sys.argv[1:]); print(f'ratio  chunked / all at once: step time {c / w:.2f}, peak host RSS {rc / rw:.2f}')" \
   "${step_ms[whole]}" "${step_ms[chunked]}" "${rss[whole]}" "${rss[chunked]}"
+# Where the reference's log-probs come from (chunked): precomputed before the first step (the row
+# above), a frozen copy forwarded at every micro-batch (live), and TR-DPO syncing it after every step.
+measure live 'reference live (a frozen copy)' --set train.loss_chunk_tokens=4096 --set preference.reference=live
+measure sync 'live + TR-DPO sync every step' --set train.loss_chunk_tokens=4096 --set preference.reference=live \
+  --set preference.sync_ref_model=true --set preference.ref_model_sync_steps=1
+python3 -c "import sys; p, l, s = map(float, sys.argv[1:]); print(f'ratio  live / precomputed: step time {l / p:.2f}; with a sync every step {s / p:.2f}')" \
+  "${step_ms[chunked]}" "${step_ms[live]}" "${step_ms[sync]}"

@@ -16,8 +16,8 @@ Run with the TRL overlay's python ($DSTRAIN_TRL_VENV, scripts/setup.sh --test).
       dstrain's set (documents 2i, 2i + 1 and the loss mask) against them, pair by pair
   dpo_reference.py train MODEL TOKDIR ROWS.jsonl OUT.json --steps N --lr LR [--beta B] [--loss-type T ...]
           [--loss-weights W ...] [--label-smoothing E] [--grad-clip C] [--ld-alpha L] [--use-weighting]
-      [--eval-rows ROWS.jsonl --eval-steps K]
-      DPOTrainer on the rows, every step the whole set (one batch: the order does not matter), AdamW
+      [--eval-rows ROWS.jsonl --eval-steps K] [--sync-steps S [--mixup-alpha A]]
+      DPOTrainer on the rows (--sync-steps: TR-DPO's sync_ref_model), every step the whole set (one batch: the order does not matter), AdamW
       without weight decay, a constant LR, fp32 on the CPU; writes each step's loss (as computed,
       before rounding) and TRL's metrics, and with --eval-rows its evaluate() every K steps
   dpo_reference.py train-many MODEL TOKDIR ROWS.jsonl RUNS.json --steps N --lr LR
@@ -165,6 +165,12 @@ def compare_tokens(args):
     print(f"{len(ref)} pairs: token ids and completion masks identical to TRL's")
 
 
+def sync_of(args):
+    """TR-DPO: the reference moved toward the policy every --sync-steps steps (SyncRefModelCallback)."""
+    steps = getattr(args, "sync_steps", None)
+    return dict(sync_ref_model=True, ref_model_sync_steps=steps, ref_model_mixup_alpha=args.mixup_alpha) if steps else {}
+
+
 def train(args):
     quiet()
     import torch
@@ -198,7 +204,7 @@ def train(args):
                           loss_weights=args.loss_weights, label_smoothing=args.label_smoothing, discopop_tau=args.discopop_tau,
                           f_divergence_type=args.f_divergence_type, f_alpha_divergence_coef=args.f_alpha_divergence_coef,
                           ld_alpha=args.ld_alpha, use_weighting=args.use_weighting,
-                          max_length=None, seed=0,
+                          max_length=None, seed=0, **sync_of(args),
                           optim="adamw_torch")
     losses = record_training_losses(trainer)
     trainer.train()
@@ -269,6 +275,8 @@ def main():
     p.add_argument("--discopop-tau", type=float, default=0.05)
     p.add_argument("--f-divergence-type", default="reverse_kl"), p.add_argument("--f-alpha-divergence-coef", type=float, default=0.5)
     p.add_argument("--ld-alpha", type=float, default=None), p.add_argument("--use-weighting", action="store_true")
+    p.add_argument("--sync-steps", type=int, default=None, help="TR-DPO: sync_ref_model every this many steps")
+    p.add_argument("--mixup-alpha", type=float, default=0.6, help="TR-DPO: ref_model_mixup_alpha")
     p = sub.add_parser("train-many")
     p.add_argument("model"), p.add_argument("tokdir"), p.add_argument("rows"), p.add_argument("runs")
     p.add_argument("--steps", type=int, required=True), p.add_argument("--lr", type=float, required=True)

@@ -299,6 +299,12 @@ struct PreferenceConfig {
   // with its adapters off, at every micro-batch: train/live_reference.h) or none (0: the loss on the
   // policy's log-probs alone, TRL < 1's reference_free).
   std::string reference = "precomputed";
+  // TR-DPO (TRL's sync_ref_model, dpo and kto with reference live without LoRA): every
+  // ref_model_sync_steps steps the reference copy becomes ref_model_mixup_alpha x the policy +
+  // (1 - ref_model_mixup_alpha) x itself (train/live_reference.h); checkpoints then hold the copy.
+  bool sync_ref_model = false;
+  double ref_model_mixup_alpha = 0.6;
+  int64_t ref_model_sync_steps = 512;
   // train.objective kto (TRL's KTOConfig): each desirable example's loss, and each undesirable one's, times these.
   double desirable_weight = 1.0;
   double undesirable_weight = 1.0;

@@ -347,15 +347,19 @@ const std::vector<std::string>& preference_keys(TrainObjective objective) {
                                                "preference.f_alpha_divergence_coef",
                                                "preference.ld_alpha",
                                                "preference.use_weighting",
-                                               "preference.reference"};
+                                               "preference.reference",
+                                               "preference.sync_ref_model",
+                                               "preference.ref_model_mixup_alpha",
+                                               "preference.ref_model_sync_steps"};
   static const std::vector<std::string> cpo = {"preference.beta",      "preference.loss_type",   "preference.label_smoothing",
                                                "preference.cpo_alpha", "preference.simpo_gamma", "preference.alpha"};
   static const std::vector<std::string> simpo = {"preference.beta", "preference.label_smoothing", "preference.cpo_alpha",
                                                  "preference.simpo_gamma", "preference.alpha"};
   static const std::vector<std::string> orpo = {"preference.beta"};
   static const std::vector<std::string> reward = {"preference.center_rewards_coefficient"};
-  static const std::vector<std::string> kto = {"preference.beta", "preference.loss_type", "preference.desirable_weight",
-                                               "preference.undesirable_weight", "preference.reference"};
+  static const std::vector<std::string> kto = {
+      "preference.beta",      "preference.loss_type",      "preference.desirable_weight",      "preference.undesirable_weight",
+      "preference.reference", "preference.sync_ref_model", "preference.ref_model_mixup_alpha", "preference.ref_model_sync_steps"};
   switch (objective) {
     case TrainObjective::kDpo:
       return dpo;
@@ -398,19 +402,46 @@ void check_preference_keys(const Recipe& r, Problem&& problem) {
     }
 }
 
-// preference.reference (dpo, kto): one of its three; live reads the base with the adapters off.
+// TR-DPO (preference.sync_ref_model): a reference that moves is the frozen copy of live without LoRA.
+template <typename Problem>
+void check_sync_ref_model(const Recipe& r, Problem&& problem) {
+  const PreferenceConfig& p = r.preference;
+  if (!p.sync_ref_model) {
+    for (const char* key : {"preference.ref_model_mixup_alpha", "preference.ref_model_sync_steps"})
+      if (const auto s = r.sources.find(key); s != r.sources.end() && s->second != "default")
+        problem(
+            fmt::format("{} is set ({}) but preference.sync_ref_model is false, so nothing reads it; set preference.sync_ref_model: "
+                        "true (TR-DPO) or leave it out",
+                        key, s->second));
+    return;
+  }
+  if (r.lora.enabled())
+    problem(
+        "preference.sync_ref_model with lora: the reference is then the base with the adapters off, which cannot move (TRL refuses "
+        "sync_ref_model with PEFT too); train without lora, or leave preference.sync_ref_model out");
+  else if (p.reference != "live")
+    problem(
+        fmt::format("preference.sync_ref_model with preference.reference {}: {}; set preference.reference: live (a frozen copy "
+                    "that the syncs move)",
+                    p.reference,
+                    p.reference == "none" ? "there is no reference to sync"
+                                          : "the reference moves during training, so log-probs computed before it would be stale "
+                                            "(TRL refuses it with precompute_ref_log_probs too)"));
+  if (r.zero.delayed_update)
+    problem(
+        "preference.sync_ref_model with zero.delayed_update: at a step's end the parameters are still the step before's, so the "
+        "reference would mix in stale ones; leave one of them out");
+}
+
+// preference.reference (dpo, kto): one of its three; live reads the base with the adapters off
+// (LoRA) or a frozen copy of the starting model.
 template <typename Problem>
 void check_reference(const Recipe& r, Problem&& problem) {
+  check_sync_ref_model(r, problem);
   const std::string& ref = r.preference.reference;
   if (ref != "precomputed" && ref != "live" && ref != "none")
     return problem(fmt::format("preference.reference {}: one of precomputed, live, none", ref));
-  if (ref != "live") return;
-  if (!r.lora.enabled())
-    problem(
-        "preference.reference live needs lora: the reference is then the base with the adapters off, with no second copy of the "
-        "model; without LoRA the starting model's log-probs are precomputed (preference.reference precomputed, the default), which "
-        "gives the same losses without a second copy in memory");
-  else if (!r.lora.modules_to_save.empty())
+  if (ref == "live" && r.lora.enabled() && !r.lora.modules_to_save.empty())
     problem(fmt::format(
         "preference.reference live with lora.modules_to_save [{}]: those modules train in place, so the base with the adapters off "
         "is no longer the starting model; use preference.reference precomputed",
@@ -430,10 +461,6 @@ void check_kto(const Recipe& r, Problem&& problem) {
 template <typename Problem>
 void check_reference_free(const Recipe& r, Problem&& problem) {
   const PreferenceConfig& p = r.preference;
-  if (r.train.objective == TrainObjective::kKto) {
-    check_reference(r, problem);
-    return check_kto(r, problem);
-  }
   if (r.train.objective != TrainObjective::kCpo) return;
   static const char* const kCpoLosses[] = {"sigmoid", "hinge", "ipo", "simpo"};
   if (p.loss_type.size() != 1 || std::find(std::begin(kCpoLosses), std::end(kCpoLosses), p.loss_type[0]) == std::end(kCpoLosses)) {
@@ -471,6 +498,11 @@ void check_preference(const Recipe& r, Problem&& problem) {
                     "reward, or leave model.score_head out",
                     name(objective)));
   if (objective == TrainObjective::kSft) return;
+  if (objective == TrainObjective::kKto) {
+    check_reference(r, problem);
+    check_kto(r, problem);
+    return check_pair_training(r, problem);
+  }
   if (objective != TrainObjective::kDpo) {
     check_reference_free(r, problem);
     return check_pair_training(r, problem);

@@ -1,5 +1,7 @@
 #include "dstrain/cost/dry_run.h"
 
+#include "dstrain/config/reference_mode.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -223,7 +225,9 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   const MemoryPlan plan = memory_plan(r);
   out += fmt::format("  model states per rank   {} on the device{}{}\n", bytes_text(plan.device_states),
                      plan.host_states > 0 ? fmt::format(" + {} in host memory", bytes_text(plan.host_states)) : "",
-                     pipelined ? " (the pipeline rank that needs the most memory)" : "");
+                     pipelined                         ? " (the pipeline rank that needs the most memory)"
+                     : config::keeps_reference_copy(r) ? " (the frozen reference copy of preference.reference live included)"
+                                                       : "");
   const char* recompute = r.train.activation_checkpointing == Recompute::kFull        ? "full recompute: each layer's input kept"
                           : r.train.activation_checkpointing == Recompute::kSelective ? "selective recompute: the GEMM outputs kept"
                                                                                       : "no recompute";

@@ -1,5 +1,7 @@
 #include "dstrain/cost/model_costs.h"
 
+#include "dstrain/config/reference_mode.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -93,8 +95,14 @@ RankParameters rank_parameters(const Recipe& r) {
 
 ModelStateMemory model_state_memory(const Recipe& r) {
   const RankParameters held = rank_parameters(r);
-  return model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.frozen_dense, held.frozen_experts,
-                           held.quantized_dense, held.quantized_experts);
+  ModelStateMemory m = model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.frozen_dense,
+                                         held.frozen_experts, held.quantized_dense, held.quantized_experts);
+  if (config::keeps_reference_copy(r)) {  // a frozen copy of the starting model, sharded as the policy is
+    const ModelStateMemory copy =
+        model_state_bytes(r, held.dense, held.dense_ranks, held.experts, held.expert_ranks, held.dense, held.experts);
+    m.device_bytes += copy.device_bytes, m.host_bytes += copy.host_bytes;
+  }
+  return m;
 }
 
 double lora_base_bytes_per_element(const Recipe& r) {

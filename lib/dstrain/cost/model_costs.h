@@ -59,7 +59,7 @@ RankParameters rank_parameters(const Recipe& recipe);
 // Parameters, gradients and optimizer state per rank (activations and buffers are extra):
 // mixed precision (bf16/fp16): 2 + 2 + 12 bytes per parameter, fp32: 4 + 4 + 12; stage 1
 // partitions the optimizer state, stage 2 also gradients, stage 3 also parameters. A frozen
-// parameter costs its own bytes only.
+// parameter costs its own bytes only. preference.reference live without LoRA adds a frozen copy.
 ModelStateMemory model_state_memory(const Recipe& recipe);
 // The same for given parameter counts: `dense` sharded over `dense_ranks`, `experts` over
 // `expert_ranks`, of which frozen_dense and frozen_experts are frozen.

@@ -659,6 +659,27 @@ PrepareSummary start_summary(const PrepareOptions& o, const text::Tokenizer* tok
 
 }  // namespace
 
+// Each output's staged files under their names, its PREFIX.json last; the first output's also the
+// tokenizer folder (`staged_tokenizer`; "": none, so an older set's goes).
+void publish_outputs(const std::vector<std::unique_ptr<MegatronStreamWriter>>& writers, LossMaskWriter* masks,
+                     const std::string& staged_tokenizer, const std::string& output_prefix) {
+  for (size_t k = 0; k < writers.size(); ++k) {
+    const std::string& prefix = writers[k]->prefix();
+    writers[k]->publish();
+    if (masks)
+      masks->publish();
+    else
+      fs::remove(prefix + ".lossmask");  // an older fine-tuning set's: no part of this one
+    if (k == 0) {
+      if (!staged_tokenizer.empty())
+        publish_folder(staged_tokenizer, output_prefix + ".tokenizer");
+      else
+        fs::remove_all(output_prefix + ".tokenizer");
+    }
+    rename_atomic(prefix + ".json.tmp", prefix + ".json");
+  }
+}
+
 PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void(const PrepareProgress&)>& progress) {
   const auto start = std::chrono::steady_clock::now();
   const auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -760,21 +781,7 @@ PrepareSummary prepare_dataset(const PrepareOptions& o, const std::function<void
     write_sidecar(out, summary, tokenizer.get(), tokenizer_dir, o.chat, o.preference);
     summary.outputs.push_back(out);
   }
-  for (size_t k = 0; k < writers.size(); ++k) {
-    const std::string& prefix = writers[k]->prefix();
-    writers[k]->publish();
-    if (masks)
-      masks->publish();
-    else
-      fs::remove(prefix + ".lossmask");  // an older fine-tuning set's: no part of this one
-    if (k == 0) {
-      if (tokenizer)
-        publish_folder(staged_tokenizer, o.output_prefix + ".tokenizer");
-      else
-        fs::remove_all(o.output_prefix + ".tokenizer");
-    }
-    rename_atomic(prefix + ".json.tmp", prefix + ".json");
-  }
+  publish_outputs(writers, masks.get(), staged_tokenizer, o.output_prefix);
   staged.published = true;
   summary.dropped_characters = dropped.load();
   summary.input_bytes = p.bytes, summary.documents = p.documents, summary.tokens = p.tokens, summary.seconds = seconds();

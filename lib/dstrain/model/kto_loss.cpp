@@ -13,11 +13,6 @@
 namespace dstrain::model {
 namespace {
 
-TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
-
-// Row 2i (which 0) or 2i + 1 (which 1) of each of the batch's n examples.
-at::Tensor half(const at::Tensor& x, int64_t which, int64_t n) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); }
-
 // Each example's loss before its weight (TRL's kto and apo_zero_unpaired).
 at::Tensor example_losses(const std::string& type, const at::Tensor& logratio, const at::Tensor& desirable, const at::Tensor& kl,
                           double beta) {
@@ -46,10 +41,10 @@ void set_kto_loss(Objective& objective, const config::PreferenceConfig& c) {
     const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(logps.device(), at::kFloat) : at::zeros_like(logps);
     const at::Tensor desirable =
         batch.desirable.defined() ? batch.desirable.to(logps.device()).narrow(0, 0, n) : at::zeros({n}, logps.options().dtype(at::kBool));
-    const at::Tensor logratio = half(logps, 0, n) - half(ref, 0, n);
+    const at::Tensor logratio = pair_half(logps, 0, n) - pair_half(ref, 0, n);
     // The KL estimate: the KL rows' log-ratios (no gradient, as TRL computes them), clamped at 0.
     at::Tensor kl = at::zeros({}, logps.options());
-    if (type == "kto" && n > 0) kl = (half(rows.logps, 1, n) - half(ref, 1, n)).mean().clamp_min(0);
+    if (type == "kto" && n > 0) kl = (pair_half(rows.logps, 1, n) - pair_half(ref, 1, n)).mean().clamp_min(0);
     const at::Tensor weight =
         at::where(desirable, at::full({}, c.desirable_weight, logps.options()), at::full({}, c.undesirable_weight, logps.options()));
     const at::Tensor loss = (example_losses(type, logratio, desirable, kl, c.beta) * weight).sum();
@@ -64,23 +59,23 @@ void set_kto_loss(Objective& objective, const config::PreferenceConfig& c) {
       v.sum = v.sum + (surrogate - surrogate.detach()).to(v.sum.scalar_type());
     }
     const at::Tensor chosen = desirable.to(at::kFloat), rejected = 1 - chosen;
-    const at::Tensor rewards = c.beta * logratio.detach(), logp = half(rows.logps, 0, n);
+    const at::Tensor rewards = c.beta * logratio.detach(), logp = pair_half(rows.logps, 0, n);
     const at::Tensor n_chosen = chosen.sum(), n_rejected = rejected.sum();
-    const at::Tensor tokens = half((batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat).to(logps.device()), 0, n);
-    const at::Tensor mean_logits = half(rows.mean_logits, 0, n);
+    const at::Tensor tokens = pair_half((batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat).to(logps.device()), 0, n);
+    const at::Tensor mean_logits = pair_half(rows.mean_logits, 0, n);
     const at::Tensor both = (n_chosen > 0) & (n_rejected > 0);
     const at::Tensor margin =
         at::where(both, (rewards * chosen).sum() / n_chosen.clamp_min(1) - (rewards * rejected).sum() / n_rejected.clamp_min(1),
                   at::zeros({}, logps.options()));
     const at::Tensor micro_batch = at::full({}, n > 0 ? 1.0 : 0.0, logps.options());
-    v.metrics = {term(kl * micro_batch, micro_batch),
-                 term((rewards * chosen).sum(), n_chosen),
-                 term((rewards * rejected).sum(), n_rejected),
-                 term(margin, both.to(at::kFloat)),
-                 term((logp * chosen).sum(), n_chosen),
-                 term((logp * rejected).sum(), n_rejected),
-                 term((mean_logits * chosen).sum(), (tokens * chosen).sum()),
-                 term((mean_logits * rejected).sum(), (tokens * rejected).sum())};
+    v.metrics = {metric_term(kl * micro_batch, micro_batch),
+                 metric_term((rewards * chosen).sum(), n_chosen),
+                 metric_term((rewards * rejected).sum(), n_rejected),
+                 metric_term(margin, both.to(at::kFloat)),
+                 metric_term((logp * chosen).sum(), n_chosen),
+                 metric_term((logp * rejected).sum(), n_rejected),
+                 metric_term((mean_logits * chosen).sum(), (tokens * chosen).sum()),
+                 metric_term((mean_logits * rejected).sum(), (tokens * rejected).sum())};
     return v;
   });
 }

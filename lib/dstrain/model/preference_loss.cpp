@@ -15,6 +15,12 @@
 #include "dstrain/model/objective.h"
 
 namespace dstrain::model {
+
+TermValue metric_term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
+
+at::Tensor pair_half(const at::Tensor& rows, int64_t which, int64_t pairs) {
+  return rows.view({-1, 2}).select(1, which).narrow(0, 0, pairs);
+}
 namespace {
 
 at::Tensor logsigmoid(const at::Tensor& x) { return at::log_sigmoid(x); }
@@ -82,8 +88,6 @@ at::Tensor ld_weights(const at::Tensor& mask, double alpha) {
   const at::Tensor shared = std::get<0>(mask.sum(-1).view({-1, 2}).min(1, true)).expand({-1, 2}).reshape({-1, 1});
   return at::where(position <= shared, at::ones_like(mask), at::full_like(mask, alpha)) * mask;
 }
-
-TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
 
 }  // namespace
 
@@ -155,7 +159,7 @@ void set_preference_loss(Objective& objective, const config::PreferenceConfig& c
     const at::Tensor logps = rows.logps.clone().requires_grad_(with_grad), plain = rows.plain.clone().requires_grad_(with_grad);
     const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
     const int64_t n = batch.pairs;
-    const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
+    const auto half = [n](const at::Tensor& x, int64_t which) { return pair_half(x, which, n); };
     const at::Tensor ref = batch.reference_logps.defined() ? batch.reference_logps.to(at::kFloat) : at::zeros_like(logps);
     PairTerms t{half(logps, 0), half(logps, 1), half(ref, 0), half(ref, 1), half(tokens, 0), half(tokens, 1)};
     // WPO: each pair weighs by both completions' length-normalized probabilities (no gradient).
@@ -189,14 +193,14 @@ void set_preference_loss(Objective& objective, const config::PreferenceConfig& c
     const at::Tensor logp_c = t.logp_c.detach(), logp_r = t.logp_r.detach();
     const at::Tensor rc = c.beta * (logp_c - t.ref_c), rr = c.beta * (logp_r - t.ref_r);
     const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(logps.device()));
-    v.metrics = {term(rc.sum(), pairs),
-                 term(rr.sum(), pairs),
-                 term((rc > rr).sum(), pairs),
-                 term((rc - rr).sum(), pairs),
-                 term(logp_c.sum(), pairs),
-                 term(logp_r.sum(), pairs),
-                 term(half(rows.mean_logits, 0).sum(), t.tokens_c.sum()),
-                 term(half(rows.mean_logits, 1).sum(), t.tokens_r.sum())};
+    v.metrics = {metric_term(rc.sum(), pairs),
+                 metric_term(rr.sum(), pairs),
+                 metric_term((rc > rr).sum(), pairs),
+                 metric_term((rc - rr).sum(), pairs),
+                 metric_term(logp_c.sum(), pairs),
+                 metric_term(logp_r.sum(), pairs),
+                 metric_term(half(rows.mean_logits, 0).sum(), t.tokens_c.sum()),
+                 metric_term(half(rows.mean_logits, 1).sum(), t.tokens_r.sum())};
     return v;
   });
 }

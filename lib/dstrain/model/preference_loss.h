@@ -45,6 +45,13 @@ struct PreferenceConfig;
 namespace dstrain::model {
 
 class Objective;
+struct TermValue;
+
+// A metric's sum and count as an objective logs them: detached, in float64.
+TermValue metric_term(const at::Tensor& sum, const at::Tensor& count);
+// Row 2i (which 0: a pair's chosen sequence, an example) or 2i + 1 (which 1: its rejected one, its
+// KL sequence) of a per-row tensor, for the batch's first `pairs`.
+at::Tensor pair_half(const at::Tensor& rows, int64_t which, int64_t pairs);
 
 // How completion_logps sums and what else it computes.
 struct CompletionOptions {

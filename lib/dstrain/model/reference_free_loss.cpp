@@ -34,8 +34,6 @@ at::Tensor sequence_labels(const data::Batch& batch) {
   return at::where(chosen_row, whole, batch.labels);
 }
 
-TermValue term(const at::Tensor& sum, const at::Tensor& count) { return {sum.detach().to(at::kDouble), count.to(at::kDouble)}; }
-
 struct Rewards {
   at::Tensor per_pair, chosen, rejected;  // the pairs' losses; r of each half (before beta)
   at::Tensor log_odds;                    // orpo's
@@ -106,7 +104,7 @@ void set_reference_free_loss(Objective& objective, TrainObjective kind, const co
     // The loss's graph starts at each row's sums: over its completion, and (orpo) over its sequence.
     const at::Tensor sums = rows.plain.clone().requires_grad_(with_grad), whole = whole_plain.clone().requires_grad_(with_grad && orpo);
     const at::Tensor tokens = (batch.labels != data::kIgnoreIndex).sum(-1).to(at::kFloat);
-    const auto half = [n](const at::Tensor& x, int64_t which) { return x.view({-1, 2}).select(1, which).narrow(0, 0, n); };
+    const auto half = [n](const at::Tensor& x, int64_t which) { return pair_half(x, which, n); };
     const at::Tensor logps = mean ? sums / tokens.clamp_min(1.0) : sums;
     const at::Tensor lc = half(logps, 0), lr = half(logps, 1);
     const Rewards r = orpo ? orpo_losses(lc, lr, c.beta) : cpo_losses(lc, lr, type, c);
@@ -132,19 +130,19 @@ void set_reference_free_loss(Objective& objective, TrainObjective kind, const co
     const at::Tensor rc = c.beta * r.chosen.detach(), rr = c.beta * r.rejected.detach();
     const at::Tensor pairs = at::full({}, static_cast<double>(n), at::TensorOptions().dtype(at::kDouble).device(sums.device()));
     const at::Tensor chosen_rows = half((orpo ? whole_batch.labels : batch.labels).ne(data::kIgnoreIndex).sum(-1), 0).sum();
-    v.metrics = {term(rc.sum(), pairs),
-                 term(rr.sum(), pairs),
-                 term((rc > rr).sum(), pairs),
-                 term((rc - rr).sum(), pairs),
-                 term(lc.detach().sum(), pairs),
-                 term(lr.detach().sum(), pairs),
-                 term(half(rows.mean_logits, 0).sum(), half(tokens, 0).sum()),
-                 term(half(rows.mean_logits, 1).sum(), half(tokens, 1).sum()),
-                 term(chosen_nll.detach().sum(), chosen_rows)};
+    v.metrics = {metric_term(rc.sum(), pairs),
+                 metric_term(rr.sum(), pairs),
+                 metric_term((rc > rr).sum(), pairs),
+                 metric_term((rc - rr).sum(), pairs),
+                 metric_term(lc.detach().sum(), pairs),
+                 metric_term(lr.detach().sum(), pairs),
+                 metric_term(half(rows.mean_logits, 0).sum(), half(tokens, 0).sum()),
+                 metric_term(half(rows.mean_logits, 1).sum(), half(tokens, 1).sum()),
+                 metric_term(chosen_nll.detach().sum(), chosen_rows)};
     if (orpo) {
       const at::Tensor odds = r.log_odds.detach();
-      v.metrics.push_back(term(at::log_sigmoid(odds).sum(), pairs));
-      v.metrics.push_back(term(odds.sum(), pairs));
+      v.metrics.push_back(metric_term(at::log_sigmoid(odds).sum(), pairs));
+      v.metrics.push_back(metric_term(odds.sum(), pairs));
     }
     return v;
   });

@@ -17,6 +17,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/parallel_groups.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/config/reference_mode.h"
 #include "dstrain/core/atomic_file.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
@@ -40,6 +41,7 @@
 #include "dstrain/train/live_reference.h"
 #include "dstrain/train/reference_logps.h"
 #include "dstrain/train/sequential_runner.h"
+#include "dstrain/zero/engine.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -85,6 +87,31 @@ void load_weights(model::CausalLM& model, const config::Recipe& recipe, const Ev
   // set_data keeps every handle the model holds pointing at the moved tensor.
   for (const auto& p : model.parameters()) p.tensor.set_data(p.tensor.to(device));
   model.move_buffers_to(device);
+}
+
+// preference.reference live: the model with its adapters off (LoRA), or a frozen copy of the
+// starting model, made again as training made it and checked against the checkpoint's record of it.
+std::unique_ptr<train::LiveReference> live_reference(const config::Recipe& recipe, const EvalTask& task, train::StepRunner& runner,
+                                                     model::CausalLM& model, const comm::ParallelGroups& groups, comm::Communicator& gloo,
+                                                     const c10::Device& device) {
+  if (!config::reads_live_reference(recipe)) return nullptr;
+  if (!config::keeps_reference_copy(recipe)) return std::make_unique<train::LiveReference>(recipe, runner, model);
+  train::ReferenceIdentity identity(recipe, gloo);
+  if (!task.checkpoint.empty()) {
+    model::NamedTensors saved = identity.state();
+    saved.front().tensor = saved.front().tensor.clone();  // unchanged when the checkpoint has none
+    load_checkpoint_weights(task.checkpoint, saved);
+    identity.load_state(saved);
+  }
+  auto copy = train::frozen_starting_model(recipe, groups.expert_parallel.get(), device);
+  if (recipe.preference.sync_ref_model && !task.checkpoint.empty()) {  // TR-DPO: the copy as the checkpoint holds it
+    c10::NoGradGuard no_grad;
+    model::NamedTensors named;
+    for (const auto& p : copy->parameters()) named.push_back({train::kReferenceCopyPrefix + p.name, p.tensor});
+    load_checkpoint_weights(task.checkpoint, named);
+  }
+  for (const auto& p : copy->parameters()) p.tensor.set_data(p.tensor.to(device));
+  return std::make_unique<train::LiveReference>(recipe, std::move(copy), nullptr, device);
 }
 
 nlohmann::json results_json(int64_t step, int world, const std::vector<train::EvalResult>& results) {
@@ -204,8 +231,8 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
   train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
   evaluator.set_pair_objective(&objective);
-  train::LiveReference live(recipe, runner, *model);
-  if (train::reads_live_reference(recipe)) evaluator.set_live_reference(&live);
+  const std::unique_ptr<train::LiveReference> live = live_reference(recipe, task, runner, *model, groups, *gloo, device.device);
+  evaluator.set_live_reference(live.get());
   if (env.rank == 0 && env.progress_line) evaluator.set_progress(progress_printer(evaluator.rounds(), env.world_size));
   const std::vector<train::EvalResult> results = evaluator.evaluate();
   if (env.rank == 0) {

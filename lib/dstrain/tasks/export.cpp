@@ -35,7 +35,7 @@ namespace {
 // Tensors of the checkpoint that are the model's (parameters and buffers): not the optimizer's,
 // the engine's or the data's.
 bool is_model_tensor(const std::string& name) {
-  for (const char* prefix : {"exp_avg.", "exp_avg_sq.", "engine.", "data.", "eval."})
+  for (const char* prefix : {"exp_avg.", "exp_avg_sq.", "engine.", "data.", "eval.", "preference."})
     if (name.rfind(prefix, 0) == 0) return false;
   return true;
 }

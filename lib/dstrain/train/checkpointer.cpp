@@ -230,6 +230,8 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   // The global tensors: the engine's sharded ones (master weights, moments), then the replicated state.
   std::vector<ckpt::TensorMeta> metas;
   for (const auto& t : engine_.state_tensors()) metas.push_back({t.name, t.dtype, t.shape});
+  if (copy_)
+    for (const auto& t : copy_->state_tensors()) metas.push_back({copy_prefix_ + t.name, t.dtype, t.shape});
   model::NamedTensors replicated;
   for (const model::Stateful* s : replicated_)
     for (auto& t : s->state()) replicated.push_back(std::move(t));
@@ -246,12 +248,20 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
 
   std::vector<ckpt::PieceView> mine;
   model::NamedTensors gathered;  // no shared filesystem: rank 0's full copy
+  model::NamedTensors copy_gathered;
   if (shared_) {
     for (const auto& run : engine_.saved_shard_runs()) mine.push_back({run.tensor, run.start, run.count, run.data});
+    if (copy_)
+      for (const auto& run : copy_->saved_shard_runs()) mine.push_back({copy_prefix_ + run.tensor, run.start, run.count, run.data});
   } else {
     gathered = rank == 0 ? engine_.full_state() : model::NamedTensors{};
     engine_.gather_full_state(gathered);
     for (const auto& t : gathered) mine.push_back({t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+    if (copy_) {
+      copy_gathered = rank == 0 ? copy_->full_state() : model::NamedTensors{};
+      copy_->gather_full_state(copy_gathered);
+      for (const auto& t : copy_gathered) mine.push_back({copy_prefix_ + t.name, 0, t.tensor.numel(), t.tensor.data_ptr()});
+    }
   }
   std::vector<at::Tensor> host_copies;  // replicated tensors that live on a GPU, read through the host
   auto write_whole = [&](const model::NamedTensors& tensors) {
@@ -265,16 +275,18 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   // Sharded: the shard table places every rank's shards, so a rank reports only its file's size,
   // CRC and replicated pieces (issue 26: not 3 pieces per unit and rank).
   const std::shared_ptr<const ckpt::ShardTable> table =
-      shared_ && !stage_ && engine_.has_shard_table() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
+      shared_ && !stage_ && !copy_ && engine_.has_shard_table() ? std::make_shared<const ckpt::ShardTable>(engine_.shard_table()) : nullptr;
   const std::vector<ckpt::TensorMeta> manifest_metas = stage_ ? all_ranks_metas(metas) : metas;
   if (async_) {
     std::string dir = save_in_background(step, samples_consumed, staging, metas, mine, table);  // copies the pieces first
     engine_.drop_host_copies();
+    if (copy_) copy_->drop_host_copies();
     return dir;
   }
   std::string summary;
   if (!mine.empty()) summary = ckpt::to_json(summary_of(ckpt::write_shard(staging, rank, metas, mine), table.get()));
   engine_.drop_host_copies();
+  if (copy_) copy_->drop_host_copies();
   const auto summaries = comm_.gather_bytes(summary, 0);  // only rank 0 commits (issue 26)
   std::string committed;
   if (rank == 0) {
@@ -286,6 +298,23 @@ std::string Checkpointer::save(int64_t step, int64_t samples_consumed) {
   }
   comm_.barrier()->wait();
   return committed;
+}
+
+void Checkpointer::add_copy(zero::Engine& copy, std::string prefix) { copy_ = &copy, copy_prefix_ = std::move(prefix); }
+
+void Checkpointer::load_copy(const ckpt::Reader& reader, const std::string& dir) {
+  if (!copy_) return;
+  const std::vector<zero::Engine::ShardRun> runs = copy_->shard_runs();
+  const bool held = std::all_of(runs.begin(), runs.end(), [&](const auto& run) { return reader.find(copy_prefix_ + run.tensor); });
+  // Every rank decides alike: the checkpoint has the copy or not (what this rank holds may be empty).
+  const bool all_held = comm_.all_gather_bytes(held ? "1" : "0") == std::vector<std::string>(static_cast<size_t>(comm_.world_size()), "1");
+  if (!all_held) {
+    if (comm_.rank() == 0) log::warn(fmt::format("checkpoint {} holds no {}* tensors: the copy stays as it was made", dir, copy_prefix_));
+    copy_->drop_host_copies();
+    return;
+  }
+  for (const auto& run : runs) reader.read(copy_prefix_ + run.tensor, run.start, run.count, run.data, "float32");
+  copy_->publish_loaded_shard();
 }
 
 ckpt::TrainState Checkpointer::train_state(int64_t step, int64_t samples_consumed) const {
@@ -413,6 +442,7 @@ Checkpointer::Resumed Checkpointer::resume(const std::string& from) {
   check_base(*reader, chosen);
   // This rank's shard, from whichever files hold its global ranges: any world size or stage.
   for (const auto& run : engine_.shard_runs()) reader->read(run.tensor, run.start, run.count, run.data, "float32");
+  load_copy(*reader, chosen);
   std::vector<model::Stateful*> loaded_whole = replicated_;
   if (stage_) loaded_whole.insert(loaded_whole.end(), stage_->states.begin(), stage_->states.end());
   for (model::Stateful* s : loaded_whole) {

@@ -56,6 +56,10 @@ class Checkpointer {
     bool writer = false;
   };
   void set_stage_state(StageState stage);
+  // A second engine saved and loaded beside the first, its tensors under `prefix` and sharded as
+  // it keeps them (the frozen reference copy of preference.sync_ref_model, which moves). A
+  // checkpoint without them leaves it as it is. Call before the first save or resume.
+  void add_copy(zero::Engine& copy, std::string prefix);
   // Collective: saves step `step` with the data cursor; returns the directory (async: where it
   // will be once committed).
   std::string save(int64_t step, int64_t samples_consumed);
@@ -84,11 +88,14 @@ class Checkpointer {
   zero::Engine& engine_;
   std::vector<model::Stateful*> replicated_;  // the engine first
   std::unique_ptr<StageState> stage_;         // pipeline parallelism only
+  zero::Engine* copy_ = nullptr;              // add_copy's, saved under copy_prefix_
+  std::string copy_prefix_;
   // A LoRA run on a Hugging Face base (model::lora_checkpoints_name_base): the base its
   // checkpoints name, identified by rank 0 and known to every rank; null otherwise.
   std::shared_ptr<const ckpt::BaseModel> base_;
   void identify_base();
   void check_base(const ckpt::Reader& reader, const std::string& dir) const;
+  void load_copy(const ckpt::Reader& reader, const std::string& dir);  // collective
   // Rank 0: every rank's tensors (pipeline parallelism: each holds other ones), in rank order.
   std::vector<ckpt::TensorMeta> all_ranks_metas(const std::vector<ckpt::TensorMeta>& mine) const;
   ckpt::TrainState train_state(int64_t step, int64_t samples_consumed) const;

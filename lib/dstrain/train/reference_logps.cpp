@@ -21,7 +21,6 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/objective.h"
 #include "dstrain/model/preference_loss.h"
-#include "dstrain/train/live_reference.h"
 #include "dstrain/train/step_runner.h"
 
 namespace dstrain::train {
@@ -87,18 +86,6 @@ std::vector<double> compute_share(const config::Recipe& r, const data::Preferenc
   return table;
 }
 
-// What the reference log-probs depend on besides the set: the model section, seed, dtype, LoRA
-// block, LD-DPO's alpha and the init_from folders' files (checksummed whole: read once per run, not per set).
-std::string model_identity(const config::Recipe& r) {
-  nlohmann::json all = nlohmann::json::parse(config::to_canonical_json(r));
-  nlohmann::json what = {{"model", all["model"]}, {"seed", all["seed"]}, {"dtype", all["precision"]["dtype"]}, {"lora", all["lora"]}};
-  what["model"].erase("init_from");                                            // the folder's files below, wherever it is
-  if (r.preference.ld_alpha != 1.0) what["ld_alpha"] = r.preference.ld_alpha;  // LD-DPO's weighted sums
-  if (!r.model.init_from.empty()) what["init_from"] = ckpt::to_json(ckpt::identify_base(r.model.init_from));
-  if (!r.lora.init_from.empty()) what["lora_init_from"] = ckpt::to_json(ckpt::identify_base(r.lora.init_from));
-  return what.dump();
-}
-
 // PREFIX.ref.<key> beside the set: the key hashes the model's identity and the set's PREFIX.json.
 std::string reference_path(const std::string& identity, const std::string& data_path) {
   nlohmann::json what = nlohmann::json::parse(identity);
@@ -142,11 +129,34 @@ void prepare_one(const config::Recipe& r, const data::PreferencePairs& pairs, co
 
 }  // namespace
 
+model::Objective reference_capture(const config::Recipe& recipe, std::vector<at::Tensor>& captured) {
+  model::Objective reference;
+  const model::CompletionOptions options{recipe.train.loss_chunk_tokens, recipe.preference.ld_alpha};
+  reference.set_sequence_loss({}, [&captured, options](const model::CausalLM&, const model::CausalLM::Hidden& h, const data::Batch& batch) {
+    const at::Tensor logps = model::completion_logps(h, batch, options).logps;
+    captured.push_back(logps.to(at::kDouble));
+    return model::SequenceLossValue{at::zeros({}, logps.options()), {}};
+  });
+  return reference;
+}
+
+// What the reference log-probs depend on besides the set: the model section, seed, dtype, LoRA
+// block, LD-DPO's alpha and the init_from folders' files (checksummed whole: read once per run, not per set).
+std::string reference_model_identity(const config::Recipe& r) {
+  nlohmann::json all = nlohmann::json::parse(config::to_canonical_json(r));
+  nlohmann::json what = {{"model", all["model"]}, {"seed", all["seed"]}, {"dtype", all["precision"]["dtype"]}, {"lora", all["lora"]}};
+  what["model"].erase("init_from");                                            // the folder's files below, wherever it is
+  if (r.preference.ld_alpha != 1.0) what["ld_alpha"] = r.preference.ld_alpha;  // LD-DPO's weighted sums
+  if (!r.model.init_from.empty()) what["init_from"] = ckpt::to_json(ckpt::identify_base(r.model.init_from));
+  if (!r.lora.init_from.empty()) what["lora_init_from"] = ckpt::to_json(ckpt::identify_base(r.lora.init_from));
+  return what.dump();
+}
+
 void prepare_reference_logps(const config::Recipe& r, const std::vector<const data::PreferencePairs*>& sets, StepRunner& runner,
                              model::CausalLM& model, comm::Communicator& comm, const std::string& moved) {
   // Only rank 0 reads the model's and the sets' files for the keys (other nodes need not see them).
   const bool leader = comm.rank() == 0;
-  const std::string identity = leader ? model_identity(r) : std::string();
+  const std::string identity = leader ? reference_model_identity(r) : std::string();
   for (const data::PreferencePairs* pairs : sets)
     prepare_one(r, *pairs, leader ? reference_path(identity, pairs->path()) : std::string(), runner, model, comm, moved);
 }

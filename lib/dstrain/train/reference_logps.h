@@ -11,17 +11,18 @@
 // The pass runs through the training runner's forward (ZeRO-3 gathers, expert parallelism):
 // micro-batch g of train.micro_batch_size pairs on data-parallel rank g % world, every rank the
 // same number of forwards, the table summed in rank order (each entry comes from one rank: exact).
+#include <ATen/core/Tensor.h>
+
 #include <string>
 #include <vector>
+
+#include "dstrain/model/objective.h"
 
 namespace dstrain::config {
 struct Recipe;
 }
 namespace dstrain::comm {
 class Communicator;
-}
-namespace dstrain::model {
-class CausalLM;
 }
 namespace dstrain::data {
 class PreferencePairs;
@@ -38,5 +39,13 @@ class StepRunner;
 // empty: the model is the reference. Collective over `data_parallel`.
 void prepare_reference_logps(const config::Recipe& recipe, const std::vector<const data::PreferencePairs*>& sets, StepRunner& runner,
                              model::CausalLM& model, comm::Communicator& data_parallel, const std::string& moved);
+
+// An objective that scores nothing and appends each batch's completion log-prob sums (float64
+// [rows], LD-DPO's weighted sums with preference.ld_alpha) to `captured`: the reference's pass.
+model::Objective reference_capture(const config::Recipe& recipe, std::vector<at::Tensor>& captured);
+
+// What the reference's log-probs depend on besides the data (JSON): the model section, seed, dtype,
+// LoRA block, LD-DPO's alpha, and the init_from folders' files, checksummed (cached per file version).
+std::string reference_model_identity(const config::Recipe& recipe);
 
 }  // namespace dstrain::train

@@ -12,6 +12,7 @@
 #include "dstrain/comm/communicator.h"
 #include "dstrain/comm/parallel_groups.h"
 #include "dstrain/config/recipe.h"
+#include "dstrain/config/reference_mode.h"
 #include "dstrain/core/error.h"
 #include "dstrain/core/shutdown_sequence.h"
 #include "dstrain/core/exit_code.h"
@@ -100,6 +101,33 @@ Communicators open_communicators(const run::WorkerEnv& env, const config::Recipe
   return c;
 }
 
+// LoRA, on the base's weights and before the engine (only what trains gets optimizer state): the
+// adapters, lora.init_from's values on a fresh start, and lora.base's quantized storage.
+void attach_adapters(const config::Recipe& r, model::CausalLM& model, const run::WorkerEnv& env, const c10::Device& device) {
+  const size_t adapted = model::attach_lora(model, model::lora_spec_of(r.lora), r.seed);
+  if (env.rank == 0) log::info(model::describe_lora(model, model::lora_spec_of(r.lora), adapted));
+  if (!env.resume && !r.lora.init_from.empty()) {
+    model::load_peft_adapter(model, r);
+    if (env.rank == 0) log::info(fmt::format("lora: adapters initialised from {}", r.lora.init_from));
+  }
+  if (r.lora.base != config::LoraBase::kModel) {  // the base leaves the parameters the engine takes
+    const model::QuantizedBase q = model::quantize_base(model, r, device);
+    if (env.rank == 0) log::info(model::describe_quantized_base(q, config::name(r.precision.dtype)));
+  }
+}
+
+// preference.reference live without LoRA: a frozen copy of the starting model in an engine of its
+// own (the same sharding, every parameter frozen); else null.
+std::unique_ptr<LiveReference> reference_copy_for(const config::Recipe& r, Communicators& comm, const c10::Device& device) {
+  if (!config::keeps_reference_copy(r)) return nullptr;
+  auto copy = frozen_starting_model(r, comm.groups.expert_parallel.get(), device);
+  auto engine = std::make_unique<zero::Engine>(*copy, comm.engine(), zero::options_from(r, device), comm.experts());
+  if (comm.engine().rank() == 0 && comm.gloo->rank() == 0)
+    log::info(fmt::format("preference.reference live: a frozen copy of the starting model ({}), {:.3f}M parameters",
+                          r.model.init_from.empty() ? "model.seed" : r.model.init_from, static_cast<double>(copy->num_parameters()) / 1e6));
+  return std::make_unique<LiveReference>(r, std::move(copy), std::move(engine), device);
+}
+
 }  // namespace
 
 // Everything the loop uses, in construction order (destroyed in reverse: telemetry and the
@@ -119,6 +147,7 @@ struct Trainer::Parts {
   const sched::LrSchedule lr_schedule;
   std::unique_ptr<zero::Engine> engine;
   std::unique_ptr<model::TensorState> buffers;
+  std::unique_ptr<ReferenceIdentity> reference_identity;  // preference.reference live's copy: what it is made from
   std::unique_ptr<Checkpointer> checkpointer;
   std::unique_ptr<Telemetry> telemetry;
   std::unique_ptr<StepProfiler> profiler;
@@ -171,18 +200,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());
     if (env.rank == 0) log::info(fmt::format("initialised from {}", p.recipe.model.init_from));
   }
-  if (p.recipe.lora.enabled()) {  // on the base's weights, before the engine: only what trains gets optimizer state
-    const size_t adapted = model::attach_lora(*p.model, model::lora_spec_of(p.recipe.lora), p.recipe.seed);
-    if (env.rank == 0) log::info(model::describe_lora(*p.model, model::lora_spec_of(p.recipe.lora), adapted));
-    if (!env.resume && !p.recipe.lora.init_from.empty()) {
-      model::load_peft_adapter(*p.model, p.recipe);
-      if (env.rank == 0) log::info(fmt::format("lora: adapters initialised from {}", p.recipe.lora.init_from));
-    }
-    if (p.recipe.lora.base != config::LoraBase::kModel) {  // the base leaves the parameters the engine takes
-      const model::QuantizedBase q = model::quantize_base(*p.model, p.recipe, device.device);
-      if (env.rank == 0) log::info(model::describe_quantized_base(q, config::name(p.recipe.precision.dtype)));
-    }
-  }
+  if (p.recipe.lora.enabled()) attach_adapters(p.recipe, *p.model, env, device.device);
   p.engine = std::make_unique<zero::Engine>(*p.model, p.comm.engine(), zero::options_from(p.recipe, device.device), p.comm.experts(),
                                             p.comm.pipeline() ? &p.comm.world() : nullptr);
   if (env.rank == 0) log::info(p.engine->describe()), write_memory_report(p.run_dir, *p.engine);
@@ -190,9 +208,14 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // The model's buffers (V3's selection bias) belong to layers: with pipeline parallelism each
   // stage's first data-parallel rank saves its own.
   std::vector<model::Stateful*> replicated{&p.balancer, &p.eval_tracker};
+  p.live_reference = reference_copy_for(p.recipe, p.comm, device.device);
+  if (p.live_reference && !p.recipe.preference.sync_ref_model)  // a resume makes the copy again: from the same weights
+    p.reference_identity = std::make_unique<ReferenceIdentity>(p.recipe, *p.comm.gloo), replicated.push_back(p.reference_identity.get());
   if (!p.comm.pipeline()) replicated.insert(replicated.begin(), p.buffers.get());
   p.checkpointer = std::make_unique<Checkpointer>(p.recipe, p.run_dir.ckpt_dir(p.recipe), *p.comm.gloo, *p.engine, replicated, env.run_id);
   if (p.comm.pipeline()) p.checkpointer->set_stage_state({{p.buffers.get()}, p.comm.engine().rank() == 0});
+  if (p.live_reference && p.recipe.preference.sync_ref_model)  // TR-DPO's copy moves: checkpoints hold it
+    p.checkpointer->add_copy(*p.live_reference->copy_engine(), kReferenceCopyPrefix);
   progress::enter(progress::Phase::kCheckpoint);
   if (env.resume) {
     const auto load_start = Clock::now();
@@ -244,7 +267,8 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
                             env.resume ? fmt::format("a resumed {} run", config::name(p.recipe.train.objective)) : "");
     p.engine->discard_wait_times();
   }
-  if (reads_live_reference(p.recipe)) p.live_reference = std::make_unique<LiveReference>(p.recipe, *p.runner, *p.model);
+  if (!p.live_reference && config::reads_live_reference(p.recipe))  // with LoRA: the model with its adapters off
+    p.live_reference = std::make_unique<LiveReference>(p.recipe, *p.runner, *p.model);
   p.fault_observer = std::make_unique<FaultObserver>(p.faults, env.rank, p.step);
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.runner->add_observer(p.fault_observer.get());
@@ -274,7 +298,8 @@ void Trainer::plan_shutdown() {
   p.ending.add("metrics and TensorBoard files", [&p] { p.telemetry.reset(); });
   p.ending.add("heartbeat thread", [&p] { p.heartbeat.reset(); });
   p.ending.add("device work", [&p] { device::synchronize(p.device.device); });
-  p.ending.add("engine, model and buffers", [&p] { p.runner.reset(), p.engine.reset(), p.buffers.reset(), p.model.reset(); });
+  p.ending.add("engine, model and buffers",
+               [&p] { p.live_reference.reset(), p.runner.reset(), p.engine.reset(), p.buffers.reset(), p.model.reset(); });
   p.ending.add("expert-parallel communicators", [&p] { p.comm.groups.expert_parallel.reset(), p.comm.groups.expert_data.reset(); });
   p.ending.add("pipeline communicators", [&p] { p.comm.groups.pipeline.reset(), p.comm.groups.data_parallel.reset(); });
   p.ending.add("NCCL communicator", [&p] { p.comm.nccl.reset(); });
@@ -494,6 +519,9 @@ Trainer::StepEnd Trainer::end_step(const StepSignals& all) {
   Parts& p = *p_;
   const int64_t done = ++p.step;
   p.save_ms = 0;
+  if (p.live_reference && p.live_reference->after_step(*p.engine, done) && p.env.rank == 0)
+    log::info(fmt::format("step {}: the reference moved toward the policy (preference.sync_ref_model, alpha {:g})", done,
+                          p.recipe.preference.ref_model_mixup_alpha));
   const EvalTracker::Verdict verdict = eval_due(done) ? evaluate(done, /*candidate=*/true) : EvalTracker::Verdict{};
   const bool save_best = verdict.improved && p.recipe.checkpoint.keep_best;
   if (p.triggers.save_after(done, all) || save_best || verdict.stop) save(done);

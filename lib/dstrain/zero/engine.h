@@ -223,6 +223,13 @@ class Engine final : public model::Stateful {
   // checkpoint, so that the saved and the running parameters agree). No-op otherwise.
   void settle();
 
+  // TR-DPO's reference update (preference.sync_ref_model): every parameter p of this engine's
+  // model, all frozen, becomes (1 - alpha) p + alpha q, q the same parameter of `source`'s model (a
+  // model of the same shape and parallel layout), in the model dtype as TRL's SyncRefModelCallback
+  // mixes them. At stage 3 both are gathered group by group and this rank keeps its chunk.
+  // Collective over both engines' ranks.
+  void mix_from(const Engine& source, double alpha);
+
   // This rank's gradients of the step being computed count as non-finite: the step's overflow
   // check then skips the update on every rank, as an fp16 overflow does. For a rank whose loss
   // is NaN/Inf (its gradients may be finite garbage), and for an injected overflow (faults).

@@ -203,6 +203,29 @@ void Engine::publish_loaded_shard() {
   m.publish_loaded_frozen();
 }
 
+void Engine::mix_from(const Engine& source, double alpha) {
+  c10::NoGradGuard no_grad;
+  Impl& m = *impl_;
+  Impl& s = *source.impl_;
+  if (m.params.size() != s.params.size() || m.layout.num_groups() != s.layout.num_groups())
+    throw Error(ErrorCode::kInternal, "mix_from: the two engines' models differ in shape", "this is a dstrain bug; please report it");
+  const bool gathered = m.opt.stage == 3;
+  for (int g = 0; g < m.layout.num_groups(); ++g) {
+    if (gathered) m.finish_gather(g), s.finish_gather(g);
+    for (int ui : m.units_of_group[static_cast<size_t>(g)]) {
+      const Unit& unit = m.layout.units()[static_cast<size_t>(ui)];
+      if (unit.trains) throw Error(ErrorCode::kInternal, "mix_from into parameters that train", "this is a dstrain bug; please report it");
+      for (int i = unit.first_param; i < unit.first_param + unit.num_params; ++i)
+        m.params[static_cast<size_t>(i)].mul_(1.0 - alpha).add_(s.params[static_cast<size_t>(i)], alpha);
+      if (gathered)  // this rank's chunk, where the next gather reads it
+        m.shard_of(unit)
+            .narrow(0, unit.shard_offset, unit.chunk())
+            .copy_(m.unit_full[static_cast<size_t>(ui)].narrow(0, m.my_chunk_start(unit), unit.chunk()));
+    }
+    if (gathered) m.release(g), s.release(g);
+  }
+}
+
 void Engine::drop_host_copies() {
   for (auto& m : impl_->mirror) m = at::Tensor();
   impl_->mirrored = false;

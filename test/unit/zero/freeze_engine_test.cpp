@@ -1,6 +1,6 @@
 // Frozen parameters in the ZeRO engine (train.freeze): they stay bitwise at their initial values
 // at every stage, with expert parallelism too, hold no gradient, master copy or Adam states, and
-// the parameters that train follow the one-rank run.
+// the parameters that train follow the one-rank run; mix_from (TR-DPO) moves a frozen copy.
 #include "catch_torch.h"
 
 #include <ATen/ATen.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/comm/thread_communicator.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/model/freeze.h"
 #include "engine_harness.h"
@@ -150,4 +151,35 @@ TEST_CASE("train.freeze: roles and globs select from the whole model; nothing ma
   CHECK_THROWS_WITH(model::frozen_set(moe, {"embedding"}), Catch::Contains("train.freeze[0]") && Catch::Contains("embeddings, attention"));
   CHECK_THROWS_WITH(model::frozen_set(test::tiny_model_config(), {"experts"}), Catch::Contains("no parameters of that role"));
   CHECK_THROWS_WITH(model::frozen_set(moe, {"*"}), Catch::Contains("freezes every parameter"));
+}
+
+TEST_CASE("engine: mix_from moves a frozen copy toward another model as TRL's SyncRefModelCallback, at stages 0-3", "[engine][freeze]") {
+  const config::ModelConfig cfg = test::tiny_model_config();
+  std::map<std::string, at::Tensor> want;  // target.mul_(1 - alpha).add_(source, alpha), parameter by parameter
+  {
+    const auto target = model::make_model(cfg, 1), source = model::make_model(cfg, 2);
+    for (size_t i = 0; i < target->parameters().size(); ++i)
+      want[target->parameters()[i].name] =
+          target->parameters()[i].tensor.detach().clone().mul_(1.0 - 0.6).add_(source->parameters()[i].tensor.detach(), 0.6);
+  }
+  for (int stage = 0; stage <= 3; ++stage) {
+    INFO("stage " << stage << ", 2 ranks");
+    std::map<std::string, at::Tensor> got;
+    comm::run_on_threads(2, [&](comm::Communicator& comm) {
+      const auto target = model::make_model(cfg, 1), source = model::make_model(cfg, 2);
+      for (size_t i = 0; i < target->parameters().size(); ++i) target->freeze(i);
+      EngineSpec spec;
+      spec.world = 2, spec.stage = stage;
+      zero::Engine copy(*target, comm, test::engine_options(spec)), policy(*source, comm, test::engine_options(spec));
+      copy.mix_from(policy, 0.6);
+      const model::NamedTensors full = comm.rank() == 0 ? copy.full_state() : model::NamedTensors{};
+      copy.gather_full_state(full);  // the copy's values as a checkpoint holds them (every rank's chunk)
+      for (const auto& t : full) got[t.name] = t.tensor;
+    });
+    REQUIRE(got.size() == want.size());
+    for (const auto& [name, value] : want) {
+      INFO(name);
+      CHECK(at::equal(got.at(name), value));
+    }
+  }
 }
