@@ -60,13 +60,14 @@ if [ $tests -eq 1 ]; then
   # TRL in an overlay over the torch venv (scripts/versions.sh says why); pip leaves what it sees
   # through the .pth file where it is ("outside environment") and installs only the rest.
   trl_stamp="$DSTRAIN_TRL_VENV/.dstrain-trl-ready"
-  if [ ! -f "$trl_stamp" ] || [ "$(cat "$trl_stamp")" != "$DSTRAIN_PY_TRL_PACKAGES" ]; then
-    say "adding TRL (the DPO reference) in $DSTRAIN_TRL_VENV"
+  if [ ! -f "$trl_stamp" ] || [ "$(cat "$trl_stamp")" != "$DSTRAIN_PY_TRL_PACKAGES $DSTRAIN_PY_LMEVAL_PACKAGE" ]; then
+    say "adding TRL (the DPO reference) and lm-evaluation-harness (the task reference) in $DSTRAIN_TRL_VENV"
     [ -x "$DSTRAIN_TRL_VENV/bin/python" ] || python3 -m venv "$DSTRAIN_TRL_VENV"
     site_of() { "$1/bin/python" -c 'import site; print(site.getsitepackages()[0])'; }
     site_of "$DSTRAIN_VENV" > "$(site_of "$DSTRAIN_TRL_VENV")/zz-dstrain-torch-venv.pth"
     "$DSTRAIN_TRL_VENV/bin/python" -m pip install -q --disable-pip-version-check $DSTRAIN_PY_TRL_PACKAGES
-    echo "$DSTRAIN_PY_TRL_PACKAGES" > "$trl_stamp"
+    "$DSTRAIN_TRL_VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps $DSTRAIN_PY_LMEVAL_PACKAGE
+    echo "$DSTRAIN_PY_TRL_PACKAGES $DSTRAIN_PY_LMEVAL_PACKAGE" > "$trl_stamp"
   fi
 elif [ $sft -eq 1 ] && ! "$DSTRAIN_VENV/bin/python" -c 'import transformers' 2>/dev/null; then
   say "adding transformers to $DSTRAIN_VENV (the fine-tuning demo)"

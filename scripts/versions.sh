@@ -21,3 +21,8 @@ DSTRAIN_PY_TEST_PACKAGES="numpy jsonschema $DSTRAIN_PY_SFT_PACKAGES wandb==0.31.
 # TRL needs datasets, whose releases need pyarrow >= 24, while the Parquet plugin is built against
 # the torch venv's pyarrow==21.0.0; the overlay keeps the two apart.
 DSTRAIN_PY_TRL_PACKAGES="trl==1.16.0"
+# lm-evaluation-harness, the reference for `dstrain eval --task` (test/dist/choice_task_reference.py),
+# in the same overlay without its dependencies: the reference uses its HFLM's tokenization and
+# loglikelihood, which need only torch, transformers, accelerate and peft (there already); its
+# own list adds scikit-learn, scipy, nltk and sacrebleu for metrics the tests do not read.
+DSTRAIN_PY_LMEVAL_PACKAGE="lm_eval==0.4.13"

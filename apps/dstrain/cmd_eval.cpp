@@ -1,9 +1,12 @@
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "commands.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
+#include "dstrain/core/error.h"
+#include "dstrain/tasks/choice_scoring.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/eval_task.h"
 #include "launch_flags.h"
@@ -12,7 +15,8 @@ namespace dstrain::app {
 
 void register_eval(CLI::App& app, Run& run) {
   struct Args {
-    std::string target, step;
+    std::string target, step, tokenizer, samples;
+    std::vector<std::string> tasks;
     tasks::EvalFlags flags;
     int64_t max_batches = -1, micro_batch_size = 0, seq_len = 0;
     bool json = false;
@@ -38,7 +42,11 @@ void register_eval(CLI::App& app, Run& run) {
       "A KTO set (prepare-data --preference --kto) is scored per example as a kto run scores it:\n"
       "the loss, kl and rewards/margins (--json: every metric).\n"
       "A reward model's Hugging Face folder (*ForSequenceClassification) scores pairs as one.\n"
-      "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n\n"
+      "Prints one row per set: val_loss, val_ppl = exp(min(loss, 20)), tokens, windows, time.\n"
+      "With --task (instead of the sets): multiple-choice tasks as lm-evaluation-harness scores them:\n"
+      "each choice's log-likelihood after the context (tokenized as its HFLM does), acc = the most\n"
+      "likely choice is gold, acc_norm = the same per character of the choice; the requests shared\n"
+      "out over the ranks (--json: {\"tasks\": [{\"name\", \"acc\", \"acc_norm\", \"n\", ...}]}).\n\n"
       "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"
       "Examples:\n"
       "  dstrain eval runs/demo                        (the run's latest checkpoint on its held-out split)\n"
@@ -46,11 +54,21 @@ void register_eval(CLI::App& app, Run& run) {
       "  dstrain eval runs/demo --data data/val --data data/code-val --name val --name code\n"
       "  dstrain eval runs/sft --data data/chat-val   (the loss on the answers of held-out conversations)\n"
       "  dstrain eval hf-export --data val.txt --format bytes --seq-len 512\n"
-      "  dstrain eval exported/reward --data data/pairs-val --seq-len 1024   (a reward model: pairwise accuracy)");
+      "  dstrain eval exported/reward --data data/pairs-val --seq-len 1024   (a reward model: pairwise accuracy)\n"
+      "  dstrain eval runs/sft --task tasks/arc_easy.jsonl --task tasks/hellaswag.jsonl --json");
   cmd->add_option("target", args->target, "Run directory, checkpoint, or Hugging Face model folder")->required();
   cmd->add_option("--step", args->step, "A run's checkpoint: a step number, or best (checkpoint.keep_best's); default: the latest");
   cmd->add_option("--data", args->flags.data, "An evaluation set (repeatable): prepare-data's PREFIX, or a file in --format");
   cmd->add_option("--name", args->flags.names, "The name of each --data set, in order (default: its file stem)");
+  cmd->add_option("--task", args->tasks,
+                  "A multiple-choice task (repeatable): JSON Lines {\"context\", \"choices\": [...], \"gold\": INDEX}, scored as "
+                  "lm-evaluation-harness scores multiple_choice tasks (acc, acc_norm); named by its file stem")
+      ->check(CLI::ExistingFile);
+  cmd->add_option(
+      "--log-samples", args->samples,
+      "With --task: write each question's log-likelihoods, choice and gold to this file (JSON Lines, as lm-eval's --log_samples)");
+  cmd->add_option("--tokenizer", args->tokenizer,
+                  "With --task: the model's tokenizer folder (default: the Hugging Face target's, model.init_from's, or the run's data's)");
   cmd->add_option("--max-batches", args->max_batches,
                   "Micro-batches per set over all ranks (0: the whole set; default: the run's eval.max_batches)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
@@ -76,10 +94,15 @@ void register_eval(CLI::App& app, Run& run) {
       if (args->micro_batch_size > 0) flags.micro_batch_size = args->micro_batch_size;
       if (args->seq_len > 0) flags.seq_len = args->seq_len;
       flags.world_size = topo.mode == launch::Topology::Mode::kRank ? topo.world_size : topo.world();
+      flags.tasks = args->tasks;
+      if ((!args->tokenizer.empty() || !args->samples.empty()) && args->tasks.empty())
+        throw Error(ErrorCode::kUsage, fmt::format("{} goes with --task", args->samples.empty() ? "--tokenizer" : "--log-samples"),
+                    "pass --task FILE, or leave it out");
       const tasks::EvalTarget target = tasks::resolve_eval_target(args->target, args->step);
       const config::Recipe recipe = tasks::eval_recipe(target, flags);
       for (const auto& warning : recipe.warnings) log::warn(warning);
-      return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable());
+      const std::string choice_tasks = args->tasks.empty() ? "" : tasks::encode_choice_tasks(args->tasks, args->tokenizer, target, recipe);
+      return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable(), choice_tasks, args->samples);
     };
   });
 }

@@ -34,6 +34,8 @@ void register_worker(CLI::App& app, Run& run) {
   cmd->add_option("--checkpoint", args->eval.checkpoint);
   cmd->add_option("--step", args->eval.step);
   cmd->add_option("--result", args->eval.result_path);
+  cmd->add_option("--choice-tasks", args->eval.choice_tasks);
+  cmd->add_option("--samples", args->eval.samples_path);
   cmd->callback([args, &run] {
     run = [args] {
       const run::WorkerEnv env = run::worker_env_from_environment();

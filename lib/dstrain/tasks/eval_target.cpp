@@ -71,7 +71,32 @@ void refuse_unprepared_data(const EvalFlags& flags, const std::string& tokenizer
 }
 
 // A recipe for a Hugging Face folder: its config.json gives the model, the data flags the rest.
+// A Hugging Face folder scored on --task files alone: the recipe only builds the model (its data
+// section names the first task file, read by nothing).
+config::Recipe task_recipe(const std::string& dir, const EvalFlags& flags) {
+  const std::vector<std::string> sets = {
+      "model.init_from=" + dir,
+      "data.other_tokenizer=true",
+      "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),
+      "data.path=" + fs::absolute(flags.tasks.front()).string(),
+      "data.format=bytes",
+      "data.seq_len=1",
+      "train.micro_batch_size=1",
+      "train.steps=1",
+      "schedule.warmup_steps=0",
+      "logging.steps_per_print=1",
+      "precision.dtype=" + (flags.dtype.empty() ? std::string("fp32") : flags.dtype),
+  };
+  const std::string recipe_name = "dstrain eval " + dir;
+  return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
+    if (path == recipe_name) return std::string();
+    if (!fs::is_regular_file(path)) return std::nullopt;
+    return read_file(path);
+  });
+}
+
 config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
+  if (!flags.tasks.empty()) return task_recipe(dir, flags);
   if (flags.data.empty())
     throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) has no evaluation data of its own", dir),
                 "pass --data PATH (prepare-data's output, or a file in --format)");
@@ -109,6 +134,12 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
 }
 
 void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f) {
+  if (!f.tasks.empty() && !f.data.empty())
+    throw Error(ErrorCode::kUsage, "--task and --data score different things: multiple-choice accuracy, and a set's loss",
+                "score them in two calls of dstrain eval");
+  if (!f.tasks.empty() && r.model.score_head)
+    throw Error(ErrorCode::kUsage, "--task scores next-token log-likelihoods, and this is a reward model (a score head, no logits)",
+                "score a causal language model's run or folder");
   if (!f.names.empty() && f.names.size() != f.data.size())
     throw Error(ErrorCode::kUsage, fmt::format("{} --name for {} --data sets", f.names.size(), f.data.size()),
                 "give one --name per --data, or none (each set is then named by its file stem)");
@@ -122,7 +153,7 @@ void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f
   } else if (!f.format.empty()) {
     throw Error(ErrorCode::kUsage, "--format describes --data files, and none were given",
                 "leave --format out to evaluate the run's own sets in its data.format");
-  } else if (!r.eval.enabled()) {
+  } else if (!r.eval.enabled() && f.tasks.empty()) {
     throw Error(ErrorCode::kUsage, fmt::format("run '{}' has no evaluation sets of its own (no eval.paths or eval.split)", target.run_dir),
                 "pass --data PATH (repeatable): datasets tokenized like its training data");
   }
@@ -260,7 +291,7 @@ config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags) {
   config::Recipe r =
       target.hf_dir.empty() ? config::read_resolved_config(run::RunDir(target.run_dir).config_path()) : hf_recipe(target.hf_dir, flags);
   check_flags(r, target, flags);
-  check_sets(r, !flags.data.empty(), target.hf_dir);
+  if (flags.tasks.empty()) check_sets(r, !flags.data.empty(), target.hf_dir);
   check_weights(r, target);
   return r;
 }

@@ -34,6 +34,7 @@ struct EvalFlags {
   std::string dtype;   // "": the run's precision.dtype (fp32 for a Hugging Face target)
   int64_t expert_parallel_size = 1;
   int world_size = 1;
+  std::vector<std::string> tasks;  // --task files: then only these are scored (no sets, no windows)
 };
 
 // The recipe to evaluate with: the run's resolved config (or one made from the Hugging Face

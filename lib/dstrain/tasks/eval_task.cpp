@@ -34,6 +34,7 @@
 #include "dstrain/model/peft_import.h"
 #include "dstrain/run/progress_line.h"
 #include "dstrain/run/worker_env.h"
+#include "dstrain/tasks/choice_scoring.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/data/preference_pairs.h"
@@ -160,6 +161,7 @@ std::string render_pairs(const nlohmann::json& j, size_t width) {
 
 std::string render(const nlohmann::json& j, bool json) {
   if (json) return j.dump() + "\n";
+  if (j.contains("tasks")) return choice_tasks_table(j.dump());
   size_t width = 7, pairs = 0;
   for (const auto& d : j.at("datasets")) width = std::max(width, d.at("name").get<std::string>().size()), pairs += d.contains("pairs");
   if (pairs == j.at("datasets").size()) return render_pairs(j, width);
@@ -195,6 +197,8 @@ std::vector<std::string> eval_task_args(const EvalTask& t) {
                                 "--result",  t.result_path,
                                 "--timeout", std::to_string(t.timeout_s)};
   if (!t.checkpoint.empty()) args.insert(args.end(), {"--checkpoint", t.checkpoint});
+  if (!t.choice_tasks.empty()) args.insert(args.end(), {"--choice-tasks", t.choice_tasks});
+  if (!t.samples_path.empty()) args.insert(args.end(), {"--samples", t.samples_path});
   return args;
 }
 
@@ -217,6 +221,19 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
       comm::open_parallel_groups(nccl ? *nccl : *gloo, config::ParallelLayout{env.world_size, 1, std::max(ep, 1)});
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_weights(*model, recipe, task, device.device);
+  if (!task.choice_tasks.empty()) {  // --task: the tasks alone
+    const ChoiceResults r = score_choice_tasks(data::choice_tasks_from_json(read_file(task.choice_tasks)), *model, recipe.model.max_seq_len,
+                                               device.device, *gloo, task.step);
+    if (env.rank == 0) {
+      if (!task.samples_path.empty()) write_file_atomic(task.samples_path, r.samples);
+      if (task.result_path.empty())
+        std::fputs(render(nlohmann::json::parse(r.json), task.json).c_str(), stdout), std::fflush(stdout);
+      else
+        write_file_atomic(task.result_path, r.json + "\n");
+    }
+    gloo->barrier()->wait();
+    return exit_status::kOk;
+  }
   model::Objective objective(recipe.train.loss_chunk_tokens);
   model::set_pair_loss(objective, recipe.train.objective, recipe.preference);
   train::SequentialRunner runner(*model, objective, nullptr, device.device);
@@ -256,7 +273,7 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
 }
 
 int evaluate_target(const launch::Topology& topo, const EvalTarget& target, const config::Recipe& recipe, bool json, int timeout_s,
-                    const std::string& executable) {
+                    const std::string& executable, const std::string& choice_tasks, const std::string& samples_path) {
   const std::string dir = (fs::temp_directory_path() / fmt::format("dstrain-eval-{}", ::getpid())).string();
   fs::create_directories(dir);
   // Removed however this ends, except after a worker failure, whose logs it holds (and names).
@@ -275,6 +292,8 @@ int evaluate_target(const launch::Topology& topo, const EvalTarget& target, cons
   task.step = target.step.value_or(-1);
   task.json = json;
   task.timeout_s = timeout_s;
+  if (!choice_tasks.empty()) task.choice_tasks = dir + "/tasks.json", write_file_atomic(task.choice_tasks, choice_tasks);
+  task.samples_path = samples_path.empty() ? "" : fs::absolute(samples_path).string();
   const bool rank_mode = topo.mode == launch::Topology::Mode::kRank;
   if (!rank_mode || topo.rank == 0)
     log::info(fmt::format("evaluating {} on {} rank{} ({})", target.describe(), rank_mode ? topo.world_size : topo.world(),

@@ -1,0 +1,210 @@
+#include "dstrain/data/choice_task.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "dstrain/core/error.h"
+#include "dstrain/text/chat_template_file.h"
+#include "dstrain/text/tokenizer.h"
+
+namespace dstrain::data {
+namespace {
+
+using Json = nlohmann::json;
+
+// The code point that starts at s[i] (valid UTF-8: the tokenizer's input), and its length.
+std::pair<uint32_t, size_t> code_point_at(const std::string& s, size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+  uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return {cp, n};
+}
+
+// Python's str.isspace().
+bool is_python_space(uint32_t cp) {
+  if ((cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680) return true;
+  return (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+// Where the trailing whitespace of `s` begins (Python's len(s.rstrip()), in bytes).
+size_t rstrip_end(const std::string& s) {
+  size_t end = 0;
+  for (size_t i = 0; i < s.size();) {
+    const auto [cp, n] = code_point_at(s, i);
+    i += n;
+    if (!is_python_space(cp)) end = i;
+  }
+  return end;
+}
+
+double characters(const std::string& s) {
+  return static_cast<double>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// HFLM's tokenization of loglikelihood requests.
+class RequestEncoder {
+ public:
+  RequestEncoder(const text::Tokenizer& tokenizer, const std::string& tokenizer_dir) : tokenizer_(tokenizer) {
+    text::ChatTemplateSource special;
+    text::read_special_tokens(tokenizer_dir, special);
+    std::optional<uint32_t> prefix = special.bos_token.empty() ? std::nullopt : tokenizer.token_id(special.bos_token);
+    if (!prefix && !special.eos_token.empty()) prefix = tokenizer.token_id(special.eos_token);
+    if (!prefix) prefix = tokenizer.default_end_of_document();
+    if (!prefix)
+      throw Error(ErrorCode::kData, fmt::format("{}: no bos_token or eos_token to condition an empty context on", tokenizer.json_path()),
+                  "give the tokenizer folder a tokenizer_config.json that names them");
+    prefix_ = *prefix;
+    prefix_text_ = tokenizer.decode({prefix_});
+  }
+
+  // tok_encode: the tokenizer's special tokens, unless the text already starts with the prefix token.
+  std::vector<uint32_t> encode(const std::string& text) {
+    std::vector<uint32_t> ids;
+    const bool starts_with_prefix = !prefix_text_.empty() && text.compare(0, prefix_text_.size(), prefix_text_) == 0;
+    tokenizer_.encode(text, ids, session_, !starts_with_prefix);
+    return ids;
+  }
+
+  ChoiceRequest request(std::string context, std::string continuation) {
+    ChoiceRequest r;
+    if (context.empty()) {  // loglikelihood(): the prefix token as the context
+      std::vector<uint32_t> ids;
+      tokenizer_.encode(continuation, ids, session_, false);
+      if (!ids.empty() && ids.front() == prefix_) {
+        r.context.assign(ids.begin(), ids.begin() + 1), r.continuation.assign(ids.begin() + 1, ids.end());
+      } else {
+        r.context = {prefix_}, r.continuation = std::move(ids);
+      }
+      return r;
+    }
+    const size_t kept = rstrip_end(context);
+    continuation = context.substr(kept) + continuation, context.resize(kept);
+    const std::vector<uint32_t> whole = encode(context + continuation);
+    r.context = encode(context);
+    r.continuation.assign(whole.begin() + static_cast<std::ptrdiff_t>(std::min(r.context.size(), whole.size())), whole.end());
+    return r;
+  }
+
+ private:
+  const text::Tokenizer& tokenizer_;
+  text::Tokenizer::Session session_;
+  uint32_t prefix_ = 0;
+  std::string prefix_text_;
+};
+
+ChoiceQuestion question_of(const Json& row, RequestEncoder& encoder, int64_t max_length) {
+  if (!row.is_object()) throw std::invalid_argument("a task row is an object {\"context\", \"choices\", \"gold\"}");
+  if (!row.contains("context") || !row["context"].is_string()) throw std::invalid_argument("\"context\" is missing or not a string");
+  if (!row.contains("choices") || !row["choices"].is_array() || row["choices"].empty())
+    throw std::invalid_argument("\"choices\" is missing or not a non-empty list of strings");
+  for (const Json& c : row["choices"])
+    if (!c.is_string()) throw std::invalid_argument(fmt::format("a choice is {}, not a string", c.type_name()));
+  if (!row.contains("gold") || !row["gold"].is_number_integer()) throw std::invalid_argument("\"gold\" is missing or not an integer");
+  const int64_t n = static_cast<int64_t>(row["choices"].size()), gold = row["gold"].get<int64_t>();
+  if (gold < 0 || gold >= n) throw std::invalid_argument(fmt::format("\"gold\" is {}, outside the {} choices (0 to {})", gold, n, n - 1));
+  ChoiceQuestion q;
+  q.gold = gold;
+  for (const Json& c : row["choices"]) {
+    const std::string choice = c.get<std::string>();
+    q.choice_chars.push_back(std::max(characters(choice), 1.0));  // an empty choice: lm-eval would divide by 0
+    q.requests.push_back(encoder.request(row["context"].get<std::string>(), " " + choice));
+    const ChoiceRequest& r = q.requests.back();
+    if (r.context.empty()) throw std::invalid_argument("the context gives no token once its trailing whitespace moves to the choices");
+    if (r.continuation.empty()) throw std::invalid_argument(fmt::format("choice {} adds no token to the context", q.requests.size() - 1));
+    if (static_cast<int64_t>(r.continuation.size()) > max_length)
+      throw std::invalid_argument(fmt::format("choice {} is {} tokens, more than the model's context of {}", q.requests.size() - 1,
+                                              r.continuation.size(), max_length));
+  }
+  return q;
+}
+
+}  // namespace
+
+int64_t ChoiceTask::requests() const {
+  int64_t n = 0;
+  for (const ChoiceQuestion& q : questions) n += static_cast<int64_t>(q.requests.size());
+  return n;
+}
+
+ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,
+                            const std::string& tokenizer_dir, int64_t max_length) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorCode::kData, fmt::format("{}: cannot read the task file", path), "pass a JSON Lines file to --task");
+  RequestEncoder encoder(tokenizer, tokenizer_dir);
+  ChoiceTask task{name, path, {}};
+  std::string line;
+  for (int64_t number = 1; std::getline(in, line); ++number) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const Json row = Json::parse(line, nullptr, false);
+    try {
+      if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
+      task.questions.push_back(question_of(row, encoder, max_length));
+    } catch (const std::invalid_argument& e) {
+      throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()),
+                  "each row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": INDEX}");
+    }
+  }
+  if (task.questions.empty())
+    throw Error(ErrorCode::kData, fmt::format("{}: no task rows", path), "each row is {\"context\", \"choices\", \"gold\"}");
+  return task;
+}
+
+std::string choice_tasks_json(const std::vector<ChoiceTask>& tasks) {
+  Json out = Json::array();
+  for (const ChoiceTask& t : tasks) {
+    Json questions = Json::array();
+    for (const ChoiceQuestion& q : t.questions) {
+      Json requests = Json::array();
+      for (const ChoiceRequest& r : q.requests) requests.push_back({r.context, r.continuation});
+      questions.push_back({{"gold", q.gold}, {"chars", q.choice_chars}, {"requests", requests}});
+    }
+    out.push_back({{"name", t.name}, {"path", t.path}, {"questions", questions}});
+  }
+  return out.dump();
+}
+
+std::vector<ChoiceTask> choice_tasks_from_json(const std::string& json) {
+  const Json all = Json::parse(json);
+  std::vector<ChoiceTask> tasks;
+  for (const Json& t : all) {
+    ChoiceTask task{t.at("name").get<std::string>(), t.at("path").get<std::string>(), {}};
+    for (const Json& q : t.at("questions")) {
+      ChoiceQuestion question;
+      question.gold = q.at("gold").get<int64_t>();
+      question.choice_chars = q.at("chars").get<std::vector<double>>();
+      for (const Json& r : q.at("requests"))
+        question.requests.push_back({r.at(0).get<std::vector<uint32_t>>(), r.at(1).get<std::vector<uint32_t>>()});
+      task.questions.push_back(std::move(question));
+    }
+    tasks.push_back(std::move(task));
+  }
+  return tasks;
+}
+
+ChoiceScore score_choice_task(const ChoiceTask& task, const std::vector<double>& ll) {
+  if (static_cast<int64_t>(ll.size()) != task.requests())
+    throw Error(ErrorCode::kInternal, fmt::format("{} log-likelihoods for the {} requests of {}", ll.size(), task.requests(), task.name),
+                "report this as a bug");
+  ChoiceScore s;
+  size_t at = 0;
+  for (const ChoiceQuestion& q : task.questions) {
+    size_t best = 0, best_norm = 0;
+    for (size_t c = 0; c < q.requests.size(); ++c) {  // strictly greater: the first of equals wins, as np.argmax
+      if (ll[at + c] > ll[at + best]) best = c;
+      if (ll[at + c] / q.choice_chars[c] > ll[at + best_norm] / q.choice_chars[best_norm]) best_norm = c;
+    }
+    s.acc += static_cast<int64_t>(best) == q.gold, s.acc_norm += static_cast<int64_t>(best_norm) == q.gold;
+    s.pred.push_back(static_cast<int64_t>(best)), s.pred_norm.push_back(static_cast<int64_t>(best_norm));
+    at += q.requests.size();
+  }
+  s.n = static_cast<int64_t>(task.questions.size());
+  s.acc /= static_cast<double>(s.n), s.acc_norm /= static_cast<double>(s.n);
+  return s;
+}
+
+}  // namespace dstrain::data

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Multiple-choice tasks (issue 61): `dstrain eval --task` scores {"context", "choices", "gold"} rows
+# as lm-evaluation-harness 0.4 scores multiple_choice tasks: on 40 rows (2 to 5 choices, trailing
+# spaces and newlines, an empty context, non-ASCII choices) acc and acc_norm equal its HFLM's on
+# the same model, and every request's log-likelihood within 1e-5, at 1 and 3 ranks; a run's
+# checkpoint scores as its Hugging Face export; bad rows and flags are refused by file:line or flag.
+source "$(dirname "$0")/../lib.sh"
+source "$SRC/scripts/common.sh"
+py="$DSTRAIN_VENV/bin/python"
+trl="$DSTRAIN_TRL_VENV/bin/python"
+ref="$SRC/test/dist/choice_task_reference.py"
+[ -x "$trl" ] && "$trl" -c 'import lm_eval.models.huggingface' 2>/dev/null ||
+  { echo "SKIP: no lm-evaluation-harness in the TRL overlay ($DSTRAIN_TRL_VENV; scripts/setup.sh --test)"; exit 77; }
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_VERBOSITY=error TOKENIZERS_PARALLELISM=false
+"$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 1 >/dev/null
+"$py" "$SRC/test/text/chat_data_reference.py" tokenizers corpus.jsonl "$SRC/test/fixtures/chat_templates" toks >/dev/null
+tok=toks/deepseek-llm-chat
+"$py" "$SRC/test/dist/finetune_reference.py" model hf --vocab 3000 --max-positions 128 >/dev/null || fail "the model could not be made"
+"$py" "$ref" rows corpus.jsonl arc.jsonl --count 40 --seed 1
+"$py" "$ref" rows corpus.jsonl mmlu.jsonl --count 12 --seed 2
+"$trl" "$ref" score hf "$tok" arc.jsonl arc.ref.json > lmeval.log 2>&1 || fail "lm-eval could not score the rows: $(tail -3 lmeval.log)"
+"$trl" "$ref" score hf "$tok" mmlu.jsonl mmlu.ref.json >> lmeval.log 2>&1 || fail "lm-eval could not score the rows: $(tail -3 lmeval.log)"
+
+for world in 1 3; do
+  expect_status 0 "$DSTRAIN" eval hf --task arc.jsonl --task mmlu.jsonl --tokenizer "$tok" --log-samples samples$world.jsonl \
+    --nproc-per-node $world --json
+  grep '^{' <<<"$OUT" > result$world.json
+  for name in arc mmlu; do
+    "$py" "$ref" compare $name.ref.json result$world.json samples$world.jsonl --name $name || fail "$name at $world ranks differs from lm-eval"
+  done
+done
+cmp -s samples1.jsonl samples3.jsonl || fail "3 ranks gave other log-likelihoods than 1"
+expect_status 0 "$DSTRAIN" eval hf --task arc.jsonl --tokenizer "$tok"
+expect_out "task"
+expect_out "acc_norm"
+expect_out "arc "
+ok "dstrain eval --task equals lm-evaluation-harness's HFLM on 52 rows in two tasks (acc, acc_norm exactly; every request's log-likelihood within 1e-5), at 1 and 3 ranks alike; the table names each task"
+
+# A run scores as its export: a few SFT steps from the folder, then both.
+"$py" - corpus.jsonl chat.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l)["text"] for l in open(sys.argv[1])][:64]
+with open(sys.argv[2], "w") as out:
+    for i in range(0, len(rows) - 1, 2):
+        out.write(json.dumps({"messages": [{"role": "user", "content": rows[i][:200]}, {"role": "assistant", "content": rows[i + 1][:200]}]}) + "\n")
+PY
+expect_status 0 "$DSTRAIN" prepare-data chat.jsonl --chat --tokenizer "$tok" --output chat --max-length 96 --too-long truncate
+cat > sft.yaml <<'YAML'
+run_dir: sft
+seed: 3
+model: {init_from: hf}
+data: {path: chat, format: megatron, seq_len: 96}
+train: {steps: 2, micro_batch_size: 4, global_batch_size: 8}
+optimizer: {lr: 1.0e-3}
+schedule: {warmup_steps: 0}
+launch: {threads_per_worker: 1}
+YAML
+expect_status 0 "$DSTRAIN" train sft.yaml
+expect_status 0 "$DSTRAIN" eval sft --task arc.jsonl --log-samples run.jsonl --json
+expect_status 0 "$DSTRAIN" export-hf sft sft-hf
+expect_status 0 "$DSTRAIN" eval sft-hf --task arc.jsonl --log-samples export.jsonl --json
+"$py" - run.jsonl export.jsonl samples1.jsonl <<'PY' || fail "the run and its export score the task differently"
+import json, sys
+run, export, before = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(run) == len(export) == 40
+for a, b in zip(run, export):
+    for x, y in zip(a["loglikelihoods"], b["loglikelihoods"]):
+        assert abs(x - y) <= 1e-5 * abs(x) + 1e-6, (a, b)
+assert any(a["loglikelihoods"] != b["loglikelihoods"] for a, b in zip(run, before[:40])), "training changed nothing"
+PY
+ok "a run's checkpoint (its tokenizer found through its data) scores the task as its Hugging Face export does (1e-5)"
+
+# Bad rows and flags.
+printf '{"context": "a", "choices": [], "gold": 0}\n' > empty.jsonl
+expect_status 3 "$DSTRAIN" eval hf --task empty.jsonl --tokenizer "$tok"
+expect_out "empty.jsonl:1: \"choices\" is missing or not a non-empty list of strings"
+printf '{"context": "a", "choices": ["b", "c"], "gold": 0}\n{"context": "a", "choices": ["b", "c"], "gold": 2}\n' > gold.jsonl
+expect_status 3 "$DSTRAIN" eval hf --task gold.jsonl --tokenizer "$tok"
+expect_out "gold.jsonl:2: \"gold\" is 2, outside the 2 choices (0 to 1)"
+python3 -c 'print(__import__("json").dumps({"context": "a", "choices": ["word " * 300], "gold": 0}))' > long.jsonl
+expect_status 3 "$DSTRAIN" eval hf --task long.jsonl --tokenizer "$tok"
+expect_out "long.jsonl:1: choice 0 is"
+expect_out "more than the model's context of 128"
+expect_status 2 "$DSTRAIN" eval hf --task arc.jsonl --data chat --tokenizer "$tok"
+expect_out "--task and --data score different things"
+expect_status 2 "$DSTRAIN" eval hf --task arc.jsonl
+expect_out "--task needs the model's tokenizer"
+ok "a row without choices, a gold index out of range and a choice longer than the model's context are refused by file:line (exit 3); --task with --data, and without a tokenizer, by flag (exit 2)"
+finish
