@@ -15,7 +15,7 @@ namespace dstrain::app {
 
 void register_eval(CLI::App& app, Run& run) {
   struct Args {
-    std::string target, step, tokenizer, samples;
+    std::string target, step, tokenizer, samples, task_format = "dstrain";
     std::vector<std::string> tasks;
     tasks::EvalFlags flags;
     int64_t max_batches = -1, micro_batch_size = 0, seq_len = 0;
@@ -46,7 +46,8 @@ void register_eval(CLI::App& app, Run& run) {
       "With --task (instead of the sets): multiple-choice tasks as lm-evaluation-harness scores them:\n"
       "each choice's log-likelihood after the context (tokenized as its HFLM does), acc = the most\n"
       "likely choice is gold, acc_norm = the same per character of the choice; the requests shared\n"
-      "out over the ranks (--json: {\"tasks\": [{\"name\", \"acc\", \"acc_norm\", \"n\", ...}]}).\n\n"
+      "out over the ranks (--json: {\"tasks\": [{\"name\", \"acc\", \"acc_norm\", \"n\", ...}]}).\n"
+      "--task-format hellaswag|arc|mmlu reads those datasets' rows as downloaded (JSON Lines).\n\n"
       "Exit codes: 0 done; 2 bad flags or target; 3 bad data; 4 a missing or damaged checkpoint.\n\n"
       "Examples:\n"
       "  dstrain eval runs/demo                        (the run's latest checkpoint on its held-out split)\n"
@@ -64,6 +65,10 @@ void register_eval(CLI::App& app, Run& run) {
                   "A multiple-choice task (repeatable): JSON Lines {\"context\", \"choices\": [...], \"gold\": INDEX}, scored as "
                   "lm-evaluation-harness scores multiple_choice tasks (acc, acc_norm); named by its file stem")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--task-format", args->task_format,
+                  "The --task files' rows: dstrain ({context, choices, gold}, the default), or as downloaded: hellaswag, arc "
+                  "(ARC-Easy/Challenge) or mmlu, turned into prompts as lm-evaluation-harness's task definitions do")
+      ->check(CLI::IsMember({"dstrain", "hellaswag", "arc", "mmlu"}));
   cmd->add_option(
       "--log-samples", args->samples,
       "With --task: write each question's log-likelihoods, choice and gold to this file (JSON Lines, as lm-eval's --log_samples)");
@@ -95,13 +100,17 @@ void register_eval(CLI::App& app, Run& run) {
       if (args->seq_len > 0) flags.seq_len = args->seq_len;
       flags.world_size = topo.mode == launch::Topology::Mode::kRank ? topo.world_size : topo.world();
       flags.tasks = args->tasks;
-      if ((!args->tokenizer.empty() || !args->samples.empty()) && args->tasks.empty())
-        throw Error(ErrorCode::kUsage, fmt::format("{} goes with --task", args->samples.empty() ? "--tokenizer" : "--log-samples"),
-                    "pass --task FILE, or leave it out");
+      if (args->tasks.empty())
+        for (const auto& [set, flag] : {std::pair{!args->tokenizer.empty(), "--tokenizer"},
+                                        {!args->samples.empty(), "--log-samples"},
+                                        {args->task_format != "dstrain", "--task-format"}})
+          if (set) throw Error(ErrorCode::kUsage, fmt::format("{} goes with --task", flag), "pass --task FILE, or leave it out");
       const tasks::EvalTarget target = tasks::resolve_eval_target(args->target, args->step);
       const config::Recipe recipe = tasks::eval_recipe(target, flags);
       for (const auto& warning : recipe.warnings) log::warn(warning);
-      const std::string choice_tasks = args->tasks.empty() ? "" : tasks::encode_choice_tasks(args->tasks, args->tokenizer, target, recipe);
+      const std::string choice_tasks = args->tasks.empty() ? ""
+                                                           : tasks::encode_choice_tasks(args->tasks, args->tokenizer, target, recipe,
+                                                                                        data::task_format(args->task_format));
       return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable(), choice_tasks, args->samples);
     };
   });

@@ -3,7 +3,8 @@
 # as lm-evaluation-harness 0.4 scores multiple_choice tasks: on 40 rows (2 to 5 choices, trailing
 # spaces and newlines, an empty context, non-ASCII choices) acc and acc_norm equal its HFLM's on
 # the same model, and every request's log-likelihood within 1e-5, at 1 and 3 ranks; a run's
-# checkpoint scores as its Hugging Face export; bad rows and flags are refused by file:line or flag.
+# checkpoint scores as its Hugging Face export; HellaSwag, ARC and MMLU rows as downloaded become
+# lm-eval's prompts for them; bad rows and flags are refused by file:line or flag.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
@@ -35,6 +36,25 @@ expect_out "task"
 expect_out "acc_norm"
 expect_out "arc "
 ok "dstrain eval --task equals lm-evaluation-harness's HFLM on 52 rows in two tasks (acc, acc_norm exactly; every request's log-likelihood within 1e-5), at 1 and 3 ranks alike; the table names each task"
+
+# Downloaded rows (--task-format hellaswag, arc, mmlu) become the prompts lm-eval's task definitions make.
+for kind in hellaswag arc mmlu; do
+  "$py" "$ref" raw $kind corpus.jsonl $kind.raw.jsonl --count 20 --seed 4
+  "$trl" "$ref" convert $kind $kind.raw.jsonl $kind.lmeval.jsonl >> lmeval.log 2>&1 || fail "lm-eval could not convert $kind: $(tail -3 lmeval.log)"
+  expect_status 0 "$DSTRAIN" eval hf --task $kind.raw.jsonl --task-format $kind --tokenizer "$tok" --log-samples $kind.ours.jsonl
+  expect_status 0 "$DSTRAIN" eval hf --task $kind.lmeval.jsonl --tokenizer "$tok" --log-samples $kind.theirs.jsonl
+  "$py" - $kind.ours.jsonl $kind.theirs.jsonl <<'PY' || fail "--task-format $kind makes other prompts than lm-eval's task"
+import json, sys
+ours, theirs = ([json.loads(l) for l in open(p)] for p in sys.argv[1:])
+assert len(ours) == len(theirs) == 20
+for a, b in zip(ours, theirs):
+    assert a["loglikelihoods"] == b["loglikelihoods"] and a["gold"] == b["gold"], (a, b)
+PY
+done
+python3 -c 'import json; print(json.dumps({"question": "q?", "choices": {"text": ["a", "b"], "label": ["A", "B"]}, "answerKey": "C"}))' > badarc.jsonl
+expect_status 3 "$DSTRAIN" eval hf --task badarc.jsonl --task-format arc --tokenizer "$tok"
+expect_out "badarc.jsonl:1: \"answerKey\" \"C\" is none of the labels [\"A\",\"B\"]"
+ok "HellaSwag, ARC and MMLU rows as downloaded (--task-format) score exactly as the prompts lm-eval's task definitions make of them (its hellaswag process_docs, its arc_easy and mmlu templates); an ARC answer key that is no label is refused by file:line"
 
 # A run scores as its export: a few SFT steps from the folder, then both.
 "$py" - corpus.jsonl chat.jsonl <<'PY'

@@ -3,9 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 
 #include "dstrain/core/error.h"
 #include "dstrain/text/chat_template_file.h"
@@ -97,6 +99,88 @@ class RequestEncoder {
   std::string prefix_text_;
 };
 
+// Python's str.strip() (whitespace at both ends).
+std::string python_strip(const std::string& s) {
+  const std::string right = s.substr(0, rstrip_end(s));
+  size_t begin = 0;
+  while (begin < right.size()) {
+    const auto [cp, n] = code_point_at(right, begin);
+    if (!is_python_space(cp)) break;
+    begin += n;
+  }
+  return right.substr(begin);
+}
+
+// Python's str.replace(from, to): every non-overlapping occurrence, left to right.
+std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = s.find(from, at)) != std::string::npos; at = hit + from.size()) out += s.substr(at, hit - at) + to;
+  return out + s.substr(at);
+}
+
+// lm-eval's tasks/hellaswag/utils.py preprocess().
+std::string hellaswag_preprocess(const std::string& text) {
+  static const std::regex kBrackets("\\[.*?\\]");
+  std::string t = replace_all(python_strip(text), " [title]", ". ");
+  t = std::regex_replace(t, kBrackets, "");
+  return replace_all(t, "  ", " ");
+}
+
+// str.capitalize() on ASCII letters: the first upper case, the rest lower.
+std::string capitalize(std::string s) {
+  for (size_t i = 0; i < s.size(); ++i)
+    if (static_cast<unsigned char>(s[i]) < 0x80) s[i] = static_cast<char>(i == 0 ? std::toupper(s[i]) : std::tolower(s[i]));
+  return s;
+}
+
+const Json& field(const Json& row, const char* key, bool (Json::*is)() const noexcept, const char* what) {
+  if (!row.contains(key) || !(row[key].*is)()) throw std::invalid_argument(fmt::format("\"{}\" is missing or not {}", key, what));
+  return row[key];
+}
+
+// A downloaded dataset's row as the dstrain row lm-eval's task definition makes of it.
+Json dstrain_row(const Json& row, TaskFormat format) {
+  if (format == TaskFormat::kDstrain) return row;
+  if (!row.is_object()) throw std::invalid_argument("a row is a JSON object");
+  Json out = Json::object();
+  if (format == TaskFormat::kHellaswag) {
+    const std::string ctx = field(row, "ctx_a", &Json::is_string, "a string").get<std::string>() + " " +
+                            capitalize(field(row, "ctx_b", &Json::is_string, "a string").get<std::string>());
+    out["context"] = hellaswag_preprocess(field(row, "activity_label", &Json::is_string, "a string").get<std::string>() + ": " + ctx);
+    out["choices"] = Json::array();
+    for (const Json& e : field(row, "endings", &Json::is_array, "a list"))
+      out["choices"].push_back(hellaswag_preprocess(e.is_string() ? e.get<std::string>() : e.dump()));
+    const Json& label = row.contains("label") ? row["label"] : Json();
+    if (label.is_string() && !label.get<std::string>().empty() &&
+        label.get<std::string>().find_first_not_of("0123456789") == std::string::npos)
+      out["gold"] = std::stoll(label.get<std::string>());
+    else
+      out["gold"] = label;  // checked as gold below
+  } else if (format == TaskFormat::kArc) {
+    out["context"] = "Question: " + field(row, "question", &Json::is_string, "a string").get<std::string>() + "\nAnswer:";
+    const Json& choices = field(row, "choices", &Json::is_object, "an object {text, label}");
+    if (!choices.contains("text") || !choices.contains("label") || !choices["label"].is_array())
+      throw std::invalid_argument("\"choices\" has no \"text\" and \"label\" lists");
+    out["choices"] = choices["text"];
+    const Json& key = field(row, "answerKey", &Json::is_string, "a string");
+    const auto at = std::find(choices["label"].begin(), choices["label"].end(), key);
+    if (at == choices["label"].end())
+      throw std::invalid_argument(fmt::format("\"answerKey\" {} is none of the labels {}", key.dump(), choices["label"].dump()));
+    out["gold"] = at - choices["label"].begin();
+  } else {
+    const Json& choices = field(row, "choices", &Json::is_array, "a list");
+    if (choices.size() != 4 || !std::all_of(choices.begin(), choices.end(), [](const Json& c) { return c.is_string(); }))
+      throw std::invalid_argument("\"choices\" is not 4 strings (MMLU's A to D)");
+    std::string context = python_strip(field(row, "question", &Json::is_string, "a string").get<std::string>());
+    for (size_t i = 0; i < 4; ++i) context += fmt::format("\n{}. {}", static_cast<char>('A' + i), choices[i].get<std::string>());
+    out["context"] = context + "\nAnswer:";
+    out["choices"] = {"A", "B", "C", "D"};
+    out["gold"] = row.contains("answer") ? row["answer"] : Json();
+  }
+  return out;
+}
+
 ChoiceQuestion question_of(const Json& row, RequestEncoder& encoder, int64_t max_length) {
   if (!row.is_object()) throw std::invalid_argument("a task row is an object {\"context\", \"choices\", \"gold\"}");
   if (!row.contains("context") || !row["context"].is_string()) throw std::invalid_argument("\"context\" is missing or not a string");
@@ -131,8 +215,16 @@ int64_t ChoiceTask::requests() const {
   return n;
 }
 
+TaskFormat task_format(const std::string& name) {
+  if (name == "dstrain") return TaskFormat::kDstrain;
+  if (name == "hellaswag") return TaskFormat::kHellaswag;
+  if (name == "arc") return TaskFormat::kArc;
+  if (name == "mmlu") return TaskFormat::kMmlu;
+  throw Error(ErrorCode::kUsage, fmt::format("--task-format '{}' is not one of dstrain, hellaswag, arc, mmlu", name), "");
+}
+
 ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,
-                            const std::string& tokenizer_dir, int64_t max_length) {
+                            const std::string& tokenizer_dir, int64_t max_length, TaskFormat format) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorCode::kData, fmt::format("{}: cannot read the task file", path), "pass a JSON Lines file to --task");
   RequestEncoder encoder(tokenizer, tokenizer_dir);
@@ -143,7 +235,7 @@ ChoiceTask read_choice_task(const std::string& path, const std::string& name, co
     const Json row = Json::parse(line, nullptr, false);
     try {
       if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
-      task.questions.push_back(question_of(row, encoder, max_length));
+      task.questions.push_back(question_of(dstrain_row(row, format), encoder, max_length));
     } catch (const std::invalid_argument& e) {
       throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()),
                   "each row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": INDEX}");

@@ -12,6 +12,15 @@
 //   - an empty context is the prefix token alone (the tokenizer's bos_token, else its eos_token).
 // acc: the choice of the largest log-likelihood is gold (the first on ties, as numpy's argmax);
 // acc_norm: the same on each log-likelihood divided by its choice's length in characters.
+// The rows of three datasets as users download them (JSON Lines) are read as lm-eval's task
+// definitions turn them into these (tasks/hellaswag, tasks/arc, tasks/mmlu/default):
+//   hellaswag  {activity_label, ctx_a, ctx_b, endings, label}: context preprocess(activity_label +
+//              ": " + ctx_a + " " + ctx_b.capitalize()), choices preprocess(ending) (its utils.py:
+//              strip, " [title]" -> ". ", [...] removed, double spaces halved; capitalize on ASCII)
+//   arc        {question, choices: {text, label}, answerKey}: "Question: Q\nAnswer:", the texts,
+//              gold the label's index
+//   mmlu       {question, choices (4), answer}: "Q.strip()\nA. c0\nB. c1\nC. c2\nD. c3\nAnswer:",
+//              choices A B C D, gold answer
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -42,8 +51,12 @@ struct ChoiceTask {
 // a string context, a non-empty list of strings as choices and an integer gold in range, or whose
 // request (context + continuation) has more than `max_length` + 1 tokens with a continuation that
 // alone does not fit: what the model's context cannot score.
+enum class TaskFormat { kDstrain, kHellaswag, kArc, kMmlu };
+// "dstrain", "hellaswag", "arc" or "mmlu"; Error{kUsage} otherwise.
+TaskFormat task_format(const std::string& name);
+
 ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,
-                            const std::string& tokenizer_dir, int64_t max_length);
+                            const std::string& tokenizer_dir, int64_t max_length, TaskFormat format = TaskFormat::kDstrain);
 
 // The tasks as JSON (the launcher hands them to the workers) and back.
 std::string choice_tasks_json(const std::vector<ChoiceTask>& tasks);

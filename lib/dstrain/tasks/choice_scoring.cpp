@@ -64,12 +64,12 @@ std::vector<double> request_loglikelihoods(const model::CausalLM& model, const s
 }
 
 std::string encode_choice_tasks(const std::vector<std::string>& paths, const std::string& tokenizer_dir, const EvalTarget& target,
-                                const config::Recipe& r) {
+                                const config::Recipe& r, data::TaskFormat format) {
   const std::string dir = tokenizer_dir_for(tokenizer_dir, target, r);
   const std::shared_ptr<const text::Tokenizer> tokenizer = text::Tokenizer::load(dir);
   std::vector<data::ChoiceTask> tasks;
   for (const std::string& path : paths)
-    tasks.push_back(data::read_choice_task(path, fs::path(path).stem().string(), *tokenizer, dir, r.model.max_seq_len));
+    tasks.push_back(data::read_choice_task(path, fs::path(path).stem().string(), *tokenizer, dir, r.model.max_seq_len, format));
   return data::choice_tasks_json(tasks);
 }
 

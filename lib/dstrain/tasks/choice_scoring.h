@@ -33,7 +33,7 @@ std::vector<double> request_loglikelihoods(const model::CausalLM& model, const s
 // tokenizer (`tokenizer_dir`, else the Hugging Face target's, model.init_from's or the run's data's),
 // named by its file stem, as JSON for the workers. Errors name the file and line, or the flag.
 std::string encode_choice_tasks(const std::vector<std::string>& paths, const std::string& tokenizer_dir, const EvalTarget& target,
-                                const config::Recipe& recipe);
+                                const config::Recipe& recipe, data::TaskFormat format = data::TaskFormat::kDstrain);
 
 // The workers' part: every task's acc and acc_norm over all ranks, as the result JSON text
 // {"step", "world_size", "tasks": [{"name", "acc", "acc_norm", "n", "requests"}]}, and each
