@@ -39,9 +39,12 @@ double loglikelihood(const model::CausalLM& model, const data::ChoiceRequest& r,
   const std::vector<int64_t> input(whole.end() - static_cast<std::ptrdiff_t>(keep), whole.end() - 1);
   const auto T = static_cast<int64_t>(input.size()), n = static_cast<int64_t>(r.continuation.size());
   const at::Tensor tokens = at::tensor(input, at::kLong).view({1, T}).to(device);
-  const at::Tensor logp = at::log_softmax(model.logits(tokens)[0], -1);  // [T, V]
+  // The head on the continuation's positions only: log_softmax is per position, so these rows
+  // are lm-eval's slice of its whole [T, V].
+  const model::CausalLM::Hidden h = model.hidden_states(model::CausalLM::Input{tokens, {}, {}}, /*with_aux=*/false);
+  const at::Tensor logp = at::log_softmax(model.close(h, at::linear(h.hidden[0].narrow(0, T - n, n), h.head)), -1);  // [n, V]
   const at::Tensor targets = at::tensor(std::vector<int64_t>(r.continuation.begin(), r.continuation.end()), at::kLong).to(device);
-  return logp.narrow(0, T - n, n).gather(1, targets.unsqueeze(1)).sum().item<double>();
+  return logp.gather(1, targets.unsqueeze(1)).sum().item<double>();
 }
 
 }  // namespace
