@@ -71,6 +71,16 @@ void refuse_unprepared_data(const EvalFlags& flags, const std::string& tokenizer
 }
 
 // A recipe for a Hugging Face folder: its config.json gives the model, the data flags the rest.
+// The recipe of `dstrain eval DIR` (a Hugging Face folder): no file of its own, these settings.
+config::Recipe folder_recipe(const std::string& dir, const std::vector<std::string>& sets) {
+  const std::string recipe_name = "dstrain eval " + dir;
+  return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
+    if (path == recipe_name) return std::string();
+    if (!fs::is_regular_file(path)) return std::nullopt;
+    return read_file(path);
+  });
+}
+
 // A Hugging Face folder scored on --task files alone: the recipe only builds the model (its data
 // section names the first task file, read by nothing).
 config::Recipe task_recipe(const std::string& dir, const EvalFlags& flags) {
@@ -87,12 +97,7 @@ config::Recipe task_recipe(const std::string& dir, const EvalFlags& flags) {
       "logging.steps_per_print=1",
       "precision.dtype=" + (flags.dtype.empty() ? std::string("fp32") : flags.dtype),
   };
-  const std::string recipe_name = "dstrain eval " + dir;
-  return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
-    if (path == recipe_name) return std::string();
-    if (!fs::is_regular_file(path)) return std::nullopt;
-    return read_file(path);
-  });
+  return folder_recipe(dir, sets);
 }
 
 config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
@@ -125,12 +130,7 @@ config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
   };
   // A reward model's folder scores preference pairs (accuracy, margin, mean_reward).
   if (!model::hf_sequence_classifier(dir).empty()) sets.push_back("train.objective=reward");
-  const std::string recipe_name = "dstrain eval " + dir;
-  return config::load_recipe_with(recipe_name, sets, [&](const std::string& path) -> std::optional<std::string> {
-    if (path == recipe_name) return std::string();
-    if (!fs::is_regular_file(path)) return std::nullopt;
-    return read_file(path);
-  });
+  return folder_recipe(dir, sets);
 }
 
 void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f) {
