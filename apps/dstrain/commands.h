@@ -7,6 +7,9 @@
 namespace CLI {
 class App;
 }
+namespace dstrain::tasks {
+struct GenerateRequest;
+}
 
 namespace dstrain::app {
 
@@ -17,6 +20,10 @@ void register_resume(CLI::App& app, Run& run);
 void register_check_env(CLI::App& app, Run& run);
 void register_inspect_ckpt(CLI::App& app, Run& run);
 void register_eval(CLI::App& app, Run& run);
+void register_generate(CLI::App& app, Run& run);
+void register_chat(CLI::App& app, Run& run);
+// The flags generate and chat share (cmd_generate.cpp): the target, sampling, stops, device.
+void add_generation_flags(CLI::App& cmd, tasks::GenerateRequest& request);
 void register_chat_template(CLI::App& app, Run& run);
 void register_worker(CLI::App& app, Run& run);
 void register_schema(CLI::App& app, Run& run);

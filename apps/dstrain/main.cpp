@@ -87,6 +87,8 @@ int main(int argc, char** argv) {
   dstrain::app::register_check_env(app, run);
   dstrain::app::register_inspect_ckpt(app, run);
   dstrain::app::register_eval(app, run);
+  dstrain::app::register_generate(app, run);
+  dstrain::app::register_chat(app, run);
   dstrain::app::register_chat_template(app, run);
   dstrain::app::register_bench(app, run);
   dstrain::app::register_export_hf(app, run);

@@ -7,7 +7,7 @@ for sub in train resume check-env inspect-ckpt report; do expect_out "$sub"; don
 expect_out "Exit codes"
 ok "dstrain --help lists the subcommands and exit codes"
 
-for sub in train resume check-env inspect-ckpt report export-hf prepare-data inspect-data eval chat-template; do
+for sub in train resume check-env inspect-ckpt report export-hf prepare-data inspect-data eval generate chat chat-template; do
   expect_status 0 "$DSTRAIN" "$sub" --help
   expect_out "Example"
   expect_out "dstrain $sub"

@@ -25,6 +25,7 @@ class Communicator;
 namespace dstrain::model {
 
 class ParamBuilder;
+class KvCache;
 struct LocalExperts;
 
 // Where a parameter belongs and what it is for, declared once by the model that made it (ZeRO
@@ -67,9 +68,12 @@ class CausalLM {
   // stage that runs multi-token prediction without group 0.
   // first_row: a training batch's first row in the global sample order (model::TrainingRows, which
   // keys LoRA's dropout); -1 in evaluation.
+  // cache: generation (model/kv_cache.h): tokens are the new ones, positions and attention_mask
+  // those KvCache::begin() returned; each layer stores its keys there and attends over all of it.
   struct Input {
     at::Tensor tokens, positions, attention_mask, embedded = {}, document_ids = {};
     int64_t first_row = -1;
+    KvCache* cache = nullptr;
     AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask); }
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the

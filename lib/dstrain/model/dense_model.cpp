@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "dstrain/model/kv_cache.h"
 #include "dstrain/model/layers.h"
 #include "dstrain/model/mlp.h"
 #include "dstrain/model/param_builder.h"
@@ -74,6 +75,8 @@ struct DenseLayer {
   double eps;
   AttentionScope scope;
   bool selective;
+  KvCache* cache;  // generation: this layer's keys and values go there (nullptr otherwise)
+  int64_t layer;
 
   at::Tensor operator()(const at::Tensor& x) const {
     const DenseLayerParts& p = *parts;
@@ -97,9 +100,9 @@ struct DenseLayer {
     auto heads = [&](const at::Tensor& t, int64_t n) { return t.view({B, T, n, d}).transpose(1, 2); };
     auto repeat_kv = [&](const at::Tensor& t) { return nkv == nh ? t : t.repeat_interleave(nh / nkv, 1); };
     const at::Tensor q = m->rope.apply(heads(q_lin, nh), scope.positions);
-    const at::Tensor k = repeat_kv(m->rope.apply(heads(k_lin, nkv), scope.positions));
-    const at::Tensor v = repeat_kv(heads(v_lin, nkv));
-    return attend(q, k, v, scope).transpose(1, 2).reshape({B, T, H});
+    at::Tensor k = m->rope.apply(heads(k_lin, nkv), scope.positions), v = heads(v_lin, nkv);
+    if (cache) k = cache->store_keys(layer, k, 2), v = cache->store_values(layer, v, 2);
+    return attend(q, repeat_kv(k), repeat_kv(v), scope).transpose(1, 2).reshape({B, T, H});
   }
 };
 
@@ -123,8 +126,8 @@ CausalLM::Trunk DenseModel::trunk(int first, int last, const at::Tensor& x_in, c
   for (int group = std::max(first, 1); group <= std::min(last, final_group - 1); ++group) {
     check_held(group);
     enter_group(group);
-    const DenseLayer body{&m,    &m.layers[static_cast<size_t>(group - 1)],       B, T, H, nh, nkv, d, cfg.rms_norm_eps,
-                          scope, recompute_mode_ == config::Recompute::kSelective};
+    const DenseLayer body{&m,    &m.layers[static_cast<size_t>(group - 1)],        B,           T,        H, nh, nkv, d, cfg.rms_norm_eps,
+                          scope, recompute_mode_ == config::Recompute::kSelective, input.cache, group - 1};
     x = leave_group(group, recompute_mode_ == config::Recompute::kFull ? recompute(body, x) : body(x));
   }
   if (last < final_group) return {x, {}, last};

@@ -12,6 +12,7 @@
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/core/error.h"
+#include "dstrain/model/kv_cache.h"
 #include "dstrain/model/layers.h"
 #include "dstrain/model/mlp.h"
 #include "dstrain/model/moe_experts.h"
@@ -230,14 +231,46 @@ at::Tensor mla_core(const MlaMoeModel::Impl& m, const at::Tensor& q_flat, const 
   return attend(query, key, value, scope, scale).transpose(1, 2).reshape({B, T, nh * dv});
 }
 
+// MLA in generation: the cache holds each token's normed latent and roped key (kv_lora_rank +
+// qk_rope_head_dim numbers), not per-head K and V. With a plain kv_b (no adapter, no quantized
+// base) its two halves are absorbed, as DeepSeek-V2/V3's inference does: the query's nope part is
+// taken into the latent space (q W_kb), attention runs over the latents themselves, and W_vb maps
+// the result to each head's value; otherwise kv_b is applied to the cached latents.
+at::Tensor mla_cached(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Tensor& q_flat, const at::Tensor& ckv,
+                      const AttentionScope& scope, KvCache& cache, int64_t layer) {
+  const auto& c = m.cfg;
+  const int64_t B = q_flat.size(0), T = q_flat.size(1), nh = c.num_heads, dn = c.qk_nope_head_dim, dr = c.qk_rope_head_dim;
+  const int64_t dv = c.v_head_dim, r = c.kv_lora_rank;
+  const at::Tensor latent = rms_norm(ckv.narrow(-1, 0, r), p.kv_a_norm, c.rms_norm_eps);
+  const at::Tensor k_pe = m.rope.apply(ckv.narrow(-1, r, dr).unsqueeze(1), scope.positions).squeeze(1);  // [B, T, dr]
+  const at::Tensor cached = cache.store_keys(layer, at::cat({latent, k_pe}, -1), 1);                     // [B, S, r + dr]
+  const int64_t S = cached.size(1);
+  const at::Tensor q = q_flat.view({B, T, nh, dn + dr}).transpose(1, 2);
+  const at::Tensor q_nope = q.narrow(-1, 0, dn), q_pe = m.rope.apply(q.narrow(-1, dn, dr), scope.positions);
+  const double scale = deepseek_softmax_mscale(c) / std::sqrt(static_cast<double>(dn + dr));
+  const bool plain = !p.kv_b->base && (p.kv_b->adapters.empty() || !adapters_on());
+  if (!plain) {  // per-head K and V from the cached latents
+    const at::Tensor kv = apply(*p.kv_b, cached.narrow(-1, 0, r)).view({B, S, nh, dn + dv}).transpose(1, 2);
+    const at::Tensor key = at::cat({kv.narrow(-1, 0, dn), cached.narrow(-1, r, dr).unsqueeze(1).expand({B, nh, S, dr})}, -1);
+    return attend(at::cat({q_nope, q_pe}, -1), key, kv.narrow(-1, dn, dv), scope, scale).transpose(1, 2).reshape({B, T, nh * dv});
+  }
+  const at::Tensor w = p.kv_b->weight.view({nh, dn + dv, r});
+  const at::Tensor query = at::cat({at::matmul(q_nope, w.narrow(1, 0, dn)), q_pe}, -1);  // [B, nh, T, r + dr]
+  const at::Tensor key = cached.unsqueeze(1).expand({B, nh, S, r + dr});
+  const at::Tensor out = attend(query, key, key.narrow(-1, 0, r), scope, scale);  // [B, nh, T, r]
+  return at::matmul(out, w.narrow(1, dn, dv).transpose(1, 2)).transpose(1, 2).reshape({B, T, nh * dv});
+}
+
 // MLA, the training form: per-head K and V are materialised from the compressed latent.
 // `selective`: the norms and the attention core (RoPE, attend) are recomputed in backward from
 // the projections' outputs, which are kept.
-at::Tensor mla(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Tensor& h, const AttentionScope& scope, bool selective) {
+at::Tensor mla(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Tensor& h, const AttentionScope& scope, bool selective,
+               KvCache* cache, int64_t layer) {
   const auto& c = m.cfg;
   const at::Tensor q_flat =
       c.q_lora_rank > 0 ? apply(*p.q_b, rms_norm(apply(*p.q_a, h), p.q_a_norm, c.rms_norm_eps, selective)) : apply(*p.q, h);
   const at::Tensor ckv = apply(*p.kv_a, h);  // [B, T, kvr + dr]
+  if (cache) return apply(*p.o, mla_cached(m, p, q_flat, ckv, scope, *cache, layer));
   const at::Tensor kv_lin = apply(*p.kv_b, rms_norm(ckv.narrow(-1, 0, c.kv_lora_rank), p.kv_a_norm, c.rms_norm_eps, selective));
   const MlaMoeModel::Impl* mp = &m;
   const Region core = [mp, scope](const std::vector<at::Tensor>& in, bool) {
@@ -318,10 +351,10 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Ten
 
 // One decoder layer: {x} -> {x, and its balance loss when it has one and `want_aux`}.
 std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, int64_t i, at::Tensor x, const AttentionScope& scope, bool want_aux,
-                                      const at::Tensor& load_row, bool selective) {
+                                      const at::Tensor& load_row, bool selective, KvCache* cache) {
   const auto& c = m.cfg;
   const MlaLayerParts& p = m.layers[static_cast<size_t>(i)];
-  x = x + mla(m, p, rms_norm(x, p.input_norm, c.rms_norm_eps, selective), scope, selective);
+  x = x + mla(m, p, rms_norm(x, p.input_norm, c.rms_norm_eps, selective), scope, selective, cache, i);
   const at::Tensor h = rms_norm(x, p.post_attention_norm, c.rms_norm_eps, selective);
   if (!c.is_moe_layer(i)) return {x + swiglu(h, p.mlp, selective)};
   at::Tensor layer_aux;
@@ -333,11 +366,11 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, int64_t i, at:
 // {x, and its balance loss when it has one}. Held by value: a recomputed layer runs again in
 // backward, and the expert load counts once.
 std::vector<at::Tensor> run_layer(const MlaMoeModel::Impl& m, int64_t i, const at::Tensor& x, const AttentionScope& scope, bool want_aux,
-                                  const at::Tensor& load_row, config::Recompute mode) {
+                                  const at::Tensor& load_row, config::Recompute mode, KvCache* cache = nullptr) {
   const bool selective = mode == config::Recompute::kSelective;
   const MlaMoeModel::Impl* mp = &m;
-  const Region layer = [mp, i, load_row, scope, selective, want_aux](const std::vector<at::Tensor>& in, bool again) {
-    return decoder_layer(*mp, i, in[0], scope, want_aux, again ? at::Tensor() : load_row, selective);
+  const Region layer = [mp, i, load_row, scope, selective, want_aux, cache](const std::vector<at::Tensor>& in, bool again) {
+    return decoder_layer(*mp, i, in[0], scope, want_aux, again ? at::Tensor() : load_row, selective, cache);
   };
   return mode == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
 }
@@ -395,8 +428,10 @@ CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, 
     const int64_t i = group - 1;
     check_held(group);
     enter_group(group);
-    const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_index++] : at::Tensor();
-    const std::vector<at::Tensor> out = run_layer(m, i, x, scope, aux != nullptr, load_row, recompute_mode_);
+    // Generation (a cache) leaves the expert load alone: it counts what training routes.
+    const at::Tensor load_row = c.is_moe_layer(i) && !input.cache ? m.load[moe_index] : at::Tensor();
+    moe_index += c.is_moe_layer(i) ? 1 : 0;
+    const std::vector<at::Tensor> out = run_layer(m, i, x, scope, aux != nullptr, load_row, recompute_mode_, input.cache);
     if (out.size() > 1) *aux = aux->defined() ? *aux + out[1] : out[1];
     x = leave_group(group, out[0]);
   }

@@ -10,7 +10,6 @@
 #include <nlohmann/json.hpp>
 
 #include "dstrain/comm/communicator.h"
-#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/model/causal_lm.h"
@@ -21,16 +20,6 @@ namespace dstrain::tasks {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string tokenizer_dir_for(const std::string& given, const EvalTarget& target, const config::Recipe& r) {
-  if (!given.empty()) return given;
-  for (const std::string& dir : {target.hf_dir, r.model.init_from})
-    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / "tokenizer.json")) return dir;
-  if (const auto sidecar = config::read_dataset_sidecar(r.data.sources().front()); sidecar && !sidecar->tokenizer_dir.empty())
-    return sidecar->tokenizer_dir;
-  throw Error(ErrorCode::kUsage, "--task needs the model's tokenizer, and neither the target nor its run's data names one",
-              "pass --tokenizer DIR (a folder with tokenizer.json)");
-}
 
 double loglikelihood(const model::CausalLM& model, const data::ChoiceRequest& r, int64_t max_length, const c10::Device& device) {
   std::vector<int64_t> whole(r.context.begin(), r.context.end());
@@ -68,7 +57,7 @@ std::vector<double> request_loglikelihoods(const model::CausalLM& model, const s
 
 std::string encode_choice_tasks(const std::vector<std::string>& paths, const std::string& tokenizer_dir, const EvalTarget& target,
                                 const config::Recipe& r, data::TaskFormat format) {
-  const std::string dir = tokenizer_dir_for(tokenizer_dir, target, r);
+  const std::string dir = target_tokenizer_dir(tokenizer_dir, target, r, "--task");
   const std::shared_ptr<const text::Tokenizer> tokenizer = text::Tokenizer::load(dir);
   std::vector<data::ChoiceTask> tasks;
   for (const std::string& path : paths)

@@ -81,14 +81,14 @@ config::Recipe folder_recipe(const std::string& dir, const std::vector<std::stri
   });
 }
 
-// A Hugging Face folder scored on --task files alone: the recipe only builds the model (its data
-// section names the first task file, read by nothing).
+// A Hugging Face folder scored on --task files alone, or generating: the recipe only builds the
+// model (its data section names the first task file, or config.json, read by nothing).
 config::Recipe task_recipe(const std::string& dir, const EvalFlags& flags) {
   const std::vector<std::string> sets = {
       "model.init_from=" + dir,
       "data.other_tokenizer=true",
       "run_dir=" + (fs::temp_directory_path() / "dstrain-eval").string(),
-      "data.path=" + fs::absolute(flags.tasks.front()).string(),
+      "data.path=" + fs::absolute(flags.tasks.empty() ? (fs::path(dir) / "config.json").string() : flags.tasks.front()).string(),
       "data.format=bytes",
       "data.seq_len=1",
       "train.micro_batch_size=1",
@@ -101,7 +101,7 @@ config::Recipe task_recipe(const std::string& dir, const EvalFlags& flags) {
 }
 
 config::Recipe hf_recipe(const std::string& dir, const EvalFlags& flags) {
-  if (!flags.tasks.empty()) return task_recipe(dir, flags);
+  if (!flags.tasks.empty() || flags.model_only) return task_recipe(dir, flags);
   if (flags.data.empty())
     throw Error(ErrorCode::kUsage, fmt::format("a Hugging Face model folder ({}) has no evaluation data of its own", dir),
                 "pass --data PATH (prepare-data's output, or a file in --format)");
@@ -140,6 +140,9 @@ void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f
   if (!f.tasks.empty() && r.model.score_head)
     throw Error(ErrorCode::kUsage, "--task scores next-token log-likelihoods, and this is a reward model (a score head, no logits)",
                 "score a causal language model's run or folder");
+  if (f.model_only && r.model.score_head)
+    throw Error(ErrorCode::kUsage, "this is a reward model (a score head, no next-token logits): it scores text and generates none",
+                "generate with a causal language model's run or folder");
   if (!f.names.empty() && f.names.size() != f.data.size())
     throw Error(ErrorCode::kUsage, fmt::format("{} --name for {} --data sets", f.names.size(), f.data.size()),
                 "give one --name per --data, or none (each set is then named by its file stem)");
@@ -153,7 +156,7 @@ void check_flags(config::Recipe& r, const EvalTarget& target, const EvalFlags& f
   } else if (!f.format.empty()) {
     throw Error(ErrorCode::kUsage, "--format describes --data files, and none were given",
                 "leave --format out to evaluate the run's own sets in its data.format");
-  } else if (!r.eval.enabled() && f.tasks.empty()) {
+  } else if (!r.eval.enabled() && f.tasks.empty() && !f.model_only) {
     throw Error(ErrorCode::kUsage, fmt::format("run '{}' has no evaluation sets of its own (no eval.paths or eval.split)", target.run_dir),
                 "pass --data PATH (repeatable): datasets tokenized like its training data");
   }
@@ -291,9 +294,20 @@ config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags) {
   config::Recipe r =
       target.hf_dir.empty() ? config::read_resolved_config(run::RunDir(target.run_dir).config_path()) : hf_recipe(target.hf_dir, flags);
   check_flags(r, target, flags);
-  if (flags.tasks.empty()) check_sets(r, !flags.data.empty(), target.hf_dir);
+  if (flags.tasks.empty() && !flags.model_only) check_sets(r, !flags.data.empty(), target.hf_dir);
   check_weights(r, target);
   return r;
+}
+
+std::string target_tokenizer_dir(const std::string& given, const EvalTarget& target, const config::Recipe& r, const std::string& needs,
+                                 const std::string& flag) {
+  if (!given.empty()) return given;
+  for (const std::string& dir : {target.hf_dir, r.model.init_from})
+    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / "tokenizer.json")) return dir;
+  if (const auto sidecar = config::read_dataset_sidecar(r.data.sources().front()); sidecar && !sidecar->tokenizer_dir.empty())
+    return sidecar->tokenizer_dir;
+  throw Error(ErrorCode::kUsage, fmt::format("{} needs the model's tokenizer, and neither the target nor its run's data names one", needs),
+              fmt::format("pass {} DIR (a folder with tokenizer.json)", flag));
 }
 
 }  // namespace dstrain::tasks

@@ -35,11 +35,18 @@ struct EvalFlags {
   int64_t expert_parallel_size = 1;
   int world_size = 1;
   std::vector<std::string> tasks;  // --task files: then only these are scored (no sets, no windows)
+  bool model_only = false;         // the model alone (dstrain generate): no sets, no windows
 };
 
 // The recipe to evaluate with: the run's resolved config (or one made from the Hugging Face
 // folder's config.json) with the flags applied, its sets opened once to check them and the
 // weights checked against the model (names and shapes). Errors name the flag, file or tensor.
 config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags);
+
+// The folder of the model's tokenizer: `given` (a flag), else the Hugging Face target's,
+// model.init_from's or the run's data's. Throws Error{kUsage} saying that `needs` (a command or
+// flag) needs one and `flag` gives it.
+std::string target_tokenizer_dir(const std::string& given, const EvalTarget& target, const config::Recipe& recipe, const std::string& needs,
+                                 const std::string& flag = "--tokenizer");
 
 }  // namespace dstrain::tasks

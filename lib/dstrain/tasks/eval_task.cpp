@@ -37,6 +37,7 @@
 #include "dstrain/tasks/choice_scoring.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/eval_target.h"
+#include "dstrain/tasks/target_weights.h"
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/train/live_reference.h"
@@ -47,48 +48,6 @@
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
 namespace {
-
-// The checkpoint's model tensors (fp32 master weights and buffers) into the model's, rounded to
-// its dtype as the engine rounds the master weights it publishes. The launcher verified the
-// files and checked the names and shapes.
-void load_checkpoint_weights(const std::string& dir, const model::NamedTensors& tensors) {
-  const ckpt::Reader reader(dir, /*verified=*/true);
-  for (const auto& t : tensors) {
-    const ckpt::TensorMeta* m = reader.find(t.name);
-    if (!m) continue;  // a buffer that older checkpoints lack: the model's default stays
-    at::Tensor host = at::empty(m->shape, m->dtype == "float64" ? at::kDouble : at::kFloat);
-    reader.read(t.name, 0, m->numel(), host.data_ptr(), m->dtype);
-    t.tensor.copy_(host);
-  }
-}
-
-// The model in the recipe's dtype with the target's weights, on `device`; no engine. A LoRA run's
-// adapters are attached as the run attached them: on the base's weights (DoRA's magnitudes start
-// from them), then its lora.init_from, or before the checkpoint that holds them (and the base, when
-// the run had no model.init_from).
-void load_weights(model::CausalLM& model, const config::Recipe& recipe, const EvalTask& task, const c10::Device& device) {
-  c10::NoGradGuard no_grad;
-  const auto attach = [&] {
-    if (recipe.lora.enabled()) model::attach_lora(model, model::lora_spec_of(recipe.lora), recipe.seed);
-  };
-  if (task.checkpoint.empty()) {
-    model::load_hf_weights(recipe.model.init_from, recipe.model, model.parameters(), model.buffers());
-    attach();
-    if (!recipe.lora.init_from.empty()) model::load_peft_adapter(model, recipe);
-  } else {
-    // A LoRA checkpoint names its base (the launcher checked it is model.init_from's files).
-    if (model::lora_checkpoints_name_base(recipe))
-      model::load_hf_weights(recipe.model.init_from, recipe.model, model.parameters(), model.buffers());
-    attach();
-    load_checkpoint_weights(task.checkpoint, model.parameters());
-    load_checkpoint_weights(task.checkpoint, model.buffers());
-  }
-  // A quantized base (lora.base) as the run kept it: quantized from the loaded weights, on the device.
-  if (recipe.lora.enabled()) model::quantize_base(model, recipe, device);  // nothing for lora.base: model
-  // set_data keeps every handle the model holds pointing at the moved tensor.
-  for (const auto& p : model.parameters()) p.tensor.set_data(p.tensor.to(device));
-  model.move_buffers_to(device);
-}
 
 // preference.reference live: the model with its adapters off (LoRA), or a frozen copy of the
 // starting model, made again as training made it and checked against the checkpoint's record of it.
@@ -220,7 +179,7 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   const comm::ParallelGroups groups =
       comm::open_parallel_groups(nccl ? *nccl : *gloo, config::ParallelLayout{env.world_size, 1, std::max(ep, 1)});
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
-  load_weights(*model, recipe, task, device.device);
+  load_target_weights(*model, recipe, task.checkpoint, device.device);
   if (!task.choice_tasks.empty()) {  // --task: the tasks alone
     const ChoiceResults r = score_choice_tasks(data::choice_tasks_from_json(read_file(task.choice_tasks)), *model, recipe.model.max_seq_len,
                                                device.device, *gloo, task.step);

@@ -1,0 +1,173 @@
+#include "dstrain/tasks/generation_session.h"
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "dstrain/config/recipe.h"
+#include "dstrain/core/error.h"
+#include "dstrain/device/training_device.h"
+#include "dstrain/model/causal_lm.h"
+#include "dstrain/tasks/eval_target.h"
+#include "dstrain/tasks/target_weights.h"
+#include "dstrain/text/chat_template_file.h"
+#include "dstrain/text/jinja.h"
+#include "dstrain/text/tokenizer.h"
+#include "dstrain/text/utf8.h"
+
+namespace dstrain::tasks {
+namespace fs = std::filesystem;
+
+struct GenerationSession::Impl {
+  GenerateRequest request;
+  EvalTarget target;
+  device::TrainingDevice device;
+  config::Recipe recipe;
+  std::string tokenizer_dir;
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::unique_ptr<text::ChatTemplate> chat;
+  text::ChatTemplateSource chat_source;
+  std::unique_ptr<model::CausalLM> model;
+  model::GenerateOptions options;
+};
+
+namespace {
+
+std::string device_spec(const std::string& asked) {
+  if (asked != "auto") return asked == "cuda" ? "cuda:0" : asked;
+  return at::hasCUDA() ? "cuda:0" : "cpu";
+}
+
+// The tokenizer's end of sequence, the folder's generation_config.json eos_token_id(s), and --stop-id.
+std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const text::Tokenizer& tokenizer, const std::string& folder,
+                                 int64_t vocab) {
+  std::vector<int64_t> ids = given;
+  for (const int64_t id : ids)
+    if (id < 0 || id >= vocab)
+      throw Error(ErrorCode::kUsage, fmt::format("--stop-id {} is not a token of this model (its vocabulary is 0..{})", id, vocab - 1),
+                  "pass the id of a token the tokenizer has");
+  if (const auto eos = tokenizer.default_end_of_document()) ids.push_back(*eos);
+  const fs::path config = fs::path(folder) / "generation_config.json";
+  if (fs::is_regular_file(config)) {
+    const nlohmann::json j = nlohmann::json::parse(std::ifstream(config), nullptr, false);
+    if (j.is_object() && j.contains("eos_token_id")) {
+      const nlohmann::json& e = j["eos_token_id"];
+      for (const auto& v : e.is_array() ? e : nlohmann::json::array({e}))
+        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab) ids.push_back(v.get<int64_t>());
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
+}
+
+}  // namespace
+
+GenerationSession::GenerationSession(const GenerateRequest& r, const std::string& command) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.request = r;
+  s.target = resolve_eval_target(r.target, r.step);
+  s.device = device::open_training_device(device_spec(r.device), 0);
+  EvalFlags flags;
+  flags.model_only = true;
+  flags.dtype = !r.dtype.empty() ? r.dtype : s.target.hf_dir.empty() ? "" : s.device.device.is_cuda() ? "bf16" : "fp32";
+  s.recipe = eval_recipe(s.target, flags);
+  s.tokenizer_dir = target_tokenizer_dir(r.tokenizer, s.target, s.recipe, command);
+  s.tokenizer = text::Tokenizer::load(s.tokenizer_dir);
+  s.options = r.options;
+  s.options.stop_ids =
+      stop_ids_of(r.stop_ids, *s.tokenizer, s.target.hf_dir.empty() ? s.tokenizer_dir : s.target.hf_dir, s.recipe.model.vocab_size);
+  // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
+  if (const auto eos = s.tokenizer->default_end_of_document()) s.options.pad_id = *eos;
+  s.model = model::make_model(s.recipe.model, s.recipe.seed, model::scalar_type(s.recipe.precision.dtype));
+  load_target_weights(*s.model, s.recipe, s.target.checkpoint, s.device.device);
+}
+
+GenerationSession::~GenerationSession() = default;
+
+std::vector<int64_t> GenerationSession::encode_text(const std::string& text) const {
+  std::vector<uint32_t> ids;
+  text::Tokenizer::Session session;
+  impl_->tokenizer->encode(text, ids, session, /*add_special_tokens=*/true);
+  return {ids.begin(), ids.end()};
+}
+
+std::vector<int64_t> GenerationSession::encode_messages(const std::string& json) {
+  Impl& s = *impl_;
+  if (!s.chat) {
+    s.chat_source = text::read_chat_template(s.tokenizer_dir);
+    s.chat = std::make_unique<text::ChatTemplate>(s.chat_source.source, s.chat_source.name);
+  }
+  // A chat template prints its own BOS: no special tokens added, as apply_chat_template(tokenize=True).
+  const std::string rendered = s.chat->render(text::chat_context(json, s.chat_source, /*generation_prompt=*/true)).text;
+  std::vector<uint32_t> ids;
+  text::Tokenizer::Session session;
+  s.tokenizer->encode(rendered, ids, session, /*add_special_tokens=*/false);
+  return {ids.begin(), ids.end()};
+}
+
+std::string GenerationSession::decode(const std::vector<int64_t>& ids) const {
+  std::string s = impl_->tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()));
+  text::repair_utf8(s);
+  return s;
+}
+
+std::string GenerationSession::text_of(const model::Generation& g) const {
+  std::vector<int64_t> ids = g.tokens;
+  if (g.stopped_by_id) ids.pop_back();
+  std::string s = decode(ids);
+  size_t cut = std::string::npos;
+  for (const auto& stop : impl_->request.stop) cut = std::min(cut, s.find(stop));
+  return cut == std::string::npos ? s : s.substr(0, cut);
+}
+
+GenerationSession::Batch GenerationSession::run(const std::vector<std::vector<int64_t>>& prompts, bool stream) {
+  Impl& s = *impl_;
+  Batch out;
+  model::GenerateOptions options = s.options;
+  const std::vector<std::string>& stops = s.request.stop;
+  options.stop_check = [&](size_t row, const std::vector<int64_t>& generated) {
+    const std::string so_far = decode(generated);
+    bool stop = false;
+    for (const auto& str : stops) stop = stop || so_far.find(str) != std::string::npos;
+    const bool at_stop_id = std::find(options.stop_ids.begin(), options.stop_ids.end(), generated.back()) != options.stop_ids.end();
+    if (stream && row == 0 && !stop && !at_stop_id) {
+      // Hold back an unfinished character (decoded as U+FFFD) and what may begin a stop string.
+      size_t show = so_far.size();
+      if (show >= 3 && so_far.compare(show - 3, 3, "\xEF\xBF\xBD") == 0) show -= 3;
+      for (const auto& str : stops) show = std::min(show, so_far.size() >= str.size() ? so_far.size() - str.size() + 1 : size_t{0});
+      if (show > out.streamed.size() && so_far.compare(0, out.streamed.size(), out.streamed) == 0) {
+        std::fputs(so_far.substr(out.streamed.size(), show - out.streamed.size()).c_str(), stdout);
+        std::fflush(stdout);
+        out.streamed = so_far.substr(0, show);
+      }
+    }
+    return stop;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  out.rows = model::generate(*s.model, prompts, options, s.device.device);
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (stream && !out.rows.empty()) {  // the rest of the first row's text
+    const std::string text = text_of(out.rows.front());
+    if (text.size() > out.streamed.size()) std::fputs(text.substr(out.streamed.size()).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  return out;
+}
+
+int64_t GenerationSession::context() const { return impl_->recipe.model.max_seq_len; }
+int64_t GenerationSession::max_new_tokens() const { return impl_->options.max_new_tokens; }
+
+std::string GenerationSession::describe() const {
+  const Impl& s = *impl_;
+  return fmt::format("{} on {} ({}, {})", s.target.describe(), s.device.name, config::name(s.recipe.precision.dtype),
+                     s.options.use_cache ? "key/value cache" : "no cache");
+}
+
+}  // namespace dstrain::tasks
