@@ -11,7 +11,9 @@
       apply_chat_template(add_generation_prompt=True)) in one batch, left-padded, through
       generate(do_sample=False, use_cache=True); writes {"token_ids"} per prompt (the new tokens up to
       and including the end-of-sequence id; the padding after it dropped)
-      --adapter DIR: MODEL with the PEFT adapter DIR (peft.PeftModel.from_pretrained) generates
+      --adapter DIR: MODEL with the PEFT adapter DIR (peft.PeftModel.from_pretrained) generates;
+      --batch-size N: N prompts per generate() call (default: all), --threads T; prints the seconds
+      generate() took, as {"seconds", "new_tokens"} (the benchmark's transformers row)
   generate_reference.py compare REF.jsonl OURS.jsonl [--tokdir TOKDIR]
       the token ids per prompt, equal; with --tokdir each text is the tokenizer's decode of the new
       tokens (a final end-of-sequence id left out)
@@ -19,23 +21,25 @@
 import argparse
 import json
 import sys
+import time
 
 
 def make_model(args):
     import torch
     import transformers
     torch.manual_seed(5)
-    common = dict(vocab_size=args.vocab, hidden_size=64, max_position_embeddings=args.max_positions, rms_norm_eps=1e-6,
+    common = dict(vocab_size=args.vocab, hidden_size=args.hidden, max_position_embeddings=args.max_positions, rms_norm_eps=1e-6,
                   tie_word_embeddings=False, attention_bias=False, initializer_range=0.2, eos_token_id=args.eos,
                   bos_token_id=None, pad_token_id=None)
     if args.family == "llama":
-        config = transformers.LlamaConfig(intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        config = transformers.LlamaConfig(intermediate_size=2 * args.hidden, num_hidden_layers=args.layers, num_attention_heads=4 * args.hidden // 64, num_key_value_heads=2 * args.hidden // 64,
                                           rope_theta=10000.0, mlp_bias=False, **common)
         model = transformers.LlamaForCausalLM(config)
     elif args.family == "deepseek_v2":
-        config = transformers.DeepseekV2Config(intermediate_size=96, moe_intermediate_size=32, num_hidden_layers=3, num_attention_heads=4,
-                                               num_key_value_heads=4, n_shared_experts=2, n_routed_experts=8, num_experts_per_tok=3,
-                                               first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16, qk_rope_head_dim=8,
+        config = transformers.DeepseekV2Config(intermediate_size=96 * args.hidden // 64, moe_intermediate_size=32 * args.hidden // 64,
+                                               num_hidden_layers=args.layers + 1, num_attention_heads=4 * args.hidden // 64,
+                                               num_key_value_heads=4 * args.hidden // 64, n_shared_experts=2, n_routed_experts=8, num_experts_per_tok=3,
+                                               first_k_dense_replace=1, q_lora_rank=None, kv_lora_rank=16 * args.hidden // 64, qk_rope_head_dim=8,
                                                v_head_dim=16, qk_nope_head_dim=16, topk_method="greedy", n_group=1, topk_group=1,
                                                norm_topk_prob=False, routed_scaling_factor=1.0, scoring_func="softmax",
                                                rope_theta=10000.0, **common)
@@ -59,7 +63,7 @@ def make_model(args):
 def generate(args):
     import torch
     import transformers
-    torch.set_num_threads(2)
+    torch.set_num_threads(args.threads)
     tok = transformers.AutoTokenizer.from_pretrained(args.tokdir)
     model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     if args.adapter:
@@ -73,22 +77,30 @@ def generate(args):
         else:
             prompts.append(list(tok.apply_chat_template(row["messages"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]))
     eos = model.generation_config.eos_token_id
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), eos, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens, use_cache=True,
-                             eos_token_id=eos, pad_token_id=eos)
-    with open(args.out, "w") as f:
-        for i, p in enumerate(prompts):
+    batch = args.batch_size or len(prompts)
+    seconds, rows = 0.0, []
+    for first in range(0, len(prompts), batch):
+        part = prompts[first:first + batch]
+        width = max(len(p) for p in part)
+        ids = torch.full((len(part), width), eos, dtype=torch.long)
+        mask = torch.zeros((len(part), width), dtype=torch.long)
+        for i, p in enumerate(part):
+            ids[i, width - len(p):] = torch.tensor(p)
+            mask[i, width - len(p):] = 1
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
+                                 use_cache=True, eos_token_id=eos, pad_token_id=eos)
+        seconds += time.perf_counter() - start
+        for i, p in enumerate(part):
             new = out[i, width:].tolist()
             if eos in new:
                 new = new[:new.index(eos) + 1]
-            f.write(json.dumps({"prompt_tokens": len(p), "token_ids": new}) + "\n")
-    print(f"{len(prompts)} prompts, {sum(len(p) for p in prompts)} prompt tokens")
+            rows.append({"prompt_tokens": len(p), "token_ids": new})
+    with open(args.out, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    print(json.dumps({"prompts": len(prompts), "seconds": seconds, "new_tokens": sum(len(r["token_ids"]) for r in rows)}))
 
 
 def compare(args):
@@ -129,6 +141,8 @@ def main():
     m.add_argument("--vocab", type=int, required=True)
     m.add_argument("--max-positions", type=int, default=256)
     m.add_argument("--eos", type=int, required=True)
+    m.add_argument("--hidden", type=int, default=64, help="hidden size (a multiple of 64: heads grow with it)")
+    m.add_argument("--layers", type=int, default=2, help="decoder layers (deepseek_v2: one more, the first dense)")
     g = sub.add_parser("generate")
     g.add_argument("model")
     g.add_argument("tokdir")
@@ -136,6 +150,8 @@ def main():
     g.add_argument("out")
     g.add_argument("--max-new-tokens", type=int, default=64)
     g.add_argument("--adapter")
+    g.add_argument("--batch-size", type=int, default=0)
+    g.add_argument("--threads", type=int, default=2)
     c = sub.add_parser("compare")
     c.add_argument("ref")
     c.add_argument("ours")

@@ -156,6 +156,24 @@ PY
   ok "dstrain chat keeps the history, /system and /reset start new conversations, Ctrl-D leaves; every answer is what generate gives for that conversation (through the chat template); --save writes them as JSON Lines; without a terminal it is refused (exit 2)"
 fi
 
+# A run trained on bytes (the demo's prepare-data without a tokenizer): text is its UTF-8 bytes.
+expect_status 0 "$DSTRAIN" prepare-data "$SRC/scripts" --ext .py --output code
+expect_status 0 "$DSTRAIN" train "$SRC/recipes/demo-coder.yaml" --set run_dir=coder --set data.path="$WORK/code" --set train.steps=4 \
+  --set schedule.warmup_steps=0 --set eval.interval_steps=0 --set launch.nproc_per_node=1 --set model.max_seq_len=128 \
+  --set data.seq_len=128
+expect_status 0 "$DSTRAIN" generate coder --prompt "def main(" --max-new-tokens 20 --json
+"$py" - "$(grep '^{' <<<"$OUT")" <<'PY' || fail "the byte-level run did not generate bytes"
+import json, sys
+row = json.loads(sys.argv[1])
+assert row["prompt_tokens"] == len("def main(") and all(0 <= t <= 256 for t in row["token_ids"]), row
+text = bytes(t for t in row["token_ids"] if t < 256).decode("utf-8", errors="replace")
+assert row["text"] == (text if row["finish_reason"] == "length" else text), row
+PY
+printf '{"messages": [{"role": "user", "content": "hi"}]}\n' > chat-prompt.jsonl
+expect_status 2 "$DSTRAIN" generate coder --prompts chat-prompt.jsonl
+expect_out "chat-prompt.jsonl:1: this run was trained on bytes"
+ok "a byte-level run (prepare-data without a tokenizer, as the demo's) generates from its prompt's UTF-8 bytes and stops at its end-of-document token; a conversation is refused for it by file:line"
+
 # Bad input.
 n=$("$py" -c 'import json, sys; print(json.loads(sys.argv[1])["prompt_tokens"])' "$line")
 expect_status 2 "$DSTRAIN" generate llama --prompt "The first" --tokenizer $tok --max-new-tokens 256

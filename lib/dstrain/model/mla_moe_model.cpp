@@ -256,8 +256,12 @@ at::Tensor mla_cached(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const 
   }
   const at::Tensor w = p.kv_b->weight.view({nh, dn + dv, r});
   const at::Tensor query = at::cat({at::matmul(q_nope, w.narrow(1, 0, dn)), q_pe}, -1);  // [B, nh, T, r + dr]
-  const at::Tensor key = cached.unsqueeze(1).expand({B, nh, S, r + dr});
-  const at::Tensor out = attend(query, key, key.narrow(-1, 0, r), scope, scale);  // [B, nh, T, r]
+  // Every head attends to the same latents: the heads fold into one of nh * T queries (rows
+  // ordered head by head), so the cache is read once and never copied per head.
+  AttentionScope folded = scope;
+  folded.mask = scope.mask.expand({B, nh, T, S}).reshape({B, 1, nh * T, S});
+  const at::Tensor key = cached.unsqueeze(1);  // [B, 1, S, r + dr]
+  const at::Tensor out = attend(query.reshape({B, 1, nh * T, r + dr}), key, key.narrow(-1, 0, r), folded, scale).view({B, nh, T, r});
   return at::matmul(out, w.narrow(1, dn, dv).transpose(1, 2)).transpose(1, 2).reshape({B, T, nh * dv});
 }
 

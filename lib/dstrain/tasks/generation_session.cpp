@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
+#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/device/training_device.h"
@@ -30,7 +32,8 @@ struct GenerationSession::Impl {
   device::TrainingDevice device;
   config::Recipe recipe;
   std::string tokenizer_dir;
-  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::shared_ptr<const text::Tokenizer> tokenizer;  // null: a byte-level run (each byte its token)
+  int64_t byte_eos = -1;                             // a byte-level run's end-of-document token (-1: none)
   std::unique_ptr<text::ChatTemplate> chat;
   text::ChatTemplateSource chat_source;
   std::unique_ptr<model::CausalLM> model;
@@ -45,14 +48,15 @@ std::string device_spec(const std::string& asked) {
 }
 
 // The tokenizer's end of sequence, the folder's generation_config.json eos_token_id(s), and --stop-id.
-std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const text::Tokenizer& tokenizer, const std::string& folder,
+std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const text::Tokenizer* tokenizer, const std::string& folder,
                                  int64_t vocab) {
   std::vector<int64_t> ids = given;
   for (const int64_t id : ids)
     if (id < 0 || id >= vocab)
       throw Error(ErrorCode::kUsage, fmt::format("--stop-id {} is not a token of this model (its vocabulary is 0..{})", id, vocab - 1),
                   "pass the id of a token the tokenizer has");
-  if (const auto eos = tokenizer.default_end_of_document()) ids.push_back(*eos);
+  if (!tokenizer) return ids;
+  if (const auto eos = tokenizer->default_end_of_document()) ids.push_back(*eos);
   const fs::path config = fs::path(folder) / "generation_config.json";
   if (fs::is_regular_file(config)) {
     const nlohmann::json j = nlohmann::json::parse(std::ifstream(config), nullptr, false);
@@ -67,6 +71,18 @@ std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const text::
   return ids;
 }
 
+// A run trained on bytes (prepare-data without a tokenizer, or data.format bytes) and no
+// tokenizer given: text is its UTF-8 bytes. Returns the end-of-document id (-1: none), or
+// nullopt when the run has a tokenizer to find.
+std::optional<int64_t> byte_level(const GenerateRequest& r, const EvalTarget& target, const config::Recipe& recipe) {
+  if (!r.tokenizer.empty() || !target.hf_dir.empty()) return std::nullopt;
+  if (!recipe.model.init_from.empty() && fs::is_regular_file(fs::path(recipe.model.init_from) / "tokenizer.json")) return std::nullopt;
+  const auto sidecar = config::read_dataset_sidecar(recipe.data.sources().front());
+  if (sidecar && sidecar->tokenizer == "bytes+eos") return sidecar->eos;
+  if (!sidecar && recipe.data.format == config::DataFormat::kBytes && recipe.model.vocab_size <= 257) return int64_t{-1};
+  return std::nullopt;
+}
+
 }  // namespace
 
 GenerationSession::GenerationSession(const GenerateRequest& r, const std::string& command) : impl_(std::make_unique<Impl>()) {
@@ -78,13 +94,19 @@ GenerationSession::GenerationSession(const GenerateRequest& r, const std::string
   flags.model_only = true;
   flags.dtype = !r.dtype.empty() ? r.dtype : s.target.hf_dir.empty() ? "" : s.device.device.is_cuda() ? "bf16" : "fp32";
   s.recipe = eval_recipe(s.target, flags);
-  s.tokenizer_dir = target_tokenizer_dir(r.tokenizer, s.target, s.recipe, command);
-  s.tokenizer = text::Tokenizer::load(s.tokenizer_dir);
   s.options = r.options;
-  s.options.stop_ids =
-      stop_ids_of(r.stop_ids, *s.tokenizer, s.target.hf_dir.empty() ? s.tokenizer_dir : s.target.hf_dir, s.recipe.model.vocab_size);
-  // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
-  if (const auto eos = s.tokenizer->default_end_of_document()) s.options.pad_id = *eos;
+  if (const auto eos = byte_level(r, s.target, s.recipe)) {
+    s.byte_eos = *eos;
+    s.options.stop_ids = stop_ids_of(r.stop_ids, nullptr, "", s.recipe.model.vocab_size);
+    if (*eos >= 0) s.options.stop_ids.push_back(*eos), s.options.pad_id = *eos;
+  } else {
+    s.tokenizer_dir = target_tokenizer_dir(r.tokenizer, s.target, s.recipe, command);
+    s.tokenizer = text::Tokenizer::load(s.tokenizer_dir);
+    s.options.stop_ids =
+        stop_ids_of(r.stop_ids, s.tokenizer.get(), s.target.hf_dir.empty() ? s.tokenizer_dir : s.target.hf_dir, s.recipe.model.vocab_size);
+    // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
+    if (const auto eos = s.tokenizer->default_end_of_document()) s.options.pad_id = *eos;
+  }
   s.model = model::make_model(s.recipe.model, s.recipe.seed, model::scalar_type(s.recipe.precision.dtype));
   load_target_weights(*s.model, s.recipe, s.target.checkpoint, s.device.device);
 }
@@ -92,6 +114,8 @@ GenerationSession::GenerationSession(const GenerateRequest& r, const std::string
 GenerationSession::~GenerationSession() = default;
 
 std::vector<int64_t> GenerationSession::encode_text(const std::string& text) const {
+  if (!impl_->tokenizer)
+    return std::vector<int64_t>(reinterpret_cast<const uint8_t*>(text.data()), reinterpret_cast<const uint8_t*>(text.data()) + text.size());
   std::vector<uint32_t> ids;
   text::Tokenizer::Session session;
   impl_->tokenizer->encode(text, ids, session, /*add_special_tokens=*/true);
@@ -100,6 +124,9 @@ std::vector<int64_t> GenerationSession::encode_text(const std::string& text) con
 
 std::vector<int64_t> GenerationSession::encode_messages(const std::string& json) {
   Impl& s = *impl_;
+  if (!s.tokenizer)
+    throw Error(ErrorCode::kConfig, "this run was trained on bytes: it has no tokenizer and no chat template to render a conversation with",
+                "give it plain text ({\"prompt\": TEXT}, --prompt), or train on conversations (prepare-data --chat)");
   if (!s.chat) {
     s.chat_source = text::read_chat_template(s.tokenizer_dir);
     s.chat = std::make_unique<text::ChatTemplate>(s.chat_source.source, s.chat_source.name);
@@ -113,7 +140,18 @@ std::vector<int64_t> GenerationSession::encode_messages(const std::string& json)
 }
 
 std::string GenerationSession::decode(const std::vector<int64_t>& ids) const {
-  std::string s = impl_->tokenizer->decode(std::vector<uint32_t>(ids.begin(), ids.end()));
+  if (!impl_->tokenizer) {  // bytes; the end-of-document token has no text
+    std::string s;
+    for (const int64_t id : ids)
+      if (id >= 0 && id < 256) s.push_back(static_cast<char>(id));
+    text::repair_utf8(s);
+    return s;
+  }
+  // Ids past the tokenizer's (a vocabulary padded for the GPU's tiles) have no text, as in transformers.
+  std::vector<uint32_t> known;
+  for (const int64_t id : ids)
+    if (id >= 0 && id < impl_->tokenizer->vocab_size()) known.push_back(static_cast<uint32_t>(id));
+  std::string s = impl_->tokenizer->decode(known);
   text::repair_utf8(s);
   return s;
 }
