@@ -105,7 +105,7 @@ GenerationSession::GenerationSession(const GenerateRequest& r, const std::string
     s.options.stop_ids =
         stop_ids_of(r.stop_ids, s.tokenizer.get(), s.target.hf_dir.empty() ? s.tokenizer_dir : s.target.hf_dir, s.recipe.model.vocab_size);
     // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
-    if (const auto eos = s.tokenizer->default_end_of_document()) s.options.pad_id = *eos;
+    if (const auto end = s.tokenizer->default_end_of_document()) s.options.pad_id = *end;
   }
   s.model = model::make_model(s.recipe.model, s.recipe.seed, model::scalar_type(s.recipe.precision.dtype));
   load_target_weights(*s.model, s.recipe, s.target.checkpoint, s.device.device);
