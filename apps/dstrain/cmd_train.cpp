@@ -96,6 +96,7 @@ void register_train(CLI::App& app, Run& run) {
       const launch::Topology& topo = plan.topology;
       if (args->dry_run) {
         launch::refuse_mismatched_init_weights(recipe);  // what training would find first
+        launch::refuse_unreadable_tasks(recipe);
         std::string out = topo.describe() + "\n" + cost::describe_resolved(recipe, args->show_schedule);
         out += fmt::format("  LR schedule             {}\n", sched::describe_lr(recipe));
         // This node's first GPU, when it has one: does the plan fit it?

@@ -5,6 +5,9 @@
 # the same model, and every request's log-likelihood within 1e-5, at 1 and 3 ranks; a run's
 # checkpoint scores as its Hugging Face export; HellaSwag, ARC and MMLU rows as downloaded become
 # lm-eval's prompts for them; bad rows and flags are refused by file:line or flag.
+# eval.tasks scores them during training: each step's row in metrics.jsonl (and CSV, the report)
+# is what `dstrain eval --task` gives for that step's checkpoint, at 1 rank and at 2 ranks with
+# ZeRO-3; bad task files and a run without a tokenizer are refused before any worker starts.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
 py="$DSTRAIN_VENV/bin/python"
@@ -71,11 +74,37 @@ seed: 3
 model: {init_from: hf}
 data: {path: chat, format: megatron, seq_len: 96}
 train: {steps: 2, micro_batch_size: 4, global_batch_size: 8}
-optimizer: {lr: 1.0e-3}
+optimizer: {lr: 2.0e-2}
 schedule: {warmup_steps: 0}
+eval: {tasks: [arc.jsonl, mmlu.jsonl], interval_steps: 1, at_start: true}
+checkpoint: {interval_steps: 1}
 launch: {threads_per_worker: 1}
 YAML
-expect_status 0 "$DSTRAIN" train sft.yaml
+expect_status 0 "$DSTRAIN" train sft.yaml --set logging.csv_dir="$WORK/csv" --set 'logging.sinks=[console, jsonl, csv]'
+expect_out "eval step 2/2 | task arc | acc "
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=sft-zero3 --set zero.stage=3 --nproc-per-node 2
+for step in 1 2; do
+  expect_status 0 "$DSTRAIN" eval sft --step $step --task arc.jsonl --task mmlu.jsonl --json
+  "$py" - sft/metrics.jsonl sft-zero3/metrics.jsonl "$(grep '^{' <<<"$OUT")" $step <<'PY' || fail "eval.tasks at step $step differs from dstrain eval --task of that checkpoint"
+import json, sys
+step = int(sys.argv[4])
+want = {t["name"]: t for t in json.loads(sys.argv[3])["tasks"]}
+for path in sys.argv[1:3]:
+    rows = [json.loads(l) for l in open(path)]
+    got = {r["task"]: r for r in rows if "task" in r and r["step"] == step}
+    assert sorted(got) == ["arc", "mmlu"], (path, got)
+    for name, r in got.items():
+        assert r["n"] == want[name]["n"], (path, r, want[name])
+        assert abs(r["acc"] - want[name]["acc"]) < 1e-8 and abs(r["acc_norm"] - want[name]["acc_norm"]) < 1e-8, (path, r, want[name])
+    assert any("task" in r and r["step"] == 0 for r in rows), "eval.at_start scored no task"
+    arc = [(r["acc"], r["acc_norm"]) for r in rows if r.get("task") == "arc"]
+    assert len(set(arc)) > 1, f"training changed no score: {arc}"  # so a score of stale weights would show
+PY
+done
+[ "$(tail -n +2 csv/task_arc_acc.csv | wc -l)" = 3 ] || fail "csv/task_arc_acc.csv lacks the three evaluations: $(cat csv/task_arc_acc.csv)"
+expect_status 0 "$DSTRAIN" report sft
+[ -f sft/report/tasks.png ] || fail "the report has no task chart"
+ok "eval.tasks scores the tasks at every evaluation (at_start, every step): metrics.jsonl's task rows equal dstrain eval --task of each step's checkpoint, at 1 rank and at 2 ranks with ZeRO-3; CSV and the report's chart have them"
 expect_status 0 "$DSTRAIN" eval sft --task arc.jsonl --log-samples run.jsonl --json
 expect_status 0 "$DSTRAIN" export-hf sft sft-hf
 expect_status 0 "$DSTRAIN" eval sft-hf --task arc.jsonl --log-samples export.jsonl --json
@@ -106,4 +135,12 @@ expect_out "--task and --data score different things"
 expect_status 2 "$DSTRAIN" eval hf --task arc.jsonl
 expect_out "--task needs the model's tokenizer"
 ok "a row without choices, a gold index out of range and a choice longer than the model's context are refused by file:line (exit 3); --task with --data, and without a tokenizer, by flag (exit 2)"
+expect_status 3 "$DSTRAIN" train sft.yaml --set run_dir=bad-tasks --set 'eval.tasks=[gold.jsonl]'
+expect_out "gold.jsonl:2: \"gold\" is 2, outside the 2 choices (0 to 1)"
+[ ! -e bad-tasks/metrics.jsonl ] || fail "a run with a bad task file started"
+expect_status 2 "$DSTRAIN" train "$SRC/recipes/demo.yaml" --set run_dir=no-tok --set "eval.tasks=[$WORK/arc.jsonl]" --set train.steps=20
+expect_out "eval.tasks needs the model's tokenizer"
+expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=pp --set parallel.pipeline_parallel_size=2 --nproc-per-node 2 --dry-run
+expect_out "eval.tasks with parallel.pipeline_parallel_size > 1 is not supported yet"
+ok "eval.tasks: a bad row is refused by file:line before any worker starts (exit 3), a run without a tokenizer (exit 2) and a pipeline by key"
 finish

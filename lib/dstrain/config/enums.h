@@ -28,6 +28,7 @@ enum class Packing { kNone, kGreedy, kBestFit };                               /
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };   // train.loss_normalization
 enum class LoraBase { kModel, kNf4, kFp8 };                                    // lora.base: the frozen base's storage
 enum class TrainObjective { kSft, kDpo, kReward, kCpo, kSimpo, kOrpo, kKto };  // train.objective
+enum class TaskFormat { kDstrain, kHellaswag, kArc, kMmlu };                   // eval.task_format, eval --task-format
 using PipelineSchedule = pipeline::ScheduleKind;                               // pipeline.schedule
 
 template <typename E>
@@ -70,6 +71,8 @@ template <>
 const std::vector<std::string>& enum_names<TrainObjective>();
 template <>
 const std::vector<std::string>& enum_names<PipelineSchedule>();
+template <>
+const std::vector<std::string>& enum_names<TaskFormat>();
 
 // The recipe spelling of a value: name(Dtype::kBf16) == "bf16".
 template <typename E>

@@ -118,6 +118,8 @@ void make_set_path_absolute(const std::string& key, Recipe& r) {
     for (auto& p : r.data.paths) absolute(p);
   if (key == "eval.paths")
     for (auto& p : r.eval.paths) absolute(p);
+  if (key == "eval.tasks")
+    for (auto& p : r.eval.tasks) absolute(p);
 }
 
 // prepare-data's PREFIX.json beside the dataset gives what the recipe leaves out: the format,
@@ -300,6 +302,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
     ctx.recipe.data.path = resolve_relative(ctx.recipe.source_path, ctx.recipe.data.path);
   }
   for (auto& p : ctx.recipe.eval.paths) p = resolve_relative(ctx.recipe.source_path, p);
+  for (auto& p : ctx.recipe.eval.tasks) p = resolve_relative(ctx.recipe.source_path, p);
   if (ctx.problems.empty()) take_defaults_from_sidecar(ctx);
   if (ctx.recipe.run_dir.empty())
     ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));

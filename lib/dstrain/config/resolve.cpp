@@ -609,15 +609,25 @@ void validate_eval(LoadContext& ctx) {
       ctx.data_problems.push_back(fmt::format("eval.paths: '{}' does not exist or is not a {} (data.format {})", path,
                                               megatron ? "Megatron dataset (PREFIX.idx and PREFIX.bin)" : "file", name(r.data.format)));
   }
-  const bool any = e.enabled();
+  for (const auto& path : e.tasks)
+    if (!std::filesystem::is_regular_file(path)) ctx.data_problems.push_back(fmt::format("eval.tasks: '{}' is not a file", path));
+  if (!e.tasks.empty() && r.parallel.pipeline_parallel_size > 1)
+    problem(
+        "eval.tasks with parallel.pipeline_parallel_size > 1 is not supported yet (a request's forward runs on one rank): score the "
+        "checkpoints with `dstrain eval RUN --task FILE` after the run");
+  if (!e.tasks.empty() && (r.model.score_head || r.train.objective == TrainObjective::kReward))
+    problem(
+        "eval.tasks scores next-token log-likelihoods, and a reward model (train.objective reward) has a score head: leave eval.tasks out");
+  const bool any = e.enabled() || !e.tasks.empty();
   if (!any && (e.interval_steps > 0 || e.at_start || e.early_stopping_patience > 0))
-    problem(fmt::format("{} is set but there is nothing to evaluate: give eval.paths or eval.split",
+    problem(fmt::format("{} is set but there is nothing to evaluate: give eval.paths, eval.split or eval.tasks",
                         e.interval_steps > 0 ? "eval.interval_steps"
                         : e.at_start         ? "eval.at_start"
                                              : "eval.early_stopping_patience"));
-  if (r.checkpoint.keep_best && !any)
-    problem("checkpoint.keep_best needs a validation loss: give eval.paths or eval.split, and eval.interval_steps");
-  if ((r.checkpoint.keep_best || e.early_stopping_patience > 0) && any && e.interval_steps == 0)
+  if ((r.checkpoint.keep_best || (e.early_stopping_patience > 0 && any)) && !e.enabled())
+    problem(fmt::format("{} needs a validation loss: give eval.paths or eval.split, and eval.interval_steps",
+                        r.checkpoint.keep_best ? "checkpoint.keep_best" : "eval.early_stopping_patience"));
+  if ((r.checkpoint.keep_best || e.early_stopping_patience > 0) && e.enabled() && e.interval_steps == 0)
     problem(fmt::format("{} compares evaluations during training: set eval.interval_steps (e.g. --set eval.interval_steps={})",
                         r.checkpoint.keep_best ? "checkpoint.keep_best" : "eval.early_stopping_patience",
                         std::max<int64_t>(1, r.train.steps / 10)));

@@ -118,6 +118,8 @@ std::vector<Field> eval_fields() {
     {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (preference pairs with train.objective dpo; 0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
     {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
     {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},
+    {"eval.tasks", 0, 0, {}, "Multiple-choice task files (relative to the recipe file) scored at every evaluation as `dstrain eval --task` scores them (lm-evaluation-harness's multiple_choice: acc and acc_norm), tokenized with the run's tokenizer (model.init_from's or its prepared data's); each named by its file stem: task/NAME/acc in the metrics.", DS_FIELD(eval.tasks)},
+    {"eval.task_format", 0, 0, DS_CHOICES(eval.task_format), "The eval.tasks files' rows: dstrain ({context, choices, gold}), or hellaswag, arc or mmlu rows as downloaded.", DS_ENUM(eval.task_format)},
   };
 }
 

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "dstrain/config/enums.h"
+
 namespace dstrain::text {
 class Tokenizer;
 }
@@ -51,7 +53,7 @@ struct ChoiceTask {
 // a string context, a non-empty list of strings as choices and an integer gold in range, or whose
 // request (context + continuation) has more than `max_length` + 1 tokens with a continuation that
 // alone does not fit: what the model's context cannot score.
-enum class TaskFormat { kDstrain, kHellaswag, kArc, kMmlu };
+using TaskFormat = config::TaskFormat;
 // "dstrain", "hellaswag", "arc" or "mmlu"; Error{kUsage} otherwise.
 TaskFormat task_format(const std::string& name);
 

@@ -312,6 +312,7 @@ int launch_run(const config::Recipe& recipe, const LaunchOptions& options) {
   follow_batch_shell();
   use_store_secret(options.topology, options.topology.nnodes > 1);
   if (!options.resume) refuse_mismatched_init_weights(recipe);
+  refuse_unreadable_tasks(recipe);
   for (const auto& warning : recipe.warnings) log::warn(warning);
   refuse_if_memory_short(recipe, options.topology.nproc_per_node);
   const run::RunDirLock lock(recipe.run_dir, options.topology.node_rank);  // one launcher per run_dir and node

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "dstrain/train/choice_scores.h"
 #include "dstrain/cost/dry_run.h"
 #include "dstrain/cost/memory_plan.h"
 #include "dstrain/cost/model_costs.h"
@@ -82,6 +83,8 @@ void refuse_quantized_base_without_weights(const config::Recipe& recipe) {
               "set model.init_from to the Hugging Face folder the adapters train on, or lora.base: model to train on a freshly "
               "initialised base (`--dry-run` plans the recipe without the weights)");
 }
+
+void refuse_unreadable_tasks(const config::Recipe& recipe) { train::read_eval_tasks(recipe); }
 
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers) {
   refuse_if_host_memory_short(recipe, local_workers);

@@ -51,6 +51,7 @@ void record_own_failure(const run::RunDir& run_dir, const Topology& topo, int ex
 
 int prepare_and_run(const config::Recipe& recipe, const LaunchOptions& options) {
   if (!options.resume) refuse_mismatched_init_weights(recipe);
+  if (options.topology.rank == 0) refuse_unreadable_tasks(recipe);
   use_store_secret(options.topology, options.topology.rank == 0 && options.topology.nnodes > 1);
   const auto& topo = options.topology;
   const run::RunDir run_dir(recipe.run_dir);

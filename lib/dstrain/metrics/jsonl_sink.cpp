@@ -105,6 +105,16 @@ std::string jsonl_line(const EvalMetrics& m) {
                      m.pairs > 0 ? std::string("null") : std::to_string(m.val_tokens), pairs, number(m.eval_ms));
 }
 
+std::string jsonl_line(const TaskMetrics& m) {
+  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"task\":{},\"acc\":{},\"acc_norm\":{},\"n\":{},\"eval_ms\":{}}}", m.step, m.wall_time,
+                     json_string(m.name), number(m.acc), number(m.acc_norm), m.questions, number(m.eval_ms));
+}
+
+void JsonlSink::write(const TaskMetrics& m) {
+  out_ << jsonl_line(m) << '\n';
+  out_.flush();
+}
+
 void JsonlSink::write(const StepMetrics& m) {
   out_ << jsonl_line(m) << '\n';
   out_.flush();

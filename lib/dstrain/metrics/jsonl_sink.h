@@ -15,6 +15,7 @@ class JsonlSink {
   JsonlSink(const std::string& path, int64_t keep_through_step);
   void write(const StepMetrics& m);
   void write(const EvalMetrics& m);
+  void write(const TaskMetrics& m);
 
  private:
   std::ofstream out_;
@@ -24,5 +25,7 @@ class JsonlSink {
 std::string jsonl_line(const StepMetrics& m);
 // {"step", "time", "eval": NAME, "val_loss", "val_ppl", "val_tokens", "eval_ms"}
 std::string jsonl_line(const EvalMetrics& m);
+// {"step", "time", "task": NAME, "acc", "acc_norm", "n", "eval_ms"}
+std::string jsonl_line(const TaskMetrics& m);
 
 }  // namespace dstrain::metrics

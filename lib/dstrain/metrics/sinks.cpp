@@ -72,6 +72,17 @@ void MetricSinks::write(const EvalMetrics& m) {
   if (tensorboard_ && !scalars.empty()) tensorboard_->write_scalars(m.step, scalars, m.wall_time);
 }
 
+void MetricSinks::write(const TaskMetrics& m) {
+  if (jsonl_) jsonl_->write(m);
+  std::vector<std::pair<std::string, float>> scalars;
+  for (const auto& [what, value] : {std::pair<const char*, double>{"acc", m.acc}, {"acc_norm", m.acc_norm}}) {
+    if (!std::isfinite(value)) continue;
+    if (tensorboard_) scalars.emplace_back(fmt::format("task/{}/{}", m.name, what), static_cast<float>(value));
+    if (!o_.csv_dir.empty()) write_csv(fmt::format("task_{}_{}", m.name, what), m.step, value);
+  }
+  if (tensorboard_ && !scalars.empty()) tensorboard_->write_scalars(m.step, scalars, m.wall_time);
+}
+
 void MetricSinks::write_csv(const std::string& name, int64_t step, double value) {
   std::FILE*& f = csv_[name];
   if (!f) {

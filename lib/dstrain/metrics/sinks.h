@@ -32,6 +32,9 @@ class MetricSinks {
   // val_NAME_loss.csv and val_NAME_ppl.csv; a set of pairs' metrics likewise
   // (val/NAME/rewards/accuracies). CSV file names write '/' as '_' (rewards_chosen.csv).
   void write(const EvalMetrics& m);
+  // A task's score: its JSONL row; TensorBoard task/NAME/acc and task/NAME/acc_norm; CSV
+  // task_NAME_acc.csv and task_NAME_acc_norm.csv.
+  void write(const TaskMetrics& m);
 
  private:
   void write_csv(const std::string& name, int64_t step, double value);

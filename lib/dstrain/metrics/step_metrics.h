@@ -81,6 +81,16 @@ struct EvalMetrics {
   std::vector<std::pair<std::string, double>> metrics;
 };
 
+// One multiple-choice task's score at a step (eval.tasks; a metrics.jsonl row of its own).
+struct TaskMetrics {
+  int64_t step = 0;
+  double wall_time = 0;
+  std::string name;  // the task (its file stem)
+  double acc = kNone, acc_norm = kNone;
+  int64_t questions = 0;
+  double eval_ms = kNone;
+};
+
 // (name, value) of every numeric field, in the documented order (booleans as 0/1).
 std::vector<std::pair<std::string, double>> scalar_fields(const StepMetrics& m);
 

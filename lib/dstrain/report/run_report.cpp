@@ -176,22 +176,38 @@ double mean_of(const Series& s, size_t skip_first) {
   return n ? sum / static_cast<double>(n) : std::nan("");
 }
 
+// The rows by their value of `key` (a set's or a task's name), in order of first appearance.
+std::vector<std::pair<std::string, std::vector<json>>> grouped_by(const std::vector<json>& rows, const char* key) {
+  std::vector<std::pair<std::string, std::vector<json>>> groups;
+  for (const auto& r : rows) {
+    const std::string name = r.value(key, "");
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == name; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {name, {}});
+    it->second.push_back(r);
+  }
+  return groups;
+}
+
+// Each task's acc over the training curve (eval.tasks: metrics.jsonl rows with "task").
+Chart tasks_chart(const std::vector<json>& tasks) {
+  Chart chart{"tasks", "Multiple-choice tasks", "step", "accuracy", {}};
+  for (const auto& [name, of_task] : grouped_by(tasks, "task")) {
+    chart.series.push_back(series_of(of_task, "acc", 1.0, "acc " + name));
+    chart.series.push_back(series_of(of_task, "acc_norm", 1.0, "acc_norm " + name));
+  }
+  return chart;
+}
+
 // The charts of a run; t0 receives the wall time of its first step or failure.
-std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<json>& evals, const std::vector<json>& failures, double& t0) {
+std::vector<Chart> charts_of(const std::vector<json>& rows, const std::vector<json>& evals, const std::vector<json>& tasks,
+                             const std::vector<json>& failures, double& t0) {
   std::vector<Chart> charts;
   Chart loss{"loss", "Training loss", "step", "loss", {series_of(rows, "loss")}};
   // Each evaluation set's validation loss over the training curve (metrics.jsonl rows with "eval").
-  std::vector<std::string> sets;
-  for (const auto& e : evals)
-    if (const std::string name = e.value("eval", ""); std::find(sets.begin(), sets.end(), name) == sets.end()) sets.push_back(name);
-  for (const auto& name : sets) {
-    std::vector<json> of_set;
-    for (const auto& e : evals)
-      if (e.value("eval", "") == name) of_set.push_back(e);
-    loss.series.push_back(series_of(of_set, "val_loss", 1.0, "val " + name));
-  }
-  if (!sets.empty()) loss.title = "Training and validation loss";
+  for (const auto& [name, of_set] : grouped_by(evals, "eval")) loss.series.push_back(series_of(of_set, "val_loss", 1.0, "val " + name));
+  if (!evals.empty()) loss.title = "Training and validation loss";
   charts.push_back(std::move(loss));
+  if (!tasks.empty()) charts.push_back(tasks_chart(tasks));
   charts.push_back({"lr", "Learning rate", "step", "lr", {series_of(rows, "lr")}});
   charts.push_back({"throughput", "Throughput", "step", "tokens/s", {series_of(rows, "tokens_per_s")}});
   charts.push_back({"mfu", "Model FLOPs utilisation", "step", "MFU %", {series_of(rows, "mfu", 100.0, "mfu %")}});
@@ -317,13 +333,13 @@ ReportFiles write_run_report(const std::string& run_dir, const std::string& out_
   if (!fs::exists(metrics_path))
     throw Error(ErrorCode::kUsage, fmt::format("'{}' has no metrics.jsonl", run_dir),
                 "pass the run_dir of a `dstrain train` run with the jsonl sink");
-  std::vector<json> rows, evals;  // step rows, evaluation rows
-  for (json& r : read_jsonl(metrics_path)) (r.contains("eval") ? evals : rows).push_back(std::move(r));
+  std::vector<json> rows, evals, tasks;  // step rows, evaluation rows, task rows
+  for (json& r : read_jsonl(metrics_path)) (r.contains("eval") ? evals : r.contains("task") ? tasks : rows).push_back(std::move(r));
   const std::vector<json> failures = read_jsonl(run_dir + "/failures.jsonl");
   const std::vector<json> stragglers = read_jsonl(run_dir + "/stragglers.jsonl");
   fs::create_directories(out_dir);
   double t0 = 0;
-  const std::vector<Chart> charts = charts_of(rows, evals, failures, t0);
+  const std::vector<Chart> charts = charts_of(rows, evals, tasks, failures, t0);
   ReportFiles out;
   out.steps = static_cast<int>(rows.size());
   std::string body;

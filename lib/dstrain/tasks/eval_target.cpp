@@ -9,6 +9,7 @@
 #include "dstrain/ckpt/base_model.h"
 #include "dstrain/ckpt/checkpoint.h"
 #include "dstrain/config/dataset_sidecar.h"
+#include "dstrain/train/choice_scores.h"
 #include "dstrain/config/enums.h"
 #include "dstrain/config/load_context.h"
 #include "dstrain/core/atomic_file.h"
@@ -302,10 +303,8 @@ config::Recipe eval_recipe(const EvalTarget& target, const EvalFlags& flags) {
 std::string target_tokenizer_dir(const std::string& given, const EvalTarget& target, const config::Recipe& r, const std::string& needs,
                                  const std::string& flag) {
   if (!given.empty()) return given;
-  for (const std::string& dir : {target.hf_dir, r.model.init_from})
-    if (!dir.empty() && fs::is_regular_file(fs::path(dir) / "tokenizer.json")) return dir;
-  if (const auto sidecar = config::read_dataset_sidecar(r.data.sources().front()); sidecar && !sidecar->tokenizer_dir.empty())
-    return sidecar->tokenizer_dir;
+  if (!target.hf_dir.empty() && fs::is_regular_file(fs::path(target.hf_dir) / "tokenizer.json")) return target.hf_dir;
+  if (std::string dir = train::run_tokenizer_dir(r); !dir.empty()) return dir;
   throw Error(ErrorCode::kUsage, fmt::format("{} needs the model's tokenizer, and neither the target nor its run's data names one", needs),
               fmt::format("pass {} DIR (a folder with tokenizer.json)", flag));
 }

@@ -39,6 +39,7 @@
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/target_weights.h"
 #include "dstrain/data/preference_pairs.h"
+#include "dstrain/train/choice_scores.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/train/live_reference.h"
 #include "dstrain/train/reference_logps.h"
@@ -181,8 +182,8 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_target_weights(*model, recipe, task.checkpoint, device.device);
   if (!task.choice_tasks.empty()) {  // --task: the tasks alone
-    const ChoiceResults r = score_choice_tasks(data::choice_tasks_from_json(read_file(task.choice_tasks)), *model, recipe.model.max_seq_len,
-                                               device.device, *gloo, task.step);
+    const train::ChoiceResults r = train::score_choice_tasks(data::choice_tasks_from_json(read_file(task.choice_tasks)), *model,
+                                                             recipe.model.max_seq_len, device.device, *gloo, task.step);
     if (env.rank == 0) {
       if (!task.samples_path.empty()) write_file_atomic(task.samples_path, r.samples);
       if (task.result_path.empty())

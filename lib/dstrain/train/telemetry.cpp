@@ -254,4 +254,15 @@ void Telemetry::record_eval(const std::vector<metrics::EvalMetrics>& results, co
   }
 }
 
+void Telemetry::record_tasks(const std::vector<metrics::TaskMetrics>& scores) {
+  if (comm_.rank() != 0) return;
+  for (metrics::TaskMetrics m : scores) {
+    m.wall_time = unix_seconds();
+    sinks_->write(m);
+    if (console_)
+      log::info(fmt::format("eval step {}/{} | task {} | acc {:.4f} | acc_norm {:.4f} | {} questions | {:.0f} ms", m.step,
+                            recipe_.train.steps, m.name, m.acc, m.acc_norm, m.questions, m.eval_ms));
+  }
+}
+
 }  // namespace dstrain::train

@@ -80,6 +80,8 @@ class Telemetry {
   // An evaluation's results (rank 0 writes them to the sinks and prints one line per set;
   // `note`, if any, ends the first set's line: the best so far, early stopping).
   void record_eval(const std::vector<metrics::EvalMetrics>& results, const std::string& note);
+  // eval.tasks' scores (rank 0 writes them and logs a line each).
+  void record_tasks(const std::vector<metrics::TaskMetrics>& scores);
 
  private:
   void check_stragglers(int64_t step, metrics::StepMetrics& m, const std::vector<double>& times);

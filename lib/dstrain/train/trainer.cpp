@@ -36,6 +36,7 @@
 #include "dstrain/data/data_sources.h"
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/data_plan.h"
+#include "dstrain/train/choice_scores.h"
 #include "dstrain/train/eval_tracker.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/train/live_reference.h"
@@ -156,6 +157,7 @@ struct Trainer::Parts {
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
   std::unique_ptr<Evaluator> evaluator;           // eval.paths / eval.split
+  std::vector<data::ChoiceTask> eval_tasks;       // eval.tasks
   std::unique_ptr<LiveReference> live_reference;  // preference.reference live
   EvalTracker eval_tracker;
   StepTriggers triggers;
@@ -273,6 +275,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.compute_times = std::make_unique<ComputeTimes>(*p.telemetry, p.balancer);
   p.runner->add_observer(p.fault_observer.get());
   p.runner->add_observer(p.compute_times.get());
+  p.eval_tasks = read_eval_tasks(p.recipe);
   if (!sources.eval.empty()) {
     if (env.rank == 0)
       for (const data::EvalSet& set : sources.eval) log::info(set.describe());
@@ -337,7 +340,7 @@ int Trainer::train_to_end() {
     return 0;
   }
   if (p.step < p.steps()) p.data->prefetch(p.step, p.cursor, p.balancer.weights());
-  if (p.evaluator && p.recipe.eval.at_start && p.step == 0) evaluate(0, /*candidate=*/false);
+  if ((p.evaluator || !p.eval_tasks.empty()) && p.recipe.eval.at_start && p.step == 0) evaluate(0, /*candidate=*/false);
   while (p.step < p.steps()) {
     p.profiler->begin(p.step + 1);  // logging.profile_step
     const StepEnd end = step();
@@ -487,6 +490,8 @@ EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
   // ZeRO-Offload's delayed update: the weights a checkpoint of this step would hold (as a save,
   // the evaluation applies the pending update now).
   if (p.recipe.zero.delayed_update) p.engine->settle();
+  score_tasks(done);
+  if (!p.evaluator) return {};
   const std::vector<EvalResult> results = p.evaluator->evaluate();
   EvalTracker::Verdict verdict;
   std::string note;
@@ -510,9 +515,29 @@ EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
   return verdict;
 }
 
+void Trainer::score_tasks(int64_t done) {
+  Parts& p = *p_;
+  if (p.eval_tasks.empty()) return;
+  const auto start = std::chrono::steady_clock::now();
+  const ChoiceResults r = score_choice_tasks(p.eval_tasks, *p.model, p.recipe.model.max_seq_len, p.device.device, p.comm.engine(), done);
+  // What the forwards left for training's step, as the evaluator does: the expert load and the waits.
+  p.model->take_expert_load();
+  p.model->take_all_to_all_wait_ms();
+  p.engine->discard_wait_times();
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::vector<metrics::TaskMetrics> rows;
+  for (const TaskScore& s : r.scores) {
+    metrics::TaskMetrics m;
+    m.step = done, m.name = s.name, m.acc = s.acc, m.acc_norm = s.acc_norm, m.questions = s.questions, m.eval_ms = ms;
+    rows.push_back(m);
+  }
+  p.telemetry->record_tasks(rows);
+}
+
 bool Trainer::eval_due(int64_t done) const {
   const config::EvalConfig& e = p_->recipe.eval;
-  return p_->evaluator && ((e.interval_steps > 0 && done % e.interval_steps == 0) || (e.at_end && done == p_->steps()));
+  return (p_->evaluator || !p_->eval_tasks.empty()) &&
+         ((e.interval_steps > 0 && done % e.interval_steps == 0) || (e.at_end && done == p_->steps()));
 }
 
 Trainer::StepEnd Trainer::end_step(const StepSignals& all) {

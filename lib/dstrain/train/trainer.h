@@ -75,6 +75,8 @@ class Trainer {
   // best checkpoint and early stopping.
   EvalTracker::Verdict evaluate(int64_t done, bool candidate);
   bool eval_due(int64_t done) const;
+  // eval.tasks at step `done`: scored over the data-parallel ranks, logged by rank 0.
+  void score_tasks(int64_t done);
   struct Parts;
   std::unique_ptr<Parts> p_;
 };

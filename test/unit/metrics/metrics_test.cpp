@@ -49,6 +49,15 @@ TEST_CASE("JSONL lines write non-finite values as null and keep every key", "[me
   CHECK(line.find(",\"stragglers\":[1,3]}") != std::string::npos);
 }
 
+TEST_CASE("a task's JSONL row names the task and holds acc, acc_norm and the questions", "[metrics]") {
+  metrics::TaskMetrics m;
+  m.step = 40, m.wall_time = 2.25, m.name = "arc \"easy\"", m.acc = 0.625, m.acc_norm = 0.65, m.questions = 40, m.eval_ms = 12.5;
+  CHECK(metrics::jsonl_line(m) ==
+        "{\"step\":40,\"time\":2.250,\"task\":\"arc \\\"easy\\\"\",\"acc\":0.625,\"acc_norm\":0.65,\"n\":40,\"eval_ms\":12.5}");
+  m.acc = std::nan("");
+  CHECK(metrics::jsonl_line(m).find("\"acc\":null,") != std::string::npos);
+}
+
 TEST_CASE("a resumed run drops a metrics line torn by a crash mid-write, and later steps", "[metrics]") {
   test::TempDir dir;
   const std::string path = dir.path() + "/metrics.jsonl";
