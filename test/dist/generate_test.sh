@@ -125,6 +125,43 @@ grep '^{' <<<"$OUT" > merged.jsonl
 "$py" "$ref" compare merged.ref.jsonl lora.jsonl || fail "transformers on the merged export generates otherwise than the LoRA run"
 ok "a run's checkpoint generates the tokens its export does; a LoRA run on the MLA model (adapters on kv_b: per-head keys from the cached latents) generates with its adapters as PEFT does on transformers (and otherwise than the base), as its merged export does in dstrain and in transformers"
 
+# eval.samples: text at every evaluation during training (the MLA + MoE model, its cache under
+# ZeRO-3's layer-by-layer gathers at 2 ranks), each step's equal to dstrain generate of that checkpoint.
+sed -e 's/init_from: llama/init_from: deepseek_v2/' -e 's/run_dir: sft/run_dir: samples/' sft.yaml > samples.yaml
+cat >> samples.yaml <<'YAML'
+eval: {samples: prompts.jsonl, sample_tokens: 16, interval_steps: 1, at_start: true}
+checkpoint: {interval_steps: 1}
+logging: {sinks: [console, jsonl, tensorboard]}
+YAML
+expect_status 0 "$DSTRAIN" train samples.yaml
+expect_out "eval step 3/3 | samples | 8 written to"
+expect_status 0 "$DSTRAIN" train samples.yaml --set run_dir=samples-zero3 --set zero.stage=3 --nproc-per-node 2
+for step in 2 3; do
+  expect_status 0 "$DSTRAIN" generate samples --step $step --prompts prompts.jsonl --max-new-tokens 16 --json
+  grep '^{' <<<"$OUT" > gen.$step.jsonl
+  "$py" - gen.$step.jsonl samples/samples.jsonl samples-zero3/samples.jsonl $step <<'PY' || fail "eval.samples at step $step differ from dstrain generate of that checkpoint"
+import json, sys
+want = [json.loads(l)["text"] for l in open(sys.argv[1])]
+step = int(sys.argv[4])
+for path in sys.argv[2:4]:
+    rows = [json.loads(l) for l in open(path)]
+    got = [r["text"] for r in sorted((r for r in rows if r["step"] == step), key=lambda r: r["index"])]
+    assert got == want, (path, got, want)
+    assert sorted({r["step"] for r in rows}) == [0, 1, 2, 3], path
+PY
+done
+"$py" - samples <<'PY' || fail "TensorBoard has no samples"
+import glob, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(glob.glob(sys.argv[1] + "/tensorboard/events.out.tfevents.*")[0], size_guidance={"tensors": 0})
+acc.Reload()
+events = acc.Tensors("samples/0")
+assert [e.step for e in events] == [0, 1, 2, 3], events
+text = events[-1].tensor_proto.string_val[0].decode()
+assert text.startswith("> ") and "```" in text, text
+PY
+ok "eval.samples writes each prompt's text at every evaluation (samples.jsonl, TensorBoard's text tab), equal to dstrain generate of that step's checkpoint, at 1 rank and at 2 ranks with ZeRO-3 on the MLA + MoE model"
+
 # dstrain chat on a terminal: each answer is what generate gives for the conversation so far.
 expect_status 2 "$DSTRAIN" chat llama --tokenizer $tok </dev/null
 expect_out "dstrain chat talks with a person at a terminal, and its input is not one"
@@ -171,7 +208,7 @@ assert row["text"] == (text if row["finish_reason"] == "length" else text), row
 PY
 printf '{"messages": [{"role": "user", "content": "hi"}]}\n' > chat-prompt.jsonl
 expect_status 2 "$DSTRAIN" generate coder --prompts chat-prompt.jsonl
-expect_out "chat-prompt.jsonl:1: this run was trained on bytes"
+expect_out "chat-prompt.jsonl:1: this model was trained on bytes"
 ok "a byte-level run (prepare-data without a tokenizer, as the demo's) generates from its prompt's UTF-8 bytes and stops at its end-of-document token; a conversation is refused for it by file:line"
 
 # Bad input.

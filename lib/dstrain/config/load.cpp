@@ -120,6 +120,7 @@ void make_set_path_absolute(const std::string& key, Recipe& r) {
     for (auto& p : r.eval.paths) absolute(p);
   if (key == "eval.tasks")
     for (auto& p : r.eval.tasks) absolute(p);
+  if (key == "eval.samples") absolute(r.eval.samples);
 }
 
 // prepare-data's PREFIX.json beside the dataset gives what the recipe leaves out: the format,
@@ -303,6 +304,7 @@ Recipe load_recipe_with(const std::string& path, const std::vector<std::string>&
   }
   for (auto& p : ctx.recipe.eval.paths) p = resolve_relative(ctx.recipe.source_path, p);
   for (auto& p : ctx.recipe.eval.tasks) p = resolve_relative(ctx.recipe.source_path, p);
+  if (!ctx.recipe.eval.samples.empty()) ctx.recipe.eval.samples = resolve_relative(ctx.recipe.source_path, ctx.recipe.eval.samples);
   if (ctx.problems.empty()) take_defaults_from_sidecar(ctx);
   if (ctx.recipe.run_dir.empty())
     ctx.problems.push_back(fmt::format("{}: run_dir is required (where logs, metrics and checkpoints go)", path));

@@ -119,6 +119,10 @@ struct EvalConfig {
   // scores them, in task_format's rows.
   std::vector<std::string> tasks;
   TaskFormat task_format = TaskFormat::kDstrain;
+  // Text written at each evaluation from these prompts (JSON Lines, absolute after loading; "": none).
+  std::string samples;
+  int64_t sample_tokens = 64;     // new tokens per prompt at most
+  double sample_temperature = 0;  // 0: greedy
   bool enabled() const { return !paths.empty() || split > 0; }
 };
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <tuple>
 #include <filesystem>
 #include <set>
 
@@ -611,16 +612,22 @@ void validate_eval(LoadContext& ctx) {
   }
   for (const auto& path : e.tasks)
     if (!std::filesystem::is_regular_file(path)) ctx.data_problems.push_back(fmt::format("eval.tasks: '{}' is not a file", path));
-  if (!e.tasks.empty() && r.parallel.pipeline_parallel_size > 1)
-    problem(
-        "eval.tasks with parallel.pipeline_parallel_size > 1 is not supported yet (a request's forward runs on one rank): score the "
-        "checkpoints with `dstrain eval RUN --task FILE` after the run");
-  if (!e.tasks.empty() && (r.model.score_head || r.train.objective == TrainObjective::kReward))
-    problem(
-        "eval.tasks scores next-token log-likelihoods, and a reward model (train.objective reward) has a score head: leave eval.tasks out");
-  const bool any = e.enabled() || !e.tasks.empty();
+  if (!e.samples.empty() && !std::filesystem::is_regular_file(e.samples))
+    ctx.data_problems.push_back(fmt::format("eval.samples: '{}' is not a file", e.samples));
+  for (const auto& [set, key, after] :
+       {std::tuple<bool, const char*, const char*>{!e.tasks.empty(), "eval.tasks",
+                                                   "score the checkpoints with `dstrain eval RUN --task FILE`"},
+        {!e.samples.empty(), "eval.samples", "generate from the checkpoints with `dstrain generate RUN`"}}) {
+    if (set && r.parallel.pipeline_parallel_size > 1)
+      problem(fmt::format("{} with parallel.pipeline_parallel_size > 1 is not supported yet (a forward runs on one rank): {} after the run",
+                          key, after));
+    if (set && (r.model.score_head || r.train.objective == TrainObjective::kReward))
+      problem(
+          fmt::format("{} needs next-token logits, and a reward model (train.objective reward) has a score head: leave {} out", key, key));
+  }
+  const bool any = e.enabled() || !e.tasks.empty() || !e.samples.empty();
   if (!any && (e.interval_steps > 0 || e.at_start || e.early_stopping_patience > 0))
-    problem(fmt::format("{} is set but there is nothing to evaluate: give eval.paths, eval.split or eval.tasks",
+    problem(fmt::format("{} is set but there is nothing to evaluate: give eval.paths, eval.split, eval.tasks or eval.samples",
                         e.interval_steps > 0 ? "eval.interval_steps"
                         : e.at_start         ? "eval.at_start"
                                              : "eval.early_stopping_patience"));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dstrain/train/choice_scores.h"
+#include "dstrain/train/samples.h"
 #include "dstrain/cost/dry_run.h"
 #include "dstrain/cost/memory_plan.h"
 #include "dstrain/cost/model_costs.h"
@@ -84,7 +85,10 @@ void refuse_quantized_base_without_weights(const config::Recipe& recipe) {
               "initialised base (`--dry-run` plans the recipe without the weights)");
 }
 
-void refuse_unreadable_tasks(const config::Recipe& recipe) { train::read_eval_tasks(recipe); }
+void refuse_unreadable_tasks(const config::Recipe& recipe) {
+  train::read_eval_tasks(recipe);
+  if (!recipe.eval.samples.empty()) train::SampleWriter check(recipe);
+}
 
 void refuse_if_memory_short(const config::Recipe& recipe, int local_workers) {
   refuse_if_host_memory_short(recipe, local_workers);

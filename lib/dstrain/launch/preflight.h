@@ -14,8 +14,9 @@ void refuse_mismatched_init_weights(const config::Recipe& recipe);
 // lora.base nf4 | fp8 quantizes model.init_from's weights: training without it is refused
 // (Error{kConfig}); --dry-run plans such a recipe without the weights (a 671B plan needs none).
 void refuse_quantized_base_without_weights(const config::Recipe& recipe);
-// eval.tasks read and tokenized as the workers will (train::read_eval_tasks): a bad row is refused
-// by file:line (Error{kData}), a run without a tokenizer by key (Error{kConfig}).
+// eval.tasks and eval.samples read and tokenized as the workers will (train::read_eval_tasks,
+// train::SampleWriter): a bad row is refused by file:line (Error{kData}), a run without a tokenizer
+// for its tasks by key (Error{kConfig}).
 void refuse_unreadable_tasks(const config::Recipe& recipe);
 // Throws Error{kEnvironment} when `local_workers` ranks' model state (the ZeRO formulas) exceeds
 // this node's available memory, or one rank's exceeds a GPU's.

@@ -83,6 +83,10 @@ void MetricSinks::write(const TaskMetrics& m) {
   if (tensorboard_ && !scalars.empty()) tensorboard_->write_scalars(m.step, scalars, m.wall_time);
 }
 
+void MetricSinks::write_text(int64_t step, const std::string& tag, const std::string& text, double wall_time) {
+  if (tensorboard_) tensorboard_->write_text(step, tag, text, wall_time);
+}
+
 void MetricSinks::write_csv(const std::string& name, int64_t step, double value) {
   std::FILE*& f = csv_[name];
   if (!f) {

@@ -35,6 +35,8 @@ class MetricSinks {
   // A task's score: its JSONL row; TensorBoard task/NAME/acc and task/NAME/acc_norm; CSV
   // task_NAME_acc.csv and task_NAME_acc_norm.csv.
   void write(const TaskMetrics& m);
+  // Text for TensorBoard's text tab (eval.samples), when the TensorBoard sink is on.
+  void write_text(int64_t step, const std::string& tag, const std::string& text, double wall_time);
 
  private:
   void write_csv(const std::string& name, int64_t step, double value);

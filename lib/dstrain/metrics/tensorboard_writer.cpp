@@ -83,6 +83,28 @@ std::string encode_scalars_event(double wall_time, int64_t step, const std::vect
   return e;
 }
 
+std::string encode_text_event(double wall_time, int64_t step, const std::string& tag, const std::string& text) {
+  std::string plugin, metadata, tensor, v, summary, e;
+  length_delimited(plugin, 1, "text");    // PluginData.plugin_name
+  length_delimited(metadata, 1, plugin);  // SummaryMetadata.plugin_data
+  key(tensor, 1, 0);                      // TensorProto.dtype = DT_STRING (7)
+  varint(tensor, 7);
+  length_delimited(tensor, 2, std::string());  // tensor_shape: a scalar
+  length_delimited(tensor, 8, text);           // string_val
+  length_delimited(v, 1, tag);                 // Summary.Value.tag
+  length_delimited(v, 8, tensor);              // Summary.Value.tensor
+  length_delimited(v, 9, metadata);            // Summary.Value.metadata
+  length_delimited(summary, 1, v);
+  key(e, 1, 1);
+  little_endian(e, wall_time);
+  if (step != 0) {
+    key(e, 2, 0);
+    varint(e, static_cast<uint64_t>(step));
+  }
+  length_delimited(e, 5, summary);
+  return e;
+}
+
 std::string encode_session_start_event(double wall_time, int64_t step) {
   std::string e;
   key(e, 1, 1);
@@ -117,6 +139,12 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 void TensorBoardWriter::write_scalars(int64_t step, const std::vector<std::pair<std::string, float>>& scalars, double wall_time) {
   const std::string record = tfrecord(encode_scalars_event(wall_time, step, scalars));
+  std::fwrite(record.data(), 1, record.size(), file_);
+  std::fflush(file_);
+}
+
+void TensorBoardWriter::write_text(int64_t step, const std::string& tag, const std::string& text, double wall_time) {
+  const std::string record = tfrecord(encode_text_event(wall_time, step, tag, text));
   std::fwrite(record.data(), 1, record.size(), file_);
   std::fflush(file_);
 }

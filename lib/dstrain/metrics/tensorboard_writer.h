@@ -17,6 +17,8 @@ std::string encode_scalars_event(double wall_time, int64_t step, const std::vect
 // SessionLog START at `step`: TensorBoard drops the events of later steps that an earlier
 // launch wrote (a resume from a checkpoint replays them).
 std::string encode_session_start_event(double wall_time, int64_t step);
+// A text summary (TensorBoard's text plugin: a scalar DT_STRING tensor; Markdown in the UI).
+std::string encode_text_event(double wall_time, int64_t step, const std::string& tag, const std::string& text);
 // One TFRecord around `data`.
 std::string tfrecord(const std::string& data);
 uint32_t masked_crc32c(const void* data, size_t size);
@@ -31,6 +33,7 @@ class TensorBoardWriter {
   TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
   // One Event with every scalar of a step; flushed at once (a crash loses at most this step).
   void write_scalars(int64_t step, const std::vector<std::pair<std::string, float>>& scalars, double wall_time);
+  void write_text(int64_t step, const std::string& tag, const std::string& text, double wall_time);
   const std::string& path() const { return path_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "dstrain/core/error.h"
 #include "dstrain/core/exit_code.h"
 #include "dstrain/core/log.h"
+#include "dstrain/data/prompts.h"
 
 namespace dstrain::tasks {
 namespace {
@@ -24,27 +25,8 @@ std::vector<Prompt> read_prompts(const GenerateRequest& r, GenerationSession& se
   std::vector<Prompt> out;
   for (size_t i = 0; i < r.prompts.size(); ++i)
     out.push_back({fmt::format("--prompt {}", i + 1), false, session.encode_text(r.prompts[i])});
-  if (r.prompts_file.empty()) return out;
-  std::ifstream in(r.prompts_file);
-  if (!in) throw Error(ErrorCode::kUsage, fmt::format("--prompts {}: cannot be read", r.prompts_file), "pass a JSON Lines file");
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", r.prompts_file, n);
-    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
-    if (row.is_object() && row.contains("prompt") && row["prompt"].is_string()) {
-      out.push_back({where, true, session.encode_text(row["prompt"].get<std::string>())});
-    } else if (row.is_object() && row.contains("messages") && row["messages"].is_array()) {
-      try {
-        out.push_back({where, true, session.encode_messages(line)});
-      } catch (const Error& e) {
-        throw Error(e.code(), where + ": " + e.what(), e.hint());
-      }
-    } else {
-      throw Error(ErrorCode::kData, fmt::format("{}: a prompt is a JSON object with \"prompt\" (text) or \"messages\" (a list)", where),
-                  "write one {\"prompt\": \"...\"} or {\"messages\": [{\"role\": \"user\", \"content\": \"...\"}]} per line");
-    }
-  }
+  if (!r.prompts_file.empty())
+    for (data::Prompt& p : data::read_prompts(r.prompts_file, session.codec())) out.push_back({p.where, true, std::move(p.ids)});
   return out;
 }
 

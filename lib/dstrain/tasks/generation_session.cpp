@@ -14,14 +14,11 @@
 #include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/prompts.h"
 #include "dstrain/device/training_device.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/target_weights.h"
-#include "dstrain/text/chat_template_file.h"
-#include "dstrain/text/jinja.h"
-#include "dstrain/text/tokenizer.h"
-#include "dstrain/text/utf8.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -31,11 +28,7 @@ struct GenerationSession::Impl {
   EvalTarget target;
   device::TrainingDevice device;
   config::Recipe recipe;
-  std::string tokenizer_dir;
-  std::shared_ptr<const text::Tokenizer> tokenizer;  // null: a byte-level run (each byte its token)
-  int64_t byte_eos = -1;                             // a byte-level run's end-of-document token (-1: none)
-  std::unique_ptr<text::ChatTemplate> chat;
-  text::ChatTemplateSource chat_source;
+  std::unique_ptr<data::PromptCodec> codec;
   std::unique_ptr<model::CausalLM> model;
   model::GenerateOptions options;
 };
@@ -47,18 +40,18 @@ std::string device_spec(const std::string& asked) {
   return at::hasCUDA() ? "cuda:0" : "cpu";
 }
 
-// The tokenizer's end of sequence, the folder's generation_config.json eos_token_id(s), and --stop-id.
-std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const text::Tokenizer* tokenizer, const std::string& folder,
+// The end of sequence, the folder's generation_config.json eos_token_id(s) (a tokenizer's model),
+// and --stop-id.
+std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const data::PromptCodec& codec, const std::string& folder,
                                  int64_t vocab) {
   std::vector<int64_t> ids = given;
   for (const int64_t id : ids)
     if (id < 0 || id >= vocab)
       throw Error(ErrorCode::kUsage, fmt::format("--stop-id {} is not a token of this model (its vocabulary is 0..{})", id, vocab - 1),
                   "pass the id of a token the tokenizer has");
-  if (!tokenizer) return ids;
-  if (const auto eos = tokenizer->default_end_of_document()) ids.push_back(*eos);
+  if (codec.end_of_sequence() >= 0) ids.push_back(codec.end_of_sequence());
   const fs::path config = fs::path(folder) / "generation_config.json";
-  if (fs::is_regular_file(config)) {
+  if (!folder.empty() && fs::is_regular_file(config)) {
     const nlohmann::json j = nlohmann::json::parse(std::ifstream(config), nullptr, false);
     if (j.is_object() && j.contains("eos_token_id")) {
       const nlohmann::json& e = j["eos_token_id"];
@@ -95,66 +88,22 @@ GenerationSession::GenerationSession(const GenerateRequest& r, const std::string
   flags.dtype = !r.dtype.empty() ? r.dtype : s.target.hf_dir.empty() ? "" : s.device.device.is_cuda() ? "bf16" : "fp32";
   s.recipe = eval_recipe(s.target, flags);
   s.options = r.options;
-  if (const auto eos = byte_level(r, s.target, s.recipe)) {
-    s.byte_eos = *eos;
-    s.options.stop_ids = stop_ids_of(r.stop_ids, nullptr, "", s.recipe.model.vocab_size);
-    if (*eos >= 0) s.options.stop_ids.push_back(*eos), s.options.pad_id = *eos;
-  } else {
-    s.tokenizer_dir = target_tokenizer_dir(r.tokenizer, s.target, s.recipe, command);
-    s.tokenizer = text::Tokenizer::load(s.tokenizer_dir);
-    s.options.stop_ids =
-        stop_ids_of(r.stop_ids, s.tokenizer.get(), s.target.hf_dir.empty() ? s.tokenizer_dir : s.target.hf_dir, s.recipe.model.vocab_size);
-    // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
-    if (const auto end = s.tokenizer->default_end_of_document()) s.options.pad_id = *end;
-  }
+  const std::optional<int64_t> bytes_end = byte_level(r, s.target, s.recipe);
+  const std::string dir = bytes_end ? "" : target_tokenizer_dir(r.tokenizer, s.target, s.recipe, command);
+  s.codec = std::make_unique<data::PromptCodec>(dir, bytes_end.value_or(-1));
+  s.options.stop_ids = stop_ids_of(r.stop_ids, *s.codec, s.target.hf_dir.empty() ? dir : s.target.hf_dir, s.recipe.model.vocab_size);
+  // transformers pads with the end of sequence when the model names no pad token; padding is never attended to.
+  if (s.codec->end_of_sequence() >= 0) s.options.pad_id = s.codec->end_of_sequence();
   s.model = model::make_model(s.recipe.model, s.recipe.seed, model::scalar_type(s.recipe.precision.dtype));
   load_target_weights(*s.model, s.recipe, s.target.checkpoint, s.device.device);
 }
 
 GenerationSession::~GenerationSession() = default;
 
-std::vector<int64_t> GenerationSession::encode_text(const std::string& text) const {
-  if (!impl_->tokenizer)
-    return std::vector<int64_t>(reinterpret_cast<const uint8_t*>(text.data()), reinterpret_cast<const uint8_t*>(text.data()) + text.size());
-  std::vector<uint32_t> ids;
-  text::Tokenizer::Session session;
-  impl_->tokenizer->encode(text, ids, session, /*add_special_tokens=*/true);
-  return {ids.begin(), ids.end()};
-}
-
-std::vector<int64_t> GenerationSession::encode_messages(const std::string& json) {
-  Impl& s = *impl_;
-  if (!s.tokenizer)
-    throw Error(ErrorCode::kConfig, "this run was trained on bytes: it has no tokenizer and no chat template to render a conversation with",
-                "give it plain text ({\"prompt\": TEXT}, --prompt), or train on conversations (prepare-data --chat)");
-  if (!s.chat) {
-    s.chat_source = text::read_chat_template(s.tokenizer_dir);
-    s.chat = std::make_unique<text::ChatTemplate>(s.chat_source.source, s.chat_source.name);
-  }
-  // A chat template prints its own BOS: no special tokens added, as apply_chat_template(tokenize=True).
-  const std::string rendered = s.chat->render(text::chat_context(json, s.chat_source, /*generation_prompt=*/true)).text;
-  std::vector<uint32_t> ids;
-  text::Tokenizer::Session session;
-  s.tokenizer->encode(rendered, ids, session, /*add_special_tokens=*/false);
-  return {ids.begin(), ids.end()};
-}
-
-std::string GenerationSession::decode(const std::vector<int64_t>& ids) const {
-  if (!impl_->tokenizer) {  // bytes; the end-of-document token has no text
-    std::string s;
-    for (const int64_t id : ids)
-      if (id >= 0 && id < 256) s.push_back(static_cast<char>(id));
-    text::repair_utf8(s);
-    return s;
-  }
-  // Ids past the tokenizer's (a vocabulary padded for the GPU's tiles) have no text, as in transformers.
-  std::vector<uint32_t> known;
-  for (const int64_t id : ids)
-    if (id >= 0 && id < impl_->tokenizer->vocab_size()) known.push_back(static_cast<uint32_t>(id));
-  std::string s = impl_->tokenizer->decode(known);
-  text::repair_utf8(s);
-  return s;
-}
+std::vector<int64_t> GenerationSession::encode_text(const std::string& text) const { return impl_->codec->encode_text(text); }
+std::vector<int64_t> GenerationSession::encode_messages(const std::string& json) { return impl_->codec->encode_messages(json); }
+std::string GenerationSession::decode(const std::vector<int64_t>& ids) const { return impl_->codec->decode(ids); }
+data::PromptCodec& GenerationSession::codec() { return *impl_->codec; }
 
 std::string GenerationSession::text_of(const model::Generation& g) const {
   std::vector<int64_t> ids = g.tokens;

@@ -10,6 +10,9 @@
 
 #include "dstrain/model/generation.h"
 
+namespace dstrain::data {
+class PromptCodec;
+}
 namespace dstrain::tasks {
 
 struct GenerateRequest {
@@ -44,6 +47,7 @@ class GenerationSession {
   std::vector<int64_t> encode_messages(const std::string& json);
   // The tokens' text, invalid UTF-8 as U+FFFD (transformers' decode).
   std::string decode(const std::vector<int64_t>& ids) const;
+  data::PromptCodec& codec();  // the three above
   // A row's text: a final stop id left out, cut before the first stop string.
   std::string text_of(const model::Generation& generation) const;
 

@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "dstrain/comm/communicator.h"
 #include "dstrain/cost/dry_run.h"
@@ -17,6 +20,7 @@
 #include "dstrain/cost/model_costs.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/atomic_file.h"
+#include "dstrain/core/error.h"
 #include "dstrain/core/host.h"
 #include "dstrain/core/log.h"
 #include "dstrain/run/progress_line.h"
@@ -66,6 +70,25 @@ double peak_resident_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
 }
 
+namespace {
+
+// A resume or rollback at `step`: samples.jsonl keeps the rows of steps up to it (the steps after
+// are trained again and write theirs again), as the metric sinks keep their lines.
+void keep_samples_through(const run::RunDir& run_dir, int64_t step) {
+  const std::string path = run_dir.root() + "/samples.jsonl";
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    const nlohmann::json row = nlohmann::json::parse(line, nullptr, false);
+    if (row.is_object() && row.contains("step") && row["step"].is_number_integer() && row["step"].get<int64_t>() <= step)
+      kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
+
+}  // namespace
+
 Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, comm::Communicator& comm, int64_t start_step, int threads,
                      const device::TrainingDevice& device, bool progress_line)
     : recipe_(recipe), run_dir_(run_dir), comm_(comm), device_(device.device), first_step_(start_step),
@@ -75,6 +98,7 @@ Telemetry::Telemetry(const config::Recipe& recipe, const run::RunDir& run_dir, c
   flops_per_token_ = cost::flops_per_token(recipe.model, recipe.data.seq_len);
   if (comm.rank() == 0) {
     sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe, run_dir, start_step));
+    if (start_step > 0) keep_samples_through(run_dir, start_step);
     // A GPU's datasheet peak for the training dtype (dense), else one measured on the GPU; on CPU
     // the best fp32 GEMM this rank's threads reach is the honest denominator. The log says which.
     std::string source;
@@ -106,6 +130,7 @@ void Telemetry::restart_at(int64_t step) {
   if (comm_.rank() == 0) {
     sinks_.reset();
     sinks_ = std::make_unique<metrics::MetricSinks>(sink_options(recipe_, run_dir_, step));
+    keep_samples_through(run_dir_, step);
   }
   first_step_ = step;
   forward_ms_ = backward_ms_ = interval_compute_ms_ = interval_wait_ms_ = 0;
@@ -252,6 +277,29 @@ void Telemetry::record_eval(const std::vector<metrics::EvalMetrics>& results, co
     log::info(fmt::format("eval step {}/{} | {} | val_loss {:.4f} | {} | {:.0f} ms{}", m.step, recipe_.train.steps, m.name, m.val_loss,
                           what, m.eval_ms, i == 0 && !note.empty() ? " | " + note : ""));
   }
+}
+
+void Telemetry::record_samples(int64_t step, const std::vector<Sample>& samples) {
+  if (comm_.rank() != 0) return;
+  const double now = unix_seconds();
+  std::string lines;
+  for (const Sample& s : samples) {
+    lines +=
+        nlohmann::json{{"step", step},      {"index", s.index}, {"prompt", s.prompt}, {"text", s.text}, {"finish_reason", s.finish_reason},
+                       {"tokens", s.tokens}}
+            .dump() +
+        "\n";
+    // Markdown in TensorBoard: the prompt quoted, the text as written (a code block keeps its layout).
+    sinks_->write_text(step, fmt::format("samples/{}", s.index), fmt::format("> {}\n\n```\n{}\n```", s.prompt, s.text), now);
+  }
+  const std::string path = run_dir_.root() + "/samples.jsonl";
+  std::FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw Error(ErrorCode::kEnvironment, fmt::format("cannot write {}: {}", path, std::strerror(errno)), "check the run directory");
+  std::fwrite(lines.data(), 1, lines.size(), f);
+  std::fclose(f);
+  if (console_ && !samples.empty())
+    log::info(fmt::format("eval step {}/{} | samples | {} written to {} (the first: {})", step, recipe_.train.steps, samples.size(), path,
+                          nlohmann::json(samples.front().text.substr(0, 60)).dump()));
 }
 
 void Telemetry::record_tasks(const std::vector<metrics::TaskMetrics>& scores) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dstrain/metrics/step_metrics.h"
+#include "dstrain/train/samples.h"
 #include "dstrain/device/training_device.h"
 
 namespace dstrain::comm {
@@ -82,6 +83,9 @@ class Telemetry {
   void record_eval(const std::vector<metrics::EvalMetrics>& results, const std::string& note);
   // eval.tasks' scores (rank 0 writes them and logs a line each).
   void record_tasks(const std::vector<metrics::TaskMetrics>& scores);
+  // eval.samples' texts at `step`: rank 0 appends them to run_dir/samples.jsonl ({"step", "index",
+  // "prompt", "text", "finish_reason", "tokens"}) and TensorBoard's text tab (samples/INDEX).
+  void record_samples(int64_t step, const std::vector<Sample>& samples);
 
  private:
   void check_stragglers(int64_t step, metrics::StepMetrics& m, const std::vector<double>& times);

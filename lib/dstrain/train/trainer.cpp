@@ -38,6 +38,7 @@
 #include "dstrain/train/data_plan.h"
 #include "dstrain/train/choice_scores.h"
 #include "dstrain/train/eval_tracker.h"
+#include "dstrain/train/samples.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/train/live_reference.h"
 #include "dstrain/envcheck/rank_check.h"
@@ -158,6 +159,7 @@ struct Trainer::Parts {
   std::unique_ptr<ComputeTimes> compute_times;
   std::unique_ptr<Evaluator> evaluator;           // eval.paths / eval.split
   std::vector<data::ChoiceTask> eval_tasks;       // eval.tasks
+  std::unique_ptr<SampleWriter> samples;          // eval.samples
   std::unique_ptr<LiveReference> live_reference;  // preference.reference live
   EvalTracker eval_tracker;
   StepTriggers triggers;
@@ -276,6 +278,7 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.runner->add_observer(p.fault_observer.get());
   p.runner->add_observer(p.compute_times.get());
   p.eval_tasks = read_eval_tasks(p.recipe);
+  if (!p.recipe.eval.samples.empty()) p.samples = std::make_unique<SampleWriter>(p.recipe);
   if (!sources.eval.empty()) {
     if (env.rank == 0)
       for (const data::EvalSet& set : sources.eval) log::info(set.describe());
@@ -340,7 +343,7 @@ int Trainer::train_to_end() {
     return 0;
   }
   if (p.step < p.steps()) p.data->prefetch(p.step, p.cursor, p.balancer.weights());
-  if ((p.evaluator || !p.eval_tasks.empty()) && p.recipe.eval.at_start && p.step == 0) evaluate(0, /*candidate=*/false);
+  if (evaluates() && p.recipe.eval.at_start && p.step == 0) evaluate(0, /*candidate=*/false);
   while (p.step < p.steps()) {
     p.profiler->begin(p.step + 1);  // logging.profile_step
     const StepEnd end = step();
@@ -491,6 +494,7 @@ EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
   // the evaluation applies the pending update now).
   if (p.recipe.zero.delayed_update) p.engine->settle();
   score_tasks(done);
+  write_samples(done);
   if (!p.evaluator) return {};
   const std::vector<EvalResult> results = p.evaluator->evaluate();
   EvalTracker::Verdict verdict;
@@ -534,10 +538,20 @@ void Trainer::score_tasks(int64_t done) {
   p.telemetry->record_tasks(rows);
 }
 
+void Trainer::write_samples(int64_t done) {
+  Parts& p = *p_;
+  if (!p.samples) return;
+  const std::vector<Sample> samples = p.samples->generate(*p.model, p.device.device, done);
+  p.model->take_all_to_all_wait_ms();  // the next step's timing is training's own
+  p.engine->discard_wait_times();
+  p.telemetry->record_samples(done, samples);
+}
+
+bool Trainer::evaluates() const { return p_->evaluator || !p_->eval_tasks.empty() || p_->samples; }
+
 bool Trainer::eval_due(int64_t done) const {
   const config::EvalConfig& e = p_->recipe.eval;
-  return (p_->evaluator || !p_->eval_tasks.empty()) &&
-         ((e.interval_steps > 0 && done % e.interval_steps == 0) || (e.at_end && done == p_->steps()));
+  return evaluates() && ((e.interval_steps > 0 && done % e.interval_steps == 0) || (e.at_end && done == p_->steps()));
 }
 
 Trainer::StepEnd Trainer::end_step(const StepSignals& all) {

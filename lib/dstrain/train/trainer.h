@@ -77,6 +77,9 @@ class Trainer {
   bool eval_due(int64_t done) const;
   // eval.tasks at step `done`: scored over the data-parallel ranks, logged by rank 0.
   void score_tasks(int64_t done);
+  // eval.samples at step `done`: every rank generates them, rank 0 writes them.
+  void write_samples(int64_t done);
+  bool evaluates() const;  // sets, tasks or samples
   struct Parts;
   std::unique_ptr<Parts> p_;
 };

@@ -134,6 +134,9 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"eval.names", {"[held]", {"eval.paths=[" + dir + "/other.txt]"}}},
       {"eval.tasks", {"[" + dir + "/other.txt]", {}}},
       {"eval.task_format", {"arc", {"eval.tasks=[" + dir + "/other.txt]"}}},
+      {"eval.samples", {dir + "/other.txt", {}}},
+      {"eval.sample_tokens", {"8", {"eval.samples=" + dir + "/other.txt"}}},
+      {"eval.sample_temperature", {"0.7", {"eval.samples=" + dir + "/other.txt"}}},
       {"eval.split", {"0.25", {"data.eos_token=0"}}},
       {"data.packing", {"none", {}}},
       {"train.epochs", {"0", {}}},  // a length in epochs needs a fine-tuning set (dist.finetune sets it)  // another value needs a

@@ -1,0 +1,48 @@
+#pragma once
+// Prompts for generation as token ids, the way transformers makes them: text as tokenizer(TEXT)
+// (the tokenizer's special tokens, its BOS, included); a conversation through the chat template
+// with its generation prompt (apply_chat_template(add_generation_prompt=True, tokenize=True)); or,
+// for a byte-level model (no tokenizer), the text's UTF-8 bytes. And the other way: token ids to
+// text, invalid UTF-8 as U+FFFD (transformers' decode).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dstrain::data {
+
+class PromptCodec {
+ public:
+  // `tokenizer_dir`: a folder with tokenizer.json (and tokenizer_config.json's chat template), or
+  // "" for bytes (end_of_document: the byte-level model's end-of-document id, -1 for none).
+  explicit PromptCodec(const std::string& tokenizer_dir, int64_t end_of_document = -1);
+  ~PromptCodec();
+  PromptCodec(const PromptCodec&) = delete;
+  PromptCodec& operator=(const PromptCodec&) = delete;
+
+  std::vector<int64_t> encode_text(const std::string& text) const;
+  // `json`: a list of messages, or an object with "messages". Throws Error{kConfig} without a chat
+  // template (a byte-level model has none).
+  std::vector<int64_t> encode_messages(const std::string& json);
+  std::string decode(const std::vector<int64_t>& ids) const;
+  // The end of sequence: the tokenizer's (tokenizer_config.json's eos_token), or the byte-level
+  // model's end of document; -1 when there is none.
+  int64_t end_of_sequence() const;
+  const std::string& tokenizer_dir() const;
+  int64_t vocab_size() const;  // the tokenizer's (257 or 256 for bytes)
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+struct Prompt {
+  std::string where;  // FILE:LINE
+  std::string shown;  // the prompt as a person reads it: the text, or the conversation's JSON
+  std::vector<int64_t> ids;
+};
+// A JSON Lines file of {"prompt": TEXT} or {"messages": [...]} (blank lines skipped). Throws
+// Error{kData} naming the line that is neither, Error{kUsage} when the file cannot be read.
+std::vector<Prompt> read_prompts(const std::string& path, PromptCodec& codec);
+
+}  // namespace dstrain::data
