@@ -56,7 +56,9 @@ std::vector<Generation> generate(const CausalLM& model, const std::vector<std::v
     const at::Tensor logits = last_logits(model, input);
     if (o.use_cache) cache.commit();
     if (o.step_logits) o.step_logits->push_back(logits.cpu());
-    const at::Tensor next = next_tokens(logits, tokens.narrow(1, 0, length).to(device), o.sampling, generator).cpu();
+    // The row so far goes to the device only for the repetition penalty, which reads it.
+    const at::Tensor seen = o.sampling.repetition_penalty != 1.0 ? tokens.narrow(1, 0, length).to(device) : at::Tensor();
+    const at::Tensor next = next_tokens(logits, seen, o.sampling, generator).cpu();
     for (int64_t b = 0; b < B; ++b) {
       const auto r = static_cast<size_t>(b);
       const int64_t token = done[r] ? o.pad_id : next[b].item<int64_t>();

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <optional>
 
-#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/prompts.h"
@@ -19,6 +18,7 @@
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/target_weights.h"
+#include "dstrain/train/choice_scores.h"
 
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
@@ -69,11 +69,7 @@ std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const data::
 // nullopt when the run has a tokenizer to find.
 std::optional<int64_t> byte_level(const GenerateRequest& r, const EvalTarget& target, const config::Recipe& recipe) {
   if (!r.tokenizer.empty() || !target.hf_dir.empty()) return std::nullopt;
-  if (!recipe.model.init_from.empty() && fs::is_regular_file(fs::path(recipe.model.init_from) / "tokenizer.json")) return std::nullopt;
-  const auto sidecar = config::read_dataset_sidecar(recipe.data.sources().front());
-  if (sidecar && sidecar->tokenizer == "bytes+eos") return sidecar->eos;
-  if (!sidecar && recipe.data.format == config::DataFormat::kBytes && recipe.model.vocab_size <= 257) return int64_t{-1};
-  return std::nullopt;
+  return train::byte_level_end(recipe);
 }
 
 }  // namespace
@@ -119,24 +115,28 @@ GenerationSession::Batch GenerationSession::run(const std::vector<std::vector<in
   Batch out;
   model::GenerateOptions options = s.options;
   const std::vector<std::string>& stops = s.request.stop;
-  options.stop_check = [&](size_t row, const std::vector<int64_t>& generated) {
-    const std::string so_far = decode(generated);
-    bool stop = false;
-    for (const auto& str : stops) stop = stop || so_far.find(str) != std::string::npos;
-    const bool at_stop_id = std::find(options.stop_ids.begin(), options.stop_ids.end(), generated.back()) != options.stop_ids.end();
-    if (stream && row == 0 && !stop && !at_stop_id) {
-      // Hold back an unfinished character (decoded as U+FFFD) and what may begin a stop string.
-      size_t show = so_far.size();
-      if (show >= 3 && so_far.compare(show - 3, 3, "\xEF\xBF\xBD") == 0) show -= 3;
-      for (const auto& str : stops) show = std::min(show, so_far.size() >= str.size() ? so_far.size() - str.size() + 1 : size_t{0});
-      if (show > out.streamed.size() && so_far.compare(0, out.streamed.size(), out.streamed) == 0) {
-        std::fputs(so_far.substr(out.streamed.size(), show - out.streamed.size()).c_str(), stdout);
-        std::fflush(stdout);
-        out.streamed = so_far.substr(0, show);
+  // Decoding every row's text at every token is for stop strings and the stream alone.
+  if (stops.empty() && !stream)
+    options.stop_check = nullptr;
+  else
+    options.stop_check = [&](size_t row, const std::vector<int64_t>& generated) {
+      const std::string so_far = decode(generated);
+      bool stop = false;
+      for (const auto& str : stops) stop = stop || so_far.find(str) != std::string::npos;
+      const bool at_stop_id = std::find(options.stop_ids.begin(), options.stop_ids.end(), generated.back()) != options.stop_ids.end();
+      if (stream && row == 0 && !stop && !at_stop_id) {
+        // Hold back an unfinished character (decoded as U+FFFD) and what may begin a stop string.
+        size_t show = so_far.size();
+        if (show >= 3 && so_far.compare(show - 3, 3, "\xEF\xBF\xBD") == 0) show -= 3;
+        for (const auto& str : stops) show = std::min(show, so_far.size() >= str.size() ? so_far.size() - str.size() + 1 : size_t{0});
+        if (show > out.streamed.size() && so_far.compare(0, out.streamed.size(), out.streamed) == 0) {
+          std::fputs(so_far.substr(out.streamed.size(), show - out.streamed.size()).c_str(), stdout);
+          std::fflush(stdout);
+          out.streamed = so_far.substr(0, show);
+        }
       }
-    }
-    return stop;
-  };
+      return stop;
+    };
   const auto start = std::chrono::steady_clock::now();
   out.rows = model::generate(*s.model, prompts, options, s.device.device);
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -99,6 +99,14 @@ std::string run_tokenizer_dir(const config::Recipe& r) {
   return "";
 }
 
+std::optional<int64_t> byte_level_end(const config::Recipe& r) {
+  if (!run_tokenizer_dir(r).empty()) return std::nullopt;
+  const auto sidecar = config::read_dataset_sidecar(r.data.sources().front());
+  if (sidecar && sidecar->tokenizer == "bytes+eos") return sidecar->eos;
+  if (!sidecar && r.data.format == config::DataFormat::kBytes && r.model.vocab_size <= 257) return int64_t{-1};
+  return std::nullopt;
+}
+
 std::vector<data::ChoiceTask> read_eval_tasks(const config::Recipe& r) {
   std::vector<data::ChoiceTask> tasks;
   if (r.eval.tasks.empty()) return tasks;

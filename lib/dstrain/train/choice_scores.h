@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,9 @@ ChoiceResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, con
 // A run's tokenizer folder: model.init_from's (when it has tokenizer.json), else the one its
 // prepared data was tokenized with; "" when neither (a byte-level run).
 std::string run_tokenizer_dir(const config::Recipe& recipe);
+// A run trained on bytes (prepare-data without a tokenizer, or data.format bytes): its
+// end-of-document id (-1: none); nullopt when it has a tokenizer, or neither is known.
+std::optional<int64_t> byte_level_end(const config::Recipe& recipe);
 // eval.tasks read and tokenized with the run's tokenizer, each named by its file stem. Throws
 // Error{kConfig} without a tokenizer, Error{kData} naming a task file's line.
 std::vector<data::ChoiceTask> read_eval_tasks(const config::Recipe& recipe);

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "dstrain/config/dataset_sidecar.h"
 #include "dstrain/config/recipe.h"
 #include "dstrain/core/error.h"
 #include "dstrain/data/prompts.h"
@@ -10,19 +9,10 @@
 #include "dstrain/train/choice_scores.h"
 
 namespace dstrain::train {
-namespace {
-
-// A byte-level run's end-of-document id (prepare-data without a tokenizer), or -1.
-int64_t bytes_end_of_document(const config::Recipe& r) {
-  const auto sidecar = config::read_dataset_sidecar(r.data.sources().front());
-  return sidecar && sidecar->tokenizer == "bytes+eos" ? sidecar->eos : -1;
-}
-
-}  // namespace
 
 SampleWriter::SampleWriter(const config::Recipe& recipe) : recipe_(recipe) {
   const std::string dir = run_tokenizer_dir(recipe);
-  codec_ = std::make_unique<data::PromptCodec>(dir, dir.empty() ? bytes_end_of_document(recipe) : -1);
+  codec_ = std::make_unique<data::PromptCodec>(dir, dir.empty() ? byte_level_end(recipe).value_or(-1) : -1);
   prompts_ = data::read_prompts(recipe.eval.samples, *codec_);
   const int64_t room = recipe.model.max_seq_len - recipe.eval.sample_tokens;
   for (const data::Prompt& p : prompts_) {
