@@ -6,7 +6,7 @@
 #include "dstrain/core/log.h"
 #include "dstrain/launch/plan.h"
 #include "dstrain/core/error.h"
-#include "dstrain/tasks/choice_scoring.h"
+#include "dstrain/tasks/task_scoring.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/eval_task.h"
 #include "launch_flags.h"
@@ -62,16 +62,19 @@ void register_eval(CLI::App& app, Run& run) {
   cmd->add_option("--data", args->flags.data, "An evaluation set (repeatable): prepare-data's PREFIX, or a file in --format");
   cmd->add_option("--name", args->flags.names, "The name of each --data set, in order (default: its file stem)");
   cmd->add_option("--task", args->tasks,
-                  "A multiple-choice task (repeatable): JSON Lines {\"context\", \"choices\": [...], \"gold\": INDEX}, scored as "
-                  "lm-evaluation-harness scores multiple_choice tasks (acc, acc_norm); named by its file stem")
+                  "A task (repeatable), named by its file stem: JSON Lines of multiple-choice rows {\"context\", \"choices\": [...], "
+                  "\"gold\": INDEX}, scored as lm-evaluation-harness scores multiple_choice tasks (acc, acc_norm), or of generative "
+                  "rows {\"context\", \"target\"} (after an optional {\"settings\": {...}} line: until, max_gen_toks, regex_pattern, "
+                  "...), generated greedily and scored as its generate_until tasks (exact_match)")
       ->check(CLI::ExistingFile);
   cmd->add_option("--task-format", args->task_format,
-                  "The --task files' rows: dstrain ({context, choices, gold}, the default), or as downloaded: hellaswag, arc "
-                  "(ARC-Easy/Challenge) or mmlu, turned into prompts as lm-evaluation-harness's task definitions do")
-      ->check(CLI::IsMember({"dstrain", "hellaswag", "arc", "mmlu"}));
-  cmd->add_option(
-      "--log-samples", args->samples,
-      "With --task: write each question's log-likelihoods, choice and gold to this file (JSON Lines, as lm-eval's --log_samples)");
+                  "The --task files' rows: dstrain ({context, choices, gold} or {context, target}, the default), or as downloaded: "
+                  "hellaswag, arc (ARC-Easy/Challenge), mmlu, or gsm8k (generative: exact_match, strict and flexible), turned into "
+                  "prompts as lm-evaluation-harness's task definitions do (zero-shot)")
+      ->check(CLI::IsMember({"dstrain", "hellaswag", "arc", "mmlu", "gsm8k"}));
+  cmd->add_option("--log-samples", args->samples,
+                  "With --task: write each question's log-likelihoods, choice and gold, or generation, answers and target, to this file "
+                  "(JSON Lines, as lm-eval's --log_samples)");
   cmd->add_option("--tokenizer", args->tokenizer,
                   "With --task: the model's tokenizer folder (default: the Hugging Face target's, model.init_from's, or the run's data's)");
   cmd->add_option("--max-batches", args->max_batches,
@@ -108,10 +111,10 @@ void register_eval(CLI::App& app, Run& run) {
       const tasks::EvalTarget target = tasks::resolve_eval_target(args->target, args->step);
       const config::Recipe recipe = tasks::eval_recipe(target, flags);
       for (const auto& warning : recipe.warnings) log::warn(warning);
-      const std::string choice_tasks = args->tasks.empty() ? ""
-                                                           : tasks::encode_choice_tasks(args->tasks, args->tokenizer, target, recipe,
-                                                                                        data::task_format(args->task_format));
-      return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable(), choice_tasks, args->samples);
+      const std::string task_set =
+          args->tasks.empty() ? ""
+                              : tasks::encode_tasks(args->tasks, args->tokenizer, target, recipe, data::task_format(args->task_format));
+      return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable(), task_set, args->samples);
     };
   });
 }

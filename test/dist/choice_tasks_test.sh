@@ -10,6 +10,7 @@
 # ZeRO-3; bad task files and a run without a tokenizer are refused before any worker starts.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
+source "$SRC/test/dist/tasks_lib.sh"
 py="$DSTRAIN_VENV/bin/python"
 trl="$DSTRAIN_TRL_VENV/bin/python"
 ref="$SRC/test/dist/choice_task_reference.py"
@@ -60,26 +61,7 @@ expect_out "badarc.jsonl:1: \"answerKey\" \"C\" is none of the labels [\"A\",\"B
 ok "HellaSwag, ARC and MMLU rows as downloaded (--task-format) score exactly as the prompts lm-eval's task definitions make of them (its hellaswag process_docs, its arc_easy and mmlu templates); an ARC answer key that is no label is refused by file:line"
 
 # A run scores as its export: a few SFT steps from the folder, then both.
-"$py" - corpus.jsonl chat.jsonl <<'PY'
-import json, sys
-rows = [json.loads(l)["text"] for l in open(sys.argv[1])][:64]
-with open(sys.argv[2], "w") as out:
-    for i in range(0, len(rows) - 1, 2):
-        out.write(json.dumps({"messages": [{"role": "user", "content": rows[i][:200]}, {"role": "assistant", "content": rows[i + 1][:200]}]}) + "\n")
-PY
-expect_status 0 "$DSTRAIN" prepare-data chat.jsonl --chat --tokenizer "$tok" --output chat --max-length 96 --too-long truncate
-cat > sft.yaml <<'YAML'
-run_dir: sft
-seed: 3
-model: {init_from: hf}
-data: {path: chat, format: megatron, seq_len: 96}
-train: {steps: 2, micro_batch_size: 4, global_batch_size: 8}
-optimizer: {lr: 2.0e-2}
-schedule: {warmup_steps: 0}
-eval: {tasks: [arc.jsonl, mmlu.jsonl], interval_steps: 1, at_start: true}
-checkpoint: {interval_steps: 1}
-launch: {threads_per_worker: 1}
-YAML
+sft_recipe "$tok" "{tasks: [arc.jsonl, mmlu.jsonl], interval_steps: 1, at_start: true}"
 expect_status 0 "$DSTRAIN" train sft.yaml --set logging.csv_dir="$WORK/csv" --set 'logging.sinks=[console, jsonl, csv]'
 expect_out "eval step 2/2 | task arc | acc "
 expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=sft-zero3 --set zero.stage=3 --nproc-per-node 2
@@ -139,7 +121,7 @@ expect_status 3 "$DSTRAIN" train sft.yaml --set run_dir=bad-tasks --set 'eval.ta
 expect_out "gold.jsonl:2: \"gold\" is 2, outside the 2 choices (0 to 1)"
 [ ! -e bad-tasks/metrics.jsonl ] || fail "a run with a bad task file started"
 expect_status 2 "$DSTRAIN" train "$SRC/recipes/demo.yaml" --set run_dir=no-tok --set "eval.tasks=[$WORK/arc.jsonl]" --set train.steps=20
-expect_out "eval.tasks needs the model's tokenizer"
+expect_out "arc.jsonl: a multiple-choice task needs the model's tokenizer, and this model has none (it was trained on bytes)"
 expect_status 2 "$DSTRAIN" train sft.yaml --set run_dir=pp --set parallel.pipeline_parallel_size=2 --nproc-per-node 2 --dry-run
 expect_out "eval.tasks with parallel.pipeline_parallel_size > 1 is not supported yet"
 ok "eval.tasks: a bad row is refused by file:line before any worker starts (exit 3), a run without a tokenizer (exit 2) and a pipeline by key"

@@ -39,6 +39,16 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
   return std::vector<int64_t>(host.data_ptr<int64_t>(), host.data_ptr<int64_t>() + world);
 }
 
+void all_reduce_host(Communicator& comm, at::Tensor& host) {
+  if (comm.device().is_cpu()) {
+    comm.all_reduce(host)->wait();
+    return;
+  }
+  at::Tensor on_device = host.to(comm.device());
+  comm.all_reduce(on_device)->wait();
+  host.copy_(on_device.cpu());
+}
+
 int64_t sum_exactly(Communicator& comm, int64_t value) { return sum_exactly(comm, std::vector<int64_t>{value}).at(0); }
 
 std::vector<int64_t> sum_exactly(Communicator& comm, const std::vector<int64_t>& values) {

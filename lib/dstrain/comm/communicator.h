@@ -78,6 +78,10 @@ class Communicator {
 // all-to-all of world_size integers): the first half of an uneven exchange.
 std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows);
 
+// Sums `host` (a tensor in host memory) over ranks in place, through the communicator's device
+// (a GPU for NCCL, which takes no host tensors). Collective.
+void all_reduce_host(Communicator& comm, at::Tensor& host);
+
 // The sum over ranks of a non-negative count below 2^48, exact (float32 all-reduces round
 // above 2^24: the count travels as six 8-bit digits, exact up to 65,536 ranks). Collective.
 int64_t sum_exactly(Communicator& comm, int64_t value);

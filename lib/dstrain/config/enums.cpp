@@ -27,7 +27,7 @@ DSTRAIN_ENUM_NAMES(Packing, "none", "greedy", "best_fit")
 DSTRAIN_ENUM_NAMES(LossNormalization, "global_tokens", "micro_batch_mean", "per_sample")
 DSTRAIN_ENUM_NAMES(LoraBase, "model", "nf4", "fp8")
 DSTRAIN_ENUM_NAMES(TrainObjective, "sft", "dpo", "reward", "cpo", "simpo", "orpo", "kto")
-DSTRAIN_ENUM_NAMES(TaskFormat, "dstrain", "hellaswag", "arc", "mmlu")
+DSTRAIN_ENUM_NAMES(TaskFormat, "dstrain", "hellaswag", "arc", "mmlu", "gsm8k")
 
 #undef DSTRAIN_ENUM_NAMES
 

@@ -28,7 +28,7 @@ enum class Packing { kNone, kGreedy, kBestFit };                               /
 enum class LossNormalization { kGlobalTokens, kMicroBatchMean, kPerSample };   // train.loss_normalization
 enum class LoraBase { kModel, kNf4, kFp8 };                                    // lora.base: the frozen base's storage
 enum class TrainObjective { kSft, kDpo, kReward, kCpo, kSimpo, kOrpo, kKto };  // train.objective
-enum class TaskFormat { kDstrain, kHellaswag, kArc, kMmlu };                   // eval.task_format, eval --task-format
+enum class TaskFormat { kDstrain, kHellaswag, kArc, kMmlu, kGsm8k };           // eval.task_format, eval --task-format
 using PipelineSchedule = pipeline::ScheduleKind;                               // pipeline.schedule
 
 template <typename E>

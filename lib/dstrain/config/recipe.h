@@ -115,7 +115,7 @@ struct EvalConfig {
   int64_t micro_batch_size = 0;         // 0: train.micro_batch_size
   int64_t early_stopping_patience = 0;  // stop after this many evaluations without improvement (0: never)
   double early_stopping_min_delta = 0;  // an improvement must exceed this
-  // Multiple-choice tasks scored at each evaluation (absolute after loading), as dstrain eval --task
+  // Task files (multiple-choice or generative) scored at each evaluation (absolute after loading), as dstrain eval --task
   // scores them, in task_format's rows.
   std::vector<std::string> tasks;
   TaskFormat task_format = TaskFormat::kDstrain;

@@ -118,11 +118,11 @@ std::vector<Field> eval_fields() {
     {"eval.micro_batch_size", 0, kMaxInt, {}, "Samples per rank per evaluation micro-batch (preference pairs with train.objective dpo; 0: train.micro_batch_size).", DS_FIELD(eval.micro_batch_size)},
     {"eval.early_stopping_patience", 0, kMaxInt, {}, "Stop the run (exit 0, with a checkpoint) after this many evaluations without an improvement of the first set's loss by more than early_stopping_min_delta (0: never).", DS_FIELD(eval.early_stopping_patience)},
     {"eval.early_stopping_min_delta", 0, kInf, {}, "The improvement of the validation loss that counts for early stopping and keep_best.", DS_FIELD(eval.early_stopping_min_delta)},
-    {"eval.tasks", 0, 0, {}, "Multiple-choice task files (relative to the recipe file) scored at every evaluation as `dstrain eval --task` scores them (lm-evaluation-harness's multiple_choice: acc and acc_norm), tokenized with the run's tokenizer (model.init_from's or its prepared data's); each named by its file stem: task/NAME/acc in the metrics.", DS_FIELD(eval.tasks)},
+    {"eval.tasks", 0, 0, {}, "Task files (relative to the recipe file) scored at every evaluation as `dstrain eval --task` scores them (lm-evaluation-harness's multiple_choice: acc and acc_norm; generate_until: exact_match), tokenized with the run's tokenizer (model.init_from's or its prepared data's); each named by its file stem: task/NAME/acc in the metrics.", DS_FIELD(eval.tasks)},
     {"eval.samples", 0, 0, {}, "A JSON Lines file of prompts ({\"prompt\": TEXT} or {\"messages\": [...]}, as dstrain generate --prompts reads them; relative to the recipe file): at every evaluation the model writes up to eval.sample_tokens new tokens after each, into run_dir/samples.jsonl and TensorBoard's text tab.", DS_FIELD(eval.samples)},
     {"eval.sample_tokens", 1, kMaxInt, {}, "New tokens per eval.samples prompt at most.", DS_FIELD(eval.sample_tokens)},
     {"eval.sample_temperature", 0, 100, {}, "eval.samples: 0 greedy; otherwise sampled at this temperature (the draws seeded by seed and the step).", DS_FIELD(eval.sample_temperature)},
-    {"eval.task_format", 0, 0, DS_CHOICES(eval.task_format), "The eval.tasks files' rows: dstrain ({context, choices, gold}), or hellaswag, arc or mmlu rows as downloaded.", DS_ENUM(eval.task_format)},
+    {"eval.task_format", 0, 0, DS_CHOICES(eval.task_format), "The eval.tasks files' rows: dstrain ({context, choices, gold} multiple-choice, or {context, target} generative rows), or hellaswag, arc, mmlu (multiple choice) or gsm8k (generative, exact match) rows as downloaded.", DS_ENUM(eval.task_format)},
   };
 }
 

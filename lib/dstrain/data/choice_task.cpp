@@ -11,38 +11,13 @@
 
 #include "dstrain/core/error.h"
 #include "dstrain/text/chat_template_file.h"
+#include "dstrain/text/python_str.h"
 #include "dstrain/text/tokenizer.h"
 
 namespace dstrain::data {
 namespace {
 
 using Json = nlohmann::json;
-
-// The code point that starts at s[i] (valid UTF-8: the tokenizer's input), and its length.
-std::pair<uint32_t, size_t> code_point_at(const std::string& s, size_t i) {
-  const auto c = static_cast<unsigned char>(s[i]);
-  const size_t n = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
-  uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  return {cp, n};
-}
-
-// Python's str.isspace().
-bool is_python_space(uint32_t cp) {
-  if ((cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680) return true;
-  return (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
-}
-
-// Where the trailing whitespace of `s` begins (Python's len(s.rstrip()), in bytes).
-size_t rstrip_end(const std::string& s) {
-  size_t end = 0;
-  for (size_t i = 0; i < s.size();) {
-    const auto [cp, n] = code_point_at(s, i);
-    i += n;
-    if (!is_python_space(cp)) end = i;
-  }
-  return end;
-}
 
 double characters(const std::string& s) {
   return static_cast<double>(std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
@@ -84,7 +59,7 @@ class RequestEncoder {
       }
       return r;
     }
-    const size_t kept = rstrip_end(context);
+    const size_t kept = text::python_rstrip_end(context);
     continuation = context.substr(kept) + continuation, context.resize(kept);
     const std::vector<uint32_t> whole = encode(context + continuation);
     r.context = encode(context);
@@ -99,18 +74,6 @@ class RequestEncoder {
   std::string prefix_text_;
 };
 
-// Python's str.strip() (whitespace at both ends).
-std::string python_strip(const std::string& s) {
-  const std::string right = s.substr(0, rstrip_end(s));
-  size_t begin = 0;
-  while (begin < right.size()) {
-    const auto [cp, n] = code_point_at(right, begin);
-    if (!is_python_space(cp)) break;
-    begin += n;
-  }
-  return right.substr(begin);
-}
-
 // Python's str.replace(from, to): every non-overlapping occurrence, left to right.
 std::string replace_all(const std::string& s, const std::string& from, const std::string& to) {
   std::string out;
@@ -122,7 +85,7 @@ std::string replace_all(const std::string& s, const std::string& from, const std
 // lm-eval's tasks/hellaswag/utils.py preprocess().
 std::string hellaswag_preprocess(const std::string& text) {
   static const std::regex kBrackets("\\[.*?\\]");
-  std::string t = replace_all(python_strip(text), " [title]", ". ");
+  std::string t = replace_all(text::python_strip(text), " [title]", ". ");
   t = std::regex_replace(t, kBrackets, "");
   return replace_all(t, "  ", " ");
 }
@@ -172,7 +135,7 @@ Json dstrain_row(const Json& row, TaskFormat format) {
     const Json& choices = field(row, "choices", &Json::is_array, "a list");
     if (choices.size() != 4 || !std::all_of(choices.begin(), choices.end(), [](const Json& c) { return c.is_string(); }))
       throw std::invalid_argument("\"choices\" is not 4 strings (MMLU's A to D)");
-    std::string context = python_strip(field(row, "question", &Json::is_string, "a string").get<std::string>());
+    std::string context = text::python_strip(field(row, "question", &Json::is_string, "a string").get<std::string>());
     for (size_t i = 0; i < 4; ++i) context += fmt::format("\n{}. {}", static_cast<char>('A' + i), choices[i].get<std::string>());
     out["context"] = context + "\nAnswer:";
     out["choices"] = {"A", "B", "C", "D"};
@@ -220,7 +183,8 @@ TaskFormat task_format(const std::string& name) {
   if (name == "hellaswag") return TaskFormat::kHellaswag;
   if (name == "arc") return TaskFormat::kArc;
   if (name == "mmlu") return TaskFormat::kMmlu;
-  throw Error(ErrorCode::kUsage, fmt::format("--task-format '{}' is not one of dstrain, hellaswag, arc, mmlu", name), "");
+  if (name == "gsm8k") return TaskFormat::kGsm8k;
+  throw Error(ErrorCode::kUsage, fmt::format("--task-format '{}' is not one of dstrain, hellaswag, arc, mmlu, gsm8k", name), "");
 }
 
 ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,

@@ -54,7 +54,7 @@ struct ChoiceTask {
 // request (context + continuation) has more than `max_length` + 1 tokens with a continuation that
 // alone does not fit: what the model's context cannot score.
 using TaskFormat = config::TaskFormat;
-// "dstrain", "hellaswag", "arc" or "mmlu"; Error{kUsage} otherwise.
+// "dstrain", "hellaswag", "arc", "mmlu" or "gsm8k" (data/generative_task.h); Error{kUsage} otherwise.
 TaskFormat task_format(const std::string& name);
 
 ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,

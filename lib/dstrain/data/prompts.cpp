@@ -29,14 +29,14 @@ PromptCodec::PromptCodec(const std::string& tokenizer_dir, int64_t end_of_docume
 
 PromptCodec::~PromptCodec() = default;
 
-std::vector<int64_t> PromptCodec::encode_text(const std::string& text) const {
+std::vector<int64_t> PromptCodec::encode_text(const std::string& text, bool add_special_tokens) const {
   if (!impl_->tokenizer) {
     const auto* bytes = reinterpret_cast<const uint8_t*>(text.data());
     return std::vector<int64_t>(bytes, bytes + text.size());
   }
   std::vector<uint32_t> ids;
   text::Tokenizer::Session session;
-  impl_->tokenizer->encode(text, ids, session, /*add_special_tokens=*/true);
+  impl_->tokenizer->encode(text, ids, session, add_special_tokens);
   return {ids.begin(), ids.end()};
 }
 
@@ -58,7 +58,7 @@ std::vector<int64_t> PromptCodec::encode_messages(const std::string& json) {
   return {ids.begin(), ids.end()};
 }
 
-std::string PromptCodec::decode(const std::vector<int64_t>& ids) const {
+std::string PromptCodec::decode(const std::vector<int64_t>& ids, bool skip_special_tokens) const {
   std::string s;
   if (!impl_->tokenizer) {  // bytes; the end-of-document token has no text
     for (const int64_t id : ids)
@@ -68,7 +68,7 @@ std::string PromptCodec::decode(const std::vector<int64_t>& ids) const {
     std::vector<uint32_t> known;
     for (const int64_t id : ids)
       if (id >= 0 && id < impl_->tokenizer->vocab_size()) known.push_back(static_cast<uint32_t>(id));
-    s = impl_->tokenizer->decode(known);
+    s = impl_->tokenizer->decode(known, skip_special_tokens);
   }
   text::repair_utf8(s);
   return s;
@@ -83,6 +83,13 @@ int64_t PromptCodec::end_of_sequence() const {
 const std::string& PromptCodec::tokenizer_dir() const { return impl_->dir; }
 
 int64_t PromptCodec::vocab_size() const { return impl_->tokenizer ? impl_->tokenizer->vocab_size() : impl_->byte_end >= 0 ? 257 : 256; }
+
+std::string PromptCodec::bos_text() const {
+  if (!impl_->tokenizer) return "";
+  text::ChatTemplateSource special;
+  text::read_special_tokens(impl_->dir, special);
+  return special.bos_token;
+}
 
 std::vector<Prompt> read_prompts(const std::string& path, PromptCodec& codec) {
   std::ifstream in(path);

@@ -20,16 +20,20 @@ class PromptCodec {
   PromptCodec(const PromptCodec&) = delete;
   PromptCodec& operator=(const PromptCodec&) = delete;
 
-  std::vector<int64_t> encode_text(const std::string& text) const;
+  // add_special_tokens false: the text alone (lm-eval's for a text that starts with the BOS's text).
+  std::vector<int64_t> encode_text(const std::string& text, bool add_special_tokens = true) const;
   // `json`: a list of messages, or an object with "messages". Throws Error{kConfig} without a chat
   // template (a byte-level model has none).
   std::vector<int64_t> encode_messages(const std::string& json);
-  std::string decode(const std::vector<int64_t>& ids) const;
+  // skip_special_tokens: special added tokens have no text, as lm-eval decodes generations.
+  std::string decode(const std::vector<int64_t>& ids, bool skip_special_tokens = false) const;
   // The end of sequence: the tokenizer's (tokenizer_config.json's eos_token), or the byte-level
   // model's end of document; -1 when there is none.
   int64_t end_of_sequence() const;
   const std::string& tokenizer_dir() const;
   int64_t vocab_size() const;  // the tokenizer's (257 or 256 for bytes)
+  // The text of the tokenizer's BOS token (tokenizer_config.json's bos_token), "" without one.
+  std::string bos_text() const;
 
  private:
   struct Impl;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "dstrain/train/choice_scores.h"
+#include "dstrain/train/task_scores.h"
 #include "dstrain/train/samples.h"
 #include "dstrain/cost/dry_run.h"
 #include "dstrain/cost/memory_plan.h"

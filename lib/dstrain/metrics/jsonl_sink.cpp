@@ -106,8 +106,15 @@ std::string jsonl_line(const EvalMetrics& m) {
 }
 
 std::string jsonl_line(const TaskMetrics& m) {
-  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"task\":{},\"acc\":{},\"acc_norm\":{},\"n\":{},\"eval_ms\":{}}}", m.step, m.wall_time,
-                     json_string(m.name), number(m.acc), number(m.acc_norm), m.questions, number(m.eval_ms));
+  std::string scores;  // a generative task's exact match, in place of acc and acc_norm
+  if (std::isfinite(m.exact_match)) {
+    scores = fmt::format("\"exact_match\":{}", number(m.exact_match));
+    if (std::isfinite(m.exact_match_flexible)) scores += fmt::format(",\"exact_match_flexible\":{}", number(m.exact_match_flexible));
+  } else {
+    scores = fmt::format("\"acc\":{},\"acc_norm\":{}", number(m.acc), number(m.acc_norm));
+  }
+  return fmt::format("{{\"step\":{},\"time\":{:.3f},\"task\":{},{},\"n\":{},\"eval_ms\":{}}}", m.step, m.wall_time, json_string(m.name),
+                     scores, m.questions, number(m.eval_ms));
 }
 
 void JsonlSink::write(const TaskMetrics& m) {

@@ -75,7 +75,10 @@ void MetricSinks::write(const EvalMetrics& m) {
 void MetricSinks::write(const TaskMetrics& m) {
   if (jsonl_) jsonl_->write(m);
   std::vector<std::pair<std::string, float>> scalars;
-  for (const auto& [what, value] : {std::pair<const char*, double>{"acc", m.acc}, {"acc_norm", m.acc_norm}}) {
+  for (const auto& [what, value] : {std::pair<const char*, double>{"acc", m.acc},
+                                    {"acc_norm", m.acc_norm},
+                                    {"exact_match", m.exact_match},
+                                    {"exact_match_flexible", m.exact_match_flexible}}) {
     if (!std::isfinite(value)) continue;
     if (tensorboard_) scalars.emplace_back(fmt::format("task/{}/{}", m.name, what), static_cast<float>(value));
     if (!o_.csv_dir.empty()) write_csv(fmt::format("task_{}_{}", m.name, what), m.step, value);

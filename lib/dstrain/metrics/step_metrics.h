@@ -81,12 +81,13 @@ struct EvalMetrics {
   std::vector<std::pair<std::string, double>> metrics;
 };
 
-// One multiple-choice task's score at a step (eval.tasks; a metrics.jsonl row of its own).
+// One task's score at a step (eval.tasks; a metrics.jsonl row of its own): acc and acc_norm of a
+// multiple-choice task, exact_match (and exact_match_flexible: gsm8k) of a generative one.
 struct TaskMetrics {
   int64_t step = 0;
   double wall_time = 0;
   std::string name;  // the task (its file stem)
-  double acc = kNone, acc_norm = kNone;
+  double acc = kNone, acc_norm = kNone, exact_match = kNone, exact_match_flexible = kNone;
   int64_t questions = 0;
   double eval_ms = kNone;
 };

@@ -74,7 +74,8 @@ std::vector<Generation> generate(const CausalLM& model, const std::vector<std::v
     }
     positions.select(1, length).copy_(positions.select(1, length - 1) + 1);
     ++length;
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    const bool running = !std::all_of(done.begin(), done.end(), [](bool d) { return d; });
+    if (o.any_running ? !o.any_running(running) : !running) break;
   }
   for (auto& g : out)
     if (g.finish_reason.empty()) g.finish_reason = "length";

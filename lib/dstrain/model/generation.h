@@ -32,6 +32,11 @@ struct GenerateOptions {
   // After each new token of a row that has not stopped: its new tokens so far; true stops the row
   // (a stop string appeared). May be empty.
   std::function<bool(size_t row, const std::vector<int64_t>& generated)> stop_check;
+  // Ranks that generate different prompts through forwards with collectives in them (ZeRO-3's
+  // gathers, the experts' all-to-alls) must run as many forwards: after each step, given whether
+  // this call still has a row running, whether any rank has (an all-reduce). Empty: this call's
+  // rows alone decide.
+  std::function<bool(bool running)> any_running;
   // Each step's logits [B, V] before the processors (tests compare the cached and uncached paths).
   std::vector<at::Tensor>* step_logits = nullptr;
 };

@@ -188,12 +188,15 @@ std::vector<std::pair<std::string, std::vector<json>>> grouped_by(const std::vec
   return groups;
 }
 
-// Each task's acc over the training curve (eval.tasks: metrics.jsonl rows with "task").
+// Each task's accuracy over the training curve (eval.tasks: metrics.jsonl rows with "task"): acc
+// and acc_norm of a multiple-choice task, exact_match of a generative one.
 Chart tasks_chart(const std::vector<json>& tasks) {
-  Chart chart{"tasks", "Multiple-choice tasks", "step", "accuracy", {}};
+  Chart chart{"tasks", "Tasks", "step", "accuracy", {}};
   for (const auto& [name, of_task] : grouped_by(tasks, "task")) {
-    chart.series.push_back(series_of(of_task, "acc", 1.0, "acc " + name));
-    chart.series.push_back(series_of(of_task, "acc_norm", 1.0, "acc_norm " + name));
+    const bool generative = of_task.front().contains("exact_match");
+    for (const char* metric :
+         generative ? std::vector<const char*>{"exact_match", "exact_match_flexible"} : std::vector<const char*>{"acc", "acc_norm"})
+      if (of_task.front().contains(metric)) chart.series.push_back(series_of(of_task, metric, 1.0, std::string(metric) + " " + name));
   }
   return chart;
 }

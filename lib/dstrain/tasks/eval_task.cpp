@@ -34,12 +34,13 @@
 #include "dstrain/model/peft_import.h"
 #include "dstrain/run/progress_line.h"
 #include "dstrain/run/worker_env.h"
-#include "dstrain/tasks/choice_scoring.h"
+#include "dstrain/tasks/task_scoring.h"
 #include "dstrain/tasks/comm_task.h"
 #include "dstrain/tasks/eval_target.h"
 #include "dstrain/tasks/target_weights.h"
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/choice_scores.h"
+#include "dstrain/train/task_scores.h"
 #include "dstrain/train/evaluator.h"
 #include "dstrain/train/live_reference.h"
 #include "dstrain/train/reference_logps.h"
@@ -121,7 +122,7 @@ std::string render_pairs(const nlohmann::json& j, size_t width) {
 
 std::string render(const nlohmann::json& j, bool json) {
   if (json) return j.dump() + "\n";
-  if (j.contains("tasks")) return choice_tasks_table(j.dump());
+  if (j.contains("tasks")) return tasks_table(j.dump());
   size_t width = 7, pairs = 0;
   for (const auto& d : j.at("datasets")) width = std::max(width, d.at("name").get<std::string>().size()), pairs += d.contains("pairs");
   if (pairs == j.at("datasets").size()) return render_pairs(j, width);
@@ -182,8 +183,8 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
   auto model = model::make_model(recipe.model, recipe.seed, model::scalar_type(recipe.precision.dtype), groups.expert_parallel.get());
   load_target_weights(*model, recipe, task.checkpoint, device.device);
   if (!task.choice_tasks.empty()) {  // --task: the tasks alone
-    const train::ChoiceResults r = train::score_choice_tasks(data::choice_tasks_from_json(read_file(task.choice_tasks)), *model,
-                                                             recipe.model.max_seq_len, device.device, *gloo, task.step);
+    const train::TaskResults r = train::score_tasks(data::task_set_from_json(read_file(task.choice_tasks)), *model,
+                                                    recipe.model.max_seq_len, device.device, *gloo, task.step);
     if (env.rank == 0) {
       if (!task.samples_path.empty()) write_file_atomic(task.samples_path, r.samples);
       if (task.result_path.empty())

@@ -27,7 +27,7 @@ struct EvalTask {
   std::string result_path;  // rank 0 writes the results (JSON) here; "": prints them (json or a table)
   bool json = false;
   int timeout_s = 300;
-  std::string choice_tasks;  // --task: the tokenized tasks (tasks/choice_scoring.h), as JSON in this file; "": the sets
+  std::string choice_tasks;  // --task: the tokenized tasks (tasks/task_scoring.h), as JSON in this file; "": the sets
   std::string samples_path;  // --log-samples: rank 0 writes each question's log-likelihoods here (JSON Lines)
 };
 
@@ -37,7 +37,7 @@ std::vector<std::string> eval_task_args(const EvalTask& task);
 int run_eval_task(const run::WorkerEnv& env, const EvalTask& task);
 // Evaluates `target` with `recipe` (eval_recipe's) on the topology: this node's workers, or this
 // process as one rank; node 0 prints the results. Returns the exit status.
-// choice_tasks: encode_choice_tasks' JSON (then only the tasks are scored); "": the recipe's sets.
+// choice_tasks: encode_tasks' JSON (then only the tasks are scored); "": the recipe's sets.
 int evaluate_target(const launch::Topology& topology, const EvalTarget& target, const config::Recipe& recipe, bool json, int timeout_s,
                     const std::string& executable, const std::string& choice_tasks = "", const std::string& samples_path = "");
 

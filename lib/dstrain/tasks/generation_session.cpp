@@ -23,6 +23,18 @@
 namespace dstrain::tasks {
 namespace fs = std::filesystem;
 
+std::vector<int64_t> generation_config_eos(const std::string& folder, int64_t vocab) {
+  std::vector<int64_t> ids;
+  const fs::path config = fs::path(folder) / "generation_config.json";
+  if (folder.empty() || !fs::is_regular_file(config)) return ids;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(config), nullptr, false);
+  if (!j.is_object() || !j.contains("eos_token_id")) return ids;
+  const nlohmann::json& e = j["eos_token_id"];
+  for (const auto& v : e.is_array() ? e : nlohmann::json::array({e}))
+    if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab) ids.push_back(v.get<int64_t>());
+  return ids;
+}
+
 struct GenerationSession::Impl {
   GenerateRequest request;
   EvalTarget target;
@@ -50,15 +62,7 @@ std::vector<int64_t> stop_ids_of(const std::vector<int64_t>& given, const data::
       throw Error(ErrorCode::kUsage, fmt::format("--stop-id {} is not a token of this model (its vocabulary is 0..{})", id, vocab - 1),
                   "pass the id of a token the tokenizer has");
   if (codec.end_of_sequence() >= 0) ids.push_back(codec.end_of_sequence());
-  const fs::path config = fs::path(folder) / "generation_config.json";
-  if (!folder.empty() && fs::is_regular_file(config)) {
-    const nlohmann::json j = nlohmann::json::parse(std::ifstream(config), nullptr, false);
-    if (j.is_object() && j.contains("eos_token_id")) {
-      const nlohmann::json& e = j["eos_token_id"];
-      for (const auto& v : e.is_array() ? e : nlohmann::json::array({e}))
-        if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < vocab) ids.push_back(v.get<int64_t>());
-    }
-  }
+  for (const int64_t id : generation_config_eos(folder, vocab)) ids.push_back(id);
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   return ids;

@@ -30,6 +30,9 @@ struct GenerateRequest {
   model::GenerateOptions options;
 };
 
+// A folder's generation_config.json eos_token_id(s) within the vocabulary (none without the file).
+std::vector<int64_t> generation_config_eos(const std::string& folder, int64_t vocab);
+
 class GenerationSession {
  public:
   // `command` names the caller in messages ("dstrain generate"). Throws dstrain::Error for a bad

@@ -19,7 +19,7 @@ struct Region {
 
 }  // namespace
 
-Regex::Regex(const std::string& pattern) : pattern_(pattern) {
+Regex::Regex(const std::string& pattern, RegexSyntax syntax, const std::string& hint) : pattern_(pattern) {
   static std::once_flag initialized;
   std::call_once(initialized, [] {
     OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
@@ -28,13 +28,15 @@ Regex::Regex(const std::string& pattern) : pattern_(pattern) {
   OnigRegex compiled = nullptr;
   OnigErrorInfo info{};
   const auto* begin = reinterpret_cast<const OnigUChar*>(pattern.data());
-  const int status = onig_new(&compiled, begin, begin + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &info);
+  const int status = onig_new(&compiled, begin, begin + pattern.size(), ONIG_OPTION_NONE, ONIG_ENCODING_UTF8,
+                              syntax == RegexSyntax::kPython ? ONIG_SYNTAX_PYTHON : ONIG_SYNTAX_DEFAULT, &info);
   if (status != ONIG_NORMAL) {
     OnigUChar message[ONIG_MAX_ERROR_MESSAGE_LEN] = {};
     onig_error_code_to_str(message, status, &info);
     throw Error(ErrorCode::kData,
                 fmt::format("the regular expression '{}' does not compile: {}", pattern, reinterpret_cast<char*>(message)),
-                "fix the pattern in tokenizer.json (it is read with Oniguruma's syntax, as Hugging Face tokenizers reads it)");
+                hint.empty() ? "fix the pattern in tokenizer.json (it is read with Oniguruma's syntax, as Hugging Face tokenizers reads it)"
+                             : hint);
   }
   regex_ = compiled;
 }
@@ -67,6 +69,36 @@ void Regex::for_each_match(std::string_view text, const std::function<void(uint3
     last_match_end = match_end;
     match(match_begin, match_end);
   }
+}
+
+std::vector<std::vector<std::string>> Regex::find_groups(std::string_view text) const {
+  const auto regex = static_cast<OnigRegex>(regex_);
+  const int groups = onig_number_of_captures(regex);
+  std::vector<std::vector<std::string>> out;
+  thread_local Region groups_of;  // for_each_match's own region is busy while `match` runs
+  const auto* begin = reinterpret_cast<const OnigUChar*>(text.data());
+  for_each_match(text, [&](uint32_t b, uint32_t e) {
+    if (groups == 0) return out.push_back({std::string(text.substr(b, e - b))});
+    onig_region_clear(groups_of.region);
+    onig_match(regex, begin, begin + text.size(), begin + b, groups_of.region, ONIG_OPTION_NONE);
+    std::vector<std::string> values;
+    for (int g = 1; g <= groups; ++g) {
+      const auto gb = groups_of.region->beg[g], ge = groups_of.region->end[g];
+      values.push_back(gb < 0 ? std::string() : std::string(text.substr(static_cast<size_t>(gb), static_cast<size_t>(ge - gb))));
+    }
+    out.push_back(std::move(values));
+  });
+  return out;
+}
+
+std::string Regex::remove_all(std::string_view text) const {
+  std::string out;
+  size_t kept = 0;
+  for_each_match(text, [&](uint32_t b, uint32_t e) {
+    out.append(text.substr(kept, b - kept));
+    kept = e;
+  });
+  return out.append(text.substr(kept));
 }
 
 void Regex::find_all(std::string_view text, std::vector<ByteRange>& out) const {

@@ -106,7 +106,7 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& ids, Sessio
   if (add_special_tokens) ids.insert(ids.end(), m.suffix_ids.begin(), m.suffix_ids.end());
 }
 
-std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
+std::string Tokenizer::decode(const std::vector<uint32_t>& ids, bool skip_special_tokens) const {
   if (!impl_->byte_level && !impl_->decoder.empty())
     throw Error(ErrorCode::kData, fmt::format("decoding with the '{}' decoder is not supported ({})", impl_->decoder, impl_->json_path),
                 "dstrain decodes byte-level tokenizers and ones without a decoder; decode with transformers instead");
@@ -115,7 +115,7 @@ std::string Tokenizer::decode(const std::vector<uint32_t>& ids) const {
   std::string out;
   for (uint32_t id : ids) {
     if (auto it = added.find(id); it != added.end()) {
-      out += it->second->content;
+      if (!skip_special_tokens || !it->second->special) out += it->second->content;
     } else if (auto bytes = impl_->model->token_bytes(id)) {
       out += *bytes;
     } else {

@@ -50,7 +50,8 @@ class Tokenizer {
               std::vector<TokenCut>* cuts = nullptr) const;
   // The text of `ids` (added tokens as their content), as the ByteLevel decoder (or, without a
   // decoder, the concatenation of the tokens) gives it. Throws for ids outside the vocabulary.
-  std::string decode(const std::vector<uint32_t>& ids) const;
+  // skip_special_tokens: added tokens marked special have no text (decode(skip_special_tokens=True)).
+  std::string decode(const std::vector<uint32_t>& ids, bool skip_special_tokens = false) const;
 
   uint32_t vocab_size() const;         // the largest id plus one, added tokens included
   size_t longest_added_token() const;  // in bytes

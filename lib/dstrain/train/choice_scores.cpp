@@ -51,12 +51,12 @@ std::vector<double> request_loglikelihoods(const model::CausalLM& model, const s
     const double value = loglikelihood(model, *requests[static_cast<size_t>(std::min(i, n - 1))], max_length, device);
     if (i < n) table.data_ptr<double>()[i] = value;
   }
-  comm.all_reduce(table)->wait();
+  comm::all_reduce_host(comm, table);
   return std::vector<double>(table.data_ptr<double>(), table.data_ptr<double>() + n);
 }
 
-ChoiceResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, const model::CausalLM& model, int64_t max_length,
-                                 const c10::Device& device, comm::Communicator& comm, int64_t step) {
+TaskResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, const model::CausalLM& model, int64_t max_length,
+                               const c10::Device& device, comm::Communicator& comm, int64_t step) {
   std::vector<const data::ChoiceRequest*> requests;
   for (const data::ChoiceTask& t : tasks)
     for (const data::ChoiceQuestion& q : t.questions)
@@ -73,7 +73,9 @@ ChoiceResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, con
     at += n;
     const data::ChoiceScore s = data::score_choice_task(t, lls);
     out["tasks"].push_back({{"name", t.name}, {"acc", s.acc}, {"acc_norm", s.acc_norm}, {"n", s.n}, {"requests", n}});
-    scores.push_back({t.name, s.acc, s.acc_norm, static_cast<int64_t>(s.n), static_cast<int64_t>(n)});
+    TaskScore score;
+    score.name = t.name, score.acc = s.acc, score.acc_norm = s.acc_norm, score.questions = s.n, score.requests = static_cast<int64_t>(n);
+    scores.push_back(score);
     size_t first = 0;
     for (size_t q = 0; q < t.questions.size(); ++q) {
       const size_t choices = t.questions[q].requests.size();
@@ -105,21 +107,6 @@ std::optional<int64_t> byte_level_end(const config::Recipe& r) {
   if (sidecar && sidecar->tokenizer == "bytes+eos") return sidecar->eos;
   if (!sidecar && r.data.format == config::DataFormat::kBytes && r.model.vocab_size <= 257) return int64_t{-1};
   return std::nullopt;
-}
-
-std::vector<data::ChoiceTask> read_eval_tasks(const config::Recipe& r) {
-  std::vector<data::ChoiceTask> tasks;
-  if (r.eval.tasks.empty()) return tasks;
-  const std::string dir = run_tokenizer_dir(r);
-  if (dir.empty())
-    throw Error(ErrorCode::kConfig,
-                "eval.tasks needs the model's tokenizer: neither model.init_from (a folder with tokenizer.json) nor the training data "
-                "(prepare-data --tokenizer) names one",
-                "train on data prepare-data tokenized (--tokenizer), or from a Hugging Face folder with its tokenizer");
-  const std::shared_ptr<const text::Tokenizer> tokenizer = text::Tokenizer::load(dir);
-  for (const std::string& path : r.eval.tasks)
-    tasks.push_back(data::read_choice_task(path, fs::path(path).stem().string(), *tokenizer, dir, r.model.max_seq_len, r.eval.task_format));
-  return tasks;
 }
 
 }  // namespace dstrain::train

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dstrain/data/choice_task.h"
+#include "dstrain/train/task_results.h"
 
 namespace dstrain::comm {
 class Communicator;
@@ -30,21 +31,9 @@ namespace dstrain::train {
 std::vector<double> request_loglikelihoods(const model::CausalLM& model, const std::vector<const data::ChoiceRequest*>& requests,
                                            int64_t max_length, const c10::Device& device, comm::Communicator& comm);
 
-struct TaskScore {
-  std::string name;
-  double acc = 0, acc_norm = 0;
-  int64_t questions = 0, requests = 0;
-};
-// Every task's acc and acc_norm over all ranks (`scores`), as the result JSON text
-// {"step", "world_size", "tasks": [{"name", "acc", "acc_norm", "n", "requests"}]}, and each
-// question as a JSON line {"task", "index", "gold", "loglikelihoods", "pred", "pred_norm"}
-// (--log-samples, as lm-eval's), on every rank.
-struct ChoiceResults {
-  std::string json, samples;
-  std::vector<TaskScore> scores;
-};
-ChoiceResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, const model::CausalLM& model, int64_t max_length,
-                                 const c10::Device& device, comm::Communicator& comm, int64_t step);
+// Every multiple-choice task's acc and acc_norm over all ranks (task_results.h).
+TaskResults score_choice_tasks(const std::vector<data::ChoiceTask>& tasks, const model::CausalLM& model, int64_t max_length,
+                               const c10::Device& device, comm::Communicator& comm, int64_t step);
 
 // A run's tokenizer folder: model.init_from's (when it has tokenizer.json), else the one its
 // prepared data was tokenized with; "" when neither (a byte-level run).
@@ -52,8 +41,5 @@ std::string run_tokenizer_dir(const config::Recipe& recipe);
 // A run trained on bytes (prepare-data without a tokenizer, or data.format bytes): its
 // end-of-document id (-1: none); nullopt when it has a tokenizer, or neither is known.
 std::optional<int64_t> byte_level_end(const config::Recipe& recipe);
-// eval.tasks read and tokenized with the run's tokenizer, each named by its file stem. Throws
-// Error{kConfig} without a tokenizer, Error{kData} naming a task file's line.
-std::vector<data::ChoiceTask> read_eval_tasks(const config::Recipe& recipe);
 
 }  // namespace dstrain::train

@@ -307,9 +307,14 @@ void Telemetry::record_tasks(const std::vector<metrics::TaskMetrics>& scores) {
   for (metrics::TaskMetrics m : scores) {
     m.wall_time = unix_seconds();
     sinks_->write(m);
-    if (console_)
-      log::info(fmt::format("eval step {}/{} | task {} | acc {:.4f} | acc_norm {:.4f} | {} questions | {:.0f} ms", m.step,
-                            recipe_.train.steps, m.name, m.acc, m.acc_norm, m.questions, m.eval_ms));
+    if (!console_) continue;
+    const std::string shown =
+        std::isfinite(m.exact_match)
+            ? fmt::format("exact_match {:.4f}{}", m.exact_match,
+                          std::isfinite(m.exact_match_flexible) ? fmt::format(" | flexible {:.4f}", m.exact_match_flexible) : "")
+            : fmt::format("acc {:.4f} | acc_norm {:.4f}", m.acc, m.acc_norm);
+    log::info(fmt::format("eval step {}/{} | task {} | {} | {} questions | {:.0f} ms", m.step, recipe_.train.steps, m.name, shown,
+                          m.questions, m.eval_ms));
   }
 }
 

@@ -37,6 +37,7 @@
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/train/data_plan.h"
 #include "dstrain/train/choice_scores.h"
+#include "dstrain/train/task_scores.h"
 #include "dstrain/train/eval_tracker.h"
 #include "dstrain/train/samples.h"
 #include "dstrain/train/evaluator.h"
@@ -158,7 +159,7 @@ struct Trainer::Parts {
   std::unique_ptr<FaultObserver> fault_observer;
   std::unique_ptr<ComputeTimes> compute_times;
   std::unique_ptr<Evaluator> evaluator;           // eval.paths / eval.split
-  std::vector<data::ChoiceTask> eval_tasks;       // eval.tasks
+  data::TaskSet eval_tasks;                       // eval.tasks
   std::unique_ptr<SampleWriter> samples;          // eval.samples
   std::unique_ptr<LiveReference> live_reference;  // preference.reference live
   EvalTracker eval_tracker;
@@ -523,7 +524,7 @@ void Trainer::score_tasks(int64_t done) {
   Parts& p = *p_;
   if (p.eval_tasks.empty()) return;
   const auto start = std::chrono::steady_clock::now();
-  const ChoiceResults r = score_choice_tasks(p.eval_tasks, *p.model, p.recipe.model.max_seq_len, p.device.device, p.comm.engine(), done);
+  const TaskResults r = train::score_tasks(p.eval_tasks, *p.model, p.recipe.model.max_seq_len, p.device.device, p.comm.engine(), done);
   // What the forwards left for training's step, as the evaluator does: the expert load and the waits.
   p.model->take_expert_load();
   p.model->take_all_to_all_wait_ms();
@@ -533,6 +534,7 @@ void Trainer::score_tasks(int64_t done) {
   for (const TaskScore& s : r.scores) {
     metrics::TaskMetrics m;
     m.step = done, m.name = s.name, m.acc = s.acc, m.acc_norm = s.acc_norm, m.questions = s.questions, m.eval_ms = ms;
+    m.exact_match = s.exact_match, m.exact_match_flexible = s.exact_match_flexible;
     rows.push_back(m);
   }
   p.telemetry->record_tasks(rows);

@@ -58,6 +58,14 @@ TEST_CASE("a task's JSONL row names the task and holds acc, acc_norm and the que
   CHECK(metrics::jsonl_line(m).find("\"acc\":null,") != std::string::npos);
 }
 
+TEST_CASE("a generative task's JSONL row holds exact_match in place of acc and acc_norm", "[metrics]") {
+  metrics::TaskMetrics m;
+  m.step = 7, m.wall_time = 1, m.name = "gsm8k", m.exact_match = 0.25, m.questions = 8, m.eval_ms = 3;
+  CHECK(metrics::jsonl_line(m) == "{\"step\":7,\"time\":1.000,\"task\":\"gsm8k\",\"exact_match\":0.25,\"n\":8,\"eval_ms\":3}");
+  m.exact_match_flexible = 0.5;
+  CHECK(metrics::jsonl_line(m).find("\"exact_match\":0.25,\"exact_match_flexible\":0.5,\"n\":8") != std::string::npos);
+}
+
 TEST_CASE("a resumed run drops a metrics line torn by a crash mid-write, and later steps", "[metrics]") {
   test::TempDir dir;
   const std::string path = dir.path() + "/metrics.jsonl";

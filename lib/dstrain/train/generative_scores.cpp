@@ -1,0 +1,104 @@
+#include "dstrain/train/generative_scores.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "dstrain/comm/communicator.h"
+#include "dstrain/data/prompts.h"
+#include "dstrain/model/generation.h"
+
+namespace dstrain::train {
+namespace {
+
+// One question's new tokens, greedy; the stop strings are looked for in the text with its special
+// tokens (HFLM's stop criteria decode them).
+std::vector<int64_t> generate_one(const data::GenerativeTask& t, const data::GenerativeQuestion& q, const data::TaskSet& set,
+                                  const data::PromptCodec& codec, const model::CausalLM& model, const c10::Device& device,
+                                  comm::Communicator& comm) {
+  model::GenerateOptions o;
+  o.max_new_tokens = t.max_gen_toks;
+  o.sampling.temperature = 0;
+  o.stop_ids = set.stop_ids;
+  if (!set.stop_ids.empty()) o.pad_id = set.stop_ids.front();
+  if (!t.until.empty())
+    o.stop_check = [&](size_t, const std::vector<int64_t>& generated) {
+      const std::string text = codec.decode(generated);
+      return std::any_of(t.until.begin(), t.until.end(), [&](const std::string& s) { return text.find(s) != std::string::npos; });
+    };
+  if (comm.world_size() > 1)
+    o.any_running = [&](bool running) {
+      at::Tensor flag = at::full({1}, running ? 1 : 0, at::kLong);
+      comm::all_reduce_host(comm, flag);
+      return flag.item<int64_t>() > 0;
+    };
+  return model::generate(model, {q.prompt}, o, device).front().tokens;
+}
+
+// HFLM's text of a generation: special tokens skipped, cut before every stop string in turn.
+std::string text_of(std::vector<int64_t> tokens, const data::GenerativeTask& t, const data::TaskSet& set, const data::PromptCodec& codec) {
+  if (!tokens.empty() && std::find(set.stop_ids.begin(), set.stop_ids.end(), tokens.back()) != set.stop_ids.end()) tokens.pop_back();
+  std::string text = codec.decode(tokens, /*skip_special_tokens=*/true);
+  for (const std::string& stop : t.until)
+    if (!stop.empty()) text = text.substr(0, std::min(text.size(), text.find(stop)));
+  return text;
+}
+
+}  // namespace
+
+TaskResults score_generative_tasks(const data::TaskSet& set, const model::CausalLM& model, const c10::Device& device,
+                                   comm::Communicator& comm) {
+  const data::PromptCodec codec(set.tokenizer_dir, set.end_of_document);
+  TaskResults out;
+  nlohmann::json tasks = nlohmann::json::array();
+  const int64_t world = comm.world_size();
+  for (const data::GenerativeTask& t : set.generative) {
+    const auto n = static_cast<int64_t>(t.questions.size());
+    // Row i: its count of new tokens, then the tokens; only the rank that generated it writes it.
+    at::Tensor table = at::zeros({n, t.max_gen_toks + 1}, at::kLong);
+    for (int64_t round = 0; round < (n + world - 1) / world; ++round) {
+      const int64_t i = round * world + comm.rank();
+      // A rank past the end generates the last question again and keeps nothing: its forwards pair
+      // up with the others'.
+      const std::vector<int64_t> tokens =
+          generate_one(t, t.questions[static_cast<size_t>(std::min(i, n - 1))], set, codec, model, device, comm);
+      if (i >= n) continue;
+      table[i][0] = static_cast<int64_t>(tokens.size());
+      table[i].narrow(0, 1, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens, at::kLong));
+    }
+    comm::all_reduce_host(comm, table);
+    std::vector<double> correct(t.filters.size(), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t* row = table[i].data_ptr<int64_t>();
+      const std::string text = text_of(std::vector<int64_t>(row + 1, row + 1 + row[0]), t, set, codec);
+      const data::GenerativeQuestion& q = t.questions[static_cast<size_t>(i)];
+      nlohmann::json answers = nlohmann::json::object(), scores = nlohmann::json::object();
+      for (size_t f = 0; f < t.filters.size(); ++f) {
+        const std::string answer = data::filtered_answer(t.filters[f], text);
+        const bool match = data::exact_match(t.rules, answer, q.target);
+        correct[f] += match;
+        answers[t.filters[f].metric] = answer, scores[t.filters[f].metric] = match ? 1 : 0;
+      }
+      out.samples += nlohmann::json{{"task", t.name},     {"index", i},       {"target", q.target},  {"generation", text},
+                                    {"answers", answers}, {"scores", scores}, {"new_tokens", row[0]}}
+                         .dump() +
+                     "\n";
+    }
+    TaskScore score;
+    score.name = t.name, score.questions = n, score.requests = n;
+    nlohmann::json entry = {{"name", t.name}};
+    for (size_t f = 0; f < t.filters.size(); ++f) {
+      const double value = correct[f] / static_cast<double>(n);
+      entry[t.filters[f].metric] = value;
+      (f == 0 ? score.exact_match : score.exact_match_flexible) = value;
+    }
+    entry["n"] = n, entry["requests"] = n;
+    tasks.push_back(entry);
+    out.scores.push_back(score);
+  }
+  out.json = tasks.dump();
+  return out;
+}
+
+}  // namespace dstrain::train
