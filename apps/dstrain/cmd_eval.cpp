@@ -16,6 +16,7 @@ namespace dstrain::app {
 void register_eval(CLI::App& app, Run& run) {
   struct Args {
     std::string target, step, tokenizer, samples, task_format = "dstrain";
+    int64_t task_batch_size = 1;
     std::vector<std::string> tasks;
     tasks::EvalFlags flags;
     int64_t max_batches = -1, micro_batch_size = 0, seq_len = 0;
@@ -72,6 +73,10 @@ void register_eval(CLI::App& app, Run& run) {
                   "hellaswag, arc (ARC-Easy/Challenge), mmlu, or gsm8k (generative: exact_match, strict and flexible), turned into "
                   "prompts as lm-evaluation-harness's task definitions do (zero-shot)")
       ->check(CLI::IsMember({"dstrain", "hellaswag", "arc", "mmlu", "gsm8k"}));
+  cmd->add_option("--task-batch-size", args->task_batch_size,
+                  "With --task: generative questions generated together on a rank, as lm-evaluation-harness's --batch_size (sorted "
+                  "longest first, left-padded); default 1: each alone, as lm-eval's default")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
   cmd->add_option("--log-samples", args->samples,
                   "With --task: write each question's log-likelihoods, choice and gold, or generation, answers and target, to this file "
                   "(JSON Lines, as lm-eval's --log_samples)");
@@ -106,14 +111,15 @@ void register_eval(CLI::App& app, Run& run) {
       if (args->tasks.empty())
         for (const auto& [set, flag] : {std::pair{!args->tokenizer.empty(), "--tokenizer"},
                                         {!args->samples.empty(), "--log-samples"},
-                                        {args->task_format != "dstrain", "--task-format"}})
+                                        {args->task_format != "dstrain", "--task-format"},
+                                        {args->task_batch_size != 1, "--task-batch-size"}})
           if (set) throw Error(ErrorCode::kUsage, fmt::format("{} goes with --task", flag), "pass --task FILE, or leave it out");
       const tasks::EvalTarget target = tasks::resolve_eval_target(args->target, args->step);
       const config::Recipe recipe = tasks::eval_recipe(target, flags);
       for (const auto& warning : recipe.warnings) log::warn(warning);
-      const std::string task_set =
-          args->tasks.empty() ? ""
-                              : tasks::encode_tasks(args->tasks, args->tokenizer, target, recipe, data::task_format(args->task_format));
+      const std::string task_set = args->tasks.empty() ? ""
+                                                       : tasks::encode_tasks(args->tasks, args->tokenizer, target, recipe,
+                                                                             data::task_format(args->task_format), args->task_batch_size);
       return tasks::evaluate_target(topo, target, recipe, args->json, args->timeout_s, self_executable(), task_set, args->samples);
     };
   });

@@ -7,11 +7,13 @@
       newline); dstrain rows {"context", "target"} after a settings line (until "\\n\\n" and
       "Question:", 40 tokens, a regex with two groups picked from the end, ignore_case,
       ignore_punctuation, a regex to ignore), or --gsm8k rows {"question", "answer"} as downloaded
-  generative_task_reference.py score MODEL_DIR TOKDIR ROWS.jsonl OUT.json [--gsm8k]
+  generative_task_reference.py score MODEL_DIR TOKDIR ROWS.jsonl OUT.json [--gsm8k] [--batch-size N]
       (the TRL overlay's python, which has lm_eval) each row through HFLM.generate_until on the
-      model in fp32 on the CPU (batch size 1, greedy), with the row's settings as gen_kwargs, or
+      model in fp32 on the CPU (batch size N, default 1; greedy; --threads T, default 1), with the
+      settings as gen_kwargs, or
       with the gsm8k task's own YAML (lm_eval/tasks/gsm8k/gsm8k.yaml: its doc_to_text, until,
-      filters and exact_match options); then lm-eval's RegexFilter and exact_match on each text
+      filters and exact_match options); then lm-eval's RegexFilter and exact_match on each text;
+      "seconds": generate_until's (the benchmark's lm-eval column)
   generative_task_reference.py retarget ROWS.jsonl REF.json OUT.jsonl OUT_REF.json [--gsm8k]
       the rows with every other target set to what lm-eval answered for it (so that exact_match is
       neither 0 nor 1), and their reference: the same texts graded against the new targets
@@ -116,13 +118,18 @@ def score(args):
     import torch
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
-    torch.set_num_threads(1)
+    import time
+    torch.set_num_threads(args.threads)
     rows = [json.loads(line) for line in open(args.rows, encoding="utf-8") if line.strip()]
     contexts, _, gen, _, _ = task_of(rows, args.gsm8k)
-    lm = HFLM(pretrained=args.model, tokenizer=args.tokdir, device="cpu", dtype="float32", batch_size=1)
+    lm = HFLM(pretrained=args.model, tokenizer=args.tokdir, device="cpu", dtype="float32", batch_size=args.batch_size)
     requests = [Instance(request_type="generate_until", doc={}, arguments=(c, dict(gen)), idx=0, metadata=("task", i, 1))
                 for i, c in enumerate(contexts)]
-    out = grade(lm.generate_until(requests, disable_tqdm=True), rows, args.gsm8k)
+    start = time.perf_counter()
+    texts = lm.generate_until(requests, disable_tqdm=True)
+    seconds = time.perf_counter() - start
+    out = grade(texts, rows, args.gsm8k)
+    out["seconds"] = seconds
     json.dump(out, open(args.out, "w"), indent=1, ensure_ascii=False)
     print(f"lm-eval: {out['n']} rows, " + ", ".join(f"{k} {out[k]:.4f}" for k in out["scores"]))
 
@@ -180,6 +187,8 @@ def main():
     s = sub.add_parser("score")
     s.add_argument("model"), s.add_argument("tokdir"), s.add_argument("rows"), s.add_argument("out")
     s.add_argument("--gsm8k", action="store_true")
+    s.add_argument("--batch-size", type=int, default=1)
+    s.add_argument("--threads", type=int, default=1)
     t = sub.add_parser("retarget")
     t.add_argument("rows"), t.add_argument("reference"), t.add_argument("out"), t.add_argument("out_reference")
     t.add_argument("--gsm8k", action="store_true")

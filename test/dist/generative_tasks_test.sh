@@ -48,10 +48,18 @@ for run in "1" "3" "2 --expert-parallel-size 2"; do
   "$py" "$ref" compare gsm8k.ref.json gsm8k$n.json s-gsm8k$n.jsonl --name gsm8k || fail "gsm8k at --nproc-per-node $run differs from lm-eval"
 done
 cmp -s s-idioms1.jsonl s-idioms3.jsonl && cmp -s s-idioms1.jsonl s-idioms2.jsonl || fail "other ranks gave other generations"
+# Batches (lm-eval's --batch_size): sorted longest first, left-padded; batch k on rank k % world.
+"$trl" "$ref" score hf "$tok" idioms.jsonl idioms.b5.json --batch-size 5 >> lmeval.log 2>&1 || fail "lm-eval could not generate in batches"
+for n in 1 2; do
+  expect_status 0 "$DSTRAIN" eval hf --task idioms.jsonl --tokenizer "$tok" --task-batch-size 5 --log-samples s-b5-$n.jsonl --json \
+    --nproc-per-node $n
+  grep '^{' <<<"$OUT" > b5-$n.json
+  "$py" "$ref" compare idioms.b5.json b5-$n.json s-b5-$n.jsonl --name idioms || fail "batches of 5 at $n ranks differ from lm-eval's"
+done
 expect_status 0 "$DSTRAIN" eval hf --task idioms.jsonl --tokenizer "$tok"
 expect_out "exact_match"
 expect_out "idioms "
-ok "generative tasks equal lm-evaluation-harness's generate_until + RegexFilter + exact_match on 20 rows (a settings line; GSM8K rows through its gsm8k.yaml, strict and flexible): every text, answer and score, at 1 and 3 ranks and with the experts over 2 ranks"
+ok "generative tasks equal lm-evaluation-harness's generate_until + RegexFilter + exact_match on 20 rows (a settings line; GSM8K rows through its gsm8k.yaml, strict and flexible): every text, answer and score, at 1 and 3 ranks and with the experts over 2 ranks; in batches of 5 (lm-eval's --batch_size 5) at 1 and 2 ranks"
 
 # eval.tasks during training: each step's score is dstrain eval's of that step's checkpoint.
 sft_recipe "$tok" "{tasks: [idioms.jsonl], interval_steps: 1}"

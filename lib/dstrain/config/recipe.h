@@ -119,6 +119,7 @@ struct EvalConfig {
   // scores them, in task_format's rows.
   std::vector<std::string> tasks;
   TaskFormat task_format = TaskFormat::kDstrain;
+  int64_t task_batch_size = 1;  // generative questions per generate() on a rank (lm-eval's --batch_size)
   // Text written at each evaluation from these prompts (JSON Lines, absolute after loading; "": none).
   std::string samples;
   int64_t sample_tokens = 64;     // new tokens per prompt at most

@@ -134,7 +134,7 @@ GenerativeTask read_generative_task(const std::string& path, const std::string& 
         throw std::invalid_argument(fmt::format("the context's {} tokens and max_gen_toks {} make {}, more than the model's {} positions",
                                                 prompt.size(), task.max_gen_toks, static_cast<int64_t>(prompt.size()) + task.max_gen_toks,
                                                 max_length));
-      task.questions.push_back({std::move(prompt), std::move(target)});
+      task.questions.push_back({std::move(prompt), std::move(context), std::move(target)});
     } catch (const std::invalid_argument& e) {
       throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()), kRowHint);
     } catch (const Error& e) {
@@ -150,7 +150,7 @@ std::string generative_tasks_json(const std::vector<GenerativeTask>& tasks) {
   for (const GenerativeTask& t : tasks) {
     Json filters = Json::array(), questions = Json::array();
     for (const AnswerFilter& f : t.filters) filters.push_back({f.metric, f.regex_pattern, f.group_select, f.fallback});
-    for (const GenerativeQuestion& q : t.questions) questions.push_back({q.prompt, q.target});
+    for (const GenerativeQuestion& q : t.questions) questions.push_back({q.prompt, q.context, q.target});
     out.push_back({{"name", t.name},
                    {"path", t.path},
                    {"until", t.until},
@@ -173,7 +173,8 @@ std::vector<GenerativeTask> generative_tasks_from_json(const std::string& json) 
       task.filters.push_back({f.at(0).get<std::string>(), f.at(1).get<std::string>(), f.at(2).get<int64_t>(), f.at(3).get<std::string>()});
     const Json& r = t.at("rules");
     task.rules = {r.at(0).get<std::vector<std::string>>(), r.at(1).get<bool>(), r.at(2).get<bool>(), r.at(3).get<bool>()};
-    for (const Json& q : t.at("questions")) task.questions.push_back({q.at(0).get<std::vector<int64_t>>(), q.at(1).get<std::string>()});
+    for (const Json& q : t.at("questions"))
+      task.questions.push_back({q.at(0).get<std::vector<int64_t>>(), q.at(1).get<std::string>(), q.at(2).get<std::string>()});
     tasks.push_back(std::move(task));
   }
   return tasks;

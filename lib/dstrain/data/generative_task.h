@@ -47,7 +47,7 @@ struct ExactMatchRules {
 
 struct GenerativeQuestion {
   std::vector<int64_t> prompt;
-  std::string target;
+  std::string context, target;
 };
 
 struct GenerativeTask {

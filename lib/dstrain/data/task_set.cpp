@@ -43,7 +43,8 @@ std::string task_set_json(const TaskSet& set) {
                         {"generative", nlohmann::json::parse(generative_tasks_json(set.generative))},
                         {"tokenizer_dir", set.tokenizer_dir},
                         {"end_of_document", set.end_of_document},
-                        {"stop_ids", set.stop_ids}}
+                        {"stop_ids", set.stop_ids},
+                        {"batch_size", set.batch_size}}
       .dump();
 }
 
@@ -55,6 +56,7 @@ TaskSet task_set_from_json(const std::string& json) {
   set.tokenizer_dir = j.at("tokenizer_dir").get<std::string>();
   set.end_of_document = j.at("end_of_document").get<int64_t>();
   set.stop_ids = j.at("stop_ids").get<std::vector<int64_t>>();
+  set.batch_size = j.at("batch_size").get<int64_t>();
   return set;
 }
 

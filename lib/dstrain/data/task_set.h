@@ -18,6 +18,7 @@ struct TaskSet {
   std::string tokenizer_dir;     // "": bytes
   int64_t end_of_document = -1;  // a byte-level model's
   std::vector<int64_t> stop_ids;
+  int64_t batch_size = 1;  // generative questions per generate() (eval.task_batch_size, --task-batch-size)
   bool empty() const { return choice.empty() && generative.empty(); }
 };
 

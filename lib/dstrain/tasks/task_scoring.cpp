@@ -13,14 +13,15 @@
 namespace dstrain::tasks {
 
 std::string encode_tasks(const std::vector<std::string>& paths, const std::string& tokenizer_dir, const EvalTarget& target,
-                         const config::Recipe& r, data::TaskFormat format) {
+                         const config::Recipe& r, data::TaskFormat format, int64_t batch_size) {
   // A run trained on bytes reads its tasks as bytes; anything else needs its tokenizer.
   const std::optional<int64_t> bytes = tokenizer_dir.empty() && target.hf_dir.empty() ? train::byte_level_end(r) : std::nullopt;
   const std::string dir = bytes ? "" : target_tokenizer_dir(tokenizer_dir, target, r, "--task");
-  const data::TaskSet set =
+  data::TaskSet set =
       data::read_task_set(paths, dir, bytes.value_or(-1), r.model.max_seq_len, format,
                           generation_config_eos(target.hf_dir.empty() ? dir : target.hf_dir, r.model.vocab_size),
                           "score a model trained on bytes with generative tasks ({\"context\", \"target\"} rows), or pass --tokenizer DIR");
+  set.batch_size = batch_size;
   return data::task_set_json(set);
 }
 

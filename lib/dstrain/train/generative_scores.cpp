@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "dstrain/comm/communicator.h"
@@ -12,11 +13,25 @@
 namespace dstrain::train {
 namespace {
 
-// One question's new tokens, greedy; the stop strings are looked for in the text with its special
-// tokens (HFLM's stop criteria decode them).
-std::vector<int64_t> generate_one(const data::GenerativeTask& t, const data::GenerativeQuestion& q, const data::TaskSet& set,
-                                  const data::PromptCodec& codec, const model::CausalLM& model, const c10::Device& device,
-                                  comm::Communicator& comm) {
+// lm-eval's Collator order: the longest prompt first, equal lengths by their text; batches are
+// consecutive runs of it.
+std::vector<size_t> longest_first(const data::GenerativeTask& t) {
+  std::vector<size_t> order(t.questions.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const auto& qa = t.questions[a];
+    const auto& qb = t.questions[b];
+    if (qa.prompt.size() != qb.prompt.size()) return qa.prompt.size() > qb.prompt.size();
+    return qa.context < qb.context;  // UTF-8 bytes sort as Python compares code points
+  });
+  return order;
+}
+
+// A batch of questions' new tokens, greedy; the stop strings are looked for in each row's text
+// with its special tokens (HFLM's stop criteria decode them).
+std::vector<model::Generation> generate_batch(const data::GenerativeTask& t, const std::vector<std::vector<int64_t>>& prompts,
+                                              const data::TaskSet& set, const data::PromptCodec& codec, const model::CausalLM& model,
+                                              const c10::Device& device, comm::Communicator& comm) {
   model::GenerateOptions o;
   o.max_new_tokens = t.max_gen_toks;
   o.sampling.temperature = 0;
@@ -33,7 +48,7 @@ std::vector<int64_t> generate_one(const data::GenerativeTask& t, const data::Gen
       comm::all_reduce_host(comm, flag);
       return flag.item<int64_t>() > 0;
     };
-  return model::generate(model, {q.prompt}, o, device).front().tokens;
+  return model::generate(model, prompts, o, device);
 }
 
 // HFLM's text of a generation: special tokens skipped, cut before every stop string in turn.
@@ -54,20 +69,30 @@ TaskResults score_generative_tasks(const data::TaskSet& set, const model::Causal
   nlohmann::json tasks = nlohmann::json::array();
   const int64_t world = comm.world_size();
   for (const data::GenerativeTask& t : set.generative) {
+    const auto start = std::chrono::steady_clock::now();
     const auto n = static_cast<int64_t>(t.questions.size());
+    const std::vector<size_t> order = longest_first(t);
+    const int64_t batches = (n + set.batch_size - 1) / set.batch_size;
     // Row i: its count of new tokens, then the tokens; only the rank that generated it writes it.
     at::Tensor table = at::zeros({n, t.max_gen_toks + 1}, at::kLong);
-    for (int64_t round = 0; round < (n + world - 1) / world; ++round) {
-      const int64_t i = round * world + comm.rank();
-      // A rank past the end generates the last question again and keeps nothing: its forwards pair
-      // up with the others'.
-      const std::vector<int64_t> tokens =
-          generate_one(t, t.questions[static_cast<size_t>(std::min(i, n - 1))], set, codec, model, device, comm);
-      if (i >= n) continue;
-      table[i][0] = static_cast<int64_t>(tokens.size());
-      table[i].narrow(0, 1, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens, at::kLong));
+    for (int64_t round = 0; round < (batches + world - 1) / world; ++round) {
+      // Batch k on rank k % world: lm-eval's batches at any world size. A rank past the end
+      // generates the last batch again and keeps nothing: its forwards pair up with the others'.
+      const int64_t k = round * world + comm.rank(), first = std::min(k, batches - 1) * set.batch_size;
+      std::vector<std::vector<int64_t>> prompts;
+      for (int64_t j = first; j < std::min(first + set.batch_size, n); ++j)
+        prompts.push_back(t.questions[order[static_cast<size_t>(j)]].prompt);
+      const std::vector<model::Generation> rows = generate_batch(t, prompts, set, codec, model, device, comm);
+      if (k >= batches) continue;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        const std::vector<int64_t>& tokens = rows[r].tokens;
+        const auto i = static_cast<int64_t>(order[static_cast<size_t>(first) + r]);
+        table[i][0] = static_cast<int64_t>(tokens.size());
+        table[i].narrow(0, 1, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens, at::kLong));
+      }
     }
     comm::all_reduce_host(comm, table);
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> correct(t.filters.size(), 0.0);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t* row = table[i].data_ptr<int64_t>();
@@ -93,7 +118,7 @@ TaskResults score_generative_tasks(const data::TaskSet& set, const model::Causal
       entry[t.filters[f].metric] = value;
       (f == 0 ? score.exact_match : score.exact_match_flexible) = value;
     }
-    entry["n"] = n, entry["requests"] = n;
+    entry["n"] = n, entry["requests"] = n, entry["eval_ms"] = ms;
     tasks.push_back(entry);
     out.scores.push_back(score);
   }

@@ -17,7 +17,8 @@ struct TaskScore {
 };
 // Every task's scores over all ranks (`scores`), as the result JSON text
 // {"step", "world_size", "tasks": [{"name", "acc", "acc_norm", "n", "requests"} or
-// {"name", "exact_match", ["exact_match_flexible",] "n", "requests"}]}, and each question as a JSON
+// {"name", "exact_match", ["exact_match_flexible",] "n", "requests", "eval_ms"}]} (eval_ms: the
+// generation's wall time), and each question as a JSON
 // line (--log-samples, as lm-eval's): {"task", "index", "gold", "loglikelihoods", "pred",
 // "pred_norm"}, or {"task", "index", "target", "generation", "answers", "exact_match"}; on every rank.
 struct TaskResults {

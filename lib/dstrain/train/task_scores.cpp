@@ -19,9 +19,12 @@ data::TaskSet read_eval_tasks(const config::Recipe& r) {
                 "eval.tasks needs the model's tokenizer: neither model.init_from (a folder with tokenizer.json) nor the training data "
                 "(prepare-data --tokenizer) names one",
                 "train on data prepare-data tokenized (--tokenizer), or from a Hugging Face folder with its tokenizer");
-  return data::read_task_set(r.eval.tasks, dir, byte_end.value_or(-1), r.model.max_seq_len, r.eval.task_format, {},
-                             "eval.tasks: score a run trained on bytes with generative tasks ({\"context\", \"target\"} rows), or "
-                             "train on data prepare-data tokenized (--tokenizer)");
+  data::TaskSet set =
+      data::read_task_set(r.eval.tasks, dir, byte_end.value_or(-1), r.model.max_seq_len, r.eval.task_format, {},
+                          "eval.tasks: score a run trained on bytes with generative tasks ({\"context\", \"target\"} rows), or "
+                          "train on data prepare-data tokenized (--tokenizer)");
+  set.batch_size = r.eval.task_batch_size;
+  return set;
 }
 
 TaskResults score_tasks(const data::TaskSet& tasks, const model::CausalLM& model, int64_t max_length, const c10::Device& device,

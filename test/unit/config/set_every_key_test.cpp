@@ -135,6 +135,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"eval.tasks", {"[" + dir + "/other.txt]", {}}},
       {"eval.task_format", {"arc", {"eval.tasks=[" + dir + "/other.txt]"}}},
       {"eval.samples", {dir + "/other.txt", {}}},
+      {"eval.task_batch_size", {"4", {"eval.tasks=[" + dir + "/other.txt]"}}},
       {"eval.sample_tokens", {"8", {"eval.samples=" + dir + "/other.txt"}}},
       {"eval.sample_temperature", {"0.7", {"eval.samples=" + dir + "/other.txt"}}},
       {"eval.split", {"0.25", {"data.eos_token=0"}}},
