@@ -6,12 +6,19 @@
 # (random weights): a Llama with GQA and a DeepSeek-V2-Lite-shaped MLA + MoE model (the latent
 # cache, kv_b absorbed), hidden 512, fp32 on the CPU. Both sides must produce the same tokens.
 #   scripts/bench-generate.sh [NEW_TOKENS] [PROMPTS]
+#   DSTRAIN_BENCH_DEVICE=cuda DSTRAIN_BENCH_DTYPE=bf16 DSTRAIN_BENCH_PYTHON=python3 ...  the GPU row
+#     (scripts/gpu-check.sh: its own build, the machine's python with transformers); in bf16 the two
+#     sides' tokens may part at a near tie, so the agreement is printed instead of required.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 new="${1:-128}"
 count="${2:-8}"
-"$DSTRAIN_ROOT/scripts/build.sh" dstrain >/dev/null
-py="$DSTRAIN_VENV/bin/python"
+device="${DSTRAIN_BENCH_DEVICE:-cpu}"
+dtype="${DSTRAIN_BENCH_DTYPE:-fp32}"
+hidden="${DSTRAIN_BENCH_HIDDEN:-512}"  # the models' width (a multiple of 64) and decoder layers
+layers="${DSTRAIN_BENCH_LAYERS:-4}"
+py="${DSTRAIN_BENCH_PYTHON:-$DSTRAIN_VENV/bin/python}"
+[ -n "${DSTRAIN_BENCH_PYTHON:-}" ] || "$DSTRAIN_ROOT/scripts/build.sh" dstrain >/dev/null
 ref="$DSTRAIN_ROOT/test/dist/generate_reference.py"
 threads=$(nproc)
 work=$(mktemp -d)
@@ -32,22 +39,29 @@ rate() { python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]
 ours() {  # ours MODEL BATCH [FLAGS...]: "seconds new_tokens" from the log's last line
   local model=$1 batch=$2; shift 2
   "$DSTRAIN_BUILD_DIR/dstrain" generate "$model" --prompts prompts.jsonl --tokenizer $tok --max-new-tokens "$new" --batch-size "$batch" \
-    --json "$@" > out.jsonl 2> log || die "dstrain generate failed: $(tail -3 log)"
+    --device "$device" --dtype "$dtype" --json "$@" > out.jsonl 2> log || die "dstrain generate failed: $(tail -3 log)"
   sed -n 's/.* \([0-9]*\) new tokens in \([0-9.]*\) s.*/\2 \1/p' log | tail -1
 }
-echo "# $threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $count prompts of about 100 tokens, $new new tokens each, greedy, fp32"
+where="$threads cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+[ "$device" = cpu ] || where="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo "$device")"
+echo "# $where; $count prompts of about 100 tokens, $new new tokens each, greedy, $dtype on $device"
 printf '%-26s %6s %16s %16s %16s %10s\n' model batch "transformers t/s" "dstrain t/s" "no cache t/s" "ratio"
 for fam in llama deepseek_v2; do
-  "$py" "$ref" model $fam --family $fam --vocab 3000 --max-positions 1024 --eos 1 --hidden 512 --layers 4 >/dev/null 2>&1 || die "could not make $fam"
+  "$py" "$ref" model $fam --family $fam --vocab 3000 --max-positions 1024 --eos 1 --hidden "$hidden" --layers "$layers" >/dev/null 2>&1 ||
+    die "could not make $fam"
   for batch in 1 8; do
     read -r hs hn < <("$py" "$ref" generate $fam $tok prompts.jsonl theirs.jsonl --max-new-tokens "$new" --batch-size $batch \
-      --threads "$threads" 2>/dev/null | python3 -c 'import json, sys; j = json.loads(sys.stdin.read().splitlines()[-1]); print(j["seconds"], j["new_tokens"])')
+      --threads "$threads" --device "$device" --dtype "$dtype" 2>/dev/null | python3 -c 'import json, sys; j = json.loads(sys.stdin.read().splitlines()[-1]); print(j["seconds"], j["new_tokens"])')
     read -r ds dn < <(ours $fam $batch)
-    "$py" "$ref" compare theirs.jsonl out.jsonl >/dev/null || die "$fam: dstrain's tokens differ from transformers'"
+    if [ "$dtype" = fp32 ]; then
+      "$py" "$ref" compare theirs.jsonl out.jsonl >/dev/null || die "$fam: dstrain's tokens differ from transformers'"
+    else  # bf16: the agreement, for the record
+      "$py" "$ref" compare theirs.jsonl out.jsonl 2>&1 | tail -1 | sed "s/^/# $fam batch $batch: /" || true
+    fi
     nc="-"
     if [ $batch = 1 ]; then read -r cs cn < <(ours $fam 1 --no-cache); nc=$(rate "$cn" "$cs"); fi
-    printf '%-26s %6s %16s %16s %16s %9sx\n' "$fam (hidden 512, 4+ layers)" $batch "$(rate "$hn" "$hs")" "$(rate "$dn" "$ds")" "$nc" \
+    printf '%-26s %6s %16s %16s %16s %9sx\n' "$fam (hidden $hidden, $layers+ layers)" $batch "$(rate "$hn" "$hs")" "$(rate "$dn" "$ds")" "$nc" \
       "$(python3 -c "import sys; print(f'{float(sys.argv[1]) / float(sys.argv[2]) * float(sys.argv[3]) / float(sys.argv[4]):.2f}')" "$dn" "$ds" "$hs" "$hn")"
   done
 done
-echo "ratio: dstrain's tokens/s over transformers'; both generated the same tokens"
+echo "ratio: dstrain's tokens/s over transformers'; $([ "$dtype" = fp32 ] && echo "both generated the same tokens" || echo "the tokens' agreement above")"

@@ -12,8 +12,9 @@
       generate(do_sample=False, use_cache=True); writes {"token_ids"} per prompt (the new tokens up to
       and including the end-of-sequence id; the padding after it dropped)
       --adapter DIR: MODEL with the PEFT adapter DIR (peft.PeftModel.from_pretrained) generates;
-      --batch-size N: N prompts per generate() call (default: all), --threads T; prints the seconds
-      generate() took, as {"seconds", "new_tokens"} (the benchmark's transformers row)
+      --batch-size N: N prompts per generate() call (default: all), --threads T, --device cpu|cuda,
+      --dtype fp32|bf16; prints the seconds generate() took, as {"seconds", "new_tokens"} (the
+      benchmark's transformers row)
   generate_reference.py compare REF.jsonl OURS.jsonl [--tokdir TOKDIR]
       the token ids per prompt, equal; with --tokdir each text is the tokenizer's decode of the new
       tokens (a final end-of-sequence id left out)
@@ -65,7 +66,8 @@ def generate(args):
     import transformers
     torch.set_num_threads(args.threads)
     tok = transformers.AutoTokenizer.from_pretrained(args.tokdir)
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[args.dtype]
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(args.device).eval()
     if args.adapter:
         import peft
         model = peft.PeftModel.from_pretrained(model, args.adapter).eval()
@@ -87,10 +89,13 @@ def generate(args):
         for i, p in enumerate(part):
             ids[i, width - len(p):] = torch.tensor(p)
             mask[i, width - len(p):] = 1
+        ids, mask = ids.to(args.device), mask.to(args.device)
         start = time.perf_counter()
         with torch.no_grad():
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=args.max_new_tokens,
                                  use_cache=True, eos_token_id=eos, pad_token_id=eos)
+        if args.device != "cpu":
+            torch.cuda.synchronize()
         seconds += time.perf_counter() - start
         for i, p in enumerate(part):
             new = out[i, width:].tolist()
@@ -152,6 +157,8 @@ def main():
     g.add_argument("--adapter")
     g.add_argument("--batch-size", type=int, default=0)
     g.add_argument("--threads", type=int, default=2)
+    g.add_argument("--device", default="cpu", help="cpu or cuda (the benchmark's GPU row)")
+    g.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     c = sub.add_parser("compare")
     c.add_argument("ref")
     c.add_argument("ours")
