@@ -60,6 +60,34 @@ std::string text_of(std::vector<int64_t> tokens, const data::GenerativeTask& t, 
   return text;
 }
 
+// Every question's new tokens on every rank: row i holds its count, then the tokens. Batch k runs
+// on rank k % world (lm-eval's batches at any world size); the rows are summed over the ranks.
+at::Tensor generate_all(const data::GenerativeTask& t, const data::TaskSet& set, const data::PromptCodec& codec,
+                        const model::CausalLM& model, const c10::Device& device, comm::Communicator& comm) {
+  const auto n = static_cast<int64_t>(t.questions.size());
+  const int64_t world = comm.world_size(), batches = (n + set.batch_size - 1) / set.batch_size;
+  const std::vector<size_t> order = longest_first(t);
+  at::Tensor table = at::zeros({n, t.max_gen_toks + 1}, at::kLong);
+  for (int64_t round = 0; round < (batches + world - 1) / world; ++round) {
+    // A rank past the end generates the last batch again and keeps nothing: its forwards pair up
+    // with the others'.
+    const int64_t k = round * world + comm.rank(), first = std::min(k, batches - 1) * set.batch_size;
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t j = first; j < std::min(first + set.batch_size, n); ++j)
+      prompts.push_back(t.questions[order[static_cast<size_t>(j)]].prompt);
+    const std::vector<model::Generation> rows = generate_batch(t, prompts, set, codec, model, device, comm);
+    if (k >= batches) continue;
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const std::vector<int64_t>& tokens = rows[r].tokens;
+      const auto i = static_cast<int64_t>(order[static_cast<size_t>(first) + r]);
+      table[i][0] = static_cast<int64_t>(tokens.size());
+      table[i].narrow(0, 1, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens, at::kLong));
+    }
+  }
+  comm::all_reduce_host(comm, table);
+  return table;
+}
+
 }  // namespace
 
 TaskResults score_generative_tasks(const data::TaskSet& set, const model::CausalLM& model, const c10::Device& device,
@@ -67,31 +95,10 @@ TaskResults score_generative_tasks(const data::TaskSet& set, const model::Causal
   const data::PromptCodec codec(set.tokenizer_dir, set.end_of_document);
   TaskResults out;
   nlohmann::json tasks = nlohmann::json::array();
-  const int64_t world = comm.world_size();
   for (const data::GenerativeTask& t : set.generative) {
     const auto start = std::chrono::steady_clock::now();
     const auto n = static_cast<int64_t>(t.questions.size());
-    const std::vector<size_t> order = longest_first(t);
-    const int64_t batches = (n + set.batch_size - 1) / set.batch_size;
-    // Row i: its count of new tokens, then the tokens; only the rank that generated it writes it.
-    at::Tensor table = at::zeros({n, t.max_gen_toks + 1}, at::kLong);
-    for (int64_t round = 0; round < (batches + world - 1) / world; ++round) {
-      // Batch k on rank k % world: lm-eval's batches at any world size. A rank past the end
-      // generates the last batch again and keeps nothing: its forwards pair up with the others'.
-      const int64_t k = round * world + comm.rank(), first = std::min(k, batches - 1) * set.batch_size;
-      std::vector<std::vector<int64_t>> prompts;
-      for (int64_t j = first; j < std::min(first + set.batch_size, n); ++j)
-        prompts.push_back(t.questions[order[static_cast<size_t>(j)]].prompt);
-      const std::vector<model::Generation> rows = generate_batch(t, prompts, set, codec, model, device, comm);
-      if (k >= batches) continue;
-      for (size_t r = 0; r < rows.size(); ++r) {
-        const std::vector<int64_t>& tokens = rows[r].tokens;
-        const auto i = static_cast<int64_t>(order[static_cast<size_t>(first) + r]);
-        table[i][0] = static_cast<int64_t>(tokens.size());
-        table[i].narrow(0, 1, static_cast<int64_t>(tokens.size())).copy_(at::tensor(tokens, at::kLong));
-      }
-    }
-    comm::all_reduce_host(comm, table);
+    const at::Tensor table = generate_all(t, set, codec, model, device, comm);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> correct(t.filters.size(), 0.0);
     for (int64_t i = 0; i < n; ++i) {
