@@ -10,8 +10,9 @@
 #             and many (not in the default set: a diagnosis);
 #   tests     the gpu-labelled CTest tests (gpu.kernels, gpu.nccl, gpu.train, gpu.newer_paths: validation,
 #             fine-tuning and MTP against their CPU twins);
-#   bench     the NCCL, fused-Adam and MoE-expert benchmarks, generation against transformers in bf16
-#             (scripts/bench-generate.sh), and training tokens/s (when time is left);
+#   bench     the NCCL, fused-Adam and MoE-expert benchmarks, and training tokens/s (when time is left);
+#   generate-bench  issue 61's row (not in the default set): generation's tokens/s with the key/value
+#             cache against transformers' generate, bf16 (scripts/bench-generate.sh);
 #   offload-bench  issue 23's rows (a call of its own; not in the default set): the host's CPU Adam
 #             against its bandwidth, 1.3B ZeRO-3 + offload at accumulation 8 against ZeRO-0, full
 #             recompute at 4 x 4096, deepseek-llm-7b with the optimizer and parameters offloaded.
@@ -196,15 +197,17 @@ if [[ "$phases" == *" bench "* ]] && [ "$(left)" -gt 60 ]; then
   for way in "per expert (previous)" "grouped, expert loop" "grouped GEMMs" "torch grouped_mm" "torch loop"; do
     row "moe experts: $way (ms, TFLOP/s)" "$(grep -m1 "^$way " "$logs/bench-moe.log" | tr -s ' ' | sed "s/^$way //")"
   done
+  limit $(($(left) - 10)) bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 25 > "$logs/bench-train.md" 2>&1
+fi
+
+if [[ "$phases" == *" generate-bench "* ]] && [ "$(left)" -gt 60 ]; then
   # Generation (issue 61): tokens/s with the key/value cache against transformers' generate, bf16,
   # one prompt at a time and 8 together, on a Llama and a DeepSeek-V2-Lite-shaped model (hidden 2048).
-  if [ "$(left)" -gt 240 ]; then
-    limit 150 env DSTRAIN_BENCH_DEVICE=cuda DSTRAIN_BENCH_DTYPE=bf16 DSTRAIN_BENCH_PYTHON=python3 DSTRAIN_BUILD_DIR="$build" \
-      DSTRAIN_BENCH_HIDDEN=2048 DSTRAIN_BENCH_LAYERS=8 bash "$root/scripts/bench-generate.sh" 128 8 > "$logs/bench-generate.md" 2>&1
-    row "generate bf16 (batch, transformers t/s, dstrain t/s, no cache t/s, ratio)" \
-      "$(grep -E "^(llama|deepseek_v2) " "$logs/bench-generate.md" | sed 's/ (hidden [^)]*)//' | tr -s ' ' | tr '\n' ';')"
-  fi
-  limit $(($(left) - 10)) bash "$root/scripts/bench-gpu-train.sh" "$build/dstrain" 25 > "$logs/bench-train.md" 2>&1
+  step "generation benchmark (bf16)"
+  limit 240 env DSTRAIN_BENCH_DEVICE=cuda DSTRAIN_BENCH_DTYPE=bf16 DSTRAIN_BENCH_PYTHON=python3 DSTRAIN_BUILD_DIR="$build" \
+    DSTRAIN_BENCH_HIDDEN=2048 DSTRAIN_BENCH_LAYERS=8 bash "$root/scripts/bench-generate.sh" 128 8 > "$logs/bench-generate.md" 2>&1
+  row "generate bf16 (model, batch, transformers t/s, dstrain t/s, no cache t/s, ratio)" \
+    "$(grep -E "^(llama|deepseek_v2) " "$logs/bench-generate.md" | sed 's/ (hidden [^)]*)//' | tr -s ' ' | tr '\n' ';')"
 fi
 
 if [[ "$phases" == *" offload-bench "* ]] && [ "$(left)" -gt 60 ]; then
