@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/json_lines.h"
 #include "dstrain/text/chat_template_file.h"
 #include "dstrain/text/python_str.h"
 #include "dstrain/text/tokenizer.h"
@@ -189,22 +190,13 @@ TaskFormat task_format(const std::string& name) {
 
 ChoiceTask read_choice_task(const std::string& path, const std::string& name, const text::Tokenizer& tokenizer,
                             const std::string& tokenizer_dir, int64_t max_length, TaskFormat format) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorCode::kData, fmt::format("{}: cannot read the task file", path), "pass a JSON Lines file to --task");
   RequestEncoder encoder(tokenizer, tokenizer_dir);
   ChoiceTask task{name, path, {}};
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const Json row = Json::parse(line, nullptr, false);
-    try {
-      if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
-      task.questions.push_back(question_of(dstrain_row(row, format), encoder, max_length));
-    } catch (const std::invalid_argument& e) {
-      throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()),
-                  "each row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": INDEX}");
-    }
-  }
+  for_each_json_line(path, "each row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": INDEX}",
+                     "pass a JSON Lines file to --task", [&](const Json& row) {
+                       if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
+                       task.questions.push_back(question_of(dstrain_row(row, format), encoder, max_length));
+                     });
   if (task.questions.empty())
     throw Error(ErrorCode::kData, fmt::format("{}: no task rows", path), "each row is {\"context\", \"choices\", \"gold\"}");
   return task;

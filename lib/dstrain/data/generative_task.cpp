@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "dstrain/core/error.h"
+#include "dstrain/data/json_lines.h"
 #include "dstrain/data/prompts.h"
 #include "dstrain/text/python_str.h"
 #include "dstrain/text/regex.h"
@@ -21,8 +23,9 @@ const char* const kRowHint =
     "each row is {\"context\": \"...\", \"target\": \"...\"}, after an optional first line {\"settings\": {...}} (README: Generative "
     "tasks)";
 
-text::Regex compile(const std::string& pattern) {
-  return text::Regex(pattern, text::RegexSyntax::kPython, "fix the pattern (Python's re syntax) in the task file's settings");
+std::unique_ptr<text::Regex> compile(const std::string& pattern) {
+  return std::make_unique<text::Regex>(pattern, text::RegexSyntax::kPython,
+                                       "fix the pattern (Python's re syntax) in the task file's settings");
 }
 
 // lm-eval's gsm8k task (tasks/gsm8k/gsm8k.yaml), zero-shot.
@@ -104,43 +107,31 @@ bool is_generative_task_file(const std::string& path, config::TaskFormat format)
 
 GenerativeTask read_generative_task(const std::string& path, const std::string& name, const PromptCodec& codec, int64_t max_length,
                                     config::TaskFormat format) {
-  std::ifstream in(path);
-  if (!in) throw Error(ErrorCode::kData, fmt::format("{}: cannot read the task file", path), "pass a JSON Lines file to --task");
   GenerativeTask task;
   task.name = name, task.path = path;
   task.filters = {{"exact_match", "", 0, "[invalid]"}};
   task.rules.strip = true;
   if (format == config::TaskFormat::kGsm8k) gsm8k_settings(task);
   const std::string bos = codec.bos_text();
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const Json row = Json::parse(line, nullptr, false);
-    try {
-      if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
-      if (row.is_object() && row.contains("settings")) {
-        if (format != config::TaskFormat::kDstrain || !task.questions.empty())
-          throw std::invalid_argument("\"settings\" belongs on the first line of a dstrain task file");
-        read_settings(row, task);
-        continue;
-      }
-      auto [context, target] = context_and_target(row, format);
-      if (context.empty()) throw std::invalid_argument("\"context\" is empty: there is nothing to generate from");
-      // HFLM's tok_batch_encode: no special tokens for a text that already starts with the BOS's.
-      const bool has_bos = !bos.empty() && context.compare(0, bos.size(), bos) == 0;
-      std::vector<int64_t> prompt = codec.encode_text(context, !has_bos);
-      if (prompt.empty()) throw std::invalid_argument("the context gives no token");
-      if (static_cast<int64_t>(prompt.size()) + task.max_gen_toks > max_length)
-        throw std::invalid_argument(fmt::format("the context's {} tokens and max_gen_toks {} make {}, more than the model's {} positions",
-                                                prompt.size(), task.max_gen_toks, static_cast<int64_t>(prompt.size()) + task.max_gen_toks,
-                                                max_length));
-      task.questions.push_back({std::move(prompt), std::move(context), std::move(target)});
-    } catch (const std::invalid_argument& e) {
-      throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()), kRowHint);
-    } catch (const Error& e) {
-      throw Error(ErrorCode::kData, fmt::format("{}:{}: {}", path, number, e.what()), e.hint());
+  for_each_json_line(path, kRowHint, "pass a JSON Lines file to --task", [&](const Json& row) {
+    if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
+    if (row.is_object() && row.contains("settings")) {
+      if (format != config::TaskFormat::kDstrain || !task.questions.empty())
+        throw std::invalid_argument("\"settings\" belongs on the first line of a dstrain task file");
+      return read_settings(row, task);
     }
-  }
+    auto [context, target] = context_and_target(row, format);
+    if (context.empty()) throw std::invalid_argument("\"context\" is empty: there is nothing to generate from");
+    // HFLM's tok_batch_encode: no special tokens for a text that already starts with the BOS's.
+    const bool has_bos = !bos.empty() && context.compare(0, bos.size(), bos) == 0;
+    std::vector<int64_t> prompt = codec.encode_text(context, !has_bos);
+    if (prompt.empty()) throw std::invalid_argument("the context gives no token");
+    const int64_t needed = static_cast<int64_t>(prompt.size()) + task.max_gen_toks;
+    if (needed > max_length)
+      throw std::invalid_argument(fmt::format("the context's {} tokens and max_gen_toks {} make {}, more than the model's {} positions",
+                                              prompt.size(), task.max_gen_toks, needed, max_length));
+    task.questions.push_back({std::move(prompt), std::move(context), std::move(target)});
+  });
   if (task.questions.empty()) throw Error(ErrorCode::kData, fmt::format("{}: no task rows", path), kRowHint);
   return task;
 }
@@ -180,9 +171,18 @@ std::vector<GenerativeTask> generative_tasks_from_json(const std::string& json) 
   return tasks;
 }
 
-std::string filtered_answer(const AnswerFilter& filter, const std::string& text) {
-  if (filter.regex_pattern.empty()) return text;
-  const std::vector<std::vector<std::string>> matches = compile(filter.regex_pattern).find_groups(text);
+AnswerScorer::AnswerScorer(std::vector<AnswerFilter> filters, ExactMatchRules rules)
+    : filters_(std::move(filters)), rules_(std::move(rules)) {
+  for (const AnswerFilter& f : filters_) filter_regexes_.push_back(f.regex_pattern.empty() ? nullptr : compile(f.regex_pattern));
+  for (const std::string& pattern : rules_.regexes_to_ignore) ignored_.push_back(compile(pattern));
+}
+
+AnswerScorer::~AnswerScorer() = default;
+
+std::string AnswerScorer::answer(size_t f, const std::string& text) const {
+  const AnswerFilter& filter = filters_.at(f);
+  if (!filter_regexes_[f]) return text;
+  const std::vector<std::vector<std::string>> matches = filter_regexes_[f]->find_groups(text);
   if (matches.empty()) return filter.fallback;
   const auto n = static_cast<int64_t>(matches.size());
   const int64_t at = filter.group_select < 0 ? n + filter.group_select : filter.group_select;
@@ -194,15 +194,12 @@ std::string filtered_answer(const AnswerFilter& filter, const std::string& text)
   return filter.fallback;
 }
 
-bool exact_match(const ExactMatchRules& rules, const std::string& answer, const std::string& target) {
+bool AnswerScorer::matches(const std::string& answer, const std::string& target) const {
   std::string a = answer, b = target;
-  for (const std::string& pattern : rules.regexes_to_ignore) {
-    const text::Regex ignored = compile(pattern);
-    a = ignored.remove_all(a), b = ignored.remove_all(b);
-  }
-  if (rules.ignore_case) a = text::python_lower(a), b = text::python_lower(b);
-  if (rules.ignore_punctuation) a = text::remove_ascii_punctuation(a), b = text::remove_ascii_punctuation(b);
-  if (rules.strip) a = text::python_strip(a), b = text::python_strip(b);
+  for (const auto& ignored : ignored_) a = ignored->remove_all(a), b = ignored->remove_all(b);
+  if (rules_.ignore_case) a = text::python_lower(a), b = text::python_lower(b);
+  if (rules_.ignore_punctuation) a = text::remove_ascii_punctuation(a), b = text::remove_ascii_punctuation(b);
+  if (rules_.strip) a = text::python_strip(a), b = text::python_strip(b);
   return a == b;
 }
 

@@ -23,10 +23,15 @@
 //            exact_match_flexible its flexible-extract (the last number), ignore_case and
 //            regexes_to_ignore ",", "\$", "(?s).*#### ", "\.$"
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dstrain/config/enums.h"
+
+namespace dstrain::text {
+class Regex;
+}
 
 namespace dstrain::data {
 
@@ -74,9 +79,24 @@ GenerativeTask read_generative_task(const std::string& path, const std::string& 
 std::string generative_tasks_json(const std::vector<GenerativeTask>& tasks);
 std::vector<GenerativeTask> generative_tasks_from_json(const std::string& json);
 
-// The filter's answer in `text` (a generation, cut at its stop strings).
-std::string filtered_answer(const AnswerFilter& filter, const std::string& text);
-// Whether `answer` equals `target` under the rules.
-bool exact_match(const ExactMatchRules& rules, const std::string& answer, const std::string& target);
+// A task's answer filters and exact-match rules, their regexes compiled once.
+class AnswerScorer {
+ public:
+  AnswerScorer(std::vector<AnswerFilter> filters, ExactMatchRules rules);
+  ~AnswerScorer();
+  AnswerScorer(const AnswerScorer&) = delete;
+  AnswerScorer& operator=(const AnswerScorer&) = delete;
+
+  // Filter `f`'s answer in `text` (a generation, cut at its stop strings).
+  std::string answer(size_t f, const std::string& text) const;
+  // Whether `answer` equals `target` under the rules.
+  bool matches(const std::string& answer, const std::string& target) const;
+
+ private:
+  std::vector<AnswerFilter> filters_;
+  ExactMatchRules rules_;
+  std::vector<std::unique_ptr<text::Regex>> filter_regexes_;  // null: the whole text
+  std::vector<std::unique_ptr<text::Regex>> ignored_;
+};
 
 }  // namespace dstrain::data

@@ -82,6 +82,8 @@ int64_t PromptCodec::end_of_sequence() const {
 
 const std::string& PromptCodec::tokenizer_dir() const { return impl_->dir; }
 
+std::shared_ptr<const text::Tokenizer> PromptCodec::tokenizer() const { return impl_->tokenizer; }
+
 int64_t PromptCodec::vocab_size() const { return impl_->tokenizer ? impl_->tokenizer->vocab_size() : impl_->byte_end >= 0 ? 257 : 256; }
 
 std::string PromptCodec::bos_text() const {

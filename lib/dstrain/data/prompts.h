@@ -9,6 +9,10 @@
 #include <string>
 #include <vector>
 
+namespace dstrain::text {
+class Tokenizer;
+}
+
 namespace dstrain::data {
 
 class PromptCodec {
@@ -31,6 +35,8 @@ class PromptCodec {
   // model's end of document; -1 when there is none.
   int64_t end_of_sequence() const;
   const std::string& tokenizer_dir() const;
+  // The loaded tokenizer, for others to share; null for bytes.
+  std::shared_ptr<const text::Tokenizer> tokenizer() const;
   int64_t vocab_size() const;  // the tokenizer's (257 or 256 for bytes)
   // The text of the tokenizer's BOS token (tokenizer_config.json's bos_token), "" without one.
   std::string bos_text() const;

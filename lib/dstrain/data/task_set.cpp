@@ -20,7 +20,6 @@ TaskSet read_task_set(const std::vector<std::string>& paths, const std::string& 
   if (codec.end_of_sequence() >= 0) set.stop_ids.push_back(codec.end_of_sequence());
   for (const int64_t id : stop_ids)
     if (std::find(set.stop_ids.begin(), set.stop_ids.end(), id) == set.stop_ids.end()) set.stop_ids.push_back(id);
-  std::shared_ptr<const text::Tokenizer> tokenizer;
   for (const std::string& path : paths) {
     const std::string name = std::filesystem::path(path).stem().string();
     if (is_generative_task_file(path, format)) {
@@ -32,8 +31,7 @@ TaskSet read_task_set(const std::vector<std::string>& paths, const std::string& 
           ErrorCode::kConfig,
           fmt::format("{}: a multiple-choice task needs the model's tokenizer, and this model has none (it was trained on bytes)", path),
           no_tokenizer_hint);
-    if (!tokenizer) tokenizer = text::Tokenizer::load(tokenizer_dir);
-    set.choice.push_back(read_choice_task(path, name, *tokenizer, tokenizer_dir, max_length, format));
+    set.choice.push_back(read_choice_task(path, name, *codec.tokenizer(), tokenizer_dir, max_length, format));
   }
   return set;
 }

@@ -101,14 +101,15 @@ TaskResults score_generative_tasks(const data::TaskSet& set, const model::Causal
     const at::Tensor table = generate_all(t, set, codec, model, device, comm);
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::vector<double> correct(t.filters.size(), 0.0);
+    const data::AnswerScorer scorer(t.filters, t.rules);
     for (int64_t i = 0; i < n; ++i) {
       const int64_t* row = table[i].data_ptr<int64_t>();
       const std::string text = text_of(std::vector<int64_t>(row + 1, row + 1 + row[0]), t, set, codec);
       const data::GenerativeQuestion& q = t.questions[static_cast<size_t>(i)];
       nlohmann::json answers = nlohmann::json::object(), scores = nlohmann::json::object();
       for (size_t f = 0; f < t.filters.size(); ++f) {
-        const std::string answer = data::filtered_answer(t.filters[f], text);
-        const bool match = data::exact_match(t.rules, answer, q.target);
+        const std::string answer = scorer.answer(f, text);
+        const bool match = scorer.matches(answer, q.target);
         correct[f] += match;
         answers[t.filters[f].metric] = answer, scores[t.filters[f].metric] = match ? 1 : 0;
       }

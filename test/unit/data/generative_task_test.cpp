@@ -57,28 +57,37 @@ TEST_CASE("regex: Python's findall and sub", "[data]") {
   CHECK_THROWS_AS(python("(unclosed"), Error);
 }
 
+namespace {
+std::string filtered(const data::AnswerFilter& filter, const std::string& text) { return data::AnswerScorer({filter}, {}).answer(0, text); }
+bool exact_match(const data::ExactMatchRules& rules, const std::string& answer, const std::string& target) {
+  return data::AnswerScorer({}, rules).matches(answer, target);
+}
+}  // namespace
+
 TEST_CASE("generative tasks: lm-eval's RegexFilter", "[data]") {
   const data::AnswerFilter strict{"exact_match", "#### (\\-?[0-9\\.\\,]+)", 0, "[invalid]"};
   const data::AnswerFilter flexible{"exact_match_flexible", "(-?[$0-9.,]{2,})|(-?[0-9]+)", -1, "[invalid]"};
-  CHECK(data::filtered_answer(strict, "so the answer is #### 1,234.\nQuestion: next #### 7") == "1,234.");
-  CHECK(data::filtered_answer(strict, "no marker 42") == "[invalid]");
-  CHECK(data::filtered_answer(flexible, "He paid $1,200 and then 7 more") == "7");  // the last match, its non-empty group
-  CHECK(data::filtered_answer({"m", "(\\d+)", 0, "none"}, "x 12 y") == "12");
-  CHECK(data::filtered_answer({"m", "(a)?(x)", 0, "none"}, " x") == "x");      // a tuple: its first non-empty group
-  CHECK(data::filtered_answer({"m", "(\\s*)(x)", 0, "none"}, "  x").empty());  // "  " is not empty: stripped to ""
-  CHECK(data::filtered_answer({"m", "", 0, "none"}, " all of it ") == " all of it ");
+  const data::AnswerScorer gsm8k({strict, flexible}, {});
+  CHECK(gsm8k.answer(0, "so the answer is #### 1,234.\nQuestion: next #### 7") == "1,234.");
+  CHECK(gsm8k.answer(0, "no marker 42") == "[invalid]");
+  CHECK(gsm8k.answer(1, "He paid $1,200 and then 7 more") == "7");  // the last match, its non-empty group
+  CHECK(filtered({"m", "(\\d+)", 0, "none"}, "x 12 y") == "12");
+  CHECK(filtered({"m", "(a)?(x)", 0, "none"}, " x") == "x");      // a tuple: its first non-empty group
+  CHECK(filtered({"m", "(\\s*)(x)", 0, "none"}, "  x").empty());  // "  " is not empty: stripped to ""
+  CHECK(filtered({"m", "", 0, "none"}, " all of it ") == " all of it ");
+  CHECK_THROWS_AS(data::AnswerScorer({{"m", "(unclosed", 0, "none"}}, {}), Error);
 }
 
 TEST_CASE("generative tasks: lm-eval's exact_match options", "[data]") {
   const data::ExactMatchRules gsm8k{{",", "\\$", "(?s).*#### ", "\\.$"}, true, false, false};
-  CHECK(data::exact_match(gsm8k, "1,234.", "She sold 1234 clips.\n#### 1,234"));
-  CHECK(data::exact_match(gsm8k, "$18", "Janet makes $18 #### 18"));
-  CHECK(data::exact_match(gsm8k, "[invalid]", "x #### [invalid]"));  // lm-eval's quirk, kept
-  CHECK_FALSE(data::exact_match(gsm8k, "17", "#### 18"));
-  CHECK(data::exact_match({{}, true, false, false}, "ÉCOLE", "école"));
-  CHECK(data::exact_match({{}, false, true, false}, "it's  fine!", "its  fine"));
-  CHECK_FALSE(data::exact_match({{}, false, false, false}, " 4 ", "4"));
-  CHECK(data::exact_match({{}, false, false, true}, " 4 ", "4\n"));  // dstrain's strip
+  CHECK(exact_match(gsm8k, "1,234.", "She sold 1234 clips.\n#### 1,234"));
+  CHECK(exact_match(gsm8k, "$18", "Janet makes $18 #### 18"));
+  CHECK(exact_match(gsm8k, "[invalid]", "x #### [invalid]"));  // lm-eval's quirk, kept
+  CHECK_FALSE(exact_match(gsm8k, "17", "#### 18"));
+  CHECK(exact_match({{}, true, false, false}, "ÉCOLE", "école"));
+  CHECK(exact_match({{}, false, true, false}, "it's  fine!", "its  fine"));
+  CHECK_FALSE(exact_match({{}, false, false, false}, " 4 ", "4"));
+  CHECK(exact_match({{}, false, false, true}, " 4 ", "4\n"));  // dstrain's strip
 }
 
 TEST_CASE("generative tasks: files, settings and the gsm8k rows", "[data]") {
