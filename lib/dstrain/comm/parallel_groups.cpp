@@ -7,10 +7,12 @@
 namespace dstrain::comm {
 
 ParallelGroups open_parallel_groups(Communicator& world, const config::ParallelLayout& layout) {
-  if (world.world_size() != layout.world || layout.pipeline < 1 || layout.world % layout.pipeline != 0)
+  if (world.world_size() != layout.world || layout.pipeline < 1 || layout.world % layout.pipeline != 0 || layout.sequence < 1 ||
+      layout.data() % layout.sequence != 0)
     throw Error(
         ErrorCode::kInternal,
-        fmt::format("a layout of {} ranks in {} pipeline ranks for a group of {}", layout.world, layout.pipeline, world.world_size()),
+        fmt::format("a layout of {} ranks in {} pipeline ranks and sequence groups of {} for a group of {}", layout.world, layout.pipeline,
+                    layout.sequence, world.world_size()),
         "report this as a bug");
   ParallelGroups g;
   g.layout = layout;
@@ -22,6 +24,7 @@ ParallelGroups open_parallel_groups(Communicator& world, const config::ParallelL
   ExpertCommunicators experts = split_expert_groups(g.data(), layout.expert);
   g.expert_parallel = std::move(experts.parallel);
   g.expert_data = std::move(experts.data);
+  if (layout.sequence > 1) g.sequence = world.split(layout.sequence_groups());
   return g;
 }
 

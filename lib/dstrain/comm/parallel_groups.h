@@ -6,6 +6,8 @@
 //   pipeline        P > 1: the P ranks of this data rank, one per stage (activations)
 //   expert_parallel E > 1: E consecutive ranks of the data-parallel group (token exchanges)
 //   expert_data     E > 1: the ranks of the data-parallel group with the same experts
+//   sequence        S > 1: S consecutive ranks of the data-parallel group that share samples
+//                   (Ulysses' all-to-alls around attention)
 #include <memory>
 
 #include "dstrain/comm/communicator.h"
@@ -16,7 +18,7 @@ namespace dstrain::comm {
 struct ParallelGroups {
   config::ParallelLayout layout;
   Communicator* world = nullptr;
-  std::unique_ptr<Communicator> data_parallel, pipeline, expert_parallel, expert_data;
+  std::unique_ptr<Communicator> data_parallel, pipeline, expert_parallel, expert_data, sequence;
   // The data-parallel group: the stage's, or the world without a pipeline.
   Communicator& data() const { return data_parallel ? *data_parallel : *world; }
 };

@@ -212,11 +212,7 @@ class DsReader {
                                           "\"bf16\": {{\"enabled\": true}} or \"fp16\"",
                                           key));
       } else if (key == "sequence_parallel_size") {
-        double v = 1;
-        if (!node_number(value, true, v) || v != 1)
-          ctx_.problem(where,
-                       "sequence_parallel_size other than 1 is not supported by dstrain, and it would change the data-parallel size in the "
-                       "batch math. dstrain is data-parallel (ZeRO) only");
+        map(key, value, where, "parallel.sequence_parallel_size");
       } else if (key == "vocabulary_size") {
         ctx_.warning(where, "vocabulary_size has no effect in dstrain: the model's vocabulary comes from the recipe (model.vocab_size)");
       } else if (!top_unimplemented(key, value, where)) {

@@ -16,4 +16,10 @@ std::vector<std::vector<int>> ParallelLayout::pipeline_groups() const {
   return groups;
 }
 
+std::vector<std::vector<int>> ParallelLayout::sequence_groups() const {
+  std::vector<std::vector<int>> groups(static_cast<size_t>(world / sequence));
+  for (int r = 0; r < world; ++r) groups[static_cast<size_t>(r / sequence)].push_back(r);
+  return groups;
+}
+
 }  // namespace dstrain::config

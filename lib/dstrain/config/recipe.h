@@ -356,6 +356,9 @@ struct ParallelConfig {
   // own rank; the world is data-parallel x pipeline, each stage data-parallel (and ZeRO-sharded,
   // expert-parallel) over world / this ranks.
   int64_t pipeline_parallel_size = 1;
+  // Ulysses sequence parallelism: this many consecutive ranks of a data-parallel group share each
+  // sample, T / this tokens each, exchanging heads for tokens around attention (all-to-all).
+  int64_t sequence_parallel_size = 1;
 };
 
 struct PipelineConfig {
@@ -443,10 +446,12 @@ struct Recipe {
   // The ranks over the parallel axes (config/parallel_layout.h).
   ParallelLayout layout() const {
     return {static_cast<int>(world_size()), static_cast<int>(std::max<int64_t>(1, parallel.pipeline_parallel_size)),
-            static_cast<int>(std::max<int64_t>(1, moe.expert_parallel_size))};
+            static_cast<int>(std::max<int64_t>(1, moe.expert_parallel_size)),
+            static_cast<int>(std::max<int64_t>(1, parallel.sequence_parallel_size))};
   }
-  // The ranks each pipeline stage is data-parallel over: what the batch math counts.
-  int64_t data_parallel_size() const { return layout().data(); }
+  // The ranks of a pipeline stage that read distinct rows: what the batch math counts (a sequence
+  // group's ranks share their rows).
+  int64_t data_parallel_size() const { return layout().samples(); }
   // The data order's seed: data.seed, or the run's.
   uint64_t data_seed() const { return data.seed >= 0 ? static_cast<uint64_t>(data.seed) : seed; }
 };

@@ -13,6 +13,7 @@
 #include "dstrain/config/load_context.h"
 #include "dstrain/config/pipeline_check.h"
 #include "dstrain/config/schema.h"
+#include "dstrain/config/sequence_parallel_check.h"
 #include "dstrain/core/error.h"
 
 #include <fmt/ranges.h>
@@ -685,6 +686,7 @@ void check_features(const Recipe& r, Problem&& problem, Warn&& warn) {
   check_preference(r, problem);
   check_expert_parallel(r, problem);
   check_pipeline(r, problem, warn);
+  check_sequence_parallel(r, problem);
   check_model_size(r.model, problem);
 }
 
@@ -938,6 +940,7 @@ void resolve_simpo(LoadContext& ctx) {
 
 void resolve_and_validate(LoadContext& ctx) {
   if (const std::string world = pipeline_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
+  if (const std::string world = sequence_world_problem(ctx.recipe); !world.empty()) return ctx.problems.push_back(world);
   resolve_score_head(ctx);
   resolve_simpo(ctx);
   resolve_kto(ctx);

@@ -185,6 +185,10 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   if (r.parallel.pipeline_parallel_size > 1)
     out += fmt::format("  data-parallel ranks     {} (world {} / parallel.pipeline_parallel_size {}): the batch math's ranks\n",
                        r.data_parallel_size(), r.world_size(), r.parallel.pipeline_parallel_size);
+  if (r.parallel.sequence_parallel_size > 1)
+    out += fmt::format("  sequence parallelism    {} ranks share each sample, {} of its {} tokens each (Ulysses); {} ranks read distinct rows\n",
+                       r.parallel.sequence_parallel_size, r.data.seq_len / r.parallel.sequence_parallel_size, r.data.seq_len,
+                       r.data_parallel_size());
   out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
   if (r.train.accumulation.empty()) {
     out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));
@@ -235,6 +239,12 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
                      bytes_text(plan.device_activations), pipelined ? "for the micro-batches the schedule holds, each" : "per micro-batch",
                      r.train.micro_batch_size, r.data.seq_len, recompute,
                      r.train.loss_chunk_tokens > 0 ? fmt::format("{} tokens at a time", r.train.loss_chunk_tokens) : "all at once");
+  if (r.parallel.sequence_parallel_size > 1) {
+    config::Recipe whole = r;
+    whole.parallel.sequence_parallel_size = 1;
+    out += fmt::format("                          ~{} without sequence parallelism ({:.2f}x)\n", bytes_text(memory_plan(whole).device_activations),
+                       plan.device_activations / std::max(memory_plan(whole).device_activations, 1.0));
+  }
   out += fmt::format(
       "  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),
       bytes_text(plan.device_states), bytes_text(plan.device_activations),

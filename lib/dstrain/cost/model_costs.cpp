@@ -80,7 +80,7 @@ RankParameters rank_parameters(const Recipe& r) {
   RankParameters out;
   out.dense = static_cast<double>(c.total - c.routed);
   out.experts = static_cast<double>(c.routed) / ep;                  // this rank's block of every MoE layer's routed experts
-  const double ranks = static_cast<double>(r.data_parallel_size());  // the world, less a pipeline's other stages
+  const double ranks = static_cast<double>(r.layout().data());  // the world, less a pipeline's other stages (a sequence group's ranks count)
   out.dense_ranks = ranks, out.expert_ranks = ranks / ep;
   const int last_group = static_cast<int>(r.model.num_layers) + 1;
   out.dense += r.frozen.adapters_in(0, last_group);                // lora's adapters: held with their layers
@@ -151,11 +151,13 @@ double activation_bytes_estimate(const Recipe& r) {
 
 ActivationParts activation_parts(const Recipe& r) {
   const auto& m = r.model;
-  const double B = static_cast<double>(r.train.micro_batch_size), T = static_cast<double>(r.data.seq_len);
+  // Sequence parallelism: every rank holds T / S tokens, and heads / S heads of the whole sequence's scores.
+  const double S = static_cast<double>(std::max<int64_t>(1, r.parallel.sequence_parallel_size));
+  const double B = static_cast<double>(r.train.micro_batch_size), T = static_cast<double>(r.data.seq_len) / S;
   const double H = static_cast<double>(m.hidden_size), heads = static_cast<double>(m.num_heads);
   const double elem = r.precision.dtype == Dtype::kFp32 ? 4.0 : 2.0;
   // Fused (flash) attention keeps no T x T scores; an explicit document mask takes the kernels that do.
-  const double scores = r.data.document_mask ? 5.0 * heads * T : 0.0;
+  const double scores = r.data.document_mask ? 5.0 * heads * T * S : 0.0;
   const double per_layer = B * T * (34.0 * H + scores) * elem / 2.0;
   ActivationParts out{per_layer, 0, 0};
   switch (r.train.activation_checkpointing) {

@@ -2,10 +2,14 @@
 
 #include <ATen/ATen.h>
 
+#include "dstrain/comm/communicator.h"
+#include "dstrain/model/sequence_parallel.h"
+
 namespace dstrain::model {
 
-AttentionScope AttentionScope::of(const at::Tensor& positions, const at::Tensor& document_ids, const at::Tensor& explicit_mask) {
-  AttentionScope s{positions, document_ids, explicit_mask};
+AttentionScope AttentionScope::of(const at::Tensor& positions, const at::Tensor& document_ids, const at::Tensor& explicit_mask,
+                                  comm::Communicator* sequence) {
+  AttentionScope s{positions, document_ids, explicit_mask, sequence};
   if (document_ids.defined() && !explicit_mask.defined()) s.mask = document_causal_mask_of(document_ids);
   return s;
 }
@@ -19,6 +23,13 @@ AttentionScope AttentionScope::first(int64_t n) const {
 }
 
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionScope& scope, std::optional<double> scale) {
+  if (scope.sequence && scope.sequence->world_size() > 1) {
+    comm::Communicator& group = *scope.sequence;
+    AttentionScope whole = scope;
+    whole.sequence = nullptr;
+    return sequence_to_heads(
+        attend(heads_to_sequence(q, group), heads_to_sequence(k, group), heads_to_sequence(v, group), whole, scale), group);
+  }
   if (scope.mask.defined()) return at::scaled_dot_product_attention(q, k, v, scope.mask, 0.0, /*is_causal=*/false, scale);
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);
 }

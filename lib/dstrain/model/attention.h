@@ -7,22 +7,32 @@
 #include <cstdint>
 #include <optional>
 
+namespace dstrain::comm {
+class Communicator;
+}
+
 namespace dstrain::model {
 
 struct AttentionScope {
   at::Tensor positions;     // int64 [B, T] for RoPE; undefined: 0..T-1 in every row
   at::Tensor document_ids;  // int64 [B, T], each token's document (packed data); undefined: one per row
   at::Tensor mask;          // bool [B, 1, T, T], true = may attend; undefined: causal over the row
+  // Sequence parallelism (model/sequence_parallel.h): this rank holds tokens [r T/S, (r + 1) T/S)
+  // of every row, and attend() exchanges heads for tokens around the attention; positions are this
+  // rank's tokens' (RoPE runs before the exchange), document_ids and mask the whole rows'.
+  comm::Communicator* sequence = nullptr;
 
   // The scope of a forward: the document mask is built here, once, from document_ids (or an
   // explicit mask is taken as it is).
-  static AttentionScope of(const at::Tensor& positions, const at::Tensor& document_ids, const at::Tensor& explicit_mask);
+  static AttentionScope of(const at::Tensor& positions, const at::Tensor& document_ids, const at::Tensor& explicit_mask,
+                           comm::Communicator* sequence = nullptr);
   // The first n tokens (multi-token prediction's shorter sequences).
   AttentionScope first(int64_t n) const;
 };
 
 // Softmax attention over heads: q [B, h, T, dk], k [B, h, T, dk], v [B, h, T, dv] -> [B, h, T, dv],
-// causal within the scope. scale: the softmax scale (none: dk^-0.5).
+// causal within the scope. scale: the softmax scale (none: dk^-0.5). With the scope's sequence
+// group, T is this rank's share of the tokens, and the attention runs on h / S heads of all of them.
 at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const AttentionScope& scope,
                   std::optional<double> scale = std::nullopt);
 

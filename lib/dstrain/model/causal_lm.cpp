@@ -14,8 +14,10 @@ namespace dstrain::model {
 
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
   const TrainingRowsScope rows({input.first_row, input.tokens.size(0)});
+  Input in = input;
+  if (!in.sequence) in.sequence = sequence_;
   Hidden h;
-  const Trunk t = trunk(0, final_group_, {}, input, with_aux ? &h.aux : nullptr);
+  const Trunk t = trunk(0, final_group_, {}, in, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
   return h;
 }
@@ -25,8 +27,10 @@ CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, 
     throw Error(ErrorCode::kInternal, fmt::format("a stage forward of groups [{}, {}] of 0..{} {} an input", first, last, final_group_,
                                                   x.defined() ? "with" : "without"));
   const TrainingRowsScope rows({input.first_row, input.tokens.defined() ? input.tokens.size(0) : x.size(0)});
+  Input in = input;
+  if (!in.sequence) in.sequence = sequence_;
   Hidden h;
-  const Trunk t = trunk(first, last, x, input, with_aux ? &h.aux : nullptr);
+  const Trunk t = trunk(first, last, x, in, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp, h.embedded = t.embedded;
   return h;
 }

@@ -74,7 +74,10 @@ class CausalLM {
     at::Tensor tokens, positions, attention_mask, embedded = {}, document_ids = {};
     int64_t first_row = -1;
     KvCache* cache = nullptr;
-    AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask); }
+    // Sequence parallelism: tokens and positions are this rank's share of every row, document_ids
+    // and attention_mask the whole rows' (set from set_sequence_group by hidden_states and run_groups).
+    comm::Communicator* sequence = nullptr;
+    AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask, sequence); }
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the
   // auxiliary losses (MoE balance, already weighted; undefined for dense models) and the final
@@ -109,6 +112,9 @@ class CausalLM {
   // Activation checkpointing of the decoder layers (model/recompute.h): the same values and
   // gradients, less memory for one more forward of what is recomputed.
   void set_activation_checkpointing(config::Recompute mode) { recompute_mode_ = mode; }
+  // Ulysses sequence parallelism (parallel.sequence_parallel_size): the group whose ranks share
+  // each row's tokens; every forward's attention exchanges over it. nullptr: none.
+  void set_sequence_group(comm::Communicator* group) { sequence_ = group; }
   // Parameters in a fixed order with their HF names, as the family declared them (ParamBuilder).
   const NamedTensors& parameters() const { return params_; }
   // parameters()' places, in the same order, and the number of layer groups (embeddings, the
@@ -165,6 +171,7 @@ class CausalLM {
   at::Tensor leave_group(int group, const at::Tensor& output) const { return gate_ ? gate_->after_group(group, output) : output; }
   LayerGate* gate_ = nullptr;
   config::Recompute recompute_mode_ = config::Recompute::kNone;
+  comm::Communicator* sequence_ = nullptr;
 
   struct Trunk {
     at::Tensor hidden, head;

@@ -45,8 +45,9 @@ std::vector<Chunk> plan_step(const config::Recipe& r, int64_t step, int64_t firs
 DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world)
     : DataPlan(recipe, rank, world, data::open_data_sources(recipe, /*with_eval=*/false, rank).train) {}
 
-DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source)
-    : recipe_(recipe), rank_(rank), world_(world), source_(std::move(source)) {}
+DataPlan::DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source,
+                   data::SequenceShare sequence)
+    : recipe_(recipe), rank_(rank), world_(world), source_(std::move(source)), sequence_(sequence) {}
 
 DataPlan::~DataPlan() { discard(); }
 
@@ -70,6 +71,7 @@ std::vector<data::Batch> DataPlan::build(int64_t step, int64_t first, const std:
     batches.push_back(source_->batch(c.first, c.count));
     batches.back().first_row = c.first;
     if (recipe_.train.loss_normalization == config::LossNormalization::kPerSample) data::weigh_per_sample(batches.back());
+    batches.back() = data::sequence_shard(batches.back(), sequence_);  // after the weights: a sample's targets are counted whole
   }
   return batches;
 }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "dstrain/data/batch.h"
+#include "dstrain/data/sequence_shard.h"
 #include "dstrain/model/stateful.h"
 
 namespace dstrain::config {
@@ -35,7 +36,10 @@ class DataPlan {
   // eval.split when it holds documents out.
   DataPlan(const config::Recipe& recipe, int rank, int world);
   // Reads what data::open_data_sources opened for training (data/data_sources.h), in the recipe's blend.
-  DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source);
+  // rank, world: the sample ranks (a sequence group's ranks are one); sequence: this rank's share
+  // of each row's tokens (data/sequence_shard.h).
+  DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source,
+           data::SequenceShare sequence = {});
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
   bool fine_tuning() const;  // fine-tuning sets' packed rows, not pretraining windows
@@ -51,6 +55,7 @@ class DataPlan {
   const config::Recipe& recipe_;
   int rank_, world_;
   std::unique_ptr<data::BatchSource> source_;
+  data::SequenceShare sequence_;
   std::future<std::vector<data::Batch>> pending_;
 };
 

@@ -13,6 +13,7 @@
 #include "dstrain/config/recipe.h"
 #include "dstrain/data/batch.h"
 #include "dstrain/core/error.h"
+#include "dstrain/data/sequence_shard.h"
 #include "dstrain/model/causal_lm.h"
 #include "dstrain/data/preference_pairs.h"
 #include "dstrain/model/objective.h"
@@ -30,6 +31,7 @@ EvalOptions eval_options_from(const config::Recipe& recipe) {
   const model::ChosenTargets counted = model::chosen_targets_counted(recipe.train.objective, recipe.preference);
   o.chosen_targets = counted != model::ChosenTargets::kNone;
   o.chosen_sequences = counted == model::ChosenTargets::kSequences;
+  o.sequence_parallel = static_cast<int>(std::max<int64_t>(1, recipe.parallel.sequence_parallel_size));
   return o;
 }
 
@@ -66,7 +68,7 @@ std::vector<EvalResult> Evaluator::evaluate() {
 }
 
 Evaluator::Plan Evaluator::plan(const data::EvalSet& set) const {
-  const int64_t world = data_parallel_.world_size(), micro = options_.micro_batch_size;
+  const int64_t world = data_parallel_.world_size() / options_.sequence_parallel, micro = options_.micro_batch_size;
   Plan p;
   p.batches = (set.samples() + micro - 1) / micro;  // micro-batches over all ranks: the same at any world size
   if (options_.max_batches > 0) p.batches = std::min(p.batches, options_.max_batches);
@@ -84,7 +86,9 @@ int64_t Evaluator::rounds() const {
 EvalResult Evaluator::evaluate(const data::EvalSet& set, double chosen_targets_per_pair) {
   const auto t0 = std::chrono::steady_clock::now();
   c10::NoGradGuard no_grad;
-  const int64_t world = data_parallel_.world_size(), rank = data_parallel_.rank(), pass = runner_.forward_batches();
+  // A sequence group's ranks read the same rows, each its share of their tokens.
+  const int s = options_.sequence_parallel;
+  const int64_t world = data_parallel_.world_size() / s, rank = data_parallel_.rank() / s, pass = runner_.forward_batches();
   const int64_t micro = options_.micro_batch_size;
   const Plan planned = plan(set);
   if (set.pairs() && !pair_objective_)
@@ -93,7 +97,7 @@ EvalResult Evaluator::evaluate(const data::EvalSet& set, double chosen_targets_p
   const int64_t windows = planned.windows, rounds = planned.rounds;
   // Past the planned samples (max_batches, the set's end): rows of the same shape that train nothing.
   auto batch_of = [&](int64_t round) {
-    data::Batch b = set.batch((round * world + rank) * micro, micro, windows);
+    data::Batch b = data::sequence_shard(set.batch((round * world + rank) * micro, micro, windows), {data_parallel_.rank() % s, s});
     b.chosen_targets_per_pair = chosen_targets_per_pair;
     return b;
   };

@@ -67,6 +67,8 @@ struct EvalOptions {
   // Pair sets' batches carry the set's chosen targets per pair (model::chosen_targets_counted):
   // of the completions, or with chosen_sequences of the whole chosen sequences.
   bool chosen_targets = false, chosen_sequences = false;
+  // parallel.sequence_parallel_size: consecutive data-parallel ranks that share each row's tokens.
+  int sequence_parallel = 1;
 };
 
 // The recipe's eval and data settings (eval.micro_batch_size 0: the training micro batch).

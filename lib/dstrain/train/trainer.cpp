@@ -199,7 +199,12 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   p.model->move_buffers_to(device.device);
   p.model->set_activation_checkpointing(p.recipe.train.activation_checkpointing);
   data::DataSources sources = data::open_data_sources(p.recipe, p.recipe.eval.enabled(), p.comm.engine().rank());
-  p.data = std::make_unique<DataPlan>(p.recipe, p.comm.engine().rank(), p.comm.engine().world_size(), std::move(sources.train));
+  // A sequence group's ranks read the same rows (config/parallel_layout.h), each its share of their tokens.
+  const config::ParallelLayout layout = p.recipe.layout();
+  const int data_rank = p.comm.engine().rank();
+  p.data = std::make_unique<DataPlan>(p.recipe, layout.sample_rank(data_rank), layout.samples(), std::move(sources.train),
+                                      data::SequenceShare{layout.sequence_rank(data_rank), layout.sequence});
+  p.model->set_sequence_group(p.comm.groups.sequence.get());
   // A LoRA checkpoint names its base instead of holding it: a resume reads the base again.
   if ((!env.resume || model::lora_checkpoints_name_base(p.recipe)) && !p.recipe.model.init_from.empty()) {
     model::load_hf_weights(p.recipe.model.init_from, p.recipe.model, p.model->parameters(), p.model->buffers());

@@ -76,6 +76,7 @@ std::map<std::string, Row> special_rows(const std::string& dir) {
       {"moe.expert_parallel_size",
        {"2", {"model.family=mla_moe", "model.n_routed_experts=4", "model.num_experts_per_tok=2", "launch.nproc_per_node=2"}}},
       {"parallel.pipeline_parallel_size", {"2", {"launch.nproc_per_node=2", "train.gradient_accumulation_steps=2"}}},
+      {"parallel.sequence_parallel_size", {"2", {"launch.nproc_per_node=2"}}},
       {"pipeline.schedule",
        {"zb_h1", {"parallel.pipeline_parallel_size=2", "launch.nproc_per_node=2", "train.gradient_accumulation_steps=2"}}},
       {"pipeline.virtual_stages",

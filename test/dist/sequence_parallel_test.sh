@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Ulysses sequence parallelism (parallel.sequence_parallel_size): each rank of a sequence group
+# holds T / S tokens of every row, and attention exchanges heads for tokens. One process is the
+# oracle: SP 2, SP 4 (GQA's 2 key/value heads repeated to 4) and SP 2 x DP 2 at ZeRO-3 train the
+# same losses and gradient norms within 1e-5 in fp32, with documents masked and positions
+# restarting at each, selective and full recompute, and the held-out loss evaluated; packed
+# conversations (loss masks, document masks, per_sample) the same; a checkpoint of SP 2 starts
+# SP 1 and SP 4 runs that follow the uninterrupted run, and SP 2 bit for bit; bad sizes are
+# refused by key before any worker starts.
+source "$(dirname "$0")/../lib.sh"
+source "$SRC/scripts/common.sh"
+cmp="$SRC/test/dist/compare_metrics.py"
+py="$DSTRAIN_VENV/bin/python"
+
+# The validation losses of two runs, step by step, within 1e-6 relative.
+same_eval() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+def evals(path):
+    return [(r["step"], r["val_loss"]) for r in map(json.loads, open(path)) if "eval" in r]
+a, b = evals(sys.argv[1]), evals(sys.argv[2])
+assert a and [s for s, _ in a] == [s for s, _ in b], (a, b)
+for (s, x), (_, y) in zip(a, b):
+    assert abs(x - y) <= 1e-6 * abs(x), (s, x, y)
+PY
+}
+
+common=(--set train.steps=20 --set train.micro_batch_size=4 --set train.global_batch_size=8 --set launch.threads_per_worker=1
+        --set model.num_kv_heads=2 --set data.document_mask=true --set data.reset_positions=true --set data.eos_token=10
+        --set eval.split=20 --set eval.interval_steps=10 --set checkpoint.interval_steps=10 --set checkpoint.keep_last=0)
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 1 --set run_dir=one
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 2 --set parallel.sequence_parallel_size=2 \
+  --set train.activation_checkpointing=selective --set run_dir=sp2
+expect_out "1 data-parallel ranks x 4"
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=4 \
+  --set train.activation_checkpointing=full --set run_dir=sp4
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=2 \
+  --set zero.stage=3 --set train.micro_batch_size=2 --set run_dir=sp2dp2
+python3 "$cmp" one/metrics.jsonl --decreases 1.0 || fail "the loss did not fall"
+for run in sp2 sp4 sp2dp2; do
+  python3 "$cmp" one/metrics.jsonl $run/metrics.jsonl --rtol 1e-5 --grad-norm || fail "$run's losses or gradient norms differ from one process"
+  same_eval one/metrics.jsonl $run/metrics.jsonl || fail "$run's validation losses differ from one process"
+done
+ok "SP 2 (selective recompute), SP 4 (GQA, full recompute) and SP 2 x DP 2 at ZeRO-3 match one process: losses, gradient norms (1e-5), validation losses"
+
+# A checkpoint of SP 2 (step 10) starts runs at SP 1, 4 and 2 that follow the uninterrupted SP 2 run.
+for s in 1 4 2; do
+  expect_status 0 "$DSTRAIN" train "$demo_recipe" "${common[@]}" --nproc-per-node $s --set parallel.sequence_parallel_size=$s \
+    --set run_dir=from2_$s --resume sp2/ckpt/step_00000010
+done
+for s in 1 4; do
+  python3 "$cmp" sp2/metrics.jsonl from2_$s/metrics.jsonl --resumed --rtol 1e-5 --grad-norm || fail "SP 2's checkpoint at SP $s diverges"
+done
+python3 "$cmp" sp2/metrics.jsonl from2_2/metrics.jsonl --resumed --exact || fail "SP 2's checkpoint at SP 2 is not bit-identical"
+ok "a checkpoint of SP 2 continues at SP 1 and SP 4 as the uninterrupted run (1e-5), and at SP 2 bit for bit"
+
+# Packed conversations: loss masks, a document mask per conversation, per_sample normalization.
+"$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 1
+"$py" "$SRC/test/text/chat_data_reference.py" tokenizers corpus.jsonl "$SRC/test/fixtures/chat_templates" toks
+: > none.jsonl
+"$py" "$SRC/test/text/chat_data_reference.py" chats corpus.jsonl none.jsonl chats.jsonl --count 200
+expect_status 0 "$DSTRAIN" prepare-data chats.jsonl --tokenizer toks/deepseek-llm-chat --output sft --max-length 64
+cat > sft.yaml <<'EOF'
+seed: 7
+model: {family: dense, vocab_size: 3000, hidden_size: 64, num_layers: 2, num_heads: 4, num_kv_heads: 1, intermediate_size: 128, max_seq_len: 64}
+data: {path: sft, format: megatron, seq_len: 64, packing: greedy}
+train: {steps: 8, micro_batch_size: 4, global_batch_size: 8, loss_normalization: per_sample}
+optimizer: {lr: 2.0e-3}
+schedule: {warmup_steps: 2}
+eval: {split: 16, interval_steps: 4}
+launch: {threads_per_worker: 1}
+EOF
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=c1
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=c4 --nproc-per-node 4 --set parallel.sequence_parallel_size=4
+expect_status 0 "$DSTRAIN" train sft.yaml --set run_dir=c22 --nproc-per-node 4 --set parallel.sequence_parallel_size=2 \
+  --set train.micro_batch_size=2 --set zero.stage=1
+for run in c4 c22; do
+  python3 "$cmp" c1/metrics.jsonl $run/metrics.jsonl --rtol 1e-5 --grad-norm || fail "$run's packed conversations differ from one process"
+  same_eval c1/metrics.jsonl $run/metrics.jsonl || fail "$run's held-out conversations differ from one process"
+done
+ok "packed conversations (per_sample, one key/value head) at SP 4 and SP 2 x DP 2 (ZeRO-1) match one process"
+
+# Sizes that cannot work, refused by key before any worker starts.
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 3 --set parallel.sequence_parallel_size=3 --set run_dir=bad \
+  --set train.global_batch_size=8 --set train.micro_batch_size=8
+expect_out "data.seq_len 128 is not divisible by parallel.sequence_parallel_size 3"
+expect_out "parallel.sequence_parallel_size 3 does not divide model.num_heads 4"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 --set parallel.sequence_parallel_size=4 --set run_dir=bad
+expect_out "parallel.sequence_parallel_size 4 does not divide the 2 data-parallel ranks"
+expect_status 2 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 --set parallel.sequence_parallel_size=2 --set run_dir=bad \
+  --set train.loss_normalization=micro_batch_mean
+expect_out "train.loss_normalization micro_batch_mean"
+[ ! -e bad ] || fail "a refused run left a run directory"
+expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 4 --set parallel.sequence_parallel_size=4 --dry-run
+expect_out "sequence parallelism    4 ranks share each sample, 32 of its 128 tokens each (Ulysses); 1 ranks read distinct rows"
+expect_out "without sequence parallelism"
+ok "a sequence length or head count that the size does not divide, a size that does not divide the ranks, micro_batch_mean: refused by key; --dry-run shows the split"
+finish
