@@ -9,11 +9,10 @@ namespace dstrain::comm {
 ParallelGroups open_parallel_groups(Communicator& world, const config::ParallelLayout& layout) {
   if (world.world_size() != layout.world || layout.pipeline < 1 || layout.world % layout.pipeline != 0 || layout.sequence < 1 ||
       layout.data() % layout.sequence != 0)
-    throw Error(
-        ErrorCode::kInternal,
-        fmt::format("a layout of {} ranks in {} pipeline ranks and sequence groups of {} for a group of {}", layout.world, layout.pipeline,
-                    layout.sequence, world.world_size()),
-        "report this as a bug");
+    throw Error(ErrorCode::kInternal,
+                fmt::format("a layout of {} ranks in {} pipeline ranks and sequence groups of {} for a group of {}", layout.world,
+                            layout.pipeline, layout.sequence, world.world_size()),
+                "report this as a bug");
   ParallelGroups g;
   g.layout = layout;
   g.world = &world;

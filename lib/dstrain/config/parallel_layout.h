@@ -20,7 +20,7 @@ struct ParallelLayout {
   int expert = 1;    // E: moe.expert_parallel_size, inside the data-parallel group
   int sequence = 1;  // S: parallel.sequence_parallel_size, inside the data-parallel group
 
-  int data() const { return world / pipeline; }  // D
+  int data() const { return world / pipeline; }      // D
   int samples() const { return data() / sequence; }  // the ranks that read distinct rows
   // Within a data-parallel group: the rank's sample rank (which rows) and its place in its sequence group (which tokens).
   int sample_rank(int data_rank) const { return data_rank / sequence; }

@@ -19,13 +19,15 @@ void check_sequence_parallel(const Recipe& r, const std::function<void(const std
   if (s <= 1) return;
   if (const std::string world = sequence_world_problem(r); !world.empty()) problem(world);
   if (r.data.seq_len % s != 0)
-    problem(fmt::format("data.seq_len {} is not divisible by parallel.sequence_parallel_size {}: each rank holds seq_len / {} tokens of "
-                        "every sample; make seq_len a multiple of it",
-                        r.data.seq_len, s, s));
+    problem(
+        fmt::format("data.seq_len {} is not divisible by parallel.sequence_parallel_size {}: each rank holds seq_len / {} tokens of "
+                    "every sample; make seq_len a multiple of it",
+                    r.data.seq_len, s, s));
   if (r.model.num_heads % s != 0)
-    problem(fmt::format("parallel.sequence_parallel_size {} does not divide model.num_heads {}: attention runs heads / {} on each rank "
-                        "(key and value heads fewer than that are repeated); pick a size that divides the heads",
-                        s, r.model.num_heads, s));
+    problem(
+        fmt::format("parallel.sequence_parallel_size {} does not divide model.num_heads {}: attention runs heads / {} on each rank "
+                    "(key and value heads fewer than that are repeated); pick a size that divides the heads",
+                    s, r.model.num_heads, s));
   const auto refuse = [&](bool when, const std::string& what) {
     if (when) problem(fmt::format("parallel.sequence_parallel_size {} with {}: not supported yet", s, what));
   };
@@ -34,7 +36,8 @@ void check_sequence_parallel(const Recipe& r, const std::function<void(const std
   refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1");
   refuse(r.moe.expert_parallel_size > 1, "moe.expert_parallel_size > 1");
   refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
-  refuse(r.train.objective != TrainObjective::kSft, fmt::format("train.objective {} (sequence losses over whole rows)", name(r.train.objective)));
+  refuse(r.train.objective != TrainObjective::kSft,
+         fmt::format("train.objective {} (sequence losses over whole rows)", name(r.train.objective)));
   refuse(r.train.loss_normalization == LossNormalization::kMicroBatchMean,
          "train.loss_normalization micro_batch_mean (a micro-batch's mean needs its whole count: use global_tokens or per_sample)");
   refuse(!r.data.shard_weights.empty() || r.data.auto_balance, "data.shard_weights (the ranks of a sequence group read one share)");

@@ -151,6 +151,7 @@ bool key_applies(const std::string& path, const Recipe& r) {
   if (path == "data.other_tokenizer") return !r.model.init_from.empty();
   if (starts_with(path, "logging.straggler_")) return r.world_size() > 1;
   if (starts_with(path, "pipeline.")) return r.parallel.pipeline_parallel_size > 1;
+  if (path == "parallel.sequence_parallel_size") return r.parallel.sequence_parallel_size > 1;
   return true;
 }
 
@@ -186,9 +187,9 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
     out += fmt::format("  data-parallel ranks     {} (world {} / parallel.pipeline_parallel_size {}): the batch math's ranks\n",
                        r.data_parallel_size(), r.world_size(), r.parallel.pipeline_parallel_size);
   if (r.parallel.sequence_parallel_size > 1)
-    out += fmt::format("  sequence parallelism    {} ranks share each sample, {} of its {} tokens each (Ulysses); {} ranks read distinct rows\n",
-                       r.parallel.sequence_parallel_size, r.data.seq_len / r.parallel.sequence_parallel_size, r.data.seq_len,
-                       r.data_parallel_size());
+    out += fmt::format(
+        "  sequence parallelism    {} ranks share each sample, {} of its {} tokens each (Ulysses); {} ranks read distinct rows\n",
+        r.parallel.sequence_parallel_size, r.data.seq_len / r.parallel.sequence_parallel_size, r.data.seq_len, r.data_parallel_size());
   out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
   if (r.train.accumulation.empty()) {
     out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));
@@ -242,7 +243,8 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   if (r.parallel.sequence_parallel_size > 1) {
     config::Recipe whole = r;
     whole.parallel.sequence_parallel_size = 1;
-    out += fmt::format("                          ~{} without sequence parallelism ({:.2f}x)\n", bytes_text(memory_plan(whole).device_activations),
+    out += fmt::format("                          ~{} without sequence parallelism ({:.2f}x)\n",
+                       bytes_text(memory_plan(whole).device_activations),
                        plan.device_activations / std::max(memory_plan(whole).device_activations, 1.0));
   }
   out += fmt::format(

@@ -79,8 +79,9 @@ RankParameters rank_parameters(const Recipe& r) {
   const double ep = static_cast<double>(r.moe.expert_parallel_size);
   RankParameters out;
   out.dense = static_cast<double>(c.total - c.routed);
-  out.experts = static_cast<double>(c.routed) / ep;                  // this rank's block of every MoE layer's routed experts
-  const double ranks = static_cast<double>(r.layout().data());  // the world, less a pipeline's other stages (a sequence group's ranks count)
+  out.experts = static_cast<double>(c.routed) / ep;  // this rank's block of every MoE layer's routed experts
+  const double ranks =
+      static_cast<double>(r.layout().data());  // the world, less a pipeline's other stages (a sequence group's ranks count)
   out.dense_ranks = ranks, out.expert_ranks = ranks / ep;
   const int last_group = static_cast<int>(r.model.num_layers) + 1;
   out.dense += r.frozen.adapters_in(0, last_group);                // lora's adapters: held with their layers

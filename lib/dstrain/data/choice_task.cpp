@@ -193,7 +193,8 @@ ChoiceTask read_choice_task(const std::string& path, const std::string& name, co
   RequestEncoder encoder(tokenizer, tokenizer_dir);
   ChoiceTask task{name, path, {}};
   for_each_json_line(path, "each row is {\"context\": \"...\", \"choices\": [\"...\", ...], \"gold\": INDEX}",
-                     "pass a JSON Lines file to --task", [&](const Json& row) {
+                     "pass a JSON Lines file to --task", [&](const std::string& line) {
+                       const Json row = Json::parse(line, nullptr, false);
                        if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
                        task.questions.push_back(question_of(dstrain_row(row, format), encoder, max_length));
                      });

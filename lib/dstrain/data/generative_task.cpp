@@ -113,7 +113,8 @@ GenerativeTask read_generative_task(const std::string& path, const std::string& 
   task.rules.strip = true;
   if (format == config::TaskFormat::kGsm8k) gsm8k_settings(task);
   const std::string bos = codec.bos_text();
-  for_each_json_line(path, kRowHint, "pass a JSON Lines file to --task", [&](const Json& row) {
+  for_each_json_line(path, kRowHint, "pass a JSON Lines file to --task", [&](const std::string& line) {
+    const Json row = Json::parse(line, nullptr, false);
     if (row.is_discarded()) throw std::invalid_argument("not valid JSON");
     if (row.is_object() && row.contains("settings")) {
       if (format != config::TaskFormat::kDstrain || !task.questions.empty())

@@ -19,8 +19,9 @@ Batch sequence_shard(const Batch& batch, SequenceShare share) {
   if (share.size <= 1) return batch;
   Batch b = batch;
   const int64_t T = batch.length(), S = share.size, pad = (S - T % S) % S, width = (T + pad) / S;
-  const at::Tensor positions =
-      batch.sequential_positions || !batch.positions.defined() ? at::arange(T, batch.tokens.options()).expand({batch.rows(), T}) : batch.positions;
+  const at::Tensor positions = batch.sequential_positions || !batch.positions.defined()
+                                   ? at::arange(T, batch.tokens.options()).expand({batch.rows(), T})
+                                   : batch.positions;
   const at::Tensor& documents = batch.document_ids;
   const auto columns = [&](const at::Tensor& t) { return t.defined() ? t.narrow(1, share.rank * width, width).contiguous() : t; };
   b.tokens = columns(pad_columns(batch.tokens, pad, 0, false));

@@ -27,8 +27,8 @@ at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     comm::Communicator& group = *scope.sequence;
     AttentionScope whole = scope;
     whole.sequence = nullptr;
-    return sequence_to_heads(
-        attend(heads_to_sequence(q, group), heads_to_sequence(k, group), heads_to_sequence(v, group), whole, scale), group);
+    return sequence_to_heads(attend(heads_to_sequence(q, group), heads_to_sequence(k, group), heads_to_sequence(v, group), whole, scale),
+                             group);
   }
   if (scope.mask.defined()) return at::scaled_dot_product_attention(q, k, v, scope.mask, 0.0, /*is_causal=*/false, scale);
   return at::scaled_dot_product_attention(q, k, v, {}, 0.0, /*is_causal=*/true, scale);

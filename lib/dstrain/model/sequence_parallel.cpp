@@ -53,9 +53,7 @@ struct SequenceToHeads : torch::autograd::Function<SequenceToHeads> {
     ctx->saved_data["group"] = reinterpret_cast<int64_t>(group);
     return to_heads(x, *group);
   }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {to_sequence(grads[0], *group_of(ctx)), at::Tensor()};
-  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) { return {to_sequence(grads[0], *group_of(ctx)), at::Tensor()}; }
 };
 
 }  // namespace

@@ -38,8 +38,7 @@ class DataPlan {
   // Reads what data::open_data_sources opened for training (data/data_sources.h), in the recipe's blend.
   // rank, world: the sample ranks (a sequence group's ranks are one); sequence: this rank's share
   // of each row's tokens (data/sequence_shard.h).
-  DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source,
-           data::SequenceShare sequence = {});
+  DataPlan(const config::Recipe& recipe, int rank, int world, std::unique_ptr<data::BatchSource> source, data::SequenceShare sequence = {});
   ~DataPlan();  // waits for a prefetch in flight
   int64_t num_samples() const;
   bool fine_tuning() const;  // fine-tuning sets' packed rows, not pretraining windows
