@@ -54,6 +54,26 @@ done
 python3 "$cmp" sp2/metrics.jsonl from2_2/metrics.jsonl --resumed --exact || fail "SP 2's checkpoint at SP 2 is not bit-identical"
 ok "a checkpoint of SP 2 continues at SP 1 and SP 4 as the uninterrupted run (1e-5), and at SP 2 bit for bit"
 
+# The MLA + MoE model (V3-shaped: sigmoid routing, the selection bias, a balance loss whose
+# sequence statistics span the group) alone, with expert parallelism over the sequence group's
+# ranks, over 4 ranks at ZeRO-3, and with a pipeline of 2 stages.
+moe=(--set train.steps=12 --set train.micro_batch_size=4 --set train.global_batch_size=8 --set launch.threads_per_worker=1
+     --set model.aux_loss_alpha=0.01 --set schedule.warmup_steps=2 --set data.eos_token=10 --set eval.split=20
+     --set eval.interval_steps=6)
+tiny="$SRC/recipes/tiny-mla-moe.yaml"
+expect_status 0 "$DSTRAIN" train "$tiny" "${moe[@]}" --nproc-per-node 1 --set run_dir=moe1
+expect_status 0 "$DSTRAIN" train "$tiny" "${moe[@]}" --nproc-per-node 2 --set parallel.sequence_parallel_size=2 \
+  --set moe.expert_parallel_size=2 --set run_dir=moe_sp2ep2
+expect_status 0 "$DSTRAIN" train "$tiny" "${moe[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=2 \
+  --set moe.expert_parallel_size=4 --set train.micro_batch_size=2 --set zero.stage=3 --set run_dir=moe_sp2dp2
+expect_status 0 "$DSTRAIN" train "$tiny" "${moe[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=2 \
+  --set parallel.pipeline_parallel_size=2 --set train.micro_batch_size=2 --set run_dir=moe_sp2pp2
+for run in moe_sp2ep2 moe_sp2dp2 moe_sp2pp2; do
+  python3 "$cmp" moe1/metrics.jsonl $run/metrics.jsonl --rtol 1e-5 --grad-norm || fail "$run's losses or gradient norms differ from one process"
+  same_eval moe1/metrics.jsonl $run/metrics.jsonl || fail "$run's validation losses differ from one process"
+done
+ok "MLA + MoE (balance loss over the whole rows): SP 2 x EP 2, SP 2 x DP 2 with EP 4 at ZeRO-3, SP 2 x PP 2 match one process"
+
 # Packed conversations: loss masks, a document mask per conversation, per_sample normalization.
 "$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 1
 "$py" "$SRC/test/text/chat_data_reference.py" tokenizers corpus.jsonl "$SRC/test/fixtures/chat_templates" toks

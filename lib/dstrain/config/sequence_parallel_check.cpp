@@ -31,10 +31,6 @@ void check_sequence_parallel(const Recipe& r, const std::function<void(const std
   const auto refuse = [&](bool when, const std::string& what) {
     if (when) problem(fmt::format("parallel.sequence_parallel_size {} with {}: not supported yet", s, what));
   };
-  refuse(r.model.family != ModelFamily::kDense,
-         "model.family mla_moe (the MoE balance loss and MLA are not sharded yet; the dense family is)");
-  refuse(r.parallel.pipeline_parallel_size > 1, "parallel.pipeline_parallel_size > 1");
-  refuse(r.moe.expert_parallel_size > 1, "moe.expert_parallel_size > 1");
   refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
   refuse(r.train.objective != TrainObjective::kSft,
          fmt::format("train.objective {} (sequence losses over whole rows)", name(r.train.objective)));

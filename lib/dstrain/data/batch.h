@@ -53,6 +53,10 @@ struct Batch {
   // completion is desirable (bool [pairs]; undefined for other batches).
   at::Tensor desirable;
 
+  // Sequence parallelism (data/sequence_shard.h): the whole rows' trained targets and samples, the
+  // units that weigh a rank's part of the auxiliary losses; -1: the batch is not a share.
+  int64_t whole_trained_targets = -1, whole_samples = -1;
+
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }
   // The same batch with its tensors on `device` (the host-side facts are copied; sequential

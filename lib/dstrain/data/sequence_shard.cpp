@@ -31,6 +31,7 @@ Batch sequence_shard(const Batch& batch, SequenceShare share) {
   if (pad > 0 && documents.defined())
     b.document_ids = pad_columns(documents, pad, static_cast<double>(documents.max().item<int64_t>() + 1), false);
   b.sequential_positions = false;
+  b.whole_trained_targets = batch.trained_targets, b.whole_samples = batch.samples;
   b.trained_targets = b.labels.ne(kIgnoreIndex).sum().item<int64_t>();
   if (share.rank != 0) b.samples = 0;
   return b;

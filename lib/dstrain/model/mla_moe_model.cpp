@@ -313,12 +313,33 @@ Routing route(const config::ModelConfig& c, const MlaLayerParts& p, const at::Te
   return r;
 }
 
+// The sequence-wise balance loss of one MoE layer: alpha * mean_b sum_i f_{b,i} P_{b,i},
+// f = N_r/(K T) * selections, P = mean over the sequence of the (normalised) scores. With sequence
+// parallelism (`sequence`: x holds T / S of each row's tokens) the selections are summed over the
+// group and P is this rank's part of the mean, so the group's losses add up to the whole rows'.
+at::Tensor balance_loss(const config::ModelConfig& c, const Routing& r, int64_t B, int64_t T, at::ScalarType wide,
+                        comm::Communicator* sequence) {
+  const int64_t Nr = c.n_routed_experts, K = c.num_experts_per_tok;
+  const auto options = r.scores.options().dtype(wide);
+  at::Tensor per_seq = at::zeros({B, Nr}, options).scatter_add_(1, r.idx.view({B, T * K}), at::ones({B, T * K}, options));
+  const at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? r.scores / r.scores.sum(-1, true) : r.scores;
+  if (!sequence || sequence->world_size() == 1) {
+    const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
+    return (f * s.view({B, T, Nr}).mean(1)).sum(-1).mean() * c.aux_loss_alpha;
+  }
+  at::Tensor counts = per_seq.to(at::kFloat).contiguous();  // exact: counts below 2^24
+  sequence->all_reduce(counts)->wait();
+  const double whole = static_cast<double>(T * sequence->world_size());
+  const at::Tensor f = counts.to(wide) * (static_cast<double>(Nr) / (static_cast<double>(K) * whole));
+  return (f * (s.view({B, T, Nr}).sum(1) / whole)).sum(-1).mean() * c.aux_loss_alpha;
+}
+
 // DeepSeekMoE over x [B, T, H]. Adds this layer's balance loss to *aux and its expert load to
 // `load_row` (when defined). `selective`: the experts' SwiGLU activations are recomputed in backward.
 at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Tensor& x, at::Tensor* aux, at::Tensor load_row,
-               bool selective) {
+               bool selective, comm::Communicator* sequence) {
   const auto& c = m.cfg;
-  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), N = B * T, Nr = c.n_routed_experts, K = c.num_experts_per_tok;
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), N = B * T, Nr = c.n_routed_experts;
   const at::Tensor flat = x.reshape({N, H});
   const auto wide = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
   const Routing r = route(c, p, flat, wide);
@@ -339,16 +360,9 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Ten
   const at::Tensor out = shared.defined() ? routed.out + shared : routed.out;
   if (load_row.defined()) load_row.add_(routed.counts.to(at::kDouble));
 
-  // Sequence-wise balance loss: alpha * mean_b sum_i f_{b,i} P_{b,i}, f = N_r/(K T) * selections,
-  // P = mean over the sequence of the (normalised) scores.
   if (aux && c.aux_loss_alpha > 0) {
-    const at::Tensor per_seq =
-        at::zeros({B, Nr}, x.options().dtype(wide)).scatter_add_(1, r.idx.view({B, T * K}), at::ones({B, T * K}, x.options().dtype(wide)));
-    const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
-    const at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? r.scores / r.scores.sum(-1, true) : r.scores;
-    const at::Tensor P = s.view({B, T, Nr}).mean(1);
-    const at::Tensor loss = (f * P).sum(-1).mean() * c.aux_loss_alpha;
-    *aux = aux->defined() ? *aux + loss.to(x.scalar_type()) : loss.to(x.scalar_type());
+    const at::Tensor loss = balance_loss(c, r, B, T, wide, sequence).to(x.scalar_type());
+    *aux = aux->defined() ? *aux + loss : loss;
   }
   return out.view({B, T, H});
 }
@@ -362,7 +376,7 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, int64_t i, at:
   const at::Tensor h = rms_norm(x, p.post_attention_norm, c.rms_norm_eps, selective);
   if (!c.is_moe_layer(i)) return {x + swiglu(h, p.mlp, selective)};
   at::Tensor layer_aux;
-  x = x + moe(m, p, h, want_aux ? &layer_aux : nullptr, load_row, selective);
+  x = x + moe(m, p, h, want_aux ? &layer_aux : nullptr, load_row, selective, scope.sequence);
   return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
 }
 

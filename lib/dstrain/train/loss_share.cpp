@@ -17,8 +17,16 @@ at::Tensor LossShare::reported(const at::Tensor& final_loss) const {
 }
 
 at::Tensor aux_share(const at::Tensor& aux, const data::Batch& host_batch, config::LossNormalization mode, double global) {
-  // The auxiliary losses are means over the micro-batch: weighted by its share of the units.
-  return aux.defined() ? aux * (static_cast<double>(loss_units(host_batch, mode)) / global) : at::Tensor();
+  // The auxiliary losses are means over the micro-batch: weighted by its share of the units. A
+  // sequence-parallel rank's aux is its part of the whole rows' (model/mla_moe_model.cpp), so the
+  // whole rows' units weigh it.
+  int64_t units = loss_units(host_batch, mode);
+  if (host_batch.whole_trained_targets >= 0) {
+    data::Batch whole;
+    whole.trained_targets = host_batch.whole_trained_targets, whole.samples = host_batch.whole_samples;
+    units = loss_units(whole, mode);
+  }
+  return aux.defined() ? aux * (static_cast<double>(units) / global) : at::Tensor();
 }
 
 LossShare loss_share(const model::ObjectiveValue& value, const data::Batch& host_batch, config::LossNormalization mode, double global,
