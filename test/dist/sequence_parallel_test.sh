@@ -3,9 +3,10 @@
 # holds T / S tokens of every row, and attention exchanges heads for tokens. One process is the
 # oracle: SP 2, SP 4 (GQA's 2 key/value heads repeated to 4) and SP 2 x DP 2 at ZeRO-3 train the
 # same losses and gradient norms within 1e-5 in fp32, with documents masked and positions
-# restarting at each, selective and full recompute, and the held-out loss evaluated; packed
-# conversations (loss masks, document masks, per_sample) the same; a checkpoint of SP 2 starts
-# SP 1 and SP 4 runs that follow the uninterrupted run, and SP 2 bit for bit; bad sizes are
+# restarting at each, selective and full recompute, and the held-out loss evaluated; the MLA +
+# MoE model with expert parallelism, ZeRO-3 and a pipeline, and with MTP across shard edges;
+# packed conversations (loss masks, document masks, per_sample) the same; a checkpoint of SP 2
+# starts SP 1 and SP 4 runs that follow the uninterrupted run, and SP 2 bit for bit; bad sizes are
 # refused by key before any worker starts.
 source "$(dirname "$0")/../lib.sh"
 source "$SRC/scripts/common.sh"
@@ -74,6 +75,22 @@ for run in moe_sp2ep2 moe_sp2dp2 moe_sp2pp2; do
 done
 ok "MLA + MoE (balance loss over the whole rows): SP 2 x EP 2, SP 2 x DP 2 with EP 4 at ZeRO-3, SP 2 x PP 2 match one process"
 
+# Multi-token prediction (depth 2) across shard edges, with documents masked: each rank reads the
+# tokens and targets past its share, and the MoE statistics leave out the positions past T - k.
+mtp=("${moe[@]}" --set model.mtp_depth=2 --set data.document_mask=true)
+expect_status 0 "$DSTRAIN" train "$tiny" "${mtp[@]}" --nproc-per-node 1 --set run_dir=mtp1
+expect_status 0 "$DSTRAIN" train "$tiny" "${mtp[@]}" --nproc-per-node 2 --set parallel.sequence_parallel_size=2 --set run_dir=mtp_sp2
+expect_status 0 "$DSTRAIN" train "$tiny" "${mtp[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=4 \
+  --set moe.expert_parallel_size=2 --set run_dir=mtp_sp4ep2
+expect_status 0 "$DSTRAIN" train "$tiny" "${mtp[@]}" --nproc-per-node 4 --set parallel.sequence_parallel_size=2 \
+  --set train.micro_batch_size=2 --set zero.stage=3 --set train.activation_checkpointing=full --set run_dir=mtp_sp2dp2
+for run in mtp_sp2 mtp_sp4ep2 mtp_sp2dp2; do
+  python3 "$cmp" mtp1/metrics.jsonl $run/metrics.jsonl --rtol 1e-5 --grad-norm --mtp || fail "$run's losses, MTP losses or gradient norms differ"
+  python3 "$cmp" mtp1/metrics.jsonl $run/metrics.jsonl --rtol 1e-6 --key expert_imbalance || fail "$run's expert load differs"
+  same_eval mtp1/metrics.jsonl $run/metrics.jsonl || fail "$run's validation losses differ from one process"
+done
+ok "MTP depth 2 with documents masked: SP 2, SP 4 x EP 2 and SP 2 x DP 2 (ZeRO-3, full recompute) match one process: losses, MTP losses, gradient norms, expert load"
+
 # Packed conversations: loss masks, a document mask per conversation, per_sample normalization.
 "$py" "$SRC/test/text/make_corpus.py" corpus.jsonl --mb 1
 "$py" "$SRC/test/text/chat_data_reference.py" tokenizers corpus.jsonl "$SRC/test/fixtures/chat_templates" toks
@@ -110,9 +127,12 @@ expect_out "parallel.sequence_parallel_size 4 does not divide the 2 data-paralle
 expect_status 2 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 2 --set parallel.sequence_parallel_size=2 --set run_dir=bad \
   --set train.loss_normalization=micro_batch_mean
 expect_out "train.loss_normalization micro_batch_mean"
+expect_status 2 "$DSTRAIN" train "$tiny" --nproc-per-node 4 --set parallel.sequence_parallel_size=2 --set run_dir=bad \
+  --set parallel.pipeline_parallel_size=2 --set model.mtp_depth=1 --set train.gradient_accumulation_steps=2
+expect_out "model.mtp_depth > 0 and parallel.pipeline_parallel_size > 1 together"
 [ ! -e bad ] || fail "a refused run left a run directory"
 expect_status 0 "$DSTRAIN" train "$demo_recipe" --nproc-per-node 4 --set parallel.sequence_parallel_size=4 --dry-run
 expect_out "sequence parallelism    4 ranks share each sample, 32 of its 128 tokens each (Ulysses); 1 ranks read distinct rows"
 expect_out "without sequence parallelism"
-ok "a sequence length or head count that the size does not divide, a size that does not divide the ranks, micro_batch_mean: refused by key; --dry-run shows the split"
+ok "a sequence length or head count that the size does not divide, a size that does not divide the ranks, micro_batch_mean, MTP with a pipeline: refused by key; --dry-run shows the split"
 finish

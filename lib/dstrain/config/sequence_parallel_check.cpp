@@ -31,7 +31,8 @@ void check_sequence_parallel(const Recipe& r, const std::function<void(const std
   const auto refuse = [&](bool when, const std::string& what) {
     if (when) problem(fmt::format("parallel.sequence_parallel_size {} with {}: not supported yet", s, what));
   };
-  refuse(r.model.mtp_depth > 0, "model.mtp_depth > 0 (set model.mtp_depth: 0)");
+  refuse(r.model.mtp_depth > 0 && r.parallel.pipeline_parallel_size > 1,
+         "model.mtp_depth > 0 and parallel.pipeline_parallel_size > 1 together (either works with it alone)");
   refuse(r.train.objective != TrainObjective::kSft,
          fmt::format("train.objective {} (sequence losses over whole rows)", name(r.train.objective)));
   refuse(r.train.loss_normalization == LossNormalization::kMicroBatchMean,

@@ -15,6 +15,8 @@ Batch Batch::to(const c10::Device& device) const {
   if (score_positions.defined()) out.score_positions = score_positions.to(device);
   if (desirable.defined()) out.desirable = desirable.to(device);
   if (margins.defined()) out.margins = margins.to(device);
+  if (ahead_tokens.defined()) out.ahead_tokens = ahead_tokens.to(device), out.ahead_labels = ahead_labels.to(device);
+  if (ahead_weights.defined()) out.ahead_weights = ahead_weights.to(device);
   return out;
 }
 

@@ -56,6 +56,11 @@ struct Batch {
   // Sequence parallelism (data/sequence_shard.h): the whole rows' trained targets and samples, the
   // units that weigh a rank's part of the auxiliary losses; -1: the batch is not a share.
   int64_t whole_trained_targets = -1, whole_samples = -1;
+  // ... this share's first column in the whole rows, and for multi-token prediction the D columns
+  // after the share (the next rank's first ones; past the row's end: token 0, label kIgnoreIndex,
+  // weight 0): int64 [B, D] tokens and labels, float32 [B, D] weights (with target_weights).
+  int64_t sequence_begin = 0;
+  at::Tensor ahead_tokens, ahead_labels, ahead_weights;
 
   int64_t rows() const { return tokens.size(0); }
   int64_t length() const { return tokens.size(1); }

@@ -32,6 +32,16 @@ Batch sequence_shard(const Batch& batch, SequenceShare share) {
     b.document_ids = pad_columns(documents, pad, static_cast<double>(documents.max().item<int64_t>() + 1), false);
   b.sequential_positions = false;
   b.whole_trained_targets = batch.trained_targets, b.whole_samples = batch.samples;
+  b.sequence_begin = share.rank * width;
+  if (share.lookahead > 0) {  // the columns after the share, padded past the row's end
+    const int64_t D = share.lookahead, begin = (share.rank + 1) * width;
+    const auto ahead = [&](const at::Tensor& t, double fill) {
+      return pad_columns(t, pad + D, fill, false).narrow(1, begin, D).contiguous();
+    };
+    b.ahead_tokens = ahead(batch.tokens, 0);
+    b.ahead_labels = ahead(batch.labels, static_cast<double>(kIgnoreIndex));
+    if (batch.target_weights.defined()) b.ahead_weights = ahead(batch.target_weights, 0);
+  }
   b.trained_targets = b.labels.ne(kIgnoreIndex).sum().item<int64_t>();
   if (share.rank != 0) b.samples = 0;
   return b;

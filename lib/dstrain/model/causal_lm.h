@@ -77,6 +77,7 @@ class CausalLM {
     // Sequence parallelism: tokens and positions are this rank's share of every row, document_ids
     // and attention_mask the whole rows' (set from set_sequence_group by hidden_states and run_groups).
     comm::Communicator* sequence = nullptr;
+    at::Tensor ahead_tokens = {};  // ... and multi-token prediction's tokens after the share (data::Batch)
     AttentionScope scope() const { return AttentionScope::of(positions, document_ids, attention_mask, sequence); }
   };
   // Everything up to the head: the final norm's output [B, T, H], the head's weight [V, H], the

@@ -11,6 +11,7 @@ CausalLM::Input input_of(const data::Batch& batch) {
   if (!batch.sequential_positions) in.positions = batch.positions;
   in.document_ids = batch.document_ids;  // the attention scope builds the document mask
   in.first_row = batch.first_row;
+  in.ahead_tokens = batch.ahead_tokens;
   return in;
 }
 

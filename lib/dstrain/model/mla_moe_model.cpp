@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <atomic>
+#include <optional>
 #include <cmath>
 #include <cstdlib>
 #include <tuple>
@@ -313,31 +314,49 @@ Routing route(const config::ModelConfig& c, const MlaLayerParts& p, const at::Te
   return r;
 }
 
+// Sequence parallelism's view of a layer's tokens: the group (null: none), which of this rank's T
+// tokens the whole rows' forward has (bool [T]; an MTP depth k has T_whole - k of them), and how
+// many the whole rows have.
+struct SequenceTokens {
+  comm::Communicator* group = nullptr;
+  at::Tensor valid;  // undefined: all of them
+  int64_t whole = 0;
+};
+
+// The main layers' view: every token of this rank's T.
+SequenceTokens sequence_tokens(const AttentionScope& scope, int64_t T) {
+  if (!scope.sequence || scope.sequence->world_size() == 1) return {};
+  return {scope.sequence, {}, T * scope.sequence->world_size()};
+}
+
 // The sequence-wise balance loss of one MoE layer: alpha * mean_b sum_i f_{b,i} P_{b,i},
 // f = N_r/(K T) * selections, P = mean over the sequence of the (normalised) scores. With sequence
 // parallelism (`sequence`: x holds T / S of each row's tokens) the selections are summed over the
 // group and P is this rank's part of the mean, so the group's losses add up to the whole rows'.
 at::Tensor balance_loss(const config::ModelConfig& c, const Routing& r, int64_t B, int64_t T, at::ScalarType wide,
-                        comm::Communicator* sequence) {
+                        const SequenceTokens& sequence) {
   const int64_t Nr = c.n_routed_experts, K = c.num_experts_per_tok;
   const auto options = r.scores.options().dtype(wide);
-  at::Tensor per_seq = at::zeros({B, Nr}, options).scatter_add_(1, r.idx.view({B, T * K}), at::ones({B, T * K}, options));
-  const at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? r.scores / r.scores.sum(-1, true) : r.scores;
-  if (!sequence || sequence->world_size() == 1) {
+  at::Tensor s = c.scoring_func == config::ScoringFunc::kSigmoid ? r.scores / r.scores.sum(-1, true) : r.scores;
+  if (!sequence.group) {
+    at::Tensor per_seq = at::zeros({B, Nr}, options).scatter_add_(1, r.idx.view({B, T * K}), at::ones({B, T * K}, options));
     const at::Tensor f = per_seq * (static_cast<double>(Nr) / static_cast<double>(K * T));
     return (f * s.view({B, T, Nr}).mean(1)).sum(-1).mean() * c.aux_loss_alpha;
   }
-  at::Tensor counts = per_seq.to(at::kFloat).contiguous();  // exact: counts below 2^24
-  sequence->all_reduce(counts)->wait();
-  const double whole = static_cast<double>(T * sequence->world_size());
+  // Only the tokens that the whole rows' forward has (an MTP depth's last rows are not): `valid`.
+  const at::Tensor keep = sequence.valid.defined() ? sequence.valid.to(wide).view({1, T, 1}) : at::ones({1, T, 1}, options);
+  at::Tensor counts = at::zeros({B, Nr}, options).scatter_add_(1, r.idx.view({B, T * K}), keep.expand({B, T, K}).reshape({B, T * K}));
+  counts = counts.to(at::kFloat).contiguous();  // exact: counts below 2^24
+  sequence.group->all_reduce(counts)->wait();
+  const double whole = static_cast<double>(sequence.whole);
   const at::Tensor f = counts.to(wide) * (static_cast<double>(Nr) / (static_cast<double>(K) * whole));
-  return (f * (s.view({B, T, Nr}).sum(1) / whole)).sum(-1).mean() * c.aux_loss_alpha;
+  return (f * ((s.view({B, T, Nr}) * keep).sum(1) / whole)).sum(-1).mean() * c.aux_loss_alpha;
 }
 
 // DeepSeekMoE over x [B, T, H]. Adds this layer's balance loss to *aux and its expert load to
 // `load_row` (when defined). `selective`: the experts' SwiGLU activations are recomputed in backward.
 at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Tensor& x, at::Tensor* aux, at::Tensor load_row,
-               bool selective, comm::Communicator* sequence) {
+               bool selective, const SequenceTokens& sequence) {
   const auto& c = m.cfg;
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), N = B * T, Nr = c.n_routed_experts;
   const at::Tensor flat = x.reshape({N, H});
@@ -358,7 +377,12 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Ten
   const RoutedOutput routed = routed_experts(flat, r.idx, r.weights, Nr, p.experts, m.expert_group, selective, ExpertKernels::kAuto, hooks);
   if (!hooks.while_dispatching) shared_experts();
   const at::Tensor out = shared.defined() ? routed.out + shared : routed.out;
-  if (load_row.defined()) load_row.add_(routed.counts.to(at::kDouble));
+  if (load_row.defined() && sequence.valid.defined()) {  // the tokens the whole rows' forward routes
+    const at::Tensor keep = sequence.valid.to(at::kDouble).view({1, T, 1}).expand({B, T, r.idx.size(-1)}).reshape({-1});
+    load_row.add_(at::zeros({Nr}, load_row.options()).index_add_(0, r.idx.reshape({-1}).to(load_row.device()), keep.to(load_row.device())));
+  } else if (load_row.defined()) {
+    load_row.add_(routed.counts.to(at::kDouble));
+  }
 
   if (aux && c.aux_loss_alpha > 0) {
     const at::Tensor loss = balance_loss(c, r, B, T, wide, sequence).to(x.scalar_type());
@@ -369,14 +393,14 @@ at::Tensor moe(const MlaMoeModel::Impl& m, const MlaLayerParts& p, const at::Ten
 
 // One decoder layer: {x} -> {x, and its balance loss when it has one and `want_aux`}.
 std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, int64_t i, at::Tensor x, const AttentionScope& scope, bool want_aux,
-                                      const at::Tensor& load_row, bool selective, KvCache* cache) {
+                                      const at::Tensor& load_row, bool selective, KvCache* cache, const SequenceTokens& tokens) {
   const auto& c = m.cfg;
   const MlaLayerParts& p = m.layers[static_cast<size_t>(i)];
   x = x + mla(m, p, rms_norm(x, p.input_norm, c.rms_norm_eps, selective), scope, selective, cache, i);
   const at::Tensor h = rms_norm(x, p.post_attention_norm, c.rms_norm_eps, selective);
   if (!c.is_moe_layer(i)) return {x + swiglu(h, p.mlp, selective)};
   at::Tensor layer_aux;
-  x = x + moe(m, p, h, want_aux ? &layer_aux : nullptr, load_row, selective, scope.sequence);
+  x = x + moe(m, p, h, want_aux ? &layer_aux : nullptr, load_row, selective, tokens);
   return layer_aux.defined() ? std::vector<at::Tensor>{x, layer_aux} : std::vector<at::Tensor>{x};
 }
 
@@ -384,11 +408,13 @@ std::vector<at::Tensor> decoder_layer(const MlaMoeModel::Impl& m, int64_t i, at:
 // {x, and its balance loss when it has one}. Held by value: a recomputed layer runs again in
 // backward, and the expert load counts once.
 std::vector<at::Tensor> run_layer(const MlaMoeModel::Impl& m, int64_t i, const at::Tensor& x, const AttentionScope& scope, bool want_aux,
-                                  const at::Tensor& load_row, config::Recompute mode, KvCache* cache = nullptr) {
+                                  const at::Tensor& load_row, config::Recompute mode, KvCache* cache = nullptr,
+                                  std::optional<SequenceTokens> given = std::nullopt) {
   const bool selective = mode == config::Recompute::kSelective;
   const MlaMoeModel::Impl* mp = &m;
-  const Region layer = [mp, i, load_row, scope, selective, want_aux, cache](const std::vector<at::Tensor>& in, bool again) {
-    return decoder_layer(*mp, i, in[0], scope, want_aux, again ? at::Tensor() : load_row, selective, cache);
+  const SequenceTokens tokens = given ? *given : sequence_tokens(scope, x.size(1));
+  const Region layer = [mp, i, load_row, scope, selective, want_aux, cache, tokens](const std::vector<at::Tensor>& in, bool again) {
+    return decoder_layer(*mp, i, in[0], scope, want_aux, again ? at::Tensor() : load_row, selective, cache, tokens);
   };
   return mode == config::Recompute::kFull ? recompute(layer, {x}) : layer({x}, false);
 }
@@ -403,19 +429,28 @@ std::vector<at::Tensor> mtp_hidden(const MlaMoeModel::Impl& m, const at::Tensor&
                                    const AttentionScope& scope, at::Tensor* aux, int64_t moe_row, config::Recompute mode) {
   const auto& c = m.cfg;
   const int64_t T = hidden.size(1);
-  if (T <= c.mtp_depth)
+  // Sequence parallelism: `embedded` runs D tokens past this rank's T (the next rank's first), and
+  // each depth keeps all T positions (the attention exchanges need every rank's T alike); the
+  // positions past the whole rows' T - k are computed, left out of the MoE statistics, and train
+  // nothing (model/mtp_loss.cpp).
+  const bool sharded = embedded.size(1) > T;
+  const int64_t S = sharded ? scope.sequence->world_size() : 1, begin = sharded ? scope.sequence->rank() * T : 0;
+  if (T * S <= c.mtp_depth)
     throw Error(ErrorCode::kConfig,
-                fmt::format("model.mtp_depth {} leaves no position to predict from in a sequence of {}", c.mtp_depth, T),
+                fmt::format("model.mtp_depth {} leaves no position to predict from in a sequence of {}", c.mtp_depth, T * S),
                 "train on longer sequences (data.seq_len), or lower model.mtp_depth");
   std::vector<at::Tensor> out;
   at::Tensor h = hidden;
   for (int64_t k = 1; k <= c.mtp_depth; ++k) {
-    const int64_t i = c.num_layers + k - 1, n = T - k;
+    const int64_t i = c.num_layers + k - 1, n = sharded ? T : T - k;
     const MlaLayerParts& p = m.layers[static_cast<size_t>(i)];
     const at::Tensor e = rms_norm(embedded.narrow(1, k, n), p.enorm, c.rms_norm_eps);
     const at::Tensor x = apply(*p.eh_proj, at::cat({e, rms_norm(h.narrow(1, 0, n), p.hnorm, c.rms_norm_eps)}, -1));
     const at::Tensor load_row = c.is_moe_layer(i) ? m.load[moe_row++] : at::Tensor();
-    const std::vector<at::Tensor> layer = run_layer(m, i, x, scope.first(n), aux != nullptr, load_row, mode);
+    std::optional<SequenceTokens> tokens;
+    if (sharded) tokens = SequenceTokens{scope.sequence, (at::arange(T, at::kLong) + begin).lt(T * S - k).to(x.device()), T * S - k};
+    const std::vector<at::Tensor> layer =
+        run_layer(m, i, x, sharded ? scope : scope.first(n), aux != nullptr, load_row, mode, nullptr, tokens);
     if (layer.size() > 1) *aux = aux->defined() ? *aux + layer[1] : layer[1];
     h = layer[0];
     out.push_back(rms_norm(h, p.shared_head_norm, c.rms_norm_eps));
@@ -438,7 +473,10 @@ CausalLM::Trunk MlaMoeModel::trunk(int first, int last, const at::Tensor& x_in, 
   if (first == 0) {
     check_held(0);
     enter_group(0);
-    x = embedded = leave_group(0, at::embedding(m.embed, input.tokens));
+    // Sequence parallelism with MTP: the tokens after this rank's share too, in the same lookup.
+    const bool ahead = with_mtp && input.ahead_tokens.defined();
+    x = embedded = leave_group(0, at::embedding(m.embed, ahead ? at::cat({input.tokens, input.ahead_tokens}, 1) : input.tokens));
+    if (ahead) x = x.narrow(1, 0, input.tokens.size(1));
   }
   int64_t moe_index = 0;  // the load's row of the next MoE layer
   for (int64_t i = 0; i < std::max(first, 1) - 1; ++i) moe_index += c.is_moe_layer(i) ? 1 : 0;

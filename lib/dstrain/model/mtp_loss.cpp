@@ -10,6 +10,16 @@
 namespace dstrain::model {
 
 at::Tensor mtp_labels(const data::Batch& batch, int64_t k) {
+  if (batch.ahead_labels.defined()) {  // a sequence-parallel share: every position, the targets past it from ahead_labels
+    const int64_t T = batch.length();
+    const at::Tensor labels = at::cat({batch.labels, batch.ahead_labels}, 1).narrow(1, k, T);
+    if (!batch.document_ids.defined()) return labels;
+    // The whole rows' documents, -1 past their end (no document: the target is not trained).
+    const at::Tensor past = at::full({batch.rows(), batch.ahead_labels.size(1)}, -1, batch.document_ids.options());
+    const at::Tensor documents = at::cat({batch.document_ids, past}, 1);
+    const at::Tensor crosses = documents.narrow(1, batch.sequence_begin + k, T).ne(documents.narrow(1, batch.sequence_begin, T));
+    return labels.masked_fill(crosses, kIgnoreIndex);
+  }
   const int64_t n = batch.length() - k;
   at::Tensor labels = batch.labels.narrow(1, k, n);
   if (!batch.document_ids.defined()) return labels;
@@ -18,7 +28,9 @@ at::Tensor mtp_labels(const data::Batch& batch, int64_t k) {
 }
 
 at::Tensor mtp_target_weights(const data::Batch& batch, int64_t k) {
-  return batch.target_weights.defined() ? batch.target_weights.narrow(1, k, batch.length() - k) : at::Tensor();
+  if (!batch.target_weights.defined()) return at::Tensor();
+  if (batch.ahead_labels.defined()) return at::cat({batch.target_weights, batch.ahead_weights}, 1).narrow(1, k, batch.length());
+  return batch.target_weights.narrow(1, k, batch.length() - k);
 }
 
 std::string mtp_term_name(int64_t k) { return fmt::format("mtp_{}", k); }

@@ -19,7 +19,9 @@ class Objective;
 // Depth k's targets [B, T - k]: at position i the main target at i + k (the token i + k + 1),
 // kept only where that target trains (loss masks, packed conversations' ends) and, when the batch
 // cuts documents, where position i + k lies in position i's document: no MTP input crosses a
-// document, and a target only where the main loss's own does.
+// document, and a target only where the main loss's own does. A sequence-parallel share
+// (Batch::ahead_labels): [B, T] over all its positions, the targets past it read from the columns
+// after the share, none past the whole row's end.
 at::Tensor mtp_labels(const data::Batch& batch, int64_t k);
 // The weights of those targets under per_sample normalization (undefined otherwise).
 at::Tensor mtp_target_weights(const data::Batch& batch, int64_t k);

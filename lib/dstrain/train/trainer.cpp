@@ -202,8 +202,9 @@ Trainer::Trainer(const run::WorkerEnv& env, const device::TrainingDevice& device
   // A sequence group's ranks read the same rows (config/parallel_layout.h), each its share of their tokens.
   const config::ParallelLayout layout = p.recipe.layout();
   const int data_rank = p.comm.engine().rank();
-  p.data = std::make_unique<DataPlan>(p.recipe, layout.sample_rank(data_rank), layout.samples(), std::move(sources.train),
-                                      data::SequenceShare{layout.sequence_rank(data_rank), layout.sequence});
+  p.data = std::make_unique<DataPlan>(
+      p.recipe, layout.sample_rank(data_rank), layout.samples(), std::move(sources.train),
+      data::SequenceShare{layout.sequence_rank(data_rank), layout.sequence, static_cast<int>(p.recipe.model.mtp_depth)});
   p.model->set_sequence_group(p.comm.groups.sequence.get());
   // A LoRA checkpoint names its base instead of holding it: a resume reads the base again.
   if ((!env.resume || model::lora_checkpoints_name_base(p.recipe)) && !p.recipe.model.init_from.empty()) {

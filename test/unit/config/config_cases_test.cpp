@@ -526,6 +526,18 @@ TEST_CASE("valid configurations resolve as DeepSpeed would", "[config-cases]") {
          CHECK(o.warnings.find("pipeline.partition = \"parameters\" has no effect") != std::string::npos);
          CHECK(o.warnings.find("use train.activation_checkpointing") != std::string::npos);
        }},
+      {"DeepSpeed's sequence_parallel_size: Ulysses over 2 ranks, the batch math over world / 2",
+       "launch: {nproc_per_node: 4}\ntrain: {steps: 10, micro_batch_size: 2, gradient_accumulation_steps: 2}\n",
+       R"({"sequence_parallel_size": 2})",
+       {},
+       [](const Outcome& o) {
+         REQUIRE(o.ok);
+         CHECK(o.recipe.parallel.sequence_parallel_size == 2);
+         CHECK(o.recipe.sources.at("parallel.sequence_parallel_size").find("ds.json") != std::string::npos);
+         CHECK(o.recipe.data_parallel_size() == 2);
+         CHECK(o.recipe.train.global_batch_size == 8);  // micro 2 x accumulation 2 x (4 ranks / 2)
+         CHECK(o.recipe.layout().data() == 4);          // ZeRO spans all four
+       }},
       {"DeepSpeed's pipeline block: stages auto is no pipeline",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"pipeline": {"stages": "auto"}})",
@@ -621,6 +633,15 @@ TEST_CASE("invalid configurations fail with the key, the place and the fix", "[c
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"pipeline": {"stages": 2}})",
        {"parallel.pipeline_parallel_size 2 does not divide the world size 1"}},
+      {"sequence parallelism: the sequence, the heads and the ranks",
+       "launch: {nproc_per_node: 3}\nmodel: {num_heads: 4}\ntrain: {steps: 10, micro_batch_size: 2}\n",
+       R"({"sequence_parallel_size": 3})",
+       {"data.seq_len 32 is not divisible by parallel.sequence_parallel_size 3",
+        "parallel.sequence_parallel_size 3 does not divide model.num_heads 4"}},
+      {"sequence parallelism beyond the ranks",
+       "launch: {nproc_per_node: 2}\ntrain: {steps: 10, micro_batch_size: 2}\n",
+       R"({"sequence_parallel_size": 4})",
+       {"parallel.sequence_parallel_size 4 does not divide the 2 data-parallel ranks"}},
       {"pipeline block: an unknown key",
        "train: {steps: 10, micro_batch_size: 2}\n",
        R"({"pipeline": {"stage": 2}})",
