@@ -9,6 +9,8 @@
   compare_metrics.py A B --grad-norm ...  the gradient norms as well as the losses
   compare_metrics.py A B --mtp ...        multi-token prediction's losses (each depth's) as well
   compare_metrics.py A B --key z_loss ... any other metric of the objective as well (repeatable)
+  compare_metrics.py A B --first 10 ...   the first 10 steps only (MoE routing: after a near-tie
+                                          flips one token's expert, fp32 rounding is no longer all)
 """
 import argparse
 import json
@@ -40,6 +42,7 @@ def main():
     ap.add_argument("--grad-norm", action="store_true")
     ap.add_argument("--mtp", action="store_true")
     ap.add_argument("--key", action="append", default=[])
+    ap.add_argument("--first", type=int)
     args = ap.parse_args()
     for key in ["loss"] + (["grad_norm"] if args.grad_norm else []) + (["mtp_loss"] if args.mtp else []) + args.key:
         compare(args, key)
@@ -61,6 +64,8 @@ def compare(args, key):
     a = a[start - 1:start - 1 + len(b)] if args.resumed else a[start - 1:]  # a resumed run may stop earlier
     if len(a) != len(b):
         sys.exit(f"{len(a)} steps vs {len(b)} steps")
+    if args.first is not None:
+        a, b = a[:args.first], b[:args.first]
     worst = 0.0
     for step, (xs, ys) in enumerate(zip(a, b), start=start):
         if args.exact and xs != ys:

@@ -187,9 +187,9 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
     out += fmt::format("  data-parallel ranks     {} (world {} / parallel.pipeline_parallel_size {}): the batch math's ranks\n",
                        r.data_parallel_size(), r.world_size(), r.parallel.pipeline_parallel_size);
   if (r.parallel.sequence_parallel_size > 1)
-    out += fmt::format(
-        "  sequence parallelism    {} ranks share each sample, {} of its {} tokens each (Ulysses); {} ranks read distinct rows\n",
-        r.parallel.sequence_parallel_size, r.data.seq_len / r.parallel.sequence_parallel_size, r.data.seq_len, r.data_parallel_size());
+    out += fmt::format("  sequence parallelism    {} ranks share each sample, {} of its {} tokens each (Ulysses); {} distinct rows\n",
+                       r.parallel.sequence_parallel_size, r.data.seq_len / r.parallel.sequence_parallel_size, r.data.seq_len,
+                       r.data_parallel_size() == 1 ? std::string("1 rank reads") : fmt::format("{} ranks read", r.data_parallel_size()));
   out += fmt::format("  micro batch per rank    {}\n", r.train.micro_batch_size);
   if (r.train.accumulation.empty()) {
     out += fmt::format("  accumulation steps      {}\n", accumulation_at(r, 0));

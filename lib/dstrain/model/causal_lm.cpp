@@ -12,10 +12,21 @@
 
 namespace dstrain::model {
 
+namespace {
+
+// The rows a forward computes, and under sequence parallelism which part of each it holds.
+TrainingRows training_rows(const CausalLM::Input& input, int64_t rows) {
+  TrainingRows r{input.first_row, rows};
+  if (input.sequence) r.share = input.sequence->rank(), r.shares = input.sequence->world_size();
+  return r;
+}
+
+}  // namespace
+
 CausalLM::Hidden CausalLM::hidden_states(const Input& input, bool with_aux) const {
-  const TrainingRowsScope rows({input.first_row, input.tokens.size(0)});
   Input in = input;
   if (!in.sequence) in.sequence = sequence_;
+  const TrainingRowsScope rows(training_rows(in, input.tokens.size(0)));
   Hidden h;
   const Trunk t = trunk(0, final_group_, {}, in, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp;
@@ -26,9 +37,9 @@ CausalLM::Hidden CausalLM::run_groups(int first, int last, const at::Tensor& x, 
   if (first < 0 || last > final_group_ || first > last || (first > 0) != x.defined())
     throw Error(ErrorCode::kInternal, fmt::format("a stage forward of groups [{}, {}] of 0..{} {} an input", first, last, final_group_,
                                                   x.defined() ? "with" : "without"));
-  const TrainingRowsScope rows({input.first_row, input.tokens.defined() ? input.tokens.size(0) : x.size(0)});
   Input in = input;
   if (!in.sequence) in.sequence = sequence_;
+  const TrainingRowsScope rows(training_rows(in, input.tokens.defined() ? input.tokens.size(0) : x.size(0)));
   Hidden h;
   const Trunk t = trunk(first, last, x, in, with_aux ? &h.aux : nullptr);
   h.hidden = t.hidden, h.head = t.head, h.final_group = t.final_group, h.mtp = t.mtp, h.embedded = t.embedded;

@@ -51,9 +51,12 @@ struct Linear {
 // row; the others follow it), so that a random choice made for a row (LoRA's dropout) is the same
 // on whichever rank, micro-batch, pipeline stage or recomputation makes it. CausalLM's forwards
 // set it from their Input (recompute() carries it into backward); none in evaluation.
+// Sequence parallelism: the forward holds share `share` of `shares` equal, consecutive parts of
+// each row's tokens (a choice made for the whole row is cut to that part).
 struct TrainingRows {
   int64_t first = -1;
   int64_t count = 0;
+  int share = 0, shares = 1;
   bool active() const { return first >= 0 && count > 0; }
 };
 const TrainingRows& current_training_rows();

@@ -198,6 +198,7 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t stream) {
   if (x.numel() % rows.count != 0)
     throw Error(ErrorCode::kInternal, fmt::format("lora.dropout: an input of {} elements over {} rows", x.numel(), rows.count));
   const at::Tensor flat = x.reshape({rows.count, -1});
+  const int64_t part = flat.size(1);  // a sequence-parallel share: the whole row's mask is drawn, and this part kept
   std::vector<at::Tensor> masks;
   for (int64_t i = 0; i < rows.count; ++i) {
     at::Generator g = at::globalContext().defaultGenerator(x.device()).clone();
@@ -205,7 +206,8 @@ at::Tensor lora_dropout(const at::Tensor& x, double p, uint64_t stream) {
       std::lock_guard<std::mutex> lock(g.mutex());
       g.set_current_seed(row_stream(stream, rows.first + i));
     }
-    masks.push_back(at::empty({flat.size(1)}, flat.options().dtype(at::kFloat)).bernoulli_(1.0 - p, g));
+    const at::Tensor whole = at::empty({part * rows.shares}, flat.options().dtype(at::kFloat)).bernoulli_(1.0 - p, g);
+    masks.push_back(rows.shares > 1 ? whole.narrow(0, rows.share * part, part) : whole);
   }
   // As torch's dropout: the noise in the input's dtype, divided by 1 - p, times the input.
   return (flat * at::stack(masks).to(flat.scalar_type()).div_(1.0 - p)).view(x.sizes());

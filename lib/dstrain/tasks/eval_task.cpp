@@ -207,7 +207,9 @@ int run_eval_task(const run::WorkerEnv& env, const EvalTask& task) {
         recipe.preference.reference == "precomputed")
       pairs.push_back(static_cast<const data::PreferencePairs*>(&set.source()));
   train::prepare_reference_logps(recipe, pairs, runner, *model, *gloo, task.checkpoint.empty() ? "" : "dstrain eval of a checkpoint");
-  train::Evaluator evaluator(std::move(sets), train::eval_options_from(recipe), *model, nullptr, runner, *gloo, *gloo);
+  train::EvalOptions options = train::eval_options_from(recipe);
+  options.sequence_parallel = 1;  // no sequence groups here: each rank scores whole rows, whatever the run trained with
+  train::Evaluator evaluator(std::move(sets), options, *model, nullptr, runner, *gloo, *gloo);
   evaluator.set_pair_objective(&objective);
   const std::unique_ptr<train::LiveReference> live = live_reference(recipe, task, runner, *model, groups, *gloo, device.device);
   evaluator.set_live_reference(live.get());
