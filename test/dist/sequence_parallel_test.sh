@@ -100,6 +100,34 @@ for run in moe_sp2ep2 moe_sp2dp2 moe_sp2pp2; do
 done
 ok "MLA + MoE (balance loss over the whole rows): SP 2 x EP 2, SP 2 x DP 2 with EP 4 at ZeRO-3, SP 2 x PP 2 match one process"
 
+# eval.tasks and eval.samples during an SP 2 run generate whole sequences on each rank: a task
+# whose targets are one process's generations from the same training (scored 1.0 there) scores
+# 1.0 at SP 2, and the samples are one process's.
+gen=(--set train.steps=20 --set train.micro_batch_size=4 --set train.global_batch_size=8 --set launch.threads_per_worker=1
+     --set checkpoint.interval_steps=0 --set eval.sample_tokens=16 --set eval.interval_steps=20)
+printf '{"prompt": "def "}\n{"prompt": "The "}\n' > prompts.jsonl
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${gen[@]}" --set eval.samples=prompts.jsonl --nproc-per-node 1 --set run_dir=gen1
+expect_status 0 "$DSTRAIN" eval gen1 --task "$SRC/recipes/data/python_idioms.jsonl" --log-samples idioms1.jsonl
+python3 - idioms1.jsonl "$SRC/recipes/data/python_idioms.jsonl" own.jsonl <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+contexts = [r["context"] for r in map(json.loads, open(sys.argv[2])) if "context" in r]
+with open(sys.argv[3], "w") as out:
+    out.write(json.dumps({"settings": {"until": ["\n"], "max_gen_toks": 16, "strip": False}}) + "\n")
+    for r in sorted(rows, key=lambda r: r["index"]):
+        out.write(json.dumps({"context": contexts[r["index"]], "target": r["generation"]}) + "\n")
+PY
+expect_status 0 "$DSTRAIN" train "$demo_recipe" "${gen[@]}" --set eval.samples=prompts.jsonl --set "eval.tasks=[$PWD/own.jsonl]" \
+  --nproc-per-node 2 --set parallel.sequence_parallel_size=2 --set run_dir=gen_sp2
+python3 - gen_sp2/metrics.jsonl gen1/samples.jsonl gen_sp2/samples.jsonl <<'PY' || fail "eval.tasks or eval.samples at SP 2 differ from one process"
+import json, sys
+tasks = [r for r in map(json.loads, open(sys.argv[1])) if r.get("task") == "own"]
+assert [(r["step"], r["exact_match"], r["n"]) for r in tasks] == [(20, 1.0, 20)], tasks
+texts = [[r["text"] for r in map(json.loads, open(p))] for p in sys.argv[2:]]
+assert texts[0] == texts[1] and len(texts[0]) == 2, texts
+PY
+ok "eval.tasks and eval.samples during an SP 2 run generate what one process does (exact_match 1.0 on one process's own generations)"
+
 # Multi-token prediction (depth 2) across shard edges, with documents masked: each rank reads the
 # tokens and targets past its share, and the MoE statistics leave out the positions past T - k.
 # V2's routing (softmax, greedy: no near-ties of group sums or bias signs here), so every metric is

@@ -38,8 +38,6 @@ void check_sequence_parallel(const Recipe& r, const std::function<void(const std
   refuse(r.train.loss_normalization == LossNormalization::kMicroBatchMean,
          "train.loss_normalization micro_batch_mean (a micro-batch's mean needs its whole count: use global_tokens or per_sample)");
   refuse(!r.data.shard_weights.empty() || r.data.auto_balance, "data.shard_weights (the ranks of a sequence group read one share)");
-  refuse(!r.eval.tasks.empty(), "eval.tasks (score them with dstrain eval --task on a checkpoint)");
-  refuse(!r.eval.samples.empty(), "eval.samples (generate from a checkpoint with dstrain generate)");
 }
 
 }  // namespace dstrain::config

@@ -116,6 +116,7 @@ class CausalLM {
   // Ulysses sequence parallelism (parallel.sequence_parallel_size): the group whose ranks share
   // each row's tokens; every forward's attention exchanges over it. nullptr: none.
   void set_sequence_group(comm::Communicator* group) { sequence_ = group; }
+  comm::Communicator* sequence_group() const { return sequence_; }
   // Parameters in a fixed order with their HF names, as the family declared them (ParamBuilder).
   const NamedTensors& parameters() const { return params_; }
   // parameters()' places, in the same order, and the number of layer groups (embeddings, the

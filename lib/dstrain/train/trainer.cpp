@@ -131,6 +131,20 @@ std::unique_ptr<LiveReference> reference_copy_for(const config::Recipe& r, Commu
   return std::make_unique<LiveReference>(r, std::move(copy), std::move(engine), device);
 }
 
+// Task scoring and samples generate whole sequences on each rank (the questions and prompts are
+// shared out as under data parallelism): no sequence group while they run.
+class WholeSequences {
+ public:
+  explicit WholeSequences(model::CausalLM& model) : model_(model), group_(model.sequence_group()) { model_.set_sequence_group(nullptr); }
+  ~WholeSequences() { model_.set_sequence_group(group_); }
+  WholeSequences(const WholeSequences&) = delete;
+  WholeSequences& operator=(const WholeSequences&) = delete;
+
+ private:
+  model::CausalLM& model_;
+  comm::Communicator* group_;
+};
+
 }  // namespace
 
 // Everything the loop uses, in construction order (destroyed in reverse: telemetry and the
@@ -529,6 +543,7 @@ EvalTracker::Verdict Trainer::evaluate(int64_t done, bool candidate) {
 void Trainer::score_tasks(int64_t done) {
   Parts& p = *p_;
   if (p.eval_tasks.empty()) return;
+  const WholeSequences whole(*p.model);
   const auto start = std::chrono::steady_clock::now();
   const TaskResults r = train::score_tasks(p.eval_tasks, *p.model, p.recipe.model.max_seq_len, p.device.device, p.comm.engine(), done);
   // What the forwards left for training's step, as the evaluator does: the expert load and the waits.
@@ -549,6 +564,7 @@ void Trainer::score_tasks(int64_t done) {
 void Trainer::write_samples(int64_t done) {
   Parts& p = *p_;
   if (!p.samples) return;
+  const WholeSequences whole(*p.model);
   const std::vector<Sample> samples = p.samples->generate(*p.model, p.device.device, done);
   p.model->take_all_to_all_wait_ms();  // the next step's timing is training's own
   p.engine->discard_wait_times();
