@@ -243,9 +243,9 @@ std::string describe_resolved(const Recipe& recipe, bool show_schedule) {
   if (r.parallel.sequence_parallel_size > 1) {
     config::Recipe whole = r;
     whole.parallel.sequence_parallel_size = 1;
-    out += fmt::format("                          ~{} without sequence parallelism ({:.2f}x)\n",
-                       bytes_text(memory_plan(whole).device_activations),
-                       plan.device_activations / std::max(memory_plan(whole).device_activations, 1.0));
+    const double unsharded = memory_plan(whole).device_activations;
+    out += fmt::format("                          ~{} without sequence parallelism ({:.2f}x)\n", bytes_text(unsharded),
+                       plan.device_activations / std::max(unsharded, 1.0));
   }
   out += fmt::format(
       "  memory per rank         device {} = {} model states + {} activations{}; host {}\n", bytes_text(plan.device_total()),
